@@ -1,0 +1,3 @@
+"""lmlab: pretrain language models and adapt them."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,72 @@
+"""The ``lmlab`` command.
+
+Each subcommand lives in its own module in this package and exposes
+``register(subparsers)``, which adds its parser and sets ``func`` to the function that runs it.
+Adding a subcommand is one module plus one line in ``COMMAND_MODULES``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from lmlab import __version__
+from lmlab.errors import LmlabError
+
+# Order here is the order shown in `lmlab --help`.
+COMMAND_MODULES = [
+    "lmlab.cli.demo",
+    "lmlab.cli.tokenizer",
+    "lmlab.cli.data",
+]
+
+DESCRIPTION = """\
+lmlab: pretrain language models and adapt them.
+
+Train a tokenizer on your corpus, turn text into token shards, pretrain and fine-tune
+encoders, decoders and encoder-decoders.
+
+examples:
+  lmlab demo                                   # tiny end-to-end run on built-in Shakespeare
+  lmlab tokenizer train --algo bytelevel --vocab-size 8000 --input corpus.txt --out tok/
+  lmlab tokenizer encode --tokenizer tok/ --text "Hello world"
+  lmlab data prepare --tokenizer tok/ --input corpus.txt --out shards/ --val-fraction 0.01
+
+Run `lmlab COMMAND --help` for the options of each command.
+"""
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    """Keep hand-written examples as they are and show defaults."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="lmlab", description=DESCRIPTION, formatter_class=HelpFormatter)
+    parser.add_argument("--version", action="version", version=f"lmlab {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        # `lmlab` or `lmlab tokenizer` alone: show the relevant help.
+        (getattr(args, "_parser", None) or parser).print_help()
+        return 0 if args.command is None else 2
+    try:
+        result = args.func(args)
+    except LmlabError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    return int(result or 0)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,116 @@
+"""File helpers: reading user text safely and writing outputs atomically.
+
+Nothing lmlab writes is ever left half-written: files and directories are written under a
+temporary name next to their destination and renamed into place only when complete.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+from lmlab.errors import LmlabError
+
+
+def check_input_file(path: str | os.PathLike) -> Path:
+    """Return ``path`` as a Path, or raise a one-line error if it is missing, a directory or empty."""
+    p = Path(path)
+    if not p.exists():
+        raise LmlabError(f"input file {p} does not exist", "check the path")
+    if p.is_dir():
+        raise LmlabError(f"input {p} is a directory", "pass the text files inside it")
+    if p.stat().st_size == 0:
+        raise LmlabError(f"input file {p} is empty", "pass a file that contains text")
+    return p
+
+
+def iter_text_lines(path: str | os.PathLike, encoding: str = "utf-8") -> Iterator[str]:
+    """Stream a text file line by line (newlines kept), with a clear error on undecodable bytes.
+
+    A UTF-8 byte-order mark at the start is dropped. ``encoding`` may be any Python codec name
+    (e.g. ``latin-1`` for ISO-8859-1 files).
+    """
+    p = check_input_file(path)
+    enc = "utf-8-sig" if encoding.lower().replace("_", "-") in ("utf-8", "utf8") else encoding
+    lineno = 0
+    try:
+        with open(p, encoding=enc, newline="") as f:
+            for lineno, line in enumerate(f, 1):  # noqa: B007
+                yield line
+    except UnicodeDecodeError as e:
+        raise LmlabError(
+            f"{p} line {lineno + 1}: byte {e.object[e.start:e.start + 1]!r} is not valid {encoding}",
+            "convert the file to UTF-8 or pass its encoding (e.g. --encoding latin-1)",
+        ) from None
+
+
+def read_text(path: str | os.PathLike, encoding: str = "utf-8") -> str:
+    """Read a whole text file (see :func:`iter_text_lines` for the checks)."""
+    return "".join(iter_text_lines(path, encoding))
+
+
+@contextlib.contextmanager
+def atomic_dir(dest: str | os.PathLike) -> Iterator[Path]:
+    """Yield a temporary directory that replaces ``dest`` only if the block completes.
+
+    An existing ``dest`` survives untouched if anything fails while writing.
+    """
+    dest = Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.tmp-", dir=dest.parent))
+    try:
+        yield tmp
+        if dest.exists():
+            old = dest.with_name(f".{dest.name}.old-{os.getpid()}")
+            os.replace(dest, old)
+            os.replace(tmp, dest)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, dest)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def atomic_write_bytes(dest: str | os.PathLike, data: bytes) -> None:
+    """Write ``data`` to ``dest`` via a temporary file and rename."""
+    dest = Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.tmp-", dir=dest.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, dest)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def atomic_write_text(dest: str | os.PathLike, text: str) -> None:
+    atomic_write_bytes(dest, text.encode("utf-8"))
+
+
+def write_json(dest: str | os.PathLike, obj, indent: int | None = 2) -> None:
+    """Write JSON atomically (UTF-8, non-ASCII kept readable)."""
+    atomic_write_text(dest, json.dumps(obj, ensure_ascii=False, indent=indent) + "\n")
+
+
+def read_json(path: str | os.PathLike, what: str = "JSON file"):
+    """Read JSON with a one-line error naming the file when it is missing or corrupt."""
+    p = Path(path)
+    if not p.is_file():
+        raise LmlabError(f"{what} {p} does not exist", "check the path")
+    try:
+        with open(p, encoding="utf-8") as f:
+            return json.load(f)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise LmlabError(f"{what} {p} is corrupt ({e.__class__.__name__}: {e})",
+                         "re-create it, e.g. by training or saving again") from None

@@ -1,0 +1,101 @@
+"""Subword tokenizers: a learner and a segmenter for each of four algorithms.
+
+>>> from lmlab.tokenizers import train_tokenizer, load_tokenizer
+>>> tok = train_tokenizer("bpe", ["low low lower newest"], num_merges=4)
+>>> tok.tokenize("lower")  # doctest: +SKIP
+
+Algorithms (``ALGORITHMS``): ``bpe`` (character BPE with end-of-word ``_``), ``bytelevel``
+(GPT-2 style byte-level BPE), ``wordpiece`` (BERT) and ``unigram`` (SentencePiece-style).
+Adding one is one module plus one line in ``ALGORITHMS``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from lmlab.errors import LmlabError
+from lmlab.fileio import read_json
+from lmlab.tokenizers.base import DEFAULT_SPECIAL_TOKENS, Encoding, Tokenizer, sentinel_tokens
+
+#: algorithm name -> "module:Class"
+ALGORITHMS = {
+    "bpe": "lmlab.tokenizers.bpe:CharBPETokenizer",
+    "bytelevel": "lmlab.tokenizers.bytelevel:ByteLevelBPETokenizer",
+    "wordpiece": "lmlab.tokenizers.wordpiece:WordPieceTokenizer",
+    "unigram": "lmlab.tokenizers.unigram:UnigramTokenizer",
+}
+
+__all__ = ["ALGORITHMS", "DEFAULT_SPECIAL_TOKENS", "Encoding", "Tokenizer", "load_tokenizer",
+           "sentinel_tokens", "tokenizer_class", "train_tokenizer"]
+
+
+def tokenizer_class(algo: str) -> type[Tokenizer]:
+    """The Tokenizer subclass implementing ``algo``."""
+    if algo not in ALGORITHMS:
+        raise LmlabError(f"unknown tokenizer algorithm {algo!r}", f"choose one of: {', '.join(ALGORITHMS)}")
+    module, cls = ALGORITHMS[algo].split(":")
+    return getattr(importlib.import_module(module), cls)
+
+
+def train_tokenizer(algo: str, texts: Iterable[str], vocab_size: int | None = None,
+                    special_tokens: Sequence[str] | None = None, **options) -> Tokenizer:
+    """Learn a tokenizer of kind ``algo`` from ``texts`` (strings: documents or lines).
+
+    ``vocab_size`` counts everything, special tokens included. For ``bpe`` you may instead give
+    ``num_merges=K``. ``special_tokens`` defaults to ``DEFAULT_SPECIAL_TOKENS``; pass ``[]`` for none.
+    Other keyword options are algorithm-specific (see each class's ``train``).
+    """
+    cls = tokenizer_class(algo)
+    if isinstance(texts, str):
+        texts = [texts]
+    if vocab_size is not None and (not isinstance(vocab_size, int) or vocab_size <= 0):
+        raise LmlabError(f"vocab_size must be a positive integer, got {vocab_size!r}", "pass e.g. vocab_size=8000")
+    specials = list(DEFAULT_SPECIAL_TOKENS if special_tokens is None else special_tokens)
+    return cls.train(texts, vocab_size, specials, **options)
+
+
+def load_tokenizer(path: str | os.PathLike) -> Tokenizer:
+    """Load a tokenizer from an lmlab tokenizer directory, a ``tokenizer.json`` or a BERT ``vocab.txt``.
+
+    A directory may hold ``tokenizer.json`` (+ ``tokenizer_config.json``) or just a ``vocab.txt``
+    (+ ``tokenizer_config.json``, whose ``do_lower_case``/``strip_accents`` are honoured).
+    """
+    p = Path(path)
+    if not p.exists():
+        raise LmlabError(f"tokenizer {p} does not exist", "pass a tokenizer directory, tokenizer.json or vocab.txt")
+    if p.is_dir():
+        if (p / "tokenizer.json").is_file():
+            p = p / "tokenizer.json"
+        elif (p / "vocab.txt").is_file():
+            p = p / "vocab.txt"
+        else:
+            raise LmlabError(f"{p} holds neither tokenizer.json nor vocab.txt",
+                             "pass a directory written by `lmlab tokenizer train` or tokenizer.save()")
+    config_path = p.parent / "tokenizer_config.json"
+    config = read_json(config_path, "tokenizer config") if config_path.is_file() else {}
+    if p.suffix == ".txt":
+        from lmlab.tokenizers.wordpiece import WordPieceTokenizer
+
+        return WordPieceTokenizer.from_vocab_file(p, config)
+    data = read_json(p, "tokenizer file")
+    if not isinstance(data, dict) or not isinstance(data.get("model"), dict):
+        raise LmlabError(f"{p} is not a tokenizer.json (no 'model' section)", "re-save the tokenizer")
+    algo = config.get("lmlab_algo") or _guess_algo(data)
+    return tokenizer_class(algo)._from_hf(data, config)
+
+
+def _guess_algo(data: dict) -> str:
+    """Map a foreign tokenizer.json onto the lmlab algorithm that reads it."""
+    kind = data["model"].get("type")
+    if kind == "WordPiece":
+        return "wordpiece"
+    if kind == "Unigram":
+        return "unigram"
+    if kind == "BPE":
+        text = repr(data.get("pre_tokenizer")) + repr(data.get("decoder"))
+        return "bytelevel" if "ByteLevel" in text else "bpe"
+    raise LmlabError(f"tokenizer.json model type {kind!r} is not supported",
+                     "lmlab reads BPE, WordPiece and Unigram tokenizer.json files")

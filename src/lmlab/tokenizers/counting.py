@@ -1,0 +1,54 @@
+"""Streaming chunk counting: the first pass of every learner.
+
+Learners never hold the corpus: they count how often each distinct pre-tokenized chunk (a
+word, or a GPT-2 pre-token) occurs, streaming the texts once. Memory is therefore bounded by the
+number of *distinct* chunks (plus their symbol sequences), not by corpus size; counts are Python
+ints, which never overflow (the equivalent of 64-bit or wider counters).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
+from itertools import islice
+from multiprocessing import get_context
+
+from lmlab.errors import LmlabError
+
+Splitter = Callable[[str], list[str]]
+
+
+def _count_batch(args: tuple[Splitter, list[str]]) -> Counter:
+    split, batch = args
+    c: Counter = Counter()
+    for text in batch:
+        c.update(split(text))
+    return c
+
+
+def _batches(texts: Iterable[str], size: int) -> Iterator[list[str]]:
+    it = iter(texts)
+    while batch := list(islice(it, size)):
+        yield batch
+
+
+def count_chunks(texts: Iterable[str], split: Splitter, workers: int = 1, batch_size: int = 2000) -> dict[str, int]:
+    """Count the chunks ``split(text)`` yields over all ``texts``, in first-seen order.
+
+    ``split`` must be a module-level function when ``workers > 1`` (it is sent to worker
+    processes). The result's insertion order is the order in which chunks first occur in the
+    corpus, which learners use to break ties deterministically. Raises a one-line error when
+    the corpus holds no chunk at all.
+    """
+    total: Counter = Counter()
+    batches = _batches(texts, batch_size)
+    if workers > 1:
+        with get_context("spawn").Pool(workers) as pool:
+            for c in pool.imap(_count_batch, ((split, b) for b in batches)):
+                total.update(c)
+    else:
+        for b in batches:
+            total.update(_count_batch((split, b)))
+    if not total:
+        raise LmlabError("the training corpus is empty (no words found)", "pass files or texts that contain text")
+    return dict(total)

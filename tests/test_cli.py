@@ -5,7 +5,7 @@ import pytest
 
 from lmlab.cli import main
 
-SUBCOMMANDS = [["tokenizer", "train"], ["tokenizer", "encode"], ["tokenizer", "inspect"], ["data", "prepare"], ["demo"]]
+SUBCOMMANDS = [["tokenizer", "train"], ["tokenizer", "encode"], ["tokenizer", "decode"], ["tokenizer", "inspect"], ["data", "prepare"], ["demo"]]
 
 
 @pytest.mark.parametrize("sub", SUBCOMMANDS, ids=lambda s: " ".join(s))
@@ -27,9 +27,28 @@ def test_top_level_help_lists_commands():
 def test_unknown_algorithm_is_a_one_line_error(tmp_path, capsys):
     f = tmp_path / "c.txt"
     f.write_text("some text\n")
-    with pytest.raises(SystemExit) as e:  # argparse rejects it with its usage line, exit 2
+    with pytest.raises(SystemExit) as e:
         main(["tokenizer", "train", "--algo", "nope", "--vocab-size", "10", "--input", str(f), "--out", str(tmp_path / "t")])
     assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: ") and "'nope'" in err and "bytelevel" in err
+    assert not (tmp_path / "t").exists()
+
+
+def test_decode_command_and_out_of_range_ids(tmp_path, capsys):
+    f = tmp_path / "c.txt"
+    f.write_text("low lower lowest newer wider\n" * 20)
+    assert main(["tokenizer", "train", "--algo", "bytelevel", "--vocab-size", "300", "--input", str(f),
+                 "--out", str(tmp_path / "t")]) == 0
+    capsys.readouterr()
+    from lmlab.tokenizers import load_tokenizer
+
+    ids = load_tokenizer(tmp_path / "t").encode("lower wider")
+    assert main(["tokenizer", "decode", "--tokenizer", str(tmp_path / "t"), "--ids", *map(str, ids)]) == 0
+    assert capsys.readouterr().out == "lower wider\n"
+    assert main(["tokenizer", "decode", "--tokenizer", str(tmp_path / "t"), "--ids", "99999"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "out of range" in err
 
 
 def test_missing_input_file_is_a_one_line_error(tmp_path, capsys):

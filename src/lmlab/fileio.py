@@ -6,6 +6,7 @@ temporary name next to their destination and renamed into place only when comple
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import json
 import os
@@ -43,10 +44,24 @@ def iter_text_lines(path: str | os.PathLike, encoding: str = "utf-8") -> Iterato
             for lineno, line in enumerate(f, 1):  # noqa: B007
                 yield line
     except UnicodeDecodeError as e:
+        # The reader decodes ahead in chunks, so the line being read is not the bad one: find it.
+        bad_line, bad_byte = _locate_decode_error(p, enc) or (lineno + 1, e.object[e.start:e.start + 1])
         raise LmlabError(
-            f"{p} line {lineno + 1}: byte {e.object[e.start:e.start + 1]!r} is not valid {encoding}",
+            f"{p} line {bad_line}: byte {bad_byte!r} is not valid {encoding}",
             "convert the file to UTF-8 or pass its encoding (e.g. --encoding latin-1)",
         ) from None
+
+
+def _locate_decode_error(path: Path, encoding: str) -> tuple[int, bytes] | None:
+    """(1-based line number, offending byte) of the first undecodable byte in ``path``, if found."""
+    decoder = codecs.getincrementaldecoder(encoding)()
+    with open(path, "rb") as f:
+        for lineno, raw in enumerate(f, 1):
+            try:
+                decoder.decode(raw)
+            except UnicodeDecodeError as e:
+                return lineno, e.object[e.start:e.start + 1]
+    return None
 
 
 def read_text(path: str | os.PathLike, encoding: str = "utf-8") -> str:
@@ -64,6 +79,7 @@ def atomic_dir(dest: str | os.PathLike) -> Iterator[Path]:
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.tmp-", dir=dest.parent))
     try:
+        os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes it private; give it the usual permissions
         yield tmp
         if dest.exists():
             old = dest.with_name(f".{dest.name}.old-{os.getpid()}")
@@ -77,6 +93,12 @@ def atomic_dir(dest: str | os.PathLike) -> Iterator[Path]:
         raise
 
 
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def atomic_write_bytes(dest: str | os.PathLike, data: bytes) -> None:
     """Write ``data`` to ``dest`` via a temporary file and rename."""
     dest = Path(dest)
@@ -87,6 +109,7 @@ def atomic_write_bytes(dest: str | os.PathLike, data: bytes) -> None:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes it private; give it the usual permissions
         os.replace(tmp, dest)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):

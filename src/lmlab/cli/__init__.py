@@ -19,6 +19,8 @@ COMMAND_MODULES = [
     "lmlab.cli.demo",
     "lmlab.cli.tokenizer",
     "lmlab.cli.data",
+    "lmlab.cli.export",
+    "lmlab.cli.generate",
 ]
 
 DESCRIPTION = """\
@@ -41,8 +43,15 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefau
     """Keep hand-written examples as they are and show defaults."""
 
 
+class Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose usage errors are one line naming the problem and the fix."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(2, f"error: {message}; see `{self.prog} --help`\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="lmlab", description=DESCRIPTION, formatter_class=HelpFormatter)
+    parser = Parser(prog="lmlab", description=DESCRIPTION, formatter_class=HelpFormatter)
     parser.add_argument("--version", action="version", version=f"lmlab {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:

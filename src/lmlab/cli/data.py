@@ -1,22 +1,61 @@
-"""`lmlab data prepare` (placeholder registration; implemented in lmlab.data)."""
+"""`lmlab data prepare`: tokenize text files into memory-mapped token shards (see lmlab.data)."""
 
 from __future__ import annotations
 
 from lmlab.cli.common import add_command, add_group
 
+DESCRIPTION = """\
+Tokenize text files into flat token shards for training: uint16 ids when the vocabulary has at
+most 65,536 tokens, else uint32, cut into train_000.bin, train_001.bin, ... and val_000.bin, ...
+Next to them: train_docs.npy / val_docs.npy (int64 start offset of every document, so packing can
+keep attention inside documents), index.json (dtype, vocabulary size, tokenizer hash, per-split
+documents, tokens and UTF-8 bytes for bits-per-byte) and tokenizer/ (a copy of the tokenizer).
+
+Each file is split into documents (blank-line separated paragraphs by default); a seeded hash of
+each document's text sends it to val with probability --val-fraction, so runs are reproducible and
+the output does not depend on --workers. The output directory is written atomically: a failed run
+leaves no directory, or the previous one untouched. Read the result with
+lmlab.data.TokenShards(DIR, split="train")."""
+
+EXAMPLES = """\
+  lmlab data prepare --tokenizer tok/ --input a.txt b.txt --out shards/ --val-fraction 0.01
+  lmlab data prepare --tokenizer tok/ --input books/*.txt --out shards/ --val-fraction 0.05 --encoding latin-1
+  lmlab data prepare --tokenizer tok/ --input lines.txt --out shards/ --val-fraction 0.1 \\
+      --doc-separator line --append-eos"""
+
 
 def register(sub) -> None:
+    from lmlab.data.prepare import DEFAULT_SHARD_TOKENS, DOC_SEPARATORS, default_workers
+
     _, dsub = add_group(sub, "data", "turn text into token shards for training",
                         "Prepare training data. Run `lmlab data COMMAND --help` for details.")
-    p = add_command(dsub, "prepare", "tokenize text files into memory-mapped shards",
-                    "Tokenize text files into uint16/uint32 token shards plus a JSON index.",
-                    "  lmlab data prepare --tokenizer tok/ --input a.txt b.txt --out shards/ --val-fraction 0.01")
-    p.add_argument("--tokenizer", required=True)
-    p.add_argument("--input", nargs="+", required=True, metavar="FILE")
-    p.add_argument("--out", required=True, metavar="DIR")
-    p.add_argument("--val-fraction", type=float, default=0.0)
+    p = add_command(dsub, "prepare", "tokenize text files into memory-mapped shards", DESCRIPTION, EXAMPLES)
+    p.add_argument("--tokenizer", required=True, metavar="PATH",
+                   help="tokenizer directory (from `lmlab tokenizer train`), tokenizer.json or vocab.txt")
+    p.add_argument("--input", nargs="+", required=True, metavar="FILE", help="text files to tokenize")
+    p.add_argument("--out", required=True, metavar="DIR",
+                   help="output directory (created atomically; an existing shards directory is replaced)")
+    p.add_argument("--val-fraction", type=float, default=0.0, metavar="F",
+                   help="fraction of documents sent to the val split, in [0, 1)")
+    p.add_argument("--workers", type=int, default=default_workers(), metavar="N",
+                   help="tokenizer processes, each loading the tokenizer once (min(2, CPUs) by default)")
+    p.add_argument("--encoding", default="utf-8", help="encoding of the input files (e.g. latin-1)")
+    p.add_argument("--shard-tokens", type=int, default=DEFAULT_SHARD_TOKENS, metavar="N",
+                   help="maximum tokens per shard file")
+    p.add_argument("--doc-separator", choices=DOC_SEPARATORS, default="blank-line",
+                   help="what makes a document: blank-line separated paragraphs, each non-blank line, "
+                        "or each whole file")
+    p.add_argument("--seed", type=int, default=0, help="seed of the hash that assigns documents to train/val")
+    p.add_argument("--append-eos", action="store_true",
+                   help="append the tokenizer's end-of-sequence token to every document")
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
-    raise NotImplementedError
+    from lmlab.data.prepare import prepare_shards
+
+    summary = prepare_shards(args.tokenizer, args.input, args.out, val_fraction=args.val_fraction,
+                             workers=args.workers, encoding=args.encoding, shard_tokens=args.shard_tokens,
+                             doc_separator=args.doc_separator, seed=args.seed, append_eos=args.append_eos)
+    print(summary.report())
+    return 0

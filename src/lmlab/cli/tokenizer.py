@@ -52,6 +52,15 @@ def register(sub) -> None:
     p.add_argument("--add-special-tokens", action="store_true", help="wrap with the template, e.g. [CLS] ... [SEP]")
     p.set_defaults(func=run_encode)
 
+    p = add_command(tsub, "decode", "turn token ids back into text",
+                    "Decode a whitespace-separated list of token ids with a trained tokenizer.",
+                    "  lmlab tokenizer decode --tokenizer tok/ --ids 464 2068 7586\n"
+                    "  lmlab tokenizer decode --tokenizer tok/ --ids 2 17 3 --skip-special-tokens")
+    p.add_argument("--tokenizer", required=True, metavar="PATH", help="tokenizer directory, tokenizer.json or vocab.txt")
+    p.add_argument("--ids", nargs="+", required=True, help="token ids")
+    p.add_argument("--skip-special-tokens", action="store_true", help="leave out special tokens like [CLS]")
+    p.set_defaults(func=run_decode)
+
     p = add_command(tsub, "inspect", "show what a tokenizer contains",
                     "Summarise a tokenizer: algorithm, vocabulary size, special tokens, sample entries.",
                     "  lmlab tokenizer inspect tok/\n  lmlab tokenizer inspect path/to/vocab.txt")
@@ -108,6 +117,18 @@ def run_encode(args) -> int:
             print(f"{len(enc.ids)} tokens")
             print("tokens: " + " ".join(repr(t) for t in enc.tokens))
             print("ids:    " + " ".join(map(str, enc.ids)))
+    return 0
+
+
+def run_decode(args) -> int:
+    from lmlab.tokenizers import load_tokenizer
+
+    tok = load_tokenizer(args.tokenizer)
+    try:
+        ids = [int(i) for i in " ".join(args.ids).replace(",", " ").split()]
+    except ValueError:
+        raise LmlabError(f"--ids must be integers, got {' '.join(args.ids)!r}", "pass e.g. --ids 12 7 301") from None
+    print(tok.decode(ids, skip_special_tokens=args.skip_special_tokens))
     return 0
 
 

@@ -410,7 +410,7 @@ class Tokenizer(ABC):
                 seq = "B" if seen_a else "A"
                 seen_a = True
             pair_t.append(piece(s, ty, seq))
-        used = {s for s in pair + single if s is not None}
+        used = list(dict.fromkeys(s for s in single + pair if s is not None))  # ordered: deterministic file
         return {"type": "TemplateProcessing", "single": single_t, "pair": pair_t,
                 "special_tokens": {t: {"id": t, "ids": [self.token_to_id[t]], "tokens": [t]} for t in used}}
 

@@ -1,0 +1,5 @@
+import sys
+
+from lmlab.cli import main
+
+sys.exit(main())

@@ -1,0 +1,68 @@
+"""`lmlab export` and `lmlab import`: convert between lmlab checkpoints and Hugging Face model dirs."""
+
+from __future__ import annotations
+
+from lmlab.cli.common import add_command
+
+EXPORT_DESCRIPTION = """\
+Write an lmlab checkpoint as a Hugging Face model directory (config.json + model.safetensors, plus
+tokenizer.json/tokenizer_config.json when the checkpoint has a tokenizer). transformers loads it
+with the matching class, e.g. BertForMaskedLM.from_pretrained(DIR), and computes the same logits.
+Families: bert, roberta, albert, electra, gpt2, llama, t5, bart. The output directory is written
+atomically."""
+
+EXPORT_EXAMPLES = """\
+  lmlab export --checkpoint runs/bert-tiny/final --format hf --out hf-bert/
+  lmlab export --checkpoint runs/gpt/final --format hf --out hf-gpt/"""
+
+IMPORT_DESCRIPTION = """\
+Convert a Hugging Face model directory (config.json + model.safetensors; bert, roberta, albert,
+electra, gpt2, llama, t5, bart) into an lmlab checkpoint directory. Only safetensors weights are
+read (pickled pytorch_model.bin files can run code when loaded)."""
+
+IMPORT_EXAMPLES = """\
+  lmlab import --hf ~/models/all-MiniLM-L6-v2 --out ck/minilm
+  lmlab import --hf hf-gpt/ --out ck/gpt"""
+
+
+def register(sub) -> None:
+    p = add_command(
+        sub,
+        "export",
+        "convert an lmlab checkpoint to a Hugging Face model dir",
+        EXPORT_DESCRIPTION,
+        EXPORT_EXAMPLES,
+    )
+    p.add_argument("--checkpoint", required=True, metavar="DIR", help="lmlab checkpoint directory")
+    p.add_argument("--format", choices=["hf"], default="hf", help="output format (Hugging Face transformers)")
+    p.add_argument("--out", required=True, metavar="DIR", help="output directory")
+    p.set_defaults(func=run_export)
+    p = add_command(
+        sub,
+        "import",
+        "convert a Hugging Face model dir to an lmlab checkpoint",
+        IMPORT_DESCRIPTION,
+        IMPORT_EXAMPLES,
+    )
+    p.add_argument("--hf", required=True, metavar="DIR", help="Hugging Face model directory")
+    p.add_argument("--out", required=True, metavar="DIR", help="lmlab checkpoint directory to write")
+    p.set_defaults(func=run_import)
+
+
+def run_export(args) -> int:
+    from lmlab.interop import hf_export
+    from lmlab.models.checkpoint import load_checkpoint
+
+    model = load_checkpoint(args.checkpoint)
+    out = hf_export(model, args.out)
+    print(f"wrote {model.config.family} model ({model.num_parameters():,} parameters) to {out}")
+    return 0
+
+
+def run_import(args) -> int:
+    from lmlab.interop import hf_import
+
+    model = hf_import(args.hf)
+    out = model.save(args.out)
+    print(f"wrote {model.config.family} model ({model.num_parameters():,} parameters) to {out}")
+    return 0

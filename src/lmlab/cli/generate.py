@@ -1,0 +1,148 @@
+"""`lmlab generate`: continue a prompt with a saved model (see lmlab.generate)."""
+
+from __future__ import annotations
+
+import json
+
+from lmlab.cli.common import add_command
+from lmlab.errors import LmlabError
+
+DESCRIPTION = """\
+Continue a text prompt with a saved decoder (GPT-2, Llama), encoder-decoder (T5, BART) or LSTM LM.
+The prompt is tokenised with the checkpoint's own tokenizer (tokenizer/ inside the checkpoint, or
+--tokenizer); an encoder-decoder reads the prompt as its source text (with the end-of-sequence
+token appended) and prints what its decoder writes. Only the new text is printed.
+
+Decoding: sampling at --temperature (default 1.0) with optional --top-k / --top-p;
+--temperature 0 is greedy decoding (always the most likely token); --num-beams B > 1 is beam
+search (deterministic, so it takes no --temperature/--top-k/--top-p). Generation stops at the
+model's end-of-sequence token, at any --stop text, or after --max-new-tokens tokens. The KV cache
+is used unless --no-cache (same tokens, slower; for checking).
+
+--num-samples N prints N continuations: independent samples, or the N best beams. With
+--format text they are separated by lines of dashes; --format jsonl prints one JSON object per
+line: {"sample": i, "text": ...}."""
+
+EXAMPLES = """\
+  lmlab generate --checkpoint ck/ --prompt "ROMEO:" --max-new-tokens 60 --top-p 0.9 --seed 0
+  lmlab generate --checkpoint ck/ --prompt "ROMEO:" --temperature 0            # greedy
+  lmlab generate --checkpoint ck/ --prompt "ROMEO:" --num-beams 4 --num-samples 2
+  lmlab generate --checkpoint t5ck/ --prompt "translate: a house" --num-beams 3 --stop "."
+  lmlab generate --checkpoint ck/ --prompt "Once" --num-samples 5 --seed 1 --format jsonl"""
+
+
+def register(sub) -> None:
+    p = add_command(sub, "generate", "continue a prompt with a saved model", DESCRIPTION, EXAMPLES)
+    p.add_argument("--checkpoint", required=True, metavar="DIR",
+                   help="an lmlab checkpoint directory (or a Hugging Face model directory)")
+    p.add_argument("--prompt", default="", metavar="TEXT",
+                   help="text to continue (empty: start from the tokenizer's BOS token, else its EOS)")
+    p.add_argument("--tokenizer", metavar="PATH", help="tokenizer to use instead of the checkpoint's own")
+    p.add_argument("--max-new-tokens", type=int, default=50, metavar="N", help="tokens to generate at most")
+    p.add_argument("--temperature", type=float, default=None, metavar="T",
+                   help="sampling temperature (default 1.0); 0 = greedy decoding")
+    p.add_argument("--top-k", type=int, default=None, metavar="K",
+                   help="sample only from the K most likely tokens")
+    p.add_argument("--top-p", type=float, default=None, metavar="P",
+                   help="sample only from the smallest set of tokens with probability >= P (nucleus)")
+    p.add_argument("--num-beams", type=int, default=1, metavar="B", help="beam search with B beams (1 = off)")
+    p.add_argument("--length-penalty", type=float, default=1.0, metavar="A",
+                   help="beam search: finished beams are scored by log p / length**A")
+    p.add_argument("--repetition-penalty", type=float, default=1.0, metavar="R",
+                   help="CTRL penalty on tokens already present (1.0 = off, 1.2 is common)")
+    p.add_argument("--seed", type=int, default=None, metavar="S", help="seed for reproducible sampling")
+    p.add_argument("--num-samples", type=int, default=1, metavar="N", help="continuations to print")
+    p.add_argument("--stop", action="append", default=[], metavar="TEXT",
+                   help="stop when this text is generated (may be repeated); it is not printed")
+    p.add_argument("--no-cache", action="store_true", help="re-read the whole sequence every step")
+    p.add_argument("--format", choices=("text", "jsonl"), default="text", help="output format")
+    p.add_argument("--device", default=None, help="torch device (default: cuda when available, else cpu)")
+    p.set_defaults(func=run)
+
+
+def _decoding_mode(args) -> dict:
+    """Translate the CLI options into generate() keyword arguments (with one-line errors)."""
+    sampling_opts = [name for name, v in (("--temperature", args.temperature), ("--top-k", args.top_k),
+                                          ("--top-p", args.top_p)) if v is not None]
+    if args.num_beams > 1:
+        if sampling_opts:
+            raise LmlabError(f"beam search is deterministic and takes no {'/'.join(sampling_opts)}",
+                             "drop them, or use --num-beams 1 to sample")
+        return {"num_beams": args.num_beams, "num_return_sequences": args.num_samples}
+    if args.temperature == 0:
+        extra = [o for o in sampling_opts if o != "--temperature"]
+        if extra:
+            raise LmlabError(f"--temperature 0 is greedy decoding, which takes no {'/'.join(extra)}",
+                             "drop them, or use a temperature > 0 to sample")
+        return {"num_return_sequences": args.num_samples}
+    return {"do_sample": True, "temperature": 1.0 if args.temperature is None else args.temperature,
+            "top_k": args.top_k, "top_p": args.top_p, "num_return_sequences": args.num_samples}
+
+
+def _load(args):
+    from pathlib import Path
+
+    from lmlab.models import load_model
+    from lmlab.tokenizers import load_tokenizer
+
+    model = load_model(args.checkpoint)
+    if args.tokenizer:
+        tokenizer = load_tokenizer(args.tokenizer)
+    elif getattr(model, "tokenizer", None) is not None:
+        tokenizer = model.tokenizer
+    elif (Path(args.checkpoint) / "tokenizer.json").is_file():     # a Hugging Face model directory
+        tokenizer = load_tokenizer(args.checkpoint)
+    else:
+        raise LmlabError(f"checkpoint {args.checkpoint} has no tokenizer",
+                         "pass --tokenizer DIR (the tokenizer the model was trained with)")
+    return model, tokenizer
+
+
+def run(args) -> int:
+    import torch
+
+    from lmlab.generate import generate
+
+    mode = _decoding_mode(args)
+    model, tok = _load(args)
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    model.to(device)
+    cfg = model.config
+    eos = cfg.eos_token_id if getattr(cfg, "eos_token_id", None) is not None else tok.eos_id
+    ids = tok.encode(args.prompt)
+    seq2seq = model.architecture == "seq2seq"
+    if seq2seq and eos is not None:
+        ids = ids + [eos]
+    if not ids:
+        start = tok.bos_id if tok.bos_id is not None else eos
+        if start is None:
+            raise LmlabError("the prompt is empty and the tokenizer has no BOS or EOS token to start from",
+                             "give a non-empty --prompt")
+        ids = [start]
+    stop_sequences = [tok.encode(s) for s in args.stop if s]
+    prompt = torch.tensor([ids], dtype=torch.long, device=device)
+    out = generate(model, prompt, max_new_tokens=args.max_new_tokens,
+                   repetition_penalty=args.repetition_penalty, length_penalty=args.length_penalty,
+                   eos_token_id=[] if eos is None else eos,
+                   stop_sequences=stop_sequences, seed=args.seed, use_cache=not args.no_cache, **mode)
+    start = 1 if seq2seq else len(ids)
+    texts = [_continuation(tok, row[start:].tolist(), eos, args.stop) for row in out]
+    for i, text in enumerate(texts):
+        if args.format == "jsonl":
+            print(json.dumps({"sample": i, "text": text}, ensure_ascii=False))
+        else:
+            if i:
+                print("-" * 40)
+            print(text)
+    return 0
+
+
+def _continuation(tok, new_ids: list[int], eos: int | None, stops: list[str]) -> str:
+    """Text of the generated ids, cut before the end-of-sequence token and before any stop text."""
+    if eos is not None and eos in new_ids:
+        new_ids = new_ids[:new_ids.index(eos)]
+    text = tok.decode(new_ids, skip_special_tokens=True)
+    for s in stops:
+        if s and s in text:
+            text = text[:text.index(s)]
+    return text

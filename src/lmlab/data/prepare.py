@@ -1,0 +1,329 @@
+"""``lmlab data prepare``: text files -> documents -> token ids -> shards, in parallel.
+
+The pipeline (one pass over the input, bounded memory):
+
+1. **Documents.** Each file is streamed line by line and cut into documents: blank-line
+   separated paragraphs (``blank-line``, default), single non-blank lines (``line``) or whole
+   files (``file``). Line endings are normalised to ``\\n``; a paragraph's lines are joined with
+   ``\\n`` without a trailing newline; whitespace-only documents are dropped.
+2. **Split.** A document goes to ``val`` when a keyed hash of its text,
+   ``blake2b(text, key=seed)`` read as a number in [0, 1), is below ``val_fraction``; so the split
+   is reproducible, independent of file order and worker count, and identical paragraphs (chapter
+   headings, licence boilerplate) always land on the same side, which keeps them out of val
+   leakage.
+3. **Encode.** Batches of documents (about 256 KB of text) go to ``workers`` processes; each
+   loads the tokenizer once and runs ``tokenizer.encode`` on every document. Results come back
+   in input order, so any worker count writes byte-identical shards.
+4. **Write.** :class:`~lmlab.data.shards.ShardWriter` appends ids to the split's shards
+   (uint16 or uint32) and records document starts. Everything is built in a temporary directory
+   next to ``out`` and renamed into place only at the end (:func:`lmlab.fileio.atomic_dir`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import sys
+import time
+from collections import deque
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from lmlab.data.shards import (
+    INDEX_FILE,
+    SPLITS,
+    TOKENIZER_DIR,
+    ShardWriter,
+    dtype_for_vocab,
+    tokenizer_sha256,
+    write_index,
+)
+from lmlab.errors import LmlabError
+from lmlab.fileio import atomic_dir, check_input_file, iter_text_lines
+
+DOC_SEPARATORS = ("blank-line", "line", "file")
+DEFAULT_SHARD_TOKENS = 100_000_000
+BATCH_CHARS = 1 << 18
+
+
+def default_workers() -> int:
+    return max(1, min(2, os.cpu_count() or 1))
+
+
+# --------------------------------------------------------------------------- documents
+def _strip_eol(line: str) -> str:
+    if line.endswith("\r\n"):
+        return line[:-2]
+    if line.endswith(("\n", "\r")):
+        return line[:-1]
+    return line
+
+
+def _check_separator(separator: str) -> None:
+    if separator not in DOC_SEPARATORS:
+        raise LmlabError(f"unknown document separator {separator!r}",
+                         f"use one of: {', '.join(DOC_SEPARATORS)}")
+
+
+def iter_documents(path: str | os.PathLike, separator: str = "blank-line",
+                   encoding: str = "utf-8") -> Iterator[str]:
+    """Yield the documents of one text file (see the module docstring for the rules)."""
+    _check_separator(separator)
+    lines = iter_text_lines(path, encoding)
+    if separator == "file":
+        text = "".join(lines).replace("\r\n", "\n").replace("\r", "\n")
+        if text.strip():
+            yield text
+        return
+    if separator == "line":
+        for line in lines:
+            line = _strip_eol(line)
+            if line.strip():
+                yield line
+        return
+    para: list[str] = []
+    for line in lines:
+        line = _strip_eol(line)
+        if line.strip():
+            para.append(line)
+        elif para:
+            yield "\n".join(para)
+            para = []
+    if para:
+        yield "\n".join(para)
+
+
+def val_score(text: str, seed: int = 0) -> float:
+    """A document's position in [0, 1) under the seeded hash; ``< val_fraction`` means val."""
+    h = hashlib.blake2b(text.encode("utf-8"), digest_size=8, key=seed.to_bytes(8, "little", signed=True))
+    return int.from_bytes(h.digest(), "little") / 2**64
+
+
+# --------------------------------------------------------------------------- workers
+_STATE: dict[str, Any] = {}
+
+
+def _init_worker(tokenizer_dir: str, dtype: str, seed: int, val_fraction: float, eos_id: int | None) -> None:
+    from lmlab.tokenizers import load_tokenizer
+
+    _STATE.update(tokenizer=load_tokenizer(tokenizer_dir), dtype=np.dtype(dtype), seed=seed,
+                  val_fraction=val_fraction, eos_id=eos_id)
+
+
+def _init_pool_worker(*args) -> None:
+    """Pool initializer: leave Ctrl-C to the parent (which stops the pool), then load the tokenizer."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _init_worker(*args)
+
+
+def _encode_batch(docs: list[str]) -> dict[str, tuple[np.ndarray, np.ndarray, int]]:
+    """Encode a batch of documents; per split: (ids concatenated, length of each doc, UTF-8 bytes)."""
+    tok, eos = _STATE["tokenizer"], _STATE["eos_id"]
+    ids_of = {s: [] for s in SPLITS}
+    lengths_of: dict[str, list[int]] = {s: [] for s in SPLITS}
+    bytes_of = dict.fromkeys(SPLITS, 0)
+    for text in docs:
+        ids = tok.encode(text)
+        if not ids:
+            continue
+        if eos is not None:
+            ids.append(eos)
+        split = "val" if val_score(text, _STATE["seed"]) < _STATE["val_fraction"] else "train"
+        ids_of[split].extend(ids)
+        lengths_of[split].append(len(ids))
+        bytes_of[split] += len(text.encode("utf-8"))
+    return {s: (np.array(ids_of[s], dtype=np.int64).astype(_STATE["dtype"]),
+                np.array(lengths_of[s], dtype=np.int64), bytes_of[s]) for s in SPLITS}
+
+
+def _batches(docs: Iterable[str], max_chars: int = BATCH_CHARS) -> Iterator[list[str]]:
+    batch, size = [], 0
+    for d in docs:
+        batch.append(d)
+        size += len(d)
+        if size >= max_chars:
+            yield batch
+            batch, size = [], 0
+    if batch:
+        yield batch
+
+
+# --------------------------------------------------------------------------- pipeline
+@dataclass
+class PrepareSummary:
+    """What ``prepare_shards`` wrote, for the end-of-run report."""
+
+    out: Path
+    dtype: str
+    vocab_size: int
+    splits: dict[str, dict[str, Any]]
+    seconds: float
+    input_bytes: int
+    workers: int
+    inputs: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def mb_per_s(self) -> float:
+        return self.input_bytes / 1e6 / max(self.seconds, 1e-9)
+
+    def report(self) -> str:
+        docs = sum(s["documents"] for s in self.splits.values())
+        lines = [f"prepared {self.out}/: {docs:,} documents, {self.input_bytes / 1e6:.2f} MB of text in "
+                 f"{self.seconds:.1f}s ({self.mb_per_s:.2f} MB/s, {self.workers} worker"
+                 f"{'s' if self.workers != 1 else ''}), {self.dtype} ids, vocabulary {self.vocab_size:,}"]
+        for name, s in self.splits.items():
+            bpt = s["bytes"] / s["tokens"] if s["tokens"] else 0.0
+            n = len(s["shards"])
+            lines.append(f"  {name + ':':6} {s['documents']:>9,} documents {s['tokens']:>13,} tokens "
+                         f"{bpt:5.2f} bytes/token  {n} shard{'s' if n != 1 else ''}")
+        return "\n".join(lines)
+
+
+def _load_tokenizer(path: str | os.PathLike):
+    from lmlab.tokenizers import load_tokenizer
+
+    try:
+        return load_tokenizer(path)
+    except LmlabError:
+        raise
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError) as e:  # damaged but valid JSON
+        raise LmlabError(f"tokenizer {path} is corrupt ({type(e).__name__}: {e})",
+                         "re-train it with `lmlab tokenizer train` or save it again") from None
+
+
+def _check_out(out: Path, inputs: Sequence[Path]) -> None:
+    if out.exists() and not out.is_dir():
+        raise LmlabError(f"output {out} is a file", "pass a directory path to --out")
+    if out.is_dir() and any(out.iterdir()) and not (out / INDEX_FILE).is_file():
+        raise LmlabError(f"output directory {out} exists and is not a token-shards directory",
+                         "choose a new --out or empty it first")
+    root = out.resolve()
+    for p in inputs:
+        if root in p.resolve().parents:
+            raise LmlabError(f"input {p} lies inside the output directory {out}", "choose another --out")
+
+
+def prepare_shards(tokenizer: str | os.PathLike, inputs: Sequence[str | os.PathLike], out: str | os.PathLike,
+                   val_fraction: float = 0.0, workers: int | None = None, encoding: str = "utf-8",
+                   shard_tokens: int = DEFAULT_SHARD_TOKENS, doc_separator: str = "blank-line", seed: int = 0,
+                   append_eos: bool = False, progress: bool | None = None) -> PrepareSummary:
+    """Tokenize ``inputs`` with the tokenizer at ``tokenizer`` into a shards directory ``out``.
+
+    Returns a :class:`PrepareSummary`. Raises :class:`LmlabError` for bad input before or
+    while writing; ``out`` is then left exactly as it was (absent, or the previous shards).
+    """
+    t0 = time.perf_counter()
+    if not isinstance(inputs, (list, tuple)) or not inputs:
+        raise LmlabError("no input files given", "pass one or more text files")
+    files = [check_input_file(f) for f in inputs]
+    if not 0.0 <= val_fraction < 1.0:
+        raise LmlabError(f"val fraction must be in [0, 1), got {val_fraction}",
+                         "pass e.g. --val-fraction 0.01")
+    workers = default_workers() if workers is None else workers
+    if workers < 1:
+        raise LmlabError(f"workers must be at least 1, got {workers}", "pass e.g. --workers 2")
+    if shard_tokens < 1:
+        raise LmlabError(f"shard size must be at least 1 token, got {shard_tokens}",
+                         "pass e.g. --shard-tokens 100000000")
+    _check_separator(doc_separator)
+    if not -(2**63) <= seed < 2**63:
+        raise LmlabError(f"seed {seed} does not fit in 64 bits", "pass a smaller --seed")
+    try:
+        "".encode(encoding)
+    except LookupError:
+        raise LmlabError(f"unknown encoding {encoding!r}",
+                         "pass a Python codec name such as utf-8 or latin-1") from None
+    tok = _load_tokenizer(tokenizer)
+    eos_id = None
+    if append_eos:
+        eos_id = tok.eos_id
+        if eos_id is None:
+            raise LmlabError(f"tokenizer {tokenizer} has no end-of-sequence token for --append-eos",
+                             "train it with an </s> or <|endoftext|> special token, or drop --append-eos")
+    dtype = dtype_for_vocab(tok.vocab_size)
+    out = Path(out)
+    _check_out(out, files)
+    if progress is None:
+        progress = sys.stderr.isatty()
+
+    with atomic_dir(out) as tmp:
+        tok_dir = tok.save(tmp / TOKENIZER_DIR)
+        writers = {s: ShardWriter(tmp, s, dtype, shard_tokens) for s in SPLITS}
+        per_file: list[dict[str, Any]] = []
+
+        def documents() -> Iterator[str]:
+            for f in files:
+                n = 0
+                for doc in iter_documents(f, doc_separator, encoding):
+                    n += 1
+                    yield doc
+                if n == 0:
+                    raise LmlabError(f"input file {f} holds only whitespace", "pass files that contain text")
+                per_file.append({"path": str(f.resolve()), "bytes": f.stat().st_size, "documents": n})
+
+        init_args = (str(tok_dir), dtype.str, seed, val_fraction, eos_id)
+        bar = _progress_bar(sum(f.stat().st_size for f in files), progress)
+        try:
+            for result in _run_batches(_batches(documents()), workers, init_args):
+                for split, (ids, lengths, nbytes) in result.items():
+                    writers[split].add(ids, lengths, nbytes)
+                    bar.update(nbytes)
+        except BaseException:
+            for w in writers.values():
+                w.abort()
+            raise
+        finally:
+            bar.close()
+        splits = {s: w.close() for s, w in writers.items()}
+        if splits["train"]["tokens"] == 0:
+            raise LmlabError("no document went to the train split", "lower --val-fraction or add more text")
+        if val_fraction > 0 and splits["val"]["tokens"] == 0:
+            raise LmlabError(f"no document went to the val split ({splits['train']['documents']} documents, "
+                             f"val fraction {val_fraction})", "raise --val-fraction or add more text")
+        write_index(
+            tmp, dtype, tok.vocab_size, splits,
+            tokenizer={"dir": TOKENIZER_DIR, "source": str(Path(tokenizer).resolve()), "algo": tok.algo,
+                       "sha256": tokenizer_sha256(tok_dir)},
+            documents={"separator": doc_separator, "boundaries": "doc_starts", "eos_appended": append_eos,
+                       "eos_id": eos_id},
+            split={"val_fraction": val_fraction, "seed": seed, "hash": "blake2b-64(utf8(text), key=seed)"},
+            encoding=encoding, shard_tokens=shard_tokens, inputs=per_file,
+        )
+    seconds = time.perf_counter() - t0
+    total = sum(s["bytes"] for s in splits.values())
+    return PrepareSummary(out, dtype.name, tok.vocab_size, splits, seconds, total, workers, per_file)
+
+
+def _progress_bar(total: int, enabled: bool):
+    from tqdm import tqdm
+
+    return tqdm(total=total, unit="B", unit_scale=True, desc="tokenizing", disable=not enabled,
+                dynamic_ncols=True, leave=False)
+
+
+def _run_batches(batches: Iterable[list[str]], workers: int, init_args: tuple) -> Iterator[dict]:
+    """Encode batches in order, in-process (1 worker) or in a pool with bounded look-ahead."""
+    if workers == 1:
+        _init_worker(*init_args)
+        try:
+            for batch in batches:
+                yield _encode_batch(batch)
+        finally:
+            _STATE.clear()
+        return
+    # spawn, not fork: the parent may hold threads (torch, tqdm) that fork would copy mid-lock.
+    ctx = get_context("spawn")
+    with ctx.Pool(workers, initializer=_init_pool_worker, initargs=init_args) as pool:
+        pending: deque = deque()
+        for batch in batches:
+            pending.append(pool.apply_async(_encode_batch, (batch,)))
+            if len(pending) >= 2 * workers:
+                yield pending.popleft().get()
+        while pending:
+            yield pending.popleft().get()

@@ -1,0 +1,124 @@
+"""Hugging Face interop: read and write ``config.json`` + ``model.safetensors`` model directories.
+
+``hf_import(dir)`` turns a transformers model directory (BERT, RoBERTa, ALBERT, ELECTRA, GPT-2,
+Llama, T5, BART) into the equivalent lmlab model; ``hf_export(model, dir)`` writes an lmlab model
+so that ``transformers.<Class>.from_pretrained(dir)`` loads it and computes the same logits.
+transformers itself is never imported: the converters read and write the JSON and safetensors
+files directly, so it stays an optional dependency.
+
+Each converter module (``hf_encoder``, ``hf_decoder``, ``hf_seq2seq``) exposes
+``MODEL_TYPES``, ``from_hf(hf_config, state, architectures) -> model`` and
+``to_hf(model) -> (hf_config, state)``. Adding a family is one converter plus one line in
+``CONVERTERS``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import shutil
+from pathlib import Path
+
+from lmlab.errors import LmlabError
+from lmlab.fileio import atomic_dir, read_json, write_json
+
+#: HF ``model_type`` -> converter module
+CONVERTERS = {
+    "bert": "lmlab.interop.hf_encoder",
+    "roberta": "lmlab.interop.hf_encoder",
+    "albert": "lmlab.interop.hf_encoder",
+    "electra": "lmlab.interop.hf_encoder",
+    "gpt2": "lmlab.interop.hf_decoder",
+    "llama": "lmlab.interop.hf_decoder",
+    "t5": "lmlab.interop.hf_seq2seq",
+    "bart": "lmlab.interop.hf_seq2seq",
+}
+
+__all__ = ["CONVERTERS", "converter", "hf_export", "hf_import", "read_hf_weights"]
+
+
+def converter(model_type: str):
+    """The converter module for an HF ``model_type`` (or lmlab family name)."""
+    if model_type not in CONVERTERS:
+        raise LmlabError(
+            f"Hugging Face model type {model_type!r} is not supported",
+            f"lmlab converts: {', '.join(CONVERTERS)}",
+        )
+    return importlib.import_module(CONVERTERS[model_type])
+
+
+def read_hf_weights(directory: str | os.PathLike) -> dict:
+    """All tensors of an HF model directory: ``model.safetensors`` or a sharded index of them."""
+    from lmlab.models.checkpoint import read_safetensors
+
+    d = Path(directory)
+    if (d / "model.safetensors").is_file():
+        return read_safetensors(d / "model.safetensors")
+    index = d / "model.safetensors.index.json"
+    if index.is_file():
+        files = sorted(set(read_json(index, "safetensors index").get("weight_map", {}).values()))
+        state = {}
+        for f in files:
+            state.update(read_safetensors(d / f))
+        return state
+    if (d / "pytorch_model.bin").is_file():
+        raise LmlabError(
+            f"{d} holds only pytorch_model.bin (a pickle, which can run code on load)",
+            "convert it to model.safetensors with transformers (save_pretrained) first",
+        )
+    raise LmlabError(
+        f"{d} has no model.safetensors", "pass a Hugging Face model directory with safetensors weights"
+    )
+
+
+def hf_import(directory: str | os.PathLike):
+    """Load a Hugging Face model directory as an lmlab model (eval mode, float32 as stored)."""
+    d = Path(directory)
+    hf_config = read_json(d / "config.json", "model config")
+    model_type = hf_config.get("model_type") if isinstance(hf_config, dict) else None
+    if not model_type:
+        raise LmlabError(
+            f"{d / 'config.json'} has no model_type", "pass an lmlab checkpoint or an HF model dir"
+        )
+    module = converter(model_type)
+    state = read_hf_weights(d)
+    model = module.from_hf(hf_config, state, list(hf_config.get("architectures") or []))
+    model.tokenizer = _try_tokenizer(d, model.config)
+    return model.eval()
+
+
+def _try_tokenizer(d: Path, config):
+    """The directory's tokenizer when lmlab can read it and it fits the model, else None."""
+    if not ((d / "tokenizer.json").is_file() or (d / "vocab.txt").is_file()):
+        return None
+    from lmlab.tokenizers import load_tokenizer
+
+    try:
+        tok = load_tokenizer(d)
+    except (LmlabError, ImportError, KeyError, ValueError):
+        return None
+    return tok if tok.vocab_size <= config.vocab_size else None
+
+
+def hf_export(model, directory: str | os.PathLike, tokenizer=None) -> Path:
+    """Write ``model`` as a Hugging Face directory (config.json, model.safetensors, tokenizer files)."""
+    from safetensors.torch import save_file
+
+    module = converter(model.config.family)
+    hf_config, state = module.to_hf(model)
+    tokenizer = tokenizer if tokenizer is not None else getattr(model, "tokenizer", None)
+    directory = Path(directory)
+    with atomic_dir(directory) as tmp:
+        save_file(
+            {k: v.detach().contiguous().cpu() for k, v in state.items()},
+            str(tmp / "model.safetensors"),
+            metadata={"format": "pt"},
+        )
+        write_json(tmp / "config.json", json.loads(json.dumps(hf_config)))
+        if tokenizer is not None:
+            tokenizer.save(tmp / "_tokenizer")
+            for f in (tmp / "_tokenizer").iterdir():
+                shutil.move(str(f), str(tmp / f.name))
+            (tmp / "_tokenizer").rmdir()
+    return directory

@@ -1,0 +1,201 @@
+"""Saving and loading lmlab model checkpoints (safetensors + JSON, never pickle).
+
+A checkpoint is a directory, written atomically (a crash leaves the old one untouched)::
+
+    config.json        {"lmlab_format_version": 1, "architecture": "encoder", "family": "bert",
+                        "heads": ["mlm"], "config": {...every config field...}}
+    model.safetensors  the weights; tied weights (LM head = embeddings) are stored once
+    tokenizer/         the tokenizer (``tokenizer.save``), when the model has one
+
+:class:`LmlabModel` is the base class of every lmlab model: ``.config``, ``.heads``,
+``.tokenizer``, ``.save(dir)`` and ``.num_parameters()``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from lmlab.errors import LmlabError
+from lmlab.fileio import atomic_dir, read_json, write_json
+
+FORMAT_VERSION = 1
+CONFIG_NAME = "config.json"
+WEIGHTS_NAME = "model.safetensors"
+TOKENIZER_DIR = "tokenizer"
+
+
+class LmlabModel(nn.Module):
+    """What all lmlab models share. Subclasses set ``architecture`` and build from ``config``."""
+
+    architecture: str = ""
+
+    def __init__(self, config):
+        super().__init__()
+        self.config = config
+        self.head_names: tuple[str, ...] = ()
+        self.tokenizer = None
+
+    @property
+    def family(self) -> str:
+        return self.config.family
+
+    def num_parameters(self, trainable_only: bool = False) -> int:
+        """Number of distinct parameters (a tied matrix counts once, as in transformers)."""
+        return sum(p.numel() for p in self.parameters() if p.requires_grad or not trainable_only)
+
+    def save(self, directory: str | os.PathLike, tokenizer=None) -> Path:
+        """Write this model (and its tokenizer) as an lmlab checkpoint; see :func:`save_checkpoint`."""
+        return save_checkpoint(
+            self, directory, tokenizer=tokenizer if tokenizer is not None else self.tokenizer
+        )
+
+    def check_input_ids(self, input_ids: torch.Tensor) -> None:
+        """One-line error for ids outside the vocabulary (instead of an index error deep inside)."""
+        if input_ids.dim() != 2:
+            raise LmlabError(
+                f"input_ids must be [batch, length], got shape {tuple(input_ids.shape)}",
+                "add a batch dimension: ids[None]",
+            )
+        if input_ids.numel() == 0:
+            raise LmlabError("input_ids is empty", "pass at least one token")
+        lo, hi = int(input_ids.min()), int(input_ids.max())
+        v = self.config.vocab_size
+        if lo < 0 or hi >= v:
+            raise LmlabError(
+                f"token id {hi if hi >= v else lo} is out of range for this model's vocabulary of {v}",
+                "encode with the tokenizer the model was trained with (or resize vocab_size)",
+            )
+
+
+def check_tokenizer(config, tokenizer) -> None:
+    """The tokenizer must not produce ids the model has no embedding for."""
+    if tokenizer is not None and tokenizer.vocab_size > config.vocab_size:
+        raise LmlabError(
+            f"tokenizer has {tokenizer.vocab_size} tokens but the model's vocab_size is {config.vocab_size}",
+            f"build the model with vocab_size >= {tokenizer.vocab_size}",
+        )
+
+
+def _unique_state(model: nn.Module) -> tuple[dict[str, torch.Tensor], list[str]]:
+    """State dict without aliases: each shared tensor once (first name wins), plus the dropped names."""
+    state, seen, dropped = {}, {}, []
+    for name, t in model.state_dict().items():
+        key = (t.data_ptr(), t.shape, t.stride(), t.dtype) if t.numel() else None
+        if key is not None and key in seen:
+            dropped.append(name)
+            continue
+        if key is not None:
+            seen[key] = name
+        state[name] = t.detach().contiguous()
+    return state, dropped
+
+
+def save_checkpoint(model: LmlabModel, directory: str | os.PathLike, tokenizer=None) -> Path:
+    """Save ``model`` (an :class:`LmlabModel`) to ``directory`` atomically; return the path."""
+    from safetensors.torch import save_file
+
+    directory = Path(directory)
+    if not getattr(model, "architecture", ""):
+        raise LmlabError(f"{type(model).__name__} is not an lmlab model", "save models built by lmlab.models")
+    check_tokenizer(model.config, tokenizer)
+    state, _ = _unique_state(model)
+    meta = {
+        "lmlab_format_version": FORMAT_VERSION,
+        "architecture": model.architecture,
+        "family": model.config.family,
+        "heads": list(getattr(model, "head_names", ())),
+        "config": model.config.to_dict(),
+    }
+    with atomic_dir(directory) as tmp:
+        save_file({k: v.cpu() for k, v in state.items()}, str(tmp / WEIGHTS_NAME), metadata={"format": "pt"})
+        write_json(tmp / CONFIG_NAME, meta)
+        if tokenizer is not None:
+            tokenizer.save(tmp / TOKENIZER_DIR)
+    return directory
+
+
+def is_lmlab_checkpoint(directory: str | os.PathLike) -> bool:
+    p = Path(directory) / CONFIG_NAME
+    if not p.is_file():
+        return False
+    data = read_json(p, "model config")
+    return isinstance(data, dict) and "lmlab_format_version" in data
+
+
+def read_safetensors(path: str | os.PathLike) -> dict[str, torch.Tensor]:
+    """All tensors of a safetensors file; a missing or corrupt file is a one-line LmlabError."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    path = Path(path)
+    if not path.is_file():
+        raise LmlabError(f"weights file {path} does not exist", "the checkpoint is incomplete; save it again")
+    try:
+        return load_file(str(path))
+    except (SafetensorError, OSError, ValueError, RuntimeError) as e:
+        first = str(e).splitlines()[0] if str(e) else e.__class__.__name__
+        raise LmlabError(
+            f"weights file {path} is corrupt or truncated ({first})", "save or download the checkpoint again"
+        ) from None
+
+
+def load_checkpoint(directory: str | os.PathLike, map_location: str | torch.device = "cpu") -> LmlabModel:
+    """Load an lmlab checkpoint directory written by :func:`save_checkpoint`."""
+    from lmlab.models import build_model
+    from lmlab.models.config import config_from_dict
+
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise LmlabError(f"checkpoint {directory} does not exist", "check the path")
+    meta: Any = read_json(directory / CONFIG_NAME, "model config")
+    version = meta.get("lmlab_format_version") if isinstance(meta, dict) else None
+    if version != FORMAT_VERSION:
+        raise LmlabError(
+            f"checkpoint {directory} has format version {version!r}, this lmlab reads version "
+            f"{FORMAT_VERSION}",
+            "re-save it with a matching lmlab version",
+        )
+    for key in ("architecture", "family", "config"):
+        if key not in meta:
+            raise LmlabError(
+                f"checkpoint config {directory / CONFIG_NAME} lacks {key!r}", "save the model again"
+            )
+    config_dict = dict(meta["config"])
+    config_dict.setdefault("family", meta["family"])
+    config = config_from_dict(config_dict)
+    model = build_model(config, heads=meta.get("heads"), architecture=meta["architecture"])
+    state = read_safetensors(directory / WEIGHTS_NAME)
+    load_state(model, state, str(directory))
+    model.to(map_location)
+    tok_dir = directory / TOKENIZER_DIR
+    if tok_dir.is_dir():
+        from lmlab.tokenizers import load_tokenizer
+
+        model.tokenizer = load_tokenizer(tok_dir)
+        check_tokenizer(config, model.tokenizer)
+    return model.eval()
+
+
+def load_state(model: nn.Module, state: dict[str, torch.Tensor], where: str) -> None:
+    """Load ``state`` strictly, except for tied aliases that were stored once; clear errors."""
+    _, aliases = _unique_state(model)
+    own = model.state_dict()
+    missing = [k for k in own if k not in state and k not in aliases]
+    unexpected = [k for k in state if k not in own]
+    if missing or unexpected:
+        raise LmlabError(
+            f"weights in {where} do not match the model (missing {missing[:3]}, unexpected {unexpected[:3]})",
+            "the config and weights come from different models; save again",
+        )
+    for k, t in state.items():
+        if own[k].shape != t.shape:
+            raise LmlabError(
+                f"weight {k} in {where} has shape {tuple(t.shape)}, the model expects {tuple(own[k].shape)}",
+                "the config and weights come from different models",
+            )
+    model.load_state_dict(state, strict=False)

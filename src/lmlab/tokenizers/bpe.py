@@ -1,0 +1,211 @@
+"""Character-level BPE with an end-of-word symbol, exactly as in the lecture.
+
+Token learner (Sennrich et al. 2016; lecture "BYTE-PAIR ENCODING(C, k)"): split the corpus on
+whitespace, write each word as its characters followed by the end-of-word symbol ``_``
+(``low`` -> ``l o w _``), then k times merge the most frequent adjacent pair (ties: the pair
+seen first in the corpus), see :mod:`lmlab.tokenizers.merge_trainer`.
+
+Token segmenter: split a word into characters + ``_`` and apply the learned merges in the order
+they were learned ("first merge all adjacent er, then all adjacent er_, ..."): repeatedly merge
+the adjacent pair with the lowest merge rank. Segmented words are cached.
+
+Example (the lecture's corpus, k = 8): merges ``(e,r) (er,_) (n,e) (ne,w) (l,o) (lo,w)
+(new,er_) (low,_)``; ``newer`` -> ``newer_``; the unseen ``lower`` -> ``low er_``.
+
+Characters never seen in training become the unknown token. A literal ``_`` in the text is the
+same symbol as the end-of-word marker, so it decodes as a space.
+
+Hugging Face export: a ``Replace`` normalizer inserts ``_`` after every word (a zero-width regex
+match), ``WhitespaceSplit`` cuts words, and a plain ``BPE`` model splits ``low_`` into
+``l o w _`` and applies the merges by rank: the same ids as here. ``BPEDecoder(suffix="_")``
+decodes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from lmlab.errors import LmlabError
+from lmlab.tokenizers.base import ROLES, Tokenizer
+from lmlab.tokenizers.counting import count_chunks
+from lmlab.tokenizers.merge_trainer import learn_merges
+from lmlab.tokenizers.pretokenize import WORD_RE, whitespace_split
+
+END_OF_WORD = "_"
+#: Zero-width match after the last character of every word (Oniguruma and ``regex`` agree on ``\S``).
+_WORD_END_PATTERN = r"(?<=\S)(?!\S)"
+
+
+def bpe_segment(symbols: list[str], ranks: dict[tuple[str, str], int]) -> list[str]:
+    """Apply merges to ``symbols`` in rank order: merge every occurrence of the lowest-ranked pair, repeat."""
+    parts = list(symbols)
+    while len(parts) > 1:
+        best, best_rank = None, None
+        for pair in zip(parts, parts[1:]):
+            r = ranks.get(pair)
+            if r is not None and (best_rank is None or r < best_rank):
+                best, best_rank = pair, r
+        if best is None:
+            break
+        a, b = best
+        merged = a + b
+        out, i, n = [], 0, len(parts)
+        while i < n:
+            if i < n - 1 and parts[i] == a and parts[i + 1] == b:
+                out.append(merged)
+                i += 2
+            else:
+                out.append(parts[i])
+                i += 1
+        parts = out
+    return parts
+
+
+class CharBPETokenizer(Tokenizer):
+    """Character BPE with end-of-word ``_`` (lecture / Sennrich et al. 2016)."""
+
+    algo = "bpe"
+
+    def __init__(self, vocab: Sequence[str], merges: Sequence[tuple[str, str]],
+                 special_tokens: Sequence[str] = (), roles: dict | None = None):
+        super().__init__(vocab, special_tokens, roles)
+        self.merges: list[tuple[str, str]] = [tuple(m) for m in merges]
+        self.ranks: dict[tuple[str, str], int] = {}
+        for r, m in enumerate(self.merges):
+            self.ranks.setdefault(m, r)
+        self._cache: dict[str, list[str]] = {}
+
+    # ------------------------------------------------------------------ learner
+    @classmethod
+    def train(cls, texts: Iterable[str], vocab_size: int | None, special_tokens: Sequence[str],
+              num_merges: int | None = None, progress: bool = False, min_frequency: int = 1,
+              workers: int = 1) -> CharBPETokenizer:
+        """Learn ``num_merges`` merges, or as many as fill ``vocab_size`` (specials + alphabet + merges).
+
+        ``min_frequency`` stops early when no pair occurs that often. ``workers`` > 1 counts
+        words in that many processes.
+        """
+        if vocab_size is None and num_merges is None:
+            raise LmlabError("BPE training needs vocab_size or num_merges",
+                             "pass e.g. vocab_size=8000 or num_merges=8")
+        if num_merges is not None and (not isinstance(num_merges, int) or num_merges < 0):
+            raise LmlabError(f"num_merges must be a non-negative integer, got {num_merges!r}",
+                             "pass e.g. num_merges=8")
+        counts = count_chunks(texts, whitespace_split, workers=workers)
+        word_counts = {(*word, END_OF_WORD): n for word, n in counts.items()}
+        alphabet = sorted({ch for word in word_counts for ch in word})
+        base = list(dict.fromkeys([*special_tokens, *alphabet]))
+        max_new = None
+        if vocab_size is not None:
+            if vocab_size < len(base):
+                raise LmlabError(f"vocab_size {vocab_size} is too small: the {len(special_tokens)} special "
+                                 f"tokens and {len(alphabet)} characters of the corpus already need "
+                                 f"{len(base)}",
+                                 f"use vocab_size >= {len(base)}")
+            max_new = vocab_size - len(base)
+        limit = num_merges if num_merges is not None else max_new
+        merges = learn_merges(word_counts, limit, min_count=min_frequency, progress=progress,
+                              max_new_symbols=max_new)
+        vocab = list(dict.fromkeys([*base, *(a + b for a, b in merges)]))
+        return cls(vocab, merges, special_tokens)
+
+    # ------------------------------------------------------------------ segmenter
+    def segment_word(self, word: str) -> list[str]:
+        """Tokens of one whitespace-free word (its last token ends with ``_``)."""
+        toks = self._cache.get(word)
+        if toks is None:
+            toks = bpe_segment([*word, END_OF_WORD], self.ranks)
+            if len(self._cache) < 1_000_000:
+                self._cache[word] = toks
+        return toks
+
+    def _segment(self, text: str) -> list[tuple[str, int, int]]:
+        out = []
+        vocab = self.token_to_id
+        unk = self.roles.get("unk")
+        for m in WORD_RE.finditer(text):
+            pos = m.start()
+            end = m.end()
+            for tok in self.segment_word(m.group()):
+                # The end-of-word symbol is no character of the text; a token that is only the
+                # end-of-word symbol gets the word's last character (as in Hugging Face).
+                n = len(tok) - (1 if tok.endswith(END_OF_WORD) and pos + len(tok) > end else 0)
+                span = (pos, pos + n) if n else (end - 1, end)
+                out.append((tok if tok in vocab or unk is None else unk, *span))
+                pos += n
+        return out
+
+    def _decode_tokens(self, tokens: list[str]) -> str:
+        """Tokens joined; each ``_`` becomes a space, except that the text does not end with one."""
+        text = "".join(tokens).replace(END_OF_WORD, " ")
+        return text[:-1] if tokens and tokens[-1].endswith(END_OF_WORD) else text
+
+    # ------------------------------------------------------------------ tokenizer.json
+    def _hf_parts(self) -> dict[str, Any]:
+        return {
+            "normalizer": {"type": "Replace", "pattern": {"Regex": _WORD_END_PATTERN},
+                           "content": END_OF_WORD},
+            "pre_tokenizer": {"type": "WhitespaceSplit"},
+            "model": {
+                "type": "BPE", "dropout": None, "unk_token": self.roles.get("unk"),
+                "continuing_subword_prefix": None, "end_of_word_suffix": None, "fuse_unk": False,
+                "byte_fallback": False, "ignore_merges": False,
+                "vocab": dict(self.token_to_id), "merges": [list(m) for m in self.merges],
+            },
+            "decoder": {"type": "BPEDecoder", "suffix": END_OF_WORD},
+        }
+
+    @classmethod
+    def _from_hf(cls, data: dict[str, Any], config: dict[str, Any]) -> CharBPETokenizer:
+        model = data["model"]
+        if model.get("type") != "BPE":
+            raise LmlabError(f"tokenizer.json holds a {model.get('type')} model, not BPE",
+                             "load it with the matching algorithm")
+        norm = data.get("normalizer") or {}
+        foreign = (model.get("end_of_word_suffix") or model.get("continuing_subword_prefix")
+                   or norm.get("content") != END_OF_WORD
+                   or (data.get("pre_tokenizer") or {}).get("type") != "WhitespaceSplit")
+        if config.get("lmlab_algo") != "bpe" and foreign:
+            raise LmlabError("this BPE tokenizer.json uses a word-boundary scheme lmlab's character BPE "
+                             "does not read (end_of_word_suffix / continuing_subword_prefix / other "
+                             "normalizer or pre-tokenizer)",
+                             "use it with the Hugging Face tokenizers library, or train with lmlab")
+        vocab, merges, specials, roles = parse_hf_bpe(data, config)
+        return cls(vocab, merges, specials, roles=roles)
+
+
+def parse_hf_bpe(data: dict[str, Any], config: dict[str, Any]):
+    """Vocabulary (in id order), merges, special tokens and roles of a Hugging Face BPE tokenizer.json.
+
+    Merges may be written as ``"a b"`` strings (older files) or ``["a", "b"]`` pairs. Added
+    tokens missing from the model vocabulary are appended at their ids.
+    """
+    model = data["model"]
+    raw_vocab = model.get("vocab")
+    if not isinstance(raw_vocab, dict) or not raw_vocab:
+        raise LmlabError("tokenizer.json BPE model has no vocabulary", "re-save the tokenizer")
+    by_id = dict(sorted((i, t) for t, i in raw_vocab.items()))
+    added = data.get("added_tokens") or []
+    for t in added:
+        by_id.setdefault(t["id"], t["content"])
+    if list(by_id) != list(range(len(by_id))):
+        raise LmlabError("tokenizer.json vocabulary ids are not 0..N-1 without gaps",
+                         "re-save the tokenizer with contiguous ids")
+    specials = config.get("lmlab_special_tokens")
+    if specials is None:
+        specials = [t["content"] for t in added if t.get("special")]
+    roles = {k[:-len("_token")]: v for k, v in config.items()
+             if k.endswith("_token") and isinstance(v, str) and k[:-len("_token")] in ROLES}
+    if model.get("unk_token") and "unk" not in roles:
+        roles["unk"] = model["unk_token"]
+    merges = []
+    for m in model.get("merges", []):
+        if isinstance(m, str):
+            parts = m.split(" ")
+            if len(parts) != 2:
+                raise LmlabError(f"tokenizer.json merge {m!r} is not two tokens", "re-save the tokenizer")
+            merges.append((parts[0], parts[1]))
+        else:
+            merges.append((m[0], m[1]))
+    return list(by_id.values()), merges, specials, roles

@@ -1,0 +1,171 @@
+"""Byte-level BPE, GPT-2 style (Radford et al. 2019).
+
+Text is cut into chunks by GPT-2's pre-tokenization regex (contractions, letters, digits, other
+symbols, whitespace; see :mod:`lmlab.tokenizers.pretokenize`), each chunk's UTF-8 bytes are
+written as printable characters (``BYTE_ENCODER``: space -> ``Ġ``), and BPE merges are learned
+and applied inside chunks. The base vocabulary is all 256 bytes, so there is never an unknown
+token and ``decode(encode(s)) == s`` for every string.
+
+Learner: count chunks (streamed, first-seen order), then :func:`learn_merges` with the
+frequency score until ``vocab_size`` = specials + 256 bytes + merges.
+Segmenter: merges in rank order within each chunk, with a per-chunk cache (text -> ids), which
+makes encoding real text mostly a regex scan plus dictionary lookups.
+Offsets are in characters of the original text; a token holding part of a multi-byte character
+covers that whole character (as in Hugging Face ``tokenizers``).
+
+Hugging Face export: ``ByteLevel`` pre-tokenizer (``add_prefix_space=false``, ``use_regex=true``),
+a ``BPE`` model with the merges, ``ByteLevel`` decoder - the same ids in ``tokenizers``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from lmlab.errors import LmlabError
+from lmlab.tokenizers.base import Tokenizer
+from lmlab.tokenizers.bpe import bpe_segment, parse_hf_bpe
+from lmlab.tokenizers.counting import count_chunks
+from lmlab.tokenizers.merge_trainer import learn_merges
+from lmlab.tokenizers.pretokenize import BYTE_ENCODER, GPT2_RE, from_byte_symbols, gpt2_split, to_byte_symbols
+
+_CACHE_LIMIT = 1_000_000
+
+
+class ByteLevelBPETokenizer(Tokenizer):
+    """GPT-2 style byte-level BPE: no unknown token, exact round trip of any text."""
+
+    algo = "bytelevel"
+
+    def __init__(self, vocab: Sequence[str], merges: Sequence[tuple[str, str]],
+                 special_tokens: Sequence[str] = (), roles: dict | None = None, ignore_merges: bool = False):
+        super().__init__(vocab, special_tokens, roles)
+        self.merges: list[tuple[str, str]] = [tuple(m) for m in merges]
+        self.ranks: dict[tuple[str, str], int] = {}
+        for r, m in enumerate(self.merges):
+            self.ranks.setdefault(m, r)
+        #: Hugging Face option: a chunk that is itself in the vocabulary is one token, merges or not.
+        self.ignore_merges = ignore_merges
+        self._cache: dict[str, tuple[list[str], list[int]]] = {}
+
+    # ------------------------------------------------------------------ learner
+    @classmethod
+    def train(cls, texts: Iterable[str], vocab_size: int | None, special_tokens: Sequence[str],
+              progress: bool = False, min_frequency: int = 1, workers: int = 1) -> ByteLevelBPETokenizer:
+        """Learn merges until the vocabulary (specials + 256 bytes + merges) has ``vocab_size`` tokens."""
+        base = list(dict.fromkeys([*special_tokens, *BYTE_ENCODER]))
+        if vocab_size is None:
+            raise LmlabError("byte-level BPE training needs vocab_size", "pass e.g. vocab_size=8000")
+        if vocab_size < len(base):
+            raise LmlabError(f"vocab_size {vocab_size} is too small: the {len(special_tokens)} special "
+                             f"tokens and 256 bytes already need {len(base)}",
+                             f"use vocab_size >= {len(base)}")
+        counts = count_chunks(texts, gpt2_split, workers=workers)
+        word_counts = {tuple(to_byte_symbols(chunk)): n for chunk, n in counts.items()}
+        del counts
+        new = vocab_size - len(base)
+        merges = learn_merges(word_counts, new, min_count=min_frequency, progress=progress,
+                              max_new_symbols=new)
+        vocab = list(dict.fromkeys([*base, *(a + b for a, b in merges)]))
+        return cls(vocab, merges, special_tokens)
+
+    # ------------------------------------------------------------------ segmenter
+    def _chunk(self, chunk: str) -> tuple[list[str], list[int]]:
+        """Tokens and ids of one pre-token (cached)."""
+        hit = self._cache.get(chunk)
+        if hit is not None:
+            return hit
+        symbols = to_byte_symbols(chunk)
+        if self.ignore_merges and symbols in self.token_to_id:
+            toks = [symbols]
+        else:
+            toks = bpe_segment(list(symbols), self.ranks)
+        hit = (toks, [self.id_of(t) for t in toks])
+        if len(self._cache) < _CACHE_LIMIT:
+            self._cache[chunk] = hit
+        return hit
+
+    def _segment(self, text: str) -> list[tuple[str, int, int]]:
+        out = []
+        for m in GPT2_RE.finditer(text):
+            chunk = m.group()
+            start = m.start()
+            toks, _ = self._chunk(chunk)
+            if len(toks) == 1:
+                out.append((toks[0], start, m.end()))
+                continue
+            if chunk.isascii():
+                for t in toks:
+                    out.append((t, start, start + len(t)))
+                    start += len(t)
+                continue
+            # byte position -> index of the character it belongs to
+            char_of_byte = []
+            for i, ch in enumerate(chunk):
+                char_of_byte.extend([i] * len(ch.encode("utf-8")))
+            b = 0
+            for t in toks:
+                first, last = char_of_byte[b], char_of_byte[b + len(t) - 1]
+                out.append((t, start + first, start + last + 1))
+                b += len(t)
+        return out
+
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        """Text -> ids; the fast path (regex scan + cached chunk ids) when no template is added."""
+        if add_special_tokens:
+            return self.encode_plus(text).ids
+        ids: list[int] = []
+        cache = self._cache
+        for piece, _, special in self._split_specials(text):
+            if special:
+                ids.append(self.token_to_id[piece])
+                continue
+            for chunk in GPT2_RE.findall(piece):
+                hit = cache.get(chunk)
+                ids.extend(hit[1] if hit is not None else self._chunk(chunk)[1])
+        return ids
+
+    def _decode_tokens(self, tokens: list[str]) -> str:
+        return from_byte_symbols("".join(tokens)).decode("utf-8", errors="replace")
+
+    # ------------------------------------------------------------------ tokenizer.json
+    def _hf_parts(self) -> dict[str, Any]:
+        return {
+            "normalizer": None,
+            "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,
+                              "use_regex": True},
+            "model": {
+                "type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
+                "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False,
+                "ignore_merges": self.ignore_merges,
+                "vocab": dict(self.token_to_id), "merges": [list(m) for m in self.merges],
+            },
+            "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True,
+                        "use_regex": True},
+        }
+
+    def _options(self) -> dict[str, Any]:
+        return {"ignore_merges": self.ignore_merges}
+
+    @classmethod
+    def _from_hf(cls, data: dict[str, Any], config: dict[str, Any]) -> ByteLevelBPETokenizer:
+        model = data["model"]
+        if model.get("type") != "BPE":
+            raise LmlabError(f"tokenizer.json holds a {model.get('type')} model, not BPE",
+                             "load it with the matching algorithm")
+        pre = data.get("pre_tokenizer") or {}
+        if pre.get("type") == "Sequence":
+            pre = next((p for p in pre.get("pretokenizers", []) if p.get("type") == "ByteLevel"), pre)
+        if pre.get("type") != "ByteLevel" or pre.get("add_prefix_space") or pre.get("use_regex") is False:
+            raise LmlabError("this tokenizer.json is not a plain GPT-2 style byte-level BPE (lmlab reads a "
+                             "ByteLevel pre-tokenizer with add_prefix_space=false and use_regex=true)",
+                             "use it with the Hugging Face tokenizers library")
+        if data.get("normalizer"):
+            kind = data["normalizer"].get("type")
+            raise LmlabError(f"this byte-level tokenizer.json has a {kind} normalizer, which lmlab does "
+                             "not apply",
+                             "use it with the Hugging Face tokenizers library")
+        vocab, merges, specials, roles = parse_hf_bpe(data, config)
+        options = config.get("lmlab_options") or {}
+        ignore = bool(options.get("ignore_merges", model.get("ignore_merges", False)))
+        return cls(vocab, merges, specials, roles=roles, ignore_merges=ignore)

@@ -1,0 +1,301 @@
+"""The merge learner shared by BPE, byte-level BPE and WordPiece.
+
+Byte-pair encoding as a token learner (Sennrich et al. 2016, "Neural Machine Translation of Rare
+Words with Subword Units"; the lecture's BYTE-PAIR ENCODING(C, k)): start from the symbols of
+every word, then k times find the best pair of adjacent symbols, add the merged symbol to the
+vocabulary and replace the pair everywhere in the corpus.
+
+The corpus is given as ``word_counts``: each distinct pre-tokenized chunk's symbol sequence and
+how often it occurs, in the order the chunks first occur. Memory is therefore proportional to
+the number of distinct chunks, never to corpus size, and the work of one merge is proportional
+to the number of distinct words that contain the merged pair:
+
+* ``pair_count``  pair -> weighted number of occurrences, kept exact by every merge;
+* ``where``       pair -> the words that contain (or once contained) it, so a merge visits only
+                  the words it changes;
+* a heap of candidates with *lazy invalidation*: an entry's count may be stale (too high) after
+  the pair lost occurrences; when a stale entry reaches the top it is re-queued with the true
+  count instead of searching the heap on every change.
+
+Scores:
+
+* ``"frequency"`` (BPE): the pair with the highest count; ties go to the pair that occurs first
+  in the corpus, i.e. the smallest (first word index, character position).
+* ``"likelihood"`` (WordPiece, Schuster & Nakajima 2012 as described for BERT): the pair that
+  most increases the likelihood of the training data under a unigram model,
+  ``count(ab) / (count(a) * count(b))``, with ties broken by pair count, then corpus order.
+
+Corpus order is kept cheaply: a heap entry carries a *lower bound* on the pair's first position
+(positions only move later as occurrences disappear). Only when the top entry is tied with
+another is its true first position computed, and re-queued if the bound was stale.
+"""
+
+from __future__ import annotations
+
+import heapq
+import operator
+from collections.abc import Callable
+
+from lmlab.errors import LmlabError
+
+_SHIFT = 32
+_LOW = (1 << _SHIFT) - 1
+SCORES = ("frequency", "likelihood")
+
+
+def learn_merges(word_counts: dict[tuple[str, ...], int], num_merges: int, *, score: str = "frequency",
+                 join: Callable[[str, str], str] = operator.add, min_count: int = 1, progress: bool = False,
+                 max_new_symbols: int | None = None) -> list[tuple[str, str]]:
+    """Learn up to ``num_merges`` merges from ``word_counts``; return them in the order learned.
+
+    ``join(a, b)`` builds the merged symbol (WordPiece passes one that drops the ``##`` of ``b``).
+    Learning stops early when no pair occurs ``min_count`` times, or once ``max_new_symbols``
+    distinct new symbols exist (two merges can yield the same string, e.g. ``a+bc`` and ``ab+c``).
+    """
+    if score not in SCORES:
+        raise LmlabError(f"unknown merge score {score!r}", f"use one of {', '.join(SCORES)}")
+    if num_merges < 0:
+        raise LmlabError(f"number of merges must be >= 0, got {num_merges}", "pass a non-negative number")
+    learner = _MergeLearner(word_counts, score, join)
+    return learner.run(num_merges, max(1, min_count), progress, max_new_symbols)
+
+
+class _MergeLearner:
+    """State of one learning run; symbols are ints, a pair (a, b) is the int ``a << 32 | b``."""
+
+    def __init__(self, word_counts: dict[tuple[str, ...], int], score: str, join: Callable[[str, str], str]):
+        self.likelihood = score == "likelihood"
+        self.join = join
+        self.sym_id: dict[str, int] = {}
+        self.symbols: list[str] = []
+        self.units: list[int] = []  # how many initial symbols each symbol spans (for positions)
+        self.sym_count: list[int] = []
+        self.words: list[list[int]] = []
+        self.counts: list[int] = []
+        pair_count: dict[int, int] = {}
+        where: dict[int, set[int]] = {}
+        first: dict[int, tuple[int, int]] = {}
+        sym_id = self.sym_id
+        for w, (word, n) in enumerate(word_counts.items()):
+            ids = []
+            for s in word:
+                i = sym_id.get(s)
+                if i is None:
+                    i = sym_id[s] = len(self.symbols)
+                    self.symbols.append(s)
+                    self.units.append(1)
+                    self.sym_count.append(0)
+                ids.append(i)
+                self.sym_count[i] += n
+            self.words.append(ids)
+            self.counts.append(n)
+            for pos in range(len(ids) - 1):
+                key = ids[pos] << _SHIFT | ids[pos + 1]
+                c = pair_count.get(key)
+                if c is None:
+                    pair_count[key] = n
+                    where[key] = {w}
+                    first[key] = (w, pos)
+                else:
+                    pair_count[key] = c + n
+                    where[key].add(w)
+        self.pair_count = pair_count
+        self.where = where
+        self.bound = first  # pair -> lower bound on its first (word, position)
+        self.by_symbol: dict[int, set[int]] = {}
+        if self.likelihood:
+            for key in pair_count:
+                self.by_symbol.setdefault(key >> _SHIFT, set()).add(key)
+                self.by_symbol.setdefault(key & _LOW, set()).add(key)
+        self.heap = [self._entry(key) for key in pair_count]
+        heapq.heapify(self.heap)
+
+    # ------------------------------------------------------------------ heap entries
+    def _entry(self, key: int) -> tuple:
+        """Heap entry: smaller is better. (-count, word, pos, key) or (-score, -count, word, pos, key)."""
+        c = self.pair_count[key]
+        w, pos = self.bound[key]
+        if self.likelihood:
+            return (-self._score(key, c), -c, w, pos, key)
+        return (-c, w, pos, key)
+
+    def _score(self, key: int, c: int) -> float:
+        return c / (self.sym_count[key >> _SHIFT] * self.sym_count[key & _LOW])
+
+    def _first_occurrence(self, key: int) -> tuple[int, int]:
+        """True first (word index, position in initial symbols) of a pair; prunes stale words."""
+        a, b = key >> _SHIFT, key & _LOW
+        ws = self.where[key]
+        units = self.units
+        for w in sorted(ws):
+            word = self.words[w]
+            pos = 0
+            for i in range(len(word) - 1):
+                if word[i] == a and word[i + 1] == b:
+                    return w, pos
+                pos += units[word[i]]
+            ws.discard(w)
+        raise AssertionError("pair with a positive count occurs nowhere")  # pragma: no cover
+
+    def _pop_best(self, min_count: int) -> int | None:
+        """Remove and return the best pair, or None when no pair reaches ``min_count``."""
+        heap, pair_count = self.heap, self.pair_count
+        lk = self.likelihood
+        while heap:
+            top = heap[0]
+            key = top[-1]
+            c = pair_count.get(key, 0)
+            if c == 0:
+                heapq.heappop(heap)
+                continue
+            if lk:
+                s = self._score(key, c)
+                if -top[0] != s or -top[1] != c:
+                    heapq.heapreplace(heap, (-s, -c, top[2], top[3], key))
+                    continue
+                prefix = top[:2]
+            else:
+                if -top[0] != c:
+                    if -top[0] < min_count:
+                        return None
+                    heapq.heapreplace(heap, (-c, top[1], top[2], key))
+                    continue
+                prefix = top[:1]
+            if c < min_count and not lk:
+                return None
+            n = len(heap)
+            tied = (n > 1 and heap[1][:len(prefix)] == prefix) or (n > 2 and heap[2][:len(prefix)] == prefix)
+            if tied:
+                true_first = self._first_occurrence(key)
+                if true_first != top[-3:-1]:
+                    self.bound[key] = true_first
+                    heapq.heapreplace(heap, (*prefix, *true_first, key))
+                    continue
+            heapq.heappop(heap)
+            if c < min_count:  # likelihood: the best-scoring pair may still be too rare; skip it
+                continue
+            return key
+        return None
+
+    # ------------------------------------------------------------------ one merge
+    def _merge(self, key: int, new: int) -> None:
+        """Replace pair ``key`` by symbol ``new`` in every word containing it, updating the index."""
+        a, b = key >> _SHIFT, key & _LOW
+        pair_count, where, words, counts = self.pair_count, self.where, self.words, self.counts
+        touched: dict[int, int] = {}  # pairs that gained occurrences -> first word they gained one in
+        drop = self._drop
+        merged = 0
+        for w in sorted(where.pop(key)):
+            word = words[w]
+            n = counts[w]
+            last = len(word) - 1
+            if last < 1 or a not in word:
+                continue
+            i = word.index(a)
+            while i < last:
+                if word[i] == a and word[i + 1] == b:
+                    if i > 0:
+                        prev = word[i - 1]
+                        k = prev << _SHIFT | a
+                        c = pair_count[k] - n
+                        if c:
+                            pair_count[k] = c
+                        else:
+                            drop(k)
+                        k = prev << _SHIFT | new
+                        pair_count[k] = pair_count.get(k, 0) + n
+                        if k not in touched:
+                            touched[k] = w
+                        s = where.get(k)
+                        if s is None:
+                            where[k] = {w}
+                        else:
+                            s.add(w)
+                    if i + 2 <= last:
+                        nxt = word[i + 2]
+                        k = b << _SHIFT | nxt
+                        c = pair_count[k] - n
+                        if c:
+                            pair_count[k] = c
+                        else:
+                            drop(k)
+                        k = new << _SHIFT | nxt
+                        pair_count[k] = pair_count.get(k, 0) + n
+                        if k not in touched:
+                            touched[k] = w
+                        s = where.get(k)
+                        if s is None:
+                            where[k] = {w}
+                        else:
+                            s.add(w)
+                    word[i:i + 2] = [new]
+                    last -= 1
+                    merged += n
+                i += 1
+        self._drop(key)
+        if self.likelihood:
+            self.sym_count[a] -= merged
+            self.sym_count[b] -= merged
+            self.sym_count[new] += merged
+        for k, w in touched.items():
+            if k not in pair_count:
+                continue
+            old = self.bound.get(k)
+            # A pair made with the new symbol is new (bound: its first word, position 0), unless the
+            # merged string already existed as a symbol; then compute its true first position.
+            self.bound[k] = (w, 0) if old is None else min(old, self._first_occurrence(k))
+            if self.likelihood:
+                self.by_symbol.setdefault(k >> _SHIFT, set()).add(k)
+                self.by_symbol.setdefault(k & _LOW, set()).add(k)
+            heapq.heappush(self.heap, self._entry(k))
+        if self.likelihood:
+            # count(a) and count(b) fell, so every pair containing a or b now scores higher.
+            for sym in {a, b}:
+                live = self.by_symbol.get(sym, set())
+                for k in list(live):
+                    if pair_count.get(k, 0) > 0:
+                        heapq.heappush(self.heap, self._entry(k))
+                    else:
+                        live.discard(k)
+
+    def _drop(self, key: int) -> None:
+        """Forget a pair that no longer occurs, so memory follows the live pairs only."""
+        self.pair_count.pop(key, None)
+        self.where.pop(key, None)
+        self.bound.pop(key, None)
+
+    def _new_symbol(self, key: int) -> tuple[int, bool]:
+        a, b = key >> _SHIFT, key & _LOW
+        s = self.join(self.symbols[a], self.symbols[b])
+        i = self.sym_id.get(s)
+        if i is not None:
+            return i, False
+        i = self.sym_id[s] = len(self.symbols)
+        self.symbols.append(s)
+        self.units.append(self.units[a] + self.units[b])
+        self.sym_count.append(0)
+        return i, True
+
+    def run(self, num_merges: int, min_count: int, progress: bool, max_new_symbols: int | None):
+        merges: list[tuple[str, str]] = []
+        created = 0
+        bar = None
+        if progress:
+            from tqdm.auto import tqdm
+
+            bar = tqdm(total=num_merges, desc="merges", unit="merge")
+        try:
+            while len(merges) < num_merges and (max_new_symbols is None or created < max_new_symbols):
+                key = self._pop_best(min_count)
+                if key is None:
+                    break
+                new, fresh = self._new_symbol(key)
+                created += fresh
+                merges.append((self.symbols[key >> _SHIFT], self.symbols[key & _LOW]))
+                self._merge(key, new)
+                if bar is not None:
+                    bar.update(1)
+        finally:
+            if bar is not None:
+                bar.close()
+        return merges

@@ -1,0 +1,108 @@
+"""Smoke tests of the benchmark harness: corpus loading, report sections, and each script's
+``--quick`` run producing its table with lmlab and peer figures. No timing is asserted."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCH = ROOT / "benchmarks"
+sys.path.insert(0, str(BENCH))
+
+import common  # noqa: E402
+
+ALGOS = ("bpe", "bytelevel", "wordpiece", "unigram")
+NUMBER = re.compile(r"^\d+(\.\d+)?$")
+
+
+def test_corpus_files_decode_cleanly(data_dir):
+    """Latin-1 files decode as latin-1, the BOM is dropped, CRLF becomes LF."""
+    files = common.corpus_files(data_dir)
+    names = {f.name for f in files}
+    assert common.LATIN1_FILES <= names and "pg52834_guernsey_folk_lore.txt" in names
+    for f in files:
+        text = common.read_corpus_file(f)
+        assert "\r\n" not in text and not text.startswith("\ufeff") and "\ufffd" not in text, f.name
+    path = data_dir / "pretrain" / "english-mix" / "gutenberg_shakespeare-caesar.txt"
+    caesar, raw = common.read_corpus_file(path), path.read_bytes()
+    assert any(b >= 0x80 for b in raw)  # really has non-ASCII bytes, so the decode choice matters
+    with pytest.raises(UnicodeDecodeError):
+        raw.decode("utf-8")
+    assert len(caesar) == len(raw.replace(b"\r\n", b"\n"))  # latin-1: one character per byte
+
+
+def test_capped_corpus_mixes_every_source(data_dir):
+    lines = common.load_corpus(0.5, data_dir)
+    assert 0.4 < common.corpus_mb(lines) <= 0.55
+    assert all(line.strip() and "\n" not in line for line in lines)
+    joined = "\n".join(lines)
+    assert "@-@" in joined or " @,@ " in joined  # WikiText is in the slice
+    assert "First Citizen" in joined  # tinyshakespeare is in the slice
+
+
+def test_update_section_rewrites_only_its_own_section(tmp_path):
+    md = tmp_path / "B.md"
+    common.update_section("a", "alpha 1", md)
+    common.update_section("b", "beta 1", md)
+    common.update_section("a", "alpha 2", md)
+    text = md.read_text()
+    assert text.startswith("# Benchmarks")
+    assert "alpha 2" in text and "alpha 1" not in text and "beta 1" in text
+    assert text.index("<!-- a:start -->") < text.index("<!-- b:start -->")
+    assert text.count("<!-- a:start -->") == 1
+
+
+def _table_rows(report: str, columns: int) -> list[list[str]]:
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in report.splitlines()
+            if line.startswith("| ") and not line.startswith("| algorithm")]
+    assert rows and all(len(r) == columns for r in rows), report
+    return rows
+
+
+def _run(script: str, md: Path) -> str:
+    proc = subprocess.run([sys.executable, str(BENCH / script), "--quick", "--markdown", str(md)],
+                          capture_output=True, text=True, timeout=240, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc.stdout
+
+
+def test_training_quick_produces_the_table(tmp_path):
+    md = tmp_path / "BENCHMARKS.md"
+    common.update_section("tokenizer_encoding", "other section kept", md)
+    out = _run("tokenizer_training.py", md)
+    rows = _table_rows(out, 12)
+    assert {r[0] for r in rows} == set(ALGOS)
+    for algo, _vocab, peer, ours, theirs, ratio, *_rest, _target, verdict in rows:
+        assert NUMBER.match(theirs), f"{peer} did not train: {out}"
+        assert NUMBER.match(ours), f"lmlab {algo} did not train: {out}"
+        assert ratio.endswith("x")
+        lmlab_cpt, peer_cpt = (float(x) for x in _rest[-1].split(" / "))
+        assert 1.0 < lmlab_cpt < 10.0 and 1.0 < peer_cpt < 10.0  # English subwords: a few chars each
+        assert verdict in ("met", "**missed**", "—")
+    targeted = {r[0]: r[2] for r in rows if r[-2] != "—"}
+    assert targeted == {"bpe": "HF BPE", "bytelevel": "HF ByteLevelBPE", "wordpiece": "HF WordPiece",
+                        "unigram": "sentencepiece unigram"}
+    text = md.read_text()
+    assert "<!-- tokenizer_training:start -->" in text and "other section kept" in text
+    assert "| algorithm | vocab | peer |" in text
+
+
+def test_encoding_quick_produces_the_table(tmp_path):
+    md = tmp_path / "BENCHMARKS.md"
+    out = _run("tokenizer_encoding.py", md)
+    rows = _table_rows(out, 15)
+    assert [r[0] for r in rows] == list(ALGOS)
+    for r in rows:
+        algo, ours, hf_one, hf_batch, ratio, verdict = r[0], r[2], r[4], r[5], r[8], r[10]
+        assert NUMBER.match(hf_one) and NUMBER.match(hf_batch), out
+        assert NUMBER.match(ours), f"lmlab {algo} did not encode: {out}"
+        assert ratio.endswith("x") and verdict in ("met", "**missed**")
+    by_algo = {r[0]: r for r in rows}
+    assert NUMBER.match(by_algo["unigram"][6])  # sentencepiece measured
+    assert by_algo["wordpiece"][6] == "—"  # no sentencepiece analogue of WordPiece
+    assert "<!-- tokenizer_encoding:start -->" in md.read_text()

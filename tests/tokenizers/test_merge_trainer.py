@@ -1,0 +1,145 @@
+"""The shared merge learner: golden case, and equality with a naive recount-everything learner."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lmlab.errors import LmlabError
+from lmlab.tokenizers.merge_trainer import learn_merges
+
+LECTURE = "low low low low lowest lowest newer newer newer newer newer newer wider wider wider new new"
+GOLDEN = [("e", "r"), ("er", "_"), ("n", "e"), ("ne", "w"), ("l", "o"), ("lo", "w"), ("new", "er_"),
+          ("low", "_")]
+
+
+def words_of(text: str) -> dict[tuple[str, ...], int]:
+    return {(*w, "_"): n for w, n in Counter(text.split()).items()}
+
+
+def wordpiece_join(a: str, b: str) -> str:
+    return a + (b[2:] if b.startswith("##") else b)
+
+
+def naive_merges(word_counts, num_merges, score="frequency", join=lambda a, b: a + b, min_count=1):
+    """Recount every pair of the whole corpus before each merge (the lecture's algorithm, slowly).
+
+    Ties: (likelihood: higher count, then) first occurrence = smallest (word index, position in
+    initial symbols).
+    """
+    words = [list(w) for w in word_counts]
+    counts = list(word_counts.values())
+    units = {s: 1 for w in words for s in w}
+    merges = []
+    for _ in range(num_merges):
+        pair_count: dict = {}
+        first: dict = {}
+        sym_count: Counter = Counter()
+        for wi, (word, n) in enumerate(zip(words, counts)):
+            pos = 0
+            for s in word:
+                sym_count[s] += n
+            for i in range(len(word) - 1):
+                p = (word[i], word[i + 1])
+                pair_count[p] = pair_count.get(p, 0) + n
+                first.setdefault(p, (wi, pos))
+                pos += units[word[i]]
+        live = [p for p, c in pair_count.items() if c >= min_count]
+        if not live:
+            break
+        if score == "frequency":
+            best = min(live, key=lambda p: (-pair_count[p], first[p]))
+        else:
+            best = min(live, key=lambda p: (-pair_count[p] / (sym_count[p[0]] * sym_count[p[1]]),
+                                            -pair_count[p], first[p]))
+        merges.append(best)
+        a, b = best
+        new = join(a, b)
+        units.setdefault(new, units[a] + units[b])
+        for word in words:
+            i = 0
+            while i < len(word) - 1:
+                if word[i] == a and word[i + 1] == b:
+                    word[i:i + 2] = [new]
+                i += 1
+    return merges
+
+
+def random_corpus(rng: random.Random, n_words: int, alphabet: str) -> dict[tuple[str, ...], int]:
+    text = " ".join("".join(rng.choice(alphabet) for _ in range(rng.randint(1, 7))) for _ in range(n_words))
+    return words_of(text)
+
+
+def test_lecture_golden_merges():
+    assert learn_merges(words_of(LECTURE), 8) == GOLDEN
+
+
+def test_golden_continues_like_the_naive_learner():
+    wc = words_of(LECTURE)
+    assert learn_merges(wc, 100) == naive_merges(wc, 100)
+    assert len(learn_merges(wc, 100)) == 16  # every word became one symbol; no pair is left
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_frequency_matches_naive_recount(seed):
+    rng = random.Random(seed)
+    wc = random_corpus(rng, 300, "aabbcde" if seed % 2 else "ab")  # tiny alphabets: many ties, repeats
+    assert learn_merges(wc, 60) == naive_merges(wc, 60)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_likelihood_matches_naive_recount(seed):
+    rng = random.Random(100 + seed)
+    text = " ".join("".join(rng.choice("aabbcdde") for _ in range(rng.randint(1, 6))) for _ in range(250))
+    # WordPiece-style symbols: first character plain, the rest with the ## continuation prefix
+    wc = {(w[0], *("##" + c for c in w[1:])): n for w, n in Counter(text.split()).items()}
+    got = learn_merges(wc, 40, score="likelihood", join=wordpiece_join)
+    assert got == naive_merges(wc, 40, score="likelihood", join=wordpiece_join)
+    assert any(b.startswith("##") for _, b in got)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.text(alphabet="abc", min_size=1, max_size=6), min_size=1, max_size=40),
+       st.integers(1, 3))
+def test_property_equals_naive(word_list, min_count):
+    wc = {(*w, "_"): n for w, n in Counter(word_list).items()}
+    assert learn_merges(wc, 30, min_count=min_count) == naive_merges(wc, 30, min_count=min_count)
+
+
+def test_min_count_stops_early():
+    wc = words_of(LECTURE)
+    merges = learn_merges(wc, 100, min_count=5)
+    assert merges == GOLDEN[:7]  # (low, _) occurs 4 times only
+
+
+def test_max_new_symbols_counts_distinct_strings():
+    # "abc" arises from a+bc in one word and ab+c in another; "bc" is already an initial symbol
+    wc = {("a", "b", "y"): 5, ("a", "b", "c"): 2, ("b", "c"): 4, ("a", "bc"): 3}
+    merges = learn_merges(wc, 10)
+    assert merges == naive_merges(wc, 10)
+    assert merges == [("a", "b"), ("ab", "y"), ("b", "c"), ("a", "bc"), ("ab", "c")]
+    # new strings: ab, aby, (bc already is a symbol), abc, (abc again)
+    assert learn_merges(wc, 10, max_new_symbols=2) == merges[:2]
+    assert learn_merges(wc, 10, max_new_symbols=3) == merges[:4]
+
+
+def test_merges_a_symbol_with_itself():
+    wc = {tuple("aaaa"): 1, tuple("aaa"): 2}
+    assert learn_merges(wc, 3) == naive_merges(wc, 3)
+
+
+def test_bad_arguments():
+    with pytest.raises(LmlabError, match="score"):
+        learn_merges(words_of(LECTURE), 3, score="entropy")
+    with pytest.raises(LmlabError, match=">= 0"):
+        learn_merges(words_of(LECTURE), -1)
+    assert learn_merges({}, 5) == []
+    assert learn_merges(words_of(LECTURE), 0) == []
+
+
+def test_progress_bar_does_not_change_result(capsys):
+    assert learn_merges(words_of(LECTURE), 8, progress=True) == GOLDEN

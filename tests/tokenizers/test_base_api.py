@@ -98,7 +98,7 @@ def test_longest_first_truncation_matches_hf(tok, hf):
     finally:
         hf.no_truncation()
     enc = tok.encode_plus("a " * 20, "b b", truncation=True, max_length=12)
-    assert enc.type_ids.count(1) == len(tok.tokenize("b b")) + 1  # the short pair is kept whole, plus its [SEP]
+    assert enc.type_ids.count(1) == len(tok.tokenize("b b")) + 1  # short pair kept whole, plus [SEP]
 
 
 def test_tensors(tok):

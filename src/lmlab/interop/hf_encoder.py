@@ -146,7 +146,7 @@ def name_map(model: EncoderModel, prefix: str) -> dict[str, str]:
         "embeddings.norm": prefix + "embeddings.LayerNorm",
         "embeddings.project": prefix
         + ("encoder.embedding_hidden_mapping_in" if fam == "albert" else "embeddings_project"),
-        "pooler": prefix + "pooler.dense",
+        "pooler": prefix + ("pooler" if fam == "albert" else "pooler.dense"),
     }
     for i in range(len(model.layers)):
         modules.update({f"layers.{i}.{k}": v for k, v in _layer_names(fam, prefix, i).items()})

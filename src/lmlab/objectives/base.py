@@ -1,0 +1,76 @@
+"""The contract between the trainer and a pretraining objective.
+
+The trainer reads packed windows of real text from token shards and hands them to an objective
+as a :class:`TokenBatch`. The objective turns them into model inputs and labels
+(:meth:`Objective.prepare`, a pure function of the batch and a random generator, so masking is
+reproducible and resumable) and computes the loss (:meth:`Objective.loss`, by default the model's
+own ``.loss``). Objectives are independent of architectures: each one declares which
+architectures it can train and which model heads it needs; the registry in
+``lmlab.objectives`` pairs them. An objective is an ``nn.Module`` so it may own parameters of its
+own (ELECTRA's generator, SpanBERT's span-boundary head); the trainer optimises them together with
+the model's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+from torch import Tensor, nn
+
+
+@dataclass
+class TokenBatch:
+    """Packed windows of token ids, ``[B, T]`` each.
+
+    * ``input_ids`` - documents packed back to back, no padding;
+    * ``doc_ids`` - which document of the row each token belongs to (0, 1, 2, ... per row), so
+      attention can be kept inside documents (block-diagonal masks);
+    * ``position_ids`` - position of each token inside its own document (reset at each start).
+    """
+
+    input_ids: Tensor
+    doc_ids: Tensor
+    position_ids: Tensor
+
+    def to(self, device) -> TokenBatch:
+        return TokenBatch(self.input_ids.to(device), self.doc_ids.to(device), self.position_ids.to(device))
+
+    def same_document(self) -> Tensor:
+        """Boolean ``[B, T, T]``: True where query and key tokens are in the same document."""
+        return self.doc_ids[:, :, None] == self.doc_ids[:, None, :]
+
+    @property
+    def num_tokens(self) -> int:
+        return self.input_ids.numel()
+
+
+class Objective(nn.Module):
+    """Base class of pretraining objectives (see the module docstring)."""
+
+    #: registry name, e.g. "mlm"
+    name: ClassVar[str] = ""
+    #: model architectures it can train: "encoder", "decoder", "seq2seq", "rnn"
+    architectures: ClassVar[tuple[str, ...]] = ()
+    #: model heads it needs, first one first (e.g. ("mlm", "nsp"))
+    heads: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, tokenizer, **params: Any):
+        super().__init__()
+        self.tokenizer = tokenizer
+        self.vocab_size = tokenizer.vocab_size
+        self.special_ids = torch.tensor(sorted(tokenizer.special_ids), dtype=torch.long)
+
+    def prepare(self, batch: TokenBatch, generator: torch.Generator) -> dict[str, Tensor]:
+        """Model inputs and labels for one batch (keyword arguments of ``model(...)``)."""
+        raise NotImplementedError
+
+    def loss(self, model: nn.Module, inputs: dict[str, Tensor]) -> tuple[Tensor, dict[str, float]]:
+        """Scalar loss to minimise, plus extra metrics to log (e.g. accuracy, per-part losses)."""
+        out = model(**inputs)
+        return out.loss, {}
+
+    def is_special(self, ids: Tensor) -> Tensor:
+        """Boolean mask of special-token positions (never masked or corrupted)."""
+        return torch.isin(ids, self.special_ids.to(ids.device))

@@ -19,6 +19,7 @@ COMMAND_MODULES = [
     "lmlab.cli.demo",
     "lmlab.cli.tokenizer",
     "lmlab.cli.data",
+    "lmlab.cli.pretrain",
     "lmlab.cli.export",
     "lmlab.cli.generate",
 ]

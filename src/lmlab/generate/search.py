@@ -388,7 +388,7 @@ def beam_search(state: _Decoding, processors: Sequence[LogitsProcessor], stops: 
         # a row is done once its K finished hypotheses cannot be beaten by its best running beam
         best_running = run_scores[:, 0] / ((cur_len + 1 - prompt_len) ** length_penalty)
         worst_finished = fin_scores.masked_fill(~fin_filled, NEG_INF).min(dim=1).values
-        pass
+        open_rows &= ~(fin_filled.all(dim=1) & (best_running <= worst_finished))
         if not bool(open_rows.any()):
             break
 

@@ -35,6 +35,8 @@ MODEL_REGISTRY = {
     "decoder": "lmlab.models.decoder:DecoderModel",
     "seq2seq": "lmlab.models.seq2seq:Seq2SeqModel",
     "rnn": "lmlab.models.rnn:build_rnn",
+    "xlnet": "lmlab.models.xlnet:XLNetModel",
+    "transfo-xl": "lmlab.models.transformer_xl:TransfoXLModel",
 }
 
 #: config class -> architecture
@@ -44,6 +46,15 @@ CONFIG_ARCHITECTURE = {
     Seq2SeqConfig: "seq2seq",
     RNNConfig: "rnn",
 }
+
+# XLNet and Transformer-XL (helper X): their configs live beside their models
+from lmlab.models.config import FAMILY_CONFIGS  # noqa: E402
+from lmlab.models.transformer_xl import TransfoXLConfig, transfo_xl_tiny  # noqa: E402
+from lmlab.models.xlnet import XLNetConfig, xlnet_tiny  # noqa: E402
+
+FAMILY_CONFIGS.update({"xlnet": XLNetConfig, "transfo-xl": TransfoXLConfig})
+CONFIG_ARCHITECTURE.update({XLNetConfig: "xlnet", TransfoXLConfig: "transfo-xl"})
+PRESETS.update({"xlnet-tiny": xlnet_tiny, "transfo-xl-tiny": transfo_xl_tiny})
 
 __all__ = [
     "MODEL_REGISTRY",

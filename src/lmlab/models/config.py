@@ -370,8 +370,9 @@ def _albert(size: str) -> EncoderConfig:
 
 def _electra(size: str) -> EncoderConfig:
     d, n, h, f = _SIZES[size]
+    # ELECTRA-small factorizes (E=128 < H=256); ELECTRA-base does not (E = H = 768)
     return EncoderConfig(family="electra", d_model=d, n_layers=n, n_heads=h, d_ff=f,
-                         embedding_size=min(128, d))
+                         embedding_size=d if size == "base" else min(128, d))
 
 
 def _gpt2(size: str) -> DecoderConfig:

@@ -13,6 +13,17 @@ from lmlab.objectives.base import Objective, TokenBatch
 
 OBJECTIVES: dict[str, str] = {
     "clm": "lmlab.objectives.clm:CausalLM",
+    "mlm": "lmlab.objectives.mlm:MaskedLM",
+    "nsp": "lmlab.objectives.nsp:NextSentencePrediction",
+    "spanbert": "lmlab.objectives.spans:SpanBERT",
+    "electra": "lmlab.objectives.electra:Electra",
+    "t5": "lmlab.objectives.t5:SpanCorruption",
+    "bart": "lmlab.objectives.bart:BartDenoising",
+    "prefix_lm": "lmlab.objectives.prefix_lm:PrefixLM",
+    "unilm": "lmlab.objectives.unilm:UniLM",
+    "xlnet": "lmlab.objectives.xlnet:PermutationLM",
+    "transfo-xl": "lmlab.objectives.transformer_xl:SegmentRecurrentLM",
+    "elmo": "lmlab.objectives.elmo:BiLMObjective",
 }
 
 __all__ = ["OBJECTIVES", "Objective", "TokenBatch", "get_objective"]

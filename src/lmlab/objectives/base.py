@@ -62,6 +62,12 @@ class Objective(nn.Module):
         self.vocab_size = tokenizer.vocab_size
         self.special_ids = torch.tensor(sorted(tokenizer.special_ids), dtype=torch.long)
 
+    def setup(self, model: nn.Module) -> None:
+        """Called once with the freshly built model, before the optimizer is made (and before a
+        checkpoint is restored). Objectives whose own parameters depend on the model (ELECTRA's
+        generator, which shares the model's embeddings; SpanBERT's span-boundary head) build them
+        here. Default: nothing."""
+
     def prepare(self, batch: TokenBatch, generator: torch.Generator) -> dict[str, Tensor]:
         """Model inputs and labels for one batch (keyword arguments of ``model(...)``)."""
         raise NotImplementedError

@@ -283,11 +283,18 @@ class Tokenizer(ABC):
             if budget < 0:
                 raise LmlabError(f"max_length {max_length} leaves no room for the {extra} special tokens",
                                  f"use max_length >= {extra + 1}")
-            while len(a) + (len(b) if b else 0) > budget:
-                if b and len(b) > len(a):
-                    b.pop()
+            if b is None:
+                del a[budget:]
+            elif len(a) + len(b) > budget:
+                # as Hugging Face: the shorter keeps min(its length, budget // 2) (a on ties),
+                # the longer one the rest
+                if len(a) <= len(b):
+                    keep_a = min(len(a), budget // 2)
+                    keep_b = budget - keep_a
                 else:
-                    a.pop()
+                    keep_b = min(len(b), budget // 2)
+                    keep_a = budget - keep_b
+                del a[keep_a:], b[keep_b:]
         if add_special_tokens:
             layout, types = self._template(len(a), None if b is None else len(b))
         else:

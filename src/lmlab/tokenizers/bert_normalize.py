@@ -81,8 +81,9 @@ _HF_NOT_NONSPACING = _codepoints(
 _HF_EXTRA_NONSPACING = _codepoints("1734")
 _HF_NO_DECOMPOSITION = _codepoints("11938")
 # Lower-case mappings of Unicode 16 letters, unknown to Python 3.11-3.13's database.
-_HF_LOWER = {chr(a): chr(b) for a, b in [(0x1C89, 0x1C8A), (0xA7CB, 0x264), (0xA7CC, 0xA7CD), (0xA7CE, 0xA7CF),
-                                         (0xA7D2, 0xA7D3), (0xA7D4, 0xA7D5), (0xA7DA, 0xA7DB), (0xA7DC, 0x19B)]}
+_HF_LOWER = {chr(a): chr(b) for a, b in [(0x1C89, 0x1C8A), (0xA7CB, 0x264), (0xA7CC, 0xA7CD),
+                                         (0xA7CE, 0xA7CF), (0xA7D2, 0xA7D3), (0xA7D4, 0xA7D5),
+                                         (0xA7DA, 0xA7DB), (0xA7DC, 0x19B)]}
 _HF_LOWER.update({chr(c): chr(c + 0x20) for c in range(0x10D50, 0x10D66)})
 _HF_LOWER.update({chr(c): chr(c + 0x1B) for c in range(0x16EA0, 0x16EB9)})
 

@@ -43,7 +43,7 @@ BERT_SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 #: BERT's decoding clean-up, applied to each decoded token: no space before these marks, etc.
 _CLEANUP = [(" .", "."), (" ?", "?"), (" !", "!"), (" ,", ","), (" ' ", "'"), (" n't", "n't"),
             (" 'm", "'m"), (" do not", " don't"), (" 's", "'s"), (" 've", "'ve"), (" 're", "'re")]
-_CACHE_LIMIT = 1 << 20
+_CACHE_LIMIT = 1 << 18
 
 
 def _words(normalizer: BertNormalizer, text: str) -> list[str]:
@@ -57,9 +57,9 @@ class WordPieceTokenizer(Tokenizer):
     algo = "wordpiece"
 
     def __init__(self, vocab: Sequence[str], special_tokens: Sequence[str] = (), roles: dict | None = None, *,
-                 lowercase: bool = True, strip_accents: bool | None = None, tokenize_chinese_chars: bool = True,
-                 clean_text: bool = True, unk_token: str = "[UNK]", continuing_subword_prefix: str = "##",
-                 max_input_chars_per_word: int = 100):
+                 lowercase: bool = True, strip_accents: bool | None = None,
+                 tokenize_chinese_chars: bool = True, clean_text: bool = True, unk_token: str = "[UNK]",
+                 continuing_subword_prefix: str = "##", max_input_chars_per_word: int = 100):
         roles = dict(roles or {})
         if "unk" not in roles and unk_token in set(vocab):
             roles["unk"] = unk_token
@@ -73,7 +73,8 @@ class WordPieceTokenizer(Tokenizer):
         self._chunk_re = self.normalizer.chunk_pattern
         # longest piece (without the prefix) worth trying, so a long word costs O(len * longest)
         n = len(self.prefix)
-        self._longest = max((len(t) - n if t.startswith(self.prefix) else len(t) for t in self.vocab), default=1)
+        self._longest = max((len(t) - n if t.startswith(self.prefix) else len(t) for t in self.vocab),
+                            default=1)
         self._chunk_cache: dict[str, list[tuple[str, int, int]]] = {}
         self._word_cache: dict[str, list[tuple[str, int, int]]] = {}
         self._ids_cache: dict[str, list[int]] = {}
@@ -207,7 +208,7 @@ class WordPieceTokenizer(Tokenizer):
         word_counts = {(w[0], *(prefix + c for c in w[1:])): n for w, n in counts.items()
                        if len(w) <= max_input_chars_per_word}
         alphabet = sorted({s for word in word_counts for s in word}, key=lambda s: (s.startswith(prefix), s))
-        specials = list(dict.fromkeys([*special_tokens, *([] if unk_token in special_tokens else [unk_token])]))
+        specials = list(dict.fromkeys([*special_tokens, unk_token]))
         base = list(dict.fromkeys([*specials, *alphabet]))
         if vocab_size < len(base):
             raise LmlabError(f"vocab_size {vocab_size} is too small: the {len(specials)} special tokens and "
@@ -229,7 +230,8 @@ class WordPieceTokenizer(Tokenizer):
 
     # ------------------------------------------------------------------ files
     @classmethod
-    def from_vocab_file(cls, path: str | os.PathLike, config: dict[str, Any] | None = None) -> WordPieceTokenizer:
+    def from_vocab_file(cls, path: str | os.PathLike,
+                        config: dict[str, Any] | None = None) -> WordPieceTokenizer:
         """Load a BERT ``vocab.txt`` (one token per line; the id is the line number).
 
         ``config`` is the parsed ``tokenizer_config.json`` found beside it (or ``{}``):
@@ -327,12 +329,13 @@ class WordPieceTokenizer(Tokenizer):
                        "tokenize_chinese_chars": norm.get("handle_chinese_chars", True),
                        "clean_text": norm.get("clean_text", True)}
         else:
-            raise LmlabError(f"tokenizer.json normalizer {norm.get('type')!r} is not supported by lmlab's WordPiece",
-                             "use a BertNormalizer (as BERT tokenizers do) or load it with Hugging Face tokenizers")
+            raise LmlabError(f"tokenizer.json normalizer {norm.get('type')!r} is not supported by lmlab's "
+                             "WordPiece", "use a BertNormalizer (as BERT tokenizers do) or load it with "
+                             "Hugging Face tokenizers")
         pre = data.get("pre_tokenizer") or {}
         if pre.get("type") != "BertPreTokenizer":
-            raise LmlabError(f"tokenizer.json pre_tokenizer {pre.get('type')!r} is not supported by lmlab's WordPiece",
-                             "use a BertPreTokenizer (as BERT tokenizers do)")
+            raise LmlabError(f"tokenizer.json pre_tokenizer {pre.get('type')!r} is not supported by lmlab's "
+                             "WordPiece", "use a BertPreTokenizer (as BERT tokenizers do)")
         options.update(unk_token=model.get("unk_token", "[UNK]"),
                        continuing_subword_prefix=model.get("continuing_subword_prefix") or "##",
                        max_input_chars_per_word=model.get("max_input_chars_per_word", 100))
@@ -344,7 +347,7 @@ class WordPieceTokenizer(Tokenizer):
 
 
 def _roles_from_config(config: dict[str, Any]) -> dict[str, str]:
-    """Special-token roles named in a tokenizer_config.json (``"cls_token": "[CLS]"`` or ``{"content": ...}``)."""
+    """Roles named in a tokenizer_config.json (``"cls_token": "[CLS]"`` or ``{"content": "[CLS]"}``)."""
     roles = {}
     for role in ROLES:
         v = config.get(f"{role}_token")

@@ -1,0 +1,53 @@
+"""Causal language modelling (GPT; Radford et al. 2018, 2019): predict every next token.
+
+Loss: ``-1/N Σ_i log p(x_i | x_<i)`` over the N predicted tokens of the batch; perplexity is
+``exp`` of that mean negative log-likelihood (lecture 3). With packed windows two rules keep the
+documents apart:
+
+* attention is causal *and* block-diagonal: token i attends to j only if ``j <= i`` and both
+  belong to the same document (``attention_pattern``, which replaces the decoder's causal mask);
+* the first token of each document is not a target: it would be predicted from the end of the
+  previous, unrelated document. Its label is ``-100`` (ignored).
+
+Worked example (one row, two documents ``a b c | d e``)::
+
+    input_ids     a  b  c  d  e
+    doc_ids       0  0  0  1  1
+    position_ids  0  1  2  0  1
+    labels        a  b  c  -  e      (the model shifts: position i is scored on labels[i+1])
+    targets       b  c  -  e         -> a->b, b->c, d->e; nothing predicts d from c
+
+When no row of the batch contains a document boundary the pattern is left out and the fused
+``is_causal`` attention kernel runs.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from lmlab.objectives.base import Objective, TokenBatch
+
+IGNORE = -100
+
+
+class CausalLM(Objective):
+    """Next-token prediction for decoders (GPT-2, Llama), documents kept apart."""
+
+    name = "clm"
+    architectures = ("decoder",)
+    heads = ("lm",)
+
+    def prepare(self, batch: TokenBatch, generator: torch.Generator | None = None) -> dict[str, Tensor]:
+        labels = batch.input_ids.masked_fill(batch.position_ids == 0, IGNORE)
+        inputs = {"input_ids": batch.input_ids, "position_ids": batch.position_ids, "labels": labels}
+        if bool((batch.doc_ids != 0).any()):
+            t = batch.input_ids.shape[1]
+            causal = torch.ones(t, t, dtype=torch.bool, device=batch.input_ids.device).tril()
+            inputs["attention_pattern"] = batch.same_document() & causal
+        return inputs
+
+    def loss(self, model: nn.Module, inputs: dict[str, Tensor]) -> tuple[Tensor, dict[str, float]]:
+        out = model(**inputs)
+        targets = int((inputs["labels"][:, 1:] != IGNORE).sum())
+        return out.loss, {"targets": targets}

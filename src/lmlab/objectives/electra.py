@@ -1,0 +1,183 @@
+"""ELECTRA: replaced-token detection with a small generator (Clark et al. 2020, §2).
+
+Two encoders are trained jointly:
+
+* the **generator**, a small masked LM owned by this objective (a fraction ``generator_size`` of
+  the discriminator's width and FFN, the same depth; the paper finds 1/4-1/2 best). 15% of the
+  tokens are replaced by ``[MASK]`` and the generator predicts them (loss ``L_MLM``);
+* the **discriminator**, the model being pretrained (``discriminator`` head). Every masked
+  position is filled with a token *sampled* from the generator's softmax; the discriminator sees
+  this corrupted text and predicts, for **every** non-special token, whether it was replaced
+  (loss ``L_Disc``, binary cross-entropy over all positions, not just 15%).
+
+``loss = L_MLM + λ · L_Disc`` with ``λ = disc_weight = 50``. Sampling is not differentiable, so no
+gradient flows from the discriminator into the generator (the paper trains them jointly but
+not adversarially). Generator and discriminator share their token, position and segment
+embeddings (and the embedding LayerNorm): the generator reads the discriminator's embedding
+modules at run time instead of owning copies, so the shared weights are counted, saved and
+optimised once (with the model). Its MLM output layer is tied to the same token embeddings.
+
+Labels, exactly: ``label_i = 1 if corrupted_i != original_i else 0``; a masked position whose
+sampled token happens to equal the original counts as **original** (label 0), as in the paper.
+
+Worked example::
+
+    original    the chef cooked the meal
+    masked      [MASK] chef [MASK] the meal
+    sampled     the  chef  ate   the meal      (generator samples "the" at 0, "ate" at 2)
+    disc labels 0    0     1     0   0
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from lmlab.errors import LmlabError
+from lmlab.models.blocks import LayerNorm, TransformerBlock, attention_bias, get_activation, init_weights
+from lmlab.objectives.base import TokenBatch
+from lmlab.objectives.masking import IGNORE, document_mask, randint, special_mask
+from lmlab.objectives.mlm import MaskedLM, masked_accuracy
+
+
+def replaced_token_labels(original: Tensor, corrupted: Tensor, special: Tensor) -> Tensor:
+    """Discriminator targets: 1 where the token was replaced, 0 where it is original (including
+    sampled tokens that equal the original), ``-100`` on special tokens (not scored)."""
+    return (corrupted != original).long().masked_fill(special, IGNORE)
+
+
+class ElectraGenerator(nn.Module):
+    """The small generator encoder: E->d projection, Transformer blocks, MLM transform.
+
+    It has no embedding tables of its own: ``forward`` takes the discriminator's embedding output
+    (width E) and the discriminator's token-embedding matrix for the tied output layer.
+    """
+
+    def __init__(self, cfg, embed_dim: int, vocab_size: int):
+        super().__init__()
+        self.project = nn.Linear(embed_dim, cfg.d_model) if embed_dim != cfg.d_model else None
+        self.layers = nn.ModuleList(TransformerBlock(cfg) for _ in range(cfg.n_layers))
+        self.dense = nn.Linear(cfg.d_model, embed_dim)
+        self.act = get_activation(cfg.head_activation or cfg.activation)[0]
+        self.norm = LayerNorm(embed_dim, cfg.norm_eps)
+        self.bias = nn.Parameter(torch.zeros(vocab_size))
+        self.apply(lambda m: init_weights(m, cfg.init_std))
+
+    def forward(self, embedded: Tensor, word_weight: Tensor, selected: Tensor,
+                pattern: Tensor | None) -> Tensor:
+        """Logits ``[N, V]`` at the ``selected`` positions only (the speed path of the MLM head)."""
+        x = self.project(embedded) if self.project is not None else embedded
+        t = x.shape[1]
+        mask, _ = attention_bias(None, t, t, mask=None if pattern is None else pattern[:, None],
+                                 dtype=x.dtype, device=x.device)
+        for layer in self.layers:
+            x, _ = layer(x, mask=mask)
+        h = self.norm(self.act(self.dense(x[selected])))
+        return F.linear(h, word_weight, self.bias)
+
+
+def shared_embeddings(model: nn.Module, input_ids: Tensor, position_ids: Tensor | None) -> Tensor:
+    """The discriminator's token + position + segment embeddings (LayerNorm, dropout), before its
+    own E->H projection: the input the generator shares."""
+    emb = model.embeddings
+    x = emb.word(input_ids)
+    if emb.position is not None:
+        x = x + emb.position(position_ids if position_ids is not None else emb.position_ids(input_ids))
+    if emb.token_type is not None:
+        x = x + emb.token_type(torch.zeros_like(input_ids))
+    if emb.norm is not None:
+        x = emb.norm(x)
+    return emb.drop(x)
+
+
+class Electra(MaskedLM):
+    """ELECTRA pretraining for encoders with a ``discriminator`` head (see the module docstring)."""
+
+    name = "electra"
+    architectures = ("encoder",)
+    heads = ("discriminator",)
+
+    def __init__(self, tokenizer, mask_prob: float = 0.15, generator_size: float = 0.25,
+                 generator_layers: int | None = None, disc_weight: float = 50.0, temperature: float = 1.0,
+                 mask_token_prob: float = 1.0, random_token_prob: float = 0.0):
+        super().__init__(tokenizer, mask_prob=mask_prob, mask_token_prob=mask_token_prob,
+                         random_token_prob=random_token_prob)
+        if not 0 < generator_size <= 1:
+            raise LmlabError(f"objective.generator_size must be in (0, 1], got {generator_size}",
+                             "ELECTRA uses 0.25 to 0.5 of the discriminator's width")
+        if generator_layers is not None and (not isinstance(generator_layers, int) or generator_layers < 1):
+            raise LmlabError(f"objective.generator_layers must be a positive integer, got "
+                             f"{generator_layers!r}", "leave it out to use the discriminator's depth")
+        if disc_weight <= 0 or temperature <= 0:
+            raise LmlabError("objective.disc_weight and objective.temperature must be positive",
+                             "ELECTRA uses disc_weight = 50 and temperature = 1")
+        self.generator_size, self.generator_layers = float(generator_size), generator_layers
+        self.disc_weight, self.temperature = float(disc_weight), float(temperature)
+        self.generator: ElectraGenerator | None = None
+
+    def setup(self, model: nn.Module) -> None:
+        """Build the generator from the discriminator's config (width and FFN scaled by
+        ``generator_size``, heads of the same size as the discriminator's where possible)."""
+        if self.generator is not None:
+            return
+        cfg = model.config
+        if not hasattr(model, "embeddings") or "discriminator" not in getattr(model, "heads", {}):
+            raise LmlabError("the electra objective needs an encoder with a 'discriminator' head",
+                             "use an encoder preset such as electra-tiny")
+        d = max(8, int(round(cfg.d_model * self.generator_size)))
+        n_heads = max(1, min(cfg.n_heads, d // cfg.dim_head))
+        while d % n_heads:
+            n_heads -= 1
+        gen_cfg = cfg.replace(d_model=d, n_heads=n_heads, n_kv_heads=None, head_dim=None,
+                              d_ff=max(8, int(round(cfg.d_ff * self.generator_size))),
+                              n_layers=self.generator_layers or cfg.n_layers, layer_groups=0)
+        self.generator = ElectraGenerator(gen_cfg, cfg.embed_dim, cfg.vocab_size)
+        self.generator.to(next(model.parameters()).device)
+
+    def prepare(self, batch: TokenBatch, generator: torch.Generator) -> dict[str, Tensor]:
+        masked, labels = self.mask(batch.input_ids, batch.doc_ids, generator)
+        inputs = {"input_ids": masked, "labels": labels, "original_ids": batch.input_ids,
+                  "position_ids": batch.position_ids,
+                  # seed of the generator's sampling, so a batch stays a pure function of (tokens, generator)
+                  "sample_seed": randint(2**62, (1,), generator, batch.input_ids.device)}
+        pattern = document_mask(batch)
+        if pattern is not None:
+            inputs["attention_pattern"] = pattern
+        return inputs
+
+    def corrupt(self, model: nn.Module, inputs: dict[str, Tensor]) -> tuple[Tensor, Tensor, Tensor]:
+        """Run the generator: ``(generator MLM loss, generator logits, corrupted ids)``."""
+        if self.generator is None:
+            raise LmlabError("the ELECTRA generator was never built",
+                             "call objective.setup(model) before training (the trainer does)")
+        masked, labels = inputs["input_ids"], inputs["labels"]
+        selected = labels != IGNORE
+        pattern = inputs.get("attention_pattern")
+        embedded = shared_embeddings(model, masked, inputs.get("position_ids"))
+        logits = self.generator(embedded, model.embeddings.word.weight, selected, pattern)
+        gen_loss = F.cross_entropy(logits, labels[selected]) if logits.shape[0] else logits.sum()
+        with torch.no_grad():  # sampling: no gradient from the discriminator to the generator
+            g = torch.Generator(device=logits.device).manual_seed(int(inputs["sample_seed"].item()))
+            probs = torch.softmax(logits.float() / self.temperature, dim=-1)
+            if logits.shape[0]:
+                sampled = torch.multinomial(probs, 1, generator=g).squeeze(-1)
+            else:
+                sampled = labels[selected]
+        corrupted = masked.clone()
+        corrupted[selected] = sampled
+        return gen_loss, logits, corrupted
+
+    def loss(self, model: nn.Module, inputs: dict[str, Tensor]) -> tuple[Tensor, dict[str, float]]:
+        original = inputs["original_ids"]
+        gen_loss, gen_logits, corrupted = self.corrupt(model, inputs)
+        disc_labels = replaced_token_labels(original, corrupted, special_mask(original, self.special_ids))
+        disc_inputs = {k: v for k, v in inputs.items() if k in ("position_ids", "attention_pattern")}
+        out = model(input_ids=corrupted, labels=disc_labels, **disc_inputs)
+        scored = disc_labels != IGNORE
+        with torch.no_grad():
+            disc_acc = float(((out.logits[scored] > 0).long() == disc_labels[scored]).float().mean())
+        metrics = {"gen_loss": float(gen_loss.detach()), "disc_loss": float(out.loss.detach()),
+                   "gen_acc": masked_accuracy(gen_logits, inputs["labels"]), "disc_acc": disc_acc,
+                   "replaced": float(disc_labels[scored].float().mean())}
+        return gen_loss + self.disc_weight * out.loss, metrics

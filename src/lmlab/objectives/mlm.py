@@ -1,0 +1,131 @@
+"""Masked language modelling (BERT; Devlin et al. 2019, §3.1 "Task #1: Masked LM").
+
+Select 15% of the (non-special) tokens; of those, 80% become ``[MASK]``, 10% a random token and
+10% stay unchanged; predict the original token at the selected positions only (labels ``-100``
+everywhere else, so the loss is ``-1/|S| Σ_{i∈S} log p(x_i | x̃)``).
+
+Worked example (one row, selection drawn at positions 1 and 4)::
+
+    tokens      the  cat  sat  on   the  mat
+    selected         ✓              ✓
+    draw             0.31 (<0.8: [MASK])  0.93 (>=0.9: unchanged)
+    input_ids   the [MASK] sat on   the  mat
+    labels      -100 cat  -100 -100 the  -100
+
+Options (the ``[objective]`` table of a recipe):
+
+* ``mask_prob`` (0.15), ``mask_token_prob`` (0.8), ``random_token_prob`` (0.1).
+* ``masking = "dynamic"`` (RoBERTa, Liu et al. 2019: a new mask every time a row is seen) or
+  ``"static"`` (BERT's preprocessing: the mask is a function of ``seed`` and the row's tokens, so
+  the same example is masked the same way in every epoch).
+* ``whole_word = true`` - whole-word masking (the BERT WWM release): a word is selected or not as a
+  whole (word starts read from the tokenizer, see :mod:`lmlab.objectives.masking`).
+
+Packed rows hold several documents: attention is kept inside each document (block-diagonal
+pattern) and positions restart at every document start. Special tokens are never selected.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from lmlab.errors import LmlabError
+from lmlab.objectives.base import Objective, TokenBatch
+from lmlab.objectives.masking import (
+    document_mask,
+    mlm_labels,
+    replace_80_10_10,
+    replacement_pool,
+    require_role,
+    row_generator,
+    select_tokens,
+    select_words,
+    special_mask,
+    word_boundary_tables,
+    word_ids,
+)
+
+
+def check_probability(name: str, value: float, low_open: bool = False) -> float:
+    """A probability parameter, or a one-line error naming it."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= 1
+    if not ok or (low_open and value == 0):
+        raise LmlabError(f"objective.{name} must be a probability in {'(0' if low_open else '[0'}, 1], "
+                         f"got {value!r}", f"set objective.{name} to e.g. 0.15")
+    return float(value)
+
+
+class MaskedLM(Objective):
+    """BERT/RoBERTa masked LM; see the module docstring."""
+
+    name = "mlm"
+    architectures = ("encoder",)
+    heads = ("mlm",)
+
+    def __init__(self, tokenizer, mask_prob: float = 0.15, mask_token_prob: float = 0.8,
+                 random_token_prob: float = 0.1, masking: str = "dynamic", whole_word: bool = False,
+                 seed: int = 0):
+        super().__init__(tokenizer)
+        self.mask_prob = check_probability("mask_prob", mask_prob, low_open=True)
+        self.mask_token_prob = check_probability("mask_token_prob", mask_token_prob)
+        self.random_token_prob = check_probability("random_token_prob", random_token_prob)
+        if self.mask_token_prob + self.random_token_prob > 1:
+            raise LmlabError(f"mask_token_prob + random_token_prob = {mask_token_prob + random_token_prob} "
+                             "exceeds 1", "BERT uses 0.8 and 0.1")
+        if masking not in ("dynamic", "static"):
+            raise LmlabError(f"unknown masking {masking!r}", "use 'dynamic' (RoBERTa) or 'static' (BERT)")
+        self.masking, self.whole_word, self.seed = masking, bool(whole_word), int(seed)
+        self.mask_id = require_role(tokenizer, "mask", self.name)
+        self.pool = replacement_pool(tokenizer)
+        self.word_tables = word_boundary_tables(tokenizer) if self.whole_word else None
+
+    # ------------------------------------------------------------------ masking
+    def select(self, ids: Tensor, doc_ids: Tensor, generator: torch.Generator) -> Tensor:
+        """Boolean ``[B, T]``: the positions to predict (never special tokens)."""
+        candidates = ~special_mask(ids, self.special_ids)
+        if self.whole_word:
+            words = word_ids(ids, doc_ids, *self.word_tables)
+            return select_words(words, candidates, self.mask_prob, generator)
+        return select_tokens(candidates, self.mask_prob, generator)
+
+    def _mask_with(self, ids: Tensor, doc_ids: Tensor, generator: torch.Generator) -> tuple[Tensor, Tensor]:
+        selected = self.select(ids, doc_ids, generator)
+        corrupted = replace_80_10_10(ids, selected, self.mask_id, self.pool, generator,
+                                     self.mask_token_prob, self.random_token_prob)
+        return corrupted, mlm_labels(ids, selected)
+
+    def mask(self, ids: Tensor, doc_ids: Tensor, generator: torch.Generator) -> tuple[Tensor, Tensor]:
+        """``(corrupted input_ids, labels)`` for ``[B, T]`` ids: static or dynamic per the options."""
+        if self.masking == "dynamic":
+            return self._mask_with(ids, doc_ids, generator)
+        pieces = [self._mask_with(ids[b:b + 1], doc_ids[b:b + 1], row_generator(self.seed, ids[b]))
+                  for b in range(ids.shape[0])]
+        return torch.cat([p[0] for p in pieces]), torch.cat([p[1] for p in pieces])
+
+    # ------------------------------------------------------------------ objective contract
+    def prepare(self, batch: TokenBatch, generator: torch.Generator) -> dict[str, Tensor]:
+        corrupted, labels = self.mask(batch.input_ids, batch.doc_ids, generator)
+        inputs = {"input_ids": corrupted, "labels": labels, "position_ids": batch.position_ids}
+        pattern = document_mask(batch)
+        if pattern is not None:
+            inputs["attention_pattern"] = pattern
+        return inputs
+
+    def loss(self, model: nn.Module, inputs: dict[str, Tensor]) -> tuple[Tensor, dict[str, float]]:
+        out = model(**inputs)
+        labels = inputs["labels"]
+        metrics = {"mlm_acc": masked_accuracy(out.logits, labels), "targets": int((labels != -100).sum())}
+        return out.loss, metrics
+
+
+@torch.no_grad()
+def masked_accuracy(logits: Tensor, labels: Tensor) -> float:
+    """Accuracy of the MLM head on the selected positions (``logits`` as the head returns them:
+    ``[N, V]`` for the selected positions only, or ``[B, T, V]``)."""
+    selected = labels != -100
+    if not bool(selected.any()):
+        return 0.0
+    if logits.dim() == 3:
+        logits = logits[selected]
+    return float((logits.argmax(-1) == labels[selected]).float().mean())

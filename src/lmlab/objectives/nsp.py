@@ -1,0 +1,107 @@
+"""Next-sentence prediction, trained jointly with masked LM (BERT; Devlin et al. 2019, §3.1 "Task #2").
+
+Each row becomes one segment pair ``[CLS] A [SEP] B [SEP]`` with segment ids 0 for ``[CLS] A
+[SEP]`` and 1 for ``B [SEP]``. With probability ``next_prob`` (0.5) B is the text that really
+follows A (label 0, IsNext); otherwise B is a span of the same length taken from another row of
+the batch, i.e. from elsewhere in the corpus (label 1, NotNext). The ``nsp`` head classifies the
+pooled ``[CLS]`` vector; MLM masking (see :mod:`lmlab.objectives.mlm`) runs on the pair as in
+BERT, and the loss is ``mlm + nsp``.
+
+Worked example (T = 12, so 9 content tokens; A takes 4)::
+
+    row b      the cat sat on | the mat . it was ...
+    IsNext     [CLS] the cat sat on [SEP] the mat . it was [SEP]   label 0
+    NotNext    [CLS] the cat sat on [SEP] <5 tokens of row b'> [SEP]  label 1
+    segments     0    0   0   0   0   0    1   1  1  1   1    1
+
+Where A ends: at a document (paragraph) boundary between 1/4 and 3/4 of the row when there is
+one, so segments are whole paragraphs like BERT's whole sentences; otherwise at a random point in
+that range. The NotNext segment starts at a document start of the other row when one fits.
+Special tokens are never masked. Needs ``[CLS]``, ``[SEP]``, ``[MASK]`` and a batch of two or more
+rows (NotNext text comes from the other rows).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from lmlab.errors import LmlabError
+from lmlab.objectives.base import TokenBatch
+from lmlab.objectives.masking import rand, require_role
+from lmlab.objectives.mlm import MaskedLM, check_probability, masked_accuracy
+
+IS_NEXT, NOT_NEXT = 0, 1
+
+
+class NextSentencePrediction(MaskedLM):
+    """BERT's MLM + NSP; ``mlm=False`` trains the NSP head alone."""
+
+    name = "nsp"
+    architectures = ("encoder",)
+    heads = ("mlm", "nsp")
+
+    def __init__(self, tokenizer, next_prob: float = 0.5, mlm: bool = True, **mlm_params):
+        super().__init__(tokenizer, **mlm_params)
+        self.next_prob = check_probability("next_prob", next_prob)
+        self.mlm = bool(mlm)
+        self.cls_id = require_role(tokenizer, "cls", self.name)
+        self.sep_id = require_role(tokenizer, "sep", self.name)
+
+    def pairs(self, batch: TokenBatch, generator: torch.Generator) -> tuple[Tensor, Tensor, Tensor]:
+        """``(input_ids, token_type_ids, nsp_labels)``: one ``[CLS] A [SEP] B [SEP]`` pair per row."""
+        ids, docs = batch.input_ids, batch.doc_ids
+        b_size, t = ids.shape
+        if b_size < 2:
+            raise LmlabError("the nsp objective needs at least 2 rows per batch (NotNext segments come "
+                             "from the other rows)", "set train.batch_size to 2 or more")
+        n = t - 3
+        if n < 2:
+            raise LmlabError(f"sequence length {t} is too short for [CLS] A [SEP] B [SEP]",
+                             "set train.seq_len to 8 or more")
+        u = rand((b_size, 5), generator).tolist()
+        new_doc = (docs[:, 1:] != docs[:, :-1]).cpu()
+        out_ids = torch.empty_like(ids)
+        types = torch.zeros_like(ids)
+        labels = torch.empty(b_size, dtype=torch.long, device=ids.device)
+        lo, hi = max(1, n // 4), max(1, (3 * n) // 4)
+        for b in range(b_size):
+            r = u[b]
+            # A: up to a paragraph boundary in [lo, hi] if there is one
+            bounds = (torch.nonzero(new_doc[b, lo - 1:hi]).flatten() + lo).tolist()
+            k = bounds[int(r[0] * len(bounds))] if bounds else lo + int(r[0] * (hi - lo + 1))
+            k = min(max(k, 1), n - 1)
+            length_b = n - k
+            if r[1] < self.next_prob:
+                segment_b, labels[b] = ids[b, k:n], IS_NEXT
+            else:
+                other = int(r[2] * (b_size - 1))
+                other += other >= b
+                starts = [0] + (torch.nonzero(new_doc[other, : t - length_b]).flatten() + 1).tolist()
+                starts = [s for s in starts if s + length_b <= t]
+                s = starts[int(r[3] * len(starts))] if len(starts) > 1 else int(r[4] * (t - length_b + 1))
+                segment_b, labels[b] = ids[other, s:s + length_b], NOT_NEXT
+            out_ids[b] = torch.cat((ids.new_tensor([self.cls_id]), ids[b, :k], ids.new_tensor([self.sep_id]),
+                                    segment_b, ids.new_tensor([self.sep_id])))
+            types[b, k + 2:] = 1
+        return out_ids, types, labels
+
+    def prepare(self, batch: TokenBatch, generator: torch.Generator) -> dict[str, Tensor]:
+        ids, types, nsp_labels = self.pairs(batch, generator)
+        inputs = {"input_ids": ids, "token_type_ids": types, "nsp_labels": nsp_labels}
+        if self.mlm:
+            # one example per row: the pair attends to itself as a whole (positions 0..T-1)
+            inputs["input_ids"], inputs["labels"] = self.mask(ids, torch.zeros_like(ids), generator)
+        return inputs
+
+    def loss(self, model: nn.Module, inputs: dict[str, Tensor]) -> tuple[Tensor, dict[str, float]]:
+        out = model(**inputs) if self.mlm else model(**inputs, heads=("nsp",))
+        nsp_logits = out.extra["nsp_logits"]
+        metrics = {
+            "nsp_loss": float(out.extra["nsp_loss"].detach()),
+            "nsp_acc": float((nsp_logits.argmax(-1) == inputs["nsp_labels"]).float().mean()),
+        }
+        if self.mlm:
+            metrics["mlm_loss"] = float(out.extra["mlm_loss"].detach())
+            metrics["mlm_acc"] = masked_accuracy(out.logits, inputs["labels"])
+        return out.loss, metrics

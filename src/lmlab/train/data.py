@@ -1,0 +1,224 @@
+"""From ``[data]`` to token shards: resolve paths, train the tokenizer if asked, tokenise text once.
+
+``data.train`` and ``data.val`` name either token-shard directories (``lmlab data prepare``) or
+raw text (files, directories of ``*.txt``, glob patterns). Raw text goes through the same
+pipeline as ``lmlab data prepare`` (:func:`lmlab.data.prepare_shards`) into ``RUN_DIR/data/``,
+with the recipe's tokenizer: an existing tokenizer directory, or a table
+``{algo, vocab_size, input, ...}`` trained first into ``RUN_DIR/data/tokenizer``.
+``RUN_DIR/data/*.manifest.json`` record what was built from what (paths, sizes, modification
+times, tokenizer spec); a later run or ``--resume`` with the same inputs reuses it instead of
+tokenising again.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lmlab.data.shards import INDEX_FILE, TokenShards
+from lmlab.errors import LmlabError
+from lmlab.fileio import read_json, write_json
+from lmlab.train.config import DataConfig
+
+DEFAULT_DATA = "../shared/data"
+
+
+@dataclass
+class RunData:
+    train: TokenShards
+    val: TokenShards
+    tokenizer: Any
+
+
+def expand(entry: str) -> str:
+    """Expand ``$LMLAB_DATA`` (default ``../shared/data``), other variables and ``~``."""
+    env = dict(os.environ)
+    env.setdefault("LMLAB_DATA", DEFAULT_DATA)
+    for name in ("LMLAB_DATA",):
+        entry = entry.replace("${" + name + "}", env[name]).replace("$" + name, env[name])
+    return os.path.expanduser(os.path.expandvars(entry))
+
+
+def resolve(entries: list[str], what: str) -> list[Path]:
+    """Paths named by ``entries``: shard directories as they are; text directories and globs expanded."""
+    out: list[Path] = []
+    for entry in entries:
+        path = expand(entry)
+        if any(c in path for c in "*?["):
+            matches = sorted(glob.glob(path))
+            if not matches:
+                raise LmlabError(f"{what} pattern {entry!r} matches no file", "check the path (and $LMLAB_DATA)")
+            out.extend(Path(m) for m in matches)
+            continue
+        p = Path(path)
+        if not p.exists():
+            hint = " (is $LMLAB_DATA set?)" if "LMLAB_DATA" in entry else ""
+            raise LmlabError(f"{what} {p} does not exist{hint}",
+                             "pass token shards from `lmlab data prepare` or text files")
+        if p.is_dir() and not (p / INDEX_FILE).is_file():
+            files = sorted(f for f in p.iterdir() if f.is_file() and f.suffix in (".txt", ".tokens", ".raw"))
+            if not files:
+                raise LmlabError(f"{what} directory {p} holds neither token shards (index.json) nor text files",
+                                 "create shards with `lmlab data prepare` or point at text files")
+            out.extend(files)
+        else:
+            out.append(p)
+    return out
+
+
+def _is_shards(p: Path) -> bool:
+    return p.is_dir() and (p / INDEX_FILE).is_file()
+
+
+def _kind(paths: list[Path], what: str) -> str:
+    shards = [p for p in paths if _is_shards(p)]
+    if not shards:
+        return "text"
+    if len(paths) > 1:
+        raise LmlabError(f"{what} mixes token shards with other inputs ({', '.join(map(str, paths[:3]))})",
+                         "give one shards directory, or only text files")
+    return "shards"
+
+
+def _fingerprint(files: list[Path]) -> list[list]:
+    return [[str(f.resolve()), f.stat().st_size, int(f.stat().st_mtime)] for f in files]
+
+
+def prepare_run_data(cfg: DataConfig, run_dir: Path, log: Callable[[str], None], build: bool = True) -> RunData:
+    """Open (building first when ``build``) the train and val token shards of a run."""
+    train_paths = resolve(cfg.train, "data.train")
+    val_paths = resolve(cfg.val, "data.val") if cfg.val else []
+    data_dir = run_dir / "data"
+    tok_spec = cfg.tokenizer
+    tokenizer = None
+    tok_dir: Path | None = None
+
+    if _kind(train_paths, "data.train") == "shards":
+        train = TokenShards(train_paths[0], "train")
+        tok_dir = train.directory / "tokenizer"
+    else:
+        tok_dir = _tokenizer_dir(tok_spec, train_paths, data_dir, cfg, log, build)
+        split_val = not val_paths
+        if split_val and cfg.val_fraction == 0:
+            raise LmlabError("no validation data: data.val is empty and data.val_fraction is 0",
+                             "set data.val to text files or shards, or data.val_fraction=0.01")
+        out = _prepare_text(train_paths, data_dir / "train", tok_dir, cfg,
+                            cfg.val_fraction if split_val else 0.0, log, build)
+        train = TokenShards(out, "train")
+        if split_val:
+            val_paths = [out]
+
+    if not val_paths:
+        val = _split_or_fail(train.directory, "val", "data.train shards have an empty val split; set data.val")
+    elif _kind(val_paths, "data.val") == "shards":
+        index = read_json(val_paths[0] / INDEX_FILE, "shards index")
+        split = "val" if index.get("splits", {}).get("val", {}).get("tokens") else "train"
+        val = TokenShards(val_paths[0], split)
+    else:
+        out = _prepare_text(val_paths, data_dir / "val", tok_dir, cfg, 0.0, log, build)
+        val = TokenShards(out, "train")
+
+    sha_t = train.index.get("tokenizer", {}).get("sha256")
+    sha_v = val.index.get("tokenizer", {}).get("sha256")
+    if sha_t and sha_v and sha_t != sha_v:
+        raise LmlabError(f"train shards {train.directory} and val shards {val.directory} were made with "
+                         "different tokenizers", "prepare both with the same tokenizer")
+    tokenizer = train.tokenizer()
+    return RunData(train, val, tokenizer)
+
+
+def _split_or_fail(directory: Path, split: str, message: str) -> TokenShards:
+    index = read_json(directory / INDEX_FILE, "shards index")
+    if not index.get("splits", {}).get(split, {}).get("tokens"):
+        raise LmlabError(message, "or re-run `lmlab data prepare` with --val-fraction")
+    return TokenShards(directory, split)
+
+
+def _tokenizer_dir(spec, train_paths: list[Path], data_dir: Path, cfg: DataConfig,
+                   log: Callable[[str], None], build: bool) -> Path:
+    if isinstance(spec, str):
+        if not spec:
+            raise LmlabError("data.train is text but no data.tokenizer is given",
+                             "set data.tokenizer to a tokenizer directory or a table {algo, vocab_size}")
+        p = Path(expand(spec))
+        if not p.exists():
+            raise LmlabError(f"data.tokenizer {p} does not exist",
+                             "train one with `lmlab tokenizer train` or give a table {algo, vocab_size}")
+        return p
+    spec = dict(spec)
+    algo = spec.pop("algo", None)
+    vocab_size = spec.pop("vocab_size", None)
+    if not algo:
+        raise LmlabError("data.tokenizer table needs algo", "e.g. tokenizer = {algo = \"bytelevel\", vocab_size = 4096}")
+    inputs = spec.pop("input", None)
+    files = resolve([inputs] if isinstance(inputs, str) else inputs, "data.tokenizer.input") if inputs \
+        else train_paths
+    out = data_dir / "tokenizer"
+    manifest = {"algo": algo, "vocab_size": vocab_size, "options": spec, "inputs": _fingerprint(files),
+                "encoding": cfg.encoding}
+    if _manifest_matches(out, manifest):
+        return out
+    if not build:
+        raise LmlabError(f"tokenizer {out} is missing", "run without --resume to build it")
+    from lmlab.fileio import iter_text_lines
+    from lmlab.tokenizers import train_tokenizer
+
+    def texts():
+        for f in files:
+            yield from iter_text_lines(f, cfg.encoding)
+
+    log(f"training a {algo} tokenizer (vocab_size={vocab_size}) on {len(files)} file(s)")
+    try:
+        tok = train_tokenizer(algo, texts(), vocab_size=vocab_size, **spec)
+    except TypeError as e:
+        raise LmlabError(f"data.tokenizer has an option the {algo} trainer does not take ({e})",
+                         "use algo, vocab_size, input and the trainer's options") from None
+    tok.save(out)
+    write_json(_manifest_path(out), manifest)
+    return out
+
+
+def _manifest_path(directory: Path) -> Path:
+    return directory.with_name(directory.name + ".manifest.json")
+
+
+def _manifest_matches(directory: Path, manifest: dict) -> bool:
+    path = _manifest_path(directory)
+    if not path.is_file() or not directory.is_dir():
+        return False
+    try:
+        return read_json(path) == _jsonable(manifest)
+    except LmlabError:
+        return False
+
+
+def _jsonable(obj):
+    import json
+
+    return json.loads(json.dumps(obj))
+
+
+def _prepare_text(files: list[Path], out: Path, tok_dir: Path, cfg: DataConfig, val_fraction: float,
+                  log: Callable[[str], None], build: bool) -> Path:
+    from lmlab.data.shards import tokenizer_sha256
+    from lmlab.data.prepare import prepare_shards
+
+    manifest = {"inputs": _fingerprint(files), "tokenizer": tokenizer_sha256(tok_dir),
+                "val_fraction": val_fraction, "doc_separator": cfg.doc_separator, "encoding": cfg.encoding,
+                "append_eos": cfg.append_eos}
+    if _manifest_matches(out, manifest) and (out / INDEX_FILE).is_file():
+        return out
+    if not build:
+        raise LmlabError(f"token shards {out} are missing or stale", "run without --resume to rebuild them")
+    log(f"tokenising {len(files)} file(s) into {out}")
+    summary = prepare_shards(tok_dir, [str(f) for f in files], out, val_fraction=val_fraction,
+                             workers=cfg.workers, encoding=cfg.encoding, doc_separator=cfg.doc_separator,
+                             append_eos=cfg.append_eos, progress=False)
+    for line in summary.report().splitlines():
+        log(line)
+    write_json(_manifest_path(out), manifest)
+    return out

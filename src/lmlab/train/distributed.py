@@ -1,0 +1,139 @@
+"""Running one training script on several processes with PyTorch's own distributed engine.
+
+``torchrun --nproc_per_node=N -m lmlab.cli pretrain ...`` starts N copies of the same command
+with ``RANK``/``WORLD_SIZE``/``LOCAL_RANK`` set; :func:`init` joins them into a process group
+(NCCL on GPUs, gloo on CPUs). :func:`parallelize` is the one place where a module is wrapped:
+
+* **DDP** (data parallel; Li et al. 2020): every process holds the whole model, computes
+  gradients on its own slice of the global batch, and the gradients are averaged with an
+  all-reduce during backward. The default.
+* **FSDP** (fully sharded, PyTorch's ``fully_shard``/FSDP2; Zhao et al. 2023): parameters,
+  gradients and optimizer state are sharded across processes and gathered layer by layer;
+  ``train.distributed = "fsdp"``, or ``auto`` for models above ``FSDP_MIN_PARAMS`` parameters.
+
+Model code never imports ``torch.distributed``: only this module does.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+FSDP_MIN_PARAMS = 1_000_000_000
+
+
+@dataclass
+class DistInfo:
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    local_world_size: int = 1
+    mode: str = "single"   # single | ddp | fsdp
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def enabled(self) -> bool:
+        return self.world_size > 1
+
+
+def launched_world_size() -> int:
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def init(device_type: str) -> DistInfo:
+    """Join the process group when launched by torchrun (``WORLD_SIZE`` > 1); else a 1-process info."""
+    world = launched_world_size()
+    if world <= 1:
+        return DistInfo()
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        backend = "nccl" if device_type == "cuda" else "gloo"
+        dist.init_process_group(backend=backend)
+    return DistInfo(rank=dist.get_rank(), world_size=dist.get_world_size(),
+                    local_rank=int(os.environ.get("LOCAL_RANK", "0")),
+                    local_world_size=int(os.environ.get("LOCAL_WORLD_SIZE", str(world))))
+
+
+def shutdown(info: DistInfo) -> None:
+    if info.enabled:
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def parallelize(module: nn.Module, info: DistInfo, mode: str, device: torch.device) -> nn.Module:
+    """Wrap ``module`` for data-parallel training (no-op on one process); sets ``info.mode``."""
+    if not info.enabled:
+        info.mode = "single"
+        return module
+    n_params = sum(p.numel() for p in module.parameters())
+    if mode == "auto":
+        mode = "fsdp" if n_params >= FSDP_MIN_PARAMS else "ddp"
+    info.mode = mode
+    if mode == "fsdp":
+        from torch.distributed.fsdp import fully_shard
+
+        for m in module.modules():  # shard block by block, then the rest (embeddings, heads)
+            if type(m).__name__ == "TransformerBlock":
+                fully_shard(m)
+        fully_shard(module)
+        return module
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    ids = [device.index] if device.type == "cuda" else None
+    return DDP(module, device_ids=ids)
+
+
+def no_sync(module: nn.Module, last_micro_step: bool):
+    """Skip the gradient all-reduce on all but the last micro-batch of a gradient-accumulation step."""
+    import contextlib
+
+    if last_micro_step or not hasattr(module, "no_sync"):
+        return contextlib.nullcontext()
+    return module.no_sync()
+
+
+def mean_across(values: list[float], info: DistInfo, device: torch.device) -> list[float]:
+    """Average a few floats over all processes (for logging)."""
+    if not info.enabled:
+        return values
+    import torch.distributed as dist
+
+    t = torch.tensor(values, dtype=torch.float64, device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.SUM)
+    return (t / info.world_size).tolist()
+
+
+def barrier(info: DistInfo) -> None:
+    if info.enabled:
+        import torch.distributed as dist
+
+        dist.barrier()
+
+
+def broadcast_flag(flag: bool, info: DistInfo, device: torch.device) -> bool:
+    """Rank 0's ``flag`` on every process (e.g. "rank 0 failed while preparing data")."""
+    if not info.enabled:
+        return flag
+    import torch.distributed as dist
+
+    t = torch.tensor([int(flag)], device=device)
+    dist.broadcast(t, src=0)
+    return bool(t.item())
+
+
+def full_state_dict(module: nn.Module, info: DistInfo) -> dict[str, torch.Tensor]:
+    """The unsharded ``state_dict`` of ``module`` on CPU (gathered under FSDP; collective call)."""
+    if info.mode == "fsdp":
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+        return get_model_state_dict(module, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    return {k: v.detach().cpu() for k, v in module.state_dict().items()}

@@ -1,0 +1,436 @@
+"""The pretraining loop: ``pretrain(config, out_dir)`` and what it writes into ``RUN_DIR``.
+
+One optimizer step (nanoGPT's loop, with the pieces torchtitan keeps separate):
+
+1. set the learning rate of this step (:func:`lmlab.train.optim.lr_at`);
+2. for each of ``grad_accum`` micro-batches: read ``batch_size`` packed windows at the current
+   data position (this process's slice of the global batch), let the objective turn them into
+   model inputs (:meth:`Objective.prepare`), run forward under autocast if enabled, and
+   backpropagate ``loss / grad_accum`` (the gradient all-reduce of DDP runs on the last one);
+3. clip the global gradient norm, take the AdamW step, advance the data position by the global
+   batch;
+4. log, evaluate every ``eval_every`` steps, checkpoint every ``checkpoint_every`` steps.
+
+Determinism: every micro-batch re-seeds the torch RNG (dropout) and the objective's generator
+(masking) from ``(seed, step, index of the micro-batch in the global batch)``. So a run is a pure
+function of its config, a resumed run repeats the uninterrupted one exactly, and 2 processes with
+``grad_accum=1`` compute exactly what 1 process computes with ``grad_accum=2``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from lmlab.data.packing import PackedWindows, eval_starts, read_windows
+from lmlab.errors import LmlabError
+from lmlab.fileio import atomic_write_text, write_json
+from lmlab.train import distributed as dist_
+from lmlab.train.checkpoint import (
+    latest_checkpoint,
+    load_train_checkpoint,
+    restore_rng,
+    rng_tensors,
+    save_train_checkpoint,
+)
+from lmlab.train.config import RunConfig, load_config, read_toml, to_toml
+from lmlab.train.data import prepare_run_data
+from lmlab.train.device import setup_machine
+from lmlab.train.metrics import MetricsLog, perplexity, plot_losses, progress_bar
+from lmlab.train.optim import build_optimizer, load_optimizer_tensors, lr_at, optimizer_tensors, set_lr
+
+#: train.* keys that may change on --resume without changing the run's past or its arithmetic
+RESUME_FREE_KEYS = {"max_steps", "eval_every", "eval_batches", "checkpoint_every", "keep_checkpoints",
+                    "log_every", "threads", "progress", "eval_at_start", "device", "distributed"}
+
+
+class TrainStep(nn.Module):
+    """Model + objective as one module: DDP/FSDP wrap both (an objective may own parameters), and
+    the objective's ``loss`` still receives the bare model."""
+
+    def __init__(self, model: nn.Module, objective: nn.Module):
+        super().__init__()
+        self.model = model
+        self.objective = objective
+
+    def forward(self, inputs: dict[str, torch.Tensor]):
+        return self.objective.loss(self.model, inputs)
+
+
+def micro_seed(seed: int, step: int, index: int) -> int:
+    """Seed of micro-batch ``index`` (in the global batch) of optimizer step ``step``."""
+    return (seed * 1_000_003 + step * 7919 + index * 104_729 + 12_345) % (2**63 - 1)
+
+
+def pretrain(config: str | os.PathLike | dict | RunConfig | None, out_dir: str | os.PathLike,
+             overrides: list[str] | dict[str, Any] | None = None, resume: bool = False,
+             log: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Pretrain a model as ``config`` says, writing the run into ``out_dir``; return its summary.
+
+    ``config``: a recipe TOML path, a TOML-shaped dict or a :class:`RunConfig` (None with
+    ``resume``: the run's own ``config.toml``). ``overrides``: ``["train.max_steps=100", ...]``
+    or a ``{"train.max_steps": 100}`` dict. ``resume``: continue from the newest complete
+    checkpoint in ``out_dir`` (starts from scratch when there is none).
+    """
+    run_dir = Path(out_dir)
+    if config is None:
+        if not (resume and (run_dir / "config.toml").is_file()):
+            raise LmlabError("no config given", "pass --config FILE (or --resume on an existing run directory)")
+        config = run_dir / "config.toml"
+    cfg = load_config(config, overrides)
+    return Trainer(cfg, run_dir, resume, log).run()
+
+
+class Trainer:
+    def __init__(self, cfg: RunConfig, run_dir: Path, resume: bool, log: Callable[[str], None] | None):
+        self.cfg = cfg
+        self.run_dir = run_dir
+        self.resume = resume
+        self._print = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
+        self.bar = None
+
+    # ------------------------------------------------------------------ reporting
+    def log(self, msg: str) -> None:
+        if not self.info.is_main:
+            return
+        if self.bar is not None and not self.bar.disable:
+            self.bar.write(msg, file=sys.stderr)
+        else:
+            self._print(msg)
+
+    # ------------------------------------------------------------------ setup
+    def setup(self) -> None:
+        from lmlab.models import CONFIG_ARCHITECTURE, PRESETS
+        from lmlab.objectives import get_objective
+
+        cfg, t = self.cfg, self.cfg.train
+        dev_type = "cuda" if (t.device.startswith("cuda") or (t.device == "auto" and torch.cuda.is_available())) \
+            else "cpu"
+        self.info = dist_.init(dev_type)
+        threads, precision = t.threads, t.precision
+        saved = self._saved_machine()
+        if saved:  # resume: keep the run's own automatic choices (numerics must not change mid-run)
+            threads = threads or saved.get("threads", 0)
+            precision = saved.get("precision", precision) if precision == "auto" else precision
+        width = int(cfg.model.overrides.get("d_model", getattr(PRESETS[cfg.model.preset](), "d_model", 256)))
+        self.machine = setup_machine(t.device, threads, precision, self.info.local_rank,
+                                     self.info.local_world_size, width)
+        for note in self.machine.notes:
+            self.log(note)
+
+        # cheap checks first: nothing is tokenised or trained for a recipe that cannot run
+        objective_cls = get_objective(cfg.objective.name)
+        base = PRESETS[cfg.model.preset]()
+        arch = CONFIG_ARCHITECTURE.get(type(base), "?")
+        if objective_cls.architectures and arch not in objective_cls.architectures:
+            raise LmlabError(f"objective {cfg.objective.name!r} trains {'/'.join(objective_cls.architectures)} "
+                             f"models, but preset {cfg.model.preset} is a {arch}",
+                             f"pick a {objective_cls.architectures[0]} preset or another objective")
+        max_pos = cfg.model.overrides.get("max_positions", getattr(base, "max_positions", None))
+        if max_pos is not None and t.seq_len > max_pos:
+            raise LmlabError(f"train.seq_len {t.seq_len} is longer than the model's {max_pos} positions",
+                             f"set train.seq_len <= {max_pos} (or model.max_positions)")
+        self.ckpt = self._check_run_dir()
+
+        # data (rank 0 builds, the others wait and open it)
+        ok = True
+        if self.info.is_main:
+            try:
+                self.data = prepare_run_data(cfg.data, self.run_dir, self.log)
+            except BaseException:
+                ok = False
+                dist_.broadcast_flag(False, self.info, self.machine.device)
+                raise
+        if dist_.broadcast_flag(ok, self.info, self.machine.device) and not self.info.is_main:
+            self.data = prepare_run_data(cfg.data, self.run_dir, self.log, build=False)
+        if not ok:
+            raise LmlabError("data preparation failed on rank 0", "see its error")
+        tok = self.data.tokenizer
+
+        # model and objective
+        self.objective = objective_cls(tok, **cfg.objective.params)
+        self.model_config = self._model_config(tok, self.data.train.vocab_size)
+        from lmlab.models import build_model
+
+        torch.manual_seed(t.seed)
+        self.model = build_model(self.model_config, heads=objective_cls.heads or None)
+        self.model.tokenizer = tok
+        self.model.to(self.machine.device)
+        self.objective.to(self.machine.device)
+        self.step_module = dist_.parallelize(TrainStep(self.model, self.objective), self.info, t.distributed,
+                                             self.machine.device)
+        self.optimizer = build_optimizer([self.model, self.objective], t)
+        self.scaler = torch.amp.GradScaler(self.machine.device.type) \
+            if self.machine.dtype is torch.float16 and self.machine.device.type == "cuda" else None
+        self.windows = PackedWindows(self.data.train, t.seq_len, t.seed)
+        starts = eval_starts(self.data.val, t.seq_len, t.eval_batches * t.batch_size)
+        self.val_starts = starts[self.info.rank::self.info.world_size]
+        self.rows_per_step = t.batch_size * t.grad_accum * self.info.world_size
+        self.metrics = MetricsLog(self.run_dir / "metrics.jsonl")
+        self.step, self.tokens, self.position, self.initial_val = 0, 0, 0, None
+        self.elapsed0 = 0.0
+        n = self.model.num_parameters()
+        self.log(f"model: {cfg.model.preset} ({arch}), {n:,} parameters, vocabulary {self.model_config.vocab_size:,}"
+                 f"; objective: {cfg.objective.name}; {self.info.world_size} process(es), mode {self.info.mode}")
+        self.log(f"data: train {self.data.train.num_tokens:,} tokens ({self.windows.windows_per_epoch:,} windows of "
+                 f"{t.seq_len}), val {self.data.val.num_tokens:,} tokens ({len(starts)} eval windows); "
+                 f"global batch {self.rows_per_step} x {t.seq_len} = {self.rows_per_step * t.seq_len:,} tokens")
+        if self.ckpt is not None:
+            self._restore(self.ckpt)
+
+    def _saved_machine(self) -> dict | None:
+        if not self.resume:
+            return None
+        path = latest_checkpoint(self.run_dir)
+        if path is None:
+            return None
+        from lmlab.fileio import read_json
+
+        return read_json(path / "train_state.json", "train state").get("machine")
+
+    def _model_config(self, tok, vocab_size: int):
+        from lmlab.models import get_preset
+
+        overrides = dict(self.cfg.model.overrides)
+        overrides.setdefault("vocab_size", vocab_size)
+        if overrides["vocab_size"] < vocab_size:
+            raise LmlabError(f"model.vocab_size {overrides['vocab_size']} is smaller than the tokenizer's "
+                             f"{vocab_size} tokens", f"set model.vocab_size >= {vocab_size} or leave it out")
+        fields = {f.name for f in dataclasses.fields(type(get_preset(self.cfg.model.preset)))}
+        for role in ("pad", "bos", "eos"):
+            key = f"{role}_token_id"
+            if key in fields and key not in overrides and tok.role_id(role) is not None:
+                overrides[key] = tok.role_id(role)
+        return get_preset(self.cfg.model.preset, **overrides)
+
+    def _check_run_dir(self) -> Path | None:
+        existing = latest_checkpoint(self.run_dir)
+        if not self.resume:
+            if existing is not None:
+                raise LmlabError(f"{self.run_dir} already holds a run (checkpoint {existing.name})",
+                                 "pass --resume to continue it, or choose a new --out")
+            return None
+        if existing is None:
+            self.log(f"resume: no checkpoint in {self.run_dir / 'checkpoints'}, starting from scratch")
+            return None
+        saved_path = self.run_dir / "config.toml"
+        if saved_path.is_file():
+            self._compare_configs(load_config(read_toml(saved_path)))
+        return existing
+
+    def _compare_configs(self, saved: RunConfig) -> None:
+        now, old = self.cfg.to_dict(), saved.to_dict()
+        diffs = []
+        for section in now:
+            for key in sorted(set(now[section]) | set(old[section])):
+                if now[section].get(key) != old[section].get(key):
+                    diffs.append((section, key))
+        fatal = [f"{s}.{k}" for s, k in diffs if s in ("model", "objective") or (s, k) == ("data", "tokenizer")]
+        if fatal:
+            raise LmlabError(f"--resume with a different {', '.join(fatal)} than the run was started with",
+                             "resume with the run's own config (RUN_DIR/config.toml) or start a new run")
+        changed = [f"{s}.{k}" for s, k in diffs if not (s == "train" and k in RESUME_FREE_KEYS)]
+        if changed:
+            self.log(f"warning: resuming with changed {', '.join(changed)}: the continued run will differ "
+                     "from an uninterrupted one")
+
+    def _restore(self, path: Path) -> None:
+        from lmlab.models.checkpoint import load_state
+
+        if self.info.mode == "fsdp":
+            raise LmlabError("--resume under FSDP is not supported yet", "resume with train.distributed=ddp")
+        tensors, meta, weights = load_train_checkpoint(path)
+        load_state(self.model, weights, str(path))
+        obj_state = {k[len("objective."):]: v for k, v in tensors.items() if k.startswith("objective.")}
+        if obj_state:
+            self.objective.load_state_dict(obj_state)
+        load_optimizer_tensors(self.optimizer, {k: v for k, v in tensors.items() if k.startswith("state.")},
+                               meta["optimizer"])
+        restore_rng(tensors)
+        self.step, self.tokens, self.position = meta["step"], meta["tokens"], meta["data_position"]
+        self.initial_val = meta.get("initial_val")
+        self.elapsed0 = meta.get("elapsed_s", 0.0)
+        if self.info.is_main:
+            self.metrics.truncate_after(self.step)
+        self.log(f"resumed from {path} at step {self.step} (data position {self.position:,} windows, "
+                 f"epoch {self.windows.epoch_of(self.position):.2f})")
+
+    # ------------------------------------------------------------------ evaluation
+    @torch.no_grad()
+    def evaluate(self) -> dict[str, float]:
+        """Mean validation loss (weighted by predicted tokens when the objective reports ``targets``)."""
+        t = self.cfg.train
+        self.model.eval()
+        self.objective.eval()
+        gen = torch.Generator(device=self.machine.device)
+        total, weight = 0.0, 0.0
+        for i in range(0, len(self.val_starts), t.batch_size):
+            batch = read_windows(self.data.val, self.val_starts[i:i + t.batch_size], t.seq_len)
+            gen.manual_seed(micro_seed(t.seed, -1, i))
+            inputs = self.objective.prepare(batch.to(self.machine.device), gen)
+            with self.machine.autocast():
+                loss, extra = self.objective.loss(self.model, inputs)
+            w = float(extra.get("targets", 1.0))
+            total += float(loss) * w
+            weight += w
+        total, weight = dist_.mean_across([total, weight], self.info, self.machine.device)
+        self.model.train()
+        self.objective.train()
+        mean = total / max(weight, 1e-12)
+        return {"val_loss": mean, "val_ppl": perplexity(mean), "val_bpb": self.data.val.bits_per_byte(mean)}
+
+    # ------------------------------------------------------------------ training
+    def train_step(self) -> dict[str, float]:
+        t, dev = self.cfg.train, self.machine.device
+        lr = lr_at(self.step, t)
+        set_lr(self.optimizer, lr)
+        gen = torch.Generator(device=dev)
+        losses, extras = [], {}
+        for micro in range(t.grad_accum):
+            index = self.info.rank * t.grad_accum + micro
+            batch = self.windows.batch(self.position + index * t.batch_size, t.batch_size).to(dev)
+            seed = micro_seed(t.seed, self.step, index)
+            gen.manual_seed(seed)
+            inputs = self.objective.prepare(batch, gen)
+            torch.manual_seed(seed)
+            with dist_.no_sync(self.step_module, micro == t.grad_accum - 1):
+                with self.machine.autocast():
+                    loss, extra = self.step_module(inputs)
+                scaled = loss / t.grad_accum
+                (self.scaler.scale(scaled) if self.scaler else scaled).backward()
+            losses.append(loss.detach())
+            for k, v in extra.items():
+                if k != "targets" and isinstance(v, (int, float)):
+                    extras[k] = extras.get(k, 0.0) + float(v) / t.grad_accum
+        if self.scaler:
+            self.scaler.unscale_(self.optimizer)
+        params = [p for g in self.optimizer.param_groups for p in g["params"]]
+        norm = torch.nn.utils.clip_grad_norm_(params, t.clip if t.clip > 0 else float("inf"))
+        if self.scaler:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.step += 1
+        self.position += self.rows_per_step
+        self.tokens += self.rows_per_step * t.seq_len
+        loss = float(torch.stack(losses).mean())
+        keys = sorted(extras)
+        vals = dist_.mean_across([loss, float(norm)] + [extras[k] for k in keys], self.info, dev)
+        if not math.isfinite(vals[0]):
+            raise LmlabError(f"the training loss became {vals[0]} at step {self.step}",
+                             "lower train.lr, raise train.warmup_steps or use train.precision=fp32")
+        return {"loss": vals[0], "lr": lr, "grad_norm": vals[1], **dict(zip(keys, vals[2:]))}
+
+    def save(self) -> None:
+        t = self.cfg.train
+        tensors = {}
+        if self.info.mode != "fsdp":
+            tensors, opt_meta = optimizer_tensors(self.optimizer)
+        else:
+            opt_meta = {"param_groups": []}
+        for k, v in self.objective.state_dict().items():
+            tensors[f"objective.{k}"] = v.detach().cpu()
+        tensors.update(rng_tensors())
+        meta = {"step": self.step, "tokens": self.tokens, "data_position": self.position,
+                "epoch": self.windows.epoch_of(self.position), "rows_per_step": self.rows_per_step,
+                "world_size": self.info.world_size, "optimizer": opt_meta, "initial_val": self.initial_val,
+                "elapsed_s": self.elapsed(), "config": self.cfg.to_dict(),
+                "machine": {"threads": self.machine.threads, "precision": self.machine.precision}}
+        model = self.model
+        if self.info.mode == "fsdp":  # gather the full weights (collective) into a CPU copy
+            state = dist_.full_state_dict(self.model, self.info)
+            if self.info.is_main:
+                from lmlab.models import build_model
+
+                model = build_model(self.model_config, heads=self.model.head_names)
+                model.load_state_dict(state)
+                model.tokenizer = self.model.tokenizer
+        if self.info.is_main:
+            path = save_train_checkpoint(self.run_dir, self.step, model, tensors, meta, t.keep_checkpoints)
+            self.last_checkpoint = path
+        dist_.barrier(self.info)
+
+    def elapsed(self) -> float:
+        return self.elapsed0 + time.perf_counter() - self.t_start
+
+    def run(self) -> dict[str, Any]:
+        self.t_start = time.perf_counter()
+        self.info = dist_.DistInfo()
+        try:
+            self.setup()
+            return self._run()
+        finally:
+            if self.bar is not None:
+                self.bar.close()
+            dist_.shutdown(self.info)
+
+    def _run(self) -> dict[str, Any]:
+        t = self.cfg.train
+        self.last_checkpoint = latest_checkpoint(self.run_dir)
+        if self.info.is_main:
+            atomic_write_text(self.run_dir / "config.toml", to_toml(self.cfg))
+        if self.step == 0 and t.eval_at_start and self.initial_val is None:
+            self.initial_val = self.evaluate()
+            self.log(f"step 0: val loss {self.initial_val['val_loss']:.4f}, "
+                     f"ppl {self.initial_val['val_ppl']:.1f}, {self.initial_val['val_bpb']:.3f} bits/byte")
+        rows = self.metrics.rows() if self.info.is_main else []
+        show = self.info.is_main and (t.progress == "on" or (t.progress == "auto" and sys.stderr.isatty()))
+        self.bar = progress_bar(t.max_steps, self.step, show)
+        last: dict[str, Any] = rows[-1] if rows else {}
+        start_tokens, t_loop = self.tokens, time.perf_counter()
+        while self.step < t.max_steps:
+            t0 = time.perf_counter()
+            row = self.train_step()
+            dt = time.perf_counter() - t0
+            row = {"step": self.step, "tokens": self.tokens, **row,
+                   "tokens_per_s": round(self.rows_per_step * t.seq_len / max(dt, 1e-9), 1),
+                   "elapsed_s": round(self.elapsed(), 3)}
+            final = self.step == t.max_steps
+            if self.step % t.eval_every == 0 or final:
+                row.update(self.evaluate())
+                self.log(f"step {self.step}: train loss {row['loss']:.4f}, val loss {row['val_loss']:.4f}, "
+                         f"ppl {row['val_ppl']:.1f}, {row['val_bpb']:.3f} bits/byte")
+            if self.info.is_main and (self.step % t.log_every == 0 or "val_loss" in row or final):
+                self.metrics.append(row)
+                rows.append(row)
+            last = row
+            rate = (self.tokens - start_tokens) / max(time.perf_counter() - t_loop, 1e-9)
+            self.bar.set_postfix(loss=f"{row['loss']:.3f}", tok_s=f"{rate:,.0f}", refresh=False)
+            self.bar.update(1)
+            if self.step % t.checkpoint_every == 0 or final:
+                self.save()
+                if self.info.is_main:
+                    self._plot(rows)
+        if self.info.is_main and rows:
+            self._plot(rows)
+        vals = [r for r in rows if "val_loss" in r]
+        summary = {
+            "run_dir": str(self.run_dir), "steps": self.step, "tokens": self.tokens,
+            "train_loss": last.get("loss"), "val_loss": vals[-1]["val_loss"] if vals else None,
+            "val_ppl": vals[-1]["val_ppl"] if vals else None, "val_bpb": vals[-1]["val_bpb"] if vals else None,
+            "initial_val_loss": (self.initial_val or {}).get("val_loss"),
+            "parameters": self.model.num_parameters(), "seconds": round(self.elapsed(), 2),
+            "tokens_per_s": round((self.tokens - start_tokens) / max(time.perf_counter() - t_loop, 1e-9), 1),
+            "checkpoint": str(self.last_checkpoint) if self.last_checkpoint else None,
+            "world_size": self.info.world_size, "threads": self.machine.threads,
+            "precision": self.machine.precision,
+        }
+        if self.info.is_main:
+            write_json(self.run_dir / "summary.json", summary)
+        return summary
+
+    def _plot(self, rows: list[dict]) -> None:
+        init = (self.initial_val or {}).get("val_loss")
+        plot_losses(rows, self.run_dir / "loss.png", f"{self.cfg.model.preset} / {self.cfg.objective.name}", init)
+

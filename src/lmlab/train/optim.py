@@ -1,0 +1,91 @@
+"""AdamW with the usual parameter groups, and the learning-rate schedule.
+
+* **Weight decay** (Loshchilov & Hutter 2019, decoupled) applies to the matrices of linear
+  layers only: biases, norm gains and embedding tables (and so a tied LM head) are not decayed,
+  as in GPT-2/nanoGPT and BERT.
+* **Schedule**: linear warmup from ``lr/warmup`` to ``lr`` over ``warmup_steps``, then cosine
+  (Loshchilov & Hutter 2017, SGDR without restarts) or linear decay to ``min_lr`` at
+  ``decay_steps``, and ``min_lr`` afterwards (nanoGPT's ``get_lr``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+import torch
+from torch import nn
+
+from lmlab.train.config import TrainConfig
+
+
+def param_groups(modules: Iterable[nn.Module], weight_decay: float) -> list[dict]:
+    """Two AdamW groups over the distinct trainable parameters of ``modules``: decayed and not."""
+    no_decay: set[int] = set()
+    for module in modules:
+        for m in module.modules():
+            if isinstance(m, nn.Embedding):
+                no_decay.add(id(m.weight))
+    decay, plain, seen = [], [], set()
+    for module in modules:
+        for p in module.parameters():
+            if not p.requires_grad or id(p) in seen:
+                continue
+            seen.add(id(p))
+            (plain if p.dim() < 2 or id(p) in no_decay else decay).append(p)
+    groups = [{"params": decay, "weight_decay": weight_decay}, {"params": plain, "weight_decay": 0.0}]
+    return [g for g in groups if g["params"]]
+
+
+def build_optimizer(modules: Iterable[nn.Module], cfg: TrainConfig) -> torch.optim.AdamW:
+    modules = list(modules)
+    return torch.optim.AdamW(param_groups(modules, cfg.weight_decay), lr=cfg.lr, betas=tuple(cfg.betas),
+                             eps=cfg.eps)
+
+
+def lr_at(step: int, cfg: TrainConfig) -> float:
+    """Learning rate for optimizer step ``step`` (0-based: the first update uses ``lr_at(0)``)."""
+    if cfg.schedule == "constant":
+        return cfg.lr * min(1.0, (step + 1) / cfg.warmup_steps) if cfg.warmup_steps else cfg.lr
+    if step < cfg.warmup_steps:
+        return cfg.lr * (step + 1) / cfg.warmup_steps
+    end = cfg.decay_steps or cfg.max_steps
+    if step >= end:
+        return cfg.min_lr
+    frac = (step - cfg.warmup_steps) / max(1, end - cfg.warmup_steps)
+    if cfg.schedule == "cosine":
+        frac = 0.5 * (1.0 - math.cos(math.pi * frac))
+    return cfg.lr - frac * (cfg.lr - cfg.min_lr)
+
+
+def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
+    for g in optimizer.param_groups:
+        g["lr"] = lr
+
+
+# --------------------------------------------------------------------------- state <-> safetensors
+def optimizer_tensors(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], dict]:
+    """Optimizer state as flat tensors ``state.{param_index}.{name}`` + JSON-able param groups."""
+    sd = optimizer.state_dict()
+    tensors = {}
+    for idx, st in sd["state"].items():
+        for name, value in st.items():
+            t = value if torch.is_tensor(value) else torch.tensor(value)
+            tensors[f"state.{idx}.{name}"] = t.detach().cpu().contiguous()
+    groups = [{k: (list(v) if isinstance(v, tuple) else v) for k, v in g.items()} for g in sd["param_groups"]]
+    return tensors, {"param_groups": groups}
+
+
+def load_optimizer_tensors(optimizer: torch.optim.Optimizer, tensors: dict[str, torch.Tensor], meta: dict) -> None:
+    """Inverse of :func:`optimizer_tensors` (tensors moved to each parameter's device)."""
+    state: dict[int, dict[str, torch.Tensor]] = {}
+    for key, t in tensors.items():
+        _, idx, name = key.split(".", 2)
+        state.setdefault(int(idx), {})[name] = t
+    groups = []
+    for g in meta["param_groups"]:
+        g = dict(g)
+        if "betas" in g:
+            g["betas"] = tuple(g["betas"])
+        groups.append(g)
+    optimizer.load_state_dict({"state": state, "param_groups": groups})

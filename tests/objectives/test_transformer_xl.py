@@ -1,0 +1,151 @@
+"""Transformer-XL: memory is used, carries no gradient, positions stay consistent across segments,
+causal inside a segment, and memory lowers loss on real text after a short training."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from lmlab.errors import LmlabError
+from lmlab.models import build_model, get_preset
+from lmlab.objectives import TokenBatch, get_objective
+from lmlab.objectives.transformer_xl import SegmentRecurrentLM
+from lmlab.tokenizers import train_tokenizer
+
+
+@pytest.fixture(scope="module")
+def real(data_dir):
+    pre = data_dir / "pretrain"
+    books = [(pre / "gutenberg" / "pg14263_katrine.txt").read_text(encoding="utf-8")[:120_000],
+             (pre / "tinyshakespeare" / "input.txt").read_text(encoding="utf-8")[:120_000]]
+    tok = train_tokenizer("bytelevel", books, vocab_size=512)
+    val = (pre / "wikitext-2" / "wiki.valid.tokens").read_text(encoding="utf-8")[:40_000]
+    return tok, [torch.tensor(tok.encode(b)) for b in books], torch.tensor(tok.encode(val))
+
+
+def windows(stream, b, t, g, start=None):
+    starts = torch.randint(0, len(stream) - t, (b,), generator=g) if start is None else start
+    ids = torch.stack([stream[s:s + t] for s in starts.tolist()])
+    return TokenBatch(ids, torch.zeros_like(ids), torch.arange(t).expand(b, t) + starts[:, None])
+
+
+def tiny(vocab, mem_len=16):
+    torch.manual_seed(0)
+    return build_model(get_preset("transfo-xl-tiny", vocab_size=vocab, mem_len=mem_len, dropout=0.0))
+
+
+def test_memory_is_used_and_positions_stay_consistent():
+    model = tiny(100).eval()
+    g = torch.Generator().manual_seed(0)
+    seg1, seg2 = torch.randint(0, 100, (2, 16), generator=g)
+    seg1b = (seg1 + 1) % 100
+    with torch.no_grad():
+        m1 = model(seg1[None]).extra["mems"]
+        m1b = model(seg1b[None]).extra["mems"]
+        out = model(seg2[None], mems=m1).logits
+        out_b = model(seg2[None], mems=m1b).logits
+        # changing segment 1 changes the output on segment 2: the memory is read
+        assert (out - out_b).abs().max() > 1e-3
+        # masking the memory out makes segment 1 irrelevant again (the check above can fail)
+        blind = torch.zeros(1, 16, 32, dtype=torch.bool)
+        blind[:, :, 16:] = torch.ones(16, 16).tril().bool()
+        torch.testing.assert_close(model(seg2[None], mems=m1, attention_pattern=blind).logits,
+                                   model(seg2[None], mems=m1b, attention_pattern=blind).logits)
+        # with a memory as long as the segment, two segments equal one pass over both: relative
+        # positions are the same whether a token is in memory or in the segment
+        whole = model(torch.cat([seg1, seg2])[None]).logits
+        torch.testing.assert_close(out, whole[:, 16:], atol=1e-5, rtol=1e-5)
+
+
+def test_no_gradient_flows_into_memory():
+    model = tiny(100)
+    seg1, seg2 = torch.randint(0, 100, (2, 1, 16), generator=torch.Generator().manual_seed(1))
+    out1 = model(seg1, output_hidden_states=True)
+    assert all(not m.requires_grad and m.grad_fn is None for m in out1.extra["mems"])
+    loss2 = model(seg2, mems=out1.extra["mems"], labels=seg2).loss
+    grads = torch.autograd.grad(loss2, [out1.hidden_states[0], out1.hidden_states[1]], allow_unused=True)
+    assert grads == (None, None)
+    # control: without the stop-gradient, segment 2's loss would reach segment 1's states
+    live = tuple(out1.hidden_states[:-1])
+    loss_live = model(seg2, mems=live, labels=seg2).loss
+    assert torch.autograd.grad(loss_live, out1.hidden_states[0])[0].abs().sum() > 0
+
+
+def test_causal_inside_a_segment():
+    model = tiny(100).eval()
+    seg = torch.randint(0, 100, (1, 16), generator=torch.Generator().manual_seed(2))
+    mem = model(seg).extra["mems"]
+    with torch.no_grad():
+        base = model(seg, mems=mem).logits
+        for k in (0, 7, 15):
+            other = seg.clone()
+            other[0, k] = (other[0, k] + 3) % 100
+            out = model(other, mems=mem).logits
+            torch.testing.assert_close(out[:, :k], base[:, :k])
+            assert (out[:, k:] - base[:, k:]).abs().amax(-1).min() > 0
+
+
+def test_objective_labels_documents_and_carry(real):
+    tok, streams, _ = real
+    obj = SegmentRecurrentLM(tok, segment_len=8)
+    model = tiny(tok.vocab_size, mem_len=8).eval()
+    s = streams[0]
+    ids = torch.stack([s[:24], s[100:124]])
+    docs = torch.zeros_like(ids)
+    docs[1, 10:] = 1
+    pos = torch.stack([torch.arange(24), torch.cat([torch.arange(90, 100), torch.arange(14)])])
+    inp = obj.prepare(TokenBatch(ids, docs, pos), torch.Generator())
+    assert inp["labels"][1, 10] == -100 and (inp["labels"][0] == ids[0]).all()
+    with torch.no_grad():
+        _, m = obj.loss(model, inp)
+        assert m["memory_rows"] == 0.0
+        # next batch: row 0 continues (positions 24..), row 1 jumps to a new place
+        nxt = TokenBatch(torch.stack([s[24:48], s[500:524]]), torch.zeros(2, 24, dtype=torch.long),
+                         torch.stack([torch.arange(24, 48), torch.arange(300, 324)]))
+        _, m = obj.loss(model, obj.prepare(nxt, torch.Generator()))
+        assert m["memory_rows"] == 0.5
+        # memory attention never crosses into another document: the jumped row gives the same
+        # logits as with no memory at all
+        mems, mem_docs = obj._incoming(model, nxt.input_ids, nxt.position_ids + 24)
+        assert mem_docs is not None and (mem_docs == mem_docs.min()).all()
+        a, _, _ = obj.run(model, nxt.input_ids, nxt.doc_ids, mems, mem_docs)
+        b, _, _ = obj.run(model, nxt.input_ids, nxt.doc_ids)
+        torch.testing.assert_close(a, b)
+    obj.reset_memory()
+    assert obj._carry[False] is None
+    with pytest.raises(LmlabError, match="segment_len"):
+        SegmentRecurrentLM(tok, segment_len=0)
+    with pytest.raises(LmlabError, match="Transformer-XL"):
+        obj.loss(build_model(get_preset("gpt2-tiny", vocab_size=tok.vocab_size)), inp)
+
+
+def test_trains_and_memory_lowers_loss_on_real_text(real):
+    tok, streams, val = real
+    model = tiny(tok.vocab_size, mem_len=32)
+    obj = get_objective("transfo-xl")(tok, segment_len=32, carry_memory=False)
+    g = torch.Generator().manual_seed(0)
+    val_batch = windows(val, 8, 128, torch.Generator().manual_seed(1))
+    val_inp = obj.prepare(val_batch, g)
+
+    def val_loss(memory: bool) -> float:
+        model.eval()
+        with torch.no_grad():
+            if memory:
+                loss = obj.loss(model, val_inp)[0]
+            else:  # every segment on its own, no memory
+                segs = [model(val_inp["input_ids"][:, s:s + 32], labels=val_inp["labels"][:, s:s + 32]).loss
+                        for s in range(0, 128, 32)]
+                loss = torch.stack(segs).mean()
+        model.train()
+        return float(loss)
+
+    before = val_loss(True)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    for step in range(50):
+        loss, _ = obj.loss(model, obj.prepare(windows(streams[step % 2], 16, 64, g), g))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    with_mem, without = val_loss(True), val_loss(False)
+    assert with_mem < before - 0.5, (before, with_mem)
+    assert with_mem < without - 0.02, (with_mem, without)

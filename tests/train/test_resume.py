@@ -1,0 +1,94 @@
+"""Checkpoints: exact resume, atomic writes, loadable models, run-directory outputs."""
+
+from __future__ import annotations
+
+import errno
+import json
+import math
+
+import pytest
+
+from lmlab.errors import LmlabError
+from lmlab.train import pretrain
+from lmlab.train.checkpoint import list_checkpoints
+
+
+def _losses(run_dir):
+    return {r["step"]: r for r in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines())}
+
+
+def test_interrupted_and_resumed_run_repeats_the_uninterrupted_one(tiny_config, tmp_path):
+    quiet = lambda m: None  # noqa: E731
+    full = pretrain(tiny_config(max_steps=8), tmp_path / "full", log=quiet)
+    # "killed" after step 4: the run stops there (its checkpoint at 4 is the newest one)
+    pretrain(tiny_config(max_steps=4), tmp_path / "part", log=quiet)
+    # pretend it died after logging steps it never checkpointed: resume must drop them
+    with open(tmp_path / "part" / "metrics.jsonl", "a") as f:
+        f.write(json.dumps({"step": 5, "tokens": 0, "loss": 123.0, "lr": 0.0}) + "\n")
+    resumed = pretrain(tiny_config(max_steps=8), tmp_path / "part", resume=True, log=quiet)
+    a, b = _losses(tmp_path / "full"), _losses(tmp_path / "part")
+    assert sorted(a) == sorted(b) == list(range(1, 9))
+    for step in a:
+        assert b[step]["loss"] == pytest.approx(a[step]["loss"], abs=1e-6), step
+        assert b[step]["lr"] == a[step]["lr"]
+        assert b[step]["tokens"] == a[step]["tokens"]
+    assert b[8]["val_loss"] == pytest.approx(a[8]["val_loss"], abs=1e-6)
+    assert resumed["val_loss"] == pytest.approx(full["val_loss"], abs=1e-6)
+    # the learning rate really changed over the run and the loss really moved (the check can fail)
+    assert a[1]["lr"] != a[8]["lr"] and a[1]["loss"] != a[8]["loss"]
+
+
+def test_run_directory_contents_and_loadable_checkpoint(tiny_config, tmp_path):
+    from lmlab.models import load_model
+
+    run = tmp_path / "run"
+    s = pretrain(tiny_config(max_steps=4, checkpoint_every=2, keep_checkpoints=1), run, log=lambda m: None)
+    assert (run / "config.toml").is_file() and (run / "loss.png").stat().st_size > 1000
+    assert (run / "loss.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2, 3, 4]
+    assert all({"step", "tokens", "loss", "lr", "grad_norm"} <= set(r) for r in rows)
+    assert {"val_loss", "val_ppl", "val_bpb"} <= set(rows[3])
+    assert rows[3]["val_ppl"] == pytest.approx(math.exp(rows[3]["val_loss"]), rel=1e-12)
+    assert [step for step, _ in list_checkpoints(run)] == [4]  # keep_checkpoints=1 pruned step 2
+    model = load_model(run / "checkpoints" / "step_4")
+    assert model.tokenizer is not None and model.config.n_layers == 1
+    assert not any(p.name.startswith(".") for p in (run / "checkpoints").iterdir())
+    assert s["steps"] == 4 and s["tokens"] == 4 * 4 * 32
+
+
+def test_failed_checkpoint_write_keeps_the_previous_one(tiny_config, tmp_path, monkeypatch):
+    import lmlab.train.checkpoint as ck
+
+    run = tmp_path / "run"
+    pretrain(tiny_config(max_steps=2, checkpoint_every=2), run, log=lambda m: None)
+    before = {p.name: p.read_bytes() for p in (run / "checkpoints" / "step_2").rglob("*") if p.is_file()}
+    real = ck.save_file
+
+    def disk_full(tensors, path, metadata=None):
+        real(tensors, path, metadata=metadata)  # a partial file exists when the disk fills up
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(ck, "save_file", disk_full)
+    with pytest.raises(LmlabError) as e:
+        pretrain(tiny_config(max_steps=4, checkpoint_every=2), run, resume=True, log=lambda m: None)
+    msg = str(e.value)
+    assert "disk is full" in msg and "step_2" in msg and "--resume" in msg and "\n" not in msg
+    assert [s for s, _ in list_checkpoints(run)] == [2]
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["step_2"]  # no temporary leftovers
+    after = {p.name: p.read_bytes() for p in (run / "checkpoints" / "step_2").rglob("*") if p.is_file()}
+    assert after == before
+    monkeypatch.setattr(ck, "save_file", real)
+    s = pretrain(tiny_config(max_steps=4, checkpoint_every=2), run, resume=True, log=lambda m: None)
+    assert s["steps"] == 4
+
+
+def test_new_run_refuses_a_directory_with_checkpoints(tiny_config, tmp_path):
+    run = tmp_path / "run"
+    pretrain(tiny_config(max_steps=1), run, log=lambda m: None)
+    with pytest.raises(LmlabError, match="--resume"):
+        pretrain(tiny_config(max_steps=2), run, log=lambda m: None)
+    with pytest.raises(LmlabError, match="model.d_model"):
+        bad = tiny_config(max_steps=2)
+        bad["model"]["d_model"] = 64
+        pretrain(bad, run, resume=True, log=lambda m: None)

@@ -104,13 +104,15 @@ def test_cached_and_uncached_decoding_give_identical_tokens(pairs, lstm_lm, fami
 
 
 # --------------------------------------------------------------------------- parity with transformers
-@pytest.mark.parametrize("mode", ["greedy", "beam", "beam-returns"])
+@pytest.mark.parametrize("mode", ["greedy", "beam", "beam-returns", "greedy-penalty", "beam-penalty"])
 @pytest.mark.parametrize("family", FAMILIES)
 def test_greedy_and_beam_equal_transformers_generate(pairs, family, mode):
     hf, model = pairs[family]
     ids = _prompt(family)
     eos = _firing_eos(model, ids)
-    kw = dict(MODES[mode], max_new_tokens=10, eos_token_id=eos, pad_token_id=eos)
+    penalty = {"greedy-penalty": {"repetition_penalty": 1.3},
+               "beam-penalty": {"num_beams": 3, "repetition_penalty": 1.3}}
+    kw = dict(penalty.get(mode) or MODES[mode], max_new_tokens=10, eos_token_id=eos, pad_token_id=eos)
     ours = generate(model, ids, **kw)
     theirs = hf.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, **kw)
     assert ours.tolist() == theirs.tolist()
@@ -148,6 +150,43 @@ def test_one_beam_equals_greedy_and_top_k_one_equals_greedy(pairs, lstm_lm, fami
     top1 = generate(model, ids, max_new_tokens=10, eos_token_id=eos, pad_token_id=2, do_sample=True, top_k=1,
                     seed=3)
     assert top1.tolist() == greedy.tolist()
+
+
+class _MarkovLM(torch.nn.Module):
+    """A 'decoder' whose next-token distribution depends only on the last token: hand-checkable beams."""
+
+    architecture = "decoder"
+
+    def __init__(self, table: dict[int, dict[int, float]], vocab_size: int = 4):
+        super().__init__()
+        self.config = type("Config", (), {"vocab_size": vocab_size, "eos_token_id": 0, "pad_token_id": 0})()
+        probs = torch.full((vocab_size, vocab_size), 1e-9)
+        for prev, row in table.items():
+            for tok, p in row.items():
+                probs[prev, tok] = p
+        self.logprobs = (probs / probs.sum(-1, keepdim=True)).log()
+
+    def forward(self, input_ids, past_key_values=None, use_cache=False, **unused):
+        from lmlab.models.output import ModelOutput
+
+        past = ((torch.zeros(input_ids.shape[0], 1),),) if use_cache else None
+        return ModelOutput(logits=self.logprobs[input_ids], past_key_values=past)
+
+
+@pytest.mark.parametrize("length_penalty, expected", [
+    # lp=1: finished scores: [3 1 0] -1.309/2, [3 0] -0.693/1, [3 2 0] -1.714/2; then the best running beam
+    # (-3.507/2) cannot beat the worst kept (-0.693), so the search stops
+    (1.0, [[3, 1, 0], [3, 0, 0]]),
+    # lp=2 favours length: [3 1 0] -1.309/4, [3 2 0] -1.714/4 push out [3 0]; the search stops at length 2
+    # although [3 1 1 0] (-3.612/9 = -0.401) would later beat [3 2 0]: the early-stop rule transformers uses
+    (2.0, [[3, 1, 0], [3, 2, 0]]),
+])
+def test_beam_search_scores_and_stopping_rule_by_hand(length_penalty, expected):
+    model = _MarkovLM({3: {0: 0.5, 1: 0.3, 2: 0.2}, 1: {0: 0.9, 1: 0.1}, 2: {0: 0.9, 2: 0.1}})
+    for cache in (True, False):
+        out = generate(model, torch.tensor([[3]]), num_beams=2, num_return_sequences=2, max_new_tokens=6,
+                       length_penalty=length_penalty, use_cache=cache)
+        assert out.tolist() == expected
 
 
 def test_seeded_sampling_is_reproducible_and_seed_dependent(pairs):

@@ -201,6 +201,8 @@ def test_bad_inputs_and_configs_are_one_line_errors():
         build_rnn(RNNConfig(family="gru"))
     with pytest.raises(LmlabError, match="out of range"):
         lstm()(torch.tensor([[-1, 2]]))
+    with pytest.raises(LmlabError, match="does not take position_ids"):
+        lstm()(torch.tensor([[1, 2]]), position_ids=torch.tensor([[0, 1]]))
 
 
 # --------------------------------------------------------------------------- training on real text

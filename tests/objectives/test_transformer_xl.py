@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from lmlab.errors import LmlabError
 from lmlab.models import build_model, get_preset
@@ -19,8 +20,8 @@ def real(data_dir):
     books = [(pre / "gutenberg" / "pg14263_katrine.txt").read_text(encoding="utf-8")[:120_000],
              (pre / "tinyshakespeare" / "input.txt").read_text(encoding="utf-8")[:120_000]]
     tok = train_tokenizer("bytelevel", books, vocab_size=512)
-    val = (pre / "wikitext-2" / "wiki.valid.tokens").read_text(encoding="utf-8")[:40_000]
-    return tok, [torch.tensor(tok.encode(b)) for b in books], torch.tensor(tok.encode(val))
+    held_out = (pre / "gutenberg" / "pg14263_katrine.txt").read_text(encoding="utf-8")[150_000:190_000]
+    return tok, [torch.tensor(tok.encode(t)) for t in (*books, held_out)]
 
 
 def windows(stream, b, t, g, start=None):
@@ -86,7 +87,7 @@ def test_causal_inside_a_segment():
 
 
 def test_objective_labels_documents_and_carry(real):
-    tok, streams, _ = real
+    tok, streams = real
     obj = SegmentRecurrentLM(tok, segment_len=8)
     model = tiny(tok.vocab_size, mem_len=8).eval()
     s = streams[0]
@@ -104,13 +105,16 @@ def test_objective_labels_documents_and_carry(real):
                          torch.stack([torch.arange(24, 48), torch.arange(300, 324)]))
         _, m = obj.loss(model, obj.prepare(nxt, torch.Generator()))
         assert m["memory_rows"] == 0.5
-        # memory attention never crosses into another document: the jumped row gives the same
-        # logits as with no memory at all
-        mems, mem_docs = obj._incoming(model, nxt.input_ids, nxt.position_ids + 24)
-        assert mem_docs is not None and (mem_docs == mem_docs.min()).all()
-        a, _, _ = obj.run(model, nxt.input_ids, nxt.doc_ids, mems, mem_docs)
-        b, _, _ = obj.run(model, nxt.input_ids, nxt.doc_ids)
-        torch.testing.assert_close(a, b)
+        # a third batch: row 0 continues again, row 1 starts a new document. The new document's
+        # row gets the same logits as with no memory at all (memory attention stays inside a
+        # document); the continuing row's logits change
+        ids3 = torch.stack([s[48:72], s[600:624]])
+        pos3 = torch.stack([torch.arange(48, 72), torch.arange(24)])
+        mems, mem_docs = obj._incoming(model, ids3, pos3)
+        a, _, _ = obj.run(model, ids3, torch.zeros_like(ids3), mems, mem_docs)
+        b, _, _ = obj.run(model, ids3, torch.zeros_like(ids3))
+        torch.testing.assert_close(a[1], b[1])
+        assert (a[0] - b[0]).abs().max() > 1e-3
     obj.reset_memory()
     assert obj._carry[False] is None
     with pytest.raises(LmlabError, match="segment_len"):
@@ -120,32 +124,37 @@ def test_objective_labels_documents_and_carry(real):
 
 
 def test_trains_and_memory_lowers_loss_on_real_text(real):
-    tok, streams, val = real
-    model = tiny(tok.vocab_size, mem_len=32)
-    obj = get_objective("transfo-xl")(tok, segment_len=32, carry_memory=False)
+    tok, streams = real
+    model = tiny(tok.vocab_size, mem_len=16)
+    obj = get_objective("transfo-xl")(tok, segment_len=16, carry_memory=False)
     g = torch.Generator().manual_seed(0)
-    val_batch = windows(val, 8, 128, torch.Generator().manual_seed(1))
-    val_inp = obj.prepare(val_batch, g)
+    # held-out text of the same book (the short run learns the books' style, not WikiText's)
+    held_out = streams[2]
+    inp = obj.prepare(windows(held_out, 8, 128, torch.Generator().manual_seed(1)), g)
+    ids = inp["input_ids"]
 
-    def val_loss(memory: bool) -> float:
+    def token_nll(memory: bool) -> torch.Tensor:
+        """Per-target NLL [8, 127]: the window read with memory, or each 16-token segment alone."""
         model.eval()
         with torch.no_grad():
             if memory:
-                loss = obj.loss(model, val_inp)[0]
-            else:  # every segment on its own, no memory
-                segs = [model(val_inp["input_ids"][:, s:s + 32], labels=val_inp["labels"][:, s:s + 32]).loss
-                        for s in range(0, 128, 32)]
-                loss = torch.stack(segs).mean()
+                logits = obj.run(model, ids, inp["doc_ids"])[0]
+            else:
+                logits = torch.cat([model(ids[:, s:s + 16]).logits for s in range(0, 128, 16)], dim=1)
         model.train()
-        return float(loss)
+        return F.cross_entropy(logits[:, :-1].transpose(1, 2), ids[:, 1:], reduction="none")
 
-    before = val_loss(True)
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
-    for step in range(50):
+    before = token_nll(True).mean()
+    opt = torch.optim.AdamW(model.parameters(), lr=5e-3)
+    for step in range(120):
         loss, _ = obj.loss(model, obj.prepare(windows(streams[step % 2], 16, 64, g), g))
         opt.zero_grad()
         loss.backward()
         opt.step()
-    with_mem, without = val_loss(True), val_loss(False)
-    assert with_mem < before - 0.5, (before, with_mem)
-    assert with_mem < without - 0.02, (with_mem, without)
+    with_mem, without = token_nll(True), token_nll(False)
+    # compare on the same targets: those a segment alone can predict (not a segment's first token)
+    same = torch.ones(127, dtype=torch.bool)
+    same[15::16] = False
+    assert with_mem.mean() < before - 0.8, (before, with_mem.mean())
+    assert with_mem[:, same].mean() < without[:, same].mean() - 0.015, (with_mem[:, same].mean(),
+                                                                         without[:, same].mean())

@@ -41,11 +41,11 @@ TRICKY = [
 
 
 def _bert_reference(vocab_path, **kw):
-    """transformers' BERT tokenizer on a vocab.txt (v5 takes ``vocab=``; v4 took ``vocab_file=``)."""
+    """transformers' BERT tokenizer on a vocab.txt (v4 takes ``vocab_file=``; v5 ignores it, takes ``vocab=``)."""
     n = sum(1 for _ in open(vocab_path, encoding="utf-8"))
-    ref = transformers.BertTokenizerFast(vocab=str(vocab_path), **kw)
-    if len(ref) != n:  # older transformers ignore vocab=
-        ref = transformers.BertTokenizerFast(vocab_file=str(vocab_path), **kw)
+    ref = transformers.BertTokenizerFast(vocab_file=str(vocab_path), **kw)
+    if len(ref) != n:
+        ref = transformers.BertTokenizerFast(vocab=str(vocab_path), **kw)
     assert len(ref) == n, "the reference tokenizer did not load the vocabulary"
     return ref
 

@@ -54,11 +54,19 @@ def train_word2vec(
     epochs: int = 2,
     lr: float | None = None,
     batch_size: int = 1024,
+    optimizer: str = "sgd",
     seed: int = 0,
 ) -> WordVectors:
-    """Learn word vectors from ``texts`` (a string or several) with skip-gram or CBOW."""
+    """Learn word vectors from ``texts`` (a string or several) with skip-gram or CBOW.
+
+    ``optimizer``: ``"sgd"`` (word2vec's: summed loss, linearly decaying ``lr``) or ``"adam"``
+    (``SparseAdam`` on the mean loss, ``lr`` default 0.01, also decayed): fewer epochs on small
+    corpora, where SGD's rare words see too few updates.
+    """
     if mode not in MODES:
         raise LmlabError(f"unknown word2vec mode {mode!r}", "use 'skipgram' or 'cbow'")
+    if optimizer not in ("sgd", "adam"):
+        raise LmlabError(f"unknown optimizer {optimizer!r}", "use 'sgd' or 'adam'")
     for name, v in (("dim", dim), ("window", window), ("negative", negative), ("epochs", epochs),
                     ("batch_size", batch_size), ("min_count", min_count)):
         if not isinstance(v, int) or v < 1:
@@ -68,13 +76,17 @@ def train_word2vec(
     if len(vocab) < 2:
         raise LmlabError("the vocabulary has fewer than 2 words", "give more text or lower min_count")
     ids = vocab.encode(tokens)
-    lr0 = lr if lr is not None else (0.025 if mode == "skipgram" else 0.05)
+    default_lr = 0.01 if optimizer == "adam" else (0.025 if mode == "skipgram" else 0.05)
+    lr0 = lr if lr is not None else default_lr
     rng = np.random.default_rng(seed)
     gen = torch.Generator().manual_seed(seed)
     v = len(vocab)
     in_embed = torch.nn.Parameter((torch.rand(v, dim, generator=gen) - 0.5) / dim)
     out_embed = torch.nn.Parameter(torch.zeros(v, dim))
-    opt = torch.optim.SGD([in_embed, out_embed], lr=lr0)
+    if optimizer == "adam":
+        opt = torch.optim.SparseAdam([in_embed, out_embed], lr=lr0)
+    else:
+        opt = torch.optim.SGD([in_embed, out_embed], lr=lr0)
     noise = torch.from_numpy(noise_distribution(vocab.counts)).float()
     keep = keep_probability(vocab.counts, sample)
 
@@ -100,6 +112,8 @@ def train_word2vec(
             negs = negs.view(len(sel), negative)
             loss_fn = skipgram_loss if mode == "skipgram" else cbow_loss
             loss = loss_fn(in_embed, out_embed, x, y, negs)
+            if optimizer == "adam":
+                loss = loss / len(sel)
             for group in opt.param_groups:
                 group["lr"] = lr0 * max(1e-4, 1.0 - step / total_steps)
             opt.zero_grad(set_to_none=True)

@@ -182,6 +182,13 @@ class _RNNBase(LmlabModel):
     def __init__(self, config: RNNConfig):
         super().__init__(config.validate())
 
+    def _reject(self, unused: dict) -> None:
+        """Arguments of the Transformer forward signature that a recurrent model cannot honour."""
+        given = sorted(k for k, v in unused.items() if v is not None)
+        if given:
+            raise LmlabError(f"{type(self).__name__} does not take {', '.join(given)}",
+                             "drop them (recurrent models read tokens in order; no positions or segments)")
+
 
 def _ordering(mask: torch.Tensor, reverse: bool) -> torch.Tensor:
     """Per-row permutation putting real tokens first (in reading order, or reversed), pads last.
@@ -282,6 +289,7 @@ class ELMoBiLM(_RNNBase):
                 labels: torch.Tensor | None = None, char_ids: torch.Tensor | None = None,
                 output_hidden_states: bool = True, **unused) -> ModelOutput:
         """Both LMs over a batch. ``labels`` (usually ``input_ids``; -100 = ignore) turn on the loss."""
+        self._reject(unused)
         x = self.token_representation(input_ids, char_ids)
         fwd, bwd = self.contextualize(x, attention_mask)
         hidden = (torch.cat([x, x], dim=-1),) + tuple(torch.cat([f, b], dim=-1) for f, b in zip(fwd, bwd))
@@ -330,6 +338,7 @@ class LSTMLanguageModel(_RNNBase):
         ``use_cache=True`` (per layer ``(h, c)``); the new tokens continue from it.
         ``attention_mask`` only masks the loss: padded prompts are not supported for generation.
         """
+        self._reject(unused)
         self.check_input_ids(input_ids)
         x = self.embed(input_ids)
         layers, state = self.lstm(self.dropout(x), past_key_values)

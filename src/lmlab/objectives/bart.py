@@ -45,6 +45,8 @@ from lmlab.objectives.masking import IGNORE, poisson_lengths, rand, require_role
 from lmlab.objectives.mlm import check_probability
 from lmlab.objectives.t5 import pad_rows
 
+#: BART's best combination (Lewis et al. 2020, Table 1)
+DEFAULT_NOISE = ("sentence_permutation", "text_infilling")
 NOISES = ("sentence_permutation", "document_rotation", "token_masking", "token_deletion", "text_infilling")
 SENTENCE_END = (".", "!", "?")
 
@@ -165,7 +167,7 @@ class BartDenoising(Objective):
     architectures = ("seq2seq",)
     heads = ("lm",)
 
-    def __init__(self, tokenizer, noise: list[str] | tuple[str, ...] = ("sentence_permutation", "text_infilling"),
+    def __init__(self, tokenizer, noise: list[str] | tuple[str, ...] = DEFAULT_NOISE,
                  mask_ratio: float = 0.3, delete_ratio: float = 0.15, poisson_lambda: float = 3.0):
         super().__init__(tokenizer)
         noise = [noise] if isinstance(noise, str) else list(noise)
@@ -176,7 +178,8 @@ class BartDenoising(Objective):
         self.mask_ratio = check_probability("mask_ratio", mask_ratio)
         self.delete_ratio = check_probability("delete_ratio", delete_ratio)
         if poisson_lambda <= 0:
-            raise LmlabError(f"objective.poisson_lambda must be positive, got {poisson_lambda}", "BART uses 3")
+            raise LmlabError(f"objective.poisson_lambda must be positive, got {poisson_lambda}",
+                             "BART uses 3")
         self.poisson_lambda = float(poisson_lambda)
         self.mask_id = require_role(tokenizer, "mask", self.name)
         self.pad_id = require_role(tokenizer, "pad", self.name)

@@ -1,0 +1,276 @@
+"""Saving and loading what a parameter-efficient method trained, and its fine-tuning method class.
+
+A PEFT directory holds only the trained parameters - the method's own (LoRA ``A``/``B``, adapters,
+prefixes, the soft prompt) and the task head - next to a small JSON config::
+
+    adapter_config.json        {"lmlab_peft_version": 1, "method": "lora", "options": {...},
+                                "architecture": "encoder", "family": "bert", "heads": ["seq_cls"],
+                                "model_config": {...}, "trainable_parameters": 1234, ...}
+    adapter_model.safetensors  every parameter with requires_grad, by its name in the adapted model
+
+:func:`save_peft` writes it, :func:`load_peft` applies the method to a base model and loads the
+weights, :func:`load_peft_model` rebuilds the fine-tuned model from the *pretraining* checkpoint
+plus this directory; predictions are identical to those of the model that was saved.
+
+For ``lmlab finetune --method lora|adapter|prefix|prompt`` the method classes at the end plug
+into :data:`lmlab.finetune.METHODS` (``apply / snapshot / restore / save / load``). The fine-tuned
+directory then holds the PEFT files plus
+
+* LoRA: the merged model (``W + (alpha/r)·B·A``) as an ordinary lmlab checkpoint at the top
+  level, so ``load_model(out)`` serves it at the base model's speed;
+* adapters, prefix, prompt (which cannot be merged): ``base/``, the frozen base with its task
+  head and tokenizer, which ``load`` combines with the PEFT files.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from lmlab.adapt import apply_method, resolve_options, trainable_parameters
+from lmlab.errors import LmlabError
+from lmlab.fileio import atomic_dir, read_json, write_json
+
+PEFT_VERSION = 1
+CONFIG_NAME = "adapter_config.json"
+WEIGHTS_NAME = "adapter_model.safetensors"
+BASE_DIR = "base"
+#: config fields that may differ between the base model and the adapted one (no effect on shapes)
+_FREE_FIELDS = ("dropout", "attn_dropout", "classifier_dropout", "num_labels")
+
+
+# --------------------------------------------------------------------------- state
+
+
+def peft_state(model: nn.Module) -> dict[str, torch.Tensor]:
+    """The trained parameters (``requires_grad``), by name, detached on the CPU."""
+    return {n: p.detach().to("cpu").contiguous() for n, p in model.named_parameters() if p.requires_grad}
+
+
+def is_peft_dir(directory: str | os.PathLike) -> bool:
+    return (Path(directory) / CONFIG_NAME).is_file()
+
+
+def save_peft(model: nn.Module, directory: str | os.PathLike, base_model: str | None = None) -> Path:
+    """Write the method's parameters and the task head of ``model`` to ``directory`` (atomically).
+
+    ``base_model``: where the base came from (recorded for the reader; optional).
+    """
+    from safetensors.torch import save_file
+
+    peft = getattr(model, "peft", None)
+    if not peft:
+        raise LmlabError("the model has no parameter-efficient method applied",
+                         "apply one first: lmlab.adapt.apply_method(model, 'lora')")
+    state = peft_state(model)
+    n, total, share = trainable_parameters(model)
+    config = {
+        "lmlab_peft_version": PEFT_VERSION,
+        "method": peft["method"],
+        "options": peft["options"],
+        "architecture": model.architecture,
+        "family": model.config.family,
+        "heads": list(model.head_names),
+        "model_config": model.config.to_dict(),
+        "trainable_parameters": n,
+        "total_parameters": total,
+        "trainable_share": share,
+        "base_model": base_model,
+    }
+    directory = Path(directory)
+    with atomic_dir(directory) as tmp:
+        save_file(state, str(tmp / WEIGHTS_NAME), metadata={"format": "pt"})
+        write_json(tmp / CONFIG_NAME, config)
+    return directory
+
+
+def read_peft_config(directory: str | os.PathLike) -> dict[str, Any]:
+    """The JSON config of a PEFT directory, checked (one-line LmlabError when missing or wrong)."""
+    d = Path(directory)
+    if not (d / CONFIG_NAME).is_file():
+        raise LmlabError(f"{d} holds no {CONFIG_NAME}", "pass a directory written by save_peft / lmlab finetune")
+    cfg = read_json(d / CONFIG_NAME, "adapter config")
+    if not isinstance(cfg, dict) or cfg.get("lmlab_peft_version") != PEFT_VERSION:
+        raise LmlabError(f"{d / CONFIG_NAME} is not an lmlab PEFT config of version {PEFT_VERSION}",
+                         "save the adapter again with this lmlab")
+    for key in ("method", "options", "architecture", "heads", "model_config"):
+        if key not in cfg:
+            raise LmlabError(f"{d / CONFIG_NAME} lacks {key!r}", "save the adapter again")
+    return cfg
+
+
+def check_base(model: nn.Module, cfg: dict[str, Any], where: str) -> None:
+    """The base model must be the kind the adapter was trained on (same shapes)."""
+    if getattr(model, "architecture", None) != cfg["architecture"]:
+        raise LmlabError(f"the adapter in {where} is for a {cfg['architecture']} model, not a "
+                         f"{getattr(model, 'architecture', type(model).__name__)}", "load it on its own base model")
+    mine = model.config.to_dict()
+    for key, value in cfg["model_config"].items():
+        if key not in _FREE_FIELDS and mine.get(key) != value:
+            raise LmlabError(f"the adapter in {where} was trained on a model with {key}={value!r}, this one has "
+                             f"{mine.get(key)!r}", "load it on the base model it was trained from")
+
+
+def load_peft(model: nn.Module, directory: str | os.PathLike) -> nn.Module:
+    """Apply the saved method to ``model`` (a base model with the same task heads) and load the
+    saved parameters into it; returns ``model`` (in place), in eval mode."""
+    from lmlab.models.checkpoint import read_safetensors
+
+    d = Path(directory)
+    cfg = read_peft_config(d)
+    check_base(model, cfg, str(d))
+    if list(model.head_names) != list(cfg["heads"]):
+        raise LmlabError(f"the adapter in {d} was trained with heads {cfg['heads']}, the model has "
+                         f"{list(model.head_names)}", "build the model with the same task head")
+    apply_method(model, cfg["method"], cfg["options"])
+    state = read_safetensors(d / WEIGHTS_NAME)
+    own = dict(model.named_parameters())
+    expected = {n for n, p in own.items() if p.requires_grad}
+    missing, unexpected = sorted(expected - set(state)), sorted(set(state) - set(own))
+    if missing or unexpected:
+        raise LmlabError(f"adapter weights in {d} do not match the model (missing {missing[:3]}, "
+                         f"unexpected {unexpected[:3]})", "the config and weights come from different runs")
+    with torch.no_grad():
+        for name, t in state.items():
+            if own[name].shape != t.shape:
+                raise LmlabError(f"adapter weight {name} in {d} has shape {tuple(t.shape)}, the model "
+                                 f"expects {tuple(own[name].shape)}", "load it on the base it was trained from")
+            own[name].copy_(t)
+    return model.eval()
+
+
+def load_peft_model(base_checkpoint: str | os.PathLike | nn.Module, directory: str | os.PathLike,
+                    map_location: str | torch.device = "cpu") -> nn.Module:
+    """The fine-tuned model from the pretrained ``base_checkpoint`` (directory or model) plus the
+    PEFT ``directory``: the body comes from the base, the task head and method from the adapter."""
+    from lmlab.models import build_model, load_model
+    from lmlab.models.config import config_from_dict
+
+    d = Path(directory)
+    cfg = read_peft_config(d)
+    base = base_checkpoint if isinstance(base_checkpoint, nn.Module) else load_model(base_checkpoint, map_location)
+    check_base(base, cfg, str(d))
+    model = build_model(config_from_dict(cfg["model_config"]), heads=cfg["heads"],
+                        architecture=cfg["architecture"])
+    saved = set(_peft_weight_names(d))
+    base_state = base.state_dict()
+    keep = {}
+    for name, t in model.state_dict().items():
+        if name in base_state and base_state[name].shape == t.shape:
+            keep[name] = base_state[name]
+        elif not name.startswith(("heads.", "pooler.")) and name not in saved:
+            raise LmlabError(f"weight {name} is neither in the base checkpoint nor in the adapter {d}",
+                             "load the adapter on the base model it was trained from")
+    model.load_state_dict(keep, strict=False)
+    if hasattr(model, "tie_weights"):
+        model.tie_weights()
+    model.tokenizer = getattr(base, "tokenizer", None)
+    return load_peft(model.to(map_location), d)
+
+
+def _peft_weight_names(d: Path) -> list[str]:
+    from safetensors import safe_open
+
+    with safe_open(str(d / WEIGHTS_NAME), framework="pt") as f:
+        return list(f.keys())
+
+
+# --------------------------------------------------------------------------- plain weights
+
+
+def base_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
+    """The adapted model's weights under the base model's names, without the method's own
+    parameters (wrappers' ``.inner`` dropped); LoRA layers contribute their merged weight."""
+    from lmlab.adapt.lora import LoRALinear
+
+    merged = {}
+    for name, module in model.named_modules():
+        if isinstance(module, LoRALinear) and not module.merged:
+            merged[f"{name}.weight"] = (module.weight + module.delta_weight()).detach()
+    own = ("lora_A", "lora_B", ".adapter.", "prefix_encoder.", "soft_prompt.")
+    state = {}
+    for name, t in model.state_dict().items():
+        if any(part in name for part in own) or name.endswith(("lora_A", "lora_B")):
+            continue
+        state[name.replace(".inner.", ".")] = merged.get(name, t)
+    return state
+
+
+def save_plain(model: nn.Module, directory: str | os.PathLike, tokenizer=None) -> Path:
+    """Save ``model`` without its method as an ordinary lmlab checkpoint (LoRA merged in)."""
+    from lmlab.models import build_model, save_checkpoint
+
+    plain = build_model(model.config, heads=model.head_names, architecture=model.architecture)
+    plain.load_state_dict(base_state_dict(model))
+    if hasattr(plain, "tie_weights"):
+        plain.tie_weights()
+    return save_checkpoint(plain, directory, tokenizer=tokenizer)
+
+
+# --------------------------------------------------------------------------- lmlab finetune methods
+
+
+class PeftFineTuning:
+    """A parameter-efficient method for :func:`lmlab.finetune.finetune` (``--method NAME``);
+    ``options`` are the method's keyword options (``--method-option rank=8``)."""
+
+    name = ""
+
+    def __init__(self, **options):
+        self.options = resolve_options(self.name, options)  # bad options fail before any work
+
+    def apply(self, model: nn.Module, task=None) -> nn.Module:
+        apply_method(model, self.name, self.options)
+        return model
+
+    def snapshot(self, model: nn.Module) -> dict[str, torch.Tensor]:
+        return {k: v.clone() for k, v in peft_state(model).items()}
+
+    def restore(self, model: nn.Module, snap: dict[str, torch.Tensor]) -> None:
+        own = dict(model.named_parameters())
+        with torch.no_grad():
+            for name, t in snap.items():
+                own[name].copy_(t)
+
+    def save(self, model: nn.Module, directory: Path, tokenizer) -> None:
+        save_peft(model, directory / "adapter")
+        save_plain(model, directory / BASE_DIR, tokenizer)
+
+    @classmethod
+    def load(cls, directory: str | os.PathLike) -> nn.Module:
+        from lmlab.models import load_model
+
+        d = Path(directory)
+        return load_peft(load_model(d / BASE_DIR), d / "adapter")
+
+
+class LoRAFineTuning(PeftFineTuning):
+    """LoRA; the saved directory's top level is the merged model (``load_model``-able)."""
+
+    name = "lora"
+
+    def save(self, model: nn.Module, directory: Path, tokenizer) -> None:
+        save_peft(model, directory / "adapter")
+        save_plain(model, directory, tokenizer)  # merged: W + (alpha/r)·B·A
+
+    @classmethod
+    def load(cls, directory: str | os.PathLike) -> nn.Module:
+        from lmlab.models import load_model
+
+        return load_model(directory)
+
+
+class AdapterFineTuning(PeftFineTuning):
+    name = "adapter"
+
+
+class PrefixFineTuning(PeftFineTuning):
+    name = "prefix"
+
+
+class PromptFineTuning(PeftFineTuning):
+    name = "prompt"

@@ -1,0 +1,341 @@
+"""The fine-tuning loop: ``finetune(checkpoint, task, train, dev, out)``.
+
+One run (Devlin et al. 2019 sec. 4; Howard & Ruder 2018 for the warmup/decay schedule):
+
+1. load the pretrained model and its tokenizer; read train/dev, learn the label set from train
+   and reject dev labels never seen in training;
+2. swap the pretraining head for the task head (:meth:`Task.prepare_model`), then let the
+   *method* adapt the model: ``full`` trains every weight; other methods (LoRA, adapters,
+   prefix/prompt tuning, added to :data:`METHODS` by :mod:`lmlab.adapt`) freeze the body and add
+   their own small modules;
+3. encode the training set once (:meth:`Task.features`); every epoch visit it in a new random
+   order (seeded) in batches padded to their longest member;
+4. each step: forward, task loss, backward, clip the global gradient norm, AdamW step with the
+   learning rate of this step (linear warmup to ``lr``, then linear decay to 0 at the last step);
+5. evaluate on dev at the end of every epoch (and every ``eval_every`` steps); keep the weights
+   with the best ``select_metric`` (the task's main metric);
+6. write ``out``: the best model (``load_model``-able, with its task head and tokenizer),
+   ``task.json``, ``eval.json`` (the best dev metrics), ``metrics.jsonl``, ``finetune.json``.
+
+``out`` is replaced atomically at the end (an existing model there stays valid until then);
+``metrics.jsonl`` is written into ``out`` as the run goes, one JSON object per line.
+
+Methods: ``METHODS`` maps a name to a class or to ``"module:Class"``. A method is constructed as
+``cls(**method_options)`` and then asked to
+
+* ``apply(model, task) -> model``: wrap/freeze the model that already has its task head
+  (trainable parameters are those with ``requires_grad``);
+* ``snapshot(model)`` / ``restore(model, snap)``: keep and bring back the best weights;
+* ``save(model, directory, tokenizer)``: write a directory that ``load(directory)`` (a
+  classmethod) reads back; ``full`` uses the ordinary lmlab checkpoint and ``load_model``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import math
+import os
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from lmlab.errors import LmlabError
+from lmlab.fileio import atomic_dir, read_json, write_json
+from lmlab.finetune.config import FinetuneConfig
+from lmlab.tasks import Task, check_tokenizer, collate, load_task, make_task
+from lmlab.tasks.base import pad_id_of
+from lmlab.tasks.readers import BadLines, Example, limit
+
+TASK_FILE = "task.json"
+EVAL_FILE = "eval.json"
+METRICS_FILE = "metrics.jsonl"
+SUMMARY_FILE = "finetune.json"
+
+
+# --------------------------------------------------------------------------- methods
+
+
+class FullFineTuning:
+    """Train every parameter of the model and its task head (the BERT/GPT recipe)."""
+
+    name = "full"
+
+    def __init__(self, **options):
+        if options:
+            raise LmlabError(f"method 'full' takes no options, got {sorted(options)}", "drop --method-option")
+
+    def apply(self, model: nn.Module, task: Task) -> nn.Module:
+        for p in model.parameters():
+            p.requires_grad_(True)
+        return model
+
+    def snapshot(self, model: nn.Module) -> dict[str, torch.Tensor]:
+        return {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+
+    def restore(self, model: nn.Module, snap: dict[str, torch.Tensor]) -> None:
+        model.load_state_dict(snap)
+
+    def save(self, model: nn.Module, directory: Path, tokenizer) -> None:
+        from lmlab.models import save_checkpoint
+
+        save_checkpoint(model, directory, tokenizer=tokenizer)
+
+    @classmethod
+    def load(cls, directory: str | os.PathLike) -> nn.Module:
+        from lmlab.models import load_model
+
+        return load_model(directory)
+
+
+#: method name -> class, or "module:Class" imported on first use
+METHODS: dict[str, Any] = {"full": FullFineTuning}
+
+
+def method_class(name: str):
+    if name not in METHODS:
+        raise LmlabError(f"unknown fine-tuning method {name!r}", f"choose one of: {', '.join(METHODS)}")
+    target = METHODS[name]
+    if isinstance(target, str):
+        module, attr = target.split(":")
+        target = getattr(importlib.import_module(module), attr)
+    return target
+
+
+# --------------------------------------------------------------------------- result
+
+
+@dataclass
+class FinetuneResult:
+    metrics: dict[str, float]                 # best dev metrics (= eval.json)
+    model: nn.Module                          # the model with the best weights
+    task: Task
+    out: Path | None
+    best_step: int
+    steps: int
+    trainable_parameters: int
+    total_parameters: int
+    history: list[dict[str, Any]] = field(default_factory=list)
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def lr_at(step: int, total: int, warmup: int, lr: float) -> float:
+    """Linear warmup over ``warmup`` steps to ``lr``, then linear decay to 0 at ``total`` (0-based step)."""
+    if step < warmup:
+        return lr * (step + 1) / warmup
+    return lr * max(0.0, (total - step) / max(1, total - warmup))
+
+
+def pick_device(name: str) -> torch.device:
+    from lmlab.train.device import pick_device as _pick
+
+    return _pick(name)
+
+
+def _read(task: Task, data, what: str, bad: BadLines) -> list[Example]:
+    if isinstance(data, (str, os.PathLike)):
+        return task.read(data, bad)
+    if isinstance(data, Sequence) and all(isinstance(e, Example) for e in data):
+        return list(data)
+    raise LmlabError(f"{what} must be a file path or a list of Examples", "pass e.g. glue/sst2/train.tsv")
+
+
+def _load(checkpoint, tokenizer):
+    if isinstance(checkpoint, nn.Module):
+        model = checkpoint
+    else:
+        from lmlab.models import load_model
+
+        model = load_model(checkpoint)
+    if tokenizer is not None:
+        if isinstance(tokenizer, (str, os.PathLike)):
+            from lmlab.tokenizers import load_tokenizer
+
+            tokenizer = load_tokenizer(tokenizer)
+        model.tokenizer = tokenizer
+    if getattr(model, "architecture", "") not in ("encoder", "decoder", "seq2seq"):
+        raise LmlabError(f"cannot fine-tune a {getattr(model, 'architecture', type(model).__name__)} model",
+                         "use an encoder, decoder or encoder-decoder Transformer checkpoint")
+    check_tokenizer(model)
+    return model
+
+
+# --------------------------------------------------------------------------- the loop
+
+
+def finetune(checkpoint, task: str | Task, train, dev, out: str | os.PathLike | None,
+             method: str = "full", method_options: dict[str, Any] | None = None, *,
+             tokenizer=None, log: Callable[[str], None] | None = None, **hparams) -> FinetuneResult:
+    """Fine-tune ``checkpoint`` (a directory or a model) on ``task`` and write the result to ``out``.
+
+    ``train``/``dev``: file paths (or lists of :class:`~lmlab.tasks.readers.Example`).
+    ``hparams``: :class:`FinetuneConfig` fields (``lr``, ``epochs``, ``max_steps``,
+    ``batch_size``, ``max_length``...). ``out=None`` writes nothing (the result holds the model).
+    Returns the best dev metrics, the model and the run's numbers.
+    """
+    cfg = FinetuneConfig.from_dict(hparams)
+    say = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    device = pick_device(cfg.device)
+    torch.manual_seed(cfg.seed)
+
+    model = _load(checkpoint, tokenizer)
+    if not isinstance(task, Task):
+        task = make_task(task, model.architecture, **cfg.task_options())
+    bad = BadLines(cfg.on_bad_line, say)
+    train_ex = limit(_read(task, train, "train", bad), cfg.max_train_examples)
+    dev_ex = limit(_read(task, dev, "dev", bad), cfg.max_eval_examples)
+    task.fit(train_ex)
+    task.check(dev_ex, "dev")
+
+    meth = method_class(method)(**(method_options or {}))
+    model = task.prepare_model(model)
+    model = meth.apply(model, task).to(device)
+    tok = model.tokenizer
+    feats = task.features(train_ex, tok)
+    pad = pad_id_of(tok, model)
+
+    from lmlab.train.optim import param_groups
+
+    optimizer = torch.optim.AdamW(param_groups([model], cfg.weight_decay), lr=cfg.lr, betas=cfg.betas)
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    total_params = sum(p.numel() for p in model.parameters())
+    steps_per_epoch = math.ceil(len(feats) / cfg.batch_size)
+    total = cfg.max_steps if cfg.max_steps is not None else cfg.epochs * steps_per_epoch
+    warmup = cfg.warmup_steps if cfg.warmup_steps is not None else round(cfg.warmup_ratio * total)
+    select = cfg.select_metric or task.main_metric
+    say(f"finetune: task {task.name} ({type(task).__name__}), method {method}, {len(train_ex)} train / "
+        f"{len(dev_ex)} dev examples, {total} steps, device {device}, trainable parameters "
+        f"{trainable:,} of {total_params:,} ({100 * trainable / max(1, total_params):.2f}%)")
+
+    out_dir = Path(out) if out is not None else None
+    log_path = None
+    if out_dir is not None:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        log_path = out_dir / METRICS_FILE
+        log_path.write_text("", encoding="utf-8")
+    history: list[dict[str, Any]] = []
+
+    def record(row: dict[str, Any]) -> None:
+        history.append(row)
+        if log_path is not None:
+            with open(log_path, "a", encoding="utf-8") as f:
+                f.write(json.dumps(row) + "\n")
+
+    best: dict[str, Any] = {"score": -math.inf, "metrics": None, "step": 0, "snap": None}
+
+    def evaluate(step: int, epoch: float) -> None:
+        metrics = task.evaluate(model, dev_ex, cfg.eval_batch_size)
+        if select not in metrics:
+            raise LmlabError(f"select_metric {select!r} is not a metric of task {task.name}",
+                             f"choose one of: {', '.join(metrics)}")
+        record({"step": step, "epoch": round(epoch, 3), **{f"dev_{k}": v for k, v in metrics.items()}})
+        say(f"step {step} epoch {epoch:.2f}: " + ", ".join(f"{k} {v:.4f}" for k, v in metrics.items()))
+        if metrics[select] > best["score"]:
+            best.update(score=metrics[select], metrics=metrics, step=step, snap=meth.snapshot(model))
+
+    from tqdm import tqdm
+
+    bar = tqdm(total=total, desc=f"finetune {task.name}", unit="step", disable=not cfg.progress,
+               dynamic_ncols=True, file=sys.stderr)
+    gen = torch.Generator().manual_seed(cfg.seed)
+    model.train()
+    step, t0, seen, run_loss, n_loss = 0, time.perf_counter(), 0, 0.0, 0
+    order: list[int] = []
+    while step < total:
+        if not order:
+            order = torch.randperm(len(feats), generator=gen).tolist()
+        idx, order = order[: cfg.batch_size], order[cfg.batch_size:]
+        batch = collate([feats[i] for i in idx], pad, device)
+        lr = lr_at(step, total, warmup, cfg.lr)
+        for g in optimizer.param_groups:
+            g["lr"] = lr
+        loss = task.loss(model, batch)
+        if not torch.isfinite(loss):
+            raise LmlabError(f"the loss became {loss.item()} at step {step}",
+                             "lower the learning rate (--lr)")
+        loss.backward()
+        params = [p for p in model.parameters() if p.grad is not None]
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip if cfg.grad_clip > 0 else math.inf)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        step += 1
+        seen += len(idx)
+        run_loss, n_loss = run_loss + loss.item(), n_loss + 1
+        bar.update(1)
+        bar.set_postfix(loss=f"{loss.item():.4f}")
+        epoch = seen / len(feats)
+        if step % cfg.log_every == 0 or step == total:
+            elapsed = time.perf_counter() - t0
+            record({"step": step, "epoch": round(epoch, 3), "loss": run_loss / n_loss, "lr": lr,
+                    "grad_norm": float(grad_norm), "examples_per_s": seen / elapsed, "elapsed_s": elapsed})
+            run_loss, n_loss = 0.0, 0
+        epoch_end = not order
+        if epoch_end or step == total or (cfg.eval_every and step % cfg.eval_every == 0):
+            evaluate(step, epoch)
+            model.train()
+    bar.close()
+
+    meth.restore(model, best["snap"])
+    model.eval()
+    metrics = best["metrics"]
+    summary = {"task": task.name, "method": method, "method_options": method_options or {},
+               "best_step": best["step"], "steps": total, "select_metric": select, "dev": metrics,
+               "trainable_parameters": trainable, "total_parameters": total_params,
+               "train_examples": len(train_ex), "dev_examples": len(dev_ex),
+               "elapsed_s": time.perf_counter() - t0, "config": cfg.to_dict()}
+    if out_dir is not None:
+        rows = log_path.read_text(encoding="utf-8")
+        with atomic_dir(out_dir) as tmp:
+            meth.save(model, tmp, tok)
+            write_json(tmp / TASK_FILE, task.state())
+            write_json(tmp / EVAL_FILE, metrics)
+            write_json(tmp / SUMMARY_FILE, summary)
+            (tmp / METRICS_FILE).write_text(rows, encoding="utf-8")
+        say(f"saved the best model (step {best['step']}, {select} {best['score']:.4f}) to {out_dir}")
+    return FinetuneResult(metrics, model, task, out_dir, best["step"], total, trainable, total_params,
+                          history)
+
+
+# --------------------------------------------------------------------------- evaluation
+
+
+def load_finetuned(checkpoint: str | os.PathLike) -> tuple[nn.Module, Task]:
+    """A fine-tuned model and its task, from a directory written by :func:`finetune`."""
+    d = Path(checkpoint)
+    if not d.is_dir():
+        raise LmlabError(f"checkpoint {d} does not exist", "pass a directory written by `lmlab finetune`")
+    if not (d / TASK_FILE).is_file():
+        raise LmlabError(f"{d} is not a fine-tuned checkpoint (no {TASK_FILE})",
+                         "fine-tune it first with `lmlab finetune ... --out DIR`")
+    task = load_task(read_json(d / TASK_FILE, "task file"))
+    method = "full"
+    if (d / SUMMARY_FILE).is_file():
+        method = read_json(d / SUMMARY_FILE, "fine-tuning summary").get("method", "full")
+    model = method_class(method).load(d)
+    check_tokenizer(model)
+    return model, task
+
+
+def evaluate(checkpoint: str | os.PathLike, data, task: str | None = None, *, on_bad_line: str = "error",
+             batch_size: int = 64, max_examples: int | None = None, device: str = "auto",
+             log: Callable[[str], None] | None = None) -> dict[str, float]:
+    """Score a fine-tuned checkpoint on ``data``; the same metrics as its ``eval.json``."""
+    model, saved = load_finetuned(checkpoint)
+    if task is not None and task != saved.name:
+        raise LmlabError(f"{checkpoint} was fine-tuned for task {saved.name!r}, not {task!r}",
+                         f"pass --task {saved.name} or another checkpoint")
+    model.to(pick_device(device))
+    bad = BadLines(on_bad_line, log)
+    examples = limit(_read(saved, data, "data", bad), max_examples)
+    saved.check(examples, "data")
+    return saved.evaluate(model, examples, batch_size)

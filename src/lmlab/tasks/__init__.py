@@ -1,0 +1,90 @@
+"""Fine-tuning tasks: how examples become model inputs, which head reads them, which metrics judge.
+
+>>> from lmlab.tasks import make_task
+>>> task = make_task("sst2", "encoder")        # [CLS] classification, accuracy
+>>> task = make_task("rte", "decoder")         # GPT-style [START] a [DELIM] b [EXTRACT]
+>>> task = make_task("sst2", "seq2seq")        # "sst2 sentence: ..." -> "positive"
+
+``TASKS`` maps a task name to the class that reads and scores it. The model's architecture picks
+the formulation: encoders use the task's own head, decoders classify GPT-style
+(:mod:`lmlab.tasks.decoder_cls`), encoder-decoders pose the task as text-to-text
+(:mod:`lmlab.tasks.text2text`). Adding a task is one class plus one line in ``TASKS``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from lmlab.errors import LmlabError
+from lmlab.tasks.base import Task, TaskOptions, attach_head, check_tokenizer, collate
+from lmlab.tasks.classification import SST2, CoLA, SequenceClassification
+from lmlab.tasks.decoder_cls import DecoderClassification
+from lmlab.tasks.ner import TokenClassification
+from lmlab.tasks.pairs import MRPC, RTE
+from lmlab.tasks.qa import SquadQA
+from lmlab.tasks.readers import BadLines, Example
+from lmlab.tasks.regression import STSB
+from lmlab.tasks.text2text import Text2Text
+
+#: task name -> class (None: only as text-to-text with an encoder-decoder)
+TASKS: dict[str, type[Task] | None] = {
+    "sst2": SST2,
+    "cola": CoLA,
+    "rte": RTE,
+    "mrpc": MRPC,
+    "stsb": STSB,
+    "squad": SquadQA,
+    "conll": TokenClassification,
+    "text2text": None,
+}
+
+ARCHITECTURES = ("encoder", "decoder", "seq2seq")
+
+__all__ = ["ARCHITECTURES", "TASKS", "BadLines", "Example", "Task", "TaskOptions", "attach_head",
+           "check_tokenizer", "collate", "load_task", "make_task"]
+
+
+def make_task(name: str, architecture: str = "encoder", **options: Any) -> Task:
+    """The task ``name`` formulated for a model of ``architecture``.
+
+    ``options``: :class:`TaskOptions` fields (``max_length``, ``doc_stride``, ``lm_weight``,
+    ``decoder_style``...); None values keep the task's defaults.
+    """
+    if name not in TASKS:
+        raise LmlabError(f"unknown task {name!r}", f"choose one of: {', '.join(TASKS)}")
+    cls = TASKS[name]
+    defaults = dict(cls.defaults) if cls else {}
+    given = {k: v for k, v in options.items() if v is not None}
+    fields = {f.name for f in dataclasses.fields(TaskOptions)}
+    unknown = sorted(set(given) - fields)
+    if unknown:
+        raise LmlabError(f"unknown task options {unknown}", f"use some of: {', '.join(sorted(fields))}")
+    opts = TaskOptions(**{**defaults, **given}).validate()
+    if architecture == "seq2seq":
+        if name == "conll":
+            raise LmlabError("conll (token classification) is not offered as text-to-text",
+                             "fine-tune an encoder checkpoint for conll")
+        return Text2Text(None if cls is None else cls(options=opts), opts)
+    if cls is None:
+        raise LmlabError(f"task {name!r} is generation and needs an encoder-decoder, not a {architecture}",
+                         "use a T5 or BART checkpoint")
+    if architecture == "encoder":
+        return cls(options=opts)
+    if architecture == "decoder":
+        if not issubclass(cls, SequenceClassification):
+            raise LmlabError(f"task {name!r} is not offered for decoder-only models",
+                             "use an encoder (or an encoder-decoder) checkpoint; decoders do sentence "
+                             "(pair) classification and regression")
+        return DecoderClassification(cls(options=opts), opts)
+    raise LmlabError(f"cannot fine-tune a {architecture!r} model on task {name!r}",
+                     f"use a checkpoint whose architecture is one of {', '.join(ARCHITECTURES)}")
+
+
+def load_task(state: dict[str, Any]) -> Task:
+    """Rebuild a task from :meth:`Task.state` (the ``task.json`` of a fine-tuned checkpoint)."""
+    if not isinstance(state, dict) or "task" not in state:
+        raise LmlabError("task.json is not a task description", "fine-tune the checkpoint again")
+    task = make_task(state["task"], state.get("architecture", "encoder"), **state.get("options", {}))
+    task.load_state(state)
+    return task

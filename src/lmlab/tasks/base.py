@@ -1,0 +1,280 @@
+"""What every fine-tuning task shares: the :class:`Task` contract, batching and head swapping.
+
+A task is three decisions (lecture 4, "fine-tuning"): how an example becomes model inputs
+(:meth:`Task.features`), which head reads the network's hidden states (:attr:`Task.head`), and
+which metrics judge the predictions (:meth:`Task.score`). The fine-tuning loop
+(:mod:`lmlab.finetune`) only calls this interface:
+
+1. ``task.read(path)`` -> examples; ``task.fit(train)`` learns the label set and
+   ``task.check(dev)`` rejects labels never seen in training;
+2. ``model = task.prepare_model(model)`` swaps the pretraining head for the task head
+   (:func:`attach_head`);
+3. ``feats = task.features(examples, tokenizer)``; each step ``task.loss(model, collate(batch))``;
+4. ``task.evaluate(model, examples)`` -> ``{"accuracy": ..., ...}``.
+
+``task.state()`` (saved as ``task.json`` beside the fine-tuned weights) is what
+:func:`lmlab.tasks.load_task` needs to rebuild the task for ``lmlab evaluate``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+
+from lmlab.errors import LmlabError
+from lmlab.tasks.readers import BadLines, Example
+
+#: feature keys that become tensors; everything else stays per-feature metadata
+TENSOR_KEYS = ("input_ids", "attention_mask", "token_type_ids", "labels", "start_positions", "end_positions",
+               "lm_labels")
+#: padding value of each padded key (input_ids use the tokenizer's pad id)
+PAD_VALUES = {"attention_mask": 0, "token_type_ids": 0, "labels": -100, "lm_labels": -100}
+
+
+@dataclass
+class TaskOptions:
+    """Settings of how examples become inputs; saved with the model so evaluation repeats them.
+
+    * ``max_length``: tokens per input (longer inputs are truncated; SQuAD contexts are split).
+    * ``doc_stride``: SQuAD, tokens shared by two consecutive windows of a long context.
+    * ``max_answer_length``: SQuAD, longest answer span (tokens) considered at prediction.
+    * ``lm_weight``: decoder classification, weight λ of the auxiliary LM loss (GPT: 0.5).
+    * ``decoder_style``: ``gpt`` (``[START] a [DELIM] b [EXTRACT]``) or ``last`` (plain text,
+      classify from the last token's hidden state).
+    * ``max_target_length``: text-to-text, tokens generated at most.
+    * ``prefix``: text-to-text generation, text put before every source (``"summarize: "``).
+    """
+
+    max_length: int = 128
+    doc_stride: int = 128
+    max_answer_length: int = 30
+    lm_weight: float = 0.5
+    decoder_style: str = "gpt"
+    max_target_length: int = 32
+    prefix: str = ""
+
+    def validate(self) -> TaskOptions:
+        for name in ("max_length", "max_answer_length", "max_target_length"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or v < 1:
+                raise LmlabError(f"{name} must be a positive integer, got {v!r}", f"e.g. {name}=128")
+        if not isinstance(self.doc_stride, int) or self.doc_stride < 0:
+            raise LmlabError(f"doc_stride must be a non-negative integer, got {self.doc_stride!r}",
+                             "e.g. 128")
+        if self.lm_weight < 0:
+            raise LmlabError(f"lm_weight must be >= 0, got {self.lm_weight}",
+                             "0 turns the auxiliary LM loss off")
+        if self.decoder_style not in ("gpt", "last"):
+            raise LmlabError(f"unknown decoder_style {self.decoder_style!r}", "use 'gpt' or 'last'")
+        return self
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TaskOptions:
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names}).validate()
+
+
+class Task:
+    """Base class; subclasses set the class attributes and override what differs."""
+
+    name: ClassVar[str] = ""
+    head: ClassVar[str] = ""
+    main_metric: ClassVar[str] = ""
+    architectures: ClassVar[tuple[str, ...]] = ("encoder",)
+    #: option defaults of this task that differ from :class:`TaskOptions`'
+    defaults: ClassVar[dict[str, Any]] = {}
+
+    def __init__(self, name: str | None = None, options: TaskOptions | None = None):
+        self.name = name or self.name
+        self.options = (options or TaskOptions(**self.defaults)).validate()
+        self.labels: list = []
+
+    # ----------------------------------------------------------------- data
+    def read(self, path, on_bad_line: str | BadLines = "error", warn=None) -> list[Example]:
+        raise NotImplementedError
+
+    def fit(self, train: Sequence[Example]) -> None:
+        """Learn what training data fixes (the label set); default: nothing."""
+
+    def check(self, examples: Sequence[Example], what: str = "dev") -> None:
+        """Reject examples the model cannot handle (labels unseen in training); default: none."""
+
+    @property
+    def num_labels(self) -> int:
+        return max(1, len(self.labels))
+
+    # ----------------------------------------------------------------- model
+    def prepare_model(self, model):
+        """Return ``model`` with this task's head (see :func:`attach_head`)."""
+        check_architecture(self, model)
+        return attach_head(model, (self.head,), self.num_labels)
+
+    def features(self, examples: Sequence[Example], tokenizer) -> list[dict[str, Any]]:
+        raise NotImplementedError
+
+    def model_inputs(self, model, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The keyword arguments of the model's forward for a collated batch."""
+        keys = ["input_ids", "attention_mask", "labels", "start_positions", "end_positions"]
+        if getattr(model.config, "type_vocab_size", 0) and model.config.type_vocab_size > 1:
+            keys.append("token_type_ids")
+        return {k: batch[k] for k in keys if k in batch}
+
+    def loss(self, model, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        return model(**self.model_inputs(model, batch)).loss
+
+    # ----------------------------------------------------------------- evaluation
+    def predict(self, model, examples: Sequence[Example], batch_size: int = 64) -> list:
+        raise NotImplementedError
+
+    def score(self, predictions: Sequence, examples: Sequence[Example]) -> dict[str, float]:
+        raise NotImplementedError
+
+    def evaluate(self, model, examples: Sequence[Example], batch_size: int = 64) -> dict[str, float]:
+        """Predict and score ``examples``: the task's metrics by name."""
+        was_training = model.training
+        model.eval()
+        try:
+            with torch.no_grad():
+                preds = self.predict(model, examples, batch_size)
+        finally:
+            model.train(was_training)
+        return {k: float(v) for k, v in self.score(preds, examples).items()}
+
+    # ----------------------------------------------------------------- persistence
+    def state(self) -> dict[str, Any]:
+        return {"task": self.name, "architecture": self.architectures[0], "kind": type(self).__name__,
+                "labels": list(self.labels), "options": dataclasses.asdict(self.options)}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        self.labels = list(state.get("labels", []))
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def check_architecture(task: Task, model) -> None:
+    arch = getattr(model, "architecture", "")
+    if arch not in task.architectures:
+        need = " or ".join(task.architectures)
+        raise LmlabError(f"task {task.name!r} ({type(task).__name__}) needs a {need} model, "
+                         f"the checkpoint is a {arch or type(model).__name__}",
+                         "pick a checkpoint of the right architecture or another task")
+
+
+def check_tokenizer(model, tokenizer=None):
+    """The tokenizer to use with ``model``: it must exist and fit the embedding table."""
+    tokenizer = tokenizer if tokenizer is not None else getattr(model, "tokenizer", None)
+    if tokenizer is None:
+        raise LmlabError("the checkpoint has no tokenizer",
+                         "pass --tokenizer DIR (the one it was pretrained with)")
+    v = getattr(model.config, "vocab_size", None)
+    if v is not None and tokenizer.vocab_size > v:
+        raise LmlabError(f"tokenizer has {tokenizer.vocab_size} tokens but the model's vocabulary has {v}: "
+                         "they do not belong together", "use the tokenizer saved with the checkpoint")
+    return tokenizer
+
+
+def attach_head(model, heads: tuple[str, ...], num_labels: int, vocab_size: int | None = None):
+    """``model`` rebuilt with task ``heads`` (and ``num_labels`` outputs), keeping every weight that fits.
+
+    The pretraining heads (MLM, NSP, LM...) are dropped unless named in ``heads``; the body,
+    the pooler and, when the model already had the same head with the same shape (continued
+    fine-tuning), that head's weights are copied; new heads start from the model's usual
+    initialisation. ``vocab_size`` larger than the model's grows the token embeddings (and a
+    tied or untied LM head) by new randomly initialised rows, for added special tokens.
+    """
+    from lmlab.models import build_model
+
+    cfg = model.config
+    changes = {}
+    if getattr(cfg, "num_labels", None) != num_labels:
+        changes["num_labels"] = num_labels
+    if vocab_size is not None and vocab_size > cfg.vocab_size:
+        changes["vocab_size"] = vocab_size
+    if not changes and tuple(model.head_names) == tuple(heads):
+        return model
+    new_cfg = dataclasses.replace(cfg, **changes).validate() if changes else cfg
+    new = build_model(new_cfg, heads=heads, architecture=model.architecture)
+    old_state, new_state = model.state_dict(), new.state_dict()
+    keep = {}
+    for k, t in new_state.items():
+        o = old_state.get(k)
+        if o is None:
+            continue
+        if o.shape == t.shape:
+            keep[k] = o
+        elif "vocab_size" in changes and o.dim() == t.dim() and o.shape[1:] == t.shape[1:] \
+                and o.shape[0] < t.shape[0]:
+            grown = t.clone()
+            grown[: o.shape[0]] = o
+            keep[k] = grown
+    new.load_state_dict(keep, strict=False)
+    if hasattr(new, "tie_weights"):
+        new.tie_weights()
+    new.tokenizer = getattr(model, "tokenizer", None)
+    return new.to(next(model.parameters()).device).train(model.training)
+
+
+def collate(feats: Sequence[dict[str, Any]], pad_id: int, device: torch.device | str = "cpu") -> dict:
+    """Stack features into tensors, right-padding sequences (ids with ``pad_id``, labels with -100)."""
+    out = {}
+    for key in TENSOR_KEYS:
+        if key not in feats[0]:
+            continue
+        values = [f[key] for f in feats]
+        if isinstance(values[0], list):
+            width = max(len(v) for v in values)
+            fill = pad_id if key == "input_ids" else PAD_VALUES.get(key, 0)
+            values = [v + [fill] * (width - len(v)) for v in values]
+        dtype = torch.float32 if any(isinstance(x, float) for x in _flat(values)) else torch.long
+        out[key] = torch.tensor(values, dtype=dtype, device=device)
+    return out
+
+
+def _flat(values) -> Iterator:
+    for v in values:
+        if isinstance(v, list):
+            yield from v
+        else:
+            yield v
+
+
+def batches(items: Sequence, size: int) -> Iterator[Sequence]:
+    for i in range(0, len(items), size):
+        yield items[i:i + size]
+
+
+def model_device(model) -> torch.device:
+    return next(model.parameters()).device
+
+
+def pad_id_of(tokenizer, model=None) -> int:
+    pad = tokenizer.pad_id
+    if pad is None and model is not None:
+        pad = getattr(model.config, "pad_token_id", None)
+    if pad is None:
+        pad = tokenizer.eos_id if tokenizer.eos_id is not None else 0
+    return pad
+
+
+def truncate_pair(a: list, b: list | None, budget: int) -> tuple[list, list | None]:
+    """Longest-first truncation of two token lists to ``budget`` tokens in total."""
+    if b is None:
+        return a[:max(0, budget)], None
+    a, b = list(a), list(b)
+    while len(a) + len(b) > budget and (a or b):
+        if len(a) >= len(b):
+            a.pop()
+        else:
+            b.pop()
+    return a, b
+
+
+def unseen_label_error(label, where: str, known: Sequence) -> LmlabError:
+    shown = ", ".join(repr(k) for k in list(known)[:10])
+    return LmlabError(f"{where}: label {label!r} never occurs in the training data (labels: {shown})",
+                      "fix the label or add training examples of that class")

@@ -1,0 +1,109 @@
+"""Sentence classification from ``[CLS]`` (BERT; Devlin et al. 2019, fig. 4a/b): SST-2, CoLA.
+
+Input ``[CLS] sentence [SEP]`` (pairs: ``[CLS] a [SEP] b [SEP]`` with segment ids 0/1, see
+:mod:`lmlab.tasks.pairs`); the ``seq_cls`` head maps the pooled ``[CLS]`` vector to one score
+per class; loss is cross-entropy. Labels are the strings found in the training file, sorted
+(``"0"``, ``"1"`` for SST-2), so predictions are written back in the file's own vocabulary.
+
+Metrics: accuracy for every classification task; CoLA adds Matthews correlation (its GLUE
+metric, robust to the 70/30 class imbalance).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+import torch
+
+from lmlab.errors import LmlabError
+from lmlab.tasks import metrics as M
+from lmlab.tasks.base import (
+    Task,
+    batches,
+    check_tokenizer,
+    collate,
+    model_device,
+    pad_id_of,
+    unseen_label_error,
+)
+from lmlab.tasks.readers import Example, read_glue
+
+
+class SequenceClassification(Task):
+    """Single-sentence classification (``layout = "single"``); subclasses change the layout/metrics."""
+
+    head = "seq_cls"
+    layout: ClassVar[str] = "single"
+    main_metric = "accuracy"
+    extra_metrics: ClassVar[tuple[str, ...]] = ()
+    positive_label: ClassVar[str | None] = None
+
+    def read(self, path, on_bad_line="error", warn=None) -> list[Example]:
+        return read_glue(path, self.layout, on_bad_line, warn)
+
+    def fit(self, train: Sequence[Example]) -> None:
+        self.labels = sorted({str(e.label) for e in train})
+        if len(self.labels) < 2:
+            raise one_class_error(train, self.labels)
+
+    def check(self, examples: Sequence[Example], what: str = "dev") -> None:
+        known = set(self.labels)
+        for e in examples:
+            if str(e.label) not in known:
+                raise unseen_label_error(e.label, e.where, self.labels)
+
+    def features(self, examples: Sequence[Example], tokenizer) -> list[dict[str, Any]]:
+        texts = [e.text for e in examples]
+        pairs = [e.pair or "" for e in examples] if self.layout != "single" else None
+        enc = tokenizer.encode_batch(texts, pairs, padding=False, truncation=True,
+                                     max_length=self.options.max_length)
+        index = {lab: i for i, lab in enumerate(self.labels)}
+        feats = []
+        for i, e in enumerate(examples):
+            f = {"input_ids": enc["input_ids"][i], "attention_mask": enc["attention_mask"][i],
+                 "token_type_ids": enc["token_type_ids"][i]}
+            if e.label is not None and str(e.label) in index:
+                f["labels"] = index[str(e.label)]
+            feats.append(f)
+        return feats
+
+    def logits(self, model, examples: Sequence[Example], batch_size: int = 64) -> torch.Tensor:
+        """Scores ``[N, num_labels]`` of ``examples`` (no labels needed)."""
+        tok = check_tokenizer(model)
+        feats = self.features([Example(e.text, e.pair) for e in examples], tok)
+        pad, dev = pad_id_of(tok, model), model_device(model)
+        out = []
+        for chunk in batches(feats, batch_size):
+            inputs = self.model_inputs(model, collate(chunk, pad, dev))
+            out.append(model(**inputs).logits.float().cpu())
+        return torch.cat(out)
+
+    def predict(self, model, examples, batch_size=64) -> list[str]:
+        return [self.labels[i] for i in self.logits(model, examples, batch_size).argmax(-1).tolist()]
+
+    def score(self, predictions, examples) -> dict[str, float]:
+        truth = [str(e.label) for e in examples]
+        out = {"accuracy": M.accuracy(predictions, truth)}
+        if "f1" in self.extra_metrics:
+            pos = self.positive_label if self.positive_label in self.labels else self.labels[-1]
+            out["f1"] = M.binary_f1(predictions, truth, positive=pos)
+        if "matthews_corr" in self.extra_metrics:
+            out["matthews_corr"] = M.matthews_corrcoef(predictions, truth)
+        return out
+
+
+def one_class_error(train: Sequence[Example], labels: list) -> LmlabError:
+    where = train[0].where.rsplit(" line", 1)[0] if train else "training data"
+    return LmlabError(f"{where} has only the label(s) {labels}: nothing to classify",
+                      "pass training data with at least two classes")
+
+
+class SST2(SequenceClassification):
+    name = "sst2"
+
+
+class CoLA(SequenceClassification):
+    name = "cola"
+    main_metric = "matthews_corr"
+    extra_metrics = ("matthews_corr",)

@@ -1,0 +1,279 @@
+"""Evaluation metrics of the fine-tuning tasks, written out so each formula can be read.
+
+All scores are fractions in [0, 1] (SQuAD's official script prints EM/F1 x 100; we do not).
+
+* Classification (GLUE; Wang et al. 2019): :func:`accuracy`, :func:`binary_f1` (F1 of the
+  positive class, as GLUE reports for MRPC), :func:`matthews_corrcoef` (CoLA).
+* Regression (STS-B): :func:`pearson`, :func:`spearman` (Pearson of average ranks, ties shared).
+* Extractive QA (SQuAD v1.1; Rajpurkar et al. 2016): :func:`squad_normalize`, :func:`squad_exact`,
+  :func:`squad_f1` behave as the official ``evaluate-v1.1.py``: lower-case, drop punctuation,
+  drop the articles a/an/the, collapse whitespace; F1 over the bag of normalised tokens; each
+  prediction is scored against every reference answer and the best score counts.
+* NER (CoNLL-2003; Tjong Kim Sang & De Meulder 2003): :func:`iob_spans` reads entity spans the
+  way ``conlleval`` does and :func:`entity_prf` scores exact span+type matches.
+* Generation: :func:`rouge_n`, :func:`rouge_l` (Lin 2004; F-measure per example, averaged) and
+  :func:`corpus_bleu` (Papineni et al. 2002: clipped n-gram precisions up to 4-grams, geometric
+  mean, brevity penalty, over the whole corpus).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import string
+from collections import Counter
+from collections.abc import Sequence
+
+# --------------------------------------------------------------------------- classification
+
+
+def accuracy(preds: Sequence, labels: Sequence) -> float:
+    """Share of predictions equal to the label."""
+    _same_length(preds, labels)
+    return sum(p == y for p, y in zip(preds, labels)) / len(labels) if labels else 0.0
+
+
+def binary_f1(preds: Sequence, labels: Sequence, positive=1) -> float:
+    """F1 of the ``positive`` class: ``2·TP / (2·TP + FP + FN)`` (0 when there is no positive at all)."""
+    _same_length(preds, labels)
+    tp = sum(p == positive and y == positive for p, y in zip(preds, labels))
+    fp = sum(p == positive and y != positive for p, y in zip(preds, labels))
+    fn = sum(p != positive and y == positive for p, y in zip(preds, labels))
+    return 2 * tp / (2 * tp + fp + fn) if tp + fp + fn else 0.0
+
+
+def matthews_corrcoef(preds: Sequence, labels: Sequence) -> float:
+    """Matthews correlation (Matthews 1975; Gorodkin's multi-class form), 0 when undefined.
+
+    From the confusion matrix C (rows = truth): with s = total, c = correct, p_k = predicted
+    count of class k, t_k = true count of class k::
+
+        MCC = (c·s - Σ p_k t_k) / sqrt((s² - Σ p_k²) (s² - Σ t_k²))
+
+    For two classes this is ``(TP·TN - FP·FN) / sqrt((TP+FP)(TP+FN)(TN+FP)(TN+FN))``.
+    """
+    _same_length(preds, labels)
+    s = len(labels)
+    c = sum(p == y for p, y in zip(preds, labels))
+    pc, tc = Counter(preds), Counter(labels)
+    classes = set(pc) | set(tc)
+    cov_pt = c * s - sum(pc[k] * tc[k] for k in classes)
+    cov_pp = s * s - sum(v * v for v in pc.values())
+    cov_tt = s * s - sum(v * v for v in tc.values())
+    if cov_pp == 0 or cov_tt == 0:
+        return 0.0
+    return cov_pt / math.sqrt(cov_pp * cov_tt)
+
+
+# --------------------------------------------------------------------------- regression
+
+
+def pearson(x: Sequence[float], y: Sequence[float]) -> float:
+    """Pearson correlation ``cov(x, y) / (σx σy)``; 0 when either side is constant."""
+    _same_length(x, y)
+    n = len(x)
+    if n < 2:
+        return 0.0
+    mx, my = sum(x) / n, sum(y) / n
+    sxy = sum((a - mx) * (b - my) for a, b in zip(x, y))
+    sxx = sum((a - mx) ** 2 for a in x)
+    syy = sum((b - my) ** 2 for b in y)
+    if sxx == 0 or syy == 0:
+        return 0.0
+    return max(-1.0, min(1.0, sxy / math.sqrt(sxx * syy)))
+
+
+def rank(values: Sequence[float]) -> list[float]:
+    """1-based ranks; tied values share the mean of the ranks they span (``[5, 1, 5] -> [2.5, 1, 2.5]``)."""
+    order = sorted(range(len(values)), key=lambda i: values[i])
+    ranks = [0.0] * len(values)
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
+            j += 1
+        for k in range(i, j + 1):
+            ranks[order[k]] = (i + j) / 2 + 1
+        i = j + 1
+    return ranks
+
+
+def spearman(x: Sequence[float], y: Sequence[float]) -> float:
+    """Spearman's rank correlation: Pearson correlation of the (average) ranks."""
+    _same_length(x, y)
+    return pearson(rank(x), rank(y))
+
+
+# --------------------------------------------------------------------------- SQuAD
+
+_ARTICLES = re.compile(r"\b(a|an|the)\b", re.UNICODE)
+_PUNCT = set(string.punctuation)
+
+
+def squad_normalize(text: str) -> str:
+    """The official SQuAD v1.1 answer normalisation, in its order: lower-case, remove
+    punctuation, remove articles, collapse whitespace."""
+    text = text.lower()
+    text = "".join(ch for ch in text if ch not in _PUNCT)
+    text = _ARTICLES.sub(" ", text)
+    return " ".join(text.split())
+
+
+def squad_exact(prediction: str, truth: str) -> float:
+    return float(squad_normalize(prediction) == squad_normalize(truth))
+
+
+def squad_f1(prediction: str, truth: str) -> float:
+    """Token-level F1 between normalised prediction and reference (bag of tokens)."""
+    p, t = squad_normalize(prediction).split(), squad_normalize(truth).split()
+    common = Counter(p) & Counter(t)
+    same = sum(common.values())
+    if same == 0:
+        return 0.0
+    precision, recall = same / len(p), same / len(t)
+    return 2 * precision * recall / (precision + recall)
+
+
+def squad_scores(predictions: Sequence[str], references: Sequence[Sequence[str]]) -> dict[str, float]:
+    """Mean exact match and F1, each the max over an example's reference answers."""
+    _same_length(predictions, references)
+    if not predictions:
+        return {"exact_match": 0.0, "f1": 0.0}
+    em = sum(max(squad_exact(p, t) for t in refs) for p, refs in zip(predictions, references))
+    f1 = sum(max(squad_f1(p, t) for t in refs) for p, refs in zip(predictions, references))
+    n = len(predictions)
+    return {"exact_match": em / n, "f1": f1 / n}
+
+
+# --------------------------------------------------------------------------- NER
+
+
+def iob_spans(tags: Sequence[str]) -> set[tuple[str, int, int]]:
+    """Entity spans ``(type, start, end_exclusive)`` of a tag sequence, read as ``conlleval`` does.
+
+    An entity starts at ``B-X``, or at ``I-X`` when the previous tag is not of type X (so IOB1
+    files and ill-formed IOB2 sequences are read the same way as by the CoNLL script); it ends
+    before ``O``, ``B-*`` or a tag of another type. ``E-``/``S-`` (IOBES) are read as ``I-``/``B-``
+    followed by an end.
+    """
+    spans = set()
+    start, kind = None, None
+    for i, tag in enumerate([*tags, "O"]):
+        prefix, _, typ = tag.partition("-")
+        if tag == "O" or not typ:
+            prefix, typ = "O", None
+        begins = prefix in ("B", "S") or (prefix in ("I", "E") and typ != kind)
+        if kind is not None and (prefix == "O" or begins):
+            spans.add((kind, start, i))
+            start, kind = None, None
+        if prefix != "O" and begins:
+            start, kind = i, typ
+        if prefix in ("E", "S") and kind is not None:
+            spans.add((kind, start, i + 1))
+            start, kind = None, None
+    return spans
+
+
+def entity_prf(pred_tags: Sequence[Sequence[str]], true_tags: Sequence[Sequence[str]]) -> dict[str, float]:
+    """Entity-level micro precision, recall and F1: a predicted entity counts only when its type,
+    start and end all match a reference entity (CoNLL-2003 evaluation)."""
+    _same_length(pred_tags, true_tags)
+    tp = n_pred = n_true = 0
+    for p, t in zip(pred_tags, true_tags):
+        ps, ts = iob_spans(p), iob_spans(t)
+        tp += len(ps & ts)
+        n_pred += len(ps)
+        n_true += len(ts)
+    precision = tp / n_pred if n_pred else 0.0
+    recall = tp / n_true if n_true else 0.0
+    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+    return {"precision": precision, "recall": recall, "f1": f1}
+
+
+# --------------------------------------------------------------------------- generation
+
+
+def rouge_tokens(text: str) -> list[str]:
+    """ROUGE tokenisation (as the ``rouge-score`` package without stemming): lower-case, every run
+    of characters other than a-z/0-9 is a separator."""
+    return re.sub(r"[^a-z0-9]+", " ", text.lower()).split()
+
+
+def _ngrams(tokens: Sequence[str], n: int) -> Counter:
+    return Counter(tuple(tokens[i:i + n]) for i in range(len(tokens) - n + 1))
+
+
+def _f(overlap: float, n_pred: int, n_ref: int) -> float:
+    if overlap == 0 or n_pred == 0 or n_ref == 0:
+        return 0.0
+    p, r = overlap / n_pred, overlap / n_ref
+    return 2 * p * r / (p + r)
+
+
+def rouge_n(prediction: str, reference: str, n: int) -> float:
+    """ROUGE-N F-measure: clipped n-gram overlap over prediction and reference n-gram counts."""
+    p, r = _ngrams(rouge_tokens(prediction), n), _ngrams(rouge_tokens(reference), n)
+    return _f(sum((p & r).values()), sum(p.values()), sum(r.values()))
+
+
+def lcs_length(a: Sequence, b: Sequence) -> int:
+    """Length of the longest common subsequence (dynamic programming, O(len(a)·len(b)))."""
+    prev = [0] * (len(b) + 1)
+    for x in a:
+        cur = [0]
+        for j, y in enumerate(b):
+            cur.append(prev[j] + 1 if x == y else max(prev[j + 1], cur[j]))
+        prev = cur
+    return prev[-1]
+
+
+def rouge_l(prediction: str, reference: str) -> float:
+    """ROUGE-L F-measure: LCS length over prediction and reference lengths."""
+    p, r = rouge_tokens(prediction), rouge_tokens(reference)
+    return _f(lcs_length(p, r), len(p), len(r))
+
+
+def rouge_scores(predictions: Sequence[str], references: Sequence[str]) -> dict[str, float]:
+    """Mean ROUGE-1, ROUGE-2 and ROUGE-L F-measures."""
+    _same_length(predictions, references)
+    n = len(predictions) or 1
+    return {
+        "rouge1": sum(rouge_n(p, r, 1) for p, r in zip(predictions, references)) / n,
+        "rouge2": sum(rouge_n(p, r, 2) for p, r in zip(predictions, references)) / n,
+        "rougeL": sum(rouge_l(p, r) for p, r in zip(predictions, references)) / n,
+    }
+
+
+def bleu_tokens(text: str) -> list[str]:
+    """BLEU tokenisation: punctuation split off words (close to sacreBLEU's ``13a``), case kept."""
+    return re.findall(r"\w+|[^\w\s]", text)
+
+
+def corpus_bleu(predictions: Sequence[str], references: Sequence[str], max_n: int = 4) -> float:
+    """Corpus BLEU (Papineni et al. 2002) with one reference per sentence.
+
+    ``p_n`` = clipped n-gram matches / predicted n-grams, summed over the corpus for n = 1..4;
+    ``BLEU = BP · exp(mean log p_n)`` with brevity penalty ``BP = exp(1 - r/c)`` when the total
+    prediction length c is below the reference length r (else 1). No smoothing: 0 when some
+    ``p_n`` is 0.
+    """
+    _same_length(predictions, references)
+    matches, totals = [0] * max_n, [0] * max_n
+    c = r = 0
+    for pred, ref in zip(predictions, references):
+        p, t = bleu_tokens(pred), bleu_tokens(ref)
+        c, r = c + len(p), r + len(t)
+        for n in range(1, max_n + 1):
+            pn, tn = _ngrams(p, n), _ngrams(t, n)
+            matches[n - 1] += sum((pn & tn).values())
+            totals[n - 1] += sum(pn.values())
+    if c == 0 or min(matches) == 0:
+        return 0.0
+    log_p = sum(math.log(m / t) for m, t in zip(matches, totals)) / max_n
+    bp = 1.0 if c > r else math.exp(1 - r / c)
+    return bp * math.exp(log_p)
+
+
+def _same_length(a: Sequence, b: Sequence) -> None:
+    if len(a) != len(b):
+        raise ValueError(f"{len(a)} predictions but {len(b)} references")

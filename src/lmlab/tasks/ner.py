@@ -1,0 +1,104 @@
+"""Token classification: CoNLL-2003 named entities (BERT; Devlin et al. 2019, fig. 4d).
+
+The words of a sentence are tokenised one by one; the ``token_cls`` head gives every sub-token
+a score per tag. Only the first sub-token of a word carries the word's tag in training; the
+other sub-tokens and the special tokens get the label -100, which the loss ignores (as in the
+BERT paper). At prediction each word takes the tag of its first sub-token; words cut off by
+``max_length`` (or that tokenise to nothing) are predicted ``O``.
+
+Metric: entity-level precision, recall and F1 over IOB2 spans (a predicted entity counts only
+with the exact type and boundaries; :func:`lmlab.tasks.metrics.entity_prf`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from lmlab.tasks import metrics as M
+from lmlab.tasks.base import (
+    Task,
+    batches,
+    check_tokenizer,
+    collate,
+    model_device,
+    pad_id_of,
+    unseen_label_error,
+)
+from lmlab.tasks.readers import Example, read_conll
+
+IGNORE = -100
+
+
+class TokenClassification(Task):
+    name = "conll"
+    head = "token_cls"
+    main_metric = "f1"
+
+    def read(self, path, on_bad_line="error", warn=None) -> list[Example]:
+        return read_conll(path, on_bad_line, warn)
+
+    def fit(self, train: Sequence[Example]) -> None:
+        tags = {t for e in train for t in e.label}
+        self.labels = ["O", *sorted(tags - {"O"}, key=lambda t: (t.partition("-")[2], t))]
+
+    def check(self, examples: Sequence[Example], what: str = "dev") -> None:
+        known = set(self.labels)
+        for e in examples:
+            for i, t in enumerate(e.label or ()):
+                if t not in known:
+                    where = f"{e.where} (word {i + 1} {e.extra['words'][i]!r})"
+                    raise unseen_label_error(t, where, self.labels)
+
+    def features(self, examples: Sequence[Example], tokenizer) -> list[dict[str, Any]]:
+        """Sub-token ids with the single-sequence template; ``word_starts[j]`` = position of word j."""
+        index = {t: i for i, t in enumerate(self.labels)}
+        n_special = tokenizer.num_special_tokens_to_add(pair=False)
+        room = self.options.max_length - n_special
+        feats = []
+        for e in examples:
+            words = e.extra.get("words") or e.text.split()
+            toks, word_of = [], []
+            for j, w in enumerate(words):
+                pieces = tokenizer.tokenize_with_offsets(w)
+                if len(toks) + len(pieces) > room:
+                    break
+                toks += [p[0] for p in pieces]
+                word_of += [j] * len(pieces)
+            layout, types = tokenizer._template(len(toks), None)
+            content = iter(zip(toks, word_of))
+            ids, labels, starts, prev = [], [], {}, None
+            for slot in layout:
+                if slot is None:
+                    tok, j = next(content)
+                    ids.append(tokenizer.id_of(tok))
+                    first = j != prev
+                    prev = j
+                    if first:
+                        starts[j] = len(ids) - 1
+                    tag = e.label[j] if (first and e.label is not None) else None
+                    labels.append(index.get(tag, IGNORE) if tag is not None else IGNORE)
+                else:
+                    ids.append(tokenizer.token_to_id[slot])
+                    labels.append(IGNORE)
+            f = {"input_ids": ids, "attention_mask": [1] * len(ids), "token_type_ids": types,
+                 "word_starts": [starts.get(j) for j in range(len(words))]}
+            if e.label is not None:
+                f["labels"] = labels
+            feats.append(f)
+        return feats
+
+    def predict(self, model, examples, batch_size=64) -> list[list[str]]:
+        tok = check_tokenizer(model)
+        feats = self.features([Example(e.text, None, None, e.where, e.extra) for e in examples], tok)
+        pad, dev = pad_id_of(tok, model), model_device(model)
+        out = []
+        for chunk in batches(feats, batch_size):
+            logits = model(**self.model_inputs(model, collate(chunk, pad, dev))).logits
+            best = logits.argmax(-1).cpu().tolist()
+            for row, f in enumerate(chunk):
+                out.append(["O" if p is None else self.labels[best[row][p]] for p in f["word_starts"]])
+        return out
+
+    def score(self, predictions, examples) -> dict[str, float]:
+        return M.entity_prf(predictions, [e.label for e in examples])

@@ -1,0 +1,29 @@
+"""Sentence-pair classification (BERT; Devlin et al. 2019, fig. 4a): RTE, MRPC.
+
+Input ``[CLS] sentence1 [SEP] sentence2 [SEP]``: segment id 0 on the first sentence (and
+``[CLS]``/first ``[SEP]``), 1 on the second, so the model can tell the two apart; longest-first
+truncation to ``max_length``. Same ``seq_cls`` head and loss as single sentences.
+
+Metrics: accuracy and F1 of the positive class (MRPC: "1" = paraphrase, as GLUE reports it;
+RTE: "entailment").
+"""
+
+from __future__ import annotations
+
+from lmlab.tasks.classification import SequenceClassification
+
+
+class PairClassification(SequenceClassification):
+    layout = "pair"
+    extra_metrics = ("f1",)
+
+
+class RTE(PairClassification):
+    name = "rte"
+    positive_label = "entailment"
+
+
+class MRPC(PairClassification):
+    name = "mrpc"
+    main_metric = "f1"
+    positive_label = "1"

@@ -1,0 +1,41 @@
+"""Every recipe in configs/ is valid, and every golden loss curve in configs/golden/ is reproduced."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from lmlab.train import load_config
+from lmlab.train.golden import check, compare
+
+ROOT = Path(__file__).resolve().parents[2]
+RECIPES = sorted((ROOT / "configs").glob("*.toml"))
+GOLDEN = sorted((ROOT / "configs" / "golden").glob("*.json"))
+
+
+@pytest.mark.parametrize("recipe", RECIPES, ids=lambda p: p.stem)
+def test_recipe_loads_and_accepts_the_common_overrides(recipe):
+    cfg = load_config(recipe, ["train.max_steps=60", "train.batch_size=4", "train.seq_len=64", "train.lr=1e-3",
+                               "train.eval_every=30", "train.checkpoint_every=30", "train.seed=1",
+                               "data.train=a.txt", "data.val=b.txt"])
+    assert cfg.train.max_steps == 60 and cfg.data.train == ["a.txt"] and cfg.data.val == ["b.txt"]
+
+
+def test_there_is_a_golden_curve_for_the_gpt_recipe():
+    assert ROOT / "configs" / "golden" / "gpt-tiny-clm.json" in GOLDEN
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("golden", GOLDEN, ids=lambda p: p.stem)
+def test_recipe_reproduces_its_golden_curve(golden, tmp_path, monkeypatch):
+    monkeypatch.chdir(ROOT)  # recipes name paths relative to the repository root
+    problems = check(golden, tmp_path / "run")
+    assert not problems, f"{golden.name}: " + "; ".join(problems[:5])
+
+
+def test_compare_flags_a_changed_curve():
+    golden = {"loss": [8.0, 7.5], "val_loss": {"0": 8.1, "2": 7.6}, "tolerance": 5e-4}
+    assert compare(golden, {"loss": [8.0, 7.5], "val_loss": {"0": 8.1, "2": 7.6}}) == []
+    assert compare(golden, {"loss": [8.0, 7.51], "val_loss": {"0": 8.1, "2": 7.6}}) == [
+        "step 2: train loss 7.510000, golden 7.500000"]

@@ -194,7 +194,7 @@ def base_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
     own = ("lora_A", "lora_B", ".adapter.", "prefix_encoder.", "soft_prompt.")
     state = {}
     for name, t in model.state_dict().items():
-        if any(part in name for part in own) or name.endswith(("lora_A", "lora_B")):
+        if any(part in name for part in own):
             continue
         state[name.replace(".inner.", ".")] = merged.get(name, t)
     return state
@@ -254,8 +254,8 @@ class LoRAFineTuning(PeftFineTuning):
     name = "lora"
 
     def save(self, model: nn.Module, directory: Path, tokenizer) -> None:
+        save_plain(model, directory, tokenizer)  # merged: W + (alpha/r)·B·A (replaces the directory: first)
         save_peft(model, directory / "adapter")
-        save_plain(model, directory, tokenizer)  # merged: W + (alpha/r)·B·A
 
     @classmethod
     def load(cls, directory: str | os.PathLike) -> nn.Module:

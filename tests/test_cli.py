@@ -5,7 +5,31 @@ import pytest
 
 from lmlab.cli import main
 
-SUBCOMMANDS = [["tokenizer", "train"], ["tokenizer", "encode"], ["tokenizer", "decode"], ["tokenizer", "inspect"], ["data", "prepare"], ["demo"]]
+import argparse
+
+from lmlab.cli import build_parser
+
+
+def _leaf_commands(parser: argparse.ArgumentParser, prefix=()) -> list[list[str]]:
+    """Every runnable `lmlab ...` command, found by walking the parser (so new ones are covered)."""
+    found = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                found += _leaf_commands(sub, prefix + (name,))
+    if not found and prefix:
+        found.append(list(prefix))
+    return found
+
+
+SUBCOMMANDS = _leaf_commands(build_parser())
+
+
+def test_the_issue_commands_exist():
+    names = {" ".join(c) for c in SUBCOMMANDS}
+    for required in ("tokenizer train", "tokenizer encode", "tokenizer inspect", "data prepare", "demo",
+                     "pretrain", "generate", "export", "import"):
+        assert required in names, f"`lmlab {required}` is missing"
 
 
 @pytest.mark.parametrize("sub", SUBCOMMANDS, ids=lambda s: " ".join(s))

@@ -25,16 +25,36 @@ def demo_config(out: Path, steps: int) -> dict:
     return {
         "model": {"preset": "gpt2-tiny", "dropout": 0.0, "attn_dropout": 0.0},
         "objective": {"name": "clm"},
-        "data": {"train": [str(out / "train.txt")], "val": [str(out / "val.txt")],
-                 "tokenizer": str(out / "tokenizer")},
-        "train": {"max_steps": steps, "batch_size": 8, "seq_len": 128, "lr": 3e-3, "min_lr": 3e-4,
-                  "warmup_steps": max(1, steps // 10), "eval_every": max(1, steps // 4), "eval_batches": 8,
-                  "checkpoint_every": steps, "keep_checkpoints": 1, "seed": 0, "progress": "auto"},
+        "data": {
+            "train": [str(out / "train.txt")],
+            "val": [str(out / "val.txt")],
+            "tokenizer": str(out / "tokenizer"),
+        },
+        "train": {
+            "max_steps": steps,
+            "batch_size": 8,
+            "seq_len": 128,
+            "lr": 3e-3,
+            "min_lr": 3e-4,
+            "warmup_steps": max(1, steps // 10),
+            "eval_every": max(1, steps // 4),
+            "eval_batches": 8,
+            "checkpoint_every": steps,
+            "keep_checkpoints": 1,
+            "seed": 0,
+            "progress": "auto",
+        },
     }
 
 
-def run_demo(out: str | Path = "runs/demo", vocab_size: int = 2000, algo: str = "bytelevel", steps: int = 200,
-             prompt: str = "ROMEO:", sample_tokens: int = 60) -> dict:
+def run_demo(
+    out: str | Path = "runs/demo",
+    vocab_size: int = 2000,
+    algo: str = "bytelevel",
+    steps: int = 300,
+    prompt: str = "ROMEO:",
+    sample_tokens: int = 60,
+) -> dict:
     from lmlab.fileio import atomic_write_text, read_text
     from lmlab.tokenizers import train_tokenizer
     from lmlab.train import pretrain
@@ -46,8 +66,10 @@ def run_demo(out: str | Path = "runs/demo", vocab_size: int = 2000, algo: str = 
     held_out = "".join(lines[-2000:])
     train = lines[:-2000]
     out = Path(out)
-    print(f"[1/3] training a {algo} tokenizer ({vocab_size} tokens) on {corpus_path.name} "
-          f"({len(text) / 1e6:.2f} MB, {len(lines)} lines)")
+    print(
+        f"[1/3] training a {algo} tokenizer ({vocab_size} tokens) on {corpus_path.name} "
+        f"({len(text) / 1e6:.2f} MB, {len(lines)} lines)"
+    )
     t0 = time.perf_counter()
     tok = train_tokenizer(algo, train, vocab_size=vocab_size, progress=True)
     secs = time.perf_counter() - t0
@@ -57,32 +79,48 @@ def run_demo(out: str | Path = "runs/demo", vocab_size: int = 2000, algo: str = 
     example = "To be, or not to be, that is the question."
     pieces = tok.tokenize(example)
     print(f"  learned {tok.vocab_size} tokens in {secs:.1f}s; saved to {out / 'tokenizer'}/")
-    print(f"  held-out compression: {bpt:.2f} bytes per token ({len(ids)} tokens for "
-          f"{len(held_out.encode('utf-8'))} bytes)")
+    print(
+        f"  held-out compression: {bpt:.2f} bytes per token ({len(ids)} tokens for "
+        f"{len(held_out.encode('utf-8'))} bytes)"
+    )
     print(f"  example: {example!r}")
     print(f"        -> {' | '.join(pieces)}")
     assert tok.decode(tok.encode(example)) == example
 
-    print(f"[2/3] pretraining gpt2-tiny (causal LM) for {steps} steps on the other {len(train)} lines, "
-          f"validating on the last 2000")
+    print(
+        f"[2/3] pretraining gpt2-tiny (causal LM) for {steps} steps on the other {len(train)} lines, "
+        f"validating on the last 2000"
+    )
     atomic_write_text(out / "train.txt", "".join(train))
     atomic_write_text(out / "val.txt", held_out)
     run_dir = out / "run"
     shutil.rmtree(run_dir, ignore_errors=True)  # the demo always starts fresh
     summary = pretrain(demo_config(out, steps), run_dir, log=lambda m: print(f"  {m}", flush=True))
-    print(f"  val loss {summary['initial_val_loss']:.3f} -> {summary['val_loss']:.3f} "
-          f"(perplexity {summary['val_ppl']:.1f}, {summary['val_bpb']:.3f} bits/byte) after "
-          f"{summary['tokens']:,} tokens at {summary['tokens_per_s']:,.0f} tokens/s")
-    print(f"  metrics: {run_dir / 'metrics.jsonl'}, curve: {run_dir / 'loss.png'}, model: {summary['checkpoint']}")
+    print(
+        f"  val loss {summary['initial_val_loss']:.3f} -> {summary['val_loss']:.3f} "
+        f"(perplexity {summary['val_ppl']:.1f}, {summary['val_bpb']:.3f} bits/byte) after "
+        f"{summary['tokens']:,} tokens at {summary['tokens_per_s']:,.0f} tokens/s"
+    )
+    print(
+        f"  metrics: {run_dir / 'metrics.jsonl'}, curve: {run_dir / 'loss.png'}, "
+        f"model: {summary['checkpoint']}"
+    )
 
     print(f"[3/3] sampling {sample_tokens} tokens after {prompt!r}")
     sample = generate_sample(summary["checkpoint"], prompt, sample_tokens)
     print("  " + "\n  ".join((prompt + sample).splitlines()))
     total = time.perf_counter() - t_all
     print(f"done in {total:.0f}s")
-    return {"vocab_size": tok.vocab_size, "bytes_per_token": bpt, "example": pieces,
-            "initial_val_loss": summary["initial_val_loss"], "val_loss": summary["val_loss"], "sample": sample,
-            "seconds": total, "run_dir": str(run_dir)}
+    return {
+        "vocab_size": tok.vocab_size,
+        "bytes_per_token": bpt,
+        "example": pieces,
+        "initial_val_loss": summary["initial_val_loss"],
+        "val_loss": summary["val_loss"],
+        "sample": sample,
+        "seconds": total,
+        "run_dir": str(run_dir),
+    }
 
 
 def generate_sample(checkpoint: str | Path, prompt: str, max_new_tokens: int = 60, seed: int = 0) -> str:
@@ -100,11 +138,19 @@ def generate_sample(checkpoint: str | Path, prompt: str, max_new_tokens: int = 6
         generate = None
     with torch.no_grad():
         if generate is not None:
-            out = generate(model, ids, max_new_tokens=max_new_tokens, do_sample=True, top_k=40, temperature=0.8,
-                           seed=seed, eos_token_id=[])
+            out = generate(
+                model,
+                ids,
+                max_new_tokens=max_new_tokens,
+                do_sample=True,
+                top_k=40,
+                temperature=0.8,
+                seed=seed,
+                eos_token_id=[],
+            )
         else:
             out = ids
             for _ in range(max_new_tokens):
-                nxt = model(out[:, -model.config.max_positions:]).logits[:, -1].argmax(-1, keepdim=True)
+                nxt = model(out[:, -model.config.max_positions :]).logits[:, -1].argmax(-1, keepdim=True)
                 out = torch.cat([out, nxt], 1)
-    return tok.decode(out[0, ids.shape[1]:].tolist(), skip_special_tokens=True)
+    return tok.decode(out[0, ids.shape[1] :].tolist(), skip_special_tokens=True)

@@ -96,7 +96,9 @@ def test_targets_by_name_group_and_glob():
 def test_trainable_count_matches_the_formula():
     model = tiny()
     d, r, layers = 64, 4, 2
-    head = sum(p.numel() for p in model.heads.parameters()) + sum(p.numel() for p in model.pooler.parameters())
+    head = sum(p.numel() for p in model.heads.parameters()) + sum(
+        p.numel() for p in model.pooler.parameters()
+    )
     apply_method(model, "lora", {"rank": r})
     n, total, share = trainable_parameters(model)
     assert n == layers * 2 * r * (d + d) + head
@@ -138,19 +140,27 @@ def test_bad_options_are_one_line_errors():
 def test_same_output_as_hugging_face_peft(tmp_path):
     """transformers BertModel + peft LoRA on query/value vs lmlab's import of the same weights
     with the same A and B: the hidden states agree."""
-    peft = pytest.importorskip("peft", reason="peft is in the dev extra")
+    import peft  # the dev extra installs it
     import transformers as tf
 
     from lmlab.models import load_model
 
     torch.manual_seed(0)
-    cfg = tf.BertConfig(vocab_size=V, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
-                        intermediate_size=128, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    cfg = tf.BertConfig(
+        vocab_size=V,
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=128,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+    )
     hf = tf.BertModel(cfg).eval()
     hf.save_pretrained(tmp_path, safe_serialization=True)
     ours = load_model(tmp_path).eval()
-    hf = peft.get_peft_model(hf, peft.LoraConfig(r=4, lora_alpha=12, target_modules=["query", "value"],
-                                                 lora_dropout=0.0))
+    hf = peft.get_peft_model(
+        hf, peft.LoraConfig(r=4, lora_alpha=12, target_modules=["query", "value"], lora_dropout=0.0)
+    )
     apply_method(ours, "lora", {"rank": 4, "alpha": 12})
     hf_state = {k: v for k, v in hf.state_dict().items() if "lora_" in k}
     g = torch.Generator().manual_seed(3)

@@ -34,8 +34,10 @@ def test_registry_and_labels_skip_the_first_token_of_each_document():
 def test_loss_is_the_mean_next_token_nll_within_documents():
     torch.manual_seed(0)
     model = build_model(get_preset("gpt2-tiny", vocab_size=50, dropout=0.0, attn_dropout=0.0)).eval()
-    batch = pack(np.random.default_rng(0).integers(2, 50, (2, 12)), np.array([[3, 4, 5, 0, 1, 2, 3, 0, 1, 2, 3, 4],
-                                                                               list(range(12))]))
+    batch = pack(
+        np.random.default_rng(0).integers(2, 50, (2, 12)),
+        np.array([[3, 4, 5, 0, 1, 2, 3, 0, 1, 2, 3, 4], list(range(12))]),
+    )
     obj = CausalLM(_Tok())
     inputs = obj.prepare(batch)
     with torch.no_grad():
@@ -44,7 +46,9 @@ def test_loss_is_the_mean_next_token_nll_within_documents():
     nll = []
     for r in range(2):
         for i in range(1, 12):
-            if batch.doc_ids[r, i] == batch.doc_ids[r, i - 1]:  # the first token of a document is not predicted
+            if (
+                batch.doc_ids[r, i] == batch.doc_ids[r, i - 1]
+            ):  # the first token of a document is not predicted
                 nll.append(-logp[r, i - 1, batch.input_ids[r, i]].item())
     assert extra["targets"] == len(nll) == 11 + 11 - 2
     assert loss.item() == pytest_approx(sum(nll) / len(nll))
@@ -66,12 +70,32 @@ def test_short_run_lowers_validation_loss_on_real_text(data_dir, tmp_path):
     (tmp_path / "train.txt").write_text(text[:150_000], encoding="utf-8")
     (tmp_path / "val.txt").write_text(wiki[:30_000], encoding="utf-8")
     config = {
-        "model": {"preset": "gpt2-tiny", "d_model": 32, "n_layers": 1, "n_heads": 2, "d_ff": 64, "dropout": 0.0},
+        "model": {
+            "preset": "gpt2-tiny",
+            "d_model": 32,
+            "n_layers": 1,
+            "n_heads": 2,
+            "d_ff": 64,
+            "dropout": 0.0,
+        },
         "objective": {"name": "clm"},
-        "data": {"train": [str(tmp_path / "train.txt")], "val": [str(tmp_path / "val.txt")],
-                 "tokenizer": {"algo": "bytelevel", "vocab_size": 300}},
-        "train": {"max_steps": 40, "batch_size": 8, "seq_len": 32, "lr": 1e-2, "warmup_steps": 4,
-                  "eval_every": 40, "eval_batches": 4, "threads": 1, "precision": "fp32", "progress": "off"},
+        "data": {
+            "train": [str(tmp_path / "train.txt")],
+            "val": [str(tmp_path / "val.txt")],
+            "tokenizer": {"algo": "bytelevel", "vocab_size": 300},
+        },
+        "train": {
+            "max_steps": 40,
+            "batch_size": 8,
+            "seq_len": 32,
+            "lr": 1e-2,
+            "warmup_steps": 4,
+            "eval_every": 40,
+            "eval_batches": 4,
+            "threads": 1,
+            "precision": "fp32",
+            "progress": "off",
+        },
     }
     s = pretrain(config, tmp_path / "run", log=lambda m: None)
     assert (tmp_path / "run" / "data" / "tokenizer" / "tokenizer.json").is_file()

@@ -18,8 +18,10 @@ from lmlab.tokenizers import train_tokenizer
 @pytest.fixture(scope="module")
 def real(data_dir):
     pre = data_dir / "pretrain"
-    books = [(pre / "gutenberg" / "pg14263_katrine.txt").read_text(encoding="utf-8")[:120_000],
-             (pre / "tinyshakespeare" / "input.txt").read_text(encoding="utf-8")[:120_000]]
+    books = [
+        (pre / "gutenberg" / "pg14263_katrine.txt").read_text(encoding="utf-8")[:120_000],
+        (pre / "tinyshakespeare" / "input.txt").read_text(encoding="utf-8")[:120_000],
+    ]
     tok = train_tokenizer("bytelevel", books, vocab_size=512)
     val = (pre / "wikitext-2" / "wiki.valid.tokens").read_text(encoding="utf-8")[:30_000]
     return tok, [torch.tensor(tok.encode(b)) for b in books], torch.tensor(tok.encode(val))
@@ -27,7 +29,7 @@ def real(data_dir):
 
 def windows(stream, b, t, g):
     starts = torch.randint(0, len(stream) - t, (b,), generator=g)
-    ids = torch.stack([stream[s:s + t] for s in starts.tolist()])
+    ids = torch.stack([stream[s : s + t] for s in starts.tolist()])
     return TokenBatch(ids, torch.zeros_like(ids), torch.arange(t).expand(b, t).clone())
 
 

@@ -17,8 +17,10 @@ from lmlab.tokenizers import train_tokenizer
 @pytest.fixture(scope="module")
 def real(data_dir):
     pre = data_dir / "pretrain"
-    books = [(pre / "gutenberg" / "pg14263_katrine.txt").read_text(encoding="utf-8")[:120_000],
-             (pre / "tinyshakespeare" / "input.txt").read_text(encoding="utf-8")[:120_000]]
+    books = [
+        (pre / "gutenberg" / "pg14263_katrine.txt").read_text(encoding="utf-8")[:120_000],
+        (pre / "tinyshakespeare" / "input.txt").read_text(encoding="utf-8")[:120_000],
+    ]
     tok = train_tokenizer("bytelevel", books, vocab_size=512)
     held_out = (pre / "gutenberg" / "pg14263_katrine.txt").read_text(encoding="utf-8")[150_000:190_000]
     return tok, [torch.tensor(tok.encode(t)) for t in (*books, held_out)]
@@ -26,7 +28,7 @@ def real(data_dir):
 
 def windows(stream, b, t, g, start=None):
     starts = torch.randint(0, len(stream) - t, (b,), generator=g) if start is None else start
-    ids = torch.stack([stream[s:s + t] for s in starts.tolist()])
+    ids = torch.stack([stream[s : s + t] for s in starts.tolist()])
     return TokenBatch(ids, torch.zeros_like(ids), torch.arange(t).expand(b, t) + starts[:, None])
 
 
@@ -50,8 +52,10 @@ def test_memory_is_used_and_positions_stay_consistent():
         # masking the memory out makes segment 1 irrelevant again (the check above can fail)
         blind = torch.zeros(1, 16, 32, dtype=torch.bool)
         blind[:, :, 16:] = torch.ones(16, 16).tril().bool()
-        torch.testing.assert_close(model(seg2[None], mems=m1, attention_pattern=blind).logits,
-                                   model(seg2[None], mems=m1b, attention_pattern=blind).logits)
+        torch.testing.assert_close(
+            model(seg2[None], mems=m1, attention_pattern=blind).logits,
+            model(seg2[None], mems=m1b, attention_pattern=blind).logits,
+        )
         # with a memory as long as the segment, two segments equal one pass over both: relative
         # positions are the same whether a token is in memory or in the segment
         whole = model(torch.cat([seg1, seg2])[None]).logits
@@ -101,8 +105,11 @@ def test_objective_labels_documents_and_carry(real):
         _, m = obj.loss(model, inp)
         assert m["memory_rows"] == 0.0
         # next batch: row 0 continues (positions 24..), row 1 jumps to a new place
-        nxt = TokenBatch(torch.stack([s[24:48], s[500:524]]), torch.zeros(2, 24, dtype=torch.long),
-                         torch.stack([torch.arange(24, 48), torch.arange(300, 324)]))
+        nxt = TokenBatch(
+            torch.stack([s[24:48], s[500:524]]),
+            torch.zeros(2, 24, dtype=torch.long),
+            torch.stack([torch.arange(24, 48), torch.arange(300, 324)]),
+        )
         _, m = obj.loss(model, obj.prepare(nxt, torch.Generator()))
         assert m["memory_rows"] == 0.5
         # a third batch: row 0 continues again, row 1 starts a new document. The new document's
@@ -140,7 +147,7 @@ def test_trains_and_memory_lowers_loss_on_real_text(real):
             if memory:
                 logits = obj.run(model, ids, inp["doc_ids"])[0]
             else:
-                logits = torch.cat([model(ids[:, s:s + 16]).logits for s in range(0, 128, 16)], dim=1)
+                logits = torch.cat([model(ids[:, s : s + 16]).logits for s in range(0, 128, 16)], dim=1)
         model.train()
         return F.cross_entropy(logits[:, :-1].transpose(1, 2), ids[:, 1:], reduction="none")
 
@@ -156,5 +163,7 @@ def test_trains_and_memory_lowers_loss_on_real_text(real):
     same = torch.ones(127, dtype=torch.bool)
     same[15::16] = False
     assert with_mem.mean() < before - 0.8, (before, with_mem.mean())
-    assert with_mem[:, same].mean() < without[:, same].mean() - 0.015, (with_mem[:, same].mean(),
-                                                                         without[:, same].mean())
+    assert with_mem[:, same].mean() < without[:, same].mean() - 0.015, (
+        with_mem[:, same].mean(),
+        without[:, same].mean(),
+    )

@@ -16,8 +16,10 @@ from lmlab.tokenizers import train_tokenizer
 def real(data_dir):
     """A 512-token byte-level BPE, training streams from two books, WikiText-2 valid ids."""
     pre = data_dir / "pretrain"
-    books = [(pre / "gutenberg" / "pg14263_katrine.txt").read_text(encoding="utf-8")[:120_000],
-             (pre / "tinyshakespeare" / "input.txt").read_text(encoding="utf-8")[:120_000]]
+    books = [
+        (pre / "gutenberg" / "pg14263_katrine.txt").read_text(encoding="utf-8")[:120_000],
+        (pre / "tinyshakespeare" / "input.txt").read_text(encoding="utf-8")[:120_000],
+    ]
     tok = train_tokenizer("bytelevel", books, vocab_size=512)
     val = (pre / "wikitext-2" / "wiki.valid.tokens").read_text(encoding="utf-8")[:30_000]
     return tok, [torch.tensor(tok.encode(b)) for b in books], torch.tensor(tok.encode(val))
@@ -25,7 +27,7 @@ def real(data_dir):
 
 def windows(stream: torch.Tensor, b: int, t: int, g: torch.Generator) -> TokenBatch:
     starts = torch.randint(0, len(stream) - t, (b,), generator=g)
-    ids = torch.stack([stream[s:s + t] for s in starts.tolist()])
+    ids = torch.stack([stream[s : s + t] for s in starts.tolist()])
     return TokenBatch(ids, torch.zeros_like(ids), torch.arange(t).expand(b, t).clone())
 
 
@@ -34,18 +36,24 @@ def test_two_stream_masks_hand_checked():
     # are targets, positions 2 and 0 are context
     ranks = torch.tensor([[1, 3, 0, 2]])
     content, query = two_stream_masks(ranks, num_context=2)
-    expected_content = torch.tensor([
-        [1, 0, 1, 0],   # 0 (context): the context only
-        [1, 1, 1, 1],   # 1 (last in order): everything, itself included
-        [1, 0, 1, 0],   # 2 (context)
-        [1, 0, 1, 1],   # 3 (first target): context + itself
-    ], dtype=torch.bool)
-    expected_query = torch.tensor([
-        [0, 0, 0, 0],   # context tokens are never predicted: their query stream sees nothing
-        [1, 0, 1, 1],   # target 1: context + target 3 (earlier in the order), not itself
-        [0, 0, 0, 0],
-        [1, 0, 1, 0],   # target 3: the context only
-    ], dtype=torch.bool)
+    expected_content = torch.tensor(
+        [
+            [1, 0, 1, 0],  # 0 (context): the context only
+            [1, 1, 1, 1],  # 1 (last in order): everything, itself included
+            [1, 0, 1, 0],  # 2 (context)
+            [1, 0, 1, 1],  # 3 (first target): context + itself
+        ],
+        dtype=torch.bool,
+    )
+    expected_query = torch.tensor(
+        [
+            [0, 0, 0, 0],  # context tokens are never predicted: their query stream sees nothing
+            [1, 0, 1, 1],  # target 1: context + target 3 (earlier in the order), not itself
+            [0, 0, 0, 0],
+            [1, 0, 1, 0],  # target 3: the context only
+        ],
+        dtype=torch.bool,
+    )
     assert torch.equal(content[0], expected_content)
     assert torch.equal(query[0], expected_query)
     # same-document restriction applies to both streams
@@ -78,8 +86,8 @@ def test_prepare_targets_labels_and_documents(real):
         for k, p in enumerate(tp[b].tolist()):
             want = -100 if (b == 0 and p == 10) or not qp[b, k].any() else int(ids[b, p])
             assert int(lab[b, k]) == want
-            assert not qp[b, k, p]            # never its own content
-            assert cp[b, p, p]                # the content stream sees itself
+            assert not qp[b, k, p]  # never its own content
+            assert cp[b, p, p]  # the content stream sees itself
     same = docs[:, :, None] == docs[:, None, :]
     assert not (cp & ~same).any() and not (qp & ~same.gather(1, tp[:, :, None].expand(2, 8, 48))).any()
     with pytest.raises(LmlabError, match="predict_fraction"):
@@ -91,7 +99,9 @@ def test_query_stream_never_sees_its_target(real):
     torch.manual_seed(0)
     model = build_model(get_preset("xlnet-tiny", vocab_size=tok.vocab_size)).eval()
     obj = PermutationLM(tok, predict_fraction=0.5)
-    batch = TokenBatch(streams[0][:32][None].clone(), torch.zeros(1, 32, dtype=torch.long), torch.arange(32)[None])
+    batch = TokenBatch(
+        streams[0][:32][None].clone(), torch.zeros(1, 32, dtype=torch.long), torch.arange(32)[None]
+    )
     inp = obj.prepare(batch, torch.Generator().manual_seed(1))
     base = model(**inp)
     tp, qp = inp["target_positions"][0], inp["query_pattern"][0]

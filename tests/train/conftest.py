@@ -36,13 +36,34 @@ def tiny_config(tiny_data):
 def make_tiny_config(tiny_data, **train) -> dict:
     """A 1-layer GPT-2 on the tiny shards (dropout on, to exercise the RNG)."""
     cfg = {
-        "model": {"preset": "gpt2-tiny", "d_model": 32, "n_layers": 1, "n_heads": 2, "d_ff": 64,
-                  "max_positions": 64, "dropout": 0.1, "attn_dropout": 0.1},
+        "model": {
+            "preset": "gpt2-tiny",
+            "d_model": 32,
+            "n_layers": 1,
+            "n_heads": 2,
+            "d_ff": 64,
+            "max_positions": 64,
+            "dropout": 0.1,
+            "attn_dropout": 0.1,
+        },
         "objective": {"name": "clm"},
         "data": {"train": [str(tiny_data["train"])], "val": [str(tiny_data["val"])]},
-        "train": {"max_steps": 8, "batch_size": 4, "seq_len": 32, "lr": 3e-3, "min_lr": 3e-4,
-                  "warmup_steps": 2, "decay_steps": 20, "eval_every": 4, "eval_batches": 2,
-                  "checkpoint_every": 4, "threads": 1, "precision": "fp32", "progress": "off", "seed": 7},
+        "train": {
+            "max_steps": 8,
+            "batch_size": 4,
+            "seq_len": 32,
+            "lr": 3e-3,
+            "min_lr": 3e-4,
+            "warmup_steps": 2,
+            "decay_steps": 20,
+            "eval_every": 4,
+            "eval_batches": 2,
+            "checkpoint_every": 4,
+            "threads": 1,
+            "precision": "fp32",
+            "progress": "off",
+            "seed": 7,
+        },
     }
     cfg["train"].update(train)
     return cfg

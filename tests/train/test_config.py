@@ -12,26 +12,41 @@ from lmlab.train.optim import lr_at, param_groups
 
 
 def test_overrides_are_coerced_to_the_field_types(tmp_path):
-    cfg = load_config("configs/gpt-tiny-clm.toml", ["train.lr=5e-4", "train.max_steps=12", "train.betas=[0.8, 0.9]",
-                                                     "train.eval_at_start=false", "model.d_model=32",
-                                                     "data.train=a.txt,b.txt", "train.precision=fp32"])
+    cfg = load_config(
+        "configs/gpt-tiny-clm.toml",
+        [
+            "train.lr=5e-4",
+            "train.max_steps=12",
+            "train.betas=[0.8, 0.9]",
+            "train.eval_at_start=false",
+            "model.d_model=32",
+            "data.train=a.txt,b.txt",
+            "train.precision=fp32",
+        ],
+    )
     assert cfg.train.lr == 5e-4 and cfg.train.max_steps == 12 and cfg.train.betas == [0.8, 0.9]
     assert cfg.train.eval_at_start is False and cfg.model.overrides["d_model"] == 32
-    assert cfg.data.train == ["a.txt", "b.txt"] and cfg.data.tokenizer == {"algo": "bytelevel", "vocab_size": 4096}
+    assert cfg.data.train == ["a.txt", "b.txt"] and cfg.data.tokenizer == {
+        "algo": "bytelevel",
+        "vocab_size": 4096,
+    }
     again = tmp_path / "c.toml"
     again.write_text(to_toml(cfg))
     assert load_config(again) == cfg
 
 
-@pytest.mark.parametrize("override, words", [
-    ("train.max_step=3", ["train.max_steps"]),
-    ("trian.lr=1", ["section", "train"]),
-    ("model.d_modle=3", ["model.d_model"]),
-    ("train.lr=fast", ["train.lr", "number"]),
-    ("train.schedule=cosin", ["cosine"]),
-    ("objective.name=cml", ["'cml'", "clm"]),
-    ("train.batch_size=0", ["train.batch_size", "at least 1"]),
-])
+@pytest.mark.parametrize(
+    "override, words",
+    [
+        ("train.max_step=3", ["train.max_steps"]),
+        ("trian.lr=1", ["section", "train"]),
+        ("model.d_modle=3", ["model.d_model"]),
+        ("train.lr=fast", ["train.lr", "number"]),
+        ("train.schedule=cosin", ["cosine"]),
+        ("objective.name=cml", ["'cml'", "clm"]),
+        ("train.batch_size=0", ["train.batch_size", "at least 1"]),
+    ],
+)
 def test_bad_keys_and_values_are_one_line_errors_with_a_suggestion(override, words):
     with pytest.raises(LmlabError) as e:
         load_config("configs/gpt-tiny-clm.toml", [override])
@@ -41,7 +56,10 @@ def test_bad_keys_and_values_are_one_line_errors_with_a_suggestion(override, wor
 
 def test_impossible_runs_fail_before_any_work(tmp_path, tiny_config):
     cases = [
-        ({"model": {"preset": "bert-tiny"}}, "objective 'clm' trains decoder models, but preset bert-tiny is a encoder"),
+        (
+            {"model": {"preset": "bert-tiny"}},
+            "objective 'clm' trains decoder models, but preset bert-tiny is an encoder",
+        ),
         ({"train": {"seq_len": 100}}, "train.seq_len 100 is longer than the model's 64 positions"),
         ({"data": {"train": [str(tmp_path / "nope")]}}, "does not exist"),
     ]
@@ -58,8 +76,17 @@ def test_impossible_runs_fail_before_any_work(tmp_path, tiny_config):
 
 
 def test_cli_reports_bad_input_in_one_line(capsys, tmp_path):
-    code = main(["pretrain", "--config", "configs/gpt-tiny-clm.toml", "--out", str(tmp_path / "r"),
-                 "--set", "train.warmup=10"])
+    code = main(
+        [
+            "pretrain",
+            "--config",
+            "configs/gpt-tiny-clm.toml",
+            "--out",
+            str(tmp_path / "r"),
+            "--set",
+            "train.warmup=10",
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 2 and err.startswith("error: ") and err.count("\n") == 1 and "train.warmup_steps" in err
     code = main(["pretrain", "--config", str(tmp_path / "missing.toml"), "--out", str(tmp_path / "r")])
@@ -67,8 +94,10 @@ def test_cli_reports_bad_input_in_one_line(capsys, tmp_path):
 
 
 def test_schedule_warmup_then_cosine_or_linear_to_min_lr():
-    cfg = load_config("configs/gpt-tiny-clm.toml", ["train.warmup_steps=10", "train.decay_steps=110",
-                                                     "train.lr=1.0", "train.min_lr=0.1"]).train
+    cfg = load_config(
+        "configs/gpt-tiny-clm.toml",
+        ["train.warmup_steps=10", "train.decay_steps=110", "train.lr=1.0", "train.min_lr=0.1"],
+    ).train
     assert [lr_at(s, cfg) for s in (0, 4, 9)] == [0.1, 0.5, 1.0]
     assert lr_at(60, cfg) == pytest.approx(0.55) and lr_at(110, cfg) == 0.1 and lr_at(500, cfg) == 0.1
     assert lr_at(35, cfg) > 0.55 + (1 - 0.55) / 2 - 0.2  # cosine stays high early

@@ -12,7 +12,9 @@ from lmlab.objectives.clm import CausalLM
 
 
 def test_pack_marks_documents_and_resets_positions():
-    b = pack(np.array([[7, 8, 9, 4, 5, 6], [1, 2, 3, 4, 5, 6]]), np.array([[3, 4, 0, 1, 0, 1], [0, 1, 2, 3, 4, 5]]))
+    b = pack(
+        np.array([[7, 8, 9, 4, 5, 6], [1, 2, 3, 4, 5, 6]]), np.array([[3, 4, 0, 1, 0, 1], [0, 1, 2, 3, 4, 5]])
+    )
     assert b.doc_ids.tolist() == [[0, 0, 1, 1, 2, 2], [0, 0, 0, 0, 0, 0]]
     assert b.position_ids.tolist() == [[0, 1, 0, 1, 0, 1], [0, 1, 2, 3, 4, 5]]
     same = b.same_document()
@@ -37,7 +39,11 @@ def test_order_is_seeded_covers_each_window_once_and_seeks():
         split, directory, num_tokens = "train", "mem", 1000
         doc_starts = np.arange(0, 1000, 7)
 
-    w, w2, other = PackedWindows(Fake, 10, seed=1), PackedWindows(Fake, 10, seed=1), PackedWindows(Fake, 10, seed=2)
+    w, w2, other = (
+        PackedWindows(Fake, 10, seed=1),
+        PackedWindows(Fake, 10, seed=1),
+        PackedWindows(Fake, 10, seed=2),
+    )
     epoch0 = [w.start_of(i) for i in range(100)]
     assert sorted(epoch0) == list(range(0, 1000, 10))  # every window once, no overlap
     assert epoch0 == [w2.start_of(i) for i in range(100)]
@@ -51,7 +57,9 @@ def test_order_is_seeded_covers_each_window_once_and_seeks():
 def test_attention_never_crosses_a_document_boundary(tiny_data):
     """Changing the tokens of document 1 must not change any logit of document 2 in the same row."""
     torch.manual_seed(0)
-    model = build_model(get_preset("gpt2-tiny", vocab_size=320, n_layers=2, dropout=0.0, attn_dropout=0.0)).eval()
+    model = build_model(
+        get_preset("gpt2-tiny", vocab_size=320, n_layers=2, dropout=0.0, attn_dropout=0.0)
+    ).eval()
     obj = CausalLM(TokenShards(tiny_data["train"]).tokenizer())
     ids = torch.randint(10, 300, (1, 24))
     positions = np.array([[5 + i for i in range(10)] + list(range(14))])  # doc 1: 10 tokens, doc 2: 14

@@ -16,9 +16,20 @@ GOLDEN = sorted((ROOT / "configs" / "golden").glob("*.json"))
 
 @pytest.mark.parametrize("recipe", RECIPES, ids=lambda p: p.stem)
 def test_recipe_loads_and_accepts_the_common_overrides(recipe):
-    cfg = load_config(recipe, ["train.max_steps=60", "train.batch_size=4", "train.seq_len=64", "train.lr=1e-3",
-                               "train.eval_every=30", "train.checkpoint_every=30", "train.seed=1",
-                               "data.train=a.txt", "data.val=b.txt"])
+    cfg = load_config(
+        recipe,
+        [
+            "train.max_steps=60",
+            "train.batch_size=4",
+            "train.seq_len=64",
+            "train.lr=1e-3",
+            "train.eval_every=30",
+            "train.checkpoint_every=30",
+            "train.seed=1",
+            "data.train=a.txt",
+            "data.val=b.txt",
+        ],
+    )
     assert cfg.train.max_steps == 60 and cfg.data.train == ["a.txt"] and cfg.data.val == ["b.txt"]
 
 
@@ -38,4 +49,5 @@ def test_compare_flags_a_changed_curve():
     golden = {"loss": [8.0, 7.5], "val_loss": {"0": 8.1, "2": 7.6}, "tolerance": 5e-4}
     assert compare(golden, {"loss": [8.0, 7.5], "val_loss": {"0": 8.1, "2": 7.6}}) == []
     assert compare(golden, {"loss": [8.0, 7.51], "val_loss": {"0": 8.1, "2": 7.6}}) == [
-        "step 2: train loss 7.510000, golden 7.500000"]
+        "step 2: train loss 7.510000, golden 7.500000"
+    ]

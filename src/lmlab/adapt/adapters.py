@@ -94,17 +94,22 @@ def apply_adapters(
     d = blocks[0][1].ffn.fc_out.out_features
     if bottleneck == 0:
         if not isinstance(reduction_factor, int) or reduction_factor <= 0:
-            raise LmlabError(f"reduction_factor must be a positive integer, got {reduction_factor!r}",
-                             "use e.g. reduction_factor=16")
+            raise LmlabError(
+                f"reduction_factor must be a positive integer, got {reduction_factor!r}",
+                "use e.g. reduction_factor=16",
+            )
         bottleneck = max(1, d // reduction_factor)
     if not isinstance(bottleneck, int) or bottleneck <= 0:
-        raise LmlabError(f"adapter bottleneck must be a positive integer, got {bottleneck!r}",
-                         "use e.g. bottleneck=64 (or leave it 0 to use reduction_factor)")
+        raise LmlabError(
+            f"adapter bottleneck must be a positive integer, got {bottleneck!r}",
+            "use e.g. bottleneck=64 (or leave it 0 to use reduction_factor)",
+        )
     if train_norms is None:
         train_norms = kind == "houlsby"
     freeze_base(model)
     w = blocks[0][1].ffn.fc_out.weight
     for _, block in blocks:
+
         def adapter() -> BottleneckAdapter:
             return BottleneckAdapter(d, bottleneck, activation).to(device=w.device, dtype=w.dtype)
 

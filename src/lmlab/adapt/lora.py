@@ -163,15 +163,18 @@ def merge_lora(model: nn.Module, unload: bool = False) -> nn.Module:
     """
     layers = lora_layers(model)
     if not layers:
-        raise LmlabError("the model has no LoRA layers to merge", "apply LoRA first (apply_method(model, 'lora'))")
+        raise LmlabError(
+            "the model has no LoRA layers to merge", "apply LoRA first (apply_method(model, 'lora'))"
+        )
     for layer in layers:
         layer.merge()
     if unload:
         for parent in list(model.modules()):
             for attr, child in list(parent.named_children()):
                 if isinstance(child, LoRALinear):
-                    plain = nn.Linear(child.in_features, child.out_features, bias=child.bias is not None,
-                                      device="meta")
+                    plain = nn.Linear(
+                        child.in_features, child.out_features, bias=child.bias is not None, device="meta"
+                    )
                     plain.weight, plain.bias = child.weight, child.bias
                     setattr(parent, attr, plain)
         if hasattr(model, "peft"):

@@ -64,8 +64,10 @@ def save_peft(model: nn.Module, directory: str | os.PathLike, base_model: str | 
 
     peft = getattr(model, "peft", None)
     if not peft:
-        raise LmlabError("the model has no parameter-efficient method applied",
-                         "apply one first: lmlab.adapt.apply_method(model, 'lora')")
+        raise LmlabError(
+            "the model has no parameter-efficient method applied",
+            "apply one first: lmlab.adapt.apply_method(model, 'lora')",
+        )
     state = peft_state(model)
     n, total, share = trainable_parameters(model)
     config = {
@@ -92,11 +94,15 @@ def read_peft_config(directory: str | os.PathLike) -> dict[str, Any]:
     """The JSON config of a PEFT directory, checked (one-line LmlabError when missing or wrong)."""
     d = Path(directory)
     if not (d / CONFIG_NAME).is_file():
-        raise LmlabError(f"{d} holds no {CONFIG_NAME}", "pass a directory written by save_peft / lmlab finetune")
+        raise LmlabError(
+            f"{d} holds no {CONFIG_NAME}", "pass a directory written by save_peft / lmlab finetune"
+        )
     cfg = read_json(d / CONFIG_NAME, "adapter config")
     if not isinstance(cfg, dict) or cfg.get("lmlab_peft_version") != PEFT_VERSION:
-        raise LmlabError(f"{d / CONFIG_NAME} is not an lmlab PEFT config of version {PEFT_VERSION}",
-                         "save the adapter again with this lmlab")
+        raise LmlabError(
+            f"{d / CONFIG_NAME} is not an lmlab PEFT config of version {PEFT_VERSION}",
+            "save the adapter again with this lmlab",
+        )
     for key in ("method", "options", "architecture", "heads", "model_config"):
         if key not in cfg:
             raise LmlabError(f"{d / CONFIG_NAME} lacks {key!r}", "save the adapter again")
@@ -106,13 +112,19 @@ def read_peft_config(directory: str | os.PathLike) -> dict[str, Any]:
 def check_base(model: nn.Module, cfg: dict[str, Any], where: str) -> None:
     """The base model must be the kind the adapter was trained on (same shapes)."""
     if getattr(model, "architecture", None) != cfg["architecture"]:
-        raise LmlabError(f"the adapter in {where} is for a {cfg['architecture']} model, not a "
-                         f"{getattr(model, 'architecture', type(model).__name__)}", "load it on its own base model")
+        raise LmlabError(
+            f"the adapter in {where} is for a {cfg['architecture']} model, not a "
+            f"{getattr(model, 'architecture', type(model).__name__)}",
+            "load it on its own base model",
+        )
     mine = model.config.to_dict()
     for key, value in cfg["model_config"].items():
         if key not in _FREE_FIELDS and mine.get(key) != value:
-            raise LmlabError(f"the adapter in {where} was trained on a model with {key}={value!r}, this one has "
-                             f"{mine.get(key)!r}", "load it on the base model it was trained from")
+            raise LmlabError(
+                f"the adapter in {where} was trained on a model with {key}={value!r}, this one has "
+                f"{mine.get(key)!r}",
+                "load it on the base model it was trained from",
+            )
 
 
 def load_peft(model: nn.Module, directory: str | os.PathLike) -> nn.Module:
@@ -124,59 +136,72 @@ def load_peft(model: nn.Module, directory: str | os.PathLike) -> nn.Module:
     cfg = read_peft_config(d)
     check_base(model, cfg, str(d))
     if list(model.head_names) != list(cfg["heads"]):
-        raise LmlabError(f"the adapter in {d} was trained with heads {cfg['heads']}, the model has "
-                         f"{list(model.head_names)}", "build the model with the same task head")
+        raise LmlabError(
+            f"the adapter in {d} was trained with heads {cfg['heads']}, the model has "
+            f"{list(model.head_names)}",
+            "build the model with the same task head",
+        )
     apply_method(model, cfg["method"], cfg["options"])
     state = read_safetensors(d / WEIGHTS_NAME)
     own = dict(model.named_parameters())
     expected = {n for n, p in own.items() if p.requires_grad}
     missing, unexpected = sorted(expected - set(state)), sorted(set(state) - set(own))
     if missing or unexpected:
-        raise LmlabError(f"adapter weights in {d} do not match the model (missing {missing[:3]}, "
-                         f"unexpected {unexpected[:3]})", "the config and weights come from different runs")
+        raise LmlabError(
+            f"adapter weights in {d} do not match the model (missing {missing[:3]}, "
+            f"unexpected {unexpected[:3]})",
+            "the config and weights come from different runs",
+        )
     with torch.no_grad():
         for name, t in state.items():
             if own[name].shape != t.shape:
-                raise LmlabError(f"adapter weight {name} in {d} has shape {tuple(t.shape)}, the model "
-                                 f"expects {tuple(own[name].shape)}", "load it on the base it was trained from")
+                raise LmlabError(
+                    f"adapter weight {name} in {d} has shape {tuple(t.shape)}, the model "
+                    f"expects {tuple(own[name].shape)}",
+                    "load it on the base it was trained from",
+                )
             own[name].copy_(t)
     return model.eval()
 
 
-def load_peft_model(base_checkpoint: str | os.PathLike | nn.Module, directory: str | os.PathLike,
-                    map_location: str | torch.device = "cpu") -> nn.Module:
+def load_peft_model(
+    base_checkpoint: str | os.PathLike | nn.Module,
+    directory: str | os.PathLike,
+    map_location: str | torch.device = "cpu",
+) -> nn.Module:
     """The fine-tuned model from the pretrained ``base_checkpoint`` (directory or model) plus the
     PEFT ``directory``: the body comes from the base, the task head and method from the adapter."""
     from lmlab.models import build_model, load_model
+    from lmlab.models.checkpoint import read_safetensors
     from lmlab.models.config import config_from_dict
 
     d = Path(directory)
     cfg = read_peft_config(d)
-    base = base_checkpoint if isinstance(base_checkpoint, nn.Module) else load_model(base_checkpoint, map_location)
+    base = (
+        base_checkpoint
+        if isinstance(base_checkpoint, nn.Module)
+        else load_model(base_checkpoint, map_location)
+    )
     check_base(base, cfg, str(d))
-    model = build_model(config_from_dict(cfg["model_config"]), heads=cfg["heads"],
-                        architecture=cfg["architecture"])
-    saved = set(_peft_weight_names(d))
+    model = build_model(
+        config_from_dict(cfg["model_config"]), heads=cfg["heads"], architecture=cfg["architecture"]
+    )
+    saved = set(read_safetensors(d / WEIGHTS_NAME))  # small: the method's weights and the head
     base_state = base.state_dict()
     keep = {}
     for name, t in model.state_dict().items():
         if name in base_state and base_state[name].shape == t.shape:
             keep[name] = base_state[name]
         elif not name.startswith(("heads.", "pooler.")) and name not in saved:
-            raise LmlabError(f"weight {name} is neither in the base checkpoint nor in the adapter {d}",
-                             "load the adapter on the base model it was trained from")
+            raise LmlabError(
+                f"weight {name} is neither in the base checkpoint nor in the adapter {d}",
+                "load the adapter on the base model it was trained from",
+            )
     model.load_state_dict(keep, strict=False)
     if hasattr(model, "tie_weights"):
         model.tie_weights()
     model.tokenizer = getattr(base, "tokenizer", None)
     return load_peft(model.to(map_location), d)
-
-
-def _peft_weight_names(d: Path) -> list[str]:
-    from safetensors import safe_open
-
-    with safe_open(str(d / WEIGHTS_NAME), framework="pt") as f:
-        return list(f.keys())
 
 
 # --------------------------------------------------------------------------- plain weights

@@ -38,8 +38,16 @@ class PrefixEncoder(nn.Module):
     """The trainable prefixes of all ``n_layers`` wrapped attentions: ``layer_kv(i) -> (K, V)``,
     each ``[n_kv_heads, P, head_dim]``."""
 
-    def __init__(self, n_layers: int, n_kv_heads: int, head_dim: int, num_virtual_tokens: int,
-                 d_model: int, reparameterize: bool = False, hidden: int = 512):
+    def __init__(
+        self,
+        n_layers: int,
+        n_kv_heads: int,
+        head_dim: int,
+        num_virtual_tokens: int,
+        d_model: int,
+        reparameterize: bool = False,
+        hidden: int = 512,
+    ):
         super().__init__()
         self.n_layers, self.n_kv_heads, self.head_dim = n_layers, n_kv_heads, head_dim
         self.num_virtual_tokens = p = num_virtual_tokens
@@ -77,8 +85,17 @@ class PrefixAttention(nn.Module):
         self._prefixes = (prefixes,)  # a tuple: the encoder is registered once, on the model
         self.layer = layer
 
-    def forward(self, x: Tensor, context=None, mask=None, is_causal=False, position_bias=None, rope=None,
-                past_kv=None, use_cache=False):
+    def forward(
+        self,
+        x: Tensor,
+        context=None,
+        mask=None,
+        is_causal=False,
+        position_bias=None,
+        rope=None,
+        past_kv=None,
+        use_cache=False,
+    ):
         k_p, v_p = self._prefixes[0].layer_kv(self.layer)
         dtype = past_kv[0].dtype if past_kv is not None else self.inner.k_proj.weight.dtype
         if torch.is_autocast_enabled(x.device.type):
@@ -92,8 +109,16 @@ class PrefixAttention(nn.Module):
             mask = _pad_left(mask, p, True if mask.dtype == torch.bool else 0.0)
         if position_bias is not None:  # T5: no relative-position bias towards the prefix
             position_bias = _pad_left(position_bias, p, 0.0)
-        out, present = self.inner(x, context=context, mask=mask, is_causal=is_causal,
-                                  position_bias=position_bias, rope=rope, past_kv=(k, v), use_cache=use_cache)
+        out, present = self.inner(
+            x,
+            context=context,
+            mask=mask,
+            is_causal=is_causal,
+            position_bias=position_bias,
+            rope=rope,
+            past_kv=(k, v),
+            use_cache=use_cache,
+        )
         if present is not None:
             present = (present[0][:, :, p:], present[1][:, :, p:])
         return out, present
@@ -111,8 +136,10 @@ def apply_prefix(
     """Freeze ``model`` and give every self-attention a trainable prefix of ``num_virtual_tokens``
     key/value vectors (in place); the :class:`PrefixEncoder` is ``model.prefix_encoder``."""
     if not isinstance(num_virtual_tokens, int) or num_virtual_tokens <= 0:
-        raise LmlabError(f"num_virtual_tokens must be a positive integer, got {num_virtual_tokens!r}",
-                         "use e.g. num_virtual_tokens=20")
+        raise LmlabError(
+            f"num_virtual_tokens must be a positive integer, got {num_virtual_tokens!r}",
+            "use e.g. num_virtual_tokens=20",
+        )
     if init not in INITS:
         raise LmlabError(f"unknown prefix init {init!r}", f"choose one of: {', '.join(INITS)}")
     if reparameterize and (not isinstance(hidden, int) or hidden <= 0):
@@ -122,8 +149,9 @@ def apply_prefix(
     d_model = attn.q_proj.in_features
     with torch.random.fork_rng(devices=[]):  # seeded init without touching the caller's RNG
         torch.manual_seed(seed)
-        enc = PrefixEncoder(len(blocks), attn.n_kv_heads, attn.head_dim, num_virtual_tokens, d_model,
-                            reparameterize, hidden).to(attn.k_proj.weight.device, attn.k_proj.weight.dtype)
+        enc = PrefixEncoder(
+            len(blocks), attn.n_kv_heads, attn.head_dim, num_virtual_tokens, d_model, reparameterize, hidden
+        ).to(attn.k_proj.weight.device, attn.k_proj.weight.dtype)
     if init == "vocab" and not reparameterize:
         with torch.no_grad():
             enc.prefix.copy_(_real_token_kv(model, blocks, num_virtual_tokens, seed))
@@ -145,8 +173,10 @@ def _real_token_kv(model: nn.Module, blocks: list[nn.Module], n: int, seed: int)
     device = blocks[0].attn.k_proj.weight.device
     ids = torch.randint(low, vocab, (1, n), generator=g).to(device)
     inputs: dict[int, Tensor] = {}
-    hooks = [b.register_forward_pre_hook(lambda m, args, i=i: inputs.setdefault(i, args[0]))
-             for i, b in enumerate(blocks)]
+    hooks = [
+        b.register_forward_pre_hook(lambda m, args, i=i: inputs.setdefault(i, args[0]))
+        for i, b in enumerate(blocks)
+    ]
     was_training = model.training
     model.eval()
     try:
@@ -163,5 +193,7 @@ def _real_token_kv(model: nn.Module, blocks: list[nn.Module], n: int, seed: int)
         x = inputs[i]
         h = b.attn_norm(x) if b.prenorm else x
         a = b.attn
-        out.append(torch.stack((a._heads(a.k_proj(h), a.n_kv_heads)[0], a._heads(a.v_proj(h), a.n_kv_heads)[0])))
+        out.append(
+            torch.stack((a._heads(a.k_proj(h), a.n_kv_heads)[0], a._heads(a.v_proj(h), a.n_kv_heads)[0]))
+        )
     return torch.stack(out)

@@ -63,8 +63,10 @@ def input_embedding(model: nn.Module) -> nn.Embedding:
             module = getattr(module, part, None)
         if isinstance(module, nn.Embedding):
             return module
-    raise LmlabError(f"{type(model).__name__} has no token embedding to prompt",
-                     "use an lmlab encoder, decoder or encoder-decoder")
+    raise LmlabError(
+        f"{type(model).__name__} has no token embedding to prompt",
+        "use an lmlab encoder, decoder or encoder-decoder",
+    )
 
 
 class _PromptHooks:
@@ -78,8 +80,9 @@ class _PromptHooks:
         self.placeholder = 0 if cfg.pad_token_id != 0 else 1
         self.limit = None
         if getattr(cfg, "positions", None) in ("learned", "sinusoidal"):
-            self.limit = cfg.max_positions - (cfg.pad_token_id + 1 if getattr(cfg, "positions_from_padding", False)
-                                              else 0)
+            self.limit = cfg.max_positions - (
+                cfg.pad_token_id + 1 if getattr(cfg, "positions_from_padding", False) else 0
+            )
         self.signature = inspect.signature(model.forward)
         self.slot: int | None = None  # where the embedding hook writes the prompt during a call
         self.pending: tuple[int, int] | None = None  # (batch, extended length) to strip outputs
@@ -99,14 +102,15 @@ class _PromptHooks:
     def _insert_ids(self, ids: Tensor, at: int) -> Tensor:
         if self.limit is not None and ids.shape[1] + self.p > self.limit:
             raise LmlabError(
-                f"{ids.shape[1]} tokens plus a soft prompt of {self.p} exceed the model's {self.limit} positions",
+                f"{ids.shape[1]} tokens plus a soft prompt of {self.p} exceed the model's "
+                f"{self.limit} positions",
                 f"truncate inputs to {self.limit - self.p} tokens (or use fewer virtual tokens)",
             )
         return self._insert(ids, self.placeholder, at)
 
     def _positions(self, pos: Tensor, at: int) -> Tensor:
         """Explicit position ids: the prompt takes the positions after the first ``at`` tokens."""
-        start = pos[:, at - 1:at] + 1 if at > 0 else torch.zeros_like(pos[:, :1])
+        start = pos[:, at - 1 : at] + 1 if at > 0 else torch.zeros_like(pos[:, :1])
         prompt = start + torch.arange(self.p, device=pos.device)[None]
         return torch.cat((pos[:, :at], prompt, pos[:, at:] + self.p), dim=1)
 
@@ -115,7 +119,7 @@ class _PromptHooks:
             return None
         at = self.slot
         prompt = self.prompt.embedding.to(out.dtype)[None].expand(out.shape[0], -1, -1)
-        return torch.cat((out[:, :at], prompt, out[:, at + self.p:]), dim=1)
+        return torch.cat((out[:, :at], prompt, out[:, at + self.p :]), dim=1)
 
     # ------------------------------------------------------------------ encoder / decoder
     def pre_forward(self, model: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict[str, Any]]:
@@ -127,8 +131,10 @@ class _PromptHooks:
             return (), self._seq2seq_arguments(kw)
         ids = kw.get("input_ids")
         if kw.get("attention_pattern") is not None:
-            raise LmlabError("prompt tuning does not support attention_pattern",
-                             "drop attention_pattern or use prefix tuning")
+            raise LmlabError(
+                "prompt tuning does not support attention_pattern",
+                "drop attention_pattern or use prefix tuning",
+            )
         if kw.get("past_key_values") is not None:  # cached decoding: the prompt is in the cache already
             mask, past = kw.get("attention_mask"), kw["past_key_values"][0][0].shape[2]
             if mask is not None and mask.shape[1] + self.p == past + ids.shape[1]:
@@ -178,7 +184,9 @@ class _PromptHooks:
         if out.hidden_states is not None:
             out.hidden_states = tuple(strip(h) for h in out.hidden_states)
         for key in list(out.extra):
-            if key in ("start_logits", "end_logits", "mlm_mask") or key in {f"{h}_logits" for h in TOKEN_HEADS}:
+            if key in ("start_logits", "end_logits", "mlm_mask") or key in {
+                f"{h}_logits" for h in TOKEN_HEADS
+            }:
                 out.extra[key] = strip(out.extra[key])
         return out
 
@@ -208,8 +216,12 @@ class _PromptHooks:
         return kw
 
     def wrap_encode(self, encode):
-        def encode_with_prompt(input_ids: Tensor, attention_mask: Tensor | None = None,
-                               position_ids: Tensor | None = None, output_hidden_states: bool = False):
+        def encode_with_prompt(
+            input_ids: Tensor,
+            attention_mask: Tensor | None = None,
+            position_ids: Tensor | None = None,
+            output_hidden_states: bool = False,
+        ):
             t = input_ids.shape[1]
             if attention_mask is not None and attention_mask.shape[1] == t:
                 attention_mask = self._insert(attention_mask, 1, 0)
@@ -240,14 +252,18 @@ def apply_prompt(
     ``"random"``: N(0, σ²) with σ the embedding table's own standard deviation.
     """
     if not isinstance(num_virtual_tokens, int) or num_virtual_tokens <= 0:
-        raise LmlabError(f"num_virtual_tokens must be a positive integer, got {num_virtual_tokens!r}",
-                         "use e.g. num_virtual_tokens=20")
+        raise LmlabError(
+            f"num_virtual_tokens must be a positive integer, got {num_virtual_tokens!r}",
+            "use e.g. num_virtual_tokens=20",
+        )
     if init not in INITS:
         raise LmlabError(f"unknown prompt init {init!r}", f"choose one of: {', '.join(INITS)}")
     arch = getattr(model, "architecture", "")
     if arch not in ("encoder", "decoder", "seq2seq"):
-        raise LmlabError(f"prompt tuning needs an encoder, decoder or encoder-decoder, not {arch or 'this model'}",
-                         "use an lmlab Transformer")
+        raise LmlabError(
+            f"prompt tuning needs an encoder, decoder or encoder-decoder, not {arch or 'this model'}",
+            "use an lmlab Transformer",
+        )
     table = input_embedding(model)
     weight = table.weight.detach()
     g = torch.Generator().manual_seed(seed)

@@ -22,6 +22,8 @@ COMMAND_MODULES = [
     "lmlab.cli.pretrain",
     "lmlab.cli.export",
     "lmlab.cli.generate",
+    "lmlab.cli.finetune",
+    "lmlab.cli.evaluate",
 ]
 
 DESCRIPTION = """\

@@ -6,17 +6,25 @@ from lmlab.cli.common import add_command
 
 
 def register(sub) -> None:
-    p = add_command(sub, "demo", "run the built-in end-to-end example",
-                    "The whole job on the built-in Shakespeare corpus (public domain), in a few minutes on\n"
-                    "2 CPU cores: train a byte-level BPE tokenizer and show what it learned, pretrain a tiny\n"
-                    "GPT-2 with a progress bar (validation loss before and after), then sample from it.",
-                    "  lmlab demo\n  lmlab demo --steps 500 --out runs/my-demo\n"
-                    "  lmlab demo --vocab-size 4000 --prompt 'JULIET:'")
+    p = add_command(
+        sub,
+        "demo",
+        "run the built-in end-to-end example",
+        "The whole job on the built-in Shakespeare corpus (public domain), in a few minutes on\n"
+        "2 CPU cores: train a byte-level BPE tokenizer and show what it learned, pretrain a tiny\n"
+        "GPT-2 with a progress bar (validation loss before and after), then sample from it.",
+        "  lmlab demo\n  lmlab demo --steps 500 --out runs/my-demo\n"
+        "  lmlab demo --vocab-size 4000 --prompt 'JULIET:'",
+    )
     p.add_argument("--out", default="runs/demo", help="where to write the demo's artifacts")
     p.add_argument("--vocab-size", type=int, default=2000, help="tokenizer vocabulary size")
-    p.add_argument("--algo", default="bytelevel", choices=["bpe", "bytelevel", "wordpiece", "unigram"],
-                   help="tokenizer algorithm")
-    p.add_argument("--steps", type=int, default=200, help="pretraining steps (8 x 128 tokens each)")
+    p.add_argument(
+        "--algo",
+        default="bytelevel",
+        choices=["bpe", "bytelevel", "wordpiece", "unigram"],
+        help="tokenizer algorithm",
+    )
+    p.add_argument("--steps", type=int, default=300, help="pretraining steps (8 x 128 tokens each)")
     p.add_argument("--prompt", default="ROMEO:", help="text the sample continues")
     p.set_defaults(func=run)
 

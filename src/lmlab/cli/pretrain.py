@@ -7,20 +7,34 @@ from lmlab.cli.common import add_command
 
 def register(sub) -> None:
     p = add_command(
-        sub, "pretrain", "pretrain a model from a TOML recipe",
+        sub,
+        "pretrain",
+        "pretrain a model from a TOML recipe",
         "Pretrain a model as a recipe says: tokenizer, packed token shards, objective, AdamW with\n"
         "warmup and decay, periodic evaluation, atomic checkpoints. RUN_DIR receives config.toml,\n"
         "metrics.jsonl, loss.png, summary.json and checkpoints/step_N/ (each loadable with\n"
         "lmlab.models.load_model). The same command under torchrun trains with DDP.",
         "  lmlab pretrain --config configs/gpt-tiny-clm.toml --out runs/gpt\n"
-        "  lmlab pretrain --config configs/gpt-tiny-clm.toml --out runs/gpt --set train.max_steps=100 train.lr=1e-3\n"
+        "  lmlab pretrain --config configs/gpt-tiny-clm.toml --out runs/gpt \\\n"
+        "      --set train.max_steps=100 train.lr=1e-3\n"
         "  lmlab pretrain --out runs/gpt --resume --set train.max_steps=1200    # continue a run\n"
-        "  torchrun --nproc_per_node=2 -m lmlab.cli pretrain --config configs/gpt-tiny-clm.toml --out runs/ddp")
+        "  torchrun --nproc_per_node=2 -m lmlab.cli pretrain --config configs/gpt-tiny-clm.toml \\\n"
+        "      --out runs/ddp",
+    )
     p.add_argument("--config", help="recipe TOML file (optional with --resume: the run's own config.toml)")
     p.add_argument("--out", required=True, help="run directory")
-    p.add_argument("--set", nargs="+", action="extend", default=[], metavar="KEY=VALUE", dest="overrides",
-                   help="override recipe keys, e.g. train.max_steps=100 data.train=shards/")
-    p.add_argument("--resume", action="store_true", help="continue from the newest complete checkpoint in --out")
+    p.add_argument(
+        "--set",
+        nargs="+",
+        action="extend",
+        default=[],
+        metavar="KEY=VALUE",
+        dest="overrides",
+        help="override recipe keys, e.g. train.max_steps=100 data.train=shards/",
+    )
+    p.add_argument(
+        "--resume", action="store_true", help="continue from the newest complete checkpoint in --out"
+    )
     p.set_defaults(func=run)
 
 
@@ -29,8 +43,13 @@ def run(args) -> int:
 
     summary = pretrain(args.config, args.out, overrides=args.overrides, resume=args.resume)
     val = summary["val_loss"]
-    vtxt = f", val loss {val:.4f} (ppl {summary['val_ppl']:.1f}, {summary['val_bpb']:.3f} bits/byte)" \
-        if val is not None else ""
-    print(f"trained {summary['steps']} steps, {summary['tokens']:,} tokens in {summary['seconds']:.0f}s: "
-          f"train loss {summary['train_loss']:.4f}{vtxt}; run in {args.out}/")
+    vtxt = (
+        f", val loss {val:.4f} (ppl {summary['val_ppl']:.1f}, {summary['val_bpb']:.3f} bits/byte)"
+        if val is not None
+        else ""
+    )
+    print(
+        f"trained {summary['steps']} steps, {summary['tokens']:,} tokens in {summary['seconds']:.0f}s: "
+        f"train loss {summary['train_loss']:.4f}{vtxt}; run in {args.out}/"
+    )
     return 0

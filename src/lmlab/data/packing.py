@@ -42,8 +42,11 @@ def pack(ids: np.ndarray, doc_positions: np.ndarray) -> TokenBatch:
     doc_ids = np.cumsum(starts, axis=1) - 1
     idx = np.broadcast_to(np.arange(ids.shape[1]), ids.shape)
     seg_start = np.maximum.accumulate(np.where(starts, idx, 0), axis=1)
-    return TokenBatch(torch.from_numpy(ids), torch.from_numpy(doc_ids.astype(np.int64)),
-                      torch.from_numpy((idx - seg_start).astype(np.int64)))
+    return TokenBatch(
+        torch.from_numpy(ids),
+        torch.from_numpy(doc_ids.astype(np.int64)),
+        torch.from_numpy((idx - seg_start).astype(np.int64)),
+    )
 
 
 class PackedWindows:
@@ -51,9 +54,11 @@ class PackedWindows:
 
     def __init__(self, shards: TokenShards, seq_len: int, seed: int = 0):
         if shards.num_tokens < seq_len:
-            raise LmlabError(f"split {shards.split!r} of {shards.directory} has {shards.num_tokens} tokens, "
-                             f"fewer than one window of seq_len={seq_len}",
-                             "use more text or a smaller train.seq_len")
+            raise LmlabError(
+                f"split {shards.split!r} of {shards.directory} has {shards.num_tokens} tokens, "
+                f"fewer than one window of seq_len={seq_len}",
+                "use more text or a smaller train.seq_len",
+            )
         self.shards = shards
         self.seq_len = seq_len
         self.seed = seed
@@ -106,8 +111,11 @@ def eval_starts(shards: TokenShards, seq_len: int, windows: int) -> list[int]:
     """Start offsets of ``windows`` non-overlapping windows spread evenly over the split (0 = all)."""
     n = shards.num_tokens // seq_len
     if n == 0:
-        raise LmlabError(f"validation split of {shards.directory} has {shards.num_tokens} tokens, fewer than "
-                         f"seq_len={seq_len}", "use more validation text or a smaller train.seq_len")
+        raise LmlabError(
+            f"validation split of {shards.directory} has {shards.num_tokens} tokens, fewer than "
+            f"seq_len={seq_len}",
+            "use more validation text or a smaller train.seq_len",
+        )
     if windows <= 0 or windows >= n:
         return [i * seq_len for i in range(n)]
     picks = np.unique(np.linspace(0, n - 1, windows).round().astype(np.int64))

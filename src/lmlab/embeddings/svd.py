@@ -41,7 +41,9 @@ def cooccurrence(ids: np.ndarray, vocab_size: int, window: int, weighting: str =
         cols += [b, a]
         vals += [w, w]
     index = torch.from_numpy(np.stack([np.concatenate(rows), np.concatenate(cols)]))
-    return torch.sparse_coo_tensor(index, torch.from_numpy(np.concatenate(vals)), (vocab_size, vocab_size)).coalesce()
+    return torch.sparse_coo_tensor(
+        index, torch.from_numpy(np.concatenate(vals)), (vocab_size, vocab_size), check_invariants=True
+    ).coalesce()
 
 
 def ppmi(counts: torch.Tensor, alpha: float = 0.75) -> torch.Tensor:
@@ -53,7 +55,7 @@ def ppmi(counts: torch.Tensor, alpha: float = 0.75) -> torch.Tensor:
     p_c = col_a / col_a.sum()
     pmi = torch.log(val / (row[idx[0]] * p_c[idx[1]]))  # log P(w,c) / (P(w) P_α(c))
     keep = pmi > 0
-    return torch.sparse_coo_tensor(idx[:, keep], pmi[keep], counts.shape).coalesce()
+    return torch.sparse_coo_tensor(idx[:, keep], pmi[keep], counts.shape, check_invariants=True).coalesce()
 
 
 def train_svd(
@@ -69,12 +71,16 @@ def train_svd(
 ) -> WordVectors:
     """Word vectors from the truncated SVD of the PPMI matrix of ``texts``."""
     if not isinstance(dim, int) or dim < 1 or not isinstance(window, int) or window < 1:
-        raise LmlabError(f"dim and window must be positive integers, got {dim!r}, {window!r}", "e.g. dim=100, window=5")
+        raise LmlabError(
+            f"dim and window must be positive integers, got {dim!r}, {window!r}", "e.g. dim=100, window=5"
+        )
     tokens = corpus_words(texts)
     vocab = Vocabulary.build(tokens, min_count, max_vocab)
     if dim >= len(vocab):
-        raise LmlabError(f"dim {dim} is not smaller than the vocabulary of {len(vocab)} words",
-                         f"use dim < {len(vocab)} or more text")
+        raise LmlabError(
+            f"dim {dim} is not smaller than the vocabulary of {len(vocab)} words",
+            f"use dim < {len(vocab)} or more text",
+        )
     ids = vocab.encode(tokens)
     m = ppmi(cooccurrence(ids, len(vocab), window, weighting), alpha).float()
     torch.manual_seed(seed)  # svd_lowrank draws its random projection from the global generator

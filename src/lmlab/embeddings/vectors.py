@@ -23,8 +23,9 @@ class WordVectors:
     def __init__(self, words: list[str], vectors: np.ndarray):
         vectors = np.asarray(vectors, dtype=np.float32)
         if vectors.ndim != 2 or vectors.shape[0] != len(words):
-            raise LmlabError(f"{len(words)} words but vectors of shape {vectors.shape}",
-                             "give one vector row per word")
+            raise LmlabError(
+                f"{len(words)} words but vectors of shape {vectors.shape}", "give one vector row per word"
+            )
         self.words = list(words)
         self.vectors = vectors
         self._index = {w: i for i, w in enumerate(self.words)}
@@ -42,8 +43,10 @@ class WordVectors:
 
     def _id(self, word: str) -> int:
         if word not in self._index:
-            raise LmlabError(f"word {word!r} is not in the vocabulary ({len(self)} words)",
-                             "query a word that occurs at least min_count times in the training text")
+            raise LmlabError(
+                f"word {word!r} is not in the vocabulary ({len(self)} words)",
+                "query a word that occurs at least min_count times in the training text",
+            )
         return self._index[word]
 
     def similarity(self, a: str, b: str) -> float:
@@ -75,6 +78,8 @@ class WordVectors:
         directory = Path(directory)
         vec, wordfile = directory / "vectors.npy", directory / "words.txt"
         if not vec.is_file() or not wordfile.is_file():
-            raise LmlabError(f"{directory} does not hold vectors.npy and words.txt",
-                             "pass a directory written by WordVectors.save")
+            raise LmlabError(
+                f"{directory} does not hold vectors.npy and words.txt",
+                "pass a directory written by WordVectors.save",
+            )
         return cls(wordfile.read_text(encoding="utf-8").splitlines(), np.load(vec, allow_pickle=False))

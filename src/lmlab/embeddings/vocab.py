@@ -37,8 +37,10 @@ class Vocabulary:
         counter = Counter(tokens)
         kept = [(w, c) for w, c in counter.most_common(max_size) if c >= min_count]
         if not kept:
-            raise LmlabError(f"no word occurs at least {min_count} times in the corpus",
-                             "give more text or lower min_count")
+            raise LmlabError(
+                f"no word occurs at least {min_count} times in the corpus",
+                "give more text or lower min_count",
+            )
         return cls([w for w, _ in kept], np.array([c for _, c in kept], dtype=np.int64))
 
     def __len__(self) -> int:

@@ -67,8 +67,14 @@ def train_word2vec(
         raise LmlabError(f"unknown word2vec mode {mode!r}", "use 'skipgram' or 'cbow'")
     if optimizer not in ("sgd", "adam"):
         raise LmlabError(f"unknown optimizer {optimizer!r}", "use 'sgd' or 'adam'")
-    for name, v in (("dim", dim), ("window", window), ("negative", negative), ("epochs", epochs),
-                    ("batch_size", batch_size), ("min_count", min_count)):
+    for name, v in (
+        ("dim", dim),
+        ("window", window),
+        ("negative", negative),
+        ("epochs", epochs),
+        ("batch_size", batch_size),
+        ("min_count", min_count),
+    ):
         if not isinstance(v, int) or v < 1:
             raise LmlabError(f"{name} must be a positive integer, got {v!r}", f"set {name} to e.g. 5")
     tokens = corpus_words(texts)
@@ -106,7 +112,7 @@ def train_word2vec(
         n = len(examples[0])
         order = torch.from_numpy(rng.permutation(n))
         for start in range(0, n, batch_size):
-            sel = order[start:start + batch_size]
+            sel = order[start : start + batch_size]
             x, y = examples[0][sel], examples[1][sel]
             negs = torch.multinomial(noise, len(sel) * negative, replacement=True, generator=gen)
             negs = negs.view(len(sel), negative)

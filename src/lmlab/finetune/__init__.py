@@ -25,3 +25,9 @@ from lmlab.finetune.loop import (
 
 __all__ = ["METHODS", "FinetuneConfig", "FinetuneResult", "FullFineTuning", "evaluate", "finetune",
            "load_finetuned", "lr_at", "method_class"]
+
+# parameter-efficient methods (lmlab.adapt; see docs/peft.md), imported on first use
+METHODS["lora"] = "lmlab.adapt.peft_io:LoRAFineTuning"
+METHODS["adapter"] = "lmlab.adapt.peft_io:AdapterFineTuning"
+METHODS["prefix"] = "lmlab.adapt.peft_io:PrefixFineTuning"
+METHODS["prompt"] = "lmlab.adapt.peft_io:PromptFineTuning"

@@ -58,8 +58,9 @@ class TransfoXLConfig(TransformerConfig):
     def validate(self) -> TransfoXLConfig:
         super().validate()
         if self.positions != "relative":
-            raise LmlabError(f"Transformer-XL uses relative positions, not {self.positions!r}",
-                             "set positions='relative'")
+            raise LmlabError(
+                f"Transformer-XL uses relative positions, not {self.positions!r}", "set positions='relative'"
+            )
         if not isinstance(self.mem_len, int) or self.mem_len < 0:
             raise LmlabError(f"mem_len must be an integer >= 0, got {self.mem_len!r}", "e.g. mem_len=64")
         return self
@@ -67,8 +68,9 @@ class TransfoXLConfig(TransformerConfig):
 
 def transfo_xl_tiny() -> TransfoXLConfig:
     """A 2-layer, 64-wide Transformer-XL for 2-core CPU runs (the ``transfo-xl-tiny`` preset)."""
-    return TransfoXLConfig(vocab_size=8000, d_model=64, n_layers=2, n_heads=4, d_ff=256, max_positions=512,
-                           mem_len=64)
+    return TransfoXLConfig(
+        vocab_size=8000, d_model=64, n_layers=2, n_heads=4, d_ff=256, max_positions=512, mem_len=64
+    )
 
 
 class RelativeAttention(nn.Module):
@@ -88,7 +90,9 @@ class RelativeAttention(nn.Module):
         self.scale = cfg.attn_scale if cfg.attn_scale is not None else 1.0 / math.sqrt(self.head_dim)
         self.dropout = cfg.attn_dropout
 
-    def forward(self, x: Tensor, context: Tensor, distances: Tensor, table: Tensor, allowed: Tensor) -> Tensor:
+    def forward(
+        self, x: Tensor, context: Tensor, distances: Tensor, table: Tensor, allowed: Tensor
+    ) -> Tensor:
         """``x`` [B,T,d] queries; ``context`` [B,S,d] = [memory; x]; ``distances`` [T,S] = i - j
         (clamped to >= 0); ``table`` [L,d] sinusoids of distances 0..L-1; ``allowed`` [B,1,T,S]."""
         b, t, _ = x.shape
@@ -97,12 +101,16 @@ class RelativeAttention(nn.Module):
         q = self.q_proj(x).view(b, t, h, d).transpose(1, 2)
         k = self.k_proj(context).view(b, s, h, d).transpose(1, 2)
         v = self.v_proj(context).view(b, s, h, d).transpose(1, 2)
-        r = self.r_proj(table).view(-1, h, d).transpose(0, 1)                  # [H, L, D]
+        r = self.r_proj(table).view(-1, h, d).transpose(0, 1)  # [H, L, D]
         pos = torch.matmul(q + self.v[None, :, None], r.transpose(1, 2)[None])  # [B, H, T, L]
-        pos = pos.gather(-1, distances[None, None].expand(b, h, t, s))         # [B, H, T, S]
+        pos = pos.gather(-1, distances[None, None].expand(b, h, t, s))  # [B, H, T, S]
         bias = (pos * self.scale).masked_fill(~allowed, torch.finfo(pos.dtype).min)
         out = F.scaled_dot_product_attention(
-            q + self.u[None, :, None], k, v, attn_mask=bias, scale=self.scale,
+            q + self.u[None, :, None],
+            k,
+            v,
+            attn_mask=bias,
+            scale=self.scale,
             dropout_p=self.dropout if self.training else 0.0,
         )
         return self.o_proj(out.transpose(1, 2).reshape(b, t, h * d))
@@ -119,7 +127,9 @@ class TransfoXLBlock(nn.Module):
         self.ffn = FeedForward(cfg.d_model, cfg.d_ff, cfg.activation, cfg.mlp_bias)
         self.drop = nn.Dropout(cfg.dropout)
 
-    def forward(self, x: Tensor, mem: Tensor | None, distances: Tensor, table: Tensor, allowed: Tensor) -> Tensor:
+    def forward(
+        self, x: Tensor, mem: Tensor | None, distances: Tensor, table: Tensor, allowed: Tensor
+    ) -> Tensor:
         t = x.shape[1]
         context = self.attn_norm(x if mem is None else torch.cat([mem, x], dim=1))
         x = x + self.drop(self.attn(context[:, -t:], context, distances, table, allowed))
@@ -133,8 +143,10 @@ class TransfoXLModel(LmlabModel):
 
     def __init__(self, config: TransfoXLConfig, heads: tuple[str, ...] | list[str] | None = None):
         if not isinstance(config, TransfoXLConfig):
-            raise LmlabError(f"TransfoXLModel needs a TransfoXLConfig, got {type(config).__name__}",
-                             "use get_preset('transfo-xl-tiny') or TransfoXLConfig(...)")
+            raise LmlabError(
+                f"TransfoXLModel needs a TransfoXLConfig, got {type(config).__name__}",
+                "use get_preset('transfo-xl-tiny') or TransfoXLConfig(...)",
+            )
         super().__init__(config.validate())
         cfg = config
         self.head_names = check_heads(("lm",) if heads is None else heads, ("lm",), "transfo-xl")
@@ -143,7 +155,9 @@ class TransfoXLModel(LmlabModel):
         self.drop = nn.Dropout(cfg.dropout)
         self.layers = nn.ModuleList(TransfoXLBlock(cfg) for _ in range(cfg.n_layers))
         self.final_norm = make_norm(cfg.norm, cfg.d_model, cfg.norm_eps, cfg.norm_bias)
-        self.heads = nn.ModuleDict({"lm": LMHead(cfg.d_model, cfg.vocab_size)} if "lm" in self.head_names else {})
+        self.heads = nn.ModuleDict(
+            {"lm": LMHead(cfg.d_model, cfg.vocab_size)} if "lm" in self.head_names else {}
+        )
         self.apply(lambda m: init_weights(m, cfg.init_std))
         for block in self.layers:
             for lin in (block.attn.o_proj, block.ffn.fc_out):
@@ -170,11 +184,14 @@ class TransfoXLModel(LmlabModel):
         self.check_input_ids(input_ids)
         b, t = input_ids.shape
         if t > cfg.max_positions:
-            raise LmlabError(f"segment of {t} tokens is longer than the model's {cfg.max_positions}",
-                             "use shorter segments (objective segment_len) or raise max_positions")
+            raise LmlabError(
+                f"segment of {t} tokens is longer than the model's {cfg.max_positions}",
+                "use shorter segments (objective segment_len) or raise max_positions",
+            )
         if mems is not None and len(mems) != cfg.n_layers:
-            raise LmlabError(f"mems has {len(mems)} layers, the model {cfg.n_layers}",
-                             "pass the mems this model returned")
+            raise LmlabError(
+                f"mems has {len(mems)} layers, the model {cfg.n_layers}", "pass the mems this model returned"
+            )
         m = 0 if mems is None else mems[0].shape[1]
         dev = input_ids.device
         i = torch.arange(t, device=dev)[:, None] + m
@@ -184,8 +201,11 @@ class TransfoXLModel(LmlabModel):
         else:
             allowed = attention_pattern.to(torch.bool)
             if allowed.shape != (b, t, m + t):
-                raise LmlabError(f"attention_pattern must be [batch, T, M+T] = {(b, t, m + t)}, "
-                                 f"got {tuple(allowed.shape)}", "include one column per memory token")
+                raise LmlabError(
+                    f"attention_pattern must be [batch, T, M+T] = {(b, t, m + t)}, "
+                    f"got {tuple(allowed.shape)}",
+                    "include one column per memory token",
+                )
         allowed = allowed[:, None]
         distances = (i - j).clamp(min=0)
         table = self.distance_table.table[: m + t].to(self.tok_embed.weight.dtype)
@@ -199,9 +219,12 @@ class TransfoXLModel(LmlabModel):
         x = self.final_norm(x)
         if hidden is not None:
             hidden[-1] = x
-        new_mems = tuple(self._update_memory(None if mems is None else mems[n], h) for n, h in enumerate(inputs))
-        out = ModelOutput(last_hidden_state=x, hidden_states=tuple(hidden) if hidden else None,
-                          extra={"mems": new_mems})
+        new_mems = tuple(
+            self._update_memory(None if mems is None else mems[n], h) for n, h in enumerate(inputs)
+        )
+        out = ModelOutput(
+            last_hidden_state=x, hidden_states=tuple(hidden) if hidden else None, extra={"mems": new_mems}
+        )
         if "lm" in self.heads:
             out.logits = self.heads["lm"].proj(x)
             if labels is not None:
@@ -211,4 +234,4 @@ class TransfoXLModel(LmlabModel):
     def _update_memory(self, mem: Tensor | None, h: Tensor) -> Tensor:
         """The last ``mem_len`` layer inputs of memory + segment, with the gradient stopped."""
         cat = h if mem is None else torch.cat([mem, h], dim=1)
-        return cat[:, max(0, cat.shape[1] - self.config.mem_len):].detach()
+        return cat[:, max(0, cat.shape[1] - self.config.mem_len) :].detach()

@@ -64,8 +64,10 @@ class XLNetConfig(TransformerConfig):
     def validate(self) -> XLNetConfig:
         super().validate()
         if self.positions not in ("rotary", "learned", "sinusoidal"):
-            raise LmlabError(f"XLNet supports rotary, learned or sinusoidal positions, not {self.positions!r}",
-                             "set positions='rotary' (the query stream needs to know the target position)")
+            raise LmlabError(
+                f"XLNet supports rotary, learned or sinusoidal positions, not {self.positions!r}",
+                "set positions='rotary' (the query stream needs to know the target position)",
+            )
         return self
 
 
@@ -81,8 +83,10 @@ class XLNetModel(LmlabModel):
 
     def __init__(self, config: XLNetConfig, heads: tuple[str, ...] | list[str] | None = None):
         if not isinstance(config, XLNetConfig):
-            raise LmlabError(f"XLNetModel needs an XLNetConfig, got {type(config).__name__}",
-                             "use get_preset('xlnet-tiny') or XLNetConfig(...)")
+            raise LmlabError(
+                f"XLNetModel needs an XLNetConfig, got {type(config).__name__}",
+                "use get_preset('xlnet-tiny') or XLNetConfig(...)",
+            )
         super().__init__(config.validate())
         cfg = config
         self.head_names = check_heads(("lm",) if heads is None else heads, ("lm",), "xlnet")
@@ -99,7 +103,9 @@ class XLNetModel(LmlabModel):
         self.drop = nn.Dropout(cfg.dropout)
         self.layers = nn.ModuleList(TransformerBlock(cfg) for _ in range(cfg.n_layers))
         self.final_norm = make_norm(cfg.norm, cfg.d_model, cfg.norm_eps, cfg.norm_bias)
-        self.heads = nn.ModuleDict({"lm": LMHead(cfg.d_model, cfg.vocab_size)} if "lm" in self.head_names else {})
+        self.heads = nn.ModuleDict(
+            {"lm": LMHead(cfg.d_model, cfg.vocab_size)} if "lm" in self.head_names else {}
+        )
         self.apply(lambda m: init_weights(m, cfg.init_std))
         nn.init.normal_(self.mask_embed, 0.0, cfg.init_std)
         if "lm" in self.heads and cfg.tie_embeddings:
@@ -109,8 +115,11 @@ class XLNetModel(LmlabModel):
         if self.pos_embed is None:
             return x
         if int(position_ids.max()) >= self.config.max_positions:
-            raise LmlabError(f"position {int(position_ids.max())} is beyond the model's "
-                             f"{self.config.max_positions} positions", "use shorter sequences")
+            raise LmlabError(
+                f"position {int(position_ids.max())} is beyond the model's "
+                f"{self.config.max_positions} positions",
+                "use shorter sequences",
+            )
         return x + self.pos_embed(position_ids)
 
     def forward(
@@ -142,19 +151,26 @@ class XLNetModel(LmlabModel):
         if attention_pattern is None:
             attention_pattern = torch.ones(b, t, t, dtype=torch.bool, device=dev)
         if attention_pattern.shape != (b, t, t):
-            raise LmlabError(f"attention_pattern must be [batch, T, T] = {(b, t, t)}, "
-                             f"got {tuple(attention_pattern.shape)}", "build it with the xlnet objective")
+            raise LmlabError(
+                f"attention_pattern must be [batch, T, T] = {(b, t, t)}, "
+                f"got {tuple(attention_pattern.shape)}",
+                "build it with the xlnet objective",
+            )
         h = self._embed_positions(self.tok_embed(input_ids), position_ids)
         if target_positions is None:
             if labels is not None:
-                raise LmlabError("XLNet labels need target_positions", "prepare batches with the xlnet objective")
+                raise LmlabError(
+                    "XLNet labels need target_positions", "prepare batches with the xlnet objective"
+                )
             x, pos, allowed = h, position_ids, attention_pattern
             p = 0
         else:
             p = target_positions.shape[1]
             if query_pattern is None or query_pattern.shape != (b, p, t):
-                raise LmlabError(f"query_pattern must be [batch, P, T] = {(b, p, t)}",
-                                 "pass the query pattern that goes with target_positions")
+                raise LmlabError(
+                    f"query_pattern must be [batch, P, T] = {(b, p, t)}",
+                    "pass the query pattern that goes with target_positions",
+                )
             tpos = position_ids.gather(1, target_positions)
             g = self._embed_positions(self.mask_embed.expand(b, p, -1), tpos)
             x, pos = torch.cat([h, g], dim=1), torch.cat([position_ids, tpos], dim=1)
@@ -183,8 +199,11 @@ class XLNetModel(LmlabModel):
             out.logits = logits
             if labels is not None:
                 if labels.shape != (b, p):
-                    raise LmlabError(f"labels must be [batch, P] = {(b, p)}, got {tuple(labels.shape)}",
-                                     "give one label per target position")
-                out.loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1),
-                                           ignore_index=IGNORE)
+                    raise LmlabError(
+                        f"labels must be [batch, P] = {(b, p)}, got {tuple(labels.shape)}",
+                        "give one label per target position",
+                    )
+                out.loss = F.cross_entropy(
+                    logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), ignore_index=IGNORE
+                )
         return out

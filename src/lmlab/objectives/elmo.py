@@ -28,7 +28,9 @@ from lmlab.models.heads import IGNORE
 from lmlab.objectives.base import Objective, TokenBatch
 
 
-def bilm_losses(logits: Tensor, backward_logits: Tensor, input_ids: Tensor, doc_ids: Tensor) -> tuple[Tensor, Tensor]:
+def bilm_losses(
+    logits: Tensor, backward_logits: Tensor, input_ids: Tensor, doc_ids: Tensor
+) -> tuple[Tensor, Tensor]:
     """Mean forward and backward NLL over the ``[B, T]`` window, never across documents.
 
     ``logits[:, k]`` predicts ``input_ids[:, k+1]``; ``backward_logits[:, k]`` predicts
@@ -64,15 +66,21 @@ class BiLMObjective(Objective):
         vocab = list(self.tokenizer.vocab)
         extra = model.config.vocab_size - len(vocab)
         if extra < 0:
-            raise LmlabError(f"tokenizer has {len(vocab)} tokens but the ELMo model only {model.config.vocab_size}",
-                             f"build the model with vocab_size >= {len(vocab)}")
+            raise LmlabError(
+                f"tokenizer has {len(vocab)} tokens but the ELMo model only {model.config.vocab_size}",
+                f"build the model with vocab_size >= {len(vocab)}",
+            )
         model.set_vocab(vocab + [f"<unused{i}>" for i in range(extra)])
 
     def loss(self, model, inputs: dict[str, Tensor]) -> tuple[Tensor, dict[str, float]]:
         if not hasattr(model, "backward_lstm"):
-            raise LmlabError(f"the elmo objective needs an ELMo bi-LM, got {type(model).__name__}",
-                             "set [model] preset = 'elmo-tiny'")
+            raise LmlabError(
+                f"the elmo objective needs an ELMo bi-LM, got {type(model).__name__}",
+                "set [model] preset = 'elmo-tiny'",
+            )
         self._ensure_char_table(model)
         out = model(input_ids=inputs["input_ids"])
-        fwd, bwd = bilm_losses(out.logits, out.extra["backward_logits"], inputs["input_ids"], inputs["doc_ids"])
+        fwd, bwd = bilm_losses(
+            out.logits, out.extra["backward_logits"], inputs["input_ids"], inputs["doc_ids"]
+        )
         return (fwd + bwd) / 2, {"forward_loss": float(fwd.detach()), "backward_loss": float(bwd.detach())}

@@ -39,8 +39,8 @@ _NO_DOC = -(2**40)  # document id that matches nothing: memory of a row that doe
 @dataclass
 class _Carry:
     mems: tuple[Tensor, ...]
-    mem_docs: Tensor   # [B, M] document ids relative to the row's last document (0 = same)
-    last_pos: Tensor   # [B] position-in-document of the row's last token
+    mem_docs: Tensor  # [B, M] document ids relative to the row's last document (0 = same)
+    last_pos: Tensor  # [B] position-in-document of the row's last token
 
 
 class SegmentRecurrentLM(Objective):
@@ -53,8 +53,10 @@ class SegmentRecurrentLM(Objective):
     def __init__(self, tokenizer, segment_len: int = 64, carry_memory: bool = True, **params):
         super().__init__(tokenizer)
         if params:
-            raise LmlabError(f"the transfo-xl objective has no parameters {sorted(params)}",
-                             "use segment_len and carry_memory")
+            raise LmlabError(
+                f"the transfo-xl objective has no parameters {sorted(params)}",
+                "use segment_len and carry_memory",
+            )
         if not isinstance(segment_len, int) or segment_len < 1:
             raise LmlabError(f"segment_len must be a positive integer, got {segment_len!r}", "e.g. 64")
         self.segment_len = segment_len
@@ -74,8 +76,13 @@ class SegmentRecurrentLM(Objective):
     def _incoming(self, model, ids: Tensor, pos: Tensor) -> tuple[tuple[Tensor, ...] | None, Tensor | None]:
         """The carried memory for this batch, with rows that do not continue masked out."""
         carry = self._carry.get(model.training) if self.carry_memory else None
-        if carry is None or carry.mem_docs.shape[0] != ids.shape[0] or carry.mem_docs.device != ids.device \
-                or len(carry.mems) != model.config.n_layers or carry.mems[0].shape[1] == 0:
+        if (
+            carry is None
+            or carry.mem_docs.shape[0] != ids.shape[0]
+            or carry.mem_docs.device != ids.device
+            or len(carry.mems) != model.config.n_layers
+            or carry.mems[0].shape[1] == 0
+        ):
             return None, None
         continues = pos[:, 0] == carry.last_pos + 1
         mem_docs = carry.mem_docs.masked_fill(~continues[:, None], _NO_DOC)
@@ -86,21 +93,26 @@ class SegmentRecurrentLM(Objective):
         b, t = input_ids.shape
         logits = []
         for s in range(0, t, self.segment_len):
-            seg, seg_docs = input_ids[:, s:s + self.segment_len], doc_ids[:, s:s + self.segment_len]
+            seg, seg_docs = input_ids[:, s : s + self.segment_len], doc_ids[:, s : s + self.segment_len]
             key_docs = seg_docs if mem_docs is None else torch.cat([mem_docs, seg_docs], dim=1)
             n, m = seg.shape[1], key_docs.shape[1] - seg.shape[1]
-            causal = torch.arange(m + n, device=seg.device)[None, :] <= torch.arange(n, device=seg.device)[:, None] + m
+            causal = (
+                torch.arange(m + n, device=seg.device)[None, :]
+                <= torch.arange(n, device=seg.device)[:, None] + m
+            )
             pattern = causal[None] & (seg_docs[:, :, None] == key_docs[:, None, :])
             out = model(seg, mems=mems, attention_pattern=pattern)
             logits.append(out.logits)
             mems = out.extra["mems"]
-            mem_docs = key_docs[:, key_docs.shape[1] - mems[0].shape[1]:]
+            mem_docs = key_docs[:, key_docs.shape[1] - mems[0].shape[1] :]
         return torch.cat(logits, dim=1), mems, mem_docs
 
     def loss(self, model, inputs: dict[str, Tensor]) -> tuple[Tensor, dict[str, float]]:
         if not hasattr(model, "config") or not hasattr(model.config, "mem_len"):
-            raise LmlabError("the transfo-xl objective needs a Transformer-XL model",
-                             "set [model] preset = 'transfo-xl-tiny'")
+            raise LmlabError(
+                "the transfo-xl objective needs a Transformer-XL model",
+                "set [model] preset = 'transfo-xl-tiny'",
+            )
         ids, docs, pos = inputs["input_ids"], inputs["doc_ids"], inputs["position_ids"]
         mems, mem_docs = self._incoming(model, ids, pos)
         carried = 0.0 if mem_docs is None else float((mem_docs != _NO_DOC).any(1).float().mean())

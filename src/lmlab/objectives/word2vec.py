@@ -85,14 +85,18 @@ def negative_sampling_loss(h: Tensor, out_pos: Tensor, out_neg: Tensor) -> Tenso
     return -(pos + neg).sum()
 
 
-def skipgram_loss(in_embed: Tensor, out_embed: Tensor, centres: Tensor, contexts: Tensor,
-                  negatives: Tensor) -> Tensor:
+def skipgram_loss(
+    in_embed: Tensor, out_embed: Tensor, centres: Tensor, contexts: Tensor, negatives: Tensor
+) -> Tensor:
     """Skip-gram negative-sampling loss of a batch of pairs (``negatives`` [N, k] ids)."""
-    return negative_sampling_loss(_lookup(in_embed, centres), _lookup(out_embed, contexts),
-                                  _lookup(out_embed, negatives))
+    return negative_sampling_loss(
+        _lookup(in_embed, centres), _lookup(out_embed, contexts), _lookup(out_embed, negatives)
+    )
 
 
-def cbow_loss(in_embed: Tensor, out_embed: Tensor, contexts: Tensor, centres: Tensor, negatives: Tensor) -> Tensor:
+def cbow_loss(
+    in_embed: Tensor, out_embed: Tensor, contexts: Tensor, centres: Tensor, negatives: Tensor
+) -> Tensor:
     """CBOW negative-sampling loss: ``contexts`` [N, C] ids with -1 padding predict ``centres`` [N]."""
     valid = (contexts >= 0).to(in_embed.dtype)
     vecs = _lookup(in_embed, contexts.clamp(min=0)) * valid[..., None]

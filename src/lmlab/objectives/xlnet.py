@@ -38,7 +38,9 @@ def permutation_ranks(batch_size: int, seq_len: int, generator: torch.Generator,
     return order.argsort(dim=1).to(device)  # inverse permutation: position -> place
 
 
-def two_stream_masks(ranks: Tensor, num_context: int, same_document: Tensor | None = None) -> tuple[Tensor, Tensor]:
+def two_stream_masks(
+    ranks: Tensor, num_context: int, same_document: Tensor | None = None
+) -> tuple[Tensor, Tensor]:
     """Content and query masks ``[B, T, T]`` (query row i, key j; True = may attend).
 
     ``ranks``: ``[B, T]`` place of each position in the factorization order; the first
@@ -63,11 +65,15 @@ class PermutationLM(Objective):
     def __init__(self, tokenizer, predict_fraction: float = 1 / 6, **params):
         super().__init__(tokenizer)
         if params:
-            raise LmlabError(f"the xlnet objective has no parameters {sorted(params)}",
-                             "use predict_fraction (1/K, e.g. 0.1667)")
+            raise LmlabError(
+                f"the xlnet objective has no parameters {sorted(params)}",
+                "use predict_fraction (1/K, e.g. 0.1667)",
+            )
         if not 0.0 < predict_fraction <= 1.0:
-            raise LmlabError(f"predict_fraction must be in (0, 1], got {predict_fraction}",
-                             "XLNet predicts the last 1/K of the order with K = 6 or 7: use 0.1667")
+            raise LmlabError(
+                f"predict_fraction must be in (0, 1], got {predict_fraction}",
+                "XLNet predicts the last 1/K of the order with K = 6 or 7: use 0.1667",
+            )
         self.predict_fraction = float(predict_fraction)
 
     def num_targets(self, seq_len: int) -> int:

@@ -61,7 +61,7 @@ def _codepoints(spec: str) -> frozenset[str]:
 
 
 # Characters Hugging Face tokenizers classifies differently from Unicode 14 (found by comparing
-# every code point against tokenizers 0.23; most were added to Unicode after its tables).
+# every code point against tokenizers 0.22 and 0.23; most were added to Unicode after its tables).
 _HF_NOT_CONTROL = _codepoints("890-891 8e2 110cd 13430-13438")
 _HF_NOT_PUNCT = _codepoints(
     "61d 9fd a76 c77 c84 1b7d-1b7e 2e43-2e4f 2e52-2e5d 10ead 10f55-10f59 10f86-10f89 1144b-1144f "

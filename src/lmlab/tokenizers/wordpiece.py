@@ -125,8 +125,9 @@ class WordPieceTokenizer(Tokenizer):
     def _segment(self, text: str) -> list[tuple[str, int, int]]:
         out: list[tuple[str, int, int]] = []
         cache = self._chunk_cache
+        append = out.append
         for m in self._chunk_re.finditer(text):
-            chunk = m.group()
+            chunk = m[0]
             toks = cache.get(chunk)
             if toks is None:
                 toks = self._segment_chunk(chunk)
@@ -134,10 +135,11 @@ class WordPieceTokenizer(Tokenizer):
                     cache.clear()
                 cache[chunk] = toks
             base = m.start()
-            if base:
-                out.extend([(t, s + base, e + base) for t, s, e in toks])
+            if len(toks) == 1:
+                t, s, e = toks[0]
+                append((t, s + base, e + base))
             else:
-                out.extend(toks)
+                out += [(t, s + base, e + base) for t, s, e in toks]
         return out
 
     def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:

@@ -60,22 +60,33 @@ def latest_checkpoint(run_dir: str | Path) -> Path | None:
     return found[-1][1] if found else None
 
 
-def save_train_checkpoint(run_dir: str | Path, step: int, model, tensors: dict[str, torch.Tensor],
-                          meta: dict[str, Any], keep: int = 0) -> Path:
+def save_train_checkpoint(
+    run_dir: str | Path,
+    step: int,
+    model,
+    tensors: dict[str, torch.Tensor],
+    meta: dict[str, Any],
+    keep: int = 0,
+) -> Path:
     """Write ``checkpoints/step_{step}`` atomically; prune to the newest ``keep`` (0 = keep all)."""
     dest = checkpoint_path(run_dir, step)
     previous = latest_checkpoint(run_dir)
     try:
         with atomic_dir(dest) as tmp:
             model.save(tmp)
-            save_file({k: v.contiguous() for k, v in tensors.items()}, str(tmp / STATE_TENSORS),
-                      metadata={"format": FORMAT})
+            save_file(
+                {k: v.contiguous() for k, v in tensors.items()},
+                str(tmp / STATE_TENSORS),
+                metadata={"format": FORMAT},
+            )
             write_json(tmp / STATE_JSON, {"format": FORMAT, "version": VERSION, **meta})
     except OSError as e:
         what = "the disk is full" if e.errno in (errno.ENOSPC, errno.EDQUOT) else (e.strerror or str(e))
         kept = f"the previous checkpoint {previous} is intact" if previous else "no earlier checkpoint exists"
-        raise LmlabError(f"could not write checkpoint {dest} ({what}); {kept}",
-                         "free disk space and continue with --resume") from None
+        raise LmlabError(
+            f"could not write checkpoint {dest} ({what}); {kept}",
+            "free disk space and continue with --resume",
+        ) from None
     if keep > 0:
         for _, old in list_checkpoints(run_dir)[:-keep]:
             shutil.rmtree(old, ignore_errors=True)
@@ -89,8 +100,10 @@ def load_train_checkpoint(path: str | Path) -> tuple[dict[str, torch.Tensor], di
     path = Path(path)
     meta = read_json(path / STATE_JSON, "train state")
     if not isinstance(meta, dict) or meta.get("format") != FORMAT or meta.get("version") != VERSION:
-        raise LmlabError(f"{path / STATE_JSON} is not an lmlab train state (version {VERSION})",
-                         "resume from a checkpoint written by this lmlab version")
+        raise LmlabError(
+            f"{path / STATE_JSON} is not an lmlab train state (version {VERSION})",
+            "resume from a checkpoint written by this lmlab version",
+        )
     return read_safetensors(path / STATE_TENSORS), meta, read_safetensors(path / WEIGHTS_NAME)
 
 

@@ -132,8 +132,9 @@ class RunConfig:
 
 
 # --------------------------------------------------------------------------- loading
-def load_config(source: str | os.PathLike | dict | RunConfig,
-                overrides: list[str] | dict[str, Any] | None = None) -> RunConfig:
+def load_config(
+    source: str | os.PathLike | dict | RunConfig, overrides: list[str] | dict[str, Any] | None = None
+) -> RunConfig:
     """Read a recipe (TOML path, TOML-shaped dict or RunConfig), apply overrides, check it."""
     if isinstance(source, RunConfig):
         raw = source.to_dict()
@@ -165,15 +166,17 @@ def _override_items(overrides) -> list[tuple[str, Any]]:
     items = []
     for item in overrides:
         if "=" not in item:
-            raise LmlabError(f"override {item!r} is not of the form section.key=value",
-                             "write e.g. --set train.max_steps=100")
+            raise LmlabError(
+                f"override {item!r} is not of the form section.key=value",
+                "write e.g. --set train.max_steps=100",
+            )
         key, value = item.split("=", 1)
         items.append((key.strip(), parse_value(value.strip())))
     return items
 
 
 def parse_value(text: str) -> Any:
-    """A command-line value: a TOML literal (``3e-4``, ``true``, ``[1, 2]``, ``"x"``) or else the raw string."""
+    """A command-line value: a TOML literal (``3e-4``, ``true``, ``[1, 2]``, ``"x"``), else the raw text."""
     try:
         return tomllib.loads(f"v = {text}")["v"]
     except tomllib.TOMLDecodeError:
@@ -183,8 +186,10 @@ def parse_value(text: str) -> Any:
 def _apply_override(raw: dict, key: str, value: Any) -> None:
     parts = key.split(".")
     if len(parts) < 2 or not all(parts):
-        raise LmlabError(f"override key {key!r} needs a section", f"write e.g. train.{key}=... "
-                         f"(sections: {', '.join(SECTIONS)})")
+        raise LmlabError(
+            f"override key {key!r} needs a section",
+            f"write e.g. train.{key}=... (sections: {', '.join(SECTIONS)})",
+        )
     section = parts[0]
     if section not in SECTIONS:
         raise LmlabError(f"unknown config section {section!r} in {key!r}", _suggest(section, SECTIONS))
@@ -241,8 +246,10 @@ def _build_model(values: dict[str, Any]) -> ModelConfig:
     overrides = {}
     for key, value in values.items():
         if key not in hints:
-            raise LmlabError(f"unknown config key model.{key} for preset {preset}",
-                             _suggest(key, ["preset", *names], "model."))
+            raise LmlabError(
+                f"unknown config key model.{key} for preset {preset}",
+                _suggest(key, ["preset", *names], "model."),
+            )
         overrides[key] = coerce(value, hints[key], f"model.{key}")
     return ModelConfig(preset, overrides)
 
@@ -252,11 +259,15 @@ def _build_objective(values: dict[str, Any]) -> ObjectiveConfig:
 
     name = values.pop("name", ObjectiveConfig.name)
     if not isinstance(name, str):
-        raise LmlabError(f"objective.name must be a string, got {name!r}", "write e.g. name = \"clm\"")
+        raise LmlabError(f"objective.name must be a string, got {name!r}", 'write e.g. name = "clm"')
     cls = get_objective(name)
     params = inspect.signature(cls.__init__).parameters
-    named = [n for n, p in params.items() if n not in ("self", "tokenizer")
-             and p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)]
+    named = [
+        n
+        for n, p in params.items()
+        if n not in ("self", "tokenizer")
+        and p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    ]
     for key in values:
         if key not in named:
             fix = _suggest(key, ["name", *named], "objective.") if named else "it takes no parameters"
@@ -285,14 +296,19 @@ def coerce(value: Any, hint, key: str) -> Any:
     if origin is list:
         (inner,) = typing.get_args(hint) or (Any,)
         if isinstance(value, str):
-            value = [v.strip() for v in value.split(",") if v.strip()] if inner is not str or "," in value \
+            value = (
+                [v.strip() for v in value.split(",") if v.strip()]
+                if inner is not str or "," in value
                 else [value]
+            )
         if isinstance(value, tuple):
             value = list(value)
         if not isinstance(value, list):
             raise LmlabError(f"{key} must be a list, got {value!r}", f"write e.g. {key}=[...]")
-        return [coerce(v if inner is str else parse_value(v) if isinstance(v, str) else v, inner, key)
-                for v in value]
+        return [
+            coerce(v if inner is str else parse_value(v) if isinstance(v, str) else v, inner, key)
+            for v in value
+        ]
     if origin is dict or hint is dict:
         if not isinstance(value, dict):
             raise LmlabError(f"{key} must be a table, got {value!r}", f"write {key} as a TOML table")
@@ -331,18 +347,30 @@ def coerce(value: Any, hint, key: str) -> Any:
 def validate(cfg: RunConfig) -> None:
     """Range checks that need no data or model (those come later, before training starts)."""
     t = cfg.train
-    for name in ("max_steps", "batch_size", "seq_len", "grad_accum", "eval_every", "checkpoint_every", "log_every"):
+    for name in (
+        "max_steps",
+        "batch_size",
+        "seq_len",
+        "grad_accum",
+        "eval_every",
+        "checkpoint_every",
+        "log_every",
+    ):
         if getattr(t, name) < 1:
-            raise LmlabError(f"train.{name} must be at least 1, got {getattr(t, name)}",
-                             f"set train.{name} to a positive integer")
+            raise LmlabError(
+                f"train.{name} must be at least 1, got {getattr(t, name)}",
+                f"set train.{name} to a positive integer",
+            )
     if t.seq_len < 2:
         raise LmlabError(f"train.seq_len {t.seq_len} is too short", "use at least 2 tokens")
     for name in ("warmup_steps", "decay_steps", "eval_batches", "keep_checkpoints", "threads"):
         if getattr(t, name) < 0:
             raise LmlabError(f"train.{name} must be >= 0, got {getattr(t, name)}", f"set train.{name} >= 0")
     if t.lr <= 0 or t.min_lr < 0 or t.min_lr > t.lr:
-        raise LmlabError(f"need 0 <= train.min_lr <= train.lr and lr > 0, got lr={t.lr}, min_lr={t.min_lr}",
-                         "e.g. lr=1e-3, min_lr=1e-4")
+        raise LmlabError(
+            f"need 0 <= train.min_lr <= train.lr and lr > 0, got lr={t.lr}, min_lr={t.min_lr}",
+            "e.g. lr=1e-3, min_lr=1e-4",
+        )
     if t.schedule not in SCHEDULES:
         raise LmlabError(f"unknown train.schedule {t.schedule!r}", _suggest(t.schedule, SCHEDULES))
     if t.precision not in PRECISIONS:
@@ -350,9 +378,13 @@ def validate(cfg: RunConfig) -> None:
     if t.distributed not in DISTRIBUTED:
         raise LmlabError(f"unknown train.distributed {t.distributed!r}", _suggest(t.distributed, DISTRIBUTED))
     if t.progress not in ("auto", "on", "off"):
-        raise LmlabError(f"train.progress must be auto, on or off, got {t.progress!r}", "set train.progress=off")
+        raise LmlabError(
+            f"train.progress must be auto, on or off, got {t.progress!r}", "set train.progress=off"
+        )
     if len(t.betas) != 2 or not all(0 <= b < 1 for b in t.betas):
-        raise LmlabError(f"train.betas must be two numbers in [0, 1), got {t.betas}", "e.g. betas=[0.9, 0.95]")
+        raise LmlabError(
+            f"train.betas must be two numbers in [0, 1), got {t.betas}", "e.g. betas=[0.9, 0.95]"
+        )
     if t.weight_decay < 0 or t.clip < 0:
         raise LmlabError("train.weight_decay and train.clip must be >= 0", "use 0 to turn them off")
     if not re.fullmatch(r"auto|cpu|cuda(:\d+)?|mps", t.device):

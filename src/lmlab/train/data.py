@@ -51,19 +51,25 @@ def resolve(entries: list[str], what: str) -> list[Path]:
         if any(c in path for c in "*?["):
             matches = sorted(glob.glob(path))
             if not matches:
-                raise LmlabError(f"{what} pattern {entry!r} matches no file", "check the path (and $LMLAB_DATA)")
+                raise LmlabError(
+                    f"{what} pattern {entry!r} matches no file", "check the path (and $LMLAB_DATA)"
+                )
             out.extend(Path(m) for m in matches)
             continue
         p = Path(path)
         if not p.exists():
             hint = " (is $LMLAB_DATA set?)" if "LMLAB_DATA" in entry else ""
-            raise LmlabError(f"{what} {p} does not exist{hint}",
-                             "pass token shards from `lmlab data prepare` or text files")
+            raise LmlabError(
+                f"{what} {p} does not exist{hint}",
+                "pass token shards from `lmlab data prepare` or text files",
+            )
         if p.is_dir() and not (p / INDEX_FILE).is_file():
             files = sorted(f for f in p.iterdir() if f.is_file() and f.suffix in (".txt", ".tokens", ".raw"))
             if not files:
-                raise LmlabError(f"{what} directory {p} holds neither token shards (index.json) nor text files",
-                                 "create shards with `lmlab data prepare` or point at text files")
+                raise LmlabError(
+                    f"{what} directory {p} holds neither token shards (index.json) nor text files",
+                    "create shards with `lmlab data prepare` or point at text files",
+                )
             out.extend(files)
         else:
             out.append(p)
@@ -79,8 +85,10 @@ def _kind(paths: list[Path], what: str) -> str:
     if not shards:
         return "text"
     if len(paths) > 1:
-        raise LmlabError(f"{what} mixes token shards with other inputs ({', '.join(map(str, paths[:3]))})",
-                         "give one shards directory, or only text files")
+        raise LmlabError(
+            f"{what} mixes token shards with other inputs ({', '.join(map(str, paths[:3]))})",
+            "give one shards directory, or only text files",
+        )
     return "shards"
 
 
@@ -88,7 +96,9 @@ def _fingerprint(files: list[Path]) -> list[list]:
     return [[str(f.resolve()), f.stat().st_size, int(f.stat().st_mtime)] for f in files]
 
 
-def prepare_run_data(cfg: DataConfig, run_dir: Path, log: Callable[[str], None], build: bool = True) -> RunData:
+def prepare_run_data(
+    cfg: DataConfig, run_dir: Path, log: Callable[[str], None], build: bool = True
+) -> RunData:
     """Open (building first when ``build``) the train and val token shards of a run."""
     train_paths = resolve(cfg.train, "data.train")
     val_paths = resolve(cfg.val, "data.val") if cfg.val else []
@@ -104,16 +114,21 @@ def prepare_run_data(cfg: DataConfig, run_dir: Path, log: Callable[[str], None],
         tok_dir = _tokenizer_dir(tok_spec, train_paths, data_dir, cfg, log, build)
         split_val = not val_paths
         if split_val and cfg.val_fraction == 0:
-            raise LmlabError("no validation data: data.val is empty and data.val_fraction is 0",
-                             "set data.val to text files or shards, or data.val_fraction=0.01")
-        out = _prepare_text(train_paths, data_dir / "train", tok_dir, cfg,
-                            cfg.val_fraction if split_val else 0.0, log, build)
+            raise LmlabError(
+                "no validation data: data.val is empty and data.val_fraction is 0",
+                "set data.val to text files or shards, or data.val_fraction=0.01",
+            )
+        out = _prepare_text(
+            train_paths, data_dir / "train", tok_dir, cfg, cfg.val_fraction if split_val else 0.0, log, build
+        )
         train = TokenShards(out, "train")
         if split_val:
             val_paths = [out]
 
     if not val_paths:
-        val = _split_or_fail(train.directory, "val", "data.train shards have an empty val split; set data.val")
+        val = _split_or_fail(
+            train.directory, "val", "data.train shards have an empty val split; set data.val"
+        )
     elif _kind(val_paths, "data.val") == "shards":
         index = read_json(val_paths[0] / INDEX_FILE, "shards index")
         split = "val" if index.get("splits", {}).get("val", {}).get("tokens") else "train"
@@ -125,8 +140,11 @@ def prepare_run_data(cfg: DataConfig, run_dir: Path, log: Callable[[str], None],
     sha_t = train.index.get("tokenizer", {}).get("sha256")
     sha_v = val.index.get("tokenizer", {}).get("sha256")
     if sha_t and sha_v and sha_t != sha_v:
-        raise LmlabError(f"train shards {train.directory} and val shards {val.directory} were made with "
-                         "different tokenizers", "prepare both with the same tokenizer")
+        raise LmlabError(
+            f"train shards {train.directory} and val shards {val.directory} were made with "
+            "different tokenizers",
+            "prepare both with the same tokenizer",
+        )
     tokenizer = train.tokenizer()
     return RunData(train, val, tokenizer)
 
@@ -138,28 +156,43 @@ def _split_or_fail(directory: Path, split: str, message: str) -> TokenShards:
     return TokenShards(directory, split)
 
 
-def _tokenizer_dir(spec, train_paths: list[Path], data_dir: Path, cfg: DataConfig,
-                   log: Callable[[str], None], build: bool) -> Path:
+def _tokenizer_dir(
+    spec, train_paths: list[Path], data_dir: Path, cfg: DataConfig, log: Callable[[str], None], build: bool
+) -> Path:
     if isinstance(spec, str):
         if not spec:
-            raise LmlabError("data.train is text but no data.tokenizer is given",
-                             "set data.tokenizer to a tokenizer directory or a table {algo, vocab_size}")
+            raise LmlabError(
+                "data.train is text but no data.tokenizer is given",
+                "set data.tokenizer to a tokenizer directory or a table {algo, vocab_size}",
+            )
         p = Path(expand(spec))
         if not p.exists():
-            raise LmlabError(f"data.tokenizer {p} does not exist",
-                             "train one with `lmlab tokenizer train` or give a table {algo, vocab_size}")
+            raise LmlabError(
+                f"data.tokenizer {p} does not exist",
+                "train one with `lmlab tokenizer train` or give a table {algo, vocab_size}",
+            )
         return p
     spec = dict(spec)
     algo = spec.pop("algo", None)
     vocab_size = spec.pop("vocab_size", None)
     if not algo:
-        raise LmlabError("data.tokenizer table needs algo", "e.g. tokenizer = {algo = \"bytelevel\", vocab_size = 4096}")
+        raise LmlabError(
+            "data.tokenizer table needs algo", 'e.g. tokenizer = {algo = "bytelevel", vocab_size = 4096}'
+        )
     inputs = spec.pop("input", None)
-    files = resolve([inputs] if isinstance(inputs, str) else inputs, "data.tokenizer.input") if inputs \
+    files = (
+        resolve([inputs] if isinstance(inputs, str) else inputs, "data.tokenizer.input")
+        if inputs
         else train_paths
+    )
     out = data_dir / "tokenizer"
-    manifest = {"algo": algo, "vocab_size": vocab_size, "options": spec, "inputs": _fingerprint(files),
-                "encoding": cfg.encoding}
+    manifest = {
+        "algo": algo,
+        "vocab_size": vocab_size,
+        "options": spec,
+        "inputs": _fingerprint(files),
+        "encoding": cfg.encoding,
+    }
     if _manifest_matches(out, manifest):
         return out
     if not build:
@@ -175,8 +208,10 @@ def _tokenizer_dir(spec, train_paths: list[Path], data_dir: Path, cfg: DataConfi
     try:
         tok = train_tokenizer(algo, texts(), vocab_size=vocab_size, **spec)
     except TypeError as e:
-        raise LmlabError(f"data.tokenizer has an option the {algo} trainer does not take ({e})",
-                         "use algo, vocab_size, input and the trainer's options") from None
+        raise LmlabError(
+            f"data.tokenizer has an option the {algo} trainer does not take ({e})",
+            "use algo, vocab_size, input and the trainer's options",
+        ) from None
     tok.save(out)
     write_json(_manifest_path(out), manifest)
     return out
@@ -202,22 +237,42 @@ def _jsonable(obj):
     return json.loads(json.dumps(obj))
 
 
-def _prepare_text(files: list[Path], out: Path, tok_dir: Path, cfg: DataConfig, val_fraction: float,
-                  log: Callable[[str], None], build: bool) -> Path:
-    from lmlab.data.shards import tokenizer_sha256
+def _prepare_text(
+    files: list[Path],
+    out: Path,
+    tok_dir: Path,
+    cfg: DataConfig,
+    val_fraction: float,
+    log: Callable[[str], None],
+    build: bool,
+) -> Path:
     from lmlab.data.prepare import prepare_shards
+    from lmlab.data.shards import tokenizer_sha256
 
-    manifest = {"inputs": _fingerprint(files), "tokenizer": tokenizer_sha256(tok_dir),
-                "val_fraction": val_fraction, "doc_separator": cfg.doc_separator, "encoding": cfg.encoding,
-                "append_eos": cfg.append_eos}
+    manifest = {
+        "inputs": _fingerprint(files),
+        "tokenizer": tokenizer_sha256(tok_dir),
+        "val_fraction": val_fraction,
+        "doc_separator": cfg.doc_separator,
+        "encoding": cfg.encoding,
+        "append_eos": cfg.append_eos,
+    }
     if _manifest_matches(out, manifest) and (out / INDEX_FILE).is_file():
         return out
     if not build:
         raise LmlabError(f"token shards {out} are missing or stale", "run without --resume to rebuild them")
     log(f"tokenising {len(files)} file(s) into {out}")
-    summary = prepare_shards(tok_dir, [str(f) for f in files], out, val_fraction=val_fraction,
-                             workers=cfg.workers, encoding=cfg.encoding, doc_separator=cfg.doc_separator,
-                             append_eos=cfg.append_eos, progress=False)
+    summary = prepare_shards(
+        tok_dir,
+        [str(f) for f in files],
+        out,
+        val_fraction=val_fraction,
+        workers=cfg.workers,
+        encoding=cfg.encoding,
+        doc_separator=cfg.doc_separator,
+        append_eos=cfg.append_eos,
+        progress=False,
+    )
     for line in summary.report().splitlines():
         log(line)
     write_json(_manifest_path(out), manifest)

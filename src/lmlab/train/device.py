@@ -34,7 +34,7 @@ from lmlab.errors import LmlabError
 class Machine:
     device: torch.device
     threads: int
-    dtype: torch.dtype | None          # autocast dtype, None = plain float32
+    dtype: torch.dtype | None  # autocast dtype, None = plain float32
     notes: list[str]
 
     def autocast(self):
@@ -80,8 +80,9 @@ def physical_cores() -> int:
     return max(1, len(cores))
 
 
-def step_seconds(device: torch.device, dtype: torch.dtype | None, width: int = 256, rows: int = 512,
-                 reps: int = 3) -> float:
+def step_seconds(
+    device: torch.device, dtype: torch.dtype | None, width: int = 256, rows: int = 512, reps: int = 3
+) -> float:
     """Best-of-``reps`` time of a Linear(width, 4*width) forward + backward, under autocast ``dtype``.
 
     A training step is mostly such matmuls (forward, and two per backward), plus the casts that
@@ -127,11 +128,15 @@ def choose_threads(requested: int, local_world_size: int = 1) -> tuple[int, str]
     if times[cores] <= 1.1 * times[1]:
         best = cores
     probe = ", ".join(f"{n}: {t * 1e3:.1f} ms" for n, t in times.items())
-    return best, (f"threads: {best} (auto: {cores} physical cores{share}; timed probe {probe}; "
-                  "set train.threads to fix it)")
+    return best, (
+        f"threads: {best} (auto: {cores} physical cores{share}; timed probe {probe}; "
+        "set train.threads to fix it)"
+    )
 
 
-def choose_precision(requested: str, device: torch.device, width: int = 256) -> tuple[torch.dtype | None, str]:
+def choose_precision(
+    requested: str, device: torch.device, width: int = 256
+) -> tuple[torch.dtype | None, str]:
     """Autocast dtype for ``requested`` (auto|fp32|bf16|fp16) on ``device``, and why.
 
     ``auto`` on a CPU times a layer of the model's width in float32 and under bf16 autocast and
@@ -156,16 +161,26 @@ def choose_precision(requested: str, device: torch.device, width: int = 256) -> 
         ratio = float("inf")
     if requested == "auto":
         if ratio <= 0.5:
-            return want, (f"precision: bf16 autocast ({device.type}: a bf16 layer of width {width} ran "
-                          f"{1 / ratio:.1f}x faster than fp32 in a timed probe)")
-        return None, (f"precision: fp32 ({device.type}: a bf16 layer of width {width} took {ratio:.2f}x the "
-                      "time of fp32 in a timed probe, not enough to pay for autocast)")
+            return want, (
+                f"precision: bf16 autocast ({device.type}: a bf16 layer of width {width} ran "
+                f"{1 / ratio:.1f}x faster than fp32 in a timed probe)"
+            )
+        return None, (
+            f"precision: fp32 ({device.type}: a bf16 layer of width {width} took {ratio:.2f}x the "
+            "time of fp32 in a timed probe, not enough to pay for autocast)"
+        )
     warn = f"; WARNING: {name} is {ratio:.1f}x slower than fp32 here" if ratio > 1.25 else ""
     return want, f"precision: {name} autocast (train.precision){warn}"
 
 
-def setup_machine(device: str, threads: int, precision: str, local_rank: int = 0,
-                  local_world_size: int = 1, width: int = 256) -> Machine:
+def setup_machine(
+    device: str,
+    threads: int,
+    precision: str,
+    local_rank: int = 0,
+    local_world_size: int = 1,
+    width: int = 256,
+) -> Machine:
     """Pick the device, set the thread count, choose the precision; return them with log lines."""
     dev = pick_device(device, local_rank)
     n, thread_note = choose_threads(threads, local_world_size)

@@ -31,7 +31,7 @@ class DistInfo:
     world_size: int = 1
     local_rank: int = 0
     local_world_size: int = 1
-    mode: str = "single"   # single | ddp | fsdp
+    mode: str = "single"  # single | ddp | fsdp
 
     @property
     def is_main(self) -> bool:
@@ -56,9 +56,12 @@ def init(device_type: str) -> DistInfo:
     if not dist.is_initialized():
         backend = "nccl" if device_type == "cuda" else "gloo"
         dist.init_process_group(backend=backend)
-    return DistInfo(rank=dist.get_rank(), world_size=dist.get_world_size(),
-                    local_rank=int(os.environ.get("LOCAL_RANK", "0")),
-                    local_world_size=int(os.environ.get("LOCAL_WORLD_SIZE", str(world))))
+    return DistInfo(
+        rank=dist.get_rank(),
+        world_size=dist.get_world_size(),
+        local_rank=int(os.environ.get("LOCAL_RANK", "0")),
+        local_world_size=int(os.environ.get("LOCAL_WORLD_SIZE", str(world))),
+    )
 
 
 def shutdown(info: DistInfo) -> None:

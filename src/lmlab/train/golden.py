@@ -23,9 +23,16 @@ from typing import Any
 from lmlab.fileio import read_json, write_json
 
 GOLDEN_DIR = Path("configs") / "golden"
-DEFAULT_OVERRIDES = ["train.max_steps=20", "train.eval_every=10", "train.checkpoint_every=20",
-                     "train.eval_batches=4", "train.threads=1", "train.precision=fp32", "train.progress=off",
-                     "train.eval_at_start=true"]
+DEFAULT_OVERRIDES = [
+    "train.max_steps=20",
+    "train.eval_every=10",
+    "train.checkpoint_every=20",
+    "train.eval_batches=4",
+    "train.threads=1",
+    "train.precision=fp32",
+    "train.progress=off",
+    "train.eval_at_start=true",
+]
 DEFAULT_TOLERANCE = 5e-4
 
 
@@ -46,7 +53,9 @@ def run_curve(recipe: str | Path, overrides: list[str], run_dir: str | Path) -> 
     }
 
 
-def record(recipe: str | Path, overrides: list[str] | None = None, tolerance: float = DEFAULT_TOLERANCE) -> Path:
+def record(
+    recipe: str | Path, overrides: list[str] | None = None, tolerance: float = DEFAULT_TOLERANCE
+) -> Path:
     """Run ``recipe`` and write its golden file next to it (``configs/golden/<name>.json``)."""
     import torch
 
@@ -55,8 +64,13 @@ def record(recipe: str | Path, overrides: list[str] | None = None, tolerance: fl
     overrides = list(DEFAULT_OVERRIDES if overrides is None else overrides)
     with tempfile.TemporaryDirectory() as tmp:
         curve = run_curve(recipe, overrides, Path(tmp) / "run")
-    data = {"recipe": str(recipe), "overrides": overrides, "tolerance": tolerance, **curve,
-            "recorded_with": {"lmlab": lmlab.__version__, "torch": torch.__version__}}
+    data = {
+        "recipe": str(recipe),
+        "overrides": overrides,
+        "tolerance": tolerance,
+        **curve,
+        "recorded_with": {"lmlab": lmlab.__version__, "torch": torch.__version__},
+    }
     path = golden_path(recipe)
     write_json(path, data)
     return path

@@ -49,8 +49,19 @@ from lmlab.train.metrics import MetricsLog, perplexity, plot_losses, progress_ba
 from lmlab.train.optim import build_optimizer, load_optimizer_tensors, lr_at, optimizer_tensors, set_lr
 
 #: train.* keys that may change on --resume without changing the run's past or its arithmetic
-RESUME_FREE_KEYS = {"max_steps", "eval_every", "eval_batches", "checkpoint_every", "keep_checkpoints",
-                    "log_every", "threads", "progress", "eval_at_start", "device", "distributed"}
+RESUME_FREE_KEYS = {
+    "max_steps",
+    "eval_every",
+    "eval_batches",
+    "checkpoint_every",
+    "keep_checkpoints",
+    "log_every",
+    "threads",
+    "progress",
+    "eval_at_start",
+    "device",
+    "distributed",
+}
 
 
 class TrainStep(nn.Module):
@@ -71,9 +82,13 @@ def micro_seed(seed: int, step: int, index: int) -> int:
     return (seed * 1_000_003 + step * 7919 + index * 104_729 + 12_345) % (2**63 - 1)
 
 
-def pretrain(config: str | os.PathLike | dict | RunConfig | None, out_dir: str | os.PathLike,
-             overrides: list[str] | dict[str, Any] | None = None, resume: bool = False,
-             log: Callable[[str], None] | None = None) -> dict[str, Any]:
+def pretrain(
+    config: str | os.PathLike | dict | RunConfig | None,
+    out_dir: str | os.PathLike,
+    overrides: list[str] | dict[str, Any] | None = None,
+    resume: bool = False,
+    log: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
     """Pretrain a model as ``config`` says, writing the run into ``out_dir``; return its summary.
 
     ``config``: a recipe TOML path, a TOML-shaped dict or a :class:`RunConfig` (None with
@@ -84,7 +99,9 @@ def pretrain(config: str | os.PathLike | dict | RunConfig | None, out_dir: str |
     run_dir = Path(out_dir)
     if config is None:
         if not (resume and (run_dir / "config.toml").is_file()):
-            raise LmlabError("no config given", "pass --config FILE (or --resume on an existing run directory)")
+            raise LmlabError(
+                "no config given", "pass --config FILE (or --resume on an existing run directory)"
+            )
         config = run_dir / "config.toml"
     cfg = load_config(config, overrides)
     return Trainer(cfg, run_dir, resume, log).run()
@@ -113,8 +130,11 @@ class Trainer:
         from lmlab.objectives import get_objective
 
         cfg, t = self.cfg, self.cfg.train
-        dev_type = "cuda" if (t.device.startswith("cuda") or (t.device == "auto" and torch.cuda.is_available())) \
+        dev_type = (
+            "cuda"
+            if (t.device.startswith("cuda") or (t.device == "auto" and torch.cuda.is_available()))
             else "cpu"
+        )
         self.info = dist_.init(dev_type)
         threads, precision = t.threads, t.precision
         saved = self._saved_machine()
@@ -122,8 +142,9 @@ class Trainer:
             threads = threads or saved.get("threads", 0)
             precision = saved.get("precision", precision) if precision == "auto" else precision
         width = int(cfg.model.overrides.get("d_model", getattr(PRESETS[cfg.model.preset](), "d_model", 256)))
-        self.machine = setup_machine(t.device, threads, precision, self.info.local_rank,
-                                     self.info.local_world_size, width)
+        self.machine = setup_machine(
+            t.device, threads, precision, self.info.local_rank, self.info.local_world_size, width
+        )
         for note in self.machine.notes:
             self.log(note)
 
@@ -132,13 +153,17 @@ class Trainer:
         base = PRESETS[cfg.model.preset]()
         arch = CONFIG_ARCHITECTURE.get(type(base), "?")
         if objective_cls.architectures and arch not in objective_cls.architectures:
-            raise LmlabError(f"objective {cfg.objective.name!r} trains {'/'.join(objective_cls.architectures)} "
-                             f"models, but preset {cfg.model.preset} is a {arch}",
-                             f"pick a {objective_cls.architectures[0]} preset or another objective")
+            raise LmlabError(
+                f"objective {cfg.objective.name!r} trains {'/'.join(objective_cls.architectures)} "
+                f"models, but preset {cfg.model.preset} is {'an' if arch[0] in 'aeiou' else 'a'} {arch}",
+                f"pick a {objective_cls.architectures[0]} preset or another objective",
+            )
         max_pos = cfg.model.overrides.get("max_positions", getattr(base, "max_positions", None))
         if max_pos is not None and t.seq_len > max_pos:
-            raise LmlabError(f"train.seq_len {t.seq_len} is longer than the model's {max_pos} positions",
-                             f"set train.seq_len <= {max_pos} (or model.max_positions)")
+            raise LmlabError(
+                f"train.seq_len {t.seq_len} is longer than the model's {max_pos} positions",
+                f"set train.seq_len <= {max_pos} (or model.max_positions)",
+            )
         self.ckpt = self._check_run_dir()
 
         # data (rank 0 builds, the others wait and open it)
@@ -166,24 +191,34 @@ class Trainer:
         self.model.tokenizer = tok
         self.model.to(self.machine.device)
         self.objective.to(self.machine.device)
-        self.step_module = dist_.parallelize(TrainStep(self.model, self.objective), self.info, t.distributed,
-                                             self.machine.device)
+        self.step_module = dist_.parallelize(
+            TrainStep(self.model, self.objective), self.info, t.distributed, self.machine.device
+        )
         self.optimizer = build_optimizer([self.model, self.objective], t)
-        self.scaler = torch.amp.GradScaler(self.machine.device.type) \
-            if self.machine.dtype is torch.float16 and self.machine.device.type == "cuda" else None
+        self.scaler = (
+            torch.amp.GradScaler(self.machine.device.type)
+            if self.machine.dtype is torch.float16 and self.machine.device.type == "cuda"
+            else None
+        )
         self.windows = PackedWindows(self.data.train, t.seq_len, t.seed)
         starts = eval_starts(self.data.val, t.seq_len, t.eval_batches * t.batch_size)
-        self.val_starts = starts[self.info.rank::self.info.world_size]
+        self.val_starts = starts[self.info.rank :: self.info.world_size]
         self.rows_per_step = t.batch_size * t.grad_accum * self.info.world_size
         self.metrics = MetricsLog(self.run_dir / "metrics.jsonl")
         self.step, self.tokens, self.position, self.initial_val = 0, 0, 0, None
         self.elapsed0 = 0.0
         n = self.model.num_parameters()
-        self.log(f"model: {cfg.model.preset} ({arch}), {n:,} parameters, vocabulary {self.model_config.vocab_size:,}"
-                 f"; objective: {cfg.objective.name}; {self.info.world_size} process(es), mode {self.info.mode}")
-        self.log(f"data: train {self.data.train.num_tokens:,} tokens ({self.windows.windows_per_epoch:,} windows of "
-                 f"{t.seq_len}), val {self.data.val.num_tokens:,} tokens ({len(starts)} eval windows); "
-                 f"global batch {self.rows_per_step} x {t.seq_len} = {self.rows_per_step * t.seq_len:,} tokens")
+        self.log(
+            f"model: {cfg.model.preset} ({arch}), {n:,} parameters, "
+            f"vocabulary {self.model_config.vocab_size:,}; objective: {cfg.objective.name}; "
+            f"{self.info.world_size} process(es), mode {self.info.mode}"
+        )
+        self.log(
+            f"data: train {self.data.train.num_tokens:,} tokens "
+            f"({self.windows.windows_per_epoch:,} windows of {t.seq_len}), "
+            f"val {self.data.val.num_tokens:,} tokens ({len(starts)} eval windows); "
+            f"global batch {self.rows_per_step} x {t.seq_len} = {self.rows_per_step * t.seq_len:,} tokens"
+        )
         if self.ckpt is not None:
             self._restore(self.ckpt)
 
@@ -203,8 +238,11 @@ class Trainer:
         overrides = dict(self.cfg.model.overrides)
         overrides.setdefault("vocab_size", vocab_size)
         if overrides["vocab_size"] < vocab_size:
-            raise LmlabError(f"model.vocab_size {overrides['vocab_size']} is smaller than the tokenizer's "
-                             f"{vocab_size} tokens", f"set model.vocab_size >= {vocab_size} or leave it out")
+            raise LmlabError(
+                f"model.vocab_size {overrides['vocab_size']} is smaller than the tokenizer's "
+                f"{vocab_size} tokens",
+                f"set model.vocab_size >= {vocab_size} or leave it out",
+            )
         fields = {f.name for f in dataclasses.fields(type(get_preset(self.cfg.model.preset)))}
         for role in ("pad", "bos", "eos"):
             key = f"{role}_token_id"
@@ -216,8 +254,10 @@ class Trainer:
         existing = latest_checkpoint(self.run_dir)
         if not self.resume:
             if existing is not None:
-                raise LmlabError(f"{self.run_dir} already holds a run (checkpoint {existing.name})",
-                                 "pass --resume to continue it, or choose a new --out")
+                raise LmlabError(
+                    f"{self.run_dir} already holds a run (checkpoint {existing.name})",
+                    "pass --resume to continue it, or choose a new --out",
+                )
             return None
         if existing is None:
             self.log(f"resume: no checkpoint in {self.run_dir / 'checkpoints'}, starting from scratch")
@@ -234,14 +274,20 @@ class Trainer:
             for key in sorted(set(now[section]) | set(old[section])):
                 if now[section].get(key) != old[section].get(key):
                     diffs.append((section, key))
-        fatal = [f"{s}.{k}" for s, k in diffs if s in ("model", "objective") or (s, k) == ("data", "tokenizer")]
+        fatal = [
+            f"{s}.{k}" for s, k in diffs if s in ("model", "objective") or (s, k) == ("data", "tokenizer")
+        ]
         if fatal:
-            raise LmlabError(f"--resume with a different {', '.join(fatal)} than the run was started with",
-                             "resume with the run's own config (RUN_DIR/config.toml) or start a new run")
+            raise LmlabError(
+                f"--resume with a different {', '.join(fatal)} than the run was started with",
+                "resume with the run's own config (RUN_DIR/config.toml) or start a new run",
+            )
         changed = [f"{s}.{k}" for s, k in diffs if not (s == "train" and k in RESUME_FREE_KEYS)]
         if changed:
-            self.log(f"warning: resuming with changed {', '.join(changed)}: the continued run will differ "
-                     "from an uninterrupted one")
+            self.log(
+                f"warning: resuming with changed {', '.join(changed)}: the continued run will differ "
+                "from an uninterrupted one"
+            )
 
     def _restore(self, path: Path) -> None:
         from lmlab.models.checkpoint import load_state
@@ -250,19 +296,22 @@ class Trainer:
             raise LmlabError("--resume under FSDP is not supported yet", "resume with train.distributed=ddp")
         tensors, meta, weights = load_train_checkpoint(path)
         load_state(self.model, weights, str(path))
-        obj_state = {k[len("objective."):]: v for k, v in tensors.items() if k.startswith("objective.")}
+        obj_state = {k[len("objective.") :]: v for k, v in tensors.items() if k.startswith("objective.")}
         if obj_state:
             self.objective.load_state_dict(obj_state)
-        load_optimizer_tensors(self.optimizer, {k: v for k, v in tensors.items() if k.startswith("state.")},
-                               meta["optimizer"])
+        load_optimizer_tensors(
+            self.optimizer, {k: v for k, v in tensors.items() if k.startswith("state.")}, meta["optimizer"]
+        )
         restore_rng(tensors)
         self.step, self.tokens, self.position = meta["step"], meta["tokens"], meta["data_position"]
         self.initial_val = meta.get("initial_val")
         self.elapsed0 = meta.get("elapsed_s", 0.0)
         if self.info.is_main:
             self.metrics.truncate_after(self.step)
-        self.log(f"resumed from {path} at step {self.step} (data position {self.position:,} windows, "
-                 f"epoch {self.windows.epoch_of(self.position):.2f})")
+        self.log(
+            f"resumed from {path} at step {self.step} (data position {self.position:,} windows, "
+            f"epoch {self.windows.epoch_of(self.position):.2f})"
+        )
 
     # ------------------------------------------------------------------ evaluation
     @torch.no_grad()
@@ -274,7 +323,7 @@ class Trainer:
         gen = torch.Generator(device=self.machine.device)
         total, weight = 0.0, 0.0
         for i in range(0, len(self.val_starts), t.batch_size):
-            batch = read_windows(self.data.val, self.val_starts[i:i + t.batch_size], t.seq_len)
+            batch = read_windows(self.data.val, self.val_starts[i : i + t.batch_size], t.seq_len)
             gen.manual_seed(micro_seed(t.seed, -1, i))
             inputs = self.objective.prepare(batch.to(self.machine.device), gen)
             with self.machine.autocast():
@@ -328,8 +377,10 @@ class Trainer:
         keys = sorted(extras)
         vals = dist_.mean_across([loss, float(norm)] + [extras[k] for k in keys], self.info, dev)
         if not math.isfinite(vals[0]):
-            raise LmlabError(f"the training loss became {vals[0]} at step {self.step}",
-                             "lower train.lr, raise train.warmup_steps or use train.precision=fp32")
+            raise LmlabError(
+                f"the training loss became {vals[0]} at step {self.step}",
+                "lower train.lr, raise train.warmup_steps or use train.precision=fp32",
+            )
         return {"loss": vals[0], "lr": lr, "grad_norm": vals[1], **dict(zip(keys, vals[2:]))}
 
     def save(self) -> None:
@@ -342,11 +393,19 @@ class Trainer:
         for k, v in self.objective.state_dict().items():
             tensors[f"objective.{k}"] = v.detach().cpu()
         tensors.update(rng_tensors())
-        meta = {"step": self.step, "tokens": self.tokens, "data_position": self.position,
-                "epoch": self.windows.epoch_of(self.position), "rows_per_step": self.rows_per_step,
-                "world_size": self.info.world_size, "optimizer": opt_meta, "initial_val": self.initial_val,
-                "elapsed_s": self.elapsed(), "config": self.cfg.to_dict(),
-                "machine": {"threads": self.machine.threads, "precision": self.machine.precision}}
+        meta = {
+            "step": self.step,
+            "tokens": self.tokens,
+            "data_position": self.position,
+            "epoch": self.windows.epoch_of(self.position),
+            "rows_per_step": self.rows_per_step,
+            "world_size": self.info.world_size,
+            "optimizer": opt_meta,
+            "initial_val": self.initial_val,
+            "elapsed_s": self.elapsed(),
+            "config": self.cfg.to_dict(),
+            "machine": {"threads": self.machine.threads, "precision": self.machine.precision},
+        }
         model = self.model
         if self.info.mode == "fsdp":  # gather the full weights (collective) into a CPU copy
             state = dist_.full_state_dict(self.model, self.info)
@@ -382,8 +441,10 @@ class Trainer:
             atomic_write_text(self.run_dir / "config.toml", to_toml(self.cfg))
         if self.step == 0 and t.eval_at_start and self.initial_val is None:
             self.initial_val = self.evaluate()
-            self.log(f"step 0: val loss {self.initial_val['val_loss']:.4f}, "
-                     f"ppl {self.initial_val['val_ppl']:.1f}, {self.initial_val['val_bpb']:.3f} bits/byte")
+            self.log(
+                f"step 0: val loss {self.initial_val['val_loss']:.4f}, "
+                f"ppl {self.initial_val['val_ppl']:.1f}, {self.initial_val['val_bpb']:.3f} bits/byte"
+            )
         rows = self.metrics.rows() if self.info.is_main else []
         show = self.info.is_main and (t.progress == "on" or (t.progress == "auto" and sys.stderr.isatty()))
         self.bar = progress_bar(t.max_steps, self.step, show)
@@ -393,14 +454,20 @@ class Trainer:
             t0 = time.perf_counter()
             row = self.train_step()
             dt = time.perf_counter() - t0
-            row = {"step": self.step, "tokens": self.tokens, **row,
-                   "tokens_per_s": round(self.rows_per_step * t.seq_len / max(dt, 1e-9), 1),
-                   "elapsed_s": round(self.elapsed(), 3)}
+            row = {
+                "step": self.step,
+                "tokens": self.tokens,
+                **row,
+                "tokens_per_s": round(self.rows_per_step * t.seq_len / max(dt, 1e-9), 1),
+                "elapsed_s": round(self.elapsed(), 3),
+            }
             final = self.step == t.max_steps
             if self.step % t.eval_every == 0 or final:
                 row.update(self.evaluate())
-                self.log(f"step {self.step}: train loss {row['loss']:.4f}, val loss {row['val_loss']:.4f}, "
-                         f"ppl {row['val_ppl']:.1f}, {row['val_bpb']:.3f} bits/byte")
+                self.log(
+                    f"step {self.step}: train loss {row['loss']:.4f}, val loss {row['val_loss']:.4f}, "
+                    f"ppl {row['val_ppl']:.1f}, {row['val_bpb']:.3f} bits/byte"
+                )
             if self.info.is_main and (self.step % t.log_every == 0 or "val_loss" in row or final):
                 self.metrics.append(row)
                 rows.append(row)
@@ -416,14 +483,20 @@ class Trainer:
             self._plot(rows)
         vals = [r for r in rows if "val_loss" in r]
         summary = {
-            "run_dir": str(self.run_dir), "steps": self.step, "tokens": self.tokens,
-            "train_loss": last.get("loss"), "val_loss": vals[-1]["val_loss"] if vals else None,
-            "val_ppl": vals[-1]["val_ppl"] if vals else None, "val_bpb": vals[-1]["val_bpb"] if vals else None,
+            "run_dir": str(self.run_dir),
+            "steps": self.step,
+            "tokens": self.tokens,
+            "train_loss": last.get("loss"),
+            "val_loss": vals[-1]["val_loss"] if vals else None,
+            "val_ppl": vals[-1]["val_ppl"] if vals else None,
+            "val_bpb": vals[-1]["val_bpb"] if vals else None,
             "initial_val_loss": (self.initial_val or {}).get("val_loss"),
-            "parameters": self.model.num_parameters(), "seconds": round(self.elapsed(), 2),
+            "parameters": self.model.num_parameters(),
+            "seconds": round(self.elapsed(), 2),
             "tokens_per_s": round((self.tokens - start_tokens) / max(time.perf_counter() - t_loop, 1e-9), 1),
             "checkpoint": str(self.last_checkpoint) if self.last_checkpoint else None,
-            "world_size": self.info.world_size, "threads": self.machine.threads,
+            "world_size": self.info.world_size,
+            "threads": self.machine.threads,
             "precision": self.machine.precision,
         }
         if self.info.is_main:
@@ -432,5 +505,6 @@ class Trainer:
 
     def _plot(self, rows: list[dict]) -> None:
         init = (self.initial_val or {}).get("val_loss")
-        plot_losses(rows, self.run_dir / "loss.png", f"{self.cfg.model.preset} / {self.cfg.objective.name}", init)
-
+        plot_losses(
+            rows, self.run_dir / "loss.png", f"{self.cfg.model.preset} / {self.cfg.objective.name}", init
+        )

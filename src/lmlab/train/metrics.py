@@ -54,8 +54,9 @@ def perplexity(mean_nll: float) -> float:
     return math.exp(mean_nll) if mean_nll < 700 else float("inf")
 
 
-def plot_losses(rows: list[dict[str, Any]], path: str | os.PathLike, title: str = "",
-                initial_val: float | None = None) -> None:
+def plot_losses(
+    rows: list[dict[str, Any]], path: str | os.PathLike, title: str = "", initial_val: float | None = None
+) -> None:
     """Draw train loss (and val loss, with its step-0 value if known) against step into a PNG."""
     import matplotlib
 
@@ -91,5 +92,12 @@ def progress_bar(total: int, initial: int, enabled: bool):
     """A tqdm bar over optimizer steps (ETA from tqdm; tokens/s and loss set as postfix)."""
     from tqdm import tqdm
 
-    return tqdm(total=total, initial=initial, unit="step", desc="pretrain", disable=not enabled,
-                dynamic_ncols=True, leave=True)
+    return tqdm(
+        total=total,
+        initial=initial,
+        unit="step",
+        desc="pretrain",
+        disable=not enabled,
+        dynamic_ncols=True,
+        leave=True,
+    )

@@ -39,8 +39,9 @@ def param_groups(modules: Iterable[nn.Module], weight_decay: float) -> list[dict
 
 def build_optimizer(modules: Iterable[nn.Module], cfg: TrainConfig) -> torch.optim.AdamW:
     modules = list(modules)
-    return torch.optim.AdamW(param_groups(modules, cfg.weight_decay), lr=cfg.lr, betas=tuple(cfg.betas),
-                             eps=cfg.eps)
+    return torch.optim.AdamW(
+        param_groups(modules, cfg.weight_decay), lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps
+    )
 
 
 def lr_at(step: int, cfg: TrainConfig) -> float:
@@ -76,7 +77,9 @@ def optimizer_tensors(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torch
     return tensors, {"param_groups": groups}
 
 
-def load_optimizer_tensors(optimizer: torch.optim.Optimizer, tensors: dict[str, torch.Tensor], meta: dict) -> None:
+def load_optimizer_tensors(
+    optimizer: torch.optim.Optimizer, tensors: dict[str, torch.Tensor], meta: dict
+) -> None:
     """Inverse of :func:`optimizer_tensors` (tensors moved to each parameter's device)."""
     state: dict[int, dict[str, torch.Tensor]] = {}
     for key, t in tensors.items():

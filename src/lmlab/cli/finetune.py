@@ -1,0 +1,119 @@
+"""`lmlab finetune`: adapt a pretrained checkpoint to a task (see lmlab.finetune)."""
+
+from __future__ import annotations
+
+import json
+
+from lmlab.cli.common import add_command
+from lmlab.errors import LmlabError
+
+DESCRIPTION = """\
+Fine-tune a pretrained checkpoint (an lmlab checkpoint or a Hugging Face model directory) on a
+task read directly from its usual files, and write the best model to --out.
+
+Tasks: sst2, cola (one sentence), rte, mrpc (sentence pairs), stsb (regression) from GLUE TSV
+files; squad (extractive QA, SQuAD v1.1 JSON); conll (NER, CoNLL-2003 files); text2text
+(source<TAB>target pairs, scored with ROUGE/BLEU). The checkpoint's architecture picks the
+formulation: an encoder gets a task head on [CLS] / tokens / spans, a decoder classifies
+GPT-style ([START] a [DELIM] b [EXTRACT], auxiliary LM loss weighted by --lm-weight; or from the
+last token with --decoder-style last), an encoder-decoder writes the answer as text.
+
+Training: AdamW, linear warmup (--warmup-ratio) then linear decay, --epochs or --max-steps,
+evaluation on --dev after each epoch; the best dev checkpoint is kept. --out receives the model
+(load_model-able, with its task head and tokenizer), task.json, eval.json (the best dev metrics,
+also printed), metrics.jsonl (training log) and finetune.json (run summary)."""
+
+EXAMPLES = """\
+  lmlab finetune --checkpoint ck/minilm --task sst2 --train glue/sst2/train.tsv \\
+      --dev glue/sst2/dev.tsv --out ft/sst2 --epochs 2 --lr 5e-5
+  lmlab finetune --checkpoint ck/bert --task squad --train squad/train.json --dev squad/dev.json \\
+      --out ft/squad --max-length 384 --doc-stride 128
+  lmlab finetune --checkpoint ck/gpt --task rte --train rte/train.tsv --dev rte/dev.tsv \\
+      --out ft/rte-gpt --lm-weight 0.5
+  lmlab finetune --checkpoint ck/t5 --task sst2 --train sst2/train.tsv --dev sst2/dev.tsv --out ft/t5"""
+
+
+TASK_NAMES = ("sst2", "cola", "rte", "mrpc", "stsb", "squad", "conll", "text2text")
+
+
+def register(sub) -> None:
+    p = add_command(sub, "finetune", "fine-tune a checkpoint on a task", DESCRIPTION, EXAMPLES)
+    p.add_argument("--checkpoint", required=True, metavar="DIR", help="pretrained checkpoint directory")
+    p.add_argument("--task", required=True, metavar="TASK", help=f"task: {', '.join(TASK_NAMES)}")
+    p.add_argument("--train", required=True, metavar="FILE", help="training data file")
+    p.add_argument("--dev", required=True, metavar="FILE", help="dev data file (evaluated each epoch)")
+    p.add_argument("--out", required=True, metavar="DIR", help="directory for the fine-tuned model")
+    p.add_argument("--method", default="full",
+                   help="full (every weight) or a parameter-efficient method (lmlab.finetune.METHODS)")
+    p.add_argument("--method-option", action="append", default=[], metavar="KEY=VALUE",
+                   help="option of the method (may be repeated), e.g. rank=8")
+    p.add_argument("--tokenizer", metavar="PATH", help="tokenizer to use instead of the checkpoint's own")
+    g = p.add_argument_group("training")
+    g.add_argument("--lr", type=float, default=5e-5, help="peak learning rate")
+    g.add_argument("--batch-size", type=int, default=32, metavar="N")
+    g.add_argument("--eval-batch-size", type=int, default=64, metavar="N")
+    g.add_argument("--epochs", type=int, default=3, metavar="N")
+    g.add_argument("--max-steps", type=int, default=None, metavar="N", help="stop after N optimizer steps")
+    g.add_argument("--warmup-ratio", type=float, default=0.1, help="share of steps spent warming up")
+    g.add_argument("--weight-decay", type=float, default=0.01)
+    g.add_argument("--grad-clip", type=float, default=1.0, help="max gradient norm (0 = off)")
+    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--eval-every", type=int, default=None, metavar="N", help="also evaluate every N steps")
+    g.add_argument("--select-metric", default=None, help="dev metric that picks the best checkpoint")
+    g.add_argument("--max-train-examples", type=int, default=None, metavar="N", help="use the first N only")
+    g.add_argument("--max-eval-examples", type=int, default=None, metavar="N", help="use the first N only")
+    g.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1...")
+    g.add_argument("--threads", type=int, default=None, metavar="N", help="torch CPU threads")
+    g.add_argument("--no-progress", action="store_true", help="no progress bar")
+    t = p.add_argument_group("task")
+    t.add_argument("--max-length", type=int, default=None, metavar="N",
+                   help="tokens per input (default 128; squad 384)")
+    t.add_argument("--doc-stride", type=int, default=None, metavar="N",
+                   help="squad: tokens shared by consecutive context windows (default 128)")
+    t.add_argument("--max-answer-length", type=int, default=None, metavar="N", help="squad: longest answer")
+    t.add_argument("--lm-weight", type=float, default=None,
+                   help="decoder classification: weight of the auxiliary LM loss (default 0.5)")
+    t.add_argument("--decoder-style", choices=("gpt", "last"), default=None,
+                   help="decoder classification: [START] a [DELIM] b [EXTRACT] (gpt) or last token")
+    t.add_argument("--max-target-length", type=int, default=None, metavar="N",
+                   help="text-to-text: tokens generated at most (default 32)")
+    t.add_argument("--prefix", default=None, help="text2text: text put before every source")
+    p.add_argument("--on-bad-line", choices=("error", "skip"), default="error",
+                   help="a malformed data line stops the run (error) or is reported and left out (skip)")
+    p.set_defaults(func=run)
+
+
+def parse_options(items: list[str]) -> dict:
+    """``["rank=8", "targets=[\\"q\\"]"]`` -> ``{"rank": 8, "targets": ["q"]}`` (JSON, else string)."""
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise LmlabError(f"--method-option {item!r} is not KEY=VALUE",
+                             "write e.g. --method-option rank=8")
+        try:
+            out[key] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key] = value
+    return out
+
+
+def run(args) -> int:
+    from lmlab.finetune import finetune
+
+    hparams = {
+        "lr": args.lr, "batch_size": args.batch_size, "eval_batch_size": args.eval_batch_size,
+        "epochs": args.epochs, "max_steps": args.max_steps, "warmup_ratio": args.warmup_ratio,
+        "weight_decay": args.weight_decay, "grad_clip": args.grad_clip, "seed": args.seed,
+        "eval_every": args.eval_every, "select_metric": args.select_metric,
+        "max_train_examples": args.max_train_examples, "max_eval_examples": args.max_eval_examples,
+        "device": args.device, "threads": args.threads, "progress": not args.no_progress,
+        "on_bad_line": args.on_bad_line, "max_length": args.max_length, "doc_stride": args.doc_stride,
+        "max_answer_length": args.max_answer_length, "lm_weight": args.lm_weight,
+        "decoder_style": args.decoder_style, "max_target_length": args.max_target_length,
+        "prefix": args.prefix,
+    }
+    result = finetune(args.checkpoint, args.task, args.train, args.dev, args.out, method=args.method,
+                      method_options=parse_options(args.method_option), tokenizer=args.tokenizer, **hparams)
+    print(json.dumps(result.metrics, indent=2))
+    return 0

@@ -1,0 +1,558 @@
+"""JSON Schema -> a byte-level grammar that a pushdown parser can run one byte at a time.
+
+:func:`compile_schema` turns a JSON Schema (a dict) into a tree of grammar nodes. Each node is a
+small deterministic automaton over the UTF-8 bytes of its JSON value:
+
+* ``initial`` - its state before the value's first byte;
+* ``feed(state, byte)`` - a list of *actions* (several = nondeterminism, e.g. enum ``1`` vs ``12``):
+  ``(OK, state')`` the byte was consumed; ``(CALL, state', child)`` push ``child`` and let it
+  consume the byte, then resume in ``state'`` when the child is done; ``(POP,)`` the byte
+  was consumed and the value is complete; ``(PASS,)`` the value was already complete and the
+  byte belongs to the parent (how a number learns that it ended);
+* ``finish_cost(state)`` - the fewest bytes that complete the value from ``state`` (0 = complete).
+
+:mod:`lmlab.generate.constrained` runs a stack of ``(node, state)`` frames over the bytes of each
+candidate token; the sum of ``finish_cost`` over the stack is the length of the shortest valid
+completion, which lets generation force a finish before the token budget runs out.
+
+What is generated (always valid against the schema, never the whole of JSON):
+
+* objects: the schema's ``properties`` in their declared order, every ``required`` one present,
+  optional ones present or skipped; no other keys (``additionalProperties`` false in effect);
+* arrays of ``items`` with ``minItems``/``maxItems`` (default cap ``max_array_items``);
+* strings: printable ASCII, any non-ASCII character as UTF-8, and the one-letter escapes
+  (``\\n``, ``\\"``...); ``minLength``/``maxLength`` in characters (default cap ``max_string_length``);
+* numbers without exponent, at most 15 integer and 6 fraction digits; integers without fraction;
+  ``minimum``/``maximum``/``exclusiveMinimum``/``exclusiveMaximum`` are enforced digit by digit;
+* ``enum``/``const`` (any JSON values, matched in their compact serialization), ``boolean``,
+  ``null``, ``anyOf`` and type lists; a schema with no type (``{}``) is any scalar.
+* whitespace: one space at most between tokens of JSON (so a document stays on one line).
+
+Anything else (``pattern``, ``format``, ``$ref``, ``oneOf``...) is refused with a one-line
+:class:`~lmlab.errors.LmlabError` naming the keyword and where it is.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from fractions import Fraction
+from functools import lru_cache
+from typing import Any
+
+from lmlab.errors import LmlabError
+
+OK, CALL, POP, PASS = 0, 1, 2, 3
+SPACE, QUOTE, BACKSLASH = 0x20, 0x22, 0x5C
+MAX_INT_DIGITS, MAX_FRAC_DIGITS = 15, 6
+DEFAULT_MAX_STRING_LENGTH = 32
+DEFAULT_MAX_ARRAY_ITEMS = 8
+
+ANNOTATIONS = {"$schema", "$id", "$comment", "title", "description", "default", "examples",
+               "readOnly", "writeOnly", "deprecated"}
+KEYWORDS = {
+    "any": {"type", "enum", "const", "anyOf"},
+    "object": {"properties", "required", "additionalProperties"},
+    "array": {"items", "minItems", "maxItems"},
+    "string": {"minLength", "maxLength"},
+    "number": {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"},
+}
+SUPPORTED = set().union(*KEYWORDS.values()) | ANNOTATIONS
+TYPES = ("object", "array", "string", "number", "integer", "boolean", "null")
+
+
+# --------------------------------------------------------------------------- grammar nodes
+class Node:
+    """A JSON value's byte automaton (see the module docstring)."""
+
+    initial: Any = None
+    min_cost: int = 0          # bytes of the shortest valid value
+
+    def feed(self, state, b: int) -> list[tuple]:
+        raise NotImplementedError
+
+    def finish_cost(self, state) -> int:
+        raise NotImplementedError
+
+
+class AnyOf(Node):
+    """A value matching any of ``options``; the parser follows all of them at once."""
+
+    def __init__(self, options: list[Node]):
+        self.options = [o for opt in options for o in (opt.options if isinstance(opt, AnyOf) else [opt])]
+        self.min_cost = min(o.min_cost for o in self.options)
+
+
+class Literal(Node):
+    """One of a fixed set of serialized values (enum, const, true/false, null). State: bytes so far."""
+
+    def __init__(self, values: list[bytes]):
+        self.values = tuple(dict.fromkeys(values))
+        self.initial = b""
+        self.min_cost = min(len(v) for v in self.values)
+
+    def feed(self, state: bytes, b: int) -> list[tuple]:
+        q = state + bytes((b,))
+        acts = [(POP,)] if q in self.values else []
+        if any(len(v) > len(q) and v.startswith(q) for v in self.values):
+            acts.append((OK, q))
+        return acts
+
+    def finish_cost(self, state: bytes) -> int:
+        return min(len(v) - len(state) for v in self.values if v.startswith(state))
+
+
+class String(Node):
+    """A JSON string of ``min_len``..``max_len`` characters.
+
+    States: -1 before the opening quote; ``n`` inside after ``n`` characters; ``("e", n)`` after a
+    backslash; ``("u", n, need, lo, hi)`` inside a multi-byte UTF-8 character that needs ``need``
+    more bytes, the next in ``lo..hi`` (RFC 3629 table: no overlongs, surrogates or > U+10FFFF).
+    """
+
+    _UTF8_LEAD = {**{b: (1, 0x80, 0xBF) for b in range(0xC2, 0xE0)}, 0xE0: (2, 0xA0, 0xBF),
+                  **{b: (2, 0x80, 0xBF) for b in (*range(0xE1, 0xED), 0xEE, 0xEF)}, 0xED: (2, 0x80, 0x9F),
+                  0xF0: (3, 0x90, 0xBF), 0xF1: (3, 0x80, 0xBF), 0xF2: (3, 0x80, 0xBF), 0xF3: (3, 0x80, 0xBF),
+                  0xF4: (3, 0x80, 0x8F)}
+    _ESCAPES = frozenset(b'"\\/bfnrt')
+
+    def __init__(self, min_len: int, max_len: int):
+        self.min_len, self.max_len = min_len, max_len
+        self.initial = -1
+        self.min_cost = 2 + min_len
+
+    def feed(self, state, b: int) -> list[tuple]:
+        if state == -1:
+            return [(OK, 0)] if b == QUOTE else []
+        if isinstance(state, int):
+            n = state
+            if b == QUOTE:
+                return [(POP,)] if n >= self.min_len else []
+            if n >= self.max_len:
+                return []
+            if b == BACKSLASH:
+                return [(OK, ("e", n))]
+            if 0x20 <= b < 0x7F:
+                return [(OK, n + 1)]
+            lead = self._UTF8_LEAD.get(b)
+            return [(OK, ("u", n + 1) + lead)] if lead else []
+        if state[0] == "e":
+            return [(OK, state[1] + 1)] if b in self._ESCAPES else []
+        _, n, need, lo, hi = state
+        if not lo <= b <= hi:
+            return []
+        return [(OK, n if need == 1 else ("u", n, need - 1, 0x80, 0xBF))]
+
+    def finish_cost(self, state) -> int:
+        if state == -1:
+            return self.min_cost
+        if isinstance(state, int):
+            return max(0, self.min_len - state) + 1
+        if state[0] == "e":
+            return 1 + max(0, self.min_len - state[1] - 1) + 1
+        return state[2] + max(0, self.min_len - state[1]) + 1
+
+
+class Number(Node):
+    """A JSON number (or integer) within optional bounds, written without exponent.
+
+    State: the bytes so far. A prefix is kept only while some completion (at most
+    ``MAX_INT_DIGITS`` integer and ``MAX_FRAC_DIGITS`` fraction digits) lands within the bounds;
+    :meth:`finish_cost` finds the cheapest such completion by treating each completion shape
+    (``j`` more integer digits, optionally ``.`` and ``k`` fraction digits) as an arithmetic
+    progression of values and testing whether it meets the bounds.
+    """
+
+    _SHAPE = re.compile(rb"(-?)(0|[1-9][0-9]*)?(\.[0-9]*)?")
+
+    def __init__(self, integer: bool, lo=None, hi=None, lo_excl=False, hi_excl=False):
+        self.integer = integer
+        self.lo = None if lo is None else Fraction(lo)
+        self.hi = None if hi is None else Fraction(hi)
+        self.lo_excl, self.hi_excl = lo_excl, hi_excl
+        self.initial = b""
+        self.finish_cost = lru_cache(maxsize=None)(self._finish_cost)   # type: ignore[method-assign]
+        cost = self.finish_cost(b"")
+        if cost is None:
+            raise LmlabError("no number satisfies the bounds", "check minimum/maximum")
+        self.min_cost = cost
+
+    def feed(self, state: bytes, b: int) -> list[tuple]:
+        if b in b"-.0123456789":
+            q = state + bytes((b,))
+            if self.finish_cost(q) is not None:
+                return [(OK, q)]
+        return [(PASS,)] if self.finish_cost(state) == 0 else []
+
+    def _finish_cost(self, p: bytes) -> int | None:
+        """Fewest bytes appended to ``p`` giving a number within bounds; None if impossible."""
+        if p == b"":
+            costs = [c for c in (self._finish_cost_unsigned(b"", 1), self._plus1(self.finish_cost(b"-")))
+                     if c is not None]
+            return min(costs) if costs else None
+        m = self._SHAPE.fullmatch(p)
+        if m is None or (m.group(3) is not None and (self.integer or m.group(2) is None)):
+            return None
+        digits = m.group(2) or b""
+        frac = m.group(3)
+        if len(digits) > MAX_INT_DIGITS or (frac is not None and len(frac) - 1 > MAX_FRAC_DIGITS):
+            return None
+        return self._finish_cost_unsigned(p[1:] if m.group(1) else p, -1 if m.group(1) else 1)
+
+    @staticmethod
+    def _plus1(c):
+        return None if c is None else c + 1
+
+    def _finish_cost_unsigned(self, p: bytes, sign: int) -> int | None:
+        lo, hi, lo_x, hi_x = self.lo, self.hi, self.lo_excl, self.hi_excl
+        if sign < 0:   # bounds on the magnitude of a negative number
+            lo, hi, lo_x, hi_x = (None if hi is None else -hi), (None if lo is None else -lo), hi_x, lo_x
+        best = None
+
+        def consider(cost, start, stop, step):
+            nonlocal best
+            if (best is None or cost < best) and _meets(start, stop, step, lo, hi, lo_x, hi_x):
+                best = cost
+
+        if b"." in p:
+            int_part, frac = p.split(b".")
+            f0 = len(frac)
+            value = Fraction(int(int_part)) + (Fraction(int(frac), 10 ** f0) if frac else 0)
+            for k in range(1 if f0 == 0 else 0, MAX_FRAC_DIGITS - f0 + 1):
+                step = Fraction(1, 10 ** (f0 + k))
+                consider(k, value, value + (10 ** k - 1) * step, step)
+            return best
+        d = p
+        shapes = []    # (extra digits, lowest magnitude, highest magnitude)
+        if d == b"":
+            shapes.append((1, 0, 0))
+            shapes += [(j, 10 ** (j - 1), 10 ** j - 1) for j in range(1, MAX_INT_DIGITS + 1)]
+        elif d == b"0":
+            shapes.append((0, 0, 0))
+        else:
+            base = int(d)
+            shapes += [(j, base * 10 ** j, base * 10 ** j + 10 ** j - 1) for j in range(MAX_INT_DIGITS - len(d) + 1)]
+        for j, a, z in shapes:
+            consider(j, Fraction(a), Fraction(z), Fraction(1))
+            if not self.integer:
+                for k in range(1, MAX_FRAC_DIGITS + 1):
+                    step = Fraction(1, 10 ** k)
+                    consider(j + 1 + k, Fraction(a), Fraction(z) + 1 - step, step)
+        return best
+
+
+def _meets(start, stop, step, lo, hi, lo_excl, hi_excl) -> bool:
+    """Does ``start, start+step, ..., <= stop`` hold a value within the bounds?"""
+    x = start
+    if lo is not None and (x < lo or (lo_excl and x == lo)):
+        n = math.ceil((lo - start) / step)
+        x = start + n * step
+        if lo_excl and x == lo:
+            x += step
+    if x > stop:
+        return False
+    return hi is None or x < hi or (not hi_excl and x == hi)
+
+
+class Array(Node):
+    """``[item, ...]`` with ``min_items``..``max_items`` items; at most one space between parts."""
+
+    def __init__(self, item: Node, min_items: int, max_items: int):
+        self.item, self.min_items, self.max_items = item, min_items, max_items
+        self.initial = ("open",)
+        self.min_cost = self.finish_cost(self.initial)
+
+    def feed(self, state, b: int) -> list[tuple]:
+        phase = state[0]
+        if phase == "open":
+            return [(OK, ("first", 0))] if b == 0x5B else []
+        ws = state[-1]
+        if b == SPACE:
+            return [(OK, state[:-1] + (1,))] if ws == 0 else []
+        if phase == "first":
+            if b == 0x5D:
+                return [(POP,)] if self.min_items == 0 else []
+            return [(CALL, ("after", 1, 0), self.item)] if self.max_items >= 1 else []
+        count = state[1]
+        if phase == "after":
+            if b == 0x2C:
+                return [(OK, ("next", count, 0))] if count < self.max_items else []
+            if b == 0x5D:
+                return [(POP,)] if count >= self.min_items else []
+            return []
+        return [(CALL, ("after", count + 1, 0), self.item)]             # phase "next"
+
+    def finish_cost(self, state) -> int:
+        item = self.item.min_cost
+        if state[0] == "open":
+            return 2 + self.min_items * item + max(self.min_items - 1, 0)
+        if state[0] == "first":
+            return 1 + self.min_items * item + max(self.min_items - 1, 0)
+        count = state[1]
+        if state[0] == "after":
+            return max(0, self.min_items - count) * (item + 1) + 1
+        return item + max(0, self.min_items - count - 1) * (item + 1) + 1
+
+
+class Object(Node):
+    """``{"key": value, ...}`` with the declared properties in order.
+
+    The next key may be any property from the current position up to the first required one not
+    yet written (optional ones can be skipped, required ones cannot). States: ``("open",)``,
+    ``("first", ws)`` after ``{``, ``("key", j, bytes)`` while matching a quoted key among the
+    candidates from ``j``, ``("colon", i, ws)``, ``("value", i, ws)``, ``("after", j, ws)`` after a
+    value (``j`` = next property index), ``("next", j, ws)`` after a comma.
+    """
+
+    def __init__(self, props: list[tuple[str, Node]], required: set[str]):
+        self.keys = [json.dumps(k, ensure_ascii=False).encode() for k, _ in props]
+        self.values = [v for _, v in props]
+        n = len(props)
+        req = [k in required for k, _ in props]
+        # candidates for the next key from position j: j .. first required index >= j
+        self.first_req = [n] * (n + 1)
+        for j in range(n - 1, -1, -1):
+            self.first_req[j] = j if req[j] else self.first_req[j + 1]
+        inf = float("inf")
+        self.after_cost = [0.0] * (n + 1)
+        self.next_cost = [inf] * (n + 1)
+        for j in range(n, -1, -1):
+            self.next_cost[j] = min((self._entry(i) + self.after_cost[i + 1] for i in self._cands(j)), default=inf)
+            close = 1 if self.first_req[j] == n else inf
+            self.after_cost[j] = min(close, 1 + self.next_cost[j])
+        self.initial = ("open",)
+        self.min_cost = 1 + int(min(1 if self.first_req[0] == n else inf, self.next_cost[0]))
+
+    def _cands(self, j: int) -> range:
+        return range(j, min(self.first_req[j] + 1, len(self.keys)))
+
+    def _entry(self, i: int) -> int:
+        return len(self.keys[i]) + 1 + self.values[i].min_cost
+
+    def feed(self, state, b: int) -> list[tuple]:
+        phase = state[0]
+        if phase == "open":
+            return [(OK, ("first", 0))] if b == 0x7B else []
+        if phase == "key":
+            _, j, m = state
+            q = m + bytes((b,))
+            for i in self._cands(j):
+                if self.keys[i] == q:
+                    return [(OK, ("colon", i, 0))]
+            return [(OK, ("key", j, q))] if any(self.keys[i].startswith(q) for i in self._cands(j)) else []
+        if b == SPACE:
+            return [(OK, state[:-1] + (1,))] if state[-1] == 0 else []
+        n = len(self.keys)
+        if phase == "first":
+            if b == 0x7D:
+                return [(POP,)] if self.first_req[0] == n else []
+            return [(OK, ("key", 0, b'"'))] if b == QUOTE and n else []
+        if phase == "colon":
+            return [(OK, ("value", state[1], 0))] if b == 0x3A else []
+        if phase == "value":
+            i = state[1]
+            return [(CALL, ("after", i + 1, 0), self.values[i])]
+        if phase == "after":
+            j = state[1]
+            if b == 0x2C:
+                return [(OK, ("next", j, 0))] if j < n else []
+            if b == 0x7D:
+                return [(POP,)] if self.first_req[j] == n else []
+            return []
+        return [(OK, ("key", state[1], b'"'))] if b == QUOTE else []         # phase "next"
+
+    def finish_cost(self, state) -> int:
+        phase = state[0]
+        if phase == "open":
+            return self.min_cost
+        if phase == "first":
+            return self.min_cost - 1
+        if phase == "key":
+            _, j, m = state
+            return int(min(len(self.keys[i]) - len(m) + 1 + self.values[i].min_cost + self.after_cost[i + 1]
+                           for i in self._cands(j) if self.keys[i].startswith(m)))
+        if phase == "colon":
+            return 1 + self.values[state[1]].min_cost + int(self.after_cost[state[1] + 1])
+        if phase == "value":
+            return self.values[state[1]].min_cost + int(self.after_cost[state[1] + 1])
+        if phase == "after":
+            return int(self.after_cost[state[1]])
+        return int(self.next_cost[state[1]])
+
+
+class Root(Node):
+    """The document: optional space, one value, optional space. Never pops."""
+
+    def __init__(self, value: Node):
+        self.value = value
+        self.initial = ("before", 0)
+        self.min_cost = value.min_cost
+
+    def feed(self, state, b: int) -> list[tuple]:
+        if b == SPACE:
+            return [(OK, (state[0], 1))] if state[1] == 0 else []
+        return [(CALL, ("after", 0), self.value)] if state[0] == "before" else []
+
+    def finish_cost(self, state) -> int:
+        return self.value.min_cost if state[0] == "before" else 0
+
+
+# --------------------------------------------------------------------------- schema -> nodes
+def compile_schema(schema: Any, *, max_string_length: int = DEFAULT_MAX_STRING_LENGTH,
+                   max_array_items: int = DEFAULT_MAX_ARRAY_ITEMS) -> Root:
+    """The grammar of the documents :mod:`lmlab.generate.constrained` may generate for ``schema``.
+
+    ``max_string_length`` / ``max_array_items`` cap strings and arrays whose schema sets no
+    ``maxLength`` / ``maxItems`` (an untrained model would otherwise write one endless string).
+    Raises :class:`LmlabError` naming the first unsupported keyword or invalid value.
+    """
+    return Root(_Compiler(max_string_length, max_array_items).node(schema, "#"))
+
+
+class _Compiler:
+    def __init__(self, max_string_length: int, max_array_items: int):
+        self.max_string_length, self.max_array_items = max_string_length, max_array_items
+
+    def node(self, schema: Any, path: str) -> Node:
+        if schema is True or schema == {}:
+            return self.any_scalar()
+        if schema is False:
+            raise LmlabError(f"JSON Schema at {path} is false, which no value matches", "remove it")
+        if not isinstance(schema, dict):
+            raise LmlabError(f"JSON Schema at {path} must be an object or a boolean, got {type(schema).__name__}",
+                             'write e.g. {"type": "string"}')
+        for key in schema:
+            if key not in SUPPORTED:
+                raise LmlabError(f"JSON Schema keyword {key!r} at {path} is not supported by constrained decoding",
+                                 f"remove it; supported keywords: {', '.join(sorted(SUPPORTED - ANNOTATIONS))}")
+        if "const" in schema or "enum" in schema:
+            return self.literal(schema, path)
+        if "anyOf" in schema:
+            options = schema["anyOf"]
+            if not isinstance(options, list) or not options:
+                raise LmlabError(f"anyOf at {path} must be a non-empty list of schemas", "fix the schema")
+            base = {k: v for k, v in schema.items() if k != "anyOf"}
+            if set(base) - ANNOTATIONS:
+                raise LmlabError(f"anyOf at {path} is combined with sibling keywords {sorted(set(base) - ANNOTATIONS)}",
+                                 "move them into each anyOf branch")
+            return AnyOf([self.node(s, f"{path}/anyOf/{i}") for i, s in enumerate(options)])
+        types = self.types(schema, path)
+        nodes = [self.typed(t, schema, path) for t in types]
+        return nodes[0] if len(nodes) == 1 else AnyOf(nodes)
+
+    def types(self, schema: dict, path: str) -> list[str]:
+        t = schema.get("type")
+        if t is None:       # infer from the keywords present
+            inferred = [name for name in ("object", "array", "string", "number")
+                        if any(k in schema for k in KEYWORDS[name])]
+            return inferred or ["string", "number", "boolean", "null"]
+        ts = t if isinstance(t, list) else [t]
+        if not ts or any(x not in TYPES for x in ts):
+            raise LmlabError(f"JSON Schema type {t!r} at {path} is not a JSON Schema type",
+                             f"use one of {', '.join(TYPES)}")
+        if "integer" in ts and "number" in ts:
+            ts = [x for x in ts if x != "integer"]
+        return list(dict.fromkeys(ts))
+
+    def typed(self, t: str, schema: dict, path: str) -> Node:
+        if t == "object":
+            return self.object(schema, path)
+        if t == "array":
+            item_schema = schema.get("items", {})
+            if isinstance(item_schema, list):
+                raise LmlabError(f"tuple-form items (a list) at {path} is not supported", "give items one schema")
+            lo = self.count(schema, "minItems", path, 0)
+            hi = self.count(schema, "maxItems", path, max(self.max_array_items, lo))
+            if lo > hi:
+                raise LmlabError(f"minItems {lo} > maxItems {hi} at {path}", "fix the bounds")
+            return Array(self.node(item_schema, f"{path}/items"), lo, hi)
+        if t == "string":
+            lo = self.count(schema, "minLength", path, 0)
+            hi = self.count(schema, "maxLength", path, max(self.max_string_length, lo))
+            if lo > hi:
+                raise LmlabError(f"minLength {lo} > maxLength {hi} at {path}", "fix the bounds")
+            return String(lo, hi)
+        if t in ("number", "integer"):
+            return self.number(t == "integer", schema, path)
+        return Literal([b"true", b"false"] if t == "boolean" else [b"null"])
+
+    def object(self, schema: dict, path: str) -> Object:
+        props = schema.get("properties", {})
+        required = schema.get("required", [])
+        if not isinstance(props, dict):
+            raise LmlabError(f"properties at {path} must be an object", 'e.g. {"name": {"type": "string"}}')
+        if not isinstance(required, list) or not all(isinstance(r, str) for r in required):
+            raise LmlabError(f"required at {path} must be a list of property names", 'e.g. ["name"]')
+        extra = schema.get("additionalProperties", False)
+        if not isinstance(extra, (bool, dict)):
+            raise LmlabError(f"additionalProperties at {path} must be a boolean or a schema", "use false")
+        items = [(k, self.node(v, f"{path}/properties/{k}")) for k, v in props.items()]
+        for r in required:
+            if r not in props:
+                if extra is False:
+                    raise LmlabError(f"required property {r!r} at {path} is not in properties and "
+                                     "additionalProperties is false", "add it to properties")
+                items.append((r, self.any_scalar() if extra is True else self.node(extra, f"{path}/additionalProperties")))
+        return Object(items, set(required))
+
+    def number(self, integer: bool, schema: dict, path: str) -> Number:
+        bounds = {}
+        for key in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
+            v = schema.get(key)
+            if v is None:
+                continue
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+                raise LmlabError(f"{key} at {path} must be a finite number, got {v!r}",
+                                 "use the draft-6+ numeric form, e.g. \"exclusiveMinimum\": 0")
+            bounds[key] = Fraction(v)
+        lo, lo_x = bounds.get("minimum"), False
+        if "exclusiveMinimum" in bounds and (lo is None or bounds["exclusiveMinimum"] >= lo):
+            lo, lo_x = bounds["exclusiveMinimum"], True
+        hi, hi_x = bounds.get("maximum"), False
+        if "exclusiveMaximum" in bounds and (hi is None or bounds["exclusiveMaximum"] <= hi):
+            hi, hi_x = bounds["exclusiveMaximum"], True
+        try:
+            return Number(integer, lo, hi, lo_x, hi_x)
+        except LmlabError:
+            raise LmlabError(f"no {'integer' if integer else 'number'} at {path} satisfies the bounds "
+                             f"(minimum/maximum)", "fix the bounds") from None
+
+    def literal(self, schema: dict, path: str) -> Literal:
+        if "const" in schema:
+            values = [schema["const"]]
+        else:
+            values = schema["enum"]
+            if not isinstance(values, list) or not values:
+                raise LmlabError(f"enum at {path} must be a non-empty list", 'e.g. ["red", "green"]')
+        rest = {k: v for k, v in schema.items() if k not in ("enum", "const")}
+        check = self.node(rest, path) if set(rest) - ANNOTATIONS else None
+        out = []
+        for v in values:
+            text = json.dumps(v, ensure_ascii=False, separators=(",", ":")).encode()
+            if check is None or accepts(check, text):
+                out.append(text)
+        if not out:
+            raise LmlabError(f"no enum/const value at {path} satisfies the other keywords of its schema",
+                             "fix the schema")
+        return Literal(out)
+
+    def count(self, schema: dict, key: str, path: str, default: int) -> int:
+        v = schema.get(key, default)
+        if isinstance(v, float) and v.is_integer():
+            v = int(v)
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise LmlabError(f"{key} at {path} must be a non-negative integer, got {v!r}", f"e.g. \"{key}\": 3")
+        return v
+
+    def any_scalar(self) -> Node:
+        return AnyOf([String(0, self.max_string_length), Number(False),
+                      Literal([b"true", b"false", b"null"])])
+
+
+def accepts(node: Node, text: bytes) -> bool:
+    """Does the grammar of ``node`` accept exactly ``text`` (one complete value)?"""
+    from lmlab.generate.constrained import advance, stack_cost
+
+    stacks = advance({((Root(node), ("before", 0)),)}, text)
+    return any(stack_cost(s) == 0 for s in stacks)

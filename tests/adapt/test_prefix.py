@@ -1,0 +1,119 @@
+"""Prefix tuning: a prefix is a KV cache, so a prefix set to the cache of a real context must give
+exactly the logits of the model run on that context; masks, T5 biases and caching stay right."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from lmlab.adapt import apply_method, trainable_parameters
+from lmlab.adapt.prefix import PrefixAttention
+from lmlab.errors import LmlabError
+from lmlab.models import build_model, get_preset
+
+V = 300
+
+
+def tiny(preset: str, heads=None):
+    torch.manual_seed(0)
+    return build_model(get_preset(preset, vocab_size=V, dropout=0.0), heads=heads).eval()
+
+
+def ids(b: int, t: int, seed: int = 1) -> torch.Tensor:
+    return torch.randint(5, V, (b, t), generator=torch.Generator().manual_seed(seed))
+
+
+@pytest.mark.parametrize("preset", ["gpt2-tiny", "llama-tiny"])
+def test_prefix_equal_to_a_context_cache_gives_the_context_logits(preset):
+    model = tiny(preset, ("lm",))
+    p, t = 4, 6
+    context, x = ids(1, p, seed=2).expand(2, -1), ids(2, t)  # every row shares the one prefix
+    mask = torch.ones(2, t, dtype=torch.long)
+    mask[1, 4:] = 0
+    full_mask = torch.cat((torch.ones(2, p, dtype=torch.long), mask), 1)
+    with torch.no_grad():
+        ref = model(torch.cat((context, x), 1), attention_mask=full_mask, use_cache=True)
+    apply_method(model, "prefix", {"num_virtual_tokens": p, "init": "random"})
+    with torch.no_grad():
+        for i, (k, v) in enumerate(ref.past_key_values):
+            model.prefix_encoder.prefix[i, 0] = k[0, :, :p]
+            model.prefix_encoder.prefix[i, 1] = v[0, :, :p]
+        got = model(x, attention_mask=mask, position_ids=torch.arange(p, p + t)[None]).logits
+    real = mask.bool()
+    assert (got[real] - ref.logits[:, p:][real]).abs().max() < 1e-5
+    with torch.no_grad():  # and the prefix matters: a random one gives other logits
+        model.prefix_encoder.prefix.normal_()
+        other = model(x, attention_mask=mask, position_ids=torch.arange(p, p + t)[None]).logits
+    assert (other[real] - ref.logits[:, p:][real]).abs().max() > 1e-2
+
+
+def test_cached_decoding_equals_a_full_forward():
+    model = tiny("gpt2-tiny", ("lm",))
+    apply_method(model, "prefix", {"num_virtual_tokens": 3})
+    x = ids(2, 7)
+    with torch.no_grad():
+        full = model(x).logits
+        out = model(x[:, :4], use_cache=True)
+        assert out.past_key_values[0][0].shape[2] == 4  # the caller's cache holds no prefix
+        step = model(x[:, 4:], past_key_values=out.past_key_values).logits
+    assert (step - full[:, 4:]).abs().max() < 1e-5
+
+
+@pytest.mark.parametrize(
+    "preset,heads", [("bert-tiny", ("seq_cls",)), ("t5-tiny", None), ("bart-tiny", None)]
+)
+def test_padding_does_not_change_the_real_rows(preset, heads):
+    model = tiny(preset, heads)
+    apply_method(
+        model, "prefix", {"num_virtual_tokens": 3, "reparameterize": preset == "t5-tiny", "hidden": 32}
+    )
+    x = ids(1, 5)
+    padded = torch.cat((x, torch.full((1, 3), 7)), 1)
+    kw, kw_pad = {"input_ids": x}, {"input_ids": padded, "attention_mask": torch.tensor([[1] * 5 + [0] * 3])}
+    if model.architecture == "seq2seq":
+        kw["decoder_input_ids"] = kw_pad["decoder_input_ids"] = ids(1, 4, seed=5)
+    with torch.no_grad():
+        a, b = model(**kw), model(**kw_pad)
+    if model.architecture == "seq2seq":
+        assert (a.logits - b.logits).abs().max() < 1e-5
+    else:
+        assert (a.last_hidden_state - b.last_hidden_state[:, :5]).abs().max() < 1e-5
+
+
+def test_only_the_prefix_and_head_train():
+    model = tiny("bert-tiny", ("seq_cls",))
+    head = sum(p.numel() for p in model.heads.parameters()) + sum(
+        p.numel() for p in model.pooler.parameters()
+    )
+    apply_method(model, "prefix", {"num_virtual_tokens": 5})
+    n, _, _ = trainable_parameters(model)
+    assert n == 2 * 2 * 4 * 5 * 16 + head  # layers · (k, v) · heads · P · head_dim
+    assert all(isinstance(b.attn, PrefixAttention) for b in model.layers)
+    frozen = {k: p.clone() for k, p in model.named_parameters() if not p.requires_grad}
+    prefix = model.prefix_encoder.prefix.detach().clone()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.1)
+    model.train()
+    for _ in range(3):
+        model(ids(2, 6), labels=torch.tensor([0, 1])).loss.backward()
+        opt.step()
+        opt.zero_grad()
+    now = dict(model.named_parameters())
+    assert all(torch.equal(now[k], p) for k, p in frozen.items())
+    assert not torch.equal(model.prefix_encoder.prefix, prefix)
+
+
+def test_reparameterised_prefix_trains_the_mlp():
+    model = tiny("gpt2-tiny", ("lm",))
+    apply_method(model, "prefix", {"num_virtual_tokens": 2, "reparameterize": True, "hidden": 16})
+    enc = model.prefix_encoder
+    assert enc.prefix is None
+    x = ids(2, 5)
+    model(x, labels=x).loss.backward()
+    assert enc.mlp_out.weight.grad is not None and enc.embedding.grad.abs().sum() > 0
+
+
+def test_bad_options():
+    with pytest.raises(LmlabError, match="num_virtual_tokens"):
+        apply_method(tiny("gpt2-tiny"), "prefix", {"num_virtual_tokens": 0})
+    with pytest.raises(LmlabError, match="prefix init"):
+        apply_method(tiny("gpt2-tiny"), "prefix", {"init": "zeros"})

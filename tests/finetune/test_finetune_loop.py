@@ -1,0 +1,207 @@
+"""The fine-tuning loop end to end on tiny models (MiniLM WordPiece vocabulary) and real data slices."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import pytest
+import torch
+
+from lmlab.errors import LmlabError
+from lmlab.finetune import METHODS, FullFineTuning, evaluate, finetune, load_finetuned, lr_at
+from lmlab.models import build_model, get_preset, load_model
+from lmlab.tasks import make_task
+from lmlab.tasks.classification import SST2
+from lmlab.tokenizers import load_tokenizer
+
+QUIET = {"progress": False, "log": lambda m: None}
+
+
+@pytest.fixture(scope="module")
+def tok(minilm_dir):
+    return load_tokenizer(minilm_dir)
+
+
+def tiny(preset: str, tok, **overrides):
+    """A tiny random model with the real MiniLM WordPiece vocabulary attached (saved, as a user would)."""
+    torch.manual_seed(0)
+    model = build_model(get_preset(preset, vocab_size=tok.vocab_size, **overrides), heads=None)
+    model.tokenizer = load_tokenizer_copy(tok)
+    return model
+
+
+def load_tokenizer_copy(tok):
+    from lmlab.tokenizers.wordpiece import WordPieceTokenizer
+
+    return WordPieceTokenizer._from_hf(tok.to_hf_json(), tok.tokenizer_config())
+
+
+def rows(out):
+    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_lr_schedule_warmup_then_linear_decay():
+    assert [round(lr_at(s, 10, 2, 1.0), 4) for s in range(10)] == [0.5, 1.0, 1.0, 0.875, 0.75, 0.625, 0.5,
+                                                                   0.375, 0.25, 0.125]
+    assert lr_at(0, 5, 0, 2.0) == 2.0
+
+
+def test_encoder_sst2_writes_a_loadable_model(tok, data_dir, tmp_path):
+    g = data_dir / "glue" / "sst2"
+    out = tmp_path / "ft"
+    res = finetune(tiny("bert-tiny", tok), "sst2", g / "train.tsv", g / "dev.tsv", out, epochs=2, batch_size=16,
+                   lr=5e-4, eval_every=5, max_train_examples=160, max_eval_examples=64, **QUIET)
+    assert {p.name for p in out.iterdir()} >= {"config.json", "model.safetensors", "tokenizer", "task.json",
+                                               "eval.json", "metrics.jsonl", "finetune.json"}
+    eval_json = json.loads((out / "eval.json").read_text())
+    assert set(eval_json) == {"accuracy"} and eval_json == res.metrics
+    log = rows(out)
+    dev_rows = [r for r in log if "dev_accuracy" in r]
+    assert [r["step"] for r in dev_rows] == [5, 10, 15, 20]       # every 5 steps; epochs end at 10 and 20
+    best = max(dev_rows, key=lambda r: r["dev_accuracy"])
+    assert eval_json["accuracy"] == best["dev_accuracy"]
+    assert json.loads((out / "finetune.json").read_text())["best_step"] == best["step"]
+    train_rows = [r for r in log if "loss" in r]
+    assert [r["step"] for r in train_rows] == [10, 20] and train_rows[0]["lr"] > train_rows[1]["lr"] > 0
+    # the saved model is the best one: reloading and evaluating gives exactly eval.json
+    model = load_model(out)
+    assert model.head_names == ("seq_cls",) and model.tokenizer.vocab_size == tok.vocab_size
+    assert evaluate(out, g / "dev.tsv", max_examples=64) == eval_json
+    model, task = load_finetuned(out)
+    assert task.name == "sst2" and task.labels == ["0", "1"]
+    with pytest.raises(LmlabError, match="fine-tuned for task 'sst2', not 'cola'"):
+        evaluate(out, g / "dev.tsv", "cola")
+
+
+class ScriptedSST2(SST2):
+    """SST-2 whose dev scores are scripted, remembering the weights at every evaluation."""
+
+    scores = [0.3, 0.9, 0.5]
+
+    def __init__(self):
+        super().__init__()
+        self.seen = []
+
+    def evaluate(self, model, examples, batch_size=64):
+        self.seen.append({k: v.clone() for k, v in model.state_dict().items()})
+        return {"accuracy": self.scores[len(self.seen) - 1]}
+
+
+def test_the_best_dev_checkpoint_is_the_one_saved(tok, data_dir, tmp_path):
+    g = data_dir / "glue" / "sst2"
+    task = ScriptedSST2()
+    out = tmp_path / "best"
+    res = finetune(tiny("bert-tiny", tok), task, g / "dev.tsv", g / "dev.tsv", out, max_steps=6, eval_every=2,
+                   batch_size=8, lr=1e-3, max_train_examples=48, **QUIET)
+    assert res.best_step == 4 and res.metrics == {"accuracy": 0.9}
+    saved = load_model(out).state_dict()
+    for k, v in task.seen[1].items():        # weights at step 4, not those at step 6
+        assert torch.equal(saved[k], v), k
+    assert any(not torch.equal(task.seen[2][k], v) for k, v in task.seen[1].items())
+
+
+def test_pairs_regression_and_ner_train_and_report_their_metrics(tok, data_dir, tmp_path):
+    g = data_dir / "glue"
+    rte = finetune(tiny("bert-tiny", tok), "rte", g / "rte" / "train.tsv", g / "rte" / "dev.tsv", None,
+                   epochs=1, batch_size=16, max_train_examples=64, max_eval_examples=40, **QUIET)
+    assert set(rte.metrics) == {"accuracy", "f1"} and rte.task.labels == ["entailment", "not_entailment"]
+    stsb = finetune(tiny("bert-tiny", tok), "stsb", g / "stsb" / "train.tsv", g / "stsb" / "dev.tsv", None,
+                    epochs=1, batch_size=16, lr=1e-3, max_train_examples=64, max_eval_examples=40, **QUIET)
+    assert set(stsb.metrics) == {"pearson", "spearman"} and stsb.model.config.num_labels == 1
+    c = data_dir / "conll2003"
+    ner = finetune(tiny("bert-tiny", tok), "conll", c / "train.txt", c / "valid.txt", None, epochs=3,
+                   batch_size=16, lr=3e-3, log_every=2, max_train_examples=96, max_eval_examples=40, **QUIET)
+    assert set(ner.metrics) == {"precision", "recall", "f1"} and len(ner.task.labels) == 9
+    losses = [r["loss"] for r in ner.history if "loss" in r]
+    assert losses[-1] < 0.6 * losses[0]                 # it learns (mostly "O" at first, then more)
+
+
+def test_squad_finetunes_with_windows(tok, data_dir):
+    path = data_dir / "squad" / "squad_v1.1_dev_partA.json"
+    task = make_task("squad", max_length=128, doc_stride=48)
+    examples = task.read(path)
+    res = finetune(tiny("bert-tiny", tok), task, examples[:64], examples[-24:], None, epochs=1, batch_size=16,
+                   **QUIET)
+    assert set(res.metrics) == {"exact_match", "f1"} and 0.0 <= res.metrics["exact_match"] <= res.metrics["f1"]
+    assert res.model.head_names == ("span",)
+
+
+def test_decoder_gpt_style_with_aux_lm_loss_reloads(tok, data_dir, tmp_path):
+    g = data_dir / "glue" / "rte"
+    model = tiny("gpt2-tiny", tok)
+    out = tmp_path / "gpt"
+    res = finetune(model, "rte", g / "train.tsv", g / "dev.tsv", out, epochs=1, batch_size=16, lm_weight=0.5,
+                   max_length=64, max_train_examples=32, max_eval_examples=24, **QUIET)
+    assert set(res.metrics) == {"accuracy", "f1"}
+    reloaded = load_model(out)
+    assert reloaded.head_names == ("cls", "lm") and reloaded.config.vocab_size == tok.vocab_size + 3
+    assert "[EXTRACT]" in reloaded.tokenizer.token_to_id
+    assert evaluate(out, g / "dev.tsv", max_examples=24) == res.metrics
+    # the auxiliary LM loss is added with its weight
+    task = res.task
+    feats = task.features(task.read(g / "dev.tsv")[:4], reloaded.tokenizer)
+    from lmlab.tasks import collate
+
+    batch = collate(feats, 0)
+    with torch.no_grad():
+        task.options.lm_weight = 0.0
+        cls_only = task.loss(reloaded, batch)
+        task.options.lm_weight = 0.5
+        both = task.loss(reloaded, batch)
+        out_ = reloaded(batch["input_ids"], attention_mask=batch["attention_mask"])
+    from lmlab.models.heads import causal_lm_loss
+
+    lm = causal_lm_loss(out_.extra["lm_logits"], batch["lm_labels"])
+    assert both.item() == pytest.approx(cls_only.item() + 0.5 * lm.item(), rel=1e-5)
+
+
+def test_decoder_last_token_style(tok, data_dir):
+    g = data_dir / "glue" / "sst2"
+    res = finetune(tiny("gpt2-tiny", tok), "sst2", g / "train.tsv", g / "dev.tsv", None, epochs=1,
+                   batch_size=16, decoder_style="last", max_train_examples=32, max_eval_examples=32, **QUIET)
+    assert res.model.head_names == ("cls",) and res.model.config.vocab_size == tok.vocab_size
+    assert set(res.metrics) == {"accuracy"}
+
+
+def test_text2text_classification_learns_the_label_words(tok, data_dir):
+    g = data_dir / "glue" / "sst2"
+    model = tiny("t5-tiny", tok, pad_token_id=0, decoder_start_token_id=0, eos_token_id=tok.sep_id)
+    res = finetune(model, "sst2", g / "train.tsv", g / "dev.tsv", None, epochs=3, batch_size=16, lr=3e-3,
+                   max_train_examples=96, max_eval_examples=24, max_target_length=4, **QUIET)
+    assert set(res.metrics) == {"accuracy"}
+    preds = res.task.predict(res.model, res.task.read(g / "dev.tsv")[:24])
+    assert all(p in ("0", "1") for p in preds), preds        # it writes label words, nothing else
+
+
+def test_text2text_generation_scores_rouge_and_bleu(tok, data_dir, tmp_path):
+    with gzip.open(data_dir / "multi30k" / "val.de.gz", "rt", encoding="utf-8") as f:
+        de = [next(f).strip() for _ in range(40)]
+    with gzip.open(data_dir / "multi30k" / "val.en.gz", "rt", encoding="utf-8") as f:
+        en = [next(f).strip() for _ in range(40)]
+    path = tmp_path / "pairs.tsv"      # research-only data: written to a temporary file only
+    path.write_text("".join(f"{s}\t{t}\n" for s, t in zip(de, en)), encoding="utf-8")
+    model = tiny("t5-tiny", tok, pad_token_id=0, decoder_start_token_id=0, eos_token_id=tok.sep_id)
+    res = finetune(model, "text2text", path, path, None, max_steps=3, batch_size=16, max_eval_examples=8,
+                   max_target_length=8, prefix="translate German to English: ", **QUIET)
+    assert set(res.metrics) == {"rouge1", "rouge2", "rougeL", "bleu"}
+    assert all(0.0 <= v <= 1.0 for v in res.metrics.values())
+
+
+def test_bad_settings_and_mismatched_tokenizer(tok, data_dir, tmp_path):
+    g = data_dir / "glue" / "sst2"
+    args = ("sst2", g / "dev.tsv", g / "dev.tsv", None)
+    small = build_model(get_preset("bert-tiny", vocab_size=1000))
+    small.tokenizer = tok
+    with pytest.raises(LmlabError, match="tokenizer has 30522 tokens but the model's vocabulary has 1000"):
+        finetune(small, *args, **QUIET)
+    small.tokenizer = None
+    with pytest.raises(LmlabError, match="the checkpoint has no tokenizer"):
+        finetune(small, *args, **QUIET)
+    with pytest.raises(LmlabError, match="unknown fine-tuning method 'lora2'"):
+        finetune(tiny("bert-tiny", tok), *args, method="lora2", **QUIET)
+    with pytest.raises(LmlabError, match=r"unknown fine-tuning settings \['learning_rate'\]"):
+        finetune(tiny("bert-tiny", tok), *args, learning_rate=1.0, **QUIET)
+    with pytest.raises(LmlabError, match="not a fine-tuned checkpoint"):
+        evaluate(tmp_path, g / "dev.tsv")
+    assert METHODS["full"] is FullFineTuning

@@ -63,10 +63,16 @@ def sst2_batch(tokenizer, batch: int, max_len: int) -> dict[str, torch.Tensor]:
     path = common.DATA / "glue" / "sst2" / "train.tsv"
     rows = [line.rstrip("\n").split("\t") for line in path.read_text(encoding="utf-8").splitlines()[1:]]
     rows = [r for r in rows if len(r) == 2][:batch]
-    enc = tokenizer.encode_batch([s for s, _ in rows], truncation=True, max_length=max_len, return_tensors="pt")
+    enc = tokenizer.encode_batch(
+        [s for s, _ in rows], truncation=True, max_length=max_len, return_tensors="pt"
+    )
     ids, mask = enc["input_ids"], enc["attention_mask"]
-    return {"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids),
-            "labels": torch.tensor([int(label) for _, label in rows])}
+    return {
+        "input_ids": ids,
+        "attention_mask": mask,
+        "token_type_ids": torch.zeros_like(ids),
+        "labels": torch.tensor([int(label) for _, label in rows]),
+    }
 
 
 def build_pair(layers: int | None, dropout: float):
@@ -104,25 +110,36 @@ def make_rows(args) -> list[tuple[str, str, Any]]:
 
     import peft
 
-    from lmlab.adapt import apply_method
-
     hf, ours = build_pair(args.layers, args.dropout)
     hf_save = ["classifier", "pooler"]  # what lmlab trains with a seq_cls head on BERT
     setups = {
         ("full", "lmlab"): lambda: copy.deepcopy(ours),
         ("full", "transformers"): lambda: copy.deepcopy(hf),
         ("lora", "lmlab"): lambda: _lmlab(ours, "lora", LORA),
-        ("lora", "transformers + peft"): lambda: peft.get_peft_model(copy.deepcopy(hf), peft.LoraConfig(
-            r=LORA["rank"], lora_alpha=LORA["alpha"], lora_dropout=LORA["dropout"],
-            target_modules=["query", "value"], modules_to_save=hf_save)),
-        ("adapter (houlsby)", "lmlab"): lambda: _lmlab(ours, "adapter", {"kind": "houlsby", "bottleneck": 48}),
-        ("adapter (pfeiffer)", "lmlab"): lambda: _lmlab(ours, "adapter", {"kind": "pfeiffer", "bottleneck": 48}),
+        ("lora", "transformers + peft"): lambda: peft.get_peft_model(
+            copy.deepcopy(hf),
+            peft.LoraConfig(
+                r=LORA["rank"],
+                lora_alpha=LORA["alpha"],
+                lora_dropout=LORA["dropout"],
+                target_modules=["query", "value"],
+                modules_to_save=hf_save,
+            ),
+        ),
+        ("adapter (houlsby)", "lmlab"): lambda: _lmlab(
+            ours, "adapter", {"kind": "houlsby", "bottleneck": 48}
+        ),
+        ("adapter (pfeiffer)", "lmlab"): lambda: _lmlab(
+            ours, "adapter", {"kind": "pfeiffer", "bottleneck": 48}
+        ),
         ("prefix", "lmlab"): lambda: _lmlab(ours, "prefix", {"num_virtual_tokens": VIRTUAL_TOKENS}),
-        ("prefix", "transformers + peft"): lambda: peft.get_peft_model(copy.deepcopy(hf), peft.PrefixTuningConfig(
-            task_type="SEQ_CLS", num_virtual_tokens=VIRTUAL_TOKENS)),
+        ("prefix", "transformers + peft"): lambda: peft.get_peft_model(
+            copy.deepcopy(hf), peft.PrefixTuningConfig(task_type="SEQ_CLS", num_virtual_tokens=VIRTUAL_TOKENS)
+        ),
         ("prompt", "lmlab"): lambda: _lmlab(ours, "prompt", {"num_virtual_tokens": VIRTUAL_TOKENS}),
-        ("prompt", "transformers + peft"): lambda: peft.get_peft_model(copy.deepcopy(hf), peft.PromptTuningConfig(
-            task_type="SEQ_CLS", num_virtual_tokens=VIRTUAL_TOKENS)),
+        ("prompt", "transformers + peft"): lambda: peft.get_peft_model(
+            copy.deepcopy(hf), peft.PromptTuningConfig(task_type="SEQ_CLS", num_virtual_tokens=VIRTUAL_TOKENS)
+        ),
     }
     wanted = [m.strip() for m in args.methods.split(",")]
     rows = []
@@ -160,8 +177,13 @@ def run(args) -> dict[str, Any]:
             continue
         r = Runner(f"{method}|{impl}", model, batch)
         r.optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-4)
-        entry = {"method": method, "impl": impl, "trainable": trainable(model),
-                 "total": sum(p.numel() for p in model.parameters()), "runner": r}
+        entry = {
+            "method": method,
+            "impl": impl,
+            "trainable": trainable(model),
+            "total": sum(p.numel() for p in model.parameters()),
+            "runner": r,
+        }
         try:
             entry["loss0"] = eval_loss(model, batch)
             for _ in range(args.warmup):
@@ -183,41 +205,77 @@ def run(args) -> dict[str, Any]:
         e.update(step_s=med, examples_per_s=examples / med, tokens_per_s=tokens / med, times=r.times)
         if args.memory:
             e["peak_mb"] = peak_step_memory(r)
-        print(f"{e['method']:>20} | {e['impl']:<20} {e['examples_per_s']:8.1f} ex/s "
-              f"{e.get('peak_mb', 0):8.0f} MB  trainable {e['trainable']:,}", flush=True)
+        print(
+            f"{e['method']:>20} | {e['impl']:<20} {e['examples_per_s']:8.1f} ex/s "
+            f"{e.get('peak_mb', 0):8.0f} MB  trainable {e['trainable']:,}",
+            flush=True,
+        )
     return {"results": results, "batch_shape": list(batch["input_ids"].shape), "real_tokens": tokens}
 
 
 def report(res: dict, header: str) -> str:
     results = res["results"]
     by = {(e["method"], e["impl"]): e for e in results}
-    headers = ["method", "implementation", "trainable params", "examples/s", "tokens/s", "lmlab / HF",
-               "peak MB", "memory vs own full FT", "loss at step 0"]
+    headers = [
+        "method",
+        "implementation",
+        "trainable params",
+        "examples/s",
+        "tokens/s",
+        "lmlab / HF",
+        "peak MB",
+        "memory vs own full FT",
+        "loss at step 0",
+    ]
     rows = []
     for e in results:
         if "error" in e:
             rows.append([e["method"], e["impl"], "—", "failed", "—", "—", "—", "—", e["error"][:80]])
             continue
-        ref = next((v for (m, i), v in by.items() if m == e["method"] and i != "lmlab" and "error" not in v), None)
+        ref = next(
+            (v for (m, i), v in by.items() if m == e["method"] and i != "lmlab" and "error" not in v), None
+        )
         ratio = e["tokens_per_s"] / ref["tokens_per_s"] if e["impl"] == "lmlab" and ref else None
         impl_full = "lmlab" if e["impl"] == "lmlab" else "transformers"
         full = by.get(("full", impl_full))
-        saving = (f"{e['peak_mb'] / full['peak_mb']:.2f}x" if full and "peak_mb" in e and "peak_mb" in full
-                  and e["method"] != "full" else "—")
+        saving = (
+            f"{e['peak_mb'] / full['peak_mb']:.2f}x"
+            if full and "peak_mb" in e and "peak_mb" in full and e["method"] != "full"
+            else "—"
+        )
         share = e["trainable"] / e["total"]
-        rows.append([e["method"], e["impl"], f"{e['trainable']:,} ({share:.2%})", f"{e['examples_per_s']:.1f}",
-                     f"{e['tokens_per_s']:.0f}", "—" if ratio is None else f"{ratio:.2f}x",
-                     common.fmt(e.get("peak_mb"), 0), saving, f"{e['loss0']:.4f}"])
-    lines = ["## Parameter-efficient fine-tuning (`benchmarks/finetune_peft.py`)", "", header, "",
-             common.markdown_table(headers, rows), ""]
+        rows.append(
+            [
+                e["method"],
+                e["impl"],
+                f"{e['trainable']:,} ({share:.2%})",
+                f"{e['examples_per_s']:.1f}",
+                f"{e['tokens_per_s']:.0f}",
+                "—" if ratio is None else f"{ratio:.2f}x",
+                common.fmt(e.get("peak_mb"), 0),
+                saving,
+                f"{e['loss0']:.4f}",
+            ]
+        )
+    lines = [
+        "## Parameter-efficient fine-tuning (`benchmarks/finetune_peft.py`)",
+        "",
+        header,
+        "",
+        common.markdown_table(headers, rows),
+        "",
+    ]
     lo, hf = by.get(("lora", "lmlab")), by.get(("lora", "transformers + peft"))
     if lo and hf and "error" not in lo and "error" not in hf:
         ratio = lo["tokens_per_s"] / hf["tokens_per_s"]
         mem = lo.get("peak_mb", 0) / hf["peak_mb"] if hf.get("peak_mb") else None
-        lines += [f"**LoRA targets** (issue 5): throughput {ratio:.2f}x transformers + peft (target "
-                  f"≥{THROUGHPUT_TARGET}x: {common.verdict(ratio, THROUGHPUT_TARGET, higher_is_better=True)}); "
-                  f"peak memory {common.fmt(mem)}x of transformers + peft (target ≤1.00x: "
-                  f"{common.verdict(mem, 1.0)}).", ""]
+        lines += [
+            f"**LoRA targets** (issue 5): throughput {ratio:.2f}x transformers + peft (target "
+            f"≥{THROUGHPUT_TARGET}x: {common.verdict(ratio, THROUGHPUT_TARGET, higher_is_better=True)}); "
+            f"peak memory {common.fmt(mem)}x of transformers + peft (target ≤1.00x: "
+            f"{common.verdict(mem, 1.0)}).",
+            "",
+        ]
     lines += [LEGEND.strip(), ""]
     return "\n".join(lines)
 
@@ -244,17 +302,24 @@ def header_lines(args, res: dict, threads_reason: str, load_start: tuple, starte
     load_end = os.getloadavg()
     busy = max(load_start[0], load_end[0]) > (physical_cores() or 1)
     b, t = res["batch_shape"]
-    note = "**Measured under load** (load average above the core count; other jobs shared the cores): " \
-           "treat figures as rough, compare ratios. " if busy else ""
-    return "\n".join([
-        f"{note}Machine: {common.machine_line().split('; Python')[0]}, load {load_end[0]:.2f} at the end; "
-        f"torch {torch.__version__}, transformers {md.version('transformers')}, peft {md.version('peft')}.",
-        f"Model: all-MiniLM-L6-v2 ({args.layers or 6} layers, d 384) + 2-class head; task SST-2, batch "
-        f"{b} x {t} tokens ({res['real_tokens']} real); dropout {args.dropout}; {args.warmup} warm-up + "
-        f"{args.steps} timed steps per row, interleaved. Threads: {threads_reason}. Run took "
-        f"{time.time() - started:.0f} s.",
-        f"Re-run on a quiet machine: `{args.command}`",
-    ])
+    note = (
+        "**Measured under load** (load average above the core count; other jobs shared the cores): "
+        "treat figures as rough, compare ratios. "
+        if busy
+        else ""
+    )
+    return "\n".join(
+        [
+            f"{note}Machine: {common.machine_line().split('; Python')[0]}, "
+            f"load {load_end[0]:.2f} at the end; torch {torch.__version__}, "
+            f"transformers {md.version('transformers')}, peft {md.version('peft')}.",
+            f"Model: all-MiniLM-L6-v2 ({args.layers or 6} layers, d 384) + 2-class head; task SST-2, batch "
+            f"{b} x {t} tokens ({res['real_tokens']} real); dropout {args.dropout}; {args.warmup} warm-up + "
+            f"{args.steps} timed steps per row, interleaved. Threads: {threads_reason}. Run took "
+            f"{time.time() - started:.0f} s.",
+            f"Re-run on a quiet machine: `{args.command}`",
+        ]
+    )
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

@@ -246,8 +246,7 @@ def run_family(family: str, s: Shape, args) -> dict[str, Any]:
     for r in runners:
         med = statistics.median(r.times)
         row = {"step_s": med, "tokens_per_s": tokens / med, "model_flops_per_s": model_flops / med,
-               "done_flops_per_s": done.get(r.name.split()[0] if r.name != "transformers" else r.name,
-                                            model_flops) / med,
+               "done_flops_per_s": done["transformers" if r.name == "transformers" else "lmlab"] / med,
                "times": r.times, "first_step_s": r.first_step}
         if args.memory:
             row["peak_mb"] = peak_step_memory(r)
@@ -305,6 +304,7 @@ this run; **MFU** = model FLOPs per second (the work the objective needs: 6 x ma
 token + attention, the MLM head only at the 15% labelled positions; `lmlab.models.flops`) over the
 fp32 matmul rate measured in the same run; **HFU** = the FLOPs the implementation really performs
 (transformers computes the MLM vocabulary projection at every position) over the same rate;
+(the bf16 row is measured against the same fp32 rate, so its MFU can exceed 100%);
 **peak MB** = parameters + AdamW state + allocator high-water mark of one step (`torch.profiler`);
 **loss lmlab / HF** = both models on the benchmark batch in eval mode: equal = same weights, same math.
 """

@@ -116,6 +116,11 @@ def test_pfeiffer_keeps_norms_frozen_and_bad_kind_fails():
     model = tiny()
     apply_method(model, "adapter", {"kind": "pfeiffer"})
     assert not any(p.requires_grad for n, p in model.named_parameters() if "_norm." in n)
+    houlsby = tiny()
+    apply_method(houlsby, "adapter", {"kind": "houlsby", "train_norms": "false"})  # as from the CLI
+    assert not any(p.requires_grad for n, p in houlsby.named_parameters() if "_norm." in n)
+    with pytest.raises(LmlabError, match="train_norms"):
+        apply_method(tiny(), "adapter", {"train_norms": "maybe"})
     with pytest.raises(LmlabError, match="adapter kind"):
         apply_method(tiny(), "adapter", {"kind": "lora"})
     with pytest.raises(LmlabError, match="bottleneck"):

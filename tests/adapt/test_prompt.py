@@ -164,3 +164,19 @@ def test_too_long_inputs_and_bad_options_are_clear_errors():
         model(ids(1, 9))
     with pytest.raises(LmlabError, match="prompt init"):
         apply_method(tiny("gpt2-tiny"), "prompt", {"init": "text"})
+
+
+def test_a_deep_copy_has_its_own_prompt():
+    import copy
+
+    model = tiny("t5-tiny")
+    prompt_as_tokens(model)
+    x, dec = ids(1, 5), ids(1, 3, seed=4)
+    twin = copy.deepcopy(model)
+    with torch.no_grad():
+        before = model(x, decoder_input_ids=dec).logits
+        assert torch.equal(twin(x, decoder_input_ids=dec).logits, before)
+        twin.soft_prompt.embedding.add_(1.0)
+        assert torch.equal(model(x, decoder_input_ids=dec).logits, before)
+        assert not torch.allclose(twin(x, decoder_input_ids=dec).logits, before)
+        assert not torch.allclose(twin.encode(x).last_hidden_state, model.encode(x).last_hidden_state)

@@ -10,6 +10,7 @@ import torch
 
 from lmlab.errors import LmlabError
 from lmlab.finetune import METHODS, FullFineTuning, evaluate, finetune, load_finetuned, lr_at
+from lmlab.finetune.loop import epoch_batches
 from lmlab.models import build_model, get_preset, load_model
 from lmlab.tasks import make_task
 from lmlab.tasks.classification import SST2
@@ -47,11 +48,30 @@ def test_lr_schedule_warmup_then_linear_decay():
     assert lr_at(0, 5, 0, 2.0) == 2.0
 
 
+def test_epoch_batches_cover_everything_once_and_group_lengths():
+    import random
+
+    rng = random.Random(0)
+    lengths = [rng.randint(3, 60) for _ in range(1000)]
+    gen = torch.Generator().manual_seed(0)
+    grouped = epoch_batches(lengths, 32, gen, True)
+    plain = epoch_batches(lengths, 32, gen, False)
+    for batches in (grouped, plain):
+        assert sorted(i for b in batches for i in b) == list(range(1000)) and len(batches) == 32
+
+    def padded(batches):
+        return sum(max(lengths[i] for i in b) * len(b) for b in batches)
+
+    assert padded(grouped) < 0.6 * padded(plain)
+    assert epoch_batches(lengths, 32, torch.Generator().manual_seed(1), True) != grouped   # reshuffled
+
+
 def test_encoder_sst2_writes_a_loadable_model(tok, data_dir, tmp_path):
     g = data_dir / "glue" / "sst2"
     out = tmp_path / "ft"
-    res = finetune(tiny("bert-tiny", tok), "sst2", g / "train.tsv", g / "dev.tsv", out, epochs=2, batch_size=16,
-                   lr=5e-4, eval_every=5, max_train_examples=160, max_eval_examples=64, **QUIET)
+    res = finetune(tiny("bert-tiny", tok), "sst2", g / "train.tsv", g / "dev.tsv", out, epochs=2,
+                   batch_size=16, lr=5e-4, eval_every=5, max_train_examples=160, max_eval_examples=64,
+                   **QUIET)
     assert {p.name for p in out.iterdir()} >= {"config.json", "model.safetensors", "tokenizer", "task.json",
                                                "eval.json", "metrics.jsonl", "finetune.json"}
     eval_json = json.loads((out / "eval.json").read_text())
@@ -123,7 +143,8 @@ def test_squad_finetunes_with_windows(tok, data_dir):
     examples = task.read(path)
     res = finetune(tiny("bert-tiny", tok), task, examples[:64], examples[-24:], None, epochs=1, batch_size=16,
                    **QUIET)
-    assert set(res.metrics) == {"exact_match", "f1"} and 0.0 <= res.metrics["exact_match"] <= res.metrics["f1"]
+    assert set(res.metrics) == {"exact_match", "f1"}
+    assert 0.0 <= res.metrics["exact_match"] <= res.metrics["f1"]
     assert res.model.head_names == ("span",)
 
 

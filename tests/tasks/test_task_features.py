@@ -58,7 +58,7 @@ def test_squad_windows_and_offsets_recover_the_answers(tok, data_dir):
     oracle = oracle_predictions(task, examples, tok)
     scores = task.score(oracle, examples)
     assert scores["exact_match"] > 0.95
-    for pred, ex in zip(oracle, examples):   # the misses: answers that end inside a token ("gold" in "golden")
+    for pred, ex in zip(oracle, examples):   # misses: answers ending inside a token ("gold" in "golden")
         if pred not in ex.extra["answers"]:
             assert ex.extra["answers"][0] in pred and len(pred) <= len(ex.extra["answers"][0]) + 5
 

@@ -99,7 +99,8 @@ def test_iob_spans_like_conlleval():
     assert M.iob_spans(["B-PER", "I-PER", "O", "B-LOC"]) == {("PER", 0, 2), ("LOC", 3, 4)}
     assert M.iob_spans(["B-PER", "B-PER"]) == {("PER", 0, 1), ("PER", 1, 2)}
     # IOB1 / ill-formed: an I- after O or after another type starts an entity
-    assert M.iob_spans(["I-PER", "I-PER", "I-LOC", "O", "I-ORG"]) == {("PER", 0, 2), ("LOC", 2, 3), ("ORG", 4, 5)}
+    got = M.iob_spans(["I-PER", "I-PER", "I-LOC", "O", "I-ORG"])
+    assert got == {("PER", 0, 2), ("LOC", 2, 3), ("ORG", 4, 5)}
     assert M.iob_spans(["O", "O"]) == set()
 
 

@@ -108,7 +108,7 @@ def test_unseen_dev_label_is_one_line_error(tmp_path):
                                                  "1\tc\td\tnot_entailment\n"))
     dev = task.read(_write(tmp_path, "d.tsv", "index\tsentence1\tsentence2\tlabel\n0\ta\tb\tcontradiction\n"))
     task.fit(train)
-    with pytest.raises(LmlabError, match=r"d\.tsv line 2: label 'contradiction' never occurs in the training"):
+    with pytest.raises(LmlabError, match=r"d\.tsv line 2: label 'contradiction' never occurs in the train"):
         task.check(dev)
     one = task.read(_write(tmp_path, "o.tsv", "index\tsentence1\tsentence2\tlabel\n0\ta\tb\tentailment\n"))
     with pytest.raises(LmlabError, match="only the label"):

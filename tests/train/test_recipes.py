@@ -37,10 +37,17 @@ def test_there_is_a_golden_curve_for_the_gpt_recipe():
     assert ROOT / "configs" / "golden" / "gpt-tiny-clm.json" in GOLDEN
 
 
+@pytest.fixture(scope="session")
+def shared_data_cache(tmp_path_factory):
+    """One tokenizer + tokenisation shared by every recipe with the same [data] table."""
+    return tmp_path_factory.mktemp("lmlab-data-cache")
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("golden", GOLDEN, ids=lambda p: p.stem)
-def test_recipe_reproduces_its_golden_curve(golden, tmp_path, monkeypatch):
+def test_recipe_reproduces_its_golden_curve(golden, tmp_path, monkeypatch, shared_data_cache):
     monkeypatch.chdir(ROOT)  # recipes name paths relative to the repository root
+    monkeypatch.setenv("LMLAB_CACHE_DIR", str(shared_data_cache))
     problems = check(golden, tmp_path / "run")
     assert not problems, f"{golden.name}: " + "; ".join(problems[:5])
 

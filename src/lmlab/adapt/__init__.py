@@ -87,8 +87,10 @@ def _coerce(method: str, name: str, value: Any, default: Any) -> Any:
     """Convert a command-line string to the type of ``default`` (int, float, bool, tuple of str)."""
     if isinstance(value, tuple):
         return list(value)  # JSON-friendly
-    if not isinstance(value, str) or default is None or isinstance(default, str):
+    if not isinstance(value, str) or isinstance(default, str):
         return value
+    if default is None:  # "auto" options: guess the type from the text
+        return _guess(value)
     try:
         if isinstance(default, bool):
             if value.lower() not in ("true", "false", "1", "0", "yes", "no"):
@@ -106,6 +108,17 @@ def _coerce(method: str, name: str, value: Any, default: Any) -> Any:
             f"give e.g. {name}={default!r}",
         ) from None
     return value
+
+
+def _guess(text: str) -> Any:
+    if text.lower() in ("true", "false", "yes", "no"):
+        return text.lower() in ("true", "yes")
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
 
 
 def apply_method(model: nn.Module, method: str, options: dict[str, Any] | None = None) -> dict[str, Any]:

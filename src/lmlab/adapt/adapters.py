@@ -106,6 +106,8 @@ def apply_adapters(
         )
     if train_norms is None:
         train_norms = kind == "houlsby"
+    if not isinstance(train_norms, bool):
+        raise LmlabError(f"train_norms must be true or false, got {train_norms!r}", "use train_norms=false")
     freeze_base(model)
     w = blocks[0][1].ffn.fc_out.weight
     for _, block in blocks:

@@ -215,26 +215,25 @@ class _PromptHooks:
             kw["attention_mask"] = self._insert(mask, 1, 0)
         return kw
 
-    def wrap_encode(self, encode):
-        def encode_with_prompt(
-            input_ids: Tensor,
-            attention_mask: Tensor | None = None,
-            position_ids: Tensor | None = None,
-            output_hidden_states: bool = False,
-        ):
-            t = input_ids.shape[1]
-            if attention_mask is not None and attention_mask.shape[1] == t:
-                attention_mask = self._insert(attention_mask, 1, 0)
-            if position_ids is not None:
-                position_ids = self._positions(position_ids.expand(input_ids.shape[0], -1), 0)
-            ids = self._insert_ids(input_ids, 0)
-            self.slot = 0
-            try:
-                return encode(ids, attention_mask, position_ids, output_hidden_states)
-            finally:
-                self.slot = None
-
-        return encode_with_prompt
+    def encode(
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor | None = None,
+        position_ids: Tensor | None = None,
+        output_hidden_states: bool = False,
+    ):
+        """Stands in for ``model.encode`` (seq2seq): the encoder input gets the prompt."""
+        t = input_ids.shape[1]
+        if attention_mask is not None and attention_mask.shape[1] == t:
+            attention_mask = self._insert(attention_mask, 1, 0)
+        if position_ids is not None:
+            position_ids = self._positions(position_ids.expand(input_ids.shape[0], -1), 0)
+        ids = self._insert_ids(input_ids, 0)
+        self.slot = 0
+        try:
+            return self.original_encode(ids, attention_mask, position_ids, output_hidden_states)
+        finally:
+            self.slot = None
 
 
 def apply_prompt(
@@ -282,6 +281,7 @@ def apply_prompt(
     table.register_forward_hook(hooks.embed_hook)
     model.register_forward_pre_hook(hooks.pre_forward, with_kwargs=True)
     model.register_forward_hook(hooks.post_forward, with_kwargs=True)
-    if arch == "seq2seq":
-        model.encode = hooks.wrap_encode(model.encode)
+    if arch == "seq2seq":  # bound methods, not closures: copy.deepcopy(model) stays consistent
+        hooks.original_encode = model.encode
+        model.encode = hooks.encode
     unfreeze_task_heads(model, train_head)

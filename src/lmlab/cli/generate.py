@@ -21,14 +21,22 @@ is used unless --no-cache (same tokens, slower; for checking).
 
 --num-samples N prints N continuations: independent samples, or the N best beams. With
 --format text they are separated by lines of dashes; --format jsonl prints one JSON object per
-line: {"sample": i, "text": ...}."""
+line: {"sample": i, "text": ...}.
+
+--json-schema FILE constrains decoding so that every output is a JSON document valid against
+the schema in FILE (object, array, string, number, integer, boolean, null, enum, const, anyOf,
+required, nesting; see docs/structured-output.md): each of the N outputs is printed on its own
+line. Generation always ends within --max-new-tokens (default 256 here): when the budget runs
+low, the shortest valid completion is forced. Unsupported keywords (pattern, $ref...) are
+refused with an error naming them."""
 
 EXAMPLES = """\
   lmlab generate --checkpoint ck/ --prompt "ROMEO:" --max-new-tokens 60 --top-p 0.9 --seed 0
   lmlab generate --checkpoint ck/ --prompt "ROMEO:" --temperature 0            # greedy
   lmlab generate --checkpoint ck/ --prompt "ROMEO:" --num-beams 4 --num-samples 2
   lmlab generate --checkpoint t5ck/ --prompt "translate: a house" --num-beams 3 --stop "."
-  lmlab generate --checkpoint ck/ --prompt "Once" --num-samples 5 --seed 1 --format jsonl"""
+  lmlab generate --checkpoint ck/ --prompt "Once" --num-samples 5 --seed 1 --format jsonl
+  lmlab generate --checkpoint ck/ --json-schema person.json --num-samples 10 --seed 1"""
 
 
 def register(sub) -> None:
@@ -38,7 +46,8 @@ def register(sub) -> None:
     p.add_argument("--prompt", default="", metavar="TEXT",
                    help="text to continue (empty: start from the tokenizer's BOS token, else its EOS)")
     p.add_argument("--tokenizer", metavar="PATH", help="tokenizer to use instead of the checkpoint's own")
-    p.add_argument("--max-new-tokens", type=int, default=50, metavar="N", help="tokens to generate at most")
+    p.add_argument("--max-new-tokens", type=int, default=None, metavar="N",
+                   help="tokens to generate at most (default 50; 256 with --json-schema)")
     p.add_argument("--temperature", type=float, default=None, metavar="T",
                    help="sampling temperature (default 1.0); 0 = greedy decoding")
     p.add_argument("--top-k", type=int, default=None, metavar="K",
@@ -56,6 +65,8 @@ def register(sub) -> None:
                    help="stop when this text is generated (may be repeated); it is not printed")
     p.add_argument("--no-cache", action="store_true", help="re-read the whole sequence every step")
     p.add_argument("--format", choices=("text", "jsonl"), default="text", help="output format")
+    p.add_argument("--json-schema", metavar="FILE", default=None,
+                   help="constrain every output to a JSON document valid against this JSON Schema")
     p.add_argument("--device", default=None, help="torch device (default: cuda when available, else cpu)")
     p.set_defaults(func=run)
 
@@ -104,6 +115,8 @@ def run(args) -> int:
     from lmlab.generate import generate
 
     mode = _decoding_mode(args)
+    if args.json_schema:
+        schema = _read_schema(args)
     model, tok = _load(args)
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     model.to(device)
@@ -121,7 +134,9 @@ def run(args) -> int:
         ids = [start]
     stop_sequences = [tok.encode(s) for s in args.stop if s]
     prompt = torch.tensor([ids], dtype=torch.long, device=device)
-    out = generate(model, prompt, max_new_tokens=args.max_new_tokens,
+    if args.json_schema:
+        return _run_json(args, model, tok, prompt, schema, mode, seq2seq)
+    out = generate(model, prompt, max_new_tokens=50 if args.max_new_tokens is None else args.max_new_tokens,
                    repetition_penalty=args.repetition_penalty, length_penalty=args.length_penalty,
                    eos_token_id=[] if eos is None else eos,
                    stop_sequences=stop_sequences, seed=args.seed, use_cache=not args.no_cache, **mode)
@@ -146,3 +161,48 @@ def _continuation(tok, new_ids: list[int], eos: int | None, stops: list[str]) ->
         if s and s in text:
             text = text[:text.index(s)]
     return text
+
+
+def _read_schema(args):
+    """The JSON Schema of --json-schema, with the options it cannot be combined with refused."""
+    from lmlab.fileio import read_json
+    from lmlab.generate.json_schema import compile_schema
+
+    if args.num_beams > 1:
+        raise LmlabError("--json-schema works with sampling or greedy decoding, not beam search",
+                         "drop --num-beams")
+    if args.stop:
+        raise LmlabError("--json-schema ends each output when its document is complete and takes no --stop",
+                         "drop --stop")
+    schema = read_json(args.json_schema, "JSON Schema file")
+    return compile_schema(schema)     # errors on unsupported keywords before the model is loaded
+
+
+def _run_json(args, model, tok, prompt, schema, mode: dict, seq2seq: bool) -> int:
+    """Constrained decoding: print N documents, each valid against the schema, one per line."""
+    from lmlab.generate import generate
+    from lmlab.generate.constrained import JsonSchemaConstraint
+
+    cfg = model.config
+    max_new = args.max_new_tokens
+    if max_new is None:
+        max_new = 256
+        if getattr(cfg, "positions", None) == "learned" and not seq2seq:
+            max_new = max(1, min(max_new, cfg.max_positions - prompt.shape[1]))
+    eos = getattr(cfg, "eos_token_id", None)
+    eos = tok.eos_id if eos is None else eos
+    constraint = JsonSchemaConstraint(schema, tok, prompt_len=1 if seq2seq else prompt.shape[1],
+                                      max_new_tokens=max_new, eos_token_id=eos)
+    out = generate(model, prompt, max_new_tokens=max_new, repetition_penalty=args.repetition_penalty,
+                   eos_token_id=constraint.eos, seed=args.seed, use_cache=not args.no_cache,
+                   logits_processors=[constraint], **mode)
+    start = 1 if seq2seq else prompt.shape[1]
+    for i, row in enumerate(out):
+        text = constraint.text(row[start:].tolist())
+        try:
+            json.loads(text)
+        except ValueError:
+            raise LmlabError(f"internal error: constrained output {text!r} is not valid JSON",
+                             "please report it with the schema and the checkpoint") from None
+        print(json.dumps({"sample": i, "text": text}, ensure_ascii=False) if args.format == "jsonl" else text)
+    return 0

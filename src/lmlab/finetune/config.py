@@ -24,6 +24,7 @@ TASK_OPTION_FIELDS = ("max_length", "doc_stride", "max_answer_length", "lm_weigh
 class FinetuneConfig:
     lr: float = 5e-5
     batch_size: int = 32
+    group_by_length: bool = True          # batches of similar lengths (less padding); see epoch_batches
     eval_batch_size: int = 64
     epochs: int = 3
     max_steps: int | None = None          # stops early when set (and overrides epochs when larger)

@@ -9,7 +9,8 @@ One run (Devlin et al. 2019 sec. 4; Howard & Ruder 2018 for the warmup/decay sch
    prefix/prompt tuning, added to :data:`METHODS` by :mod:`lmlab.adapt`) freeze the body and add
    their own small modules;
 3. encode the training set once (:meth:`Task.features`); every epoch visit it in a new random
-   order (seeded) in batches padded to their longest member;
+   order (seeded) in batches padded to their longest member, grouped by length
+   (:func:`epoch_batches`);
 4. each step: forward, task loss, backward, clip the global gradient norm, AdamW step with the
    learning rate of this step (linear warmup to ``lr``, then linear decay to 0 at the last step);
 5. evaluate on dev at the end of every epoch (and every ``eval_every`` steps); keep the weights
@@ -57,6 +58,7 @@ TASK_FILE = "task.json"
 EVAL_FILE = "eval.json"
 METRICS_FILE = "metrics.jsonl"
 SUMMARY_FILE = "finetune.json"
+GROUP_BATCHES = 4
 
 
 # --------------------------------------------------------------------------- methods
@@ -134,6 +136,43 @@ def lr_at(step: int, total: int, warmup: int, lr: float) -> float:
     return lr * max(0.0, (total - step) / max(1, total - warmup))
 
 
+def make_optimizer(model: nn.Module, cfg: FinetuneConfig, device: torch.device) -> torch.optim.AdamW:
+    """AdamW over the trainable parameters (no decay on biases, norms, embeddings).
+
+    PyTorch's fused AdamW kernel is used where it exists (CPU and CUDA, float32): the same update,
+    about 10x faster than the default on CPU (a MiniLM step: 0.04 s instead of 0.43 s).
+    """
+    from lmlab.train.optim import param_groups
+
+    groups = param_groups([model], cfg.weight_decay)
+    try:
+        return torch.optim.AdamW(groups, lr=cfg.lr, betas=cfg.betas, fused=device.type in ("cpu", "cuda"))
+    except (RuntimeError, TypeError):
+        return torch.optim.AdamW(groups, lr=cfg.lr, betas=cfg.betas)
+
+
+def epoch_batches(lengths: Sequence[int], batch_size: int, gen: torch.Generator,
+                  group_by_length: bool = True) -> list[list[int]]:
+    """One epoch of batches (lists of feature indices) in a random order.
+
+    With ``group_by_length`` the shuffled features are cut into pools of ``GROUP_BATCHES``
+    batches, each pool sorted by length before being cut into batches, and the batches are
+    shuffled again: batches still mix random examples, but each holds similar lengths, so
+    padding to the longest member wastes less (SST-2, 500 sentences, batch 32: 10,340 padded
+    tokens instead of 19,776). Small pools keep batches varied (with pools of 16 batches, a small
+    run's batches were sorted almost perfectly by length, and results varied more).
+    """
+    order = torch.randperm(len(lengths), generator=gen).tolist()
+    if group_by_length:
+        pool = batch_size * GROUP_BATCHES
+        order = [i for k in range(0, len(order), pool)
+                 for i in sorted(order[k:k + pool], key=lambda j: -lengths[j])]
+    out = [order[k:k + batch_size] for k in range(0, len(order), batch_size)]
+    if group_by_length:
+        out = [out[i] for i in torch.randperm(len(out), generator=gen).tolist()]
+    return out
+
+
 def pick_device(name: str) -> torch.device:
     from lmlab.train.device import pick_device as _pick
 
@@ -204,9 +243,7 @@ def finetune(checkpoint, task: str | Task, train, dev, out: str | os.PathLike | 
     feats = task.features(train_ex, tok)
     pad = pad_id_of(tok, model)
 
-    from lmlab.train.optim import param_groups
-
-    optimizer = torch.optim.AdamW(param_groups([model], cfg.weight_decay), lr=cfg.lr, betas=cfg.betas)
+    optimizer = make_optimizer(model, cfg, device)
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     total_params = sum(p.numel() for p in model.parameters())
     steps_per_epoch = math.ceil(len(feats) / cfg.batch_size)
@@ -248,13 +285,14 @@ def finetune(checkpoint, task: str | Task, train, dev, out: str | os.PathLike | 
     bar = tqdm(total=total, desc=f"finetune {task.name}", unit="step", disable=not cfg.progress,
                dynamic_ncols=True, file=sys.stderr)
     gen = torch.Generator().manual_seed(cfg.seed)
+    lengths = [len(f["input_ids"]) for f in feats]
     model.train()
     step, t0, seen, run_loss, n_loss = 0, time.perf_counter(), 0, 0.0, 0
-    order: list[int] = []
+    order: list[list[int]] = []
     while step < total:
         if not order:
-            order = torch.randperm(len(feats), generator=gen).tolist()
-        idx, order = order[: cfg.batch_size], order[cfg.batch_size:]
+            order = epoch_batches(lengths, cfg.batch_size, gen, cfg.group_by_length)
+        idx, order = order[0], order[1:]
         batch = collate([feats[i] for i in idx], pad, device)
         lr = lr_at(step, total, warmup, cfg.lr)
         for g in optimizer.param_groups:

@@ -36,7 +36,7 @@ from collections.abc import Iterable, Sequence
 import torch
 
 from lmlab.errors import LmlabError
-from lmlab.generate.json_schema import CALL, OK, PASS, POP, AnyOf, Node, Root, compile_schema
+from lmlab.generate.json_schema import CALL, OK, PASS, POP, AnyOf, Node, Root, compile_schema, required_chars
 
 Stack = tuple  # of (node, state) frames, the root first
 
@@ -89,9 +89,17 @@ def _options(node: Node) -> list[Node]:
     return node.options if isinstance(node, AnyOf) else [node]
 
 
+_COST_CACHE: dict = {}
+
+
 def stack_cost(stack: Stack) -> int:
     """Bytes of the shortest text completing the document from ``stack`` (0 = complete)."""
-    return sum(node.finish_cost(state) for node, state in stack)
+    cost = _COST_CACHE.get(stack)
+    if cost is None:
+        if len(_COST_CACHE) > _CACHE_LIMIT:
+            _COST_CACHE.clear()
+        cost = _COST_CACHE[stack] = sum(node.finish_cost(state) for node, state in stack)
+    return cost
 
 
 def advance(stacks: Iterable[Stack], data: bytes) -> frozenset:
@@ -181,7 +189,7 @@ class _Walk:
 
     def __init__(self):
         self.stays: dict[int, int] = {}              # token id -> least cost of the frames left on top
-        self.pops: set[tuple[int, int | None]] = set()   # (trie node, byte the parent must still read)
+        self.pops: set[int] = set()                  # trie nodes where the top frame ended
 
 
 # --------------------------------------------------------------------------- the logits processor
@@ -212,6 +220,7 @@ class JsonSchemaConstraint:
         self.vocab_size = tokenizer.vocab_size
         self.surfaces = token_surfaces(tokenizer)
         self.tries = (_Trie(self.surfaces[0]), _Trie(self.surfaces[1]))
+        self._check_alphabet()
         self.start = initial_state(self.root)
         need = self.root.min_cost + 1
         if need > max_new_tokens:
@@ -220,6 +229,26 @@ class JsonSchemaConstraint:
         self._walks: dict = {}
         self._tables: dict = {}
         self._rows: dict[tuple, object] = {}
+
+    def _check_alphabet(self) -> None:
+        """Every character a forced completion may need must exist as a token (or one token per byte)."""
+        single = set()
+        for s in self.surfaces[1]:
+            if s is not None and len(s) <= 4:
+                text = s.decode("utf-8", "ignore")
+                if len(text) == 1 and text.encode() == s:
+                    single.add(text)
+        one_byte = {s[0] for s in self.surfaces[1] if s is not None and len(s) == 1}
+        missing = sorted(ch for ch in required_chars(self.root)
+                         if ch not in single and not all(b in one_byte for b in ch.encode()))
+        if not any(" " <= ch <= "~" and ch not in '"\\' for ch in single):
+            missing.append("a")
+        if missing:
+            chars = " ".join(repr(ch) for ch in missing[:12])
+            raise LmlabError(f"the tokenizer has no single-character token for {chars}, which constrained "
+                             "decoding needs to finish a document valid against this schema",
+                             "use a tokenizer that has them (byte-level BPE has every byte; train others on text "
+                             "that contains these characters)")
 
     # ----------------------------------------------------------------- per-row parser states
     def state_of(self, generated: Sequence[int]):
@@ -285,7 +314,7 @@ class JsonSchemaConstraint:
         trie = self.tries[0 if first else 1]
         best: dict[int, int] = {}
         for stack in state:
-            self._successor_costs(trie, first, 0, stack, None, stack_cost(stack[:-1]), best)
+            self._successor_costs(trie, first, 0, stack, stack_cost(stack[:-1]), best)
         ids = torch.tensor(list(best), dtype=torch.long)
         costs = torch.tensor(list(best.values()), dtype=torch.long)
         costs, order = torch.sort(costs, stable=True)
@@ -295,14 +324,15 @@ class JsonSchemaConstraint:
         self._tables[key] = table
         return table
 
-    def _successor_costs(self, trie: _Trie, first: bool, node: int, stack: Stack, pending: int | None,
-                         below: int, best: dict[int, int]) -> None:
+    def _successor_costs(self, trie: _Trie, first: bool, node: int, stack: Stack, below: int,
+                         best: dict[int, int]) -> None:
         """Add to ``best`` every token under trie ``node`` that ``stack`` accepts, with the cost it leaves.
 
-        ``below`` is the cost of every frame under the top one; ``pending`` a byte that the top
-        frame must read first (it was passed down by the frame above, e.g. a number's end).
+        ``below`` is the cost of every frame under the top one. Where the top frame ends, the
+        parent goes on reading from that trie node (a value that ends without consuming the byte,
+        a number, passes it to the parent; a parent never accepts a byte such a child consumes).
         """
-        walk = self._walk(trie, first, node, stack[-1], pending)
+        walk = self._walk(trie, first, node, stack[-1])
         for tok, cost in walk.stays.items():
             c = below + cost
             if c < best.get(tok, 1 << 30):
@@ -311,38 +341,35 @@ class JsonSchemaConstraint:
             return
         parent = stack[:-1]
         parent_below = stack_cost(parent[:-1])
-        for nid, byte in walk.pops:
-            if byte is None:               # the top frame popped exactly at the end of these tokens
-                c = stack_cost(parent)
-                for tok in trie.tokens[nid]:
-                    if c < best.get(tok, 1 << 30):
-                        best[tok] = c
-            self._successor_costs(trie, first, nid, parent, byte, parent_below, best)
+        c = stack_cost(parent)
+        for nid in walk.pops:
+            for tok in trie.tokens[nid]:   # tokens ending where the top frame ended
+                if c < best.get(tok, 1 << 30):
+                    best[tok] = c
+            self._successor_costs(trie, first, nid, parent, parent_below, best)
 
-    def _walk(self, trie: _Trie, first: bool, node: int, frame: tuple, pending: int | None) -> _Walk:
-        key = (first, node, frame, pending)
+    def _walk(self, trie: _Trie, first: bool, node: int, frame: tuple) -> _Walk:
+        key = (first, node, frame)
         hit = self._walks.get(key)
         if hit is not None:
             return hit
         walk = _Walk()
-        self._descend(trie, node, {(frame,)}, pending, walk)
+        self._descend(trie, node, {(frame,)}, walk)
         if len(self._walks) > 200_000:
             self._walks.clear()
         self._walks[key] = walk
         return walk
 
-    def _descend(self, trie: _Trie, node: int, stacks: set, only: int | None, walk: _Walk) -> None:
-        edges = trie.children[node].items() if only is None else (
-            [(only, trie.children[node][only])] if only in trie.children[node] else [])
-        for b, child in edges:
+    def _descend(self, trie: _Trie, node: int, stacks: set, walk: _Walk) -> None:
+        for b, child in trie.children[node].items():
             nxt: set = set()
             for s in stacks:
                 stays, popped, passed = feed_local(s, b)
                 nxt.update(stays)
                 if popped:
-                    walk.pops.add((child, None))
+                    walk.pops.add(child)
                 if passed:
-                    walk.pops.add((node, b))
+                    walk.pops.add(node)
             if nxt:
                 toks = trie.tokens[child]
                 if toks:
@@ -350,4 +377,4 @@ class JsonSchemaConstraint:
                     for tok in toks:
                         if cost < walk.stays.get(tok, 1 << 30):
                             walk.stays[tok] = cost
-                self._descend(trie, child, nxt, None, walk)
+                self._descend(trie, child, nxt, walk)

@@ -178,15 +178,51 @@ class Number(Node):
             raise LmlabError("no number satisfies the bounds", "check minimum/maximum")
         self.min_cost = cost
 
-    def feed(self, state: bytes, b: int) -> list[tuple]:
+    def feed(self, state, b: int) -> list[tuple]:
         if b in b"-.0123456789":
-            q = state + bytes((b,))
+            q = (state[0], state[1] + bytes((b,))) if isinstance(state, tuple) else state + bytes((b,))
             if self.finish_cost(q) is not None:
-                return [(OK, q)]
+                return [(OK, self._canonical(q))]
         return [(PASS,)] if self.finish_cost(state) == 0 else []
 
-    def _finish_cost(self, p: bytes) -> int | None:
+    def _canonical(self, q):
+        """Once every completion of ``q`` lies within the bounds, only the *shape* of ``q`` matters:
+        ``("free", shape)`` with every digit but a lone leading 0 written as 1. This keeps the
+        number of distinct parser states (and so of cached token tables) small."""
+        if isinstance(q, tuple):
+            q = q[1]
+        elif not self._always_within(q):
+            return q
+        shape = re.sub(rb"[1-9]", b"1", q)
+        shape = re.sub(rb"(?<=[0-9.])0", b"1", shape)
+        return ("free", shape)
+
+    def _always_within(self, p: bytes) -> bool:
+        m = self._SHAPE.fullmatch(p)
+        digits = m.group(2) if m else None
+        if digits is None:
+            return self.lo is None and self.hi is None
+        sign = -1 if m.group(1) else 1
+        frac = m.group(3)
+        top = Fraction(0 if self.integer else 1)       # what a fraction can still add
+        if frac is not None:
+            low = Fraction(p.lstrip(b"-").decode())
+            high = low + Fraction(1, 10 ** (len(frac) - 1))
+        elif digits == b"0":
+            low, high = Fraction(0), top
+        else:
+            room = MAX_INT_DIGITS - len(digits)
+            low, high = Fraction(int(digits)), Fraction((int(digits) + 1) * 10 ** room) - 1 + top
+        lo_v, hi_v = (low, high) if sign > 0 else (-high, -low)
+        if self.lo is not None and (lo_v < self.lo or (self.lo_excl and lo_v == self.lo)):
+            return False
+        return self.hi is None or hi_v < self.hi or (not self.hi_excl and hi_v == self.hi)
+
+    def _finish_cost(self, p) -> int | None:
         """Fewest bytes appended to ``p`` giving a number within bounds; None if impossible."""
+        free = isinstance(p, tuple)
+        if free:
+            p = p[1]
         if p == b"":
             costs = [c for c in (self._finish_cost_unsigned(b"", 1), self._plus1(self.finish_cost(b"-")))
                      if c is not None]
@@ -198,6 +234,8 @@ class Number(Node):
         frac = m.group(3)
         if len(digits) > MAX_INT_DIGITS or (frac is not None and len(frac) - 1 > MAX_FRAC_DIGITS):
             return None
+        if free:
+            return 1 if p.endswith((b".", b"-")) else 0
         return self._finish_cost_unsigned(p[1:] if m.group(1) else p, -1 if m.group(1) else 1)
 
     @staticmethod
@@ -206,6 +244,8 @@ class Number(Node):
 
     def _finish_cost_unsigned(self, p: bytes, sign: int) -> int | None:
         lo, hi, lo_x, hi_x = self.lo, self.hi, self.lo_excl, self.hi_excl
+        if lo is None and hi is None:     # unbounded: one more digit completes any prefix but "x."
+            return 1 if p == b"" or p.endswith(b".") else 0
         if sign < 0:   # bounds on the magnitude of a negative number
             lo, hi, lo_x, hi_x = (None if hi is None else -hi), (None if lo is None else -lo), hi_x, lo_x
         best = None
@@ -556,3 +596,47 @@ def accepts(node: Node, text: bytes) -> bool:
 
     stacks = advance({((Root(node), ("before", 0)),)}, text)
     return any(stack_cost(s) == 0 for s in stacks)
+
+
+def required_chars(node: Node) -> set[str]:
+    """Characters that the shortest completions of ``node``'s values may need, one at a time.
+
+    Constrained decoding writes a forced completion with single-character tokens, so the
+    tokenizer must have one for each of these (byte-level BPE has every byte).
+    """
+    out: set[int] = set()      # ASCII bytes
+    text: set[str] = set()     # characters of keys and literals
+    seen: set[int] = set()
+
+    def visit(n: Node) -> None:
+        if id(n) in seen:
+            return
+        seen.add(id(n))
+        if isinstance(n, Root):
+            visit(n.value)
+        elif isinstance(n, AnyOf):
+            for o in n.options:
+                visit(o)
+        elif isinstance(n, Literal):
+            for v in n.values:
+                text.update(v.decode())
+        elif isinstance(n, String):
+            out.add(QUOTE)
+        elif isinstance(n, Number):
+            out.update(b"0123456789")
+            if n.hi is not None and (n.hi < 0 or (n.hi == 0 and n.hi_excl)):
+                out.add(ord("-"))
+            if not n.integer and (n.lo is not None or n.hi is not None):
+                out.add(ord("."))          # a bounded number may need a fraction to fit
+        elif isinstance(n, Array):
+            out.update(b"[],")
+            visit(n.item)
+        elif isinstance(n, Object):
+            out.update(b"{},:")
+            for k in n.keys:
+                text.update(k.decode())
+            for v in n.values:
+                visit(v)
+
+    visit(node)
+    return text | {chr(b) for b in out}

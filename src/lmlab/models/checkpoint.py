@@ -165,6 +165,10 @@ def load_checkpoint(directory: str | os.PathLike, map_location: str | torch.devi
             raise LmlabError(
                 f"checkpoint config {directory / CONFIG_NAME} lacks {key!r}", "save the model again"
             )
+    if meta.get("quantization"):  # int8 weights (lmlab compress quantize)
+        from lmlab.adapt.quantize import load_quantized
+
+        return load_quantized(directory, map_location)
     config_dict = dict(meta["config"])
     config_dict.setdefault("family", meta["family"])
     config = config_from_dict(config_dict)

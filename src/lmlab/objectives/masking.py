@@ -52,11 +52,8 @@ def rand(shape, generator: torch.Generator, device=None) -> Tensor:
     return torch.rand(shape, generator=generator, device=generator.device).to(device)
 
 
-def randint(high: int | Tensor, shape, generator: torch.Generator, device=None) -> Tensor:
-    """Integers in ``[0, high)``; ``high`` may be a tensor (one bound per element of ``shape``)."""
-    if isinstance(high, Tensor):
-        u = rand(shape, generator, high.device)
-        return (u * high).long().clamp(max=high - 1).clamp(min=0).to(device)
+def randint(high: int, shape, generator: torch.Generator, device=None) -> Tensor:
+    """Integers in ``[0, high)`` drawn from ``generator`` (on its device), moved to ``device``."""
     return torch.randint(high, shape, generator=generator, device=generator.device).to(device)
 
 

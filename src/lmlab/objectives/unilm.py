@@ -86,7 +86,7 @@ class UniLM(MaskedLM):
 
     def sample_modes(self, rows: int, generator: torch.Generator) -> Tensor:
         """Mode of each row: 0 bidirectional, 1 left-to-right, 2 right-to-left, 3 seq-to-seq."""
-        u = rand((rows,), generator)
+        u = rand((rows,), generator, "cpu")
         return torch.searchsorted(self.cumulative, u, right=True).clamp(max=3)
 
     def prepare(self, batch: TokenBatch, generator: torch.Generator) -> dict[str, Tensor]:

@@ -248,6 +248,17 @@ def batches(items: Sequence, size: int) -> Iterator[Sequence]:
         yield items[i:i + size]
 
 
+def by_length(feats: Sequence[dict[str, Any]], size: int) -> Iterator[tuple[list[int], list[dict[str, Any]]]]:
+    """Batches of features of similar length for prediction: ``(their indices, the features)``.
+
+    Sorting by length before batching keeps padding small; callers put results back by index.
+    """
+    order = sorted(range(len(feats)), key=lambda i: len(feats[i]["input_ids"]))
+    for k in range(0, len(order), size):
+        idx = order[k:k + size]
+        yield idx, [feats[i] for i in idx]
+
+
 def model_device(model) -> torch.device:
     return next(model.parameters()).device
 

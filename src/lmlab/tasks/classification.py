@@ -20,7 +20,7 @@ from lmlab.errors import LmlabError
 from lmlab.tasks import metrics as M
 from lmlab.tasks.base import (
     Task,
-    batches,
+    by_length,
     check_tokenizer,
     collate,
     model_device,
@@ -73,11 +73,11 @@ class SequenceClassification(Task):
         tok = check_tokenizer(model)
         feats = self.features([Example(e.text, e.pair) for e in examples], tok)
         pad, dev = pad_id_of(tok, model), model_device(model)
-        out = []
-        for chunk in batches(feats, batch_size):
+        out = torch.zeros(len(feats), self.num_labels)
+        for idx, chunk in by_length(feats, batch_size):
             inputs = self.model_inputs(model, collate(chunk, pad, dev))
-            out.append(model(**inputs).logits.float().cpu())
-        return torch.cat(out)
+            out[idx] = model(**inputs).logits.float().cpu()
+        return out
 
     def predict(self, model, examples, batch_size=64) -> list[str]:
         return [self.labels[i] for i in self.logits(model, examples, batch_size).argmax(-1).tolist()]

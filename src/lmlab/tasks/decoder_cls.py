@@ -29,7 +29,7 @@ from lmlab.models.heads import causal_lm_loss
 from lmlab.tasks.base import (
     Task,
     attach_head,
-    batches,
+    by_length,
     check_architecture,
     check_tokenizer,
     collate,
@@ -128,12 +128,12 @@ class DecoderClassification(Task):
         tok = check_tokenizer(model)
         feats = self.features([Example(e.text, e.pair) for e in examples], tok)
         pad, dev = pad_id_of(tok, model), model_device(model)
-        out = []
-        for chunk in batches(feats, batch_size):
+        out = torch.zeros(len(feats), self.num_labels)
+        for idx, chunk in by_length(feats, batch_size):
             b = collate(chunk, pad, dev)
             res = model(b["input_ids"], attention_mask=b["attention_mask"], heads=("cls",))
-            out.append(res.extra["cls_logits"].float().cpu())
-        return torch.cat(out)
+            out[idx] = res.extra["cls_logits"].float().cpu()
+        return out
 
     def predict(self, model, examples, batch_size=64) -> list:
         logits = self.logits(model, examples, batch_size)

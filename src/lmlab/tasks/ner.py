@@ -18,7 +18,7 @@ from typing import Any
 from lmlab.tasks import metrics as M
 from lmlab.tasks.base import (
     Task,
-    batches,
+    by_length,
     check_tokenizer,
     collate,
     model_device,
@@ -92,12 +92,12 @@ class TokenClassification(Task):
         tok = check_tokenizer(model)
         feats = self.features([Example(e.text, None, None, e.where, e.extra) for e in examples], tok)
         pad, dev = pad_id_of(tok, model), model_device(model)
-        out = []
-        for chunk in batches(feats, batch_size):
+        out: list[list[str]] = [[] for _ in feats]
+        for idx, chunk in by_length(feats, batch_size):
             logits = model(**self.model_inputs(model, collate(chunk, pad, dev))).logits
             best = logits.argmax(-1).cpu().tolist()
-            for row, f in enumerate(chunk):
-                out.append(["O" if p is None else self.labels[best[row][p]] for p in f["word_starts"]])
+            for row, (i, f) in enumerate(zip(idx, chunk)):
+                out[i] = ["O" if p is None else self.labels[best[row][p]] for p in f["word_starts"]]
         return out
 
     def score(self, predictions, examples) -> dict[str, float]:

@@ -32,7 +32,7 @@ from lmlab.tasks import metrics as M
 from lmlab.tasks.base import (
     Task,
     attach_head,
-    batches,
+    by_length,
     check_architecture,
     check_tokenizer,
     collate,
@@ -142,12 +142,13 @@ class Text2Text(Task):
         self.end = self.end_id(tok, model)
         feats = self.features([Example(e.text, e.pair, None, e.where, e.extra) for e in examples], tok)
         pad, dev, end = pad_id_of(tok, model), model_device(model), self.end
-        out = []
-        for chunk in batches(feats, batch_size):
+        out = [""] * len(feats)
+        for idx, chunk in by_length(feats, batch_size):
             b = collate(chunk, pad, dev)
             seqs = generate(model, b["input_ids"], b["attention_mask"], eos_token_id=end, pad_token_id=pad,
                             max_new_tokens=self.options.max_target_length)
-            out += [tok.decode(row[1:], skip_special_tokens=True).strip() for row in seqs.tolist()]
+            for i, row in zip(idx, seqs.tolist()):
+                out[i] = tok.decode(row[1:], skip_special_tokens=True).strip()
         return out
 
     def predict(self, model, examples, batch_size=64) -> list:

@@ -64,6 +64,9 @@ class DataConfig:
     ``tokenizer``: a tokenizer directory, or a table ``{algo, vocab_size, input, ...}`` to train
     one (``input`` defaults to the train files; other keys are the algorithm's options).
     ``val_fraction``: when ``val`` is empty, send this fraction of the train documents to val.
+    ``cache_dir``: when set (or when ``$LMLAB_CACHE_DIR`` is), the trained tokenizer and the token
+    shards go to ``cache_dir/<hash of this [data] table>/`` instead of ``RUN_DIR/data/``, so runs
+    over the same data (a grid, the recipe tests) tokenise it once; stale entries are rebuilt.
     """
 
     train: list[str] = field(default_factory=list)
@@ -74,6 +77,7 @@ class DataConfig:
     encoding: str = "utf-8"
     append_eos: bool = False
     workers: int = 1
+    cache_dir: str = ""
 
 
 @dataclass

@@ -12,6 +12,8 @@ tokenising again.
 
 from __future__ import annotations
 
+import dataclasses
+
 import glob
 import os
 from collections.abc import Callable
@@ -102,7 +104,7 @@ def prepare_run_data(
     """Open (building first when ``build``) the train and val token shards of a run."""
     train_paths = resolve(cfg.train, "data.train")
     val_paths = resolve(cfg.val, "data.val") if cfg.val else []
-    data_dir = run_dir / "data"
+    data_dir = _data_dir(cfg, run_dir)
     tok_spec = cfg.tokenizer
     tokenizer = None
     tok_dir: Path | None = None
@@ -147,6 +149,19 @@ def prepare_run_data(
         )
     tokenizer = train.tokenizer()
     return RunData(train, val, tokenizer)
+
+
+def _data_dir(cfg: DataConfig, run_dir: Path) -> Path:
+    """``RUN_DIR/data``, or a shared cache entry keyed by the [data] table (see DataConfig)."""
+    import hashlib
+    import json
+
+    cache = cfg.cache_dir or os.environ.get("LMLAB_CACHE_DIR", "")
+    if not cache:
+        return run_dir / "data"
+    spec = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in ("cache_dir", "workers")}
+    key = hashlib.sha256(json.dumps(_jsonable(spec), sort_keys=True).encode()).hexdigest()[:16]
+    return Path(expand(cache)) / f"data-{key}"
 
 
 def _split_or_fail(directory: Path, split: str, message: str) -> TokenShards:

@@ -183,12 +183,14 @@ class Trainer:
 
         # model and objective
         self.objective = objective_cls(tok, **cfg.objective.params)
-        self.model_config = self._model_config(tok, self.data.train.vocab_size)
+        # the objective may have added tokens (T5 sentinels) to the tokenizer the shards were made with
+        self.model_config = self._model_config(tok, max(self.data.train.vocab_size, tok.vocab_size))
         from lmlab.models import build_model
 
         torch.manual_seed(t.seed)
         self.model = build_model(self.model_config, heads=objective_cls.heads or None)
         self.model.tokenizer = tok
+        self.objective.setup(self.model)  # objective-owned parts sized from the model (ELECTRA, SBO)
         self.model.to(self.machine.device)
         self.objective.to(self.machine.device)
         self.step_module = dist_.parallelize(

@@ -1,0 +1,261 @@
+"""Knowledge distillation: train a smaller student to imitate a (fine-tuned) teacher.
+
+Hinton, Vinyals & Dean 2015 ("Distilling the Knowledge in a Neural Network"): the teacher's
+output distribution softened by a temperature ``T``, ``p_T = softmax(z / T)``, carries more
+information per example than the one-hot label (which wrong classes are *almost* right). The
+student minimises a mix of the soft and the hard loss::
+
+    L = alpha · T² · KL(p_T^teacher ‖ p_T^student)  +  (1 - alpha) · CE(z^student, y)
+
+The ``T²`` keeps the soft term's gradients on the same scale as the hard term's when ``T``
+changes (the soft gradients shrink as ``1/T²``). KL is averaged over the rows that carry a
+prediction: examples for classification, selected positions for MLM (the lmlab MLM head returns
+logits only there, identically for teacher and student), and positions with a next-token label
+for causal LM heads. ``alpha=1`` is pure distillation, ``alpha=0`` ordinary training.
+
+Student (Sanh et al. 2019, "DistilBERT"): the teacher's architecture with fewer layers,
+initialised from the teacher, taking every k-th layer (``layers`` picks them explicitly), plus the
+teacher's embeddings, pooler and heads; or freshly initialised (``init="fresh"``).
+
+:func:`distillation_loss` is one step for any head (a batch of model inputs in, loss out) and
+:func:`distill` a whole run on an :mod:`lmlab.tasks` task (AdamW, linear warmup and decay).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from lmlab.errors import LmlabError
+
+IGNORE = -100
+
+
+def soft_target_loss(student_logits: Tensor, teacher_logits: Tensor, temperature: float = 2.0,
+                     mask: Tensor | None = None) -> Tensor:
+    """``T² · KL(softmax(t/T) ‖ softmax(s/T))`` summed over classes, averaged over rows.
+
+    Logits ``[..., C]``; ``mask`` (boolean, the leading shape) selects the rows that count.
+    """
+    if student_logits.shape != teacher_logits.shape:
+        raise LmlabError(f"student logits {tuple(student_logits.shape)} and teacher logits "
+                         f"{tuple(teacher_logits.shape)} differ in shape",
+                         "distil into a student with the same heads, labels and vocabulary as the teacher")
+    if temperature <= 0:
+        raise LmlabError(f"temperature must be > 0, got {temperature}", "e.g. temperature=2")
+    c = student_logits.shape[-1]
+    s, t = student_logits.reshape(-1, c).float(), teacher_logits.reshape(-1, c).float()
+    if mask is not None:
+        keep = mask.reshape(-1).bool()
+        s, t = s[keep], t[keep]
+    if s.shape[0] == 0:
+        return student_logits.sum() * 0.0
+    log_p_s = F.log_softmax(s / temperature, dim=-1)
+    log_p_t = F.log_softmax(t / temperature, dim=-1)
+    kl = (log_p_t.exp() * (log_p_t - log_p_s)).sum(-1).mean()
+    return kl * temperature**2
+
+
+def kd_loss(student_logits: Tensor, teacher_logits: Tensor, hard_loss: Tensor | None,
+            temperature: float = 2.0, alpha: float = 0.5, mask: Tensor | None = None) -> Tensor:
+    """``alpha · soft_target_loss + (1 - alpha) · hard_loss`` (``hard_loss`` may be None when alpha=1)."""
+    if not 0 <= alpha <= 1:
+        raise LmlabError(f"alpha must be in [0, 1], got {alpha}", "alpha is the weight of the soft loss, e.g. 0.5")
+    soft = soft_target_loss(student_logits, teacher_logits, temperature, mask) if alpha > 0 else 0.0
+    if alpha == 1:
+        return soft
+    if hard_loss is None:
+        raise LmlabError("the hard loss needs labels", "pass labels with the batch or use alpha=1")
+    return alpha * soft + (1 - alpha) * hard_loss
+
+
+def prediction_mask(model: nn.Module, logits: Tensor, inputs: dict[str, Tensor]) -> Tensor | None:
+    """Which rows of ``logits`` are predictions to imitate (None = all of them)."""
+    if logits.dim() != 3:
+        return None  # [B, C] classification, [N, V] MLM (already the selected positions)
+    labels, attn = inputs.get("labels"), inputs.get("attention_mask")
+    if getattr(model, "architecture", "") == "decoder" and "lm" in getattr(model, "head_names", ()):
+        # position i predicts token i+1: the last position predicts nothing
+        if labels is not None and labels.shape == logits.shape[:2]:
+            nxt = labels[:, 1:] != IGNORE
+        elif attn is not None:
+            nxt = attn[:, 1:].bool()
+        else:
+            nxt = torch.ones(logits.shape[0], logits.shape[1] - 1, dtype=torch.bool, device=logits.device)
+        return F.pad(nxt, (0, 1), value=False)
+    if labels is not None and labels.shape == logits.shape[:2]:
+        return labels != IGNORE
+    if attn is not None and attn.shape == logits.shape[:2]:
+        return attn.bool()
+    return None
+
+
+def distillation_loss(student: nn.Module, teacher: nn.Module, inputs: dict[str, Tensor],
+                      temperature: float = 2.0, alpha: float = 0.5) -> tuple[Tensor, dict[str, float]]:
+    """One distillation step's loss for any lmlab head (classification, token labels, MLM, LM).
+
+    ``inputs``: the keyword arguments of the models' forward, labels included (they give the hard
+    loss, the model's own). The teacher runs without gradients. Returns ``(loss, {"soft", "hard"})``.
+    """
+    if "span" in getattr(student, "head_names", ()):
+        raise LmlabError("distillation of extractive-QA (span) heads is not supported",
+                         "distil a classification, token-classification, MLM or LM head")
+    if not 0 <= alpha <= 1:
+        raise LmlabError(f"alpha must be in [0, 1], got {alpha}", "alpha is the weight of the soft loss, e.g. 0.5")
+    s_out = student(**inputs)
+    soft = torch.zeros((), device=s_out.logits.device)
+    if alpha > 0:  # alpha = 0 (hard labels only) needs no teacher
+        with torch.no_grad():
+            t_out = teacher(**inputs)
+        mask = prediction_mask(student, s_out.logits, inputs)
+        soft = soft_target_loss(s_out.logits, t_out.logits, temperature, mask)
+    if alpha < 1 and s_out.loss is None:
+        raise LmlabError("the hard loss needs labels", "pass labels with the batch or use alpha=1")
+    loss = soft if alpha == 1 else alpha * soft + (1 - alpha) * s_out.loss
+    hard = float(s_out.loss.detach()) if s_out.loss is not None else float("nan")
+    return loss, {"soft": float(soft), "hard": hard}
+
+
+# --------------------------------------------------------------------------- student
+
+
+def student_layers(n_teacher: int, n_student: int) -> list[int]:
+    """Every k-th teacher layer, DistilBERT-style: ``[0, k, 2k, ...]`` with ``k = n_teacher / n_student``."""
+    if not 1 <= n_student <= n_teacher:
+        raise LmlabError(f"a student needs between 1 and {n_teacher} layers, got {n_student}",
+                         f"choose --layers in 1..{n_teacher}")
+    return [i * n_teacher // n_student for i in range(n_student)]
+
+
+def make_student(teacher: nn.Module, n_layers: int | None = None, layers: Sequence[int] | None = None,
+                 init: str = "teacher", seed: int = 0) -> nn.Module:
+    """A copy of ``teacher``'s architecture with fewer layers (same heads, vocabulary, tokenizer).
+
+    ``layers``: teacher layer indices to copy (default :func:`student_layers`); ``init="teacher"``
+    copies those layers, the embeddings, pooler and heads; ``"fresh"`` keeps the new random weights.
+    """
+    from lmlab.models import build_model
+
+    arch = getattr(teacher, "architecture", "")
+    if arch not in ("encoder", "decoder"):
+        raise LmlabError(f"cannot build a student for a {arch or type(teacher).__name__} model",
+                         "distil an encoder or decoder Transformer")
+    if init not in ("teacher", "fresh"):
+        raise LmlabError(f"unknown student init {init!r}", "use 'teacher' or 'fresh'")
+    cfg = teacher.config
+    if layers is None:
+        layers = student_layers(cfg.n_layers, n_layers or max(1, cfg.n_layers // 2))
+    layers = list(layers)
+    bad = [i for i in layers if not 0 <= i < cfg.n_layers]
+    if not layers or bad:
+        raise LmlabError(f"student layers {layers} are not layers of the {cfg.n_layers}-layer teacher",
+                         f"pick indices in 0..{cfg.n_layers - 1}")
+    torch.manual_seed(seed)
+    student = build_model(dataclasses.replace(cfg, n_layers=len(layers)).validate(),
+                          heads=tuple(teacher.head_names), architecture=arch)
+    if init == "teacher":
+        shared = getattr(cfg, "layer_groups", None)  # ALBERT: blocks are shared, copy them as they are
+        src_of = {i: i for i in range(len(student.layers))} if shared else dict(enumerate(layers))
+        t_state, state = teacher.state_dict(), {}
+        for key, value in student.state_dict().items():
+            src = key
+            if key.startswith("layers."):
+                _, i, rest = key.split(".", 2)
+                src = f"layers.{src_of[int(i)]}.{rest}"
+            if src in t_state and t_state[src].shape == value.shape:
+                state[key] = t_state[src]
+        student.load_state_dict(state, strict=False)
+        if hasattr(student, "tie_weights"):
+            student.tie_weights()
+    student.tokenizer = getattr(teacher, "tokenizer", None)
+    return student.to(next(teacher.parameters()).device)
+
+
+# --------------------------------------------------------------------------- a task run
+
+
+@dataclass
+class DistillResult:
+    student: nn.Module
+    steps: int
+    metrics: dict[str, float] | None          # dev metrics of the student at the end (when dev given)
+    history: list[dict[str, Any]] = field(default_factory=list)
+    elapsed_s: float = 0.0
+
+
+def distill(teacher: nn.Module, student: nn.Module, task, train: Sequence, dev: Sequence | None = None, *,
+            steps: int = 1000, batch_size: int = 32, lr: float = 5e-5, weight_decay: float = 0.01,
+            warmup_ratio: float = 0.1, temperature: float = 2.0, alpha: float = 0.5, grad_clip: float = 1.0,
+            seed: int = 0, log_every: int = 50, log: Callable[[str], None] | None = None) -> DistillResult:
+    """Train ``student`` on ``task`` (an :class:`lmlab.tasks.Task` whose labels are fitted) from the
+    ``teacher``'s soft targets and the hard labels of ``train`` (lists of Examples).
+
+    ``alpha=0`` trains on the hard labels only (the baseline the distillation must beat).
+    """
+    from lmlab.finetune import lr_at
+    from lmlab.tasks import check_tokenizer, collate
+    from lmlab.tasks.base import pad_id_of
+    from lmlab.train.optim import param_groups
+
+    if steps < 1 or batch_size < 1:
+        raise LmlabError("steps and batch_size must be positive", "e.g. steps=1000, batch_size=32")
+    tok = check_tokenizer(student)
+    t_tok = getattr(teacher, "tokenizer", None)
+    if t_tok is not None and t_tok.vocab_size != tok.vocab_size:
+        raise LmlabError("teacher and student tokenizers differ", "build the student with make_student(teacher)")
+    feats = task.features(list(train), tok)
+    if not feats:
+        raise LmlabError("no training examples to distil on", "pass a non-empty training file")
+    pad = pad_id_of(tok, student)
+    device = next(student.parameters()).device
+    torch.manual_seed(seed)
+    gen = torch.Generator().manual_seed(seed)
+    opt = torch.optim.AdamW(param_groups([student], weight_decay), lr=lr)
+    warmup = round(warmup_ratio * steps)
+    teacher.eval()
+    student.train()
+    history, order, t0 = [], [], time.perf_counter()
+    say = log or (lambda msg: None)
+    for step in range(steps):
+        if not order:
+            order = torch.randperm(len(feats), generator=gen).tolist()
+        idx, order = order[:batch_size], order[batch_size:]
+        inputs = task.model_inputs(student, collate([feats[i] for i in idx], pad, device))
+        for g in opt.param_groups:
+            g["lr"] = lr_at(step, steps, warmup, lr)
+        loss, parts = distillation_loss(student, teacher, inputs, temperature, alpha)
+        if not torch.isfinite(loss):
+            raise LmlabError(f"the distillation loss became {loss.item()} at step {step}", "lower the learning rate")
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_([p for p in student.parameters() if p.grad is not None],
+                                       grad_clip if grad_clip > 0 else math.inf)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        if (step + 1) % log_every == 0 or step + 1 == steps:
+            row = {"step": step + 1, "loss": float(loss.detach()), **parts}
+            history.append(row)
+            say(f"distill step {step + 1}/{steps}: loss {row['loss']:.4f} (soft {parts['soft']:.4f}, "
+                f"hard {parts['hard']:.4f})")
+    student.eval()
+    metrics = task.evaluate(student, list(dev)) if dev else None
+    return DistillResult(student, steps, metrics, history, time.perf_counter() - t0)
+
+
+def agreement(task, a: nn.Module, b: nn.Module, examples: Sequence) -> float:
+    """Share of ``examples`` on which two models predict the same label."""
+    was = a.training, b.training
+    a.eval(), b.eval()
+    try:
+        with torch.no_grad():
+            pa, pb = task.predict(a, list(examples)), task.predict(b, list(examples))
+    finally:
+        a.train(was[0]), b.train(was[1])
+    return sum(x == y for x, y in zip(pa, pb)) / max(1, len(pa))

@@ -1,0 +1,188 @@
+"""Zero-, one- and few-shot evaluation of a decoder (Brown et al. 2020, "Language Models are Few-Shot Learners").
+
+No weights change: the task is shown in the prompt (:mod:`lmlab.icl.prompts`) and the model's
+answer is read off in one of two ways:
+
+* **label likelihood** (classification, multiple choice): for each candidate label ``y``,
+  ``log p(continuation(y) | prompt) = sum_t log p(c_t | prompt, c_<t)`` over the continuation's
+  tokens; the prediction is the label with the largest sum (``scoring="likelihood"``) or the
+  largest mean per token (``"likelihood-mean"``, which does not favour short labels). The prompt
+  and continuation are tokenised together and split where the prompt's own tokens end, as the
+  LM evaluation harness does, so the tokens are the ones the model would see in running text.
+* **generation** (``scoring="generate"``, completion tasks): greedy decoding after the prompt,
+  cut at the line separator; correct when it equals the answer after :func:`normalize_answer`.
+
+The demonstrations for each query are drawn at random (seeded) from the ``shots`` pool, never
+the query itself, as in GPT-3's evaluation.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import string
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from lmlab.errors import LmlabError
+from lmlab.icl.prompts import PromptTemplate
+
+SCORINGS = ("likelihood", "likelihood-mean", "generate")
+
+
+def normalize_answer(text: str) -> str:
+    """Lower case, punctuation at either end removed, whitespace collapsed."""
+    text = " ".join(text.lower().split())
+    return text.strip(string.punctuation + " ")
+
+
+def _ids(tokenizer, text: str) -> list[int]:
+    return tokenizer.encode(text)
+
+
+def _split_ids(tokenizer, prompt: str, continuation: str) -> tuple[list[int], list[int]]:
+    """(prompt ids, continuation ids): the joint tokenisation split after the prompt's tokens."""
+    ctx = _ids(tokenizer, prompt)
+    full = _ids(tokenizer, prompt + continuation)
+    if full[:len(ctx)] == ctx and len(full) > len(ctx):
+        return ctx, full[len(ctx):]
+    return ctx, _ids(tokenizer, continuation)      # a token straddles the boundary: encode apart
+
+
+def _prefix(tokenizer) -> list[int]:
+    bos = tokenizer.bos_id
+    return [bos] if bos is not None else []
+
+
+@torch.no_grad()
+def continuation_logprobs(model, tokenizer, prompt: str, continuations: Sequence[str]) -> list[tuple[float, int]]:
+    """``(sum of log-probabilities, number of tokens)`` of each continuation after ``prompt``.
+
+    All continuations run in one right-padded batch (causal attention: padding after a sequence
+    never affects it). Prompts longer than a model with learned positions can read are cut
+    from the left.
+    """
+    rows, spans = [], []
+    limit = getattr(model.config, "max_positions", None) if getattr(model.config, "positions", "") == "learned" else None
+    for cont in continuations:
+        ctx, tail = _split_ids(tokenizer, prompt, cont)
+        if not tail:
+            raise LmlabError(f"continuation {cont!r} encodes to no tokens", "use non-empty labels")
+        seq = _prefix(tokenizer) + ctx + tail
+        if limit is not None and len(seq) > limit:
+            seq = seq[len(seq) - limit:]
+        rows.append(seq)
+        spans.append(len(tail))
+    width = max(len(r) for r in rows)
+    pad = tokenizer.pad_id if tokenizer.pad_id is not None else 0
+    device = next(model.parameters()).device
+    batch = torch.tensor([r + [pad] * (width - len(r)) for r in rows], device=device)
+    was_training = model.training
+    model.eval()
+    try:
+        logp = model(input_ids=batch).logits.float().log_softmax(dim=-1)
+    finally:
+        model.train(was_training)
+    out = []
+    for i, (row, n) in enumerate(zip(rows, spans)):
+        start = len(row) - n                      # first continuation position
+        targets = torch.tensor(row[start:], device=device)
+        picked = logp[i, start - 1:len(row) - 1].gather(1, targets[:, None])
+        out.append((float(picked.sum()), n))
+    return out
+
+
+def _pairs(examples, what: str) -> list[tuple[str, str]]:
+    out = []
+    for i, ex in enumerate(examples):
+        if isinstance(ex, dict):
+            ex = (ex.get("input"), ex.get("answer"))
+        if not (isinstance(ex, (tuple, list)) and len(ex) == 2 and all(isinstance(v, str) for v in ex)):
+            raise LmlabError(f"{what} item {i} is not an (input, answer) pair of strings: {ex!r}",
+                             "pass [(text, answer), ...] or [{'input': ..., 'answer': ...}, ...]")
+        out.append((ex[0], ex[1]))
+    return out
+
+
+def evaluate_icl(model, tokenizer, task_examples, shots, k: int, template: PromptTemplate | None = None,
+                 scoring: str = "likelihood", *, labels: Sequence[str] | None = None, seed: int = 0,
+                 max_new_tokens: int | None = None) -> dict[str, Any]:
+    """Accuracy of ``model`` on ``task_examples`` given ``k`` demonstrations from ``shots``.
+
+    Args:
+        task_examples: ``(input, answer)`` pairs (or dicts with ``input``/``answer``) to score.
+        shots: the pool demonstrations are drawn from (e.g. the training split).
+        k: demonstrations per prompt; 0 = zero-shot (description and query only).
+        template: the prompt format (default: no description, ``"{input} => {answer}"``).
+        scoring: ``"likelihood"`` (sum of label log-probs), ``"likelihood-mean"`` (per token) or
+            ``"generate"`` (greedy generation compared after :func:`normalize_answer`).
+        labels: candidate answers for likelihood scoring (default: every answer seen in
+            ``task_examples`` and ``shots``).
+        seed: draws the demonstrations (per query, reproducibly).
+        max_new_tokens: generation length (default: the longest answer's tokens + 2).
+
+    Returns:
+        ``{"accuracy", "correct", "n", "k", "scoring", "predictions"}``.
+    """
+    if getattr(model, "architecture", "") != "decoder":
+        raise LmlabError("in-context learning needs a decoder (a left-to-right language model)",
+                         "use a gpt2 or llama checkpoint")
+    if scoring not in SCORINGS:
+        raise LmlabError(f"unknown scoring {scoring!r}", f"use one of {', '.join(SCORINGS)}")
+    examples = _pairs(task_examples, "task_examples")
+    pool = _pairs(shots, "shots")
+    if not examples:
+        raise LmlabError("no task examples to evaluate", "pass at least one (input, answer) pair")
+    if not isinstance(k, int) or k < 0:
+        raise LmlabError(f"k must be a non-negative integer, got {k!r}", "0 = zero-shot, e.g. k=4")
+    if k > len(pool):
+        raise LmlabError(f"k={k} demonstrations requested but the shots pool has {len(pool)}", "lower k")
+    template = template or PromptTemplate()
+    if scoring != "generate":
+        labels = list(dict.fromkeys(labels if labels is not None else [a for _, a in examples + pool]))
+        if len(labels) < 2:
+            raise LmlabError("likelihood scoring needs at least two candidate labels", "pass labels=[...]")
+    rng = random.Random(seed)
+    predictions, correct = [], 0
+    for x, y in examples:
+        others = [s for s in pool if s != (x, y)]
+        demos = rng.sample(others, min(k, len(others)))
+        prompt = template.build(demos, x)
+        if scoring == "generate":
+            pred = _generate_answer(model, tokenizer, template, prompt, x, examples, max_new_tokens)
+            hit = normalize_answer(pred) == normalize_answer(y)
+        else:
+            scores = continuation_logprobs(model, tokenizer, prompt, [template.continuation(x, lab) for lab in labels])
+            values = [s / n if scoring == "likelihood-mean" else s for s, n in scores]
+            pred = labels[max(range(len(labels)), key=values.__getitem__)]
+            hit = pred == y
+        predictions.append(pred)
+        correct += int(hit)
+    return {"accuracy": correct / len(examples), "correct": correct, "n": len(examples), "k": k,
+            "scoring": scoring, "predictions": predictions}
+
+
+def _generate_answer(model, tokenizer, template: PromptTemplate, prompt: str, x: str,
+                     examples: Sequence[tuple[str, str]], max_new_tokens: int | None) -> str:
+    from lmlab.generate import generate
+
+    if max_new_tokens is None:
+        max_new_tokens = max(len(_ids(tokenizer, template.continuation(a, b))) for a, b in examples) + 2
+    ids = _prefix(tokenizer) + _ids(tokenizer, prompt)
+    limit = getattr(model.config, "max_positions", None) if getattr(model.config, "positions", "") == "learned" else None
+    if limit is not None and len(ids) + max_new_tokens > limit:
+        ids = ids[len(ids) + max_new_tokens - limit:]
+    device = next(model.parameters()).device
+    eos = tokenizer.eos_id
+    out = generate(model, torch.tensor([ids], device=device), max_new_tokens=max_new_tokens,
+                   eos_token_id=[] if eos is None else eos)
+    new = out[0, len(ids):].tolist()
+    if eos is not None and eos in new:
+        new = new[:new.index(eos)]
+    text = tokenizer.decode(new, skip_special_tokens=True)
+    sep = template.separator
+    if sep and sep in text:
+        text = text[:text.index(sep)]
+    return re.sub(r"\s+", " ", text).strip()

@@ -1,0 +1,188 @@
+"""Reading a series of training runs as scaling-law data points ``(N, D, loss)``.
+
+A run directory is what ``lmlab pretrain`` writes (docs/training.md): ``summary.json`` (final
+``val_loss``, ``tokens``, ``parameters``), ``metrics.jsonl`` (one row per logged step; evaluation
+rows carry ``val_loss``) and ``checkpoints/step_N/config.json`` (the model config). The loss is
+the final validation loss (summary.json, else the last ``val_loss`` row of metrics.jsonl, whose
+``tokens`` is then ``D``).
+
+``N`` is either every parameter (``total``: the model's own count, as Chinchilla counts) or the
+non-embedding parameters (Kaplan et al. 2020, §2.1: they give cleaner laws at small sizes, where
+the vocabulary's embedding is a large, slowly-learning share of the model). ``auto`` uses
+non-embedding when every run has a checkpoint config to count it from, else total.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from lmlab.errors import LmlabError
+from lmlab.fileio import read_json
+
+__all__ = ["COUNTS", "RunPoint", "read_run", "read_runs"]
+
+COUNTS = ("auto", "non-embedding", "total")
+
+
+@dataclass(frozen=True)
+class RunPoint:
+    """One run: ``n_params`` parameters trained on ``n_tokens`` tokens reached ``loss``."""
+
+    name: str
+    n_params: float
+    n_tokens: float
+    loss: float
+
+    @property
+    def flops(self) -> float:
+        """Training compute by the rule of thumb ``C = 6·N·D``."""
+        return 6.0 * self.n_params * self.n_tokens
+
+
+def _is_run_dir(p: Path) -> bool:
+    return (p / "summary.json").is_file() or (p / "metrics.jsonl").is_file()
+
+
+def _last_val_row(path: Path) -> dict | None:
+    last = None
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                raise LmlabError(
+                    f"{path} line {lineno} is not JSON",
+                    "the run's metrics log is corrupt; re-run or --resume the run",
+                ) from None
+            if isinstance(row, dict) and row.get("val_loss") is not None:
+                last = row
+    return last
+
+
+def _checkpoint_config(run: Path, summary: dict) -> dict | None:
+    """The model section of the newest checkpoint's config.json, if the run has one."""
+    dirs = []
+    ck = run / "checkpoints"
+    if ck.is_dir():
+        steps = [(int(m.group(1)), d) for d in ck.iterdir() if (m := re.fullmatch(r"step_(\d+)", d.name))]
+        dirs = [d for _, d in sorted(steps, reverse=True)]
+    if summary.get("checkpoint"):
+        dirs.append(Path(summary["checkpoint"]))
+    for d in dirs:
+        if (d / "config.json").is_file():
+            meta = read_json(d / "config.json", "checkpoint config")
+            if isinstance(meta, dict) and isinstance(meta.get("config"), dict):
+                return meta
+    return None
+
+
+def _count_from_config(meta: dict, where: Path):
+    """(total, embedding) parameters of a checkpoint's model config."""
+    from lmlab.models.config import config_from_dict
+    from lmlab.models.flops import count_parameters
+
+    cfg_dict = dict(meta["config"])
+    cfg_dict.setdefault("family", meta.get("family"))
+    cfg = config_from_dict(cfg_dict)
+    heads = tuple(meta.get("heads") or ()) or None
+    try:
+        pc = count_parameters(cfg, heads)
+    except LmlabError:
+        try:
+            pc = count_parameters(cfg)  # heads count_parameters does not know: the pretraining ones
+        except LmlabError as e:
+            raise LmlabError(
+                f"cannot count the parameters of run {where} ({e})", "pass --params total"
+            ) from None
+    return pc.total, pc.embedding
+
+
+def read_run(path: str | os.PathLike, count: str = "total") -> RunPoint:
+    """One run directory as a :class:`RunPoint`; ``count`` is ``total`` or ``non-embedding``."""
+    run = Path(path)
+    if not run.is_dir():
+        raise LmlabError(f"run directory {run} does not exist", "pass directories written by lmlab pretrain")
+    if not _is_run_dir(run):
+        raise LmlabError(
+            f"{run} is not a run directory (no summary.json or metrics.jsonl)",
+            "pass directories written by lmlab pretrain",
+        )
+    summary = read_json(run / "summary.json", "run summary") if (run / "summary.json").is_file() else {}
+    if not isinstance(summary, dict):
+        raise LmlabError(f"{run / 'summary.json'} is not a JSON object", "re-run or --resume the run")
+    loss, tokens = summary.get("val_loss"), summary.get("tokens")
+    if loss is None and (run / "metrics.jsonl").is_file():
+        row = _last_val_row(run / "metrics.jsonl")
+        if row is not None:
+            loss, tokens = row["val_loss"], row.get("tokens", tokens)
+    if loss is None:
+        raise LmlabError(
+            f"run {run} has no validation loss",
+            "train it with evaluation on (train.eval_every, eval_batches > 0) or leave it out",
+        )
+    if tokens is None:
+        raise LmlabError(
+            f"run {run} does not say how many tokens it trained on", "re-run it with lmlab pretrain"
+        )
+
+    meta = _checkpoint_config(run, summary)
+    total = summary.get("parameters")
+    embedding = None
+    if meta is not None and (count == "non-embedding" or total is None):
+        cfg_total, embedding = _count_from_config(meta, run)
+        total = total if total is not None else cfg_total
+    if total is None:
+        raise LmlabError(
+            f"run {run} has no parameter count (summary.json 'parameters' or a checkpoint config)",
+            "re-run it with lmlab pretrain",
+        )
+    if count == "non-embedding":
+        if embedding is None:
+            raise LmlabError(
+                f"run {run} has no checkpoint config to count non-embedding parameters", "pass --params total"
+            )
+        n = total - embedding
+    elif count == "total":
+        n = total
+    else:
+        raise LmlabError(f"unknown parameter count {count!r}", "choose total or non-embedding")
+    for what, v in (("validation loss", loss), ("tokens", tokens), ("parameters", n)):
+        if not isinstance(v, (int, float)) or isinstance(v, bool) or not v > 0 or v != v or v == float("inf"):
+            raise LmlabError(
+                f"run {run} has {what} {v!r}; it must be a positive number",
+                "leave out runs that diverged or never trained",
+            )
+    return RunPoint(str(run), float(n), float(tokens), float(loss))
+
+
+def read_runs(paths: list[str | os.PathLike], count: str = "auto") -> tuple[list[RunPoint], str]:
+    """Read runs (a directory holding run directories stands for all of them); return them and the
+    parameter count used (``auto`` resolved)."""
+    if count not in COUNTS:
+        raise LmlabError(f"unknown parameter count {count!r}", f"choose one of: {', '.join(COUNTS)}")
+    if not paths:
+        raise LmlabError("no runs given", "pass the run directories of lmlab pretrain, e.g. runs/*")
+    dirs: list[Path] = []
+    for p in map(Path, paths):
+        if p.is_dir() and not _is_run_dir(p):
+            children = sorted(c for c in p.iterdir() if c.is_dir() and _is_run_dir(c))
+            if children:
+                dirs.extend(children)
+                continue
+        dirs.append(p)
+    if count == "auto":
+        has_config = all(_checkpoint_config(d, _summary_or_empty(d)) is not None for d in dirs if d.is_dir())
+        count = "non-embedding" if has_config else "total"
+    return [read_run(d, count) for d in dirs], count
+
+
+def _summary_or_empty(run: Path) -> dict:
+    s = run / "summary.json"
+    data = read_json(s, "run summary") if s.is_file() else {}
+    return data if isinstance(data, dict) else {}

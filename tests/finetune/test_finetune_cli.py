@@ -1,0 +1,66 @@
+"""`lmlab finetune` / `lmlab evaluate` from the command line, and their one-line errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from lmlab.cli import main
+from lmlab.models import build_model, get_preset
+from lmlab.tokenizers import load_tokenizer
+
+
+@pytest.fixture(scope="module")
+def ckpt(minilm_dir, tmp_path_factory):
+    torch.manual_seed(0)
+    model = build_model(get_preset("bert-tiny", vocab_size=30522))
+    d = tmp_path_factory.mktemp("ck") / "bert-tiny"
+    model.save(d, tokenizer=load_tokenizer(minilm_dir))
+    return d
+
+
+def test_finetune_then_evaluate_print_the_same_json(ckpt, data_dir, tmp_path, capsys):
+    g = data_dir / "glue" / "cola"
+    out = tmp_path / "ft"
+    rc = main(["finetune", "--checkpoint", str(ckpt), "--task", "cola", "--train", str(g / "train.tsv"),
+               "--dev", str(g / "dev_in_domain.tsv"), "--out", str(out), "--epochs", "1",
+               "--batch-size", "16", "--max-train-examples", "64", "--max-eval-examples", "48",
+               "--no-progress"])
+    assert rc == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert set(printed) == {"accuracy", "matthews_corr"}
+    assert printed == json.loads((out / "eval.json").read_text())
+    rc = main(["evaluate", "--checkpoint", str(out), "--task", "cola", "--data", str(g / "dev_in_domain.tsv"),
+               "--max-examples", "48"])
+    assert rc == 0 and json.loads(capsys.readouterr().out) == printed
+
+
+def test_bad_line_is_one_line_error_or_skipped(ckpt, tmp_path, capsys):
+    train = tmp_path / "train.tsv"
+    train.write_text("sentence\tlabel\ngood\t1\nbad\t0\nbroken line without label\nfine\t1\nawful\t0\n")
+    args = ["finetune", "--checkpoint", str(ckpt), "--task", "sst2", "--train", str(train),
+            "--dev", str(train), "--out", str(tmp_path / "o"), "--max-steps", "1", "--no-progress"]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and "train.tsv line 4: expected 2 tab-separated fields" in err
+    assert "--on-bad-line skip" in err and "\n" not in err
+    assert main(args + ["--on-bad-line", "skip"]) == 0
+    assert "skipping" in capsys.readouterr().err
+
+
+def test_cli_errors_are_one_line(ckpt, data_dir, tmp_path, capsys):
+    g = data_dir / "glue" / "sst2"
+    assert main(["evaluate", "--checkpoint", str(ckpt), "--data", str(g / "dev.tsv")]) == 2
+    assert "not a fine-tuned checkpoint" in capsys.readouterr().err
+    assert main(["finetune", "--checkpoint", str(ckpt), "--task", "nope", "--train", str(g / "dev.tsv"),
+                 "--dev", str(g / "dev.tsv"), "--out", str(tmp_path / "x")]) == 2
+    assert "unknown task 'nope'" in capsys.readouterr().err
+    assert main(["finetune", "--checkpoint", str(ckpt), "--task", "sst2", "--train", str(g / "dev.tsv"),
+                 "--dev", str(g / "dev.tsv"), "--out", str(tmp_path / "x"), "--method-option", "rank"]) == 2
+    assert "is not KEY=VALUE" in capsys.readouterr().err
+    assert main(["finetune", "--checkpoint", str(ckpt), "--task", "sst2", "--train", str(g / "dev.tsv"),
+                 "--dev", str(g / "dev.tsv"), "--out", str(tmp_path / "x"), "--tokenizer",
+                 str(tmp_path / "missing")]) == 2
+    assert "does not exist" in capsys.readouterr().err

@@ -1,0 +1,105 @@
+"""`lmlab scale plan`: C = 6·N·D with D = r·N (Chinchilla), and a concrete shape near N."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from lmlab.cli import main
+from lmlab.errors import LmlabError
+from lmlab.models import build_model
+from lmlab.models.flops import count_parameters
+from lmlab.scaling import compute_optimal, plan
+
+
+@pytest.mark.parametrize("flops", [1e15, 1.2e17, 5.76e23])
+def test_golden_arithmetic(flops):
+    n, d = compute_optimal(flops)
+    assert n == pytest.approx(math.sqrt(flops / 120), rel=1e-12)  # 6·N·(20·N) = C
+    assert d == pytest.approx(20 * n, rel=1e-12)
+    assert 6 * n * d == pytest.approx(flops, rel=1e-12)
+
+
+def test_golden_cases_by_hand():
+    n, d = compute_optimal(1.2e17)  # sqrt(1e15)
+    assert n == pytest.approx(31_622_776.6, abs=1) and d == pytest.approx(632_455_532, abs=1)
+    n, d = compute_optimal(5.88e23)  # Chinchilla: 70B parameters, 1.4T tokens
+    assert n == pytest.approx(70e9, rel=1e-9) and d == pytest.approx(1.4e12, rel=1e-9)
+    n, d = compute_optimal(6e18, tokens_per_param=100)  # 6·N·100·N = 6e18 -> N = 1e8
+    assert n == pytest.approx(1e8, rel=1e-12) and d == pytest.approx(1e10, rel=1e-12)
+
+
+@pytest.mark.parametrize("arch,flops", [("gpt2", 1.2e17), ("llama", 1e19), ("bert", 1e18), ("t5", 1e19)])
+def test_shape_is_close_to_n_with_the_family_aspect_ratio(arch, flops):
+    p = plan(flops, arch=arch)
+    c = p.config
+    assert c.family == arch
+    assert abs(p.shape_params / p.n_params - 1) < 0.10
+    assert p.shape_params == count_parameters(c).total
+    assert 32 <= c.d_model / c.n_layers <= 128  # the -base presets' 64, within the search's range
+    assert c.d_model % c.n_heads == 0 and (c.d_model // c.n_heads == 64 or c.n_heads == 4)
+    assert p.tokens_for_budget * p.exact_flops / p.n_tokens == pytest.approx(flops, rel=1e-9)
+
+
+def test_shape_count_equals_the_built_model():
+    p = plan(3e14, arch="llama", vocab_size=1000, seq_len=128)
+    assert abs(p.total_params / p.n_params - 1) < 0.15
+    assert build_model(p.config).num_parameters() == p.total_params
+
+
+def test_attention_term_is_12_l_t_d_per_token():
+    """For a decoder, flops.py's attention products come to 12·L·T·d FLOPs per training token."""
+    p = plan(1e17, arch="gpt2", seq_len=512)
+    c = p.config
+    assert p.attention_flops == pytest.approx(12 * c.n_layers * 512 * c.d_model * p.n_tokens, rel=1e-9)
+    # the exact matmul count is 6 FLOPs per matmul parameter per token: non-embedding + tied output head
+    n_matmul = count_parameters(c).non_embedding + c.d_model * c.vocab_size
+    biases_and_norms = p.matmul_flops / p.n_tokens / 6 - n_matmul
+    assert -0.01 * n_matmul < biases_and_norms <= 0  # flops.py leaves biases and norms out
+    assert p.approx_flops == pytest.approx(p.exact_flops, rel=1e-9)
+
+
+def test_non_embedding_count():
+    p = plan(1e18, arch="gpt2", count="non-embedding")
+    assert p.shape_params == count_parameters(p.config).non_embedding
+    assert abs(p.shape_params / p.n_params - 1) < 0.10
+    assert p.total_params > p.shape_params
+
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        ({"flops": 0}, "positive"),
+        ({"flops": float("nan")}, "positive"),
+        ({"flops": 1e17, "tokens_per_param": 0}, "tokens per parameter"),
+        ({"flops": 1e17, "arch": "albert"}, "shares its layers"),
+        ({"flops": 1e17, "arch": "nope"}, "choose one of"),
+        ({"flops": 1e17, "count": "some"}, "unknown parameter count"),
+    ],
+)
+def test_bad_input_is_a_one_line_error(kwargs, match):
+    with pytest.raises(LmlabError, match=match) as e:
+        plan(**kwargs)
+    assert "\n" not in str(e.value)
+
+
+def test_cli_prints_n_and_d(capsys):
+    assert main(["scale", "plan", "--flops", "1.2e17"]) == 0
+    out = capsys.readouterr().out
+    assert "31.6M parameters" in out and "632M tokens" in out and "attention" in out
+    assert (
+        main(["scale", "plan", "--flops", "1e18", "--arch", "llama", "--vocab-size", "8000", "--json"]) == 0
+    )
+    data = json.loads(capsys.readouterr().out)
+    assert data["n_params"] == pytest.approx(math.sqrt(1e18 / 120))
+    assert data["shape"]["vocab_size"] == 8000 and data["arch"] == "llama"
+    assert main(["scale", "plan", "--flops", "-5"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1
+
+
+def test_cli_notes_when_the_embedding_is_larger_than_n(capsys):
+    assert main(["scale", "plan", "--flops", "1e13"]) == 0
+    assert "embeddings alone" in capsys.readouterr().out

@@ -41,7 +41,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import common  # noqa: E402
-from model_throughput import Runner, peak_step_memory  # noqa: E402
+from model_throughput import Runner  # noqa: E402
 
 SECTION = "finetune_peft"
 LORA = {"rank": 8, "alpha": 16.0, "dropout": 0.0, "target_modules": ["q_proj", "v_proj"]}
@@ -163,6 +163,36 @@ def _lmlab(model, method: str, options: dict):
     m = copy.deepcopy(model)
     apply_method(m, method, options)
     return m
+
+
+def peak_step_memory(r: Runner) -> float:
+    """MB: parameters + AdamW state + the step's allocator high-water mark *above its start*.
+
+    The profiler's "Total Allocated" counts every tracked allocation still alive, including
+    gradients an earlier row's profiled step left behind; measuring from the first event's level
+    (and freeing this row's gradients afterwards) keeps each row to its own step.
+    """
+    import json
+
+    from torch.profiler import ProfilerActivity, profile
+
+    static = sum(p.numel() * p.element_size() for p in r.model.parameters())
+    state = [t for st in r.optimizer.state.values() for t in st.values() if torch.is_tensor(t)]
+    static += sum(t.numel() * t.element_size() for t in state)
+    r.optimizer.zero_grad(set_to_none=True)
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        r.step()
+    r.optimizer.zero_grad(set_to_none=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "trace.json"
+        prof.export_chrome_trace(str(path))
+        events = [e for e in json.loads(path.read_text())["traceEvents"] if e.get("name") == "[memory]"]
+    if not events:
+        return static / 2**20
+    events.sort(key=lambda e: e["ts"])
+    start = events[0]["args"]["Total Allocated"] - events[0]["args"].get("Bytes", 0)
+    peak = max(e["args"]["Total Allocated"] for e in events) - start
+    return (static + max(0, peak)) / 2**20
 
 
 def run(args) -> dict[str, Any]:
@@ -317,7 +347,9 @@ def header_lines(args, res: dict, threads_reason: str, load_start: tuple, starte
             f"{b} x {t} tokens ({res['real_tokens']} real); dropout {args.dropout}; {args.warmup} warm-up + "
             f"{args.steps} timed steps per row, interleaved. Threads: {threads_reason}. Run took "
             f"{time.time() - started:.0f} s.",
-            f"Re-run on a quiet machine: `{args.command}`",
+            ("**Smoke configuration** (`--quick`: 2 of the 6 layers, batch 4): the full benchmark is "
+             "`python benchmarks/finetune_peft.py`. " if args.quick else "")
+            + f"Re-run on a quiet machine: `{args.command}`",
         ]
     )
 

@@ -62,7 +62,7 @@ def test_epoch_batches_cover_everything_once_and_group_lengths():
     def padded(batches):
         return sum(max(lengths[i] for i in b) * len(b) for b in batches)
 
-    assert padded(grouped) < 0.6 * padded(plain)
+    assert padded(grouped) < 0.75 * padded(plain)
     assert epoch_batches(lengths, 32, torch.Generator().manual_seed(1), True) != grouped   # reshuffled
 
 

@@ -19,12 +19,14 @@ jsonschema = pytest.importorskip("jsonschema")
 
 # JSON punctuation, digits and the keys/enums below, so every tokenizer has the single characters
 JSONISH = ('{"name": "ab", "age": 10, "mood": "good", "ok": true, "tags": ["x", "y"], "score": -2.5} '
-           '{"user": {"id": 7, "email": "e@x"}, "items": [{"x": 0.25, "k": null}], "bad": false, "a": "\u00e9t\u00e9"} 1234567890 ')
+           '{"user": {"id": 7, "email": "e@x"}, "items": [{"x": 0.25, "k": null}], "bad": false, '
+           '"a": "\u00e9t\u00e9"} 1234567890 ')
 
 SCHEMAS = [
     {"type": "object", "properties": {   # the acceptance schema
         "name": {"type": "string", "maxLength": 20}, "age": {"type": "integer", "minimum": 0},
-        "mood": {"enum": ["good", "bad"]}, "tags": {"type": "array", "items": {"type": "string"}, "maxItems": 3},
+        "mood": {"enum": ["good", "bad"]},
+        "tags": {"type": "array", "items": {"type": "string"}, "maxItems": 3},
         "ok": {"type": "boolean"}, "score": {"type": "number"}}, "required": ["name", "age", "mood", "ok"]},
     {"type": "object", "properties": {   # nesting, bounds, enum of mixed JSON values
         "user": {"type": "object", "properties": {
@@ -36,7 +38,8 @@ SCHEMAS = [
                 "k": {"enum": [1, "a", None, True, [1, 2]]}}, "required": ["x", "k"]}}},
      "required": ["user", "items"], "additionalProperties": False},
     {"type": "array", "minItems": 2, "maxItems": 4,   # top-level array of anyOf
-     "items": {"anyOf": [{"type": "integer", "maximum": -3}, {"type": "string", "maxLength": 3}, {"type": "null"}]}},
+     "items": {"anyOf": [{"type": "integer", "maximum": -3}, {"type": "string", "maxLength": 3},
+                         {"type": "null"}]}},
     {"type": ["number", "boolean"], "minimum": 10, "maximum": 10.5},
     {"const": {"a": "\u00e9t\u00e9", "b": [1.5, None]}},
 ]
@@ -78,7 +81,7 @@ def _check_all_valid(texts: list[str], schema) -> None:
         jsonschema.validate(json.loads(text), schema)
 
 
-# --------------------------------------------------------------------------- hundreds of outputs, four tokenizers
+# --------------------------------------------------------------------------- hundreds of outputs
 @pytest.mark.parametrize("algo,preset", [("bytelevel", "gpt2-tiny"), ("unigram", "gpt2-tiny"),
                                          ("bpe", "t5-tiny")])
 def test_untrained_models_always_write_valid_documents(tokenizers, algo, preset):
@@ -151,13 +154,15 @@ def test_a_tokenizer_missing_needed_characters_is_refused_up_front(shakespeare):
 @pytest.mark.parametrize("schema,good,bad", [
     ({"type": "number", "minimum": -2, "exclusiveMaximum": 3.5},
      ["-2", "0", "-0", "3.499999", "-1.5", "3"], ["-2.01", "3.5", "01", "1.", ".5", "1e3", "-"]),
-    ({"type": "integer", "exclusiveMinimum": 9, "maximum": 120}, ["10", "120", "99"], ["9", "121", "10.5", "1000"]),
+    ({"type": "integer", "exclusiveMinimum": 9, "maximum": 120},
+     ["10", "120", "99"], ["9", "121", "10.5", "1000"]),
     ({"type": "string", "minLength": 2, "maxLength": 3},
      ['"ab"', '"\u00e9t\u00e9"', '"a\\n"'], ['"a"', '"abcd"', '"a\\u0041"', '"a\x01"']),
     ({"type": "array", "items": {"type": "boolean"}, "maxItems": 2},
      ["[]", "[true, false]", "[ true ]"], ["[true,]", "[true,true,true]", "[  true]", "[1]"]),
     ({"type": "object", "properties": {"a": {"type": "null"}, "b": {"type": "integer"}}, "required": ["b"]},
-     ['{"b":1}', '{"a":null,"b":2}', '{ "a" : null, "b" : 3 }'], ['{"a":null}', '{"b":1,"a":null}', '{"b":1,"c":2}', "{}"]),
+     ['{"b":1}', '{"a":null,"b":2}', '{ "a" : null, "b" : 3 }'],
+     ['{"a":null}', '{"b":1,"a":null}', '{"b":1,"c":2}', "{}"]),
 ])
 def test_grammar_accepts_exactly_the_valid_documents(schema, good, bad):
     root = compile_schema(schema)
@@ -195,8 +200,8 @@ def test_cli_prints_n_valid_documents_reproducibly(checkpoint, tmp_path, capsys)
 
     schema_file = tmp_path / "schema.json"
     schema_file.write_text(json.dumps(SCHEMAS[1]))
-    args = ["generate", "--checkpoint", str(checkpoint), "--json-schema", str(schema_file), "--num-samples", "7",
-            "--seed", "3", "--max-new-tokens", "80"]
+    args = ["generate", "--checkpoint", str(checkpoint), "--json-schema", str(schema_file),
+            "--num-samples", "7", "--seed", "3", "--max-new-tokens", "80"]
     assert main(args) == 0
     first = capsys.readouterr().out
     assert main(args) == 0
@@ -210,7 +215,8 @@ def test_cli_unsupported_keyword_is_a_one_line_error(checkpoint, tmp_path, capsy
     from lmlab.cli import main
 
     schema_file = tmp_path / "schema.json"
-    schema_file.write_text(json.dumps({"type": "object", "properties": {"s": {"type": "string", "pattern": "x+"}}}))
+    schema = {"type": "object", "properties": {"s": {"type": "string", "pattern": "x+"}}}
+    schema_file.write_text(json.dumps(schema))
     code = main(["generate", "--checkpoint", str(checkpoint), "--json-schema", str(schema_file)])
     err = capsys.readouterr().err
     assert code == 2 and err.startswith("error: ") and "'pattern'" in err and err.count("\n") == 1

@@ -1,4 +1,4 @@
-"""In-context learning: prompt format, likelihood scoring against a hand computation, SST-2 loop, few > zero shot."""
+"""In-context learning: prompt format, likelihood scoring by hand, SST-2 loop, few > zero shot."""
 
 from __future__ import annotations
 
@@ -40,7 +40,8 @@ def test_prompt_golden_string():
     assert prompt == ("Translate English to French:\nsea otter => loutre de mer\n"
                       "peppermint => menthe poivr\u00e9e\ncheese =>")
     assert t.continuation("cheese", "fromage") == " fromage"
-    assert PromptTemplate(example="Q: {input}\nA: {answer}", separator="\n\n").build([], "2+2?") == "Q: 2+2?\nA:"
+    qa = PromptTemplate(example="Q: {input}\nA: {answer}", separator="\n\n")
+    assert qa.build([], "2+2?") == "Q: 2+2?\nA:"
     with pytest.raises(LmlabError, match="answer"):
         PromptTemplate(example="{input} only")
 
@@ -59,13 +60,15 @@ def test_likelihood_scoring_matches_a_hand_computation_and_picks_the_preferred_l
         assert n == len(seq) - ctx and total == pytest.approx(hand, abs=1e-4)
     examples = [("sea otter", "loutre de mer")]
     for scoring, reduce in (("likelihood", lambda s, n: s), ("likelihood-mean", lambda s, n: s / n)):
-        res = evaluate_icl(model, tok, examples, [], 0, scoring=scoring, labels=[lab.strip() for lab in labels])
+        res = evaluate_icl(model, tok, examples, [], 0, scoring=scoring,
+                           labels=[lab.strip() for lab in labels])
         best = max(range(3), key=lambda i: reduce(*got[i]))
         assert res["predictions"] == [labels[best].strip()]
     # make the model love the first token of " negative": the likelihood pick follows
     first_neg = tok.encode(prompt + " negative")[len(tok.encode(prompt))]
     table[:, first_neg] += 50
-    res = evaluate_icl(BigramLM(table), tok, examples, [], 0, labels=["positive", "negative", "loutre de mer"])
+    res = evaluate_icl(BigramLM(table), tok, examples, [], 0,
+                       labels=["positive", "negative", "loutre de mer"])
     assert res["predictions"] == ["negative"] and res["accuracy"] == 0.0
 
 
@@ -106,7 +109,7 @@ LETTERS = "abcdefgh"
 
 
 def _word(rng):
-    return "".join(rng.choice(LETTERS) for _ in range(2))
+    return rng.choice(LETTERS)
 
 
 def _document(rng, lines=6):
@@ -122,16 +125,16 @@ def icl_model():
     tok = train_tokenizer("bytelevel", docs[:300], vocab_size=300)
     torch.manual_seed(0)
     model = build_model(get_preset("gpt2-tiny", vocab_size=tok.vocab_size, max_positions=64, dropout=0.0))
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
     seqs = [[tok.bos_id] + tok.encode(d) for d in docs]
     width = max(len(s) for s in seqs)
     data = torch.tensor([s + [tok.pad_id] * (width - len(s)) for s in seqs])
     model.train()
-    for step in range(150):
+    for step in range(250):
         batch = data[torch.randint(0, len(data), (32,), generator=torch.Generator().manual_seed(step))]
         logits = model(input_ids=batch[:, :-1]).logits
-        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), batch[:, 1:].reshape(-1),
-                                                 ignore_index=tok.pad_id)
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
+                                                 batch[:, 1:].reshape(-1), ignore_index=tok.pad_id)
         opt.zero_grad()
         loss.backward()
         opt.step()

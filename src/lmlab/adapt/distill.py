@@ -68,7 +68,8 @@ def kd_loss(student_logits: Tensor, teacher_logits: Tensor, hard_loss: Tensor | 
             temperature: float = 2.0, alpha: float = 0.5, mask: Tensor | None = None) -> Tensor:
     """``alpha · soft_target_loss + (1 - alpha) · hard_loss`` (``hard_loss`` may be None when alpha=1)."""
     if not 0 <= alpha <= 1:
-        raise LmlabError(f"alpha must be in [0, 1], got {alpha}", "alpha is the weight of the soft loss, e.g. 0.5")
+        raise LmlabError(f"alpha must be in [0, 1], got {alpha}",
+                         "alpha is the weight of the soft loss, e.g. 0.5")
     soft = soft_target_loss(student_logits, teacher_logits, temperature, mask) if alpha > 0 else 0.0
     if alpha == 1:
         return soft
@@ -109,7 +110,8 @@ def distillation_loss(student: nn.Module, teacher: nn.Module, inputs: dict[str, 
         raise LmlabError("distillation of extractive-QA (span) heads is not supported",
                          "distil a classification, token-classification, MLM or LM head")
     if not 0 <= alpha <= 1:
-        raise LmlabError(f"alpha must be in [0, 1], got {alpha}", "alpha is the weight of the soft loss, e.g. 0.5")
+        raise LmlabError(f"alpha must be in [0, 1], got {alpha}",
+                         "alpha is the weight of the soft loss, e.g. 0.5")
     s_out = student(**inputs)
     soft = torch.zeros((), device=s_out.logits.device)
     if alpha > 0:  # alpha = 0 (hard labels only) needs no teacher
@@ -121,7 +123,7 @@ def distillation_loss(student: nn.Module, teacher: nn.Module, inputs: dict[str, 
         raise LmlabError("the hard loss needs labels", "pass labels with the batch or use alpha=1")
     loss = soft if alpha == 1 else alpha * soft + (1 - alpha) * s_out.loss
     hard = float(s_out.loss.detach()) if s_out.loss is not None else float("nan")
-    return loss, {"soft": float(soft), "hard": hard}
+    return loss, {"soft": float(soft.detach()), "hard": hard}
 
 
 # --------------------------------------------------------------------------- student
@@ -210,7 +212,8 @@ def distill(teacher: nn.Module, student: nn.Module, task, train: Sequence, dev: 
     tok = check_tokenizer(student)
     t_tok = getattr(teacher, "tokenizer", None)
     if t_tok is not None and t_tok.vocab_size != tok.vocab_size:
-        raise LmlabError("teacher and student tokenizers differ", "build the student with make_student(teacher)")
+        raise LmlabError("teacher and student tokenizers differ",
+                         "build the student with make_student(teacher)")
     feats = task.features(list(train), tok)
     if not feats:
         raise LmlabError("no training examples to distil on", "pass a non-empty training file")
@@ -233,7 +236,8 @@ def distill(teacher: nn.Module, student: nn.Module, task, train: Sequence, dev: 
             g["lr"] = lr_at(step, steps, warmup, lr)
         loss, parts = distillation_loss(student, teacher, inputs, temperature, alpha)
         if not torch.isfinite(loss):
-            raise LmlabError(f"the distillation loss became {loss.item()} at step {step}", "lower the learning rate")
+            raise LmlabError(f"the distillation loss became {loss.item()} at step {step}",
+                             "lower the learning rate")
         loss.backward()
         torch.nn.utils.clip_grad_norm_([p for p in student.parameters() if p.grad is not None],
                                        grad_clip if grad_clip > 0 else math.inf)

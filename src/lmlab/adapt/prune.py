@@ -71,7 +71,8 @@ class PruneMasks:
         params = dict(model.named_parameters(remove_duplicate=False))
         missing = [n for n in self.masks if n not in params]
         if missing:
-            raise LmlabError(f"the model has no parameters {missing[:3]}", "apply masks to the model they came from")
+            raise LmlabError(f"the model has no parameters {missing[:3]}",
+                             "apply masks to the model they came from")
         return {n: params[n] for n in self.masks}
 
     @torch.no_grad()
@@ -118,7 +119,8 @@ def _check(sparsity: float, scope: str, structure: str) -> None:
     if scope not in SCOPES:
         raise LmlabError(f"unknown pruning scope {scope!r}", f"choose one of: {', '.join(SCOPES)}")
     if structure not in STRUCTURES:
-        raise LmlabError(f"unknown pruning structure {structure!r}", f"choose one of: {', '.join(STRUCTURES)}")
+        raise LmlabError(f"unknown pruning structure {structure!r}",
+                         f"choose one of: {', '.join(STRUCTURES)}")
 
 
 def _lowest(scores: Tensor, k: int) -> Tensor:
@@ -129,7 +131,8 @@ def _lowest(scores: Tensor, k: int) -> Tensor:
     return keep.view(scores.shape)
 
 
-def _select(scores: dict[str, Tensor], sparsity: float, scope: str, weight: dict[str, int]) -> dict[str, Tensor]:
+def _select(scores: dict[str, Tensor], sparsity: float, scope: str,
+            weight: dict[str, int]) -> dict[str, Tensor]:
     """Keep-masks over each score tensor. ``weight[name]``: weights removed per pruned entry,
     so that global selection removes ``sparsity`` of the *weights*, not of the entries."""
     if scope == "layer":
@@ -139,12 +142,14 @@ def _select(scores: dict[str, Tensor], sparsity: float, scope: str, weight: dict
     if all(weight[n] == 1 for n in names):
         keep = _lowest(flat, round(sparsity * len(flat)))
     else:  # remove the lowest-scored entries until the removed weights come nearest the target
-        cost = torch.cat([torch.full((scores[n].numel(),), float(weight[n]), dtype=torch.float64) for n in names])
+        cost = torch.cat([torch.full((scores[n].numel(),), float(weight[n]), dtype=torch.float64)
+                          for n in names])
         target = sparsity * float(cost.sum())
         order = torch.argsort(flat, stable=True)
         removed = torch.cumsum(cost[order], 0)
         k = int((removed <= target + 1e-9).sum())
-        if k < len(order) and abs(float(removed[k]) - target) < target - (float(removed[k - 1]) if k else 0.0):
+        below = float(removed[k - 1]) if k else 0.0
+        if k < len(order) and abs(float(removed[k]) - target) < target - below:
             k += 1
         keep = torch.ones(len(flat), dtype=torch.bool)
         keep[order[:k]] = False
@@ -179,7 +184,8 @@ def prune_model(model: nn.Module, sparsity: float, scope: str = "global", struct
             scores = {n: m.weight.detach().abs() for n, m in targets.items()}
             masks = _select(scores, sparsity, scope, dict.fromkeys(targets, 1))
         else:
-            scores = {n: m.weight.detach().float().norm(dim=1) / math.sqrt(m.in_features) for n, m in targets.items()}
+            scores = {n: m.weight.detach().float().norm(dim=1) / math.sqrt(m.in_features)
+                      for n, m in targets.items()}
             rows = _select(scores, sparsity, scope, {n: m.in_features for n, m in targets.items()})
             masks = {}
             for n, m in targets.items():
@@ -197,7 +203,8 @@ def _head_masks(model: nn.Module, sparsity: float, scope: str) -> dict[str, Tens
 
     attns = {name: m for name, m in model.named_modules() if isinstance(m, Attention) and not m.cross}
     if not attns:
-        raise LmlabError(f"{type(model).__name__} has no attention heads to prune", "use structure='rows' or 'unstructured'")
+        raise LmlabError(f"{type(model).__name__} has no attention heads to prune",
+                         "use structure='rows' or 'unstructured'")
     scores, per_head = {}, {}
     for name, a in attns.items():
         h, d, g = a.n_heads, a.head_dim, a.n_heads // a.n_kv_heads

@@ -109,7 +109,8 @@ class Int8Linear(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         if self.activations == "none":
-            return F.linear(x, self.dequantized_weight(x.dtype), None if self.bias is None else self.bias.to(x.dtype))
+            bias = None if self.bias is None else self.bias.to(x.dtype)
+            return F.linear(x, self.dequantized_weight(x.dtype), bias)
         shape = x.shape
         q_x, a = quantize_rows(x.reshape(-1, shape[-1]))
         acc = int8_matmul(q_x, self.qweight)
@@ -119,7 +120,7 @@ class Int8Linear(nn.Module):
         return y.to(x.dtype).reshape(*shape[:-1], self.out_features)
 
     def weight_bytes(self) -> int:
-        return self.qweight.numel() * self.qweight.element_size() + self.scale.numel() * self.scale.element_size()
+        return self.qweight.numel() + 4 * self.scale.numel()  # int8 values + float32 scales
 
     def extra_repr(self) -> str:
         return (f"{self.in_features}, {self.out_features}, bias={self.bias is not None}, "
@@ -242,12 +243,14 @@ def load_quantized(directory: str | os.PathLike, map_location="cpu") -> nn.Modul
     directory = Path(directory)
     meta = read_json(directory / CONFIG_NAME, "model config")
     info = meta.get("quantization") if isinstance(meta, dict) else None
-    if not isinstance(info, dict) or info.get("scheme") != SCHEME or not isinstance(info.get("modules"), list):
+    ok = isinstance(info, dict) and info.get("scheme") == SCHEME and isinstance(info.get("modules"), list)
+    if not ok:
         raise LmlabError(f"{directory} is not an int8 checkpoint written by lmlab (scheme {SCHEME})",
                          "quantize the model again with `lmlab compress quantize`")
     config_dict = dict(meta["config"])
     config_dict.setdefault("family", meta["family"])
-    model = build_model(config_from_dict(config_dict), heads=meta.get("heads"), architecture=meta["architecture"])
+    model = build_model(config_from_dict(config_dict), heads=meta.get("heads"),
+                        architecture=meta["architecture"])
     missing = [n for n in info["modules"] if n not in quantizable_linears(model)]
     if missing:
         raise LmlabError(f"{directory}: quantized layers {missing[:3]} do not exist in the model",

@@ -24,6 +24,7 @@ COMMAND_MODULES = [
     "lmlab.cli.generate",
     "lmlab.cli.finetune",
     "lmlab.cli.evaluate",
+    "lmlab.cli.compress",
     "lmlab.cli.scale",
 ]
 

@@ -146,7 +146,8 @@ def token_surfaces(tokenizer) -> tuple[list[bytes | None], list[bytes | None]]:
                 first[i] = rest[i] = t.replace(END_OF_WORD, " ").encode()
         return first, rest
     # WordPiece, unigram and any other: read the position-dependent text off the tokenizer's decoder
-    ref = next((i for i, t in enumerate(vocab) if i not in specials and tokenizer.decode([i]).isalnum()), None)
+    plain = (i for i in range(len(vocab)) if i not in specials and tokenizer.decode([i]).isalnum())
+    ref = next(plain, None)
     if ref is None:
         raise LmlabError("the tokenizer has no plain word token to calibrate its decoder against",
                          "constrained decoding needs an ordinary vocabulary")
@@ -162,7 +163,7 @@ def token_surfaces(tokenizer) -> tuple[list[bytes | None], list[bytes | None]]:
 
 
 class _Trie:
-    """Byte trie over token surfaces: ``children[n]`` maps a byte to a node, ``tokens[n]`` the ids ending there."""
+    """Byte trie over token surfaces: ``children[n]``: byte -> node; ``tokens[n]``: the ids ending there."""
 
     def __init__(self, surfaces: Sequence[bytes | None]):
         self.children: list[dict[int, int]] = [{}]
@@ -247,8 +248,8 @@ class JsonSchemaConstraint:
             chars = " ".join(repr(ch) for ch in missing[:12])
             raise LmlabError(f"the tokenizer has no single-character token for {chars}, which constrained "
                              "decoding needs to finish a document valid against this schema",
-                             "use a tokenizer that has them (byte-level BPE has every byte; train others on text "
-                             "that contains these characters)")
+                             "use a tokenizer that has them (byte-level BPE has every byte; train "
+                             "others on text that contains these characters)")
 
     # ----------------------------------------------------------------- per-row parser states
     def state_of(self, generated: Sequence[int]):
@@ -290,7 +291,8 @@ class JsonSchemaConstraint:
                 text = b"".join(self._surface(i, t) for i, t in enumerate(gen)).decode("utf-8", "replace")
                 raise LmlabError(f"constrained decoding is stuck after {text!r}: no token of the vocabulary "
                                  "continues it within the schema", "use a tokenizer whose vocabulary has the "
-                                 "single characters JSON needs (byte-level BPE always has), or raise max_new_tokens")
+                                 "single characters JSON needs (byte-level BPE always has), or raise "
+                                 "max_new_tokens")
         self._rows = seen
         return scores.masked_fill(~allowed, float("-inf"))
 

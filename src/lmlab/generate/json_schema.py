@@ -272,7 +272,8 @@ class Number(Node):
             shapes.append((0, 0, 0))
         else:
             base = int(d)
-            shapes += [(j, base * 10 ** j, base * 10 ** j + 10 ** j - 1) for j in range(MAX_INT_DIGITS - len(d) + 1)]
+            shapes += [(j, base * 10 ** j, base * 10 ** j + 10 ** j - 1)
+                       for j in range(MAX_INT_DIGITS - len(d) + 1)]
         for j, a, z in shapes:
             consider(j, Fraction(a), Fraction(z), Fraction(1))
             if not self.integer:
@@ -358,7 +359,8 @@ class Object(Node):
         self.after_cost = [0.0] * (n + 1)
         self.next_cost = [inf] * (n + 1)
         for j in range(n, -1, -1):
-            self.next_cost[j] = min((self._entry(i) + self.after_cost[i + 1] for i in self._cands(j)), default=inf)
+            entries = (self._entry(i) + self.after_cost[i + 1] for i in self._cands(j))
+            self.next_cost[j] = min(entries, default=inf)
             close = 1 if self.first_req[j] == n else inf
             self.after_cost[j] = min(close, 1 + self.next_cost[j])
         self.initial = ("open",)
@@ -460,12 +462,14 @@ class _Compiler:
         if schema is False:
             raise LmlabError(f"JSON Schema at {path} is false, which no value matches", "remove it")
         if not isinstance(schema, dict):
-            raise LmlabError(f"JSON Schema at {path} must be an object or a boolean, got {type(schema).__name__}",
+            raise LmlabError(f"JSON Schema at {path} must be an object or a boolean, "
+                             f"got {type(schema).__name__}",
                              'write e.g. {"type": "string"}')
         for key in schema:
             if key not in SUPPORTED:
-                raise LmlabError(f"JSON Schema keyword {key!r} at {path} is not supported by constrained decoding",
-                                 f"remove it; supported keywords: {', '.join(sorted(SUPPORTED - ANNOTATIONS))}")
+                supported = ", ".join(sorted(SUPPORTED - ANNOTATIONS))
+                raise LmlabError(f"JSON Schema keyword {key!r} at {path} is not supported by constrained "
+                                 "decoding", f"remove it; supported keywords: {supported}")
         if "const" in schema or "enum" in schema:
             return self.literal(schema, path)
         if "anyOf" in schema:
@@ -474,7 +478,8 @@ class _Compiler:
                 raise LmlabError(f"anyOf at {path} must be a non-empty list of schemas", "fix the schema")
             base = {k: v for k, v in schema.items() if k != "anyOf"}
             if set(base) - ANNOTATIONS:
-                raise LmlabError(f"anyOf at {path} is combined with sibling keywords {sorted(set(base) - ANNOTATIONS)}",
+                raise LmlabError(f"anyOf at {path} is combined with sibling keywords "
+                                 f"{sorted(set(base) - ANNOTATIONS)}",
                                  "move them into each anyOf branch")
             return AnyOf([self.node(s, f"{path}/anyOf/{i}") for i, s in enumerate(options)])
         types = self.types(schema, path)
@@ -501,7 +506,8 @@ class _Compiler:
         if t == "array":
             item_schema = schema.get("items", {})
             if isinstance(item_schema, list):
-                raise LmlabError(f"tuple-form items (a list) at {path} is not supported", "give items one schema")
+                raise LmlabError(f"tuple-form items (a list) at {path} is not supported",
+                                 "give items one schema")
             lo = self.count(schema, "minItems", path, 0)
             hi = self.count(schema, "maxItems", path, max(self.max_array_items, lo))
             if lo > hi:
@@ -533,7 +539,9 @@ class _Compiler:
                 if extra is False:
                     raise LmlabError(f"required property {r!r} at {path} is not in properties and "
                                      "additionalProperties is false", "add it to properties")
-                items.append((r, self.any_scalar() if extra is True else self.node(extra, f"{path}/additionalProperties")))
+                where = f"{path}/additionalProperties"
+                value = self.any_scalar() if extra is True else self.node(extra, where)
+                items.append((r, value))
         return Object(items, set(required))
 
     def number(self, integer: bool, schema: dict, path: str) -> Number:
@@ -582,7 +590,8 @@ class _Compiler:
         if isinstance(v, float) and v.is_integer():
             v = int(v)
         if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-            raise LmlabError(f"{key} at {path} must be a non-negative integer, got {v!r}", f"e.g. \"{key}\": 3")
+            raise LmlabError(f"{key} at {path} must be a non-negative integer, got {v!r}",
+                             f"e.g. \"{key}\": 3")
         return v
 
     def any_scalar(self) -> Node:

@@ -1,4 +1,4 @@
-"""Zero-, one- and few-shot evaluation of a decoder (Brown et al. 2020, "Language Models are Few-Shot Learners").
+"""Zero-, one- and few-shot evaluation of a decoder (Brown et al. 2020, "LMs are Few-Shot Learners").
 
 No weights change: the task is shown in the prompt (:mod:`lmlab.icl.prompts`) and the model's
 answer is read off in one of two ways:
@@ -51,13 +51,20 @@ def _split_ids(tokenizer, prompt: str, continuation: str) -> tuple[list[int], li
     return ctx, _ids(tokenizer, continuation)      # a token straddles the boundary: encode apart
 
 
+def _position_limit(model) -> int | None:
+    """Longest sequence a model with learned positions reads (None: no limit)."""
+    cfg = model.config
+    return getattr(cfg, "max_positions", None) if getattr(cfg, "positions", "") == "learned" else None
+
+
 def _prefix(tokenizer) -> list[int]:
     bos = tokenizer.bos_id
     return [bos] if bos is not None else []
 
 
 @torch.no_grad()
-def continuation_logprobs(model, tokenizer, prompt: str, continuations: Sequence[str]) -> list[tuple[float, int]]:
+def continuation_logprobs(model, tokenizer, prompt: str,
+                          continuations: Sequence[str]) -> list[tuple[float, int]]:
     """``(sum of log-probabilities, number of tokens)`` of each continuation after ``prompt``.
 
     All continuations run in one right-padded batch (causal attention: padding after a sequence
@@ -65,7 +72,7 @@ def continuation_logprobs(model, tokenizer, prompt: str, continuations: Sequence
     from the left.
     """
     rows, spans = [], []
-    limit = getattr(model.config, "max_positions", None) if getattr(model.config, "positions", "") == "learned" else None
+    limit = _position_limit(model)
     for cont in continuations:
         ctx, tail = _split_ids(tokenizer, prompt, cont)
         if not tail:
@@ -154,7 +161,8 @@ def evaluate_icl(model, tokenizer, task_examples, shots, k: int, template: Promp
             pred = _generate_answer(model, tokenizer, template, prompt, x, examples, max_new_tokens)
             hit = normalize_answer(pred) == normalize_answer(y)
         else:
-            scores = continuation_logprobs(model, tokenizer, prompt, [template.continuation(x, lab) for lab in labels])
+            conts = [template.continuation(x, lab) for lab in labels]
+            scores = continuation_logprobs(model, tokenizer, prompt, conts)
             values = [s / n if scoring == "likelihood-mean" else s for s, n in scores]
             pred = labels[max(range(len(labels)), key=values.__getitem__)]
             hit = pred == y
@@ -171,7 +179,7 @@ def _generate_answer(model, tokenizer, template: PromptTemplate, prompt: str, x:
     if max_new_tokens is None:
         max_new_tokens = max(len(_ids(tokenizer, template.continuation(a, b))) for a, b in examples) + 2
     ids = _prefix(tokenizer) + _ids(tokenizer, prompt)
-    limit = getattr(model.config, "max_positions", None) if getattr(model.config, "positions", "") == "learned" else None
+    limit = _position_limit(model)
     if limit is not None and len(ids) + max_new_tokens > limit:
         ids = ids[len(ids) + max_new_tokens - limit:]
     device = next(model.parameters()).device

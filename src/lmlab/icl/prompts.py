@@ -33,7 +33,8 @@ class PromptTemplate:
     def __post_init__(self):
         if self.example.count("{answer}") != 1 or self.example.count("{input}") != 1 or \
                 self.example.index("{input}") > self.example.index("{answer}"):
-            raise LmlabError(f"example format {self.example!r} must hold {{input}} then {{answer}}, once each",
+            raise LmlabError(f"example format {self.example!r} must hold {{input}} then {{answer}}, "
+                             "once each",
                              'e.g. "{input} => {answer}"')
 
     def demonstration(self, x: str, y: str) -> str:

@@ -1,0 +1,297 @@
+"""`lmlab compress {distill,quantize,prune}`: smaller models from a (fine-tuned) checkpoint.
+
+Each command writes a checkpoint directory that ``load_model`` reads and, when the input was
+fine-tuned for a task (it has ``task.json``), that ``lmlab evaluate`` scores; plus
+``compress.json``: size on disk, parameters (all and nonzero), CPU inference speed and the task
+score before and after. :func:`measure` makes those figures (the benchmark uses it too).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from lmlab.cli.common import add_group
+from lmlab.errors import LmlabError
+
+REPORT_FILE = "compress.json"
+
+DESCRIPTION = """\
+Make a model smaller and faster, and report what it cost: size on disk, parameters (all and
+nonzero), CPU inference speed (examples/s, tokens/s on --dev) and the task score before and after.
+
+  distill   train a student with fewer layers on the teacher's soft targets + the hard labels
+  quantize  int8 weights (per-channel scales) for every linear layer; int8 matmuls on the CPU
+  prune     zero the smallest weights (or rows / attention heads) to a target sparsity, and
+            optionally fine-tune further with the pruned weights held at zero
+
+The input is a checkpoint from `lmlab finetune` (task.json present: the output can be scored with
+`lmlab evaluate`) or, for quantize and prune, any lmlab/Hugging Face model directory."""
+
+
+def register(sub) -> None:
+    _, cmds = add_group(sub, "compress", "distil, quantize or prune a model", DESCRIPTION)
+    from lmlab.cli import HelpFormatter
+
+    def command(name, help_, description, examples):
+        return cmds.add_parser(name, help=help_, description=f"{description}\n\nexamples:\n{examples}",
+                               formatter_class=HelpFormatter)
+
+    p = command("distill", "train a smaller student from a fine-tuned teacher",
+                "Knowledge distillation (Hinton et al. 2015): the student (the teacher's architecture with\n"
+                "fewer layers, initialised from every k-th teacher layer as DistilBERT, or fresh) minimises\n"
+                "alpha * T^2 * KL(teacher_T || student_T) + (1 - alpha) * cross-entropy(labels).",
+                "  lmlab compress distill --teacher ft/minilm-sst2 --train glue/sst2/train.tsv \\\n"
+                "      --dev glue/sst2/dev.tsv --layers 3 --steps 2000 --out small/sst2-3l")
+    p.add_argument("--teacher", required=True, metavar="DIR", help="checkpoint written by lmlab finetune")
+    p.add_argument("--train", required=True, metavar="FILE", help="training data of the teacher's task")
+    p.add_argument("--dev", metavar="FILE", help="dev data: score and speed before/after")
+    p.add_argument("--out", required=True, metavar="DIR")
+    p.add_argument("--layers", type=int, default=None, metavar="N", help="student layers (default: half)")
+    p.add_argument("--student-layers", default=None, metavar="I,J,..",
+                   help="teacher layers to copy into the student, e.g. 0,2,4 (overrides --layers)")
+    p.add_argument("--init", choices=("teacher", "fresh"), default="teacher", help="student initialisation")
+    p.add_argument("--temperature", type=float, default=2.0)
+    p.add_argument("--alpha", type=float, default=0.5, help="weight of the soft loss (1 - alpha: hard loss)")
+    p.add_argument("--steps", type=int, default=1000, metavar="N")
+    p.add_argument("--batch-size", type=int, default=32, metavar="N")
+    p.add_argument("--lr", type=float, default=1e-4)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--max-train-examples", type=int, default=None, metavar="N")
+    _common(p)
+    p.set_defaults(func=run_distill)
+
+    p = command("quantize", "int8 weights for the linear layers",
+                "Symmetric per-output-channel int8 weights (int8 + one float32 scale per row) for every\n"
+                "linear layer not tied to the embeddings; activations quantized per token at run time\n"
+                "(--activations dynamic: int8 x int8 matmuls) or kept float (none: weight-only).\n"
+                "The checkpoint stores the int8 tensors and scales in model.safetensors.",
+                "  lmlab compress quantize --checkpoint ft/minilm-sst2 --dev glue/sst2/dev.tsv --out q/sst2\n"
+                "  lmlab compress quantize --checkpoint ck/gpt --activations none --exclude 'heads.*' \\\n"
+                "      --out q/gpt")
+    p.add_argument("--checkpoint", required=True, metavar="DIR")
+    p.add_argument("--out", required=True, metavar="DIR")
+    p.add_argument("--dev", metavar="FILE", help="dev data of the checkpoint's task: score and speed")
+    p.add_argument("--activations", choices=("dynamic", "none"), default="dynamic")
+    p.add_argument("--exclude", action="append", default=[], metavar="PATTERN",
+                   help="keep linear layers whose name matches (fnmatch) in float; may be repeated")
+    _common(p)
+    p.set_defaults(func=run_quantize)
+
+    p = command("prune", "zero the smallest weights to a target sparsity",
+                "Magnitude pruning (Han et al. 2015) of the linear layers inside the Transformer blocks:\n"
+                "single weights (unstructured), output rows or attention heads, ranked over all layers\n"
+                "(global) or within each (layer). With --train and --steps the model is fine-tuned\n"
+                "further and the pruned weights stay exactly zero.",
+                "  lmlab compress prune --checkpoint ft/minilm-sst2 --sparsity 0.5 \\\n"
+                "      --dev glue/sst2/dev.tsv --train glue/sst2/train.tsv --steps 300 --out pruned/sst2-50")
+    p.add_argument("--checkpoint", required=True, metavar="DIR")
+    p.add_argument("--out", required=True, metavar="DIR")
+    p.add_argument("--sparsity", type=float, required=True, help="fraction to remove, in [0, 1)")
+    p.add_argument("--scope", choices=("global", "layer"), default="global")
+    p.add_argument("--structure", choices=("unstructured", "rows", "heads"), default="unstructured")
+    p.add_argument("--dev", metavar="FILE", help="dev data of the checkpoint's task: score and speed")
+    p.add_argument("--train", metavar="FILE", help="fine-tune on this after pruning (with --steps)")
+    p.add_argument("--steps", type=int, default=0, metavar="N", help="fine-tuning steps after pruning")
+    p.add_argument("--batch-size", type=int, default=32, metavar="N")
+    p.add_argument("--lr", type=float, default=5e-5)
+    p.add_argument("--seed", type=int, default=0)
+    _common(p)
+    p.set_defaults(func=run_prune)
+
+
+def _common(p) -> None:
+    p.add_argument("--max-eval-examples", type=int, default=None, metavar="N",
+                   help="use the first N dev examples")
+    p.add_argument("--eval-batch-size", type=int, default=32, metavar="N")
+    p.add_argument("--threads", type=int, default=None, metavar="N", help="torch threads (default: torch's)")
+
+
+# --------------------------------------------------------------------------- measuring
+
+
+def weights_bytes(directory: str | Path) -> int:
+    """Bytes on disk of a checkpoint's weights (``model.safetensors``, or all ``*.safetensors``)."""
+    files = list(Path(directory).glob("*.safetensors"))
+    return sum(f.stat().st_size for f in files)
+
+
+def measure(model, task=None, examples=None, batch_size: int = 32,
+            checkpoint: str | Path | None = None) -> dict:
+    """Size, parameters and, given a task and examples, CPU speed and task score of ``model``.
+
+    Speed: one pass of ``task.evaluate`` over ``examples`` in batches of ``batch_size`` (the
+    predictions are the score's), wall clock, with the threads torch has; tokens counted without
+    padding.
+    """
+    from lmlab.adapt.prune import nonzero_parameters
+    from lmlab.adapt.quantize import linear_weight_bytes
+
+    nonzero, total = nonzero_parameters(model)
+    row: dict[str, Any] = {"parameters": total, "nonzero_parameters": nonzero,
+                           "linear_weight_bytes": linear_weight_bytes(model)}
+    if checkpoint is not None:
+        row["size_bytes"] = weights_bytes(checkpoint)
+    if task is not None and examples:
+        tok = model.tokenizer
+        n_tokens = sum(len(f["input_ids"]) for f in task.features(list(examples), tok))
+        start = time.perf_counter()
+        metrics = task.evaluate(model, list(examples), batch_size)
+        elapsed = time.perf_counter() - start
+        row.update({"examples_per_s": len(examples) / elapsed, "tokens_per_s": n_tokens / elapsed,
+                    "eval_seconds": elapsed, "metrics": metrics})
+    return row
+
+
+# --------------------------------------------------------------------------- shared steps
+
+
+def _load(path: str):
+    """(model, task or None) from a fine-tuned checkpoint or any model directory."""
+    from lmlab.finetune.loop import TASK_FILE, load_finetuned
+    from lmlab.models import load_model
+
+    if (Path(path) / TASK_FILE).is_file():
+        return load_finetuned(path)
+    return load_model(path), None
+
+
+def _examples(task, path: str | None, limit_: int | None, what: str):
+    from lmlab.tasks.readers import limit
+
+    if path is None:
+        return None
+    if task is None:
+        raise LmlabError(f"--{what} needs a checkpoint fine-tuned for a task (with task.json)",
+                         "fine-tune it with `lmlab finetune` first, or drop --" + what)
+    ex = limit(task.read(path), limit_)
+    task.check(ex, what)
+    return ex
+
+
+def _save(model, out: str, task, report: dict, save_fn=None) -> None:
+    """Write the model (+ task.json, eval.json, finetune.json for `lmlab evaluate`) and compress.json."""
+    from lmlab.fileio import atomic_dir, write_json
+    from lmlab.finetune.loop import EVAL_FILE, SUMMARY_FILE, TASK_FILE
+    from lmlab.models import save_checkpoint
+
+    with atomic_dir(out) as tmp:
+        (save_fn or save_checkpoint)(model, tmp, tokenizer=getattr(model, "tokenizer", None))
+        if task is not None:
+            write_json(tmp / TASK_FILE, task.state())
+            write_json(tmp / SUMMARY_FILE,
+                       {"task": task.name, "method": "full", "compression": report["method"]})
+            metrics = report["after"].get("metrics")
+            if metrics:
+                write_json(tmp / EVAL_FILE, metrics)
+        report["after"]["size_bytes"] = weights_bytes(tmp)
+        b, a = report["before"], report["after"]
+        if b.get("size_bytes") and a.get("size_bytes"):
+            report["size_ratio"] = b["size_bytes"] / a["size_bytes"]
+        if b.get("examples_per_s") and a.get("examples_per_s"):
+            report["speedup"] = a["examples_per_s"] / b["examples_per_s"]
+        write_json(tmp / REPORT_FILE, report)
+
+
+def _finish(report: dict) -> int:
+    print(json.dumps(report, indent=2))
+    return 0
+
+
+def _setup(args) -> None:
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    for name in ("max_eval_examples", "eval_batch_size"):
+        v = getattr(args, name)
+        if v is not None and v < 1:
+            raise LmlabError(f"--{name.replace('_', '-')} must be positive, got {v}", "pass e.g. 32")
+
+
+def _say(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+# --------------------------------------------------------------------------- commands
+
+
+def run_quantize(args) -> int:
+    from lmlab.adapt.quantize import quantize_model, save_quantized
+
+    _setup(args)
+    model, task = _load(args.checkpoint)
+    dev = _examples(task, args.dev, args.max_eval_examples, "dev")
+    before = measure(model, task, dev, args.eval_batch_size, args.checkpoint)
+    names = quantize_model(model, args.activations, exclude=tuple(args.exclude))
+    _say(f"quantized {len(names)} linear layers to int8 ({args.activations} activations)")
+    after = measure(model, task, dev, args.eval_batch_size)
+    report = {"method": {"name": "quantize", "activations": args.activations, "layers": len(names),
+                         "exclude": args.exclude}, "before": before, "after": after}
+    _save(model, args.out, task, report, save_quantized)
+    return _finish(report)
+
+
+def run_prune(args) -> int:
+    from lmlab.adapt.prune import prune_model
+
+    _setup(args)
+    if args.steps < 0:
+        raise LmlabError(f"--steps must be >= 0, got {args.steps}", "pass e.g. --steps 300")
+    if args.steps and not (args.train and args.dev):
+        raise LmlabError("fine-tuning after pruning (--steps) needs --train and --dev", "pass both files")
+    model, task = _load(args.checkpoint)
+    dev = _examples(task, args.dev, args.max_eval_examples, "dev")
+    before = measure(model, task, dev, args.eval_batch_size, args.checkpoint)
+    masks = prune_model(model, args.sparsity, args.scope, args.structure)
+    _say(f"pruned to sparsity {masks.sparsity(model):.4f} ({args.structure}, {args.scope})")
+    method = {"name": "prune", "sparsity": args.sparsity, "scope": args.scope, "structure": args.structure,
+              "measured_sparsity": masks.sparsity(model), "finetune_steps": args.steps}
+    if args.steps:
+        from lmlab.finetune import finetune
+
+        train = _examples(task, args.train, None, "train")
+        masks.attach(model)
+        res = finetune(model, task, train, dev, None, max_steps=args.steps, batch_size=args.batch_size,
+                       lr=args.lr, seed=args.seed, eval_batch_size=args.eval_batch_size, log=_say)
+        model = res.model
+        masks.apply(model)  # already zero (gradient hooks); makes the invariant explicit
+        masks.detach()
+        method["measured_sparsity_after_finetune"] = masks.sparsity(model)
+    after = measure(model, task, dev, args.eval_batch_size)
+    report = {"method": method, "before": before, "after": after}
+    _save(model, args.out, task, report)
+    return _finish(report)
+
+
+def run_distill(args) -> int:
+    from lmlab.adapt.distill import distill, make_student
+
+    _setup(args)
+    teacher, task = _load(args.teacher)
+    if task is None:
+        raise LmlabError(f"{args.teacher} is not a fine-tuned checkpoint (no task.json)",
+                         "fine-tune the teacher with `lmlab finetune ... --out DIR` first")
+    train = _examples(task, args.train, args.max_train_examples, "train")
+    dev = _examples(task, args.dev, args.max_eval_examples, "dev")
+    layers = None
+    if args.student_layers:
+        try:
+            layers = [int(s) for s in args.student_layers.split(",") if s.strip()]
+        except ValueError:
+            raise LmlabError(f"--student-layers {args.student_layers!r} is not a list of integers",
+                             "e.g. --student-layers 0,2,4") from None
+    student = make_student(teacher, args.layers, layers, args.init, args.seed)
+    before = measure(teacher, task, dev, args.eval_batch_size, args.teacher)
+    res = distill(teacher, student, task, train, None, steps=args.steps, batch_size=args.batch_size,
+                  lr=args.lr, temperature=args.temperature, alpha=args.alpha, seed=args.seed, log=_say)
+    after = measure(res.student, task, dev, args.eval_batch_size)
+    report = {"method": {"name": "distill", "teacher_layers": teacher.config.n_layers,
+                         "student_layers": res.student.config.n_layers, "init": args.init,
+                         "temperature": args.temperature, "alpha": args.alpha, "steps": args.steps},
+              "before": before, "after": after}
+    _save(res.student, args.out, task, report)
+    return _finish(report)

@@ -1,0 +1,143 @@
+"""Magnitude pruning: measured sparsity equals the target, the smallest weights go, structured
+variants remove whole rows / heads, and pruned weights stay zero through further fine-tuning."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from lmlab.adapt.prune import PruneMasks, nonzero_parameters, prunable_weights, prune_model
+from lmlab.cli import main
+from lmlab.errors import LmlabError
+from lmlab.models import build_model, get_preset, load_model
+
+
+@pytest.fixture(scope="module")
+def minilm(minilm_dir):
+    return load_model(minilm_dir)
+
+
+def zeros_share(model) -> float:
+    ws = [m.weight for m in prunable_weights(model).values()]
+    return sum(int((w == 0).sum()) for w in ws) / sum(w.numel() for w in ws)
+
+
+@pytest.mark.parametrize("scope", ["global", "layer"])
+def test_unstructured_sparsity_equals_target_and_removes_the_smallest(minilm_dir, scope):
+    model = load_model(minilm_dir)
+    before = {n: m.weight.detach().clone() for n, m in prunable_weights(model).items()}
+    assert zeros_share(model) == 0
+    masks = prune_model(model, 0.3, scope=scope)
+    n = sum(w.numel() for w in before.values())
+    assert abs(zeros_share(model) - 0.3) <= 1 / n              # exactly round(0.3 n) weights
+    assert masks.sparsity() == pytest.approx(zeros_share(model), abs=1 / n)
+    if scope == "global":
+        kept = torch.cat([before[k][m].abs() for k, m in masks.masks.items()])
+        gone = torch.cat([before[k][~m].abs() for k, m in masks.masks.items()])
+        assert float(gone.max()) <= float(kept.min())          # one threshold for all layers
+        shares = [float((~m).float().mean()) for m in masks.masks.values()]
+        assert max(shares) - min(shares) > 0.02                # ... so layers lose different fractions
+    else:
+        for k, m in masks.masks.items():
+            assert float((~m).float().mean()) == pytest.approx(0.3, abs=1 / m.numel())
+            assert float(before[k][~m].abs().max()) <= float(before[k][m].abs().min())
+    emb = model.embeddings.word.weight                          # not a target: untouched
+    assert int((emb == 0).sum()) < emb.numel() * 0.01
+
+
+def test_rows_and_heads_are_removed_whole():
+    torch.manual_seed(0)
+    model = build_model(get_preset("bert-small", vocab_size=500), heads=("seq_cls",)).eval()
+    masks = prune_model(model, 0.5, scope="layer", structure="rows")
+    fc_in = model.layers[0].ffn.fc_in
+    dead = (fc_in.weight == 0).all(dim=1)
+    assert int(dead.sum()) == fc_in.out_features // 2
+    assert bool((fc_in.bias[dead] == 0).all())                  # the neuron outputs exactly zero
+    assert masks.sparsity(model) == pytest.approx(0.5, abs=1e-3)
+
+    model = build_model(get_preset("bert-small", vocab_size=500), heads=("seq_cls",)).eval()
+    prune_model(model, 0.5, scope="layer", structure="heads")
+    attn = model.layers[1].attn
+    d = attn.head_dim
+    cols = attn.o_proj.weight.view(attn.o_proj.out_features, attn.n_heads, d)
+    dead_heads = (cols == 0).flatten(0).view(-1, attn.n_heads, d).permute(1, 0, 2).flatten(1).all(dim=1)
+    assert int(dead_heads.sum()) == attn.n_heads // 2
+    q = attn.q_proj.weight.view(attn.n_heads, d, -1)
+    assert bool((q[dead_heads] == 0).all()) and bool((q[~dead_heads] != 0).any())
+    # the pruned heads contribute nothing: scaling their value rows changes no output
+    ids = torch.randint(5, 500, (2, 9))
+    with torch.no_grad():
+        ref = model(ids).logits
+        v = attn.v_proj.weight.view(attn.n_heads, d, -1)
+        v[dead_heads] += 1.0
+        assert torch.allclose(model(ids).logits, ref, atol=1e-6)
+
+
+def test_masks_keep_pruned_weights_zero_during_finetuning(data_dir, minilm_dir, tmp_path):
+    from lmlab.finetune import finetune
+    from lmlab.tasks import make_task
+    from lmlab.tokenizers import load_tokenizer
+
+    g = data_dir / "glue" / "sst2"
+    torch.manual_seed(0)
+    model = build_model(get_preset("bert-tiny", vocab_size=30522), heads=("seq_cls",))
+    model.tokenizer = load_tokenizer(minilm_dir / "vocab.txt")
+    task = make_task("sst2", "encoder", max_length=32)
+    train, dev = task.read(g / "train.tsv")[:256], task.read(g / "dev.tsv")[:64]
+    task.fit(train)
+    model = task.prepare_model(model)
+    masks = prune_model(model, 0.6).attach(model)
+    pruned = {n: p.detach().clone() for n, p in model.named_parameters()}
+    res = finetune(model, task, train, dev, None, max_steps=8, batch_size=32, lr=1e-3, weight_decay=0.1,
+                   progress=False, log=lambda m: None)
+    assert res.model is model                                   # the loop trained this very model
+    after = dict(model.named_parameters())
+    for name, mask in masks.masks.items():
+        assert bool((after[name][~mask] == 0).all()), name      # pruned: still exactly zero
+        assert not torch.equal(after[name][mask], pruned[name][mask]), name   # kept: trained
+    assert masks.sparsity(model) == pytest.approx(0.6, abs=1e-5)
+    # without the masks the same training moves the pruned weights
+    masks.detach()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    from lmlab.tasks import collate
+
+    batch = collate(task.features(train[:32], model.tokenizer), 0)
+    model.train()
+    task.loss(model, batch).backward()
+    opt.step()
+    assert masks.sparsity(model) < 0.5
+    assert PruneMasks.from_zeros(model).sparsity() < 0.5
+
+
+def test_cli_prune_finetune_and_bad_input(data_dir, minilm_dir, tmp_path, capsys):
+    from lmlab.tokenizers import load_tokenizer
+
+    g = data_dir / "glue" / "sst2"
+    torch.manual_seed(0)
+    model = build_model(get_preset("bert-tiny", vocab_size=30522), heads=("seq_cls",))
+    model.save(tmp_path / "ck", tokenizer=load_tokenizer(minilm_dir / "vocab.txt"))
+    from lmlab.finetune import finetune
+
+    finetune(tmp_path / "ck", "sst2", g / "train.tsv", g / "dev.tsv", tmp_path / "ft", max_train_examples=64,
+             max_eval_examples=32, max_steps=2, batch_size=32, max_length=32, progress=False, log=lambda m: None)
+    code = main(["compress", "prune", "--checkpoint", str(tmp_path / "ft"), "--sparsity", "0.5",
+                 "--dev", str(g / "dev.tsv"), "--max-eval-examples", "32", "--train", str(g / "train.tsv"),
+                 "--steps", "3", "--batch-size", "16", "--lr", "1e-3", "--out", str(tmp_path / "pr")])
+    assert code == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["method"]["measured_sparsity"] == pytest.approx(0.5, abs=1e-5)
+    assert report["method"]["measured_sparsity_after_finetune"] == pytest.approx(0.5, abs=1e-5)
+    back = load_model(tmp_path / "pr")
+    assert PruneMasks.from_zeros(back).sparsity() == pytest.approx(0.5, abs=1e-5)
+    nz, total = nonzero_parameters(back)
+    assert report["after"]["nonzero_parameters"] == nz < report["before"]["nonzero_parameters"]
+    assert "accuracy" in report["after"]["metrics"] and report["after"]["examples_per_s"] > 0
+
+    for bad, msg in ((["--sparsity", "1.5"], "sparsity"), (["--sparsity", "0.5", "--steps", "3"], "--train")):
+        code = main(["compress", "prune", "--checkpoint", str(tmp_path / "ft"), *bad, "--out", str(tmp_path / "x")])
+        err = capsys.readouterr().err
+        assert code == 2 and err.startswith("error:") and msg in err and "Traceback" not in err
+    with pytest.raises(LmlabError, match="structure"):
+        prune_model(model, 0.5, structure="blocks")

@@ -31,7 +31,7 @@ def test_unstructured_sparsity_equals_target_and_removes_the_smallest(minilm_dir
     assert zeros_share(model) == 0
     masks = prune_model(model, 0.3, scope=scope)
     n = sum(w.numel() for w in before.values())
-    assert abs(zeros_share(model) - 0.3) <= 1 / n              # exactly round(0.3 n) weights
+    assert abs(zeros_share(model) - 0.3) <= len(before) / n    # round(0.3 n) weights (per matrix: layer)
     assert masks.sparsity() == pytest.approx(zeros_share(model), abs=1 / n)
     if scope == "global":
         kept = torch.cat([before[k][m].abs() for k, m in masks.masks.items()])
@@ -124,7 +124,7 @@ def test_cli_prune_finetune_and_bad_input(data_dir, minilm_dir, tmp_path, capsys
              max_eval_examples=32, max_steps=2, batch_size=32, max_length=32, progress=False, log=lambda m: None)
     code = main(["compress", "prune", "--checkpoint", str(tmp_path / "ft"), "--sparsity", "0.5",
                  "--dev", str(g / "dev.tsv"), "--max-eval-examples", "32", "--train", str(g / "train.tsv"),
-                 "--steps", "3", "--batch-size", "16", "--lr", "1e-3", "--out", str(tmp_path / "pr")])
+                 "--steps", "3", "--max-train-examples", "64", "--batch-size", "16", "--lr", "1e-3", "--out", str(tmp_path / "pr")])
     assert code == 0
     report = json.loads(capsys.readouterr().out)
     assert report["method"]["measured_sparsity"] == pytest.approx(0.5, abs=1e-5)

@@ -101,6 +101,7 @@ def register(sub) -> None:
     p.add_argument("--batch-size", type=int, default=32, metavar="N")
     p.add_argument("--lr", type=float, default=5e-5)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--max-train-examples", type=int, default=None, metavar="N")
     _common(p)
     p.set_defaults(func=run_prune)
 
@@ -253,7 +254,7 @@ def run_prune(args) -> int:
     if args.steps:
         from lmlab.finetune import finetune
 
-        train = _examples(task, args.train, None, "train")
+        train = _examples(task, args.train, args.max_train_examples, "train")
         masks.attach(model)
         res = finetune(model, task, train, dev, None, max_steps=args.steps, batch_size=args.batch_size,
                        lr=args.lr, seed=args.seed, eval_batch_size=args.eval_batch_size, log=_say)

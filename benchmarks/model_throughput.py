@@ -225,7 +225,9 @@ def run_family(family: str, s: Shape, args) -> dict[str, Any]:
             dt = r.step()
             if i == 0:
                 r.first_step = dt
+    round_peaks = []  # fp32 matmul rate measured in every round: MFU per round, robust to load swings
     for rnd in range(args.steps):  # interleaved rounds, order reversed every other round
+        round_peaks.append(matmul_peak(args.peak_sizes, seconds=args.peak_seconds, repeats=1)["flops"])
         for r in (runners if rnd % 2 == 0 else runners[::-1]):
             r.times.append(r.step())
 
@@ -242,12 +244,15 @@ def run_family(family: str, s: Shape, args) -> dict[str, Any]:
         "family": family, "params_lmlab": n_lm, "params_hf": n_hf, "tokens_per_step": tokens,
         "loss_lmlab": loss_lm, "loss_hf": loss_hf, "model_flops_per_step": model_flops,
         "hf_attention": getattr(hf.config, "_attn_implementation", "?"), "rows": {},
+        "round_peaks": round_peaks,
     }
     for r in runners:
         med = statistics.median(r.times)
+        work = done["transformers" if r.name == "transformers" else "lmlab"]
         row = {"step_s": med, "tokens_per_s": tokens / med, "model_flops_per_s": model_flops / med,
-               "done_flops_per_s": done["transformers" if r.name == "transformers" else "lmlab"] / med,
-               "times": r.times, "first_step_s": r.first_step}
+               "done_flops_per_s": work / med, "times": r.times, "first_step_s": r.first_step,
+               "mfu": statistics.median(model_flops / t / p for t, p in zip(r.times, round_peaks)),
+               "hfu": statistics.median(work / t / p for t, p in zip(r.times, round_peaks))}
         if args.memory:
             row["peak_mb"] = peak_step_memory(r)
         result["rows"][r.name] = row
@@ -258,7 +263,7 @@ def run_family(family: str, s: Shape, args) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------- report
-def report(results: list[dict], peak: float, header: str, args) -> str:
+def report(results: list[dict], header: str, args) -> str:
     headers = ["model", "objective", "params", "tokens/step", "implementation", "tokens/s",
                "lmlab / HF", "target", "verdict", "MFU", "HFU", f"MFU ≥{MFU_TARGET:.0%}",
                "peak MB", "loss lmlab / HF"]
@@ -275,7 +280,7 @@ def report(results: list[dict], peak: float, header: str, args) -> str:
             is_lmlab = name != "transformers"
             ratio = row["tokens_per_s"] / hf_rate if is_lmlab else None
             target = TARGETS.get(fam) if is_lmlab else None
-            mfu, hfu = row["model_flops_per_s"] / peak, row["done_flops_per_s"] / peak
+            mfu, hfu = row["mfu"], row["hfu"]
             impl = name if is_lmlab else f"transformers ({res['hf_attention']})"
             if name == "lmlab compiled" and row.get("first_step_s"):
                 impl += f" (compile {row['first_step_s']:.0f} s)"
@@ -302,7 +307,8 @@ Columns: **tokens/s** = batch x (source + target) tokens per second, median over
 steps of `zero_grad -> forward -> backward -> AdamW.step`; **lmlab / HF** = tokens/s ratio in
 this run; **MFU** = model FLOPs per second (the work the objective needs: 6 x matmul parameters per
 token + attention, the MLM head only at the 15% labelled positions; `lmlab.models.flops`) over the
-fp32 matmul rate measured in the same run; **HFU** = the FLOPs the implementation really performs
+fp32 matmul rate measured in the same round (1024² and 2048² matmuls, just before the round's
+steps; median over rounds, so a load swing moves both); **HFU** = the FLOPs the implementation really performs
 (transformers computes the MLM vocabulary projection at every position) over the same rate;
 (the bf16 row is measured against the same fp32 rate, so its MFU can exceed 100%);
 **peak MB** = parameters + AdamW state + allocator high-water mark of one step (`torch.profiler`);
@@ -311,7 +317,7 @@ fp32 matmul rate measured in the same run; **HFU** = the FLOPs the implementatio
 
 
 def header_lines(args, threads_reason: str, dtype_reason: str, peaks: list[dict], s: Shape,
-                 load_start: tuple, started: float) -> str:
+                 load_start: tuple, started: float, round_peaks: list[float]) -> str:
     import importlib.metadata as md
 
     from lmlab.runtime import physical_cores
@@ -334,8 +340,10 @@ def header_lines(args, threads_reason: str, dtype_reason: str, peaks: list[dict]
         f"{'as in each transformers config' if args.dropout is None else args.dropout}; "
         f"{args.warmup} warm-up + {args.steps} timed steps per row, interleaved.",
         f"Threads: {threads_reason}. Precision: float32 rows ({dtype_reason}).",
-        f"fp32 matmul peak (same process, same threads, best of before/after): {peak / 1e9:.1f} GFLOP/s "
-        f"(square {best_size}; {before_after} before / after). "
+        f"fp32 matmul rate (same process, same threads): {peak / 1e9:.1f} GFLOP/s at best "
+        f"(square {best_size}; {before_after} before / after the models; "
+        f"{min(round_peaks, default=0) / 1e9:.1f}-{max(round_peaks, default=0) / 1e9:.1f} GFLOP/s in the "
+        f"rounds, which is what MFU divides by). "
         f"Run took {time.time() - started:.0f} s.",
         f"Re-run on a quiet machine: `{args.command}`",
     ]
@@ -380,6 +388,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
         s.batch = args.batch
     sizes = QUICK_SIZES if args.quick else SIZES
     seconds = 0.05 if args.quick else 0.4
+    args.peak_sizes, args.peak_seconds = sizes, seconds / 2
     peaks = [matmul_peak(sizes, seconds=seconds)]
     print(f"threads: {threads_reason}\nfp32 matmul: {peaks[0]['flops'] / 1e9:.1f} GFLOP/s", flush=True)
     results = []
@@ -393,9 +402,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
         print(f"{family}: {rates or res.get('error')} ({time.time() - t0:.0f} s)", flush=True)
         results.append(res)
     peaks.append(matmul_peak(sizes, seconds=seconds))
-    peak = max(p["flops"] for p in peaks)
-    header = header_lines(args, threads_reason, dtype_reason, peaks, s, load_start, started)
-    text = report(results, peak, header, args)
+    rounds = [p for r in results for p in r.get("round_peaks", [])]
+    header = header_lines(args, threads_reason, dtype_reason, peaks, s, load_start, started, rounds)
+    text = report(results, header, args)
     print(text)
     if args.json:
         args.json.write_text(json.dumps({"peaks": peaks, "results": results}, indent=1))

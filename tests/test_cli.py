@@ -1,13 +1,10 @@
+import argparse
 import subprocess
 import sys
 
 import pytest
 
-from lmlab.cli import main
-
-import argparse
-
-from lmlab.cli import build_parser
+from lmlab.cli import build_parser, main
 
 
 def _leaf_commands(parser: argparse.ArgumentParser, prefix=()) -> list[list[str]]:
@@ -27,8 +24,17 @@ SUBCOMMANDS = _leaf_commands(build_parser())
 
 def test_the_issue_commands_exist():
     names = {" ".join(c) for c in SUBCOMMANDS}
-    for required in ("tokenizer train", "tokenizer encode", "tokenizer inspect", "data prepare", "demo",
-                     "pretrain", "generate", "export", "import"):
+    for required in (
+        "tokenizer train",
+        "tokenizer encode",
+        "tokenizer inspect",
+        "data prepare",
+        "demo",
+        "pretrain",
+        "generate",
+        "export",
+        "import",
+    ):
         assert required in names, f"`lmlab {required}` is missing"
 
 
@@ -52,7 +58,20 @@ def test_unknown_algorithm_is_a_one_line_error(tmp_path, capsys):
     f = tmp_path / "c.txt"
     f.write_text("some text\n")
     with pytest.raises(SystemExit) as e:
-        main(["tokenizer", "train", "--algo", "nope", "--vocab-size", "10", "--input", str(f), "--out", str(tmp_path / "t")])
+        main(
+            [
+                "tokenizer",
+                "train",
+                "--algo",
+                "nope",
+                "--vocab-size",
+                "10",
+                "--input",
+                str(f),
+                "--out",
+                str(tmp_path / "t"),
+            ]
+        )
     assert e.value.code == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("error: ") and "'nope'" in err and "bytelevel" in err
@@ -62,8 +81,23 @@ def test_unknown_algorithm_is_a_one_line_error(tmp_path, capsys):
 def test_decode_command_and_out_of_range_ids(tmp_path, capsys):
     f = tmp_path / "c.txt"
     f.write_text("low lower lowest newer wider\n" * 20)
-    assert main(["tokenizer", "train", "--algo", "bytelevel", "--vocab-size", "300", "--input", str(f),
-                 "--out", str(tmp_path / "t")]) == 0
+    assert (
+        main(
+            [
+                "tokenizer",
+                "train",
+                "--algo",
+                "bytelevel",
+                "--vocab-size",
+                "300",
+                "--input",
+                str(f),
+                "--out",
+                str(tmp_path / "t"),
+            ]
+        )
+        == 0
+    )
     capsys.readouterr()
     from lmlab.tokenizers import load_tokenizer
 
@@ -76,8 +110,20 @@ def test_decode_command_and_out_of_range_ids(tmp_path, capsys):
 
 
 def test_missing_input_file_is_a_one_line_error(tmp_path, capsys):
-    code = main(["tokenizer", "train", "--algo", "bpe", "--vocab-size", "100",
-                 "--input", str(tmp_path / "missing.txt"), "--out", str(tmp_path / "t")])
+    code = main(
+        [
+            "tokenizer",
+            "train",
+            "--algo",
+            "bpe",
+            "--vocab-size",
+            "100",
+            "--input",
+            str(tmp_path / "missing.txt"),
+            "--out",
+            str(tmp_path / "t"),
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 2
     assert err.startswith("error: ") and "does not exist" in err and err.count("\n") == 1

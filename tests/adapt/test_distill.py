@@ -40,10 +40,11 @@ def test_kd_loss_matches_a_hand_computation():
         ps, pt = softmax(srow), softmax(trow)
         kl += sum(b * math.log(b / a) for a, b in zip(ps, pt))
     soft = kl / 2 * T * T
-    hard = -sum(math.log(math.exp(r[c]) / sum(math.exp(v) for v in r)) for r, c in zip(s.tolist(), y.tolist())) / 2
+    hard = -sum(math.log(math.exp(r[c]) / sum(math.exp(v) for v in r))
+                for r, c in zip(s.tolist(), y.tolist())) / 2
     assert float(soft_target_loss(s, t, T)) == pytest.approx(soft, rel=1e-6)
-    assert float(kd_loss(s, t, F.cross_entropy(s, y), T, alpha)) == pytest.approx(alpha * soft + (1 - alpha) * hard,
-                                                                                   rel=1e-6)
+    mixed = kd_loss(s, t, F.cross_entropy(s, y), T, alpha)
+    assert float(mixed) == pytest.approx(alpha * soft + (1 - alpha) * hard, rel=1e-6)
     assert float(soft_target_loss(t, t, T)) == pytest.approx(0.0, abs=1e-7)     # identical: no loss
     # a masked row does not count
     assert float(soft_target_loss(s, t, T, mask=torch.tensor([True, False]))) == pytest.approx(
@@ -68,7 +69,8 @@ def test_mlm_and_lm_heads_distil_on_their_prediction_positions():
     expected = 0.5 * soft_target_loss(s_out.logits, t_out.logits, 3.0) + 0.5 * s_out.loss
     assert float(loss.detach()) == pytest.approx(float(expected.detach()), rel=1e-5)
     loss.backward()
-    assert student.layers[0].attn.q_proj.weight.grad is not None and teacher.layers[0].attn.q_proj.weight.grad is None
+    assert student.layers[0].attn.q_proj.weight.grad is not None
+    assert teacher.layers[0].attn.q_proj.weight.grad is None
 
     gpt = build_model(get_preset("gpt2-tiny", vocab_size=200)).eval()
     small = make_student(gpt, 1).eval()
@@ -80,7 +82,8 @@ def test_mlm_and_lm_heads_distil_on_their_prediction_positions():
     loss, _ = distillation_loss(small, gpt, inputs, temperature=2.0, alpha=1.0)
     s, t = small(**inputs).logits, gpt(**inputs).logits
     rows = [(0, i) for i in range(9)] + [(1, i) for i in range(5)]   # positions with a next-token label
-    hand = soft_target_loss(torch.stack([s[b, i] for b, i in rows]), torch.stack([t[b, i] for b, i in rows]), 2.0)
+    pick = [s[b, i] for b, i in rows], [t[b, i] for b, i in rows]
+    hand = soft_target_loss(torch.stack(pick[0]), torch.stack(pick[1]), 2.0)
     assert float(loss.detach()) == pytest.approx(float(hand.detach()), rel=1e-5)
 
 
@@ -116,8 +119,9 @@ def sst2_teacher(data_dir, minilm_dir, tmp_path_factory):
     base = build_model(get_preset("bert-tiny", vocab_size=tok.vocab_size))
     base.tokenizer = tok
     out = tmp_path_factory.mktemp("distill") / "teacher"
-    res = finetune(base, "sst2", g / "train.tsv", g / "dev.tsv", out, max_train_examples=3000, max_eval_examples=300,
-                   max_steps=100, batch_size=32, lr=3e-3, max_length=32, progress=False, log=lambda m: None)
+    res = finetune(base, "sst2", g / "train.tsv", g / "dev.tsv", out, max_train_examples=3000,
+                   max_eval_examples=300, max_steps=100, batch_size=32, lr=3e-3, max_length=32,
+                   progress=False, log=lambda m: None)
     return out, res
 
 
@@ -133,8 +137,7 @@ def test_distilled_student_agrees_with_teacher_more_than_hard_label_training(sst
         out = distill(teacher, student, task, train, dev, steps=40, batch_size=32, lr=1e-3, temperature=2.0,
                       alpha=alpha, seed=1)
         runs[name] = (agreement(task, teacher, out.student, dev), out.metrics["accuracy"])
-    # measured: agreement 0.87 (hard labels) vs 0.93 (distilled), accuracies within 0.02 of the teacher's
-    print("RUNS", runs, res.metrics)
+    # measured: teacher 0.60; agreement 0.75 (hard labels, accuracy 0.68) vs 0.92 (distilled, accuracy 0.61)
     assert runs["kd"][0] > runs["hard"][0] + 0.02, runs
     assert runs["kd"][1] > res.metrics["accuracy"] - 0.05, runs
 

@@ -121,10 +121,12 @@ def test_cli_prune_finetune_and_bad_input(data_dir, minilm_dir, tmp_path, capsys
     from lmlab.finetune import finetune
 
     finetune(tmp_path / "ck", "sst2", g / "train.tsv", g / "dev.tsv", tmp_path / "ft", max_train_examples=64,
-             max_eval_examples=32, max_steps=2, batch_size=32, max_length=32, progress=False, log=lambda m: None)
+             max_eval_examples=32, max_steps=2, batch_size=32, max_length=32, progress=False,
+             log=lambda m: None)
     code = main(["compress", "prune", "--checkpoint", str(tmp_path / "ft"), "--sparsity", "0.5",
                  "--dev", str(g / "dev.tsv"), "--max-eval-examples", "32", "--train", str(g / "train.tsv"),
-                 "--steps", "3", "--max-train-examples", "64", "--batch-size", "16", "--lr", "1e-3", "--out", str(tmp_path / "pr")])
+                 "--steps", "3", "--max-train-examples", "64", "--batch-size", "16", "--lr", "1e-3",
+                 "--out", str(tmp_path / "pr")])
     assert code == 0
     report = json.loads(capsys.readouterr().out)
     assert report["method"]["measured_sparsity"] == pytest.approx(0.5, abs=1e-5)
@@ -136,7 +138,8 @@ def test_cli_prune_finetune_and_bad_input(data_dir, minilm_dir, tmp_path, capsys
     assert "accuracy" in report["after"]["metrics"] and report["after"]["examples_per_s"] > 0
 
     for bad, msg in ((["--sparsity", "1.5"], "sparsity"), (["--sparsity", "0.5", "--steps", "3"], "--train")):
-        code = main(["compress", "prune", "--checkpoint", str(tmp_path / "ft"), *bad, "--out", str(tmp_path / "x")])
+        code = main(["compress", "prune", "--checkpoint", str(tmp_path / "ft"), *bad,
+                     "--out", str(tmp_path / "x")])
         err = capsys.readouterr().err
         assert code == 2 and err.startswith("error:") and msg in err and "Traceback" not in err
     with pytest.raises(LmlabError, match="structure"):

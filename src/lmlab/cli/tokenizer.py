@@ -13,59 +13,106 @@ from lmlab.fileio import check_input_file, iter_text_lines
 
 
 def register(sub) -> None:
-    _, tsub = add_group(sub, "tokenizer", "train, apply and inspect subword tokenizers",
-                        "Train, apply and inspect subword tokenizers (BPE, byte-level BPE, WordPiece, Unigram).\n"
-                        "Run `lmlab tokenizer COMMAND --help` for details.")
+    _, tsub = add_group(
+        sub,
+        "tokenizer",
+        "train, apply and inspect subword tokenizers",
+        "Train, apply and inspect subword tokenizers (BPE, byte-level BPE, WordPiece, Unigram).\n"
+        "Run `lmlab tokenizer COMMAND --help` for details.",
+    )
 
-    p = add_command(tsub, "train", "learn a tokenizer from text files",
-                    "Learn a subword vocabulary from one or more UTF-8 text files and save it as a\n"
-                    "directory with tokenizer.json (Hugging Face format) and tokenizer_config.json.\n"
-                    "Files are streamed: memory grows with the number of distinct words, not corpus size.",
-                    "  lmlab tokenizer train --algo bytelevel --vocab-size 8000 --input a.txt b.txt --out tok/\n"
-                    "  lmlab tokenizer train --algo bpe --num-merges 8 --input toy.txt --out toy-bpe/\n"
-                    "  lmlab tokenizer train --algo wordpiece --vocab-size 30000 --lowercase --input wiki.txt --out wp/")
-    p.add_argument("--algo", required=True, choices=["bpe", "bytelevel", "wordpiece", "unigram"],
-                   help="bpe: character BPE with end-of-word '_'; bytelevel: GPT-2 style byte BPE; "
-                        "wordpiece: BERT; unigram: SentencePiece-style unigram LM")
-    p.add_argument("--vocab-size", type=int, default=None, help="total vocabulary size, special tokens included")
-    p.add_argument("--num-merges", type=int, default=None, help="(bpe only) number of merges instead of --vocab-size")
+    p = add_command(
+        tsub,
+        "train",
+        "learn a tokenizer from text files",
+        "Learn a subword vocabulary from one or more UTF-8 text files and save it as a\n"
+        "directory with tokenizer.json (Hugging Face format) and tokenizer_config.json.\n"
+        "Files are streamed: memory grows with the number of distinct words, not corpus size.",
+        "  lmlab tokenizer train --algo bytelevel --vocab-size 8000 --input a.txt b.txt --out tok/\n"
+        "  lmlab tokenizer train --algo bpe --num-merges 8 --input toy.txt --out toy-bpe/\n"
+        "  lmlab tokenizer train --algo wordpiece --vocab-size 30000 --lowercase --input wiki.txt --out wp/",
+    )
+    p.add_argument(
+        "--algo",
+        required=True,
+        choices=["bpe", "bytelevel", "wordpiece", "unigram"],
+        help="bpe: character BPE with end-of-word '_'; bytelevel: GPT-2 style byte BPE; "
+        "wordpiece: BERT; unigram: SentencePiece-style unigram LM",
+    )
+    p.add_argument(
+        "--vocab-size", type=int, default=None, help="total vocabulary size, special tokens included"
+    )
+    p.add_argument(
+        "--num-merges", type=int, default=None, help="(bpe only) number of merges instead of --vocab-size"
+    )
     p.add_argument("--input", nargs="+", required=True, metavar="FILE", help="training text files")
     p.add_argument("--out", required=True, metavar="DIR", help="output directory (written atomically)")
-    p.add_argument("--special-tokens", nargs="*", default=None, metavar="TOK",
-                   help="special tokens (default: [PAD] [UNK] [CLS] [SEP] [MASK] <s> </s>)")
+    p.add_argument(
+        "--special-tokens",
+        nargs="*",
+        default=None,
+        metavar="TOK",
+        help="special tokens (default: [PAD] [UNK] [CLS] [SEP] [MASK] <s> </s>)",
+    )
     p.add_argument("--sentinels", type=int, default=0, help="also add N T5 sentinels <extra_id_0>..")
     p.add_argument("--lowercase", action="store_true", help="(wordpiece) lower-case and strip accents")
     p.add_argument("--encoding", default="utf-8", help="encoding of the input files (e.g. latin-1)")
     p.set_defaults(func=run_train)
 
-    p = add_command(tsub, "encode", "segment text with a trained tokenizer",
-                    "Print the tokens and ids of a text, or the ids of every line of a file.",
-                    "  lmlab tokenizer encode --tokenizer tok/ --text \"Hello world\"\n"
-                    "  lmlab tokenizer encode --tokenizer tok/ --input notes.txt --format ids > ids.txt")
-    p.add_argument("--tokenizer", required=True, metavar="PATH", help="tokenizer directory, tokenizer.json or vocab.txt")
+    p = add_command(
+        tsub,
+        "encode",
+        "segment text with a trained tokenizer",
+        "Print the tokens and ids of a text, or the ids of every line of a file.",
+        '  lmlab tokenizer encode --tokenizer tok/ --text "Hello world"\n'
+        "  lmlab tokenizer encode --tokenizer tok/ --input notes.txt --format ids > ids.txt",
+    )
+    p.add_argument(
+        "--tokenizer", required=True, metavar="PATH", help="tokenizer directory, tokenizer.json or vocab.txt"
+    )
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--text", help="text to encode")
     src.add_argument("--input", metavar="FILE", help="encode each line of FILE")
-    p.add_argument("--format", choices=["pretty", "ids", "tokens", "json"], default=None,
-                   help="output: pretty (tokens and ids, default for --text), ids (one line per input line, "
-                        "default for --input), tokens, or json")
-    p.add_argument("--add-special-tokens", action="store_true", help="wrap with the template, e.g. [CLS] ... [SEP]")
+    p.add_argument(
+        "--format",
+        choices=["pretty", "ids", "tokens", "json"],
+        default=None,
+        help="output: pretty (tokens and ids, default for --text), ids (one line per input line, "
+        "default for --input), tokens, or json",
+    )
+    p.add_argument(
+        "--add-special-tokens", action="store_true", help="wrap with the template, e.g. [CLS] ... [SEP]"
+    )
     p.set_defaults(func=run_encode)
 
-    p = add_command(tsub, "decode", "turn token ids back into text",
-                    "Decode a whitespace-separated list of token ids with a trained tokenizer.",
-                    "  lmlab tokenizer decode --tokenizer tok/ --ids 464 2068 7586\n"
-                    "  lmlab tokenizer decode --tokenizer tok/ --ids 2 17 3 --skip-special-tokens")
-    p.add_argument("--tokenizer", required=True, metavar="PATH", help="tokenizer directory, tokenizer.json or vocab.txt")
+    p = add_command(
+        tsub,
+        "decode",
+        "turn token ids back into text",
+        "Decode a whitespace-separated list of token ids with a trained tokenizer.",
+        "  lmlab tokenizer decode --tokenizer tok/ --ids 464 2068 7586\n"
+        "  lmlab tokenizer decode --tokenizer tok/ --ids 2 17 3 --skip-special-tokens",
+    )
+    p.add_argument(
+        "--tokenizer", required=True, metavar="PATH", help="tokenizer directory, tokenizer.json or vocab.txt"
+    )
     p.add_argument("--ids", nargs="+", required=True, help="token ids")
     p.add_argument("--skip-special-tokens", action="store_true", help="leave out special tokens like [CLS]")
     p.set_defaults(func=run_decode)
 
-    p = add_command(tsub, "inspect", "show what a tokenizer contains",
-                    "Summarise a tokenizer: algorithm, vocabulary size, special tokens, sample entries.",
-                    "  lmlab tokenizer inspect tok/\n  lmlab tokenizer inspect path/to/vocab.txt")
+    p = add_command(
+        tsub,
+        "inspect",
+        "show what a tokenizer contains",
+        "Summarise a tokenizer: algorithm, vocabulary size, special tokens, sample entries.",
+        "  lmlab tokenizer inspect tok/\n  lmlab tokenizer inspect path/to/vocab.txt",
+    )
     p.add_argument("path", metavar="PATH", help="tokenizer directory, tokenizer.json or vocab.txt")
-    p.add_argument("--sample", default="The quick brown fox jumps over the lazy dog.", help="text to segment as an example")
+    p.add_argument(
+        "--sample",
+        default="The quick brown fox jumps over the lazy dog.",
+        help="text to segment as an example",
+    )
     p.set_defaults(func=run_inspect)
 
 
@@ -74,7 +121,9 @@ def run_train(args) -> int:
 
     files = [check_input_file(f) for f in args.input]
     if args.vocab_size is None and not (args.algo == "bpe" and args.num_merges):
-        raise LmlabError("--vocab-size is required", "pass e.g. --vocab-size 8000 (or --num-merges K with --algo bpe)")
+        raise LmlabError(
+            "--vocab-size is required", "pass e.g. --vocab-size 8000 (or --num-merges K with --algo bpe)"
+        )
     if args.num_merges is not None and args.algo != "bpe":
         raise LmlabError("--num-merges applies only to --algo bpe", "use --vocab-size")
     specials = list(DEFAULT_SPECIAL_TOKENS if args.special_tokens is None else args.special_tokens)
@@ -86,8 +135,14 @@ def run_train(args) -> int:
         options["lowercase"] = args.lowercase
     texts = chain.from_iterable(iter_text_lines(f, args.encoding) for f in files)
     t0 = time.perf_counter()
-    tok = train_tokenizer(args.algo, texts, vocab_size=args.vocab_size, special_tokens=specials,
-                          progress=sys.stderr.isatty(), **options)
+    tok = train_tokenizer(
+        args.algo,
+        texts,
+        vocab_size=args.vocab_size,
+        special_tokens=specials,
+        progress=sys.stderr.isatty(),
+        **options,
+    )
     elapsed = time.perf_counter() - t0
     out = tok.save(args.out)
     print(f"trained {args.algo} tokenizer: {tok.vocab_size} tokens in {elapsed:.1f}s -> {out}/")
@@ -111,8 +166,12 @@ def run_encode(args) -> int:
         elif fmt == "tokens":
             print(" ".join(enc.tokens))
         elif fmt == "json":
-            print(json.dumps({"text": text, "tokens": enc.tokens, "ids": enc.ids, "offsets": enc.offsets},
-                             ensure_ascii=False))
+            print(
+                json.dumps(
+                    {"text": text, "tokens": enc.tokens, "ids": enc.ids, "offsets": enc.offsets},
+                    ensure_ascii=False,
+                )
+            )
         else:
             print(f"{len(enc.ids)} tokens")
             print("tokens: " + " ".join(repr(t) for t in enc.tokens))
@@ -127,7 +186,9 @@ def run_decode(args) -> int:
     try:
         ids = [int(i) for i in " ".join(args.ids).replace(",", " ").split()]
     except ValueError:
-        raise LmlabError(f"--ids must be integers, got {' '.join(args.ids)!r}", "pass e.g. --ids 12 7 301") from None
+        raise LmlabError(
+            f"--ids must be integers, got {' '.join(args.ids)!r}", "pass e.g. --ids 12 7 301"
+        ) from None
     print(tok.decode(ids, skip_special_tokens=args.skip_special_tokens))
     return 0
 

@@ -28,8 +28,16 @@ ALGORITHMS = {
     "unigram": "lmlab.tokenizers.unigram:UnigramTokenizer",
 }
 
-__all__ = ["ALGORITHMS", "DEFAULT_SPECIAL_TOKENS", "Encoding", "Tokenizer", "load_tokenizer",
-           "sentinel_tokens", "tokenizer_class", "train_tokenizer"]
+__all__ = [
+    "ALGORITHMS",
+    "DEFAULT_SPECIAL_TOKENS",
+    "Encoding",
+    "Tokenizer",
+    "load_tokenizer",
+    "sentinel_tokens",
+    "tokenizer_class",
+    "train_tokenizer",
+]
 
 
 def tokenizer_class(algo: str) -> type[Tokenizer]:
@@ -40,8 +48,13 @@ def tokenizer_class(algo: str) -> type[Tokenizer]:
     return getattr(importlib.import_module(module), cls)
 
 
-def train_tokenizer(algo: str, texts: Iterable[str], vocab_size: int | None = None,
-                    special_tokens: Sequence[str] | None = None, **options) -> Tokenizer:
+def train_tokenizer(
+    algo: str,
+    texts: Iterable[str],
+    vocab_size: int | None = None,
+    special_tokens: Sequence[str] | None = None,
+    **options,
+) -> Tokenizer:
     """Learn a tokenizer of kind ``algo`` from ``texts`` (strings: documents or lines).
 
     ``vocab_size`` counts everything, special tokens included. For ``bpe`` you may instead give
@@ -52,7 +65,9 @@ def train_tokenizer(algo: str, texts: Iterable[str], vocab_size: int | None = No
     if isinstance(texts, str):
         texts = [texts]
     if vocab_size is not None and (not isinstance(vocab_size, int) or vocab_size <= 0):
-        raise LmlabError(f"vocab_size must be a positive integer, got {vocab_size!r}", "pass e.g. vocab_size=8000")
+        raise LmlabError(
+            f"vocab_size must be a positive integer, got {vocab_size!r}", "pass e.g. vocab_size=8000"
+        )
     specials = list(DEFAULT_SPECIAL_TOKENS if special_tokens is None else special_tokens)
     return cls.train(texts, vocab_size, specials, **options)
 
@@ -65,15 +80,19 @@ def load_tokenizer(path: str | os.PathLike) -> Tokenizer:
     """
     p = Path(path)
     if not p.exists():
-        raise LmlabError(f"tokenizer {p} does not exist", "pass a tokenizer directory, tokenizer.json or vocab.txt")
+        raise LmlabError(
+            f"tokenizer {p} does not exist", "pass a tokenizer directory, tokenizer.json or vocab.txt"
+        )
     if p.is_dir():
         if (p / "tokenizer.json").is_file():
             p = p / "tokenizer.json"
         elif (p / "vocab.txt").is_file():
             p = p / "vocab.txt"
         else:
-            raise LmlabError(f"{p} holds neither tokenizer.json nor vocab.txt",
-                             "pass a directory written by `lmlab tokenizer train` or tokenizer.save()")
+            raise LmlabError(
+                f"{p} holds neither tokenizer.json nor vocab.txt",
+                "pass a directory written by `lmlab tokenizer train` or tokenizer.save()",
+            )
     config_path = p.parent / "tokenizer_config.json"
     config = read_json(config_path, "tokenizer config") if config_path.is_file() else {}
     if p.suffix == ".txt":
@@ -97,5 +116,7 @@ def _guess_algo(data: dict) -> str:
     if kind == "BPE":
         text = repr(data.get("pre_tokenizer")) + repr(data.get("decoder"))
         return "bytelevel" if "ByteLevel" in text else "bpe"
-    raise LmlabError(f"tokenizer.json model type {kind!r} is not supported",
-                     "lmlab reads BPE, WordPiece and Unigram tokenizer.json files")
+    raise LmlabError(
+        f"tokenizer.json model type {kind!r} is not supported",
+        "lmlab reads BPE, WordPiece and Unigram tokenizer.json files",
+    )

@@ -43,13 +43,18 @@ DEFAULT_SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "<s>", "
 
 #: Conventional names -> role, so a user-supplied list of specials gets its roles automatically.
 ROLE_OF_TOKEN = {
-    "[PAD]": "pad", "<pad>": "pad",
-    "[UNK]": "unk", "<unk>": "unk",
+    "[PAD]": "pad",
+    "<pad>": "pad",
+    "[UNK]": "unk",
+    "<unk>": "unk",
     "[CLS]": "cls",
     "[SEP]": "sep",
-    "[MASK]": "mask", "<mask>": "mask",
-    "<s>": "bos", "<|startoftext|>": "bos",
-    "</s>": "eos", "<|endoftext|>": "eos",
+    "[MASK]": "mask",
+    "<mask>": "mask",
+    "<s>": "bos",
+    "<|startoftext|>": "bos",
+    "</s>": "eos",
+    "<|endoftext|>": "eos",
 }
 ROLES = ("pad", "unk", "cls", "sep", "mask", "bos", "eos")
 
@@ -91,7 +96,9 @@ class Tokenizer(ABC):
             raise LmlabError(f"vocabulary lists token {dup!r} twice", "remove the duplicate")
         missing = [t for t in special_tokens if t not in self.token_to_id]
         if missing:
-            raise LmlabError(f"special tokens {missing} are not in the vocabulary", "add them to the vocabulary")
+            raise LmlabError(
+                f"special tokens {missing} are not in the vocabulary", "add them to the vocabulary"
+            )
         self.special_tokens: list[str] = list(dict.fromkeys(special_tokens))
         self.roles: dict[str, str] = {}
         for t in self.special_tokens:
@@ -114,8 +121,9 @@ class Tokenizer(ABC):
     # ----------------------------------------------------------------- subclass contract
     @classmethod
     @abstractmethod
-    def train(cls, texts: Iterable[str], vocab_size: int | None, special_tokens: Sequence[str],
-              **options) -> Tokenizer:
+    def train(
+        cls, texts: Iterable[str], vocab_size: int | None, special_tokens: Sequence[str], **options
+    ) -> Tokenizer:
         """Learn a vocabulary from ``texts`` (an iterable of strings, streamed once or more)."""
 
     @abstractmethod
@@ -128,7 +136,7 @@ class Tokenizer(ABC):
 
     @abstractmethod
     def _hf_parts(self) -> dict[str, Any]:
-        """This algorithm's ``normalizer``, ``pre_tokenizer``, ``model`` and ``decoder`` for tokenizer.json."""
+        """The algorithm's ``normalizer``, ``pre_tokenizer``, ``model`` and ``decoder`` (tokenizer.json)."""
 
     @classmethod
     @abstractmethod
@@ -165,7 +173,7 @@ class Tokenizer(ABC):
         return set(self._special_ids)
 
     def add_special_tokens(self, tokens: Sequence[str]) -> list[int]:
-        """Append special tokens (sentinels, ``<summarize>``...) not yet in the vocabulary; return their ids."""
+        """Append special tokens (sentinels, ``<summarize>``...) not yet in the vocabulary; return ids."""
         for t in tokens:
             if t not in self.token_to_id:
                 self.token_to_id[t] = len(self.vocab)
@@ -179,8 +187,10 @@ class Tokenizer(ABC):
         if i is not None:
             return i
         if self.unk_id is None:
-            raise LmlabError(f"token {token!r} is not in the vocabulary and the tokenizer has no unknown token",
-                             "train with an [UNK] special token or a byte-level tokenizer")
+            raise LmlabError(
+                f"token {token!r} is not in the vocabulary and the tokenizer has no unknown token",
+                "train with an [UNK] special token or a byte-level tokenizer",
+            )
         return self.unk_id
 
     # ----------------------------------------------------------------- encoding
@@ -191,7 +201,7 @@ class Tokenizer(ABC):
         out, pos = [], 0
         for m in self._special_re.finditer(text):
             if m.start() > pos:
-                out.append((text[pos:m.start()], pos, False))
+                out.append((text[pos : m.start()], pos, False))
             out.append((m.group(), m.start(), True))
             pos = m.end()
         if pos < len(text):
@@ -223,8 +233,10 @@ class Tokenizer(ABC):
         n = len(self.vocab)
         for i in ids:
             if not isinstance(i, numbers.Integral) or not 0 <= int(i) < n:
-                raise LmlabError(f"token id {i!r} is out of range for a vocabulary of {n}",
-                                 f"pass ids between 0 and {n - 1} (was this produced by another tokenizer?)")
+                raise LmlabError(
+                    f"token id {i!r} is out of range for a vocabulary of {n}",
+                    f"pass ids between 0 and {n - 1} (was this produced by another tokenizer?)",
+                )
         return [self.vocab[int(i)] for i in ids]
 
     def decode(self, ids: Iterable[int], skip_special_tokens: bool = False) -> str:
@@ -268,8 +280,14 @@ class Tokenizer(ABC):
         layout, _ = self._template(0, 0 if pair else None)
         return len(layout)
 
-    def encode_plus(self, text: str, pair: str | None = None, add_special_tokens: bool = True,
-                    max_length: int | None = None, truncation: bool = False) -> Encoding:
+    def encode_plus(
+        self,
+        text: str,
+        pair: str | None = None,
+        add_special_tokens: bool = True,
+        max_length: int | None = None,
+        truncation: bool = False,
+    ) -> Encoding:
         """Encode one text or a pair, with segment ids, offsets and the special-token template.
 
         With ``truncation`` and ``max_length``, the longer of the two sequences is cut first
@@ -281,8 +299,10 @@ class Tokenizer(ABC):
         if truncation and max_length is not None:
             budget = max_length - extra
             if budget < 0:
-                raise LmlabError(f"max_length {max_length} leaves no room for the {extra} special tokens",
-                                 f"use max_length >= {extra + 1}")
+                raise LmlabError(
+                    f"max_length {max_length} leaves no room for the {extra} special tokens",
+                    f"use max_length >= {extra + 1}",
+                )
             if b is None:
                 del a[budget:]
             elif len(a) + len(b) > budget:
@@ -316,10 +336,16 @@ class Tokenizer(ABC):
                 special.append(1)
         return Encoding(ids, tokens, offsets, types, special)
 
-    def encode_batch(self, texts: Sequence[str], pairs: Sequence[str] | None = None,
-                     add_special_tokens: bool = True, padding: bool | str = "longest",
-                     truncation: bool = False, max_length: int | None = None,
-                     return_tensors: str | None = None) -> dict[str, Any]:
+    def encode_batch(
+        self,
+        texts: Sequence[str],
+        pairs: Sequence[str] | None = None,
+        add_special_tokens: bool = True,
+        padding: bool | str = "longest",
+        truncation: bool = False,
+        max_length: int | None = None,
+        return_tensors: str | None = None,
+    ) -> dict[str, Any]:
         """Encode many texts (or pairs) into a padded batch.
 
         Returns a dict with ``input_ids``, ``attention_mask``, ``token_type_ids``,
@@ -331,15 +357,21 @@ class Tokenizer(ABC):
             raise LmlabError("encode_batch takes a list of texts, not one string", "wrap it: [text]")
         if pairs is not None and len(pairs) != len(texts):
             raise LmlabError(f"{len(texts)} texts but {len(pairs)} pairs", "pass one pair text per text")
-        encs = [self.encode_plus(t, None if pairs is None else pairs[i], add_special_tokens,
-                                 max_length, truncation) for i, t in enumerate(texts)]
+        encs = [
+            self.encode_plus(
+                t, None if pairs is None else pairs[i], add_special_tokens, max_length, truncation
+            )
+            for i, t in enumerate(texts)
+        ]
         if padding is True:
             padding = "longest"
         if padding not in (False, "longest", "max_length"):
             raise LmlabError(f"unknown padding {padding!r}", "use 'longest', 'max_length' or False")
         if padding:
             if self.pad_id is None:
-                raise LmlabError("padding needs a [PAD] special token", "train with a [PAD] token or padding=False")
+                raise LmlabError(
+                    "padding needs a [PAD] special token", "train with a [PAD] token or padding=False"
+                )
             if padding == "max_length":
                 if max_length is None:
                     raise LmlabError("padding='max_length' needs max_length", "pass max_length=N")
@@ -367,9 +399,11 @@ class Tokenizer(ABC):
                 raise LmlabError("return_tensors needs equal lengths", "pass padding='longest'")
             if return_tensors == "pt":
                 import torch
+
                 conv = lambda x: torch.tensor(x, dtype=torch.long)  # noqa: E731
             elif return_tensors == "np":
                 import numpy as np
+
                 conv = lambda x: np.asarray(x, dtype=np.int64)  # noqa: E731
             else:
                 raise LmlabError(f"unknown return_tensors {return_tensors!r}", "use 'pt' or 'np'")
@@ -383,8 +417,18 @@ class Tokenizer(ABC):
     def to_hf_json(self) -> dict[str, Any]:
         """The whole Hugging Face ``tokenizer.json`` document for this tokenizer."""
         parts = self._hf_parts()
-        added = [{"id": self.token_to_id[t], "content": t, "single_word": False, "lstrip": False,
-                  "rstrip": False, "normalized": False, "special": True} for t in self.special_tokens]
+        added = [
+            {
+                "id": self.token_to_id[t],
+                "content": t,
+                "single_word": False,
+                "lstrip": False,
+                "rstrip": False,
+                "normalized": False,
+                "special": True,
+            }
+            for t in self.special_tokens
+        ]
         return {
             "version": "1.0",
             "truncation": None,
@@ -418,19 +462,25 @@ class Tokenizer(ABC):
                 seen_a = True
             pair_t.append(piece(s, ty, seq))
         used = list(dict.fromkeys(s for s in single + pair if s is not None))  # ordered: deterministic file
-        return {"type": "TemplateProcessing", "single": single_t, "pair": pair_t,
-                "special_tokens": {t: {"id": t, "ids": [self.token_to_id[t]], "tokens": [t]} for t in used}}
+        return {
+            "type": "TemplateProcessing",
+            "single": single_t,
+            "pair": pair_t,
+            "special_tokens": {t: {"id": t, "ids": [self.token_to_id[t]], "tokens": [t]} for t in used},
+        }
 
     def tokenizer_config(self) -> dict[str, Any]:
         """Contents of tokenizer_config.json (roles in the names transformers uses)."""
         cfg: dict[str, Any] = {f"{role}_token": tok for role, tok in self.roles.items()}
-        cfg.update({
-            "tokenizer_class": "PreTrainedTokenizerFast",
-            "lmlab_algo": self.algo,
-            "lmlab_format_version": FORMAT_VERSION,
-            "lmlab_special_tokens": self.special_tokens,
-            "lmlab_options": self._options(),
-        })
+        cfg.update(
+            {
+                "tokenizer_class": "PreTrainedTokenizerFast",
+                "lmlab_algo": self.algo,
+                "lmlab_format_version": FORMAT_VERSION,
+                "lmlab_special_tokens": self.special_tokens,
+                "lmlab_options": self._options(),
+            }
+        )
         return cfg
 
     def _extra_files(self) -> dict[str, str]:

@@ -32,7 +32,9 @@ def _batches(texts: Iterable[str], size: int) -> Iterator[list[str]]:
         yield batch
 
 
-def count_chunks(texts: Iterable[str], split: Splitter, workers: int = 1, batch_size: int = 2000) -> dict[str, int]:
+def count_chunks(
+    texts: Iterable[str], split: Splitter, workers: int = 1, batch_size: int = 2000
+) -> dict[str, int]:
     """Count the chunks ``split(text)`` yields over all ``texts``, in first-seen order.
 
     ``split`` must be a module-level function when ``workers > 1`` (it is sent to worker
@@ -50,5 +52,7 @@ def count_chunks(texts: Iterable[str], split: Splitter, workers: int = 1, batch_
         for b in batches:
             total.update(_count_batch((split, b)))
     if not total:
-        raise LmlabError("the training corpus is empty (no words found)", "pass files or texts that contain text")
+        raise LmlabError(
+            "the training corpus is empty (no words found)", "pass files or texts that contain text"
+        )
     return dict(total)

@@ -13,7 +13,6 @@ tokenising again.
 from __future__ import annotations
 
 import dataclasses
-
 import glob
 import os
 from collections.abc import Callable

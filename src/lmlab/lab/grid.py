@@ -1,0 +1,602 @@
+"""A comparison grid: parse ``grid.toml``, check every run before anything trains, plan the runs.
+
+A grid is the cross product ``arms x sizes x seeds``. An *arm* pairs a model preset with a
+pretraining objective (or ``"none"``: the same model fine-tuned from random initialisation); a
+*size* is a set of model overrides (``d_model``, ``n_layers``...); every pretraining run gets the
+same corpus and tokenizer (``[pretrain.data]``), the same training settings (``[pretrain.train]``)
+and the same budget, in tokens or in FLOPs. Every pretrained model is then fine-tuned on the same
+``[[tasks]]`` with the same seed. This is the T5 paper's way of comparing objectives (Raffel et al.
+2020, §3.3: one model size, one pretraining budget, one fine-tuning recipe, many objectives).
+
+Budgets (per pretraining run):
+
+* ``{tokens = N}``: ``max_steps = floor(N / tokens_per_step)`` with ``tokens_per_step =
+  batch_size * grad_accum * seq_len`` (the trainer's count of training tokens);
+* ``{flops = C}``: ``max_steps = floor(C / flops_per_step)``, where ``flops_per_step`` is the
+  model's training FLOPs for one global batch from :mod:`lmlab.models.flops` (forward + backward =
+  3 x forward, attention included), counted the way each objective runs the model: causal LMs
+  project every position to the vocabulary, masked LMs only the masked ~15%, ELECTRA adds its
+  generator (``generator_size`` of the width, MLM head at the masked positions) to a
+  discriminator that reads every position, T5 encodes the corrupted input and decodes the
+  sentinel targets (lengths from ``noise_density`` and ``mean_span_length``), BART encodes and
+  decodes the whole row. So an objective that does more work per token gets fewer tokens.
+
+Everything a run's result depends on goes into its key (a hash of the resolved settings), which
+names its directory: a finished run is found again and never retrained; change a setting and
+only the runs it touches are new.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import difflib
+import hashlib
+import json
+import math
+import os
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from lmlab.errors import LmlabError
+
+__all__ = [
+    "MIN_STEPS",
+    "NONE",
+    "Arm",
+    "Budget",
+    "FinetuneRun",
+    "Grid",
+    "PretrainRun",
+    "TaskSpec",
+    "flops_per_step",
+    "load_grid",
+    "run_key",
+    "steps_for_budget",
+    "valid_objectives",
+]
+
+#: the objective name of an arm that is not pretrained (fine-tuned from random initialisation)
+NONE = "none"
+#: a budget that buys fewer optimizer steps than this is refused
+MIN_STEPS = 10
+
+GRID_KEYS = ("name", "description", "seeds", "budget", "share_pretraining", "pretrain", "sizes",
+             "arms", "finetune", "tasks")
+PRETRAIN_KEYS = ("data", "train", "model")
+ARM_KEYS = ("name", "preset", "objective", "params", "model", "train")
+TASK_KEYS = ("name", "task", "train", "dev", "max_train_examples", "max_eval_examples", "finetune")
+#: train.* keys that change neither the arithmetic nor the result of a run (left out of its key)
+MACHINE_TRAIN_KEYS = ("threads", "progress", "device", "distributed", "checkpoint_every",
+                      "keep_checkpoints", "log_every")
+#: fine-tuning settings that change nothing but speed or display (left out of the key)
+MACHINE_FINETUNE_KEYS = ("threads", "progress", "device", "log_every", "eval_batch_size")
+
+
+# --------------------------------------------------------------------------- records
+
+
+@dataclass(frozen=True)
+class Budget:
+    """Per-run pretraining budget: ``kind`` is ``"tokens"`` or ``"flops"``."""
+
+    kind: str
+    amount: float
+
+    def __str__(self) -> str:
+        value = f"{self.amount:,.0f}" if self.kind == "tokens" else f"{self.amount:.3g}"
+        return f"{{{self.kind} = {value}}}"
+
+
+@dataclass
+class Arm:
+    name: str
+    preset: str
+    objective: str                      # a key of lmlab.objectives.OBJECTIVES, or "none"
+    params: dict[str, Any] = field(default_factory=dict)
+    model: dict[str, Any] = field(default_factory=dict)
+    train: dict[str, Any] = field(default_factory=dict)
+    architecture: str = ""
+
+    @property
+    def pretrained(self) -> bool:
+        return self.objective != NONE
+
+
+@dataclass
+class TaskSpec:
+    name: str                           # column label, e.g. "sst2"
+    task: str                           # lmlab task name
+    train: str                          # expanded paths
+    dev: str
+    settings: dict[str, Any]            # FinetuneConfig fields (seed added per run)
+
+
+@dataclass
+class PretrainRun:
+    """One pretraining run (or, for ``objective = "none"``, one randomly initialised model)."""
+
+    arm: Arm
+    size: str
+    seed: int
+    config: dict[str, Any]              # TOML-shaped pretrain config (train.max_steps from the budget)
+    steps: int
+    tokens: int                         # planned training tokens
+    flops_per_step: float
+    parameters: int
+    key: str
+
+    @property
+    def label(self) -> str:
+        return f"{self.arm.name}/{self.size}/seed {self.seed}"
+
+    @property
+    def dirname(self) -> str:
+        return f"{self.arm.name}-{self.size}-s{self.seed}-{self.key}"
+
+    @property
+    def flops(self) -> float:
+        return self.flops_per_step * self.steps
+
+
+@dataclass
+class FinetuneRun:
+    pretrain: PretrainRun
+    task: TaskSpec
+    seed: int
+    settings: dict[str, Any]            # FinetuneConfig fields, seed included
+    key: str
+
+    @property
+    def label(self) -> str:
+        return f"{self.pretrain.arm.name}/{self.pretrain.size} -> {self.task.name} seed {self.seed}"
+
+    @property
+    def dirname(self) -> str:
+        return f"{self.task.name}-{self.pretrain.arm.name}-{self.pretrain.size}-s{self.seed}-{self.key}"
+
+
+@dataclass
+class Grid:
+    name: str
+    seeds: list[int]
+    budget: Budget
+    share_pretraining: bool
+    arms: list[Arm]
+    sizes: dict[str, dict[str, Any]]
+    tasks: list[TaskSpec]
+    pretrain_runs: list[PretrainRun]
+    finetune_runs: list[FinetuneRun]
+    cache_dir: str                       # data.cache_dir given in the grid ("" = decided by the runner)
+    source: str = ""
+
+    def finetunes_of(self, run: PretrainRun) -> list[FinetuneRun]:
+        return [f for f in self.finetune_runs if f.pretrain is run]
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _suggest(name: str, choices) -> str:
+    choices = list(choices)
+    close = difflib.get_close_matches(str(name), choices, n=1, cutoff=0.5)
+    valid = ", ".join(choices)
+    return f"did you mean {close[0]}? (valid: {valid})" if close else f"valid: {valid}"
+
+
+def _check_keys(table: dict, allowed, where: str) -> None:
+    for key in table:
+        if key not in allowed:
+            raise LmlabError(f"unknown key {key!r} in {where}", _suggest(key, allowed))
+
+
+def _table(value, where: str) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise LmlabError(f"{where} must be a table, got {value!r}", f"write [{where}] with key = value lines")
+    return dict(value)
+
+
+def run_key(obj: Any) -> str:
+    """12 hex digits of the SHA-256 of ``obj`` as canonical JSON (sorted keys)."""
+    text = json.dumps(obj, sort_keys=True, ensure_ascii=True, default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
+
+
+def valid_objectives(architecture: str) -> list[str]:
+    """Objective names that train ``architecture`` (``none`` included)."""
+    from lmlab.objectives import OBJECTIVES, get_objective
+
+    names = [n for n in OBJECTIVES if architecture in (get_objective(n).architectures or (architecture,))]
+    return [NONE, *names]
+
+
+def _architecture(preset: str) -> str:
+    from lmlab.models import CONFIG_ARCHITECTURE, PRESETS
+
+    if preset not in PRESETS:
+        raise LmlabError(f"unknown model preset {preset!r}", _suggest(preset, PRESETS))
+    return CONFIG_ARCHITECTURE.get(type(PRESETS[preset]()), "?")
+
+
+# --------------------------------------------------------------------------- FLOPs and budgets
+
+
+def flops_per_step(model_config, objective: str, params: dict[str, Any], seq_len: int, rows: int) -> float:
+    """Training FLOPs of one optimizer step of ``rows`` rows of ``seq_len`` tokens (see module doc)."""
+    from lmlab.models.config import DecoderConfig, EncoderConfig, Seq2SeqConfig
+    from lmlab.models.flops import training_flops
+
+    cfg = model_config
+    if isinstance(cfg, DecoderConfig):
+        return float(training_flops(cfg, seq_len, rows))
+    if isinstance(cfg, EncoderConfig):
+        masked = max(1, round(float(params.get("mask_prob", 0.15)) * seq_len))
+        if objective == "electra":
+            disc = training_flops(cfg, seq_len, rows, heads=("discriminator",))
+            g = float(params.get("generator_size", 0.25))
+            d = max(8, int(round(cfg.d_model * g)))
+            n_heads = max(1, min(cfg.n_heads, d // cfg.dim_head))
+            while d % n_heads:
+                n_heads -= 1
+            gen_cfg = cfg.replace(d_model=d, n_heads=n_heads, n_kv_heads=None, head_dim=None,
+                                  d_ff=max(8, int(round(cfg.d_ff * g))),
+                                  n_layers=params.get("generator_layers") or cfg.n_layers, layer_groups=0)
+            gen = training_flops(gen_cfg, seq_len, rows, logit_positions=masked, heads=("mlm",))
+            return float(disc + gen)
+        return float(training_flops(cfg, seq_len, rows, logit_positions=masked, heads=("mlm",)))
+    if isinstance(cfg, Seq2SeqConfig):
+        if objective == "t5":
+            density = float(params.get("noise_density", 0.15))
+            mean_span = float(params.get("mean_span_length", 3.0))
+            noise = max(1, round(seq_len * density))
+            spans = max(1, round(noise / mean_span))
+            source = seq_len - noise + spans + 1       # kept tokens + one sentinel per span + </s>
+            target = noise + spans + 1                 # sentinels + dropped tokens + </s>
+            if params.get("variant", "spans") == "bert":
+                source, target = seq_len + 1, seq_len + 1
+            return float(training_flops(cfg, source, rows, decoder_len=target))
+        return float(training_flops(cfg, seq_len, rows, decoder_len=seq_len))
+    raise LmlabError(
+        f"a FLOPs budget needs an encoder, decoder or encoder-decoder Transformer, not a {type(cfg).__name__}",
+        "use budget = {tokens = N} for this grid",
+    )
+
+
+def steps_for_budget(budget: Budget, tokens_per_step: int, step_flops: float) -> int:
+    """Optimizer steps a run can take within ``budget`` (rounded down)."""
+    if budget.kind == "tokens":
+        return int(budget.amount // tokens_per_step)
+    return int(budget.amount // step_flops) if step_flops > 0 else 0
+
+
+def _parse_budget(value) -> Budget:
+    fix = "write budget = {tokens = 1000000} or budget = {flops = 1e13}"
+    if not isinstance(value, dict) or len(value) != 1:
+        raise LmlabError(f"budget must be a table with one key, tokens or flops; got {value!r}", fix)
+    ((kind, amount),) = value.items()
+    if kind not in ("tokens", "flops"):
+        raise LmlabError(f"unknown budget kind {kind!r}", f"{_suggest(kind, ['tokens', 'flops'])}; {fix}")
+    if isinstance(amount, bool) or not isinstance(amount, (int, float)) or not math.isfinite(amount) or amount <= 0:
+        raise LmlabError(f"budget.{kind} must be a positive number, got {amount!r}", fix)
+    return Budget(kind, float(amount))
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def load_grid(source: str | os.PathLike | dict[str, Any]) -> Grid:
+    """Read and check a grid (a TOML path or a TOML-shaped dict) and plan its runs.
+
+    Nothing is trained or tokenised here: every error a grid can have (unknown keys, objectives,
+    presets, tasks or settings, an objective that cannot train the preset, a task the architecture
+    cannot do, missing files, a budget too small) is raised now as a one-line :class:`LmlabError`.
+    """
+    if isinstance(source, dict):
+        raw, where = copy.deepcopy(source), "grid"
+    else:
+        path = Path(source)
+        if not path.is_file():
+            raise LmlabError(f"grid file {path} does not exist", "pass a grid such as configs/grids/objectives-tiny.toml")
+        try:
+            with open(path, "rb") as f:
+                raw = tomllib.load(f)
+        except tomllib.TOMLDecodeError as e:
+            raise LmlabError(f"grid file {path} is not valid TOML ({e})", "fix the line it names") from None
+        where = str(path)
+    _check_keys(raw, GRID_KEYS, "the grid")
+
+    name = str(raw.get("name") or (Path(where).stem if where != "grid" else "grid"))
+    seeds = raw.get("seeds", [0])
+    if isinstance(seeds, int) and not isinstance(seeds, bool):
+        seeds = [seeds]
+    if (not isinstance(seeds, list) or not seeds or len(set(seeds)) != len(seeds)
+            or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds)):
+        raise LmlabError(f"seeds must be a list of distinct non-negative integers, got {seeds!r}",
+                         "write e.g. seeds = [0, 1, 2]")
+    if "budget" not in raw:
+        raise LmlabError("the grid has no budget", "add budget = {tokens = 1000000} or budget = {flops = 1e13}")
+    budget = _parse_budget(raw["budget"])
+    share = raw.get("share_pretraining", False)
+    if not isinstance(share, bool):
+        raise LmlabError(f"share_pretraining must be true or false, got {share!r}", "write share_pretraining = true")
+
+    pre = _table(raw.get("pretrain"), "pretrain")
+    _check_keys(pre, PRETRAIN_KEYS, "[pretrain]")
+    data = _table(pre.get("data"), "pretrain.data")
+    if not data.get("train"):
+        raise LmlabError("[pretrain.data] has no train", "set pretrain.data.train to the corpus (text files or shards)")
+    shared_train = _table(pre.get("train"), "pretrain.train")
+    shared_model = _table(pre.get("model"), "pretrain.model")
+    if "max_steps" in shared_train:
+        raise LmlabError("pretrain.train.max_steps is set by the budget", "remove it and set budget instead")
+
+    sizes_raw = raw.get("sizes") or {"base": {}}
+    if not isinstance(sizes_raw, dict):
+        raise LmlabError("sizes must be a table of name = {model overrides}", 'write e.g. sizes = { d64 = { d_model = 64 } }')
+    sizes = {str(k): _table(v, f"sizes.{k}") for k, v in sizes_raw.items()}
+
+    arms = _parse_arms(raw.get("arms"))
+    tasks = _parse_tasks(raw.get("tasks"), _table(raw.get("finetune"), "finetune"))
+
+    from lmlab.train.config import load_config
+
+    pretrain_runs: list[PretrainRun] = []
+    finetune_runs: list[FinetuneRun] = []
+    data_key = {k: v for k, v in data.items() if k not in ("cache_dir", "workers")}
+    for arm in arms:
+        for task in tasks:
+            _check_task(task, arm)
+        for size, size_model in sizes.items():
+            pre_seeds = seeds[:1] if share else seeds
+            planned: dict[int, PretrainRun] = {}
+            for seed in pre_seeds:
+                train = {**shared_train, **arm.train, "seed": seed}
+                model = {**shared_model, **size_model, **arm.model}
+                probe_objective = arm.objective if arm.pretrained else _probe_objective(arm)
+                cfg_dict = {
+                    "model": {"preset": arm.preset, **model},
+                    "objective": {"name": probe_objective, **arm.params},
+                    "data": dict(data),
+                    "train": {**train, "max_steps": 1},
+                }
+                try:
+                    cfg = load_config(cfg_dict)
+                except LmlabError as e:
+                    raise LmlabError(f"arm {arm.name!r}, size {size!r}: {e}") from None
+                model_config = _model_config(cfg, arm)
+                max_pos = getattr(model_config, "max_positions", None)
+                if max_pos is not None and cfg.train.seq_len > max_pos:
+                    raise LmlabError(
+                        f"arm {arm.name!r}: train.seq_len {cfg.train.seq_len} is longer than the "
+                        f"model's {max_pos} positions",
+                        f"set pretrain.train.seq_len <= {max_pos} (or model.max_positions)",
+                    )
+                parameters = _count_parameters(model_config, arm)
+                resolved = cfg.to_dict()
+                if arm.pretrained:
+                    t = cfg.train
+                    rows = t.batch_size * t.grad_accum
+                    tokens_per_step = rows * t.seq_len
+                    step_flops = (flops_per_step(model_config, arm.objective, arm.params, t.seq_len, rows)
+                                  if budget.kind == "flops" else _try_flops(model_config, arm, t.seq_len, rows))
+                    steps = steps_for_budget(budget, tokens_per_step, step_flops)
+                    if steps < MIN_STEPS:
+                        need = MIN_STEPS * (tokens_per_step if budget.kind == "tokens" else step_flops)
+                        raise LmlabError(
+                            f"budget {budget} buys only {steps} step(s) of {rows} x {t.seq_len} tokens for "
+                            f"arm {arm.name!r} ({step_flops:.3g} FLOPs per step); at least {MIN_STEPS} are needed",
+                            f"raise budget.{budget.kind} to at least {need:.3g}",
+                        )
+                    resolved["train"] = _run_train_defaults(resolved["train"], train, steps)
+                    tokens = steps * tokens_per_step
+                else:
+                    steps, tokens, step_flops = 0, 0, 0.0
+                    resolved["objective"] = {"name": NONE}
+                    resolved["train"] = {"seed": seed}
+                keyed = copy.deepcopy(resolved)
+                keyed["data"] = data_key
+                if arm.pretrained:
+                    for k in MACHINE_TRAIN_KEYS:
+                        keyed["train"].pop(k, None)
+                keyed["lab"] = {"kind": "pretrain" if arm.pretrained else "init"}
+                run = PretrainRun(arm, size, seed, resolved, steps, tokens, step_flops, parameters, run_key(keyed))
+                planned[seed] = run
+                pretrain_runs.append(run)
+            for seed in seeds:
+                run = planned[pre_seeds[0]] if share else planned[seed]
+                for task in tasks:
+                    settings = {**task.settings, "seed": seed}
+                    keyed = {"pretrain": run.key, "task": task.task, "train": task.train, "dev": task.dev,
+                             "settings": {k: v for k, v in settings.items() if k not in MACHINE_FINETUNE_KEYS}}
+                    finetune_runs.append(FinetuneRun(run, task, seed, settings, run_key(keyed)))
+    labels = [r.dirname for r in pretrain_runs]
+    if len(set(labels)) != len(labels):
+        raise LmlabError("two arms resolve to the same run", "give each [[arms]] entry its own name and settings")
+    return Grid(name, list(seeds), budget, share, arms, sizes, tasks, pretrain_runs, finetune_runs,
+                str(data.get("cache_dir", "")), where)
+
+
+def _parse_arms(value) -> list[Arm]:
+    if not isinstance(value, list) or not value:
+        raise LmlabError("the grid has no [[arms]]",
+                         'add [[arms]] tables with preset = "bert-tiny" and objective = "mlm"')
+    from lmlab.objectives import OBJECTIVES
+
+    arms: list[Arm] = []
+    for i, entry in enumerate(value):
+        entry = _table(entry, f"arms[{i}]")
+        _check_keys(entry, ARM_KEYS, f"arms[{i}]")
+        preset, objective = entry.get("preset"), entry.get("objective")
+        if not isinstance(preset, str) or not isinstance(objective, str):
+            raise LmlabError(f"arms[{i}] needs preset and objective (strings)",
+                             'write preset = "bert-tiny" and objective = "mlm" (or "none": no pretraining)')
+        arch = _architecture(preset)
+        name = str(entry.get("name") or f"{preset}-{objective}")
+        valid = valid_objectives(arch)
+        if objective != NONE and objective not in OBJECTIVES:
+            close = difflib.get_close_matches(objective, [NONE, *OBJECTIVES], n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            raise LmlabError(f"arm {name!r}: unknown objective {objective!r}",
+                             f"{hint}choose one of: {', '.join([NONE, *OBJECTIVES])}")
+        if objective not in valid:
+            raise LmlabError(
+                f"arm {name!r}: objective {objective!r} cannot train preset {preset}, "
+                f"{'an' if arch[0] in 'aeiou' else 'a'} {arch}",
+                f"valid objectives for {preset}: {', '.join(valid)}",
+            )
+        params = _table(entry.get("params"), f"arms[{i}].params")
+        if objective == NONE and params:
+            raise LmlabError(f"arm {name!r}: objective 'none' takes no params", "remove its params table")
+        if any(a.name == name for a in arms):
+            raise LmlabError(f"two arms are named {name!r}", "give each [[arms]] entry its own name")
+        arms.append(Arm(name, preset, objective, params, _table(entry.get("model"), f"arms[{i}].model"),
+                        _table(entry.get("train"), f"arms[{i}].train"), arch))
+    return arms
+
+
+def _parse_tasks(value, shared: dict[str, Any]) -> list[TaskSpec]:
+    from lmlab.fileio import check_input_file
+    from lmlab.finetune import FinetuneConfig
+    from lmlab.tasks import TASKS
+    from lmlab.train.data import expand
+
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise LmlabError("tasks must be a list of [[tasks]] tables",
+                         'write [[tasks]] with task = "sst2", train = ..., dev = ...')
+    tasks: list[TaskSpec] = []
+    for i, entry in enumerate(value):
+        entry = _table(entry, f"tasks[{i}]")
+        _check_keys(entry, TASK_KEYS, f"tasks[{i}]")
+        task = entry.get("task")
+        if task not in TASKS:
+            raise LmlabError(f"tasks[{i}]: unknown task {task!r}", f"choose one of: {', '.join(TASKS)}")
+        name = str(entry.get("name") or task)
+        paths = {}
+        for part in ("train", "dev"):
+            if not isinstance(entry.get(part), str):
+                raise LmlabError(f"task {name!r} has no {part} file", f"set {part} = \"path/to/{part}.tsv\"")
+            paths[part] = str(check_input_file(expand(entry[part])).resolve())
+        settings = {**shared, **_table(entry.get("finetune"), f"tasks[{i}].finetune")}
+        for cap in ("max_train_examples", "max_eval_examples"):
+            if entry.get(cap):
+                settings[cap] = entry[cap]
+        settings["progress"] = False
+        try:
+            FinetuneConfig.from_dict({**settings, "seed": 0})
+        except (LmlabError, TypeError) as e:
+            raise LmlabError(f"task {name!r}: {e}") from None
+        if any(t.name == name for t in tasks):
+            raise LmlabError(f"two tasks are named {name!r}", "give each [[tasks]] entry its own name")
+        tasks.append(TaskSpec(name, task, paths["train"], paths["dev"], settings))
+    return tasks
+
+
+def _check_task(task: TaskSpec, arm: Arm) -> None:
+    """The task must be posable for the arm's architecture (e.g. no conll with a decoder)."""
+    from lmlab.finetune import FinetuneConfig
+    from lmlab.tasks import make_task
+
+    if arm.architecture not in ("encoder", "decoder", "seq2seq"):
+        raise LmlabError(f"arm {arm.name!r}: a {arm.architecture} model cannot be fine-tuned on {task.name}",
+                         "use encoder, decoder or encoder-decoder presets, or drop [[tasks]]")
+    try:
+        make_task(task.task, arm.architecture, **FinetuneConfig.from_dict(task.settings).task_options())
+    except LmlabError as e:
+        raise LmlabError(f"arm {arm.name!r}, task {task.name!r}: {e}") from None
+
+
+def _probe_objective(arm: Arm) -> str:
+    """An objective that trains the arm's architecture: only used to check a 'none' arm's config."""
+    options = valid_objectives(arm.architecture)[1:]
+    if not options:
+        raise LmlabError(f"arm {arm.name!r}: no objective trains a {arm.architecture}", "pick another preset")
+    return options[0]
+
+
+def _vocab_hint(data) -> int:
+    """The vocabulary the run's tokenizer will have, read without training or tokenising anything."""
+    from lmlab.data.shards import INDEX_FILE
+    from lmlab.train.data import expand, resolve
+
+    first = resolve(data.train[:1], "data.train")[0]
+    if first.is_dir() and (first / INDEX_FILE).is_file():
+        from lmlab.fileio import read_json
+
+        return int(read_json(first / INDEX_FILE, "shards index")["vocab_size"])
+    tok = data.tokenizer
+    if isinstance(tok, dict):
+        size = tok.get("vocab_size")
+        if not isinstance(size, int) or size < 1:
+            raise LmlabError("pretrain.data.tokenizer needs vocab_size", 'write tokenizer = {algo = "bytelevel", vocab_size = 4096}')
+        return size
+    if not tok:
+        raise LmlabError("data.train is text but no data.tokenizer is given",
+                         "set pretrain.data.tokenizer to a tokenizer directory or a table {algo, vocab_size}")
+    from lmlab.tokenizers import load_tokenizer
+
+    path = Path(expand(tok))
+    if not path.exists():
+        raise LmlabError(f"pretrain.data.tokenizer {path} does not exist", "train one with `lmlab tokenizer train`")
+    return load_tokenizer(path).vocab_size
+
+
+def _model_config(cfg, arm: Arm):
+    """The model config the trainer will build (vocabulary from the tokenizer, + T5 sentinels)."""
+    from lmlab.models import get_preset
+
+    overrides = dict(cfg.model.overrides)
+    if "vocab_size" not in overrides:
+        vocab = _vocab_hint(cfg.data)
+        if arm.objective == "t5" and arm.params.get("variant", "spans") == "spans":
+            vocab += int(arm.params.get("num_sentinels", 100))
+        overrides["vocab_size"] = vocab
+    return get_preset(arm.preset, **overrides)
+
+
+def _count_parameters(model_config, arm: Arm) -> int:
+    from lmlab.models.flops import count_parameters
+    from lmlab.objectives import get_objective
+
+    heads = get_objective(arm.objective).heads if arm.pretrained else None
+    try:
+        return count_parameters(model_config, heads=tuple(h for h in heads if h != "nsp") if heads else None).total
+    except LmlabError:
+        from lmlab.models import build_model
+
+        return build_model(model_config, heads=heads or None).num_parameters()
+
+
+def _try_flops(model_config, arm: Arm, seq_len: int, rows: int) -> float:
+    """FLOPs per step for the report; 0 where lmlab.models.flops cannot count the model."""
+    try:
+        return flops_per_step(model_config, arm.objective, arm.params, seq_len, rows)
+    except LmlabError:
+        return 0.0
+
+
+def _run_train_defaults(resolved: dict[str, Any], given: dict[str, Any], steps: int) -> dict[str, Any]:
+    """``train`` of one run: ``max_steps`` from the budget; schedule, evaluation and checkpoints scaled
+    to it unless the grid sets them (a 40-step run must not warm up for the recipe default's 100)."""
+    out = dict(resolved, max_steps=steps)
+    defaults = {
+        "warmup_steps": max(1, steps // 10),
+        "eval_every": max(1, steps // 10),
+        "checkpoint_every": max(1, steps // 4),
+        "keep_checkpoints": 1,
+        "progress": "off",
+    }
+    for key, value in defaults.items():
+        if key not in given:
+            out[key] = value
+    return out
+
+
+def as_dict(obj) -> dict[str, Any]:
+    """A JSON-able view of a plan record (for grid.json)."""
+    return dataclasses.asdict(obj)

@@ -1,0 +1,307 @@
+"""Run a grid: pretrain what is missing, fine-tune what is missing, collect the results.
+
+Layout of ``OUT`` (the ``--out`` directory)::
+
+    OUT/plan.json                      the resolved grid: every run, its key, steps, tokens, FLOPs
+    OUT/pretrain/<arm>-<size>-s<seed>-<key>/   an ``lmlab pretrain`` run directory
+                                       (``objective = "none"``: ``model/``, the random initialisation)
+    OUT/finetune/<task>-<arm>-<size>-s<seed>-<key>/   an ``lmlab finetune`` output directory
+    OUT/logs/<run directory name>.log  everything the trainer / fine-tuner said
+    OUT/cache/                         the shared tokenizer and token shards (unless
+                                       ``pretrain.data.cache_dir`` or ``$LMLAB_CACHE_DIR`` is set)
+    OUT/results.{md,csv,json}, OUT/runs.csv, OUT/loss_vs_compute.png, OUT/downstream.png
+
+Caching: a run's directory name ends with its key (:func:`lmlab.lab.grid.run_key` of everything
+its result depends on). A pretraining run is done when its ``summary.json`` reports all its
+steps; a fine-tuning run when its ``eval.json`` exists (``lmlab finetune`` writes its output
+directory atomically at the end). A pretraining run that was interrupted has checkpoints but no
+final summary: it continues with the trainer's exact resume (``pretrain(..., resume=True)``).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lmlab.errors import LmlabError
+from lmlab.fileio import read_json, write_json
+from lmlab.finetune import finetune
+from lmlab.lab.grid import FinetuneRun, Grid, PretrainRun
+from lmlab.train import pretrain
+
+__all__ = ["GridRun", "finetune_done", "pretrain_done", "run_grid"]
+
+
+@dataclass
+class GridRun:
+    """What :func:`run_grid` did: runs trained now, runs found cached, and the result records."""
+
+    trained: list[str]
+    cached: list[str]
+    records: list[dict[str, Any]]
+    out: Path
+    report: dict[str, Path]
+
+
+# --------------------------------------------------------------------------- status
+
+
+def pretrain_dir(out: Path, run: PretrainRun) -> Path:
+    return out / "pretrain" / run.dirname
+
+
+def finetune_dir(out: Path, run: FinetuneRun) -> Path:
+    return out / "finetune" / run.dirname
+
+
+def pretrain_done(out: Path, run: PretrainRun) -> bool:
+    path = pretrain_dir(out, run) / "summary.json"
+    if not path.is_file():
+        return False
+    try:
+        return int(read_json(path).get("steps", -1)) >= run.steps
+    except (LmlabError, TypeError, ValueError):
+        return False
+
+
+def finetune_done(out: Path, run: FinetuneRun) -> bool:
+    return (finetune_dir(out, run) / "eval.json").is_file()
+
+
+def checkpoint_of(out: Path, run: PretrainRun) -> Path:
+    """The model a fine-tuning run starts from: the run's final checkpoint (or the random init)."""
+    d = pretrain_dir(out, run)
+    if not run.arm.pretrained:
+        return d / "model"
+    summary = read_json(d / "summary.json", "run summary")
+    if summary.get("checkpoint"):
+        return Path(summary["checkpoint"])
+    return d / "checkpoints" / f"step_{run.steps}"
+
+
+# --------------------------------------------------------------------------- running
+
+
+class _Display:
+    """tqdm over all runs (pretraining + fine-tuning) and one line per run saying where it is."""
+
+    def __init__(self, total: int, done: int, show: bool, log: Callable[[str], None]):
+        from tqdm import tqdm
+
+        self._log = log
+        self.bar = tqdm(total=total, initial=done, desc="compare", unit="run", disable=not show,
+                        dynamic_ncols=True, file=sys.stderr)
+
+    def line(self, msg: str) -> None:
+        if not self.bar.disable:
+            self.bar.write(msg, file=sys.stderr)
+        else:
+            self._log(msg)
+
+    def status(self, msg: str) -> None:
+        if not self.bar.disable:
+            self.bar.set_postfix_str(msg[:70], refresh=True)
+
+    def advance(self) -> None:
+        self.bar.update(1)
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+def _run_log(path: Path, display: _Display, prefix: str) -> Callable[[str], None]:
+    """A log callback for the trainer / fine-tuner: into the run's log file and the bar's postfix."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+
+    def log(msg: str) -> None:
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(msg.rstrip("\n") + "\n")
+        display.status(f"{prefix}: {msg.strip().splitlines()[-1] if msg.strip() else ''}")
+
+    return log
+
+
+def _cache_dir(grid: Grid, out: Path) -> str:
+    if grid.cache_dir:
+        return grid.cache_dir
+    if os.environ.get("LMLAB_CACHE_DIR"):
+        return os.environ["LMLAB_CACHE_DIR"]
+    return str((out / "cache").resolve())
+
+
+def _pretrain_config(run: PretrainRun, cache: str) -> dict[str, Any]:
+    cfg = {section: dict(table) for section, table in run.config.items()}
+    cfg["data"]["cache_dir"] = cache
+    return cfg
+
+
+def _run_pretrain(out: Path, run: PretrainRun, cache: str, log: Callable[[str], None]) -> dict[str, Any]:
+    d = pretrain_dir(out, run)
+    if not run.arm.pretrained:
+        return _init_model(d, run, cache, log)
+    resume = (d / "checkpoints").is_dir() or (d / "config.toml").is_file()
+    return pretrain(_pretrain_config(run, cache), d, resume=resume, log=log)
+
+
+def _init_model(d: Path, run: PretrainRun, cache: str, log: Callable[[str], None]) -> dict[str, Any]:
+    """``objective = "none"``: the model the pretraining arms start from (same preset, overrides,
+    tokenizer and seed), saved untrained, so fine-tuning it measures training from scratch."""
+    import dataclasses
+
+    import torch
+
+    from lmlab.models import build_model, get_preset
+    from lmlab.train.config import DataConfig
+    from lmlab.train.data import prepare_run_data
+
+    cfg = _pretrain_config(run, cache)  # the resolved tables: cfg["data"] has every DataConfig field
+    data = prepare_run_data(DataConfig(**cfg["data"]), d, log)
+    tok = data.tokenizer
+    overrides = {k: v for k, v in cfg["model"].items() if k != "preset"}
+    overrides.setdefault("vocab_size", max(data.train.vocab_size, tok.vocab_size))
+    fields = {f.name for f in dataclasses.fields(type(get_preset(run.arm.preset)))}
+    for role in ("pad", "bos", "eos"):
+        key = f"{role}_token_id"
+        if key in fields and key not in overrides and tok.role_id(role) is not None:
+            overrides[key] = tok.role_id(role)
+    torch.manual_seed(run.seed)
+    model = build_model(get_preset(run.arm.preset, **overrides))
+    model.tokenizer = tok
+    model.save(d / "model")
+    summary = {"run_dir": str(d), "steps": 0, "tokens": 0, "val_loss": None,
+               "parameters": model.num_parameters(), "checkpoint": str(d / "model")}
+    write_json(d / "summary.json", summary)
+    log(f"initialised {run.arm.preset} ({summary['parameters']:,} parameters) without pretraining")
+    return summary
+
+
+def _run_finetune(out: Path, run: FinetuneRun, log: Callable[[str], None]) -> dict[str, float]:
+    result = finetune(str(checkpoint_of(out, run.pretrain)), run.task.task, run.task.train, run.task.dev,
+                      finetune_dir(out, run), log=log, **run.settings)
+    return result.metrics
+
+
+def run_grid(
+    grid: Grid,
+    out: str | os.PathLike,
+    *,
+    dry_run: bool = False,
+    progress: bool | None = None,
+    log: Callable[[str], None] | None = None,
+) -> GridRun:
+    """Train what is missing in ``grid`` under ``out``, then write the report.
+
+    ``dry_run``: only print the plan (and which runs are cached). ``progress``: the tqdm bar over
+    runs (default: when stderr is a terminal). ``log`` receives the one-line-per-run messages
+    (default: stderr).
+    """
+    from lmlab.lab.report import collect_records, write_report
+
+    out = Path(out)
+    say = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
+    runs: list[PretrainRun | FinetuneRun] = []
+    for p in grid.pretrain_runs:
+        runs.append(p)
+        runs.extend(grid.finetunes_of(p))
+    done = {id(r): (pretrain_done(out, r) if isinstance(r, PretrainRun) else finetune_done(out, r)) for r in runs}
+    n_done = sum(done.values())
+    say(f"grid {grid.name}: {len(grid.pretrain_runs)} pretraining run(s) x {len(grid.tasks)} task(s) = "
+        f"{len(runs)} runs, budget {grid.budget} per pretraining run; {n_done} cached, "
+        f"{len(runs) - n_done} to train -> {out}")
+    if dry_run:
+        for line in plan_lines(grid, out, done):
+            say(line)
+        return GridRun([], [r.label for r in runs if done[id(r)]], [], out, {})
+
+    out.mkdir(parents=True, exist_ok=True)
+    write_json(out / "plan.json", plan_json(grid))
+    cache = _cache_dir(grid, out)
+    show = sys.stderr.isatty() if progress is None else progress
+    display = _Display(len(runs), n_done, show, say)
+    trained, cached = [], []
+    current = None
+    try:
+        for i, run in enumerate(runs, 1):
+            tag = f"[{i}/{len(runs)}] {run.label}"
+            if done[id(run)]:
+                cached.append(run.label)
+                display.line(f"{tag}: cached")
+                continue
+            current = run
+            t0 = time.perf_counter()
+            if isinstance(run, PretrainRun):
+                if not run.arm.pretrained:
+                    display.line(f"{tag}: initialising the model (no pretraining)")
+                else:
+                    partial = (pretrain_dir(out, run) / "checkpoints").is_dir()
+                    display.line(f"{tag}: {'resuming' if partial else 'pretraining'} {run.arm.objective}, "
+                                 f"{run.steps} steps, {run.tokens:,} tokens, {run.flops:.3g} FLOPs")
+                logf = _run_log(out / "logs" / f"{run.dirname}.log", display, run.arm.name)
+                try:
+                    summary = _run_pretrain(out, run, cache, logf)
+                except LmlabError as e:
+                    raise LmlabError(f"run {run.label}: {e}") from None
+                val = summary.get("val_loss")
+                display.line(f"{tag}: done in {time.perf_counter() - t0:.0f} s"
+                             + (f", val loss {val:.4f}" if val is not None else ""))
+            else:
+                display.line(f"{tag}: fine-tuning on {run.task.name}")
+                logf = _run_log(out / "logs" / f"{run.dirname}.log", display, f"{run.task.name}")
+                try:
+                    metrics = _run_finetune(out, run, logf)
+                except LmlabError as e:
+                    raise LmlabError(f"run {run.label}: {e}") from None
+                shown = ", ".join(f"{k} {v:.4f}" for k, v in metrics.items())
+                display.line(f"{tag}: done in {time.perf_counter() - t0:.0f} s, {shown}")
+            trained.append(run.label)
+            current = None
+            display.advance()
+    except KeyboardInterrupt:
+        display.close()
+        where = f" ({current.label} continues from its last checkpoint)" if isinstance(current, PretrainRun) else ""
+        say(f"interrupted: run the same command again to resume; finished runs are kept{where}")
+        raise
+    finally:
+        display.close()
+    records = collect_records(grid, out)
+    paths = write_report(records, grid, out)
+    say(f"wrote {', '.join(str(p) for p in paths.values())}")
+    return GridRun(trained, cached, records, out, paths)
+
+
+# --------------------------------------------------------------------------- the plan
+
+
+def plan_lines(grid: Grid, out: Path, done: dict[int, bool] | None = None) -> list[str]:
+    """The dry-run table: one line per pretraining run, then the fine-tuning runs."""
+    done = done or {}
+    lines = [f"  {'pretraining run':32} {'params':>10} {'steps':>7} {'tokens':>12} {'FLOPs':>10}  status"]
+    for r in grid.pretrain_runs:
+        state = "cached" if done.get(id(r)) else "to train"
+        steps = r.steps if r.arm.pretrained else "-"
+        lines.append(f"  {r.label:32} {r.parameters:>10,} {steps:>7} {r.tokens:>12,} {r.flops:>10.3g}  {state}")
+    for f in grid.finetune_runs:
+        state = "cached" if done.get(id(f)) else "to train"
+        lines.append(f"  fine-tune {f.label}: {state}")
+    return lines
+
+
+def plan_json(grid: Grid) -> dict[str, Any]:
+    return {
+        "name": grid.name,
+        "source": grid.source,
+        "seeds": grid.seeds,
+        "budget": {grid.budget.kind: grid.budget.amount},
+        "share_pretraining": grid.share_pretraining,
+        "pretrain": [{"label": r.label, "dir": f"pretrain/{r.dirname}", "arm": r.arm.name, "size": r.size,
+                      "seed": r.seed, "objective": r.arm.objective, "preset": r.arm.preset,
+                      "steps": r.steps, "tokens": r.tokens, "flops_per_step": r.flops_per_step,
+                      "parameters": r.parameters, "config": r.config} for r in grid.pretrain_runs],
+        "finetune": [{"label": f.label, "dir": f"finetune/{f.dirname}", "pretrain": f"pretrain/{f.pretrain.dirname}",
+                      "task": f.task.name, "seed": f.seed, "settings": f.settings} for f in grid.finetune_runs],
+    }

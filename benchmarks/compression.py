@@ -98,37 +98,43 @@ def main(argv=None) -> int:
         say(f"{name}: accuracy {row['metrics']['accuracy']:.4f}, {row['examples_per_s']:.1f} ex/s, "
             f"{row['size_bytes'] / 1e6:.1f} MB")
 
-    record("float32 teacher", teacher, note=f"{teacher.config.n_layers} layers, {args.steps} fine-tuning steps")
+    record("float32 teacher", teacher,
+           note=f"{teacher.config.n_layers} layers, {args.steps} fine-tuning steps")
     for act in ("dynamic", "none"):
         q = copy.deepcopy(teacher)
         quantize_model(q, act)
         record(f"int8 {'dynamic' if act == 'dynamic' else 'weight-only'}", q, save_quantized,
-               "int8 x int8 matmuls, per-token activation scales" if act == "dynamic" else "dequantize per call")
+               "int8 x int8 matmuls, per-token activation scales" if act == "dynamic"
+               else "weight dequantized at each call")
     p = copy.deepcopy(teacher)
     prune_model(p, 0.5)
     record("pruned 50%", p, note="global unstructured, no fine-tuning")
     if args.prune_steps:
         masks = prune_model(p, 0.5).attach(p)
-        res = finetune(p, task, train, dev[:200], None, max_steps=args.prune_steps, batch_size=32, lr=5e-5,
-                       eval_every=args.prune_steps, progress=False, log=say)
+        res = finetune(p, task, train, dev[:200], None, max_steps=args.prune_steps, batch_size=32,
+                       lr=5e-5, eval_every=args.prune_steps, progress=False, log=say)
         masks.apply(res.model)
-        record("pruned 50% + fine-tune", res.model, note=f"{args.prune_steps} steps, pruned weights held at zero")
+        record("pruned 50% + fine-tune", res.model,
+               note=f"{args.prune_steps} steps, pruned weights held at zero")
     keep = list(range(0, teacher.config.n_layers, 2))
     for name, alpha in (("distilled", 0.5), ("hard labels only", 0.0)):
         student = make_student(teacher, layers=keep)
-        res = distill(teacher, student, task, train, None, steps=args.distill_steps, batch_size=32, lr=1e-4,
-                      temperature=2.0, alpha=alpha, log=say, log_every=max(1, args.distill_steps // 3))
+        res = distill(teacher, student, task, train, None, steps=args.distill_steps, batch_size=32,
+                      lr=1e-4, temperature=2.0, alpha=alpha, log=say,
+                      log_every=max(1, args.distill_steps // 3))
         record(f"{len(keep)}-layer student, {name}", res.student,
                note=f"layers {keep} of the teacher, {args.distill_steps} steps" +
                (", T=2, alpha=0.5" if alpha else ", same recipe without the teacher"))
 
     ref = rows[0]
     table = common.markdown_table(
-        ["model", "size on disk (MB)", "parameters (M) all / nonzero", "examples/s", "tokens/s", "speed vs teacher",
-         "SST-2 dev accuracy", "Δ accuracy", "notes"],
-        [[r["name"], f"{r['size_bytes'] / 1e6:.1f}", f"{r['parameters'] / 1e6:.2f} / {r['nonzero_parameters'] / 1e6:.2f}",
-          f"{r['examples_per_s']:.1f}", f"{r['tokens_per_s']:.0f}", f"{r['examples_per_s'] / ref['examples_per_s']:.2f}x",
-          f"{r['metrics']['accuracy']:.4f}", f"{r['metrics']['accuracy'] - ref['metrics']['accuracy']:+.4f}", r["note"]]
+        ["model", "size on disk (MB)", "parameters (M) all / nonzero", "examples/s", "tokens/s",
+         "speed vs teacher", "SST-2 dev accuracy", "Δ accuracy", "notes"],
+        [[r["name"], f"{r['size_bytes'] / 1e6:.1f}",
+          f"{r['parameters'] / 1e6:.2f} / {r['nonzero_parameters'] / 1e6:.2f}",
+          f"{r['examples_per_s']:.1f}", f"{r['tokens_per_s']:.0f}",
+          f"{r['examples_per_s'] / ref['examples_per_s']:.2f}x", f"{r['metrics']['accuracy']:.4f}",
+          f"{r['metrics']['accuracy'] - ref['metrics']['accuracy']:+.4f}", r["note"]]
          for r in rows])
     body = "\n".join([
         "## Smaller models: distillation, int8 quantization, pruning (`benchmarks/compression.py`)",

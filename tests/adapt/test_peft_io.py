@@ -170,3 +170,8 @@ def test_lmlab_finetune_with_a_peft_method(sst2_checkpoint, data_dir, tmp_path, 
         assert model.peft["method"] == method
     metrics = evaluate(out, sst2 / "dev.tsv", max_examples=32)
     assert metrics == json.loads((out / "eval.json").read_text())
+    # the contract: `--out` is load_model-able for every method, with identical predictions
+    plain = load_model(out)
+    ids = torch.tensor([model.tokenizer.encode("a gorgeous , witty film", add_special_tokens=True)])
+    with torch.no_grad():
+        assert torch.equal(plain(input_ids=ids).logits, model.eval()(input_ids=ids).logits)

@@ -26,6 +26,7 @@ COMMAND_MODULES = [
     "lmlab.cli.evaluate",
     "lmlab.cli.compress",
     "lmlab.cli.scale",
+    "lmlab.cli.compare",
 ]
 
 DESCRIPTION = """\

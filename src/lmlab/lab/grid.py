@@ -288,8 +288,11 @@ def _parse_budget(value) -> Budget:
 # --------------------------------------------------------------------------- loading
 
 
-def load_grid(source: str | os.PathLike | dict[str, Any]) -> Grid:
+def load_grid(source: str | os.PathLike | dict[str, Any], overrides: list[str] | None = None) -> Grid:
     """Read and check a grid (a TOML path or a TOML-shaped dict) and plan its runs.
+
+    ``overrides``: ``["budget.tokens=20480", "pretrain.train.lr=1e-3"]`` (dotted keys into the
+    grid's tables; values are TOML literals), applied before the checks.
 
     Nothing is trained or tokenised here: every error a grid can have (unknown keys, objectives,
     presets, tasks or settings, an objective that cannot train the preset, a task the architecture
@@ -307,6 +310,8 @@ def load_grid(source: str | os.PathLike | dict[str, Any]) -> Grid:
         except tomllib.TOMLDecodeError as e:
             raise LmlabError(f"grid file {path} is not valid TOML ({e})", "fix the line it names") from None
         where = str(path)
+    for item in overrides or []:
+        _apply_override(raw, item)
     _check_keys(raw, GRID_KEYS, "the grid")
 
     name = str(raw.get("name") or (Path(where).stem if where != "grid" else "grid"))
@@ -418,6 +423,23 @@ def load_grid(source: str | os.PathLike | dict[str, Any]) -> Grid:
         raise LmlabError("two arms resolve to the same run", "give each [[arms]] entry its own name and settings")
     return Grid(name, list(seeds), budget, share, arms, sizes, tasks, pretrain_runs, finetune_runs,
                 str(data.get("cache_dir", "")), where)
+
+
+def _apply_override(raw: dict[str, Any], item: str) -> None:
+    from lmlab.train.config import parse_value
+
+    key, sep, value = item.partition("=")
+    parts = key.strip().split(".")
+    if not sep or not all(parts):
+        raise LmlabError(f"override {item!r} is not of the form key=value", "write e.g. --set budget.tokens=20480")
+    node = raw
+    for part in parts[:-1]:
+        if not isinstance(node.setdefault(part, {}), dict):
+            raise LmlabError(f"override {item!r}: {part} is not a table", "only tables can be overridden (not [[arms]])")
+        node = node[part]
+    if parts[:-1] == ["budget"] and parts[-1] in ("tokens", "flops"):
+        node.clear()  # a budget has one kind
+    node[parts[-1]] = parse_value(value.strip())
 
 
 def _parse_arms(value) -> list[Arm]:

@@ -121,6 +121,14 @@ def load_model(path: str | os.PathLike, map_location="cpu"):
         raise LmlabError(f"model path {p} is a file", "pass the directory that holds config.json")
     if is_lmlab_checkpoint(p):
         return load_checkpoint(p, map_location)
+    if (p / "base").is_dir() and (p / "adapter" / "adapter_config.json").is_file():
+        # `lmlab finetune --method adapter|prefix|prompt` output: frozen base + the method's weights.
+        # Loaded through the adapt package's plug-in (models never import it at module level).
+        import importlib
+
+        peft_io = importlib.import_module("lmlab.adapt.peft_io")
+        model = peft_io.load_peft(load_model(p / "base", map_location), p / "adapter")
+        return model.to(map_location).eval()
     from lmlab.interop import hf_import
 
     return hf_import(p).to(map_location)

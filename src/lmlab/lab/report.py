@@ -1,0 +1,341 @@
+"""The grid's answer: a table (Markdown and CSV) and two plots, in the spirit of the T5 paper's
+objective tables (Raffel et al. 2020, Tables 4-7: one row per pretraining choice, one column per
+downstream task, the baseline's spread over seeds alongside).
+
+Input: *records*, one per (arm, size, seed), each a dict::
+
+    {"arm": "bert-mlm", "size": "base", "seed": 0, "objective": "mlm", "preset": "bert-tiny",
+     "parameters": 378944, "steps": 500, "tokens": 1024000, "flops": 2.1e12,
+     "val_loss": 5.81, "curve": [[flops, val_loss], ...], "tasks": {"sst2": {"accuracy": 0.77}}}
+
+:func:`aggregate` groups them by (arm, size) and gives every number as mean ± sample standard
+deviation over the seeds (``n - 1`` in the denominator; a single seed shows no spread).
+Validation losses of different objectives are *not* comparable (an MLM loss is measured on 15%
+of the tokens, a causal LM loss on all of them, ELECTRA's is a weighted sum of two losses); they
+compare sizes and budgets within one objective. The downstream columns compare objectives.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import statistics
+from pathlib import Path
+from typing import Any
+
+from lmlab.fileio import atomic_write_bytes, atomic_write_text, read_json, write_json
+
+__all__ = ["aggregate", "collect_records", "csv_text", "markdown_table", "mean_std", "metric_columns",
+           "plot_downstream", "plot_loss_vs_compute", "write_report"]
+
+
+# --------------------------------------------------------------------------- numbers
+
+
+def mean_std(values: list[float]) -> tuple[float, float, int]:
+    """(mean, sample standard deviation, n) of the finite values; std is nan for fewer than 2."""
+    vals = [float(v) for v in values if v is not None and math.isfinite(float(v))]
+    if not vals:
+        return math.nan, math.nan, 0
+    return statistics.fmean(vals), (statistics.stdev(vals) if len(vals) > 1 else math.nan), len(vals)
+
+
+def metric_columns(records: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """(task, metric) pairs in the order they first appear."""
+    cols: list[tuple[str, str]] = []
+    for r in records:
+        for task, metrics in (r.get("tasks") or {}).items():
+            for m in metrics:
+                if (task, m) not in cols:
+                    cols.append((task, m))
+    return cols
+
+
+def aggregate(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per (arm, size), in order of first appearance, numbers over seeds."""
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for r in records:
+        groups.setdefault((r["arm"], r["size"]), []).append(r)
+    sizes = {r["size"] for r in records}
+    cols = metric_columns(records)
+    rows = []
+    for (arm, size), rs in groups.items():
+        first = rs[0]
+        row = {
+            "run": arm if len(sizes) == 1 else f"{arm}/{size}",
+            "arm": arm,
+            "size": size,
+            "objective": first.get("objective", ""),
+            "preset": first.get("preset", ""),
+            "seeds": len(rs),
+            "parameters": first.get("parameters"),
+            "flops": statistics.fmean(float(r.get("flops") or 0.0) for r in rs),
+            "tokens": statistics.fmean(float(r.get("tokens") or 0) for r in rs),
+            "val_loss": mean_std([r.get("val_loss") for r in rs]),
+            "metrics": {
+                f"{t} {m}": mean_std([(r.get("tasks") or {}).get(t, {}).get(m) for r in rs]) for t, m in cols
+            },
+        }
+        rows.append(row)
+    return rows
+
+
+# --------------------------------------------------------------------------- formatting
+
+
+def _si(x: float | None) -> str:
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return "–"
+    for unit, scale in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if abs(x) >= scale:
+            return f"{x / scale:.3g}{unit}"
+    return f"{x:.3g}" if isinstance(x, float) and not float(x).is_integer() else f"{int(x)}"
+
+
+def _flops(x: float) -> str:
+    return "0" if not x else f"{x:.3g}"
+
+
+def _pm(stat: tuple[float, float, int], digits: int = 4) -> str:
+    mean, std, n = stat
+    if n == 0:
+        return "–"
+    return f"{mean:.{digits}f}" if not math.isfinite(std) else f"{mean:.{digits}f} ± {std:.{digits}f}"
+
+
+def markdown_table(rows: list[dict[str, Any]]) -> str:
+    """The table: run, objective, params, FLOPs, tokens, val loss, one column per task metric."""
+    metric_names = list(rows[0]["metrics"]) if rows else []
+    head = ["run", "objective", "params", "FLOPs", "tokens", "val loss", *metric_names, "seeds"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] * 2 + ["---:"] * (len(head) - 2)) + "|"]
+    for r in rows:
+        cells = [r["run"], r["objective"], _si(r["parameters"]), _flops(r["flops"]), _si(r["tokens"]),
+                 _pm(r["val_loss"]), *(_pm(r["metrics"][m]) for m in metric_names), str(r["seeds"])]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def csv_text(rows: list[dict[str, Any]]) -> str:
+    """The same table as CSV, one number per cell: ``*_mean``, ``*_std`` (empty when undefined), ``*_n``."""
+    metric_names = list(rows[0]["metrics"]) if rows else []
+    head = ["run", "arm", "size", "objective", "preset", "seeds", "params", "flops", "tokens",
+            "val_loss_mean", "val_loss_std"]
+    for m in metric_names:
+        key = m.replace(" ", "_")
+        head += [f"{key}_mean", f"{key}_std", f"{key}_n"]
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(head)
+
+    def num(x):
+        return "" if x is None or (isinstance(x, float) and not math.isfinite(x)) else repr(x) if isinstance(x, float) else x
+
+    for r in rows:
+        line = [r["run"], r["arm"], r["size"], r["objective"], r["preset"], r["seeds"], r["parameters"],
+                num(r["flops"]), num(r["tokens"]), num(r["val_loss"][0]), num(r["val_loss"][1])]
+        for m in metric_names:
+            mean, std, n = r["metrics"][m]
+            line += [num(mean), num(std), n]
+        w.writerow(line)
+    return buf.getvalue()
+
+
+def runs_csv_text(records: list[dict[str, Any]]) -> str:
+    """One line per (arm, size, seed): the raw numbers behind the table."""
+    cols = metric_columns(records)
+    head = ["arm", "size", "seed", "objective", "preset", "params", "steps", "tokens", "flops", "val_loss",
+            *[f"{t}_{m}" for t, m in cols]]
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(head)
+    for r in records:
+        vals = [(r.get("tasks") or {}).get(t, {}).get(m, "") for t, m in cols]
+        w.writerow([r["arm"], r["size"], r["seed"], r.get("objective", ""), r.get("preset", ""),
+                    r.get("parameters", ""), r.get("steps", ""), r.get("tokens", ""), r.get("flops", ""),
+                    "" if r.get("val_loss") is None else r["val_loss"], *vals])
+    return buf.getvalue()
+
+
+# --------------------------------------------------------------------------- plots
+
+
+def _save(fig, path: Path) -> None:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
+    atomic_write_bytes(path, buf.getvalue())
+
+
+def plot_loss_vs_compute(records: list[dict[str, Any]], path: str | Path, title: str = "") -> bool:
+    """Validation loss against pretraining FLOPs, one panel per objective (their losses differ in
+    kind), one line per (arm, size), thin lines per seed. False when no run has a curve."""
+    curves = [r for r in records if r.get("curve")]
+    if not curves:
+        return False
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    objectives = list(dict.fromkeys(r["objective"] for r in curves))
+    fig, axes = plt.subplots(1, len(objectives), figsize=(4.2 * len(objectives), 3.4), squeeze=False)
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    runs = list(dict.fromkeys((r["arm"], r["size"]) for r in curves))
+    several_sizes = len({s for _, s in runs}) > 1
+    drawn: set[tuple] = set()
+    labelled: set[tuple] = set()
+    for ax, obj in zip(axes[0], objectives):
+        for r in (r for r in curves if r["objective"] == obj):
+            run = (r["arm"], r["size"])
+            key = (*run, tuple(map(tuple, r["curve"])))
+            if key in drawn:  # shared pretraining: the same curve for every fine-tuning seed
+                continue
+            drawn.add(key)
+            label = None if run in labelled else (f"{run[0]}/{run[1]}" if several_sizes else run[0])
+            labelled.add(run)
+            ax.plot([max(c[0], 1.0) for c in r["curve"]], [c[1] for c in r["curve"]],
+                    color=colors[runs.index(run) % len(colors)], lw=1.2, alpha=0.85, label=label)
+        ax.set_xscale("log")
+        ax.set_xlabel("pretraining FLOPs")
+        ax.set_ylabel("validation loss")
+        ax.set_title(obj)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    if title:
+        fig.suptitle(title)
+    _save(fig, Path(path))
+    plt.close(fig)
+    return True
+
+
+def plot_downstream(rows: list[dict[str, Any]], records: list[dict[str, Any]], path: str | Path,
+                    title: str = "") -> bool:
+    """Downstream score per run (mean bar, spread as error bar, each seed a dot), one panel per
+    task metric. False when there is no downstream metric."""
+    metric_names = list(rows[0]["metrics"]) if rows else []
+    if not metric_names:
+        return False
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(metric_names), figsize=(max(3.6, 1.1 * len(rows) + 1.5) * len(metric_names), 3.6),
+                             squeeze=False)
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    objectives = list(dict.fromkeys(r["objective"] for r in rows))
+    for ax, name in zip(axes[0], metric_names):
+        task, metric = name.split(" ", 1)
+        for i, r in enumerate(rows):
+            mean, std, n = r["metrics"][name]
+            color = colors[objectives.index(r["objective"]) % len(colors)]
+            ax.bar(i, mean if n else 0.0, color=color, alpha=0.7,
+                   yerr=std if math.isfinite(std) else None, capsize=4)
+            dots = [(rec.get("tasks") or {}).get(task, {}).get(metric) for rec in records
+                    if rec["arm"] == r["arm"] and rec["size"] == r["size"]]
+            dots = [d for d in dots if d is not None]
+            ax.scatter([i] * len(dots), dots, color="black", s=10, zorder=3)
+        ax.set_xticks(range(len(rows)), [f"{r['run']}\n({r['objective']})" for r in rows], fontsize=8)
+        ax.set_ylabel(metric)
+        ax.set_title(task)
+        lows = [v for r in rows for v in [r["metrics"][name][0]] if math.isfinite(v)]
+        if lows:
+            ax.set_ylim(max(0.0, min(lows) - 0.1), min(1.0, max(lows) + 0.08) if max(lows) <= 1 else None)
+        ax.grid(axis="y", alpha=0.3)
+    if title:
+        fig.suptitle(title)
+    _save(fig, Path(path))
+    plt.close(fig)
+    return True
+
+
+# --------------------------------------------------------------------------- reading runs
+
+
+def _curve(run_dir: Path, flops_per_step: float, initial: float | None) -> list[list[float]]:
+    path = run_dir / "metrics.jsonl"
+    points = [[0.0, initial]] if initial is not None else []
+    if path.is_file():
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError:
+                    continue
+                if "val_loss" in row:
+                    points.append([float(row["step"]) * flops_per_step, float(row["val_loss"])])
+    return points
+
+
+def collect_records(grid, out: str | Path) -> list[dict[str, Any]]:
+    """Read every finished run of ``grid`` under ``out`` into records (see the module docstring)."""
+    from lmlab.lab.runner import finetune_dir, finetune_done, pretrain_dir, pretrain_done
+
+    out = Path(out)
+    records: list[dict[str, Any]] = []
+    by_run: dict[int, list] = {}
+    for f in grid.finetune_runs:
+        by_run.setdefault(id(f.pretrain), []).append(f)
+    for p in grid.pretrain_runs:
+        if not pretrain_done(out, p):
+            continue
+        d = pretrain_dir(out, p)
+        summary = read_json(d / "summary.json", "run summary")
+        base = {"arm": p.arm.name, "size": p.size, "objective": p.arm.objective, "preset": p.arm.preset,
+                "parameters": summary.get("parameters") or p.parameters, "steps": summary.get("steps", 0),
+                "tokens": summary.get("tokens", 0), "flops": p.flops_per_step * summary.get("steps", 0),
+                "val_loss": summary.get("val_loss"),
+                "curve": _curve(d, p.flops_per_step, summary.get("initial_val_loss")) if p.arm.pretrained else []}
+        fins = by_run.get(id(p), [])
+        seeds = sorted({f.seed for f in fins}) or [p.seed]
+        for seed in seeds:
+            tasks = {}
+            for f in (f for f in fins if f.seed == seed):
+                if finetune_done(out, f):
+                    tasks[f.task.name] = read_json(finetune_dir(out, f) / "eval.json", "fine-tuning result")
+            records.append({**base, "seed": seed, "tasks": tasks})
+    return records
+
+
+def _finite(obj):
+    """nan -> None, tuples -> lists: strict JSON."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    return obj
+
+
+def write_report(records: list[dict[str, Any]], grid, out: str | Path) -> dict[str, Path]:
+    """Write ``results.md``, ``results.csv``, ``runs.csv``, ``results.json`` and the plots into ``out``."""
+    out = Path(out)
+    name = getattr(grid, "name", "grid")
+    rows = aggregate(records)
+    paths = {}
+    budget = getattr(grid, "budget", None)
+    seeds = getattr(grid, "seeds", [])
+    md = [f"# {name}", ""]
+    if budget is not None:
+        md.append(f"Budget {budget} per pretraining run; seeds {seeds}"
+                  + ("; one pretraining run per arm, fine-tuned with every seed" if getattr(grid, "share_pretraining", False) else "")
+                  + ". Numbers are mean ± sample standard deviation over seeds.")
+        md.append("")
+    md.append(markdown_table(rows) if rows else "(no finished runs yet)\n")
+    paths["markdown"] = out / "results.md"
+    atomic_write_text(paths["markdown"], "\n".join(md))
+    paths["csv"] = out / "results.csv"
+    atomic_write_text(paths["csv"], csv_text(rows))
+    paths["runs_csv"] = out / "runs.csv"
+    atomic_write_text(paths["runs_csv"], runs_csv_text(records))
+    paths["json"] = out / "results.json"
+    write_json(paths["json"], _finite({"name": name, "rows": rows, "records": records}))
+    if plot_loss_vs_compute(records, out / "loss_vs_compute.png", name):
+        paths["loss_plot"] = out / "loss_vs_compute.png"
+    if plot_downstream(rows, records, out / "downstream.png", name):
+        paths["downstream_plot"] = out / "downstream.png"
+    return paths

@@ -366,8 +366,9 @@ learning rate at every step and clipping, from the same initial weights (`--init
 and are evaluated on the same validation windows: **val loss** = mean next-token NLL
 (nats/token), **bits/byte** = val loss x tokens / (ln 2 x UTF-8 bytes) of the validation split.
 The verdict counts lmlab as "equal" within +0.01 nats. **train s** = wall time of the whole
-`pretrain()` call (tokenizer and shards are cached; includes evaluation and the checkpoint) and
-of the transformers loop + evaluation.
+`pretrain()` call (setup, evaluations at step 0 and at the end, checkpoint and loss plot
+included; tokenizer and shards are cached) and of the transformers training loop alone: not a
+speed comparison (that is `pretrain_throughput.py`).
 """
 
 

@@ -23,7 +23,8 @@ so load drift on a shared machine hits every side alike. Reported: **text tokens
 (batch x context tokens of text consumed per step, the same for every side), ratios, and
 whole-step **MFU** = model FLOPs per step (``lmlab.models.flops.training_flops``: MLM head at
 the 15% labelled positions, T5 at its nominal corrupted lengths) / step time / the fp32 matmul
-rate measured in the same process before and after (``matmul_peak.py``; the better of the two).
+rate measured in the same process (``matmul_peak.py``) before, after and between the timed
+rounds, the best of all probes (load only ever slows a probe down).
 
     python benchmarks/pretrain_throughput.py                      # ~14M-parameter shapes
     python benchmarks/pretrain_throughput.py --threads 1 --steps 8 --objectives clm
@@ -318,7 +319,11 @@ def setup_objective(objective: str, s: Shape, corpus, stream_corpus, threads: in
     return runners, info
 
 
-def run_objective(objective: str, s: Shape, corpus, stream_corpus, threads: int, args) -> dict[str, Any]:
+def run_objective(objective: str, s: Shape, corpus, stream_corpus, threads: int, args,
+                  peaks: list[dict]) -> dict[str, Any]:
+    """Set up every side, warm up, then time interleaved rounds; after each round a short matmul
+    probe is added to ``peaks`` (on a shared machine the CPU share drifts: a peak measured only
+    before and after can be lower than the rate the steps themselves reached)."""
     with tempfile.TemporaryDirectory() as tmp:
         runners, info = setup_objective(objective, s, corpus, stream_corpus, threads, Path(tmp), args)
         for r in runners:
@@ -327,6 +332,7 @@ def run_objective(objective: str, s: Shape, corpus, stream_corpus, threads: int,
         for rnd in range(args.steps):
             for r in (runners if rnd % 2 == 0 else runners[::-1]):
                 r.times.append(r.step())
+            peaks.append(matmul_peak(args.probe_sizes, seconds=args.probe_seconds / 2, repeats=2))
     tokens = s.batch * s.seq
     info["tokens_per_step"] = tokens
     info["rows"] = {}
@@ -374,11 +380,13 @@ def report(results: list[dict], peak: float, header: str) -> str:
                         targets.append(f"≥{target}x {ref}")
                         verdicts.append(common.verdict(ratio, target, higher_is_better=True))
             mfu = row["model_flops_per_s"] / peak
+            mfu_verdict = common.verdict(mfu, MFU_TARGET, higher_is_better=True) if is_lmlab else "—"
+            if is_lmlab and mfu > 1.0:  # impossible: the probes ran at a lower CPU share than the steps
+                mfu_verdict = "n/a (peak under-measured)"
             rows.append([
                 NAMES[obj], name, DATA_PATH.get((obj, name), ""), f"{row['parameters'] / 1e6:.2f}M",
                 f"{row['tokens_per_s']:,.0f}", f"{row['step_s'] * 1e3:.0f}", "; ".join(ratios) or "—",
-                "; ".join(targets) or "—", "; ".join(verdicts) or "—", f"{mfu:.0%}",
-                common.verdict(mfu, MFU_TARGET, higher_is_better=True) if is_lmlab else "—",
+                "; ".join(targets) or "—", "; ".join(verdicts) or "—", f"{mfu:.0%}", mfu_verdict,
             ])
         counts = {r["parameters"] for r in res["rows"].values()}
         if len(counts) > 1:
@@ -400,9 +408,11 @@ a step is everything a training loop does per batch: read the windows, the data 
 row, forward, loss, backward, clip to norm 1.0, AdamW, zero_grad. **lmlab vs** = lmlab's tokens/s
 over each reference in the same run. **MFU** = model FLOPs per step (`lmlab.models.flops`: 6 x
 matmul parameters per token + attention; the MLM vocabulary projection only at the 15% labelled
-positions; T5 at its nominal source/target lengths) / step time / the fp32 matmul rate measured
-in the same process (a whole step also spends time in embeddings, norms, softmax, masking and the
-optimizer, which the numerator does not count).
+positions; T5 at its nominal source/target lengths) / step time / the best fp32 matmul rate
+measured in the same process (before, between the timed rounds and after). A whole step also
+spends time in embeddings, norms, softmax, masking and the optimizer, which the numerator does
+not count. MFU above 100% means the probes caught a smaller CPU share than the steps did (a
+loaded machine): its verdict is then `n/a`.
 """
 
 
@@ -413,7 +423,9 @@ def header_lines(args, threads_reason: str, peaks: list[dict], s: Shape, load_st
     load_end = os.getloadavg()
     busy = max(load_start[0], load_end[0]) > (os.cpu_count() or 1)
     peak = max(p["flops"] for p in peaks)
-    before_after = " / ".join(f"{p['flops'] / 1e9:.1f}" for p in peaks)
+    rates = [p["flops"] / 1e9 for p in peaks]
+    spread = (f"before {rates[0]:.1f}, after {rates[-1]:.1f}, {len(rates) - 2} probes between rounds "
+              f"{min(rates[1:-1], default=0):.1f}-{max(rates[1:-1], default=0):.1f}")
     lines = [
         ("**Measured under load** (load average above the core count; other jobs shared the cores): treat "
          "absolute figures as rough, compare ratios. " if busy else "")
@@ -423,8 +435,8 @@ def header_lines(args, threads_reason: str, peaks: list[dict], s: Shape, load_st
         f"{s.heads} heads, d_ff {s.d_ff}, vocabulary {s.vocab:,} (T5: + {NUM_SENTINELS} sentinels); "
         f"dropout {args.dropout}; fp32; text: english-mix, byte-level BPE; {args.warmup} warm-up + "
         f"{args.steps} timed steps per side, interleaved.",
-        f"Threads: {threads_reason}. fp32 matmul rate (same process, same threads, best of before/after): "
-        f"{peak / 1e9:.1f} GFLOP/s ({before_after} before / after). "
+        f"Threads: {threads_reason}. fp32 matmul rate (same process, same threads, best of all probes): "
+        f"{peak / 1e9:.1f} GFLOP/s ({spread} GFLOP/s). "
         f"Run took {time.time() - started:.0f} s.",
         f"Re-run on a quiet machine: `{args.command}`",
     ]
@@ -471,13 +483,14 @@ def main(argv: list[str] | None = None) -> list[dict]:
               if args.stream_row and "clm" in objectives else None)
     s.vocab = corpus.vocab_size
     sizes, seconds = (QUICK_SIZES, 0.05) if args.quick else (SIZES, 0.4)
+    args.probe_sizes, args.probe_seconds = (sizes, seconds) if args.quick else ((1024,), seconds)
     peaks = [matmul_peak(sizes, seconds=seconds)]
     print(f"{threads_reason}\nfp32 matmul: {peaks[0]['flops'] / 1e9:.1f} GFLOP/s", flush=True)
     results = []
     for objective in objectives:
         t0 = time.time()
         try:
-            res = run_objective(objective, s, corpus, stream, threads, args)
+            res = run_objective(objective, s, corpus, stream, threads, args, peaks)
         except Exception as err:  # one broken objective costs its rows, not the run
             res = {"objective": objective, "error": f"{type(err).__name__}: {err}"[:300]}
         rates = {k: round(v["tokens_per_s"]) for k, v in res.get("rows", {}).items()}

@@ -151,3 +151,12 @@ def test_added_special_tokens_survive_save_and_load(tok, tmp_path):
     hf_again = HFTokenizer.from_file(str(d / "tokenizer.json"))
     assert again.encode_plus(text, "or").ids == hf_again.encode(text, "or").ids
     assert again.decode(again.encode(text)).replace(" ", "") == text.replace(" ", "")
+
+
+def test_encode_many_on_two_processes_equals_encode(shakespeare):
+    from lmlab.tokenizers import train_tokenizer
+
+    tok = train_tokenizer("bytelevel", [shakespeare[:100_000]], vocab_size=400)
+    lines = [line for line in shakespeare.splitlines() if line.strip()][:3000]
+    assert tok.encode_many(lines, workers=2, chunk_size=500) == [tok.encode(line) for line in lines]
+    assert tok.encode_many(lines[:10], workers=2) == [tok.encode(line) for line in lines[:10]]  # stays in-process

@@ -24,14 +24,27 @@ EXAMPLES = """\
 
 
 def register(sub) -> None:
-    p = add_command(sub, "compare", "compare objectives/architectures under one budget", DESCRIPTION, EXAMPLES)
+    p = add_command(
+        sub, "compare", "compare objectives/architectures under one budget", DESCRIPTION, EXAMPLES
+    )
     p.add_argument("--config", required=True, help="grid TOML file (see configs/grids/)")
     p.add_argument("--out", help="output directory (default: runs/compare/<grid name>)")
     p.add_argument("--dry-run", action="store_true", help="check the grid and print the plan; train nothing")
-    p.add_argument("--set", nargs="+", action="extend", default=[], metavar="KEY=VALUE", dest="overrides",
-                   help="override grid keys, e.g. budget.tokens=40960 pretrain.train.lr=1e-3")
-    p.add_argument("--progress", choices=("auto", "on", "off"), default="auto",
-                   help="the progress bar over runs (auto: when stderr is a terminal)")
+    p.add_argument(
+        "--set",
+        nargs="+",
+        action="extend",
+        default=[],
+        metavar="KEY=VALUE",
+        dest="overrides",
+        help="override grid keys, e.g. budget.tokens=40960 pretrain.train.lr=1e-3",
+    )
+    p.add_argument(
+        "--progress",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="the progress bar over runs (auto: when stderr is a terminal)",
+    )
     p.set_defaults(func=run)
 
 

@@ -63,14 +63,31 @@ NONE = "none"
 #: a budget that buys fewer optimizer steps than this is refused
 MIN_STEPS = 10
 
-GRID_KEYS = ("name", "description", "seeds", "budget", "share_pretraining", "pretrain", "sizes",
-             "arms", "finetune", "tasks")
+GRID_KEYS = (
+    "name",
+    "description",
+    "seeds",
+    "budget",
+    "share_pretraining",
+    "pretrain",
+    "sizes",
+    "arms",
+    "finetune",
+    "tasks",
+)
 PRETRAIN_KEYS = ("data", "train", "model")
 ARM_KEYS = ("name", "preset", "objective", "params", "model", "train")
 TASK_KEYS = ("name", "task", "train", "dev", "max_train_examples", "max_eval_examples", "finetune")
 #: train.* keys that change neither the arithmetic nor the result of a run (left out of its key)
-MACHINE_TRAIN_KEYS = ("threads", "progress", "device", "distributed", "checkpoint_every",
-                      "keep_checkpoints", "log_every")
+MACHINE_TRAIN_KEYS = (
+    "threads",
+    "progress",
+    "device",
+    "distributed",
+    "checkpoint_every",
+    "keep_checkpoints",
+    "log_every",
+)
 #: fine-tuning settings that change nothing but speed or display (left out of the key)
 MACHINE_FINETUNE_KEYS = ("threads", "progress", "device", "log_every", "eval_batch_size")
 
@@ -94,7 +111,7 @@ class Budget:
 class Arm:
     name: str
     preset: str
-    objective: str                      # a key of lmlab.objectives.OBJECTIVES, or "none"
+    objective: str  # a key of lmlab.objectives.OBJECTIVES, or "none"
     params: dict[str, Any] = field(default_factory=dict)
     model: dict[str, Any] = field(default_factory=dict)
     train: dict[str, Any] = field(default_factory=dict)
@@ -107,11 +124,11 @@ class Arm:
 
 @dataclass
 class TaskSpec:
-    name: str                           # column label, e.g. "sst2"
-    task: str                           # lmlab task name
-    train: str                          # expanded paths
+    name: str  # column label, e.g. "sst2"
+    task: str  # lmlab task name
+    train: str  # expanded paths
     dev: str
-    settings: dict[str, Any]            # FinetuneConfig fields (seed added per run)
+    settings: dict[str, Any]  # FinetuneConfig fields (seed added per run)
 
 
 @dataclass
@@ -121,9 +138,9 @@ class PretrainRun:
     arm: Arm
     size: str
     seed: int
-    config: dict[str, Any]              # TOML-shaped pretrain config (train.max_steps from the budget)
+    config: dict[str, Any]  # TOML-shaped pretrain config (train.max_steps from the budget)
     steps: int
-    tokens: int                         # planned training tokens
+    tokens: int  # planned training tokens
     flops_per_step: float
     parameters: int
     key: str
@@ -146,7 +163,7 @@ class FinetuneRun:
     pretrain: PretrainRun
     task: TaskSpec
     seed: int
-    settings: dict[str, Any]            # FinetuneConfig fields, seed included
+    settings: dict[str, Any]  # FinetuneConfig fields, seed included
     key: str
 
     @property
@@ -169,7 +186,7 @@ class Grid:
     tasks: list[TaskSpec]
     pretrain_runs: list[PretrainRun]
     finetune_runs: list[FinetuneRun]
-    cache_dir: str                       # data.cache_dir given in the grid ("" = decided by the runner)
+    cache_dir: str  # data.cache_dir given in the grid ("" = decided by the runner)
     source: str = ""
 
     def finetunes_of(self, run: PretrainRun) -> list[FinetuneRun]:
@@ -242,9 +259,15 @@ def flops_per_step(model_config, objective: str, params: dict[str, Any], seq_len
             n_heads = max(1, min(cfg.n_heads, d // cfg.dim_head))
             while d % n_heads:
                 n_heads -= 1
-            gen_cfg = cfg.replace(d_model=d, n_heads=n_heads, n_kv_heads=None, head_dim=None,
-                                  d_ff=max(8, int(round(cfg.d_ff * g))),
-                                  n_layers=params.get("generator_layers") or cfg.n_layers, layer_groups=0)
+            gen_cfg = cfg.replace(
+                d_model=d,
+                n_heads=n_heads,
+                n_kv_heads=None,
+                head_dim=None,
+                d_ff=max(8, int(round(cfg.d_ff * g))),
+                n_layers=params.get("generator_layers") or cfg.n_layers,
+                layer_groups=0,
+            )
             gen = training_flops(gen_cfg, seq_len, rows, logit_positions=masked, heads=("mlm",))
             return float(disc + gen)
         return float(training_flops(cfg, seq_len, rows, logit_positions=masked, heads=("mlm",)))
@@ -254,14 +277,15 @@ def flops_per_step(model_config, objective: str, params: dict[str, Any], seq_len
             mean_span = float(params.get("mean_span_length", 3.0))
             noise = max(1, round(seq_len * density))
             spans = max(1, round(noise / mean_span))
-            source = seq_len - noise + spans + 1       # kept tokens + one sentinel per span + </s>
-            target = noise + spans + 1                 # sentinels + dropped tokens + </s>
+            source = seq_len - noise + spans + 1  # kept tokens + one sentinel per span + </s>
+            target = noise + spans + 1  # sentinels + dropped tokens + </s>
             if params.get("variant", "spans") == "bert":
                 source, target = seq_len + 1, seq_len + 1
             return float(training_flops(cfg, source, rows, decoder_len=target))
         return float(training_flops(cfg, seq_len, rows, decoder_len=seq_len))
     raise LmlabError(
-        f"a FLOPs budget needs an encoder, decoder or encoder-decoder Transformer, not a {type(cfg).__name__}",
+        "a FLOPs budget needs an encoder, decoder or encoder-decoder Transformer, "
+        f"not a {type(cfg).__name__}",
         "use budget = {tokens = N} for this grid",
     )
 
@@ -280,7 +304,12 @@ def _parse_budget(value) -> Budget:
     ((kind, amount),) = value.items()
     if kind not in ("tokens", "flops"):
         raise LmlabError(f"unknown budget kind {kind!r}", f"{_suggest(kind, ['tokens', 'flops'])}; {fix}")
-    if isinstance(amount, bool) or not isinstance(amount, (int, float)) or not math.isfinite(amount) or amount <= 0:
+    if (
+        isinstance(amount, bool)
+        or not isinstance(amount, (int, float))
+        or not math.isfinite(amount)
+        or amount <= 0
+    ):
         raise LmlabError(f"budget.{kind} must be a positive number, got {amount!r}", fix)
     return Budget(kind, float(amount))
 
@@ -303,7 +332,9 @@ def load_grid(source: str | os.PathLike | dict[str, Any], overrides: list[str] |
     else:
         path = Path(source)
         if not path.is_file():
-            raise LmlabError(f"grid file {path} does not exist", "pass a grid such as configs/grids/objectives-tiny.toml")
+            raise LmlabError(
+                f"grid file {path} does not exist", "pass a grid such as configs/grids/objectives-tiny.toml"
+            )
         try:
             with open(path, "rb") as f:
                 raw = tomllib.load(f)
@@ -318,22 +349,34 @@ def load_grid(source: str | os.PathLike | dict[str, Any], overrides: list[str] |
     seeds = raw.get("seeds", [0])
     if isinstance(seeds, int) and not isinstance(seeds, bool):
         seeds = [seeds]
-    if (not isinstance(seeds, list) or not seeds or len(set(seeds)) != len(seeds)
-            or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds)):
-        raise LmlabError(f"seeds must be a list of distinct non-negative integers, got {seeds!r}",
-                         "write e.g. seeds = [0, 1, 2]")
+    if (
+        not isinstance(seeds, list)
+        or not seeds
+        or len(set(seeds)) != len(seeds)
+        or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds)
+    ):
+        raise LmlabError(
+            f"seeds must be a list of distinct non-negative integers, got {seeds!r}",
+            "write e.g. seeds = [0, 1, 2]",
+        )
     if "budget" not in raw:
-        raise LmlabError("the grid has no budget", "add budget = {tokens = 1000000} or budget = {flops = 1e13}")
+        raise LmlabError(
+            "the grid has no budget", "add budget = {tokens = 1000000} or budget = {flops = 1e13}"
+        )
     budget = _parse_budget(raw["budget"])
     share = raw.get("share_pretraining", False)
     if not isinstance(share, bool):
-        raise LmlabError(f"share_pretraining must be true or false, got {share!r}", "write share_pretraining = true")
+        raise LmlabError(
+            f"share_pretraining must be true or false, got {share!r}", "write share_pretraining = true"
+        )
 
     pre = _table(raw.get("pretrain"), "pretrain")
     _check_keys(pre, PRETRAIN_KEYS, "[pretrain]")
     data = _table(pre.get("data"), "pretrain.data")
     if not data.get("train"):
-        raise LmlabError("[pretrain.data] has no train", "set pretrain.data.train to the corpus (text files or shards)")
+        raise LmlabError(
+            "[pretrain.data] has no train", "set pretrain.data.train to the corpus (text files or shards)"
+        )
     shared_train = _table(pre.get("train"), "pretrain.train")
     shared_model = _table(pre.get("model"), "pretrain.model")
     if "max_steps" in shared_train:
@@ -341,7 +384,10 @@ def load_grid(source: str | os.PathLike | dict[str, Any], overrides: list[str] |
 
     sizes_raw = raw.get("sizes") or {"base": {}}
     if not isinstance(sizes_raw, dict):
-        raise LmlabError("sizes must be a table of name = {model overrides}", 'write e.g. sizes = { d64 = { d_model = 64 } }')
+        raise LmlabError(
+            "sizes must be a table of name = {model overrides}",
+            "write e.g. sizes = { d64 = { d_model = 64 } }",
+        )
     sizes = {str(k): _table(v, f"sizes.{k}") for k, v in sizes_raw.items()}
 
     arms = _parse_arms(raw.get("arms"))
@@ -386,14 +432,18 @@ def load_grid(source: str | os.PathLike | dict[str, Any], overrides: list[str] |
                     t = cfg.train
                     rows = t.batch_size * t.grad_accum
                     tokens_per_step = rows * t.seq_len
-                    step_flops = (flops_per_step(model_config, arm.objective, arm.params, t.seq_len, rows)
-                                  if budget.kind == "flops" else _try_flops(model_config, arm, t.seq_len, rows))
+                    step_flops = (
+                        flops_per_step(model_config, arm.objective, arm.params, t.seq_len, rows)
+                        if budget.kind == "flops"
+                        else _try_flops(model_config, arm, t.seq_len, rows)
+                    )
                     steps = steps_for_budget(budget, tokens_per_step, step_flops)
                     if steps < MIN_STEPS:
                         need = MIN_STEPS * (tokens_per_step if budget.kind == "tokens" else step_flops)
                         raise LmlabError(
                             f"budget {budget} buys only {steps} step(s) of {rows} x {t.seq_len} tokens for "
-                            f"arm {arm.name!r} ({step_flops:.3g} FLOPs per step); at least {MIN_STEPS} are needed",
+                            f"arm {arm.name!r} ({step_flops:.3g} FLOPs per step); "
+                            f"at least {MIN_STEPS} are needed",
                             f"raise budget.{budget.kind} to at least {need:.3g}",
                         )
                     resolved["train"] = _run_train_defaults(resolved["train"], train, steps)
@@ -408,21 +458,41 @@ def load_grid(source: str | os.PathLike | dict[str, Any], overrides: list[str] |
                     for k in MACHINE_TRAIN_KEYS:
                         keyed["train"].pop(k, None)
                 keyed["lab"] = {"kind": "pretrain" if arm.pretrained else "init"}
-                run = PretrainRun(arm, size, seed, resolved, steps, tokens, step_flops, parameters, run_key(keyed))
+                run = PretrainRun(
+                    arm, size, seed, resolved, steps, tokens, step_flops, parameters, run_key(keyed)
+                )
                 planned[seed] = run
                 pretrain_runs.append(run)
             for seed in seeds:
                 run = planned[pre_seeds[0]] if share else planned[seed]
                 for task in tasks:
                     settings = {**task.settings, "seed": seed}
-                    keyed = {"pretrain": run.key, "task": task.task, "train": task.train, "dev": task.dev,
-                             "settings": {k: v for k, v in settings.items() if k not in MACHINE_FINETUNE_KEYS}}
+                    keyed = {
+                        "pretrain": run.key,
+                        "task": task.task,
+                        "train": task.train,
+                        "dev": task.dev,
+                        "settings": {k: v for k, v in settings.items() if k not in MACHINE_FINETUNE_KEYS},
+                    }
                     finetune_runs.append(FinetuneRun(run, task, seed, settings, run_key(keyed)))
     labels = [r.dirname for r in pretrain_runs]
     if len(set(labels)) != len(labels):
-        raise LmlabError("two arms resolve to the same run", "give each [[arms]] entry its own name and settings")
-    return Grid(name, list(seeds), budget, share, arms, sizes, tasks, pretrain_runs, finetune_runs,
-                str(data.get("cache_dir", "")), where)
+        raise LmlabError(
+            "two arms resolve to the same run", "give each [[arms]] entry its own name and settings"
+        )
+    return Grid(
+        name,
+        list(seeds),
+        budget,
+        share,
+        arms,
+        sizes,
+        tasks,
+        pretrain_runs,
+        finetune_runs,
+        str(data.get("cache_dir", "")),
+        where,
+    )
 
 
 def _apply_override(raw: dict[str, Any], item: str) -> None:
@@ -431,11 +501,15 @@ def _apply_override(raw: dict[str, Any], item: str) -> None:
     key, sep, value = item.partition("=")
     parts = key.strip().split(".")
     if not sep or not all(parts):
-        raise LmlabError(f"override {item!r} is not of the form key=value", "write e.g. --set budget.tokens=20480")
+        raise LmlabError(
+            f"override {item!r} is not of the form key=value", "write e.g. --set budget.tokens=20480"
+        )
     node = raw
     for part in parts[:-1]:
         if not isinstance(node.setdefault(part, {}), dict):
-            raise LmlabError(f"override {item!r}: {part} is not a table", "only tables can be overridden (not [[arms]])")
+            raise LmlabError(
+                f"override {item!r}: {part} is not a table", "only tables can be overridden (not [[arms]])"
+            )
         node = node[part]
     if parts[:-1] == ["budget"] and parts[-1] in ("tokens", "flops"):
         node.clear()  # a budget has one kind
@@ -444,8 +518,9 @@ def _apply_override(raw: dict[str, Any], item: str) -> None:
 
 def _parse_arms(value) -> list[Arm]:
     if not isinstance(value, list) or not value:
-        raise LmlabError("the grid has no [[arms]]",
-                         'add [[arms]] tables with preset = "bert-tiny" and objective = "mlm"')
+        raise LmlabError(
+            "the grid has no [[arms]]", 'add [[arms]] tables with preset = "bert-tiny" and objective = "mlm"'
+        )
     from lmlab.objectives import OBJECTIVES
 
     arms: list[Arm] = []
@@ -454,16 +529,20 @@ def _parse_arms(value) -> list[Arm]:
         _check_keys(entry, ARM_KEYS, f"arms[{i}]")
         preset, objective = entry.get("preset"), entry.get("objective")
         if not isinstance(preset, str) or not isinstance(objective, str):
-            raise LmlabError(f"arms[{i}] needs preset and objective (strings)",
-                             'write preset = "bert-tiny" and objective = "mlm" (or "none": no pretraining)')
+            raise LmlabError(
+                f"arms[{i}] needs preset and objective (strings)",
+                'write preset = "bert-tiny" and objective = "mlm" (or "none": no pretraining)',
+            )
         arch = _architecture(preset)
         name = str(entry.get("name") or f"{preset}-{objective}")
         valid = valid_objectives(arch)
         if objective != NONE and objective not in OBJECTIVES:
             close = difflib.get_close_matches(objective, [NONE, *OBJECTIVES], n=1)
             hint = f"did you mean {close[0]!r}? " if close else ""
-            raise LmlabError(f"arm {name!r}: unknown objective {objective!r}",
-                             f"{hint}choose one of: {', '.join([NONE, *OBJECTIVES])}")
+            raise LmlabError(
+                f"arm {name!r}: unknown objective {objective!r}",
+                f"{hint}choose one of: {', '.join([NONE, *OBJECTIVES])}",
+            )
         if objective not in valid:
             raise LmlabError(
                 f"arm {name!r}: objective {objective!r} cannot train preset {preset}, "
@@ -475,8 +554,17 @@ def _parse_arms(value) -> list[Arm]:
             raise LmlabError(f"arm {name!r}: objective 'none' takes no params", "remove its params table")
         if any(a.name == name for a in arms):
             raise LmlabError(f"two arms are named {name!r}", "give each [[arms]] entry its own name")
-        arms.append(Arm(name, preset, objective, params, _table(entry.get("model"), f"arms[{i}].model"),
-                        _table(entry.get("train"), f"arms[{i}].train"), arch))
+        arms.append(
+            Arm(
+                name,
+                preset,
+                objective,
+                params,
+                _table(entry.get("model"), f"arms[{i}].model"),
+                _table(entry.get("train"), f"arms[{i}].train"),
+                arch,
+            )
+        )
     return arms
 
 
@@ -489,8 +577,10 @@ def _parse_tasks(value, shared: dict[str, Any]) -> list[TaskSpec]:
     if value is None:
         return []
     if not isinstance(value, list):
-        raise LmlabError("tasks must be a list of [[tasks]] tables",
-                         'write [[tasks]] with task = "sst2", train = ..., dev = ...')
+        raise LmlabError(
+            "tasks must be a list of [[tasks]] tables",
+            'write [[tasks]] with task = "sst2", train = ..., dev = ...',
+        )
     tasks: list[TaskSpec] = []
     for i, entry in enumerate(value):
         entry = _table(entry, f"tasks[{i}]")
@@ -502,7 +592,7 @@ def _parse_tasks(value, shared: dict[str, Any]) -> list[TaskSpec]:
         paths = {}
         for part in ("train", "dev"):
             if not isinstance(entry.get(part), str):
-                raise LmlabError(f"task {name!r} has no {part} file", f"set {part} = \"path/to/{part}.tsv\"")
+                raise LmlabError(f"task {name!r} has no {part} file", f'set {part} = "path/to/{part}.tsv"')
             paths[part] = str(check_input_file(expand(entry[part])).resolve())
         settings = {**shared, **_table(entry.get("finetune"), f"tasks[{i}].finetune")}
         for cap in ("max_train_examples", "max_eval_examples"):
@@ -525,8 +615,10 @@ def _check_task(task: TaskSpec, arm: Arm) -> None:
     from lmlab.tasks import make_task
 
     if arm.architecture not in ("encoder", "decoder", "seq2seq"):
-        raise LmlabError(f"arm {arm.name!r}: a {arm.architecture} model cannot be fine-tuned on {task.name}",
-                         "use encoder, decoder or encoder-decoder presets, or drop [[tasks]]")
+        raise LmlabError(
+            f"arm {arm.name!r}: a {arm.architecture} model cannot be fine-tuned on {task.name}",
+            "use encoder, decoder or encoder-decoder presets, or drop [[tasks]]",
+        )
     try:
         make_task(task.task, arm.architecture, **FinetuneConfig.from_dict(task.settings).task_options())
     except LmlabError as e:
@@ -555,16 +647,23 @@ def _vocab_hint(data) -> int:
     if isinstance(tok, dict):
         size = tok.get("vocab_size")
         if not isinstance(size, int) or size < 1:
-            raise LmlabError("pretrain.data.tokenizer needs vocab_size", 'write tokenizer = {algo = "bytelevel", vocab_size = 4096}')
+            raise LmlabError(
+                "pretrain.data.tokenizer needs vocab_size",
+                'write tokenizer = {algo = "bytelevel", vocab_size = 4096}',
+            )
         return size
     if not tok:
-        raise LmlabError("data.train is text but no data.tokenizer is given",
-                         "set pretrain.data.tokenizer to a tokenizer directory or a table {algo, vocab_size}")
+        raise LmlabError(
+            "data.train is text but no data.tokenizer is given",
+            "set pretrain.data.tokenizer to a tokenizer directory or a table {algo, vocab_size}",
+        )
     from lmlab.tokenizers import load_tokenizer
 
     path = Path(expand(tok))
     if not path.exists():
-        raise LmlabError(f"pretrain.data.tokenizer {path} does not exist", "train one with `lmlab tokenizer train`")
+        raise LmlabError(
+            f"pretrain.data.tokenizer {path} does not exist", "train one with `lmlab tokenizer train`"
+        )
     return load_tokenizer(path).vocab_size
 
 
@@ -587,7 +686,9 @@ def _count_parameters(model_config, arm: Arm) -> int:
 
     heads = get_objective(arm.objective).heads if arm.pretrained else None
     try:
-        return count_parameters(model_config, heads=tuple(h for h in heads if h != "nsp") if heads else None).total
+        return count_parameters(
+            model_config, heads=tuple(h for h in heads if h != "nsp") if heads else None
+        ).total
     except LmlabError:
         from lmlab.models import build_model
 

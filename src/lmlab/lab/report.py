@@ -27,8 +27,17 @@ from typing import Any
 
 from lmlab.fileio import atomic_write_bytes, atomic_write_text, read_json, write_json
 
-__all__ = ["aggregate", "collect_records", "csv_text", "markdown_table", "mean_std", "metric_columns",
-           "plot_downstream", "plot_loss_vs_compute", "write_report"]
+__all__ = [
+    "aggregate",
+    "collect_records",
+    "csv_text",
+    "markdown_table",
+    "mean_std",
+    "metric_columns",
+    "plot_downstream",
+    "plot_loss_vs_compute",
+    "write_report",
+]
 
 
 # --------------------------------------------------------------------------- numbers
@@ -72,7 +81,7 @@ def aggregate(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "seeds": len(rs),
             "parameters": first.get("parameters"),
             "flops": statistics.fmean(float(r.get("flops") or 0.0) for r in rs),
-            "tokens": statistics.fmean(float(r.get("tokens") or 0) for r in rs),
+            "tokens": _whole(statistics.fmean(float(r.get("tokens") or 0) for r in rs)),
             "val_loss": mean_std([r.get("val_loss") for r in rs]),
             "metrics": {
                 f"{t} {m}": mean_std([(r.get("tasks") or {}).get(t, {}).get(m) for r in rs]) for t, m in cols
@@ -80,6 +89,10 @@ def aggregate(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
         }
         rows.append(row)
     return rows
+
+
+def _whole(x: float) -> float | int:
+    return int(x) if float(x).is_integer() else x
 
 
 # --------------------------------------------------------------------------- formatting
@@ -111,8 +124,16 @@ def markdown_table(rows: list[dict[str, Any]]) -> str:
     head = ["run", "objective", "params", "FLOPs", "tokens", "val loss", *metric_names, "seeds"]
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] * 2 + ["---:"] * (len(head) - 2)) + "|"]
     for r in rows:
-        cells = [r["run"], r["objective"], _si(r["parameters"]), _flops(r["flops"]), _si(r["tokens"]),
-                 _pm(r["val_loss"]), *(_pm(r["metrics"][m]) for m in metric_names), str(r["seeds"])]
+        cells = [
+            r["run"],
+            r["objective"],
+            _si(r["parameters"]),
+            _flops(r["flops"]),
+            _si(r["tokens"]),
+            _pm(r["val_loss"]),
+            *(_pm(r["metrics"][m]) for m in metric_names),
+            str(r["seeds"]),
+        ]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -120,8 +141,19 @@ def markdown_table(rows: list[dict[str, Any]]) -> str:
 def csv_text(rows: list[dict[str, Any]]) -> str:
     """The same table as CSV, one number per cell: ``*_mean``, ``*_std`` (empty when undefined), ``*_n``."""
     metric_names = list(rows[0]["metrics"]) if rows else []
-    head = ["run", "arm", "size", "objective", "preset", "seeds", "params", "flops", "tokens",
-            "val_loss_mean", "val_loss_std"]
+    head = [
+        "run",
+        "arm",
+        "size",
+        "objective",
+        "preset",
+        "seeds",
+        "params",
+        "flops",
+        "tokens",
+        "val_loss_mean",
+        "val_loss_std",
+    ]
     for m in metric_names:
         key = m.replace(" ", "_")
         head += [f"{key}_mean", f"{key}_std", f"{key}_n"]
@@ -130,11 +162,28 @@ def csv_text(rows: list[dict[str, Any]]) -> str:
     w.writerow(head)
 
     def num(x):
-        return "" if x is None or (isinstance(x, float) and not math.isfinite(x)) else repr(x) if isinstance(x, float) else x
+        return (
+            ""
+            if x is None or (isinstance(x, float) and not math.isfinite(x))
+            else repr(x)
+            if isinstance(x, float)
+            else x
+        )
 
     for r in rows:
-        line = [r["run"], r["arm"], r["size"], r["objective"], r["preset"], r["seeds"], r["parameters"],
-                num(r["flops"]), num(r["tokens"]), num(r["val_loss"][0]), num(r["val_loss"][1])]
+        line = [
+            r["run"],
+            r["arm"],
+            r["size"],
+            r["objective"],
+            r["preset"],
+            r["seeds"],
+            r["parameters"],
+            num(r["flops"]),
+            num(r["tokens"]),
+            num(r["val_loss"][0]),
+            num(r["val_loss"][1]),
+        ]
         for m in metric_names:
             mean, std, n = r["metrics"][m]
             line += [num(mean), num(std), n]
@@ -145,16 +194,39 @@ def csv_text(rows: list[dict[str, Any]]) -> str:
 def runs_csv_text(records: list[dict[str, Any]]) -> str:
     """One line per (arm, size, seed): the raw numbers behind the table."""
     cols = metric_columns(records)
-    head = ["arm", "size", "seed", "objective", "preset", "params", "steps", "tokens", "flops", "val_loss",
-            *[f"{t}_{m}" for t, m in cols]]
+    head = [
+        "arm",
+        "size",
+        "seed",
+        "objective",
+        "preset",
+        "params",
+        "steps",
+        "tokens",
+        "flops",
+        "val_loss",
+        *[f"{t}_{m}" for t, m in cols],
+    ]
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(head)
     for r in records:
         vals = [(r.get("tasks") or {}).get(t, {}).get(m, "") for t, m in cols]
-        w.writerow([r["arm"], r["size"], r["seed"], r.get("objective", ""), r.get("preset", ""),
-                    r.get("parameters", ""), r.get("steps", ""), r.get("tokens", ""), r.get("flops", ""),
-                    "" if r.get("val_loss") is None else r["val_loss"], *vals])
+        w.writerow(
+            [
+                r["arm"],
+                r["size"],
+                r["seed"],
+                r.get("objective", ""),
+                r.get("preset", ""),
+                r.get("parameters", ""),
+                r.get("steps", ""),
+                r.get("tokens", ""),
+                r.get("flops", ""),
+                "" if r.get("val_loss") is None else r["val_loss"],
+                *vals,
+            ]
+        )
     return buf.getvalue()
 
 
@@ -168,8 +240,9 @@ def _save(fig, path: Path) -> None:
 
 
 def plot_loss_vs_compute(records: list[dict[str, Any]], path: str | Path, title: str = "") -> bool:
-    """Validation loss against pretraining FLOPs, one panel per objective (their losses differ in
-    kind), one line per (arm, size), thin lines per seed. False when no run has a curve."""
+    """Validation loss against pretraining FLOPs (log axis; the step-0 loss is left out), one panel
+    per objective (their losses differ in kind), one line per run and seed, one colour per (arm,
+    size). False when no run has a curve."""
     curves = [r for r in records if r.get("curve")]
     if not curves:
         return False
@@ -194,8 +267,15 @@ def plot_loss_vs_compute(records: list[dict[str, Any]], path: str | Path, title:
             drawn.add(key)
             label = None if run in labelled else (f"{run[0]}/{run[1]}" if several_sizes else run[0])
             labelled.add(run)
-            ax.plot([max(c[0], 1.0) for c in r["curve"]], [c[1] for c in r["curve"]],
-                    color=colors[runs.index(run) % len(colors)], lw=1.2, alpha=0.85, label=label)
+            points = [c for c in r["curve"] if c[0] > 0]  # step 0 has no place on a log axis
+            ax.plot(
+                [c[0] for c in points],
+                [c[1] for c in points],
+                color=colors[runs.index(run) % len(colors)],
+                lw=1.2,
+                alpha=0.85,
+                label=label,
+            )
         ax.set_xscale("log")
         ax.set_xlabel("pretraining FLOPs")
         ax.set_ylabel("validation loss")
@@ -209,8 +289,9 @@ def plot_loss_vs_compute(records: list[dict[str, Any]], path: str | Path, title:
     return True
 
 
-def plot_downstream(rows: list[dict[str, Any]], records: list[dict[str, Any]], path: str | Path,
-                    title: str = "") -> bool:
+def plot_downstream(
+    rows: list[dict[str, Any]], records: list[dict[str, Any]], path: str | Path, title: str = ""
+) -> bool:
     """Downstream score per run (mean bar, spread as error bar, each seed a dot), one panel per
     task metric. False when there is no downstream metric."""
     metric_names = list(rows[0]["metrics"]) if rows else []
@@ -221,8 +302,12 @@ def plot_downstream(rows: list[dict[str, Any]], records: list[dict[str, Any]], p
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(metric_names), figsize=(max(3.6, 1.1 * len(rows) + 1.5) * len(metric_names), 3.6),
-                             squeeze=False)
+    fig, axes = plt.subplots(
+        1,
+        len(metric_names),
+        figsize=(max(3.6, 1.1 * len(rows) + 1.5) * len(metric_names), 3.6),
+        squeeze=False,
+    )
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     objectives = list(dict.fromkeys(r["objective"] for r in rows))
     for ax, name in zip(axes[0], metric_names):
@@ -230,10 +315,19 @@ def plot_downstream(rows: list[dict[str, Any]], records: list[dict[str, Any]], p
         for i, r in enumerate(rows):
             mean, std, n = r["metrics"][name]
             color = colors[objectives.index(r["objective"]) % len(colors)]
-            ax.bar(i, mean if n else 0.0, color=color, alpha=0.7,
-                   yerr=std if math.isfinite(std) else None, capsize=4)
-            dots = [(rec.get("tasks") or {}).get(task, {}).get(metric) for rec in records
-                    if rec["arm"] == r["arm"] and rec["size"] == r["size"]]
+            ax.bar(
+                i,
+                mean if n else 0.0,
+                color=color,
+                alpha=0.7,
+                yerr=std if math.isfinite(std) else None,
+                capsize=4,
+            )
+            dots = [
+                (rec.get("tasks") or {}).get(task, {}).get(metric)
+                for rec in records
+                if rec["arm"] == r["arm"] and rec["size"] == r["size"]
+            ]
             dots = [d for d in dots if d is not None]
             ax.scatter([i] * len(dots), dots, color="black", s=10, zorder=3)
         ax.set_xticks(range(len(rows)), [f"{r['run']}\n({r['objective']})" for r in rows], fontsize=8)
@@ -284,11 +378,18 @@ def collect_records(grid, out: str | Path) -> list[dict[str, Any]]:
             continue
         d = pretrain_dir(out, p)
         summary = read_json(d / "summary.json", "run summary")
-        base = {"arm": p.arm.name, "size": p.size, "objective": p.arm.objective, "preset": p.arm.preset,
-                "parameters": summary.get("parameters") or p.parameters, "steps": summary.get("steps", 0),
-                "tokens": summary.get("tokens", 0), "flops": p.flops_per_step * summary.get("steps", 0),
-                "val_loss": summary.get("val_loss"),
-                "curve": _curve(d, p.flops_per_step, summary.get("initial_val_loss")) if p.arm.pretrained else []}
+        base = {
+            "arm": p.arm.name,
+            "size": p.size,
+            "objective": p.arm.objective,
+            "preset": p.arm.preset,
+            "parameters": summary.get("parameters") or p.parameters,
+            "steps": summary.get("steps", 0),
+            "tokens": summary.get("tokens", 0),
+            "flops": p.flops_per_step * summary.get("steps", 0),
+            "val_loss": summary.get("val_loss"),
+            "curve": _curve(d, p.flops_per_step, summary.get("initial_val_loss")) if p.arm.pretrained else [],
+        }
         fins = by_run.get(id(p), [])
         seeds = sorted({f.seed for f in fins}) or [p.seed]
         for seed in seeds:
@@ -321,9 +422,15 @@ def write_report(records: list[dict[str, Any]], grid, out: str | Path) -> dict[s
     seeds = getattr(grid, "seeds", [])
     md = [f"# {name}", ""]
     if budget is not None:
-        md.append(f"Budget {budget} per pretraining run; seeds {seeds}"
-                  + ("; one pretraining run per arm, fine-tuned with every seed" if getattr(grid, "share_pretraining", False) else "")
-                  + ". Numbers are mean ± sample standard deviation over seeds.")
+        md.append(
+            f"Budget {budget} per pretraining run; seeds {seeds}"
+            + (
+                "; one pretraining run per arm, fine-tuned with every seed"
+                if getattr(grid, "share_pretraining", False)
+                else ""
+            )
+            + ". Numbers are mean ± sample standard deviation over seeds."
+        )
         md.append("")
     md.append(markdown_table(rows) if rows else "(no finished runs yet)\n")
     paths["markdown"] = out / "results.md"

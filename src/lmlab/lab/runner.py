@@ -94,8 +94,15 @@ class _Display:
         from tqdm import tqdm
 
         self._log = log
-        self.bar = tqdm(total=total, initial=done, desc="compare", unit="run", disable=not show,
-                        dynamic_ncols=True, file=sys.stderr)
+        self.bar = tqdm(
+            total=total,
+            initial=done,
+            desc="compare",
+            unit="run",
+            disable=not show,
+            dynamic_ncols=True,
+            file=sys.stderr,
+        )
 
     def line(self, msg: str) -> None:
         if not self.bar.disable:
@@ -173,16 +180,29 @@ def _init_model(d: Path, run: PretrainRun, cache: str, log: Callable[[str], None
     model = build_model(get_preset(run.arm.preset, **overrides))
     model.tokenizer = tok
     model.save(d / "model")
-    summary = {"run_dir": str(d), "steps": 0, "tokens": 0, "val_loss": None,
-               "parameters": model.num_parameters(), "checkpoint": str(d / "model")}
+    summary = {
+        "run_dir": str(d),
+        "steps": 0,
+        "tokens": 0,
+        "val_loss": None,
+        "parameters": model.num_parameters(),
+        "checkpoint": str(d / "model"),
+    }
     write_json(d / "summary.json", summary)
     log(f"initialised {run.arm.preset} ({summary['parameters']:,} parameters) without pretraining")
     return summary
 
 
 def _run_finetune(out: Path, run: FinetuneRun, log: Callable[[str], None]) -> dict[str, float]:
-    result = finetune(str(checkpoint_of(out, run.pretrain)), run.task.task, run.task.train, run.task.dev,
-                      finetune_dir(out, run), log=log, **run.settings)
+    result = finetune(
+        str(checkpoint_of(out, run.pretrain)),
+        run.task.task,
+        run.task.train,
+        run.task.dev,
+        finetune_dir(out, run),
+        log=log,
+        **run.settings,
+    )
     return result.metrics
 
 
@@ -208,11 +228,15 @@ def run_grid(
     for p in grid.pretrain_runs:
         runs.append(p)
         runs.extend(grid.finetunes_of(p))
-    done = {id(r): (pretrain_done(out, r) if isinstance(r, PretrainRun) else finetune_done(out, r)) for r in runs}
+    done = {
+        id(r): (pretrain_done(out, r) if isinstance(r, PretrainRun) else finetune_done(out, r)) for r in runs
+    }
     n_done = sum(done.values())
-    say(f"grid {grid.name}: {len(grid.pretrain_runs)} pretraining run(s) x {len(grid.tasks)} task(s) = "
+    say(
+        f"grid {grid.name}: {len(grid.pretrain_runs)} pretraining run(s) x {len(grid.tasks)} task(s) = "
         f"{len(runs)} runs, budget {grid.budget} per pretraining run; {n_done} cached, "
-        f"{len(runs) - n_done} to train -> {out}")
+        f"{len(runs) - n_done} to train -> {out}"
+    )
     if dry_run:
         for line in plan_lines(grid, out, done):
             say(line)
@@ -239,16 +263,20 @@ def run_grid(
                     display.line(f"{tag}: initialising the model (no pretraining)")
                 else:
                     partial = (pretrain_dir(out, run) / "checkpoints").is_dir()
-                    display.line(f"{tag}: {'resuming' if partial else 'pretraining'} {run.arm.objective}, "
-                                 f"{run.steps} steps, {run.tokens:,} tokens, {run.flops:.3g} FLOPs")
+                    display.line(
+                        f"{tag}: {'resuming' if partial else 'pretraining'} {run.arm.objective}, "
+                        f"{run.steps} steps, {run.tokens:,} tokens, {run.flops:.3g} FLOPs"
+                    )
                 logf = _run_log(out / "logs" / f"{run.dirname}.log", display, run.arm.name)
                 try:
                     summary = _run_pretrain(out, run, cache, logf)
                 except LmlabError as e:
                     raise LmlabError(f"run {run.label}: {e}") from None
                 val = summary.get("val_loss")
-                display.line(f"{tag}: done in {time.perf_counter() - t0:.0f} s"
-                             + (f", val loss {val:.4f}" if val is not None else ""))
+                display.line(
+                    f"{tag}: done in {time.perf_counter() - t0:.0f} s"
+                    + (f", val loss {val:.4f}" if val is not None else "")
+                )
             else:
                 display.line(f"{tag}: fine-tuning on {run.task.name}")
                 logf = _run_log(out / "logs" / f"{run.dirname}.log", display, f"{run.task.name}")
@@ -263,7 +291,11 @@ def run_grid(
             display.advance()
     except KeyboardInterrupt:
         display.close()
-        where = f" ({current.label} continues from its last checkpoint)" if isinstance(current, PretrainRun) else ""
+        where = (
+            f" ({current.label} continues from its last checkpoint)"
+            if isinstance(current, PretrainRun)
+            else ""
+        )
         say(f"interrupted: run the same command again to resume; finished runs are kept{where}")
         raise
     finally:
@@ -284,7 +316,9 @@ def plan_lines(grid: Grid, out: Path, done: dict[int, bool] | None = None) -> li
     for r in grid.pretrain_runs:
         state = "cached" if done.get(id(r)) else "to train"
         steps = r.steps if r.arm.pretrained else "-"
-        lines.append(f"  {r.label:32} {r.parameters:>10,} {steps:>7} {r.tokens:>12,} {r.flops:>10.3g}  {state}")
+        lines.append(
+            f"  {r.label:32} {r.parameters:>10,} {steps:>7} {r.tokens:>12,} {r.flops:>10.3g}  {state}"
+        )
     for f in grid.finetune_runs:
         state = "cached" if done.get(id(f)) else "to train"
         lines.append(f"  fine-tune {f.label}: {state}")
@@ -298,10 +332,32 @@ def plan_json(grid: Grid) -> dict[str, Any]:
         "seeds": grid.seeds,
         "budget": {grid.budget.kind: grid.budget.amount},
         "share_pretraining": grid.share_pretraining,
-        "pretrain": [{"label": r.label, "dir": f"pretrain/{r.dirname}", "arm": r.arm.name, "size": r.size,
-                      "seed": r.seed, "objective": r.arm.objective, "preset": r.arm.preset,
-                      "steps": r.steps, "tokens": r.tokens, "flops_per_step": r.flops_per_step,
-                      "parameters": r.parameters, "config": r.config} for r in grid.pretrain_runs],
-        "finetune": [{"label": f.label, "dir": f"finetune/{f.dirname}", "pretrain": f"pretrain/{f.pretrain.dirname}",
-                      "task": f.task.name, "seed": f.seed, "settings": f.settings} for f in grid.finetune_runs],
+        "pretrain": [
+            {
+                "label": r.label,
+                "dir": f"pretrain/{r.dirname}",
+                "arm": r.arm.name,
+                "size": r.size,
+                "seed": r.seed,
+                "objective": r.arm.objective,
+                "preset": r.arm.preset,
+                "steps": r.steps,
+                "tokens": r.tokens,
+                "flops_per_step": r.flops_per_step,
+                "parameters": r.parameters,
+                "config": r.config,
+            }
+            for r in grid.pretrain_runs
+        ],
+        "finetune": [
+            {
+                "label": f.label,
+                "dir": f"finetune/{f.dirname}",
+                "pretrain": f"pretrain/{f.pretrain.dirname}",
+                "task": f.task.name,
+                "seed": f.seed,
+                "settings": f.settings,
+            }
+            for f in grid.finetune_runs
+        ],
     }

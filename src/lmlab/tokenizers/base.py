@@ -228,6 +228,29 @@ class Tokenizer(ABC):
             return self.encode_plus(text).ids
         return [self.id_of(t) for t in self.tokenize(text)]
 
+    def encode_many(
+        self, texts: Sequence[str], workers: int | None = None, chunk_size: int = 2000
+    ) -> list[list[int]]:
+        """Encode many texts (no special tokens added), on ``workers`` processes.
+
+        ``workers`` defaults to the CPUs this process may use; small inputs stay in-process. Each
+        worker receives the tokenizer once and then chunks of ``chunk_size`` texts; results keep the
+        input order and equal ``[self.encode(t) for t in texts]``.
+        """
+        texts = list(texts)
+        if workers is None:
+            workers = (
+                len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+            )
+        workers = max(1, min(workers, len(texts) // chunk_size))
+        if workers == 1:
+            return [self.encode(t) for t in texts]
+        from multiprocessing import get_context
+
+        chunks = [texts[i : i + chunk_size] for i in range(0, len(texts), chunk_size)]
+        with get_context("spawn").Pool(workers, initializer=_set_worker_tokenizer, initargs=(self,)) as pool:
+            return [ids for chunk in pool.imap(_encode_chunk, chunks) for ids in chunk]
+
     def convert_ids_to_tokens(self, ids: Iterable[int]) -> list[str]:
         ids = list(ids)
         n = len(self.vocab)
@@ -499,3 +522,15 @@ class Tokenizer(ABC):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(vocab_size={self.vocab_size}, special_tokens={self.special_tokens})"
+
+
+_WORKER_TOKENIZER: Tokenizer | None = None
+
+
+def _set_worker_tokenizer(tok: Tokenizer) -> None:
+    global _WORKER_TOKENIZER
+    _WORKER_TOKENIZER = tok
+
+
+def _encode_chunk(texts: list[str]) -> list[list[int]]:
+    return [_WORKER_TOKENIZER.encode(t) for t in texts]

@@ -1,0 +1,259 @@
+"""Grid parsing and validation: bad input is refused before anything trains; budgets become steps."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+
+from lmlab.errors import LmlabError
+from lmlab.lab import MIN_STEPS, Budget, flops_per_step, load_grid, steps_for_budget
+from lmlab.models import get_preset
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture()
+def grid_dict(tmp_path, data_dir):
+    """A small valid grid on real text (nothing is read but the file names)."""
+    shakespeare = (data_dir / "pretrain" / "tinyshakespeare" / "input.txt").read_text(encoding="utf-8")
+    (tmp_path / "train.txt").write_text(shakespeare[:20_000], encoding="utf-8")
+    (tmp_path / "val.txt").write_text(shakespeare[-5_000:], encoding="utf-8")
+    return {
+        "name": "t",
+        "seeds": [0, 1],
+        "budget": {"tokens": 40_960},
+        "pretrain": {
+            "data": {
+                "train": [str(tmp_path / "train.txt")],
+                "val": [str(tmp_path / "val.txt")],
+                "tokenizer": {"algo": "bytelevel", "vocab_size": 300},
+            },
+            "train": {"batch_size": 8, "seq_len": 32, "lr": 1e-3},
+            "model": {"max_positions": 64},
+        },
+        "arms": [
+            {"name": "bert", "preset": "bert-tiny", "objective": "mlm"},
+            {"name": "gpt", "preset": "gpt2-tiny", "objective": "clm"},
+            {"name": "scratch", "preset": "bert-tiny", "objective": "none"},
+        ],
+        "finetune": {"epochs": 1, "lr": 1e-3},
+        "tasks": [
+            {
+                "task": "sst2",
+                "train": str(data_dir / "glue/sst2/train.tsv"),
+                "dev": str(data_dir / "glue/sst2/dev.tsv"),
+                "max_train_examples": 100,
+            }
+        ],
+    }
+
+
+def one_line_error(raw) -> str:
+    with pytest.raises(LmlabError) as e:
+        load_grid(raw)
+    msg = str(e.value)
+    assert "\n" not in msg
+    return msg
+
+
+# --------------------------------------------------------------------------- planning
+
+
+def test_grid_plans_arms_times_seeds(grid_dict):
+    grid = load_grid(grid_dict)
+    assert [(r.arm.name, r.seed) for r in grid.pretrain_runs] == [
+        ("bert", 0),
+        ("bert", 1),
+        ("gpt", 0),
+        ("gpt", 1),
+        ("scratch", 0),
+        ("scratch", 1),
+    ]
+    assert len(grid.finetune_runs) == 6
+    bert = grid.pretrain_runs[0]
+    assert bert.steps == 40_960 // (8 * 32) == 160
+    assert bert.config["train"]["max_steps"] == 160 and bert.config["train"]["seed"] == 0
+    assert bert.config["train"]["warmup_steps"] == 16  # scaled to the run, not the recipe's 100
+    scratch = grid.pretrain_runs[4]
+    assert scratch.steps == 0 and scratch.flops == 0 and scratch.config["objective"] == {"name": "none"}
+    # the scratch model is the MLM arm's model: same parameter count
+    assert scratch.parameters == bert.parameters
+    # each fine-tuning run starts from the pretraining run of its own seed
+    assert all(f.pretrain.seed == f.seed for f in grid.finetune_runs)
+
+
+def test_share_pretraining_uses_one_run_per_arm(grid_dict):
+    grid = load_grid({**grid_dict, "share_pretraining": True, "seeds": [0, 1, 2]})
+    assert len(grid.pretrain_runs) == 3
+    assert len(grid.finetune_runs) == 9
+    assert {f.seed for f in grid.finetune_runs} == {0, 1, 2}
+
+
+def test_sizes_multiply_the_grid(grid_dict):
+    raw = {**grid_dict, "sizes": {"d32": {"d_model": 32, "n_heads": 2, "d_ff": 64}, "d64": {}}}
+    grid = load_grid(raw)
+    assert len(grid.pretrain_runs) == 3 * 2 * 2
+    small = next(r for r in grid.pretrain_runs if r.size == "d32" and r.arm.name == "bert")
+    big = next(r for r in grid.pretrain_runs if r.size == "d64" and r.arm.name == "bert")
+    assert small.parameters < big.parameters
+    assert small.config["model"]["d_model"] == 32
+
+
+def test_run_keys_follow_the_settings_that_matter(grid_dict):
+    base = {r.label: r.key for r in load_grid(grid_dict).pretrain_runs}
+    assert len(set(base.values())) == len(base)
+    threads = copy.deepcopy(grid_dict)
+    threads["pretrain"]["train"]["threads"] = 1  # speed only: same runs
+    assert {r.label: r.key for r in load_grid(threads).pretrain_runs} == base
+    lr = copy.deepcopy(grid_dict)
+    lr["pretrain"]["train"]["lr"] = 2e-3  # changes every pretrained run
+    changed = {r.label: r.key for r in load_grid(lr).pretrain_runs}
+    assert all(changed[k] != base[k] for k in base if not k.startswith("scratch"))
+    assert all(changed[k] == base[k] for k in base if k.startswith("scratch"))
+
+
+def test_overrides_change_the_budget(grid_dict, tmp_path):
+    import tomllib  # noqa: F401  (the grid file is TOML)
+
+    from lmlab.train.config import to_toml
+
+    path = tmp_path / "grid.toml"
+    raw = copy.deepcopy(grid_dict)
+    arms, tasks = raw.pop("arms"), raw.pop("tasks")
+    text = to_toml(raw)
+    for arm in arms:
+        text += "\n[[arms]]\n" + "".join(f'{k} = "{v}"\n' for k, v in arm.items())
+    for task in tasks:
+        text += "\n[[tasks]]\n" + "".join(f"{k} = {v!r}\n".replace("'", '"') for k, v in task.items())
+    path.write_text(text, encoding="utf-8")
+    assert load_grid(path).pretrain_runs[0].steps == 160
+    grid = load_grid(path, ["budget.tokens=81920", "seeds=[3]"])
+    assert grid.pretrain_runs[0].steps == 320 and grid.seeds == [3]
+
+
+def test_shipped_grids_load():
+    for name, runs in (("objectives-tiny", 8), ("sst2-pretraining", 6)):
+        grid = load_grid(ROOT / "configs" / "grids" / f"{name}.toml")
+        assert len(grid.pretrain_runs) == runs
+        assert all(r.steps >= MIN_STEPS for r in grid.pretrain_runs if r.arm.pretrained)
+    objectives = load_grid(ROOT / "configs" / "grids" / "objectives-tiny.toml")
+    assert {r.arm.objective for r in objectives.pretrain_runs} == {"mlm", "clm", "electra", "t5"}
+    # one FLOPs budget: every arm spends (almost) all of it, in different numbers of steps
+    for r in objectives.pretrain_runs:
+        assert objectives.budget.amount - r.flops_per_step < r.flops <= objectives.budget.amount
+    assert len({r.steps for r in objectives.pretrain_runs}) == 4
+
+
+# --------------------------------------------------------------------------- FLOPs -> steps
+
+
+def test_flops_per_step_of_a_decoder_is_6n_plus_attention():
+    """gpt2-tiny, rows x T tokens: 6 * (matmul weights) + 12 * L * T * d per token (Kaplan, Table 1)."""
+    cfg = get_preset("gpt2-tiny", vocab_size=1000)
+    d, L, T, rows, ff, V = cfg.d_model, cfg.n_layers, 32, 4, cfg.d_ff, 1000
+    n_matmul = L * (4 * d * d + 2 * d * ff) + d * V
+    expected = rows * T * (6 * n_matmul + 12 * L * T * d)
+    assert flops_per_step(cfg, "clm", {}, T, rows) == expected
+    assert steps_for_budget(Budget("flops", 10.5 * expected), rows * T, expected) == 10
+
+
+def test_masked_lm_counts_logits_only_at_masked_positions():
+    enc = get_preset("bert-tiny", vocab_size=4096)
+    full = flops_per_step(enc, "mlm", {"mask_prob": 1.0}, 128, 16)
+    part = flops_per_step(enc, "mlm", {"mask_prob": 0.15}, 128, 16)
+    head = 3 * 2 * 16 * (128 - round(0.15 * 128)) * (enc.d_model * enc.embed_dim + enc.embed_dim * 4096)
+    assert full - part == head
+    electra = flops_per_step(get_preset("electra-tiny", vocab_size=4096), "electra", {}, 128, 16)
+    assert electra > flops_per_step(get_preset("electra-tiny", vocab_size=4096), "mlm", {}, 128, 16) * 0.5
+
+
+def test_t5_budget_counts_source_and_target_lengths():
+    cfg = get_preset("t5-tiny", vocab_size=4196)
+    from lmlab.models.flops import training_flops
+
+    # 128 tokens, 15% noise (19 tokens) in spans of 3 (6 spans): source 128-19+6+1, target 19+6+1
+    assert flops_per_step(cfg, "t5", {}, 128, 2) == training_flops(cfg, 116, 2, decoder_len=26)
+
+
+def test_token_budget_steps():
+    assert steps_for_budget(Budget("tokens", 1_000_000), 2048, 0.0) == 488
+
+
+# --------------------------------------------------------------------------- bad input
+
+
+def test_unknown_objective_lists_the_valid_ones(grid_dict):
+    grid_dict["arms"][0]["objective"] = "mlmm"
+    msg = one_line_error(grid_dict)
+    assert "unknown objective 'mlmm'" in msg and "did you mean 'mlm'" in msg
+    assert "none, clm, mlm" in msg
+
+
+def test_impossible_pairing_lists_what_the_preset_can_train(grid_dict):
+    grid_dict["arms"][1]["objective"] = "mlm"  # gpt2-tiny is a decoder
+    msg = one_line_error(grid_dict)
+    assert "objective 'mlm' cannot train preset gpt2-tiny, a decoder" in msg
+    assert "valid objectives for gpt2-tiny: none, clm, prefix_lm" in msg
+
+
+def test_budget_too_small_is_one_line(grid_dict):
+    grid_dict["budget"] = {"tokens": 2000}  # 7 steps of 8 x 32
+    msg = one_line_error(grid_dict)
+    assert "buys only 7 step(s)" in msg and f"at least {MIN_STEPS}" in msg
+    assert "raise budget.tokens to at least 2.56e+03" in msg
+    grid_dict["budget"] = {"flops": 1e6}
+    assert "buys only 0 step(s)" in one_line_error(grid_dict)
+
+
+@pytest.mark.parametrize(
+    "budget, words",
+    [
+        ({"steps": 10}, "unknown budget kind 'steps'"),
+        ({"tokens": -5}, "must be a positive number"),
+        ({"tokens": 10, "flops": 1e9}, "one key"),
+    ],
+)
+def test_bad_budgets(grid_dict, budget, words):
+    grid_dict["budget"] = budget
+    assert words in one_line_error(grid_dict)
+
+
+def test_other_bad_grids(grid_dict):
+    cases = [
+        (lambda g: g.update(arms=[]), "no [[arms]]"),
+        (lambda g: g.update(seed=[0]), "did you mean seeds?"),
+        (lambda g: g["arms"][0].update(preset="bert-tiyn"), "unknown model preset 'bert-tiyn'"),
+        (lambda g: g["arms"][0].update(params={"mask_prb": 0.2}), "unknown config key objective.mask_prb"),
+        (lambda g: g["pretrain"]["train"].update(max_steps=5), "set by the budget"),
+        (lambda g: g["pretrain"]["train"].update(seq_len=128), "longer than the model's 64 positions"),
+        (lambda g: g["tasks"][0].update(task="sst3"), "unknown task 'sst3'"),
+        (lambda g: g["tasks"][0].update(dev="/nonexistent/dev.tsv"), "does not exist"),
+        (lambda g: g["finetune"].update(epoch=2), "unknown fine-tuning settings ['epoch']"),
+        (lambda g: g["tasks"][0].update(task="conll"), "not offered for decoder-only models"),
+        (
+            lambda g: g["arms"].append({"name": "bert", "preset": "bert-tiny", "objective": "mlm"}),
+            "two arms are named 'bert'",
+        ),
+    ]
+    for edit, words in cases:
+        raw = copy.deepcopy(grid_dict)
+        edit(raw)
+        assert words in one_line_error(raw), words
+
+
+def test_cli_rejects_a_bad_grid_before_training(tmp_path, capsys):
+    from lmlab.cli import main
+
+    path = tmp_path / "bad.toml"
+    path.write_text(
+        'budget = {tokens = 100000}\n[pretrain.data]\ntrain = ["x.txt"]\n'
+        '[[arms]]\npreset = "gpt2-tiny"\nobjective = "electra"\n',
+        encoding="utf-8",
+    )
+    assert main(["compare", "--config", str(path), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: arm 'gpt2-tiny-electra': objective 'electra' cannot train preset gpt2-tiny")
+    assert len(err.splitlines()) == 1
+    assert not (tmp_path / "out").exists()

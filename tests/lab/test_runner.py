@@ -1,0 +1,201 @@
+"""Running a grid: caching (a second invocation trains nothing), resuming an interrupted grid, and
+one real end-to-end micro grid (MLM-pretrained vs from-scratch, pretrained and fine-tuned for real)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from lmlab.lab import load_grid, run_grid
+from lmlab.lab import runner as runner_mod
+
+
+@pytest.fixture()
+def micro(tmp_path, data_dir):
+    """A grid dict on 60 KB of real text with a 1-layer width-32 BERT; ``micro(**changes)``."""
+    shakespeare = (data_dir / "pretrain" / "tinyshakespeare" / "input.txt").read_text(encoding="utf-8")
+    wiki = (data_dir / "pretrain" / "wikitext-2" / "wiki.valid.tokens").read_text(encoding="utf-8")
+    (tmp_path / "train.txt").write_text(shakespeare[:60_000], encoding="utf-8")
+    (tmp_path / "val.txt").write_text(wiki[:20_000], encoding="utf-8")
+
+    def make(**changes):
+        grid = {
+            "name": "micro",
+            "seeds": [0],
+            "budget": {"tokens": 2560},  # 10 steps of 8 x 32 tokens
+            "pretrain": {
+                "data": {
+                    "train": [str(tmp_path / "train.txt")],
+                    "val": [str(tmp_path / "val.txt")],
+                    "tokenizer": {"algo": "bytelevel", "vocab_size": 300},
+                },
+                "train": {"batch_size": 8, "seq_len": 32, "eval_batches": 2, "threads": 1},
+                "model": {"d_model": 32, "n_layers": 1, "n_heads": 2, "d_ff": 64, "max_positions": 64},
+            },
+            "arms": [
+                {"name": "mlm", "preset": "bert-tiny", "objective": "mlm"},
+                {"name": "scratch", "preset": "bert-tiny", "objective": "none"},
+            ],
+            "finetune": {"epochs": 1, "batch_size": 16, "lr": 1e-3, "max_length": 32, "threads": 1},
+            "tasks": [
+                {
+                    "task": "sst2",
+                    "train": str(data_dir / "glue/sst2/train.tsv"),
+                    "dev": str(data_dir / "glue/sst2/dev.tsv"),
+                    "max_train_examples": 64,
+                    "max_eval_examples": 32,
+                }
+            ],
+        }
+        grid.update(changes)
+        return grid
+
+    return make
+
+
+class Fakes:
+    """Stand-ins for pretrain() and finetune() that write what the real ones write and count calls."""
+
+    def __init__(self, interrupt_at: int | None = None):
+        self.pretrain_calls: list[tuple[str, bool]] = []
+        self.finetune_calls: list[str] = []
+        self.interrupt_at = interrupt_at
+
+    def pretrain(self, config, out_dir, overrides=None, resume=False, log=None):
+        out = Path(out_dir)
+        self.pretrain_calls.append((out.name, resume))
+        steps = config["train"]["max_steps"]
+        (out / "checkpoints" / "step_5").mkdir(parents=True, exist_ok=True)
+        if self.interrupt_at is not None and len(self.pretrain_calls) == self.interrupt_at:
+            raise KeyboardInterrupt
+        ckpt = out / "checkpoints" / f"step_{steps}"
+        ckpt.mkdir(parents=True, exist_ok=True)
+        rows = [{"step": s, "loss": 5.0, "val_loss": 6.0 - s / steps} for s in (steps // 2, steps)]
+        (out / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+        summary = {
+            "steps": steps,
+            "tokens": steps * 256,
+            "val_loss": 5.0,
+            "initial_val_loss": 6.5,
+            "parameters": 1234,
+            "checkpoint": str(ckpt),
+        }
+        (out / "summary.json").write_text(json.dumps(summary), encoding="utf-8")
+        return summary
+
+    def finetune(self, checkpoint, task, train, dev, out, log=None, **settings):
+        self.finetune_calls.append(Path(out).name)
+        assert Path(checkpoint).is_dir()
+        Path(out).mkdir(parents=True, exist_ok=True)
+        metrics = {"accuracy": 0.5 + settings["seed"] / 100}
+        (Path(out) / "eval.json").write_text(json.dumps(metrics), encoding="utf-8")
+        return SimpleNamespace(metrics=metrics)
+
+
+def fake_grid(micro):
+    return load_grid(
+        micro(
+            seeds=[0, 1],
+            arms=[
+                {"name": "mlm", "preset": "bert-tiny", "objective": "mlm"},
+                {"name": "electra", "preset": "electra-tiny", "objective": "electra"},
+            ],
+        )
+    )
+
+
+def test_second_invocation_trains_nothing(micro, tmp_path, monkeypatch):
+    fakes = Fakes()
+    monkeypatch.setattr(runner_mod, "pretrain", fakes.pretrain)
+    monkeypatch.setattr(runner_mod, "finetune", fakes.finetune)
+    grid = fake_grid(micro)
+    out = tmp_path / "out"
+    first = run_grid(grid, out, progress=False, log=lambda m: None)
+    assert len(fakes.pretrain_calls) == 4 and len(fakes.finetune_calls) == 4
+    assert all(not resume for _, resume in fakes.pretrain_calls)
+    assert len(first.trained) == 8 and not first.cached
+    assert sorted(r["tasks"]["sst2"]["accuracy"] for r in first.records) == [0.5, 0.5, 0.51, 0.51]
+
+    second = run_grid(
+        load_grid(micro(seeds=[0, 1], arms=grid_arms(grid))), out, progress=False, log=lambda m: None
+    )
+    assert len(fakes.pretrain_calls) == 4 and len(fakes.finetune_calls) == 4  # nothing new
+    assert not second.trained and len(second.cached) == 8
+    assert second.records == first.records
+
+    # a third seed: only its runs are trained
+    run_grid(load_grid(micro(seeds=[0, 1, 2], arms=grid_arms(grid))), out, progress=False, log=lambda m: None)
+    assert len(fakes.pretrain_calls) == 6 and len(fakes.finetune_calls) == 6
+    assert {name.split("-s")[1][0] for name, _ in fakes.pretrain_calls[4:]} == {"2"}
+
+
+def grid_arms(grid):
+    return [{"name": a.name, "preset": a.preset, "objective": a.objective} for a in grid.arms]
+
+
+def test_interrupted_grid_resumes(micro, tmp_path, monkeypatch):
+    fakes = Fakes(interrupt_at=3)
+    monkeypatch.setattr(runner_mod, "pretrain", fakes.pretrain)
+    monkeypatch.setattr(runner_mod, "finetune", fakes.finetune)
+    out = tmp_path / "out"
+    lines: list[str] = []
+    with pytest.raises(KeyboardInterrupt):
+        run_grid(fake_grid(micro), out, progress=False, log=lines.append)
+    assert "interrupted: run the same command again to resume" in lines[-1]
+    assert len(fakes.pretrain_calls) == 3 and len(fakes.finetune_calls) == 2
+    interrupted = fakes.pretrain_calls[2][0]
+
+    fakes.interrupt_at = None
+    result = run_grid(fake_grid(micro), out, progress=False, log=lines.append)
+    # the interrupted run continues from its checkpoint (resume=True); finished runs are not redone
+    assert fakes.pretrain_calls[3] == (interrupted, True)
+    assert len(fakes.pretrain_calls) == 5 and len(fakes.finetune_calls) == 4
+    assert len(result.cached) == 4 and len(result.trained) == 4
+    assert (out / "results.md").is_file()
+
+
+def test_dry_run_trains_nothing(micro, tmp_path, monkeypatch):
+    fakes = Fakes()
+    monkeypatch.setattr(runner_mod, "pretrain", fakes.pretrain)
+    monkeypatch.setattr(runner_mod, "finetune", fakes.finetune)
+    lines: list[str] = []
+    run_grid(fake_grid(micro), tmp_path / "out", dry_run=True, log=lines.append)
+    assert not fakes.pretrain_calls and not fakes.finetune_calls and not (tmp_path / "out").exists()
+    assert any("mlm/base/seed 1" in line and "to train" in line for line in lines)
+
+
+def test_real_micro_grid_end_to_end(micro, tmp_path):
+    """MLM pretraining (10 real steps) vs the same model untrained, both fine-tuned on 64 SST-2
+    sentences; then the same grid again trains nothing."""
+    out = tmp_path / "out"
+    grid = load_grid(micro())
+    result = run_grid(grid, out, progress=False, log=lambda m: None)
+    assert len(result.trained) == 4
+    mlm, scratch = result.records
+    assert mlm["steps"] == 10 and mlm["tokens"] == 2560 and mlm["val_loss"] < mlm["curve"][0][1]
+    assert scratch["steps"] == 0 and scratch["val_loss"] is None and scratch["flops"] == 0
+    assert mlm["parameters"] == scratch["parameters"]
+    for r in result.records:
+        assert 0.0 <= r["tasks"]["sst2"]["accuracy"] <= 1.0
+    # the untrained model really is the MLM run's starting point: same tokenizer, same init seed
+    from lmlab.models import load_model
+
+    init = load_model(runner_mod.checkpoint_of(out, grid.pretrain_runs[1]))
+    assert init.tokenizer.vocab_size == 300
+    md = (out / "results.md").read_text(encoding="utf-8")
+    assert "| mlm | mlm |" in md and "| scratch | none |" in md
+    for name in (
+        "results.csv",
+        "runs.csv",
+        "results.json",
+        "loss_vs_compute.png",
+        "downstream.png",
+        "plan.json",
+    ):
+        assert (out / name).is_file(), name
+    again = run_grid(load_grid(micro()), out, progress=False, log=lambda m: None)
+    assert not again.trained and len(again.cached) == 4
+    assert again.records == result.records

@@ -299,7 +299,7 @@ def report(results: list[dict], header: str, args) -> str:
               for r in results if "error" not in r and r["params_lmlab"] != r["params_hf"]]
     table = common.markdown_table(headers, rows)
     return "\n".join(["## Model training-step throughput (`benchmarks/model_throughput.py`)", "",
-                      header, "", table, "", *notes, "" if notes else "", LEGEND.strip(), ""])
+                      header, "", table, "", *([*notes, ""] if notes else []), LEGEND.strip(), ""])
 
 
 LEGEND = """
@@ -309,7 +309,7 @@ this run; **MFU** = model FLOPs per second (the work the objective needs: 6 x ma
 token + attention, the MLM head only at the 15% labelled positions; `lmlab.models.flops`) over the
 fp32 matmul rate measured in the same round (1024² and 2048² matmuls, just before the round's
 steps; median over rounds, so a load swing moves both); **HFU** = the FLOPs the implementation really performs
-(transformers computes the MLM vocabulary projection at every position) over the same rate;
+(transformers computes the MLM vocabulary projection at every position) over the same rate
 (the bf16 row is measured against the same fp32 rate, so its MFU can exceed 100%);
 **peak MB** = parameters + AdamW state + allocator high-water mark of one step (`torch.profiler`);
 **loss lmlab / HF** = both models on the benchmark batch in eval mode: equal = same weights, same math.
@@ -368,7 +368,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--no-write", action="store_true", help="print the report only")
     ap.add_argument("--json", type=Path, default=None, help="also write the raw results here")
     args = ap.parse_args(argv)
-    given = argv if argv is not None else sys.argv[1:]
+    given = list(argv if argv is not None else sys.argv[1:])
+    for opt in ("--json", "--markdown"):  # where results go does not change what is measured
+        if opt in given:
+            i = given.index(opt)
+            del given[i:i + 2]
     args.command = " ".join(["python benchmarks/model_throughput.py", *given])
     args.steps = args.steps or (2 if args.quick else 6)
     args.warmup = args.warmup or (1 if args.quick else 2)

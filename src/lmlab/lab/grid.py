@@ -29,7 +29,6 @@ only the runs it touches are new.
 from __future__ import annotations
 
 import copy
-import dataclasses
 import difflib
 import hashlib
 import json
@@ -718,8 +717,3 @@ def _run_train_defaults(resolved: dict[str, Any], given: dict[str, Any], steps: 
         if key not in given:
             out[key] = value
     return out
-
-
-def as_dict(obj) -> dict[str, Any]:
-    """A JSON-able view of a plan record (for grid.json)."""
-    return dataclasses.asdict(obj)

@@ -250,6 +250,7 @@ def plot_loss_vs_compute(records: list[dict[str, Any]], path: str | Path, title:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     objectives = list(dict.fromkeys(r["objective"] for r in curves))
     fig, axes = plt.subplots(1, len(objectives), figsize=(4.2 * len(objectives), 3.4), squeeze=False)
@@ -277,6 +278,7 @@ def plot_loss_vs_compute(records: list[dict[str, Any]], path: str | Path, title:
                 label=label,
             )
         ax.set_xscale("log")
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())  # minor labels overlap
         ax.set_xlabel("pretraining FLOPs")
         ax.set_ylabel("validation loss")
         ax.set_title(obj)

@@ -160,3 +160,16 @@ def test_encode_many_on_two_processes_equals_encode(shakespeare):
     lines = [line for line in shakespeare.splitlines() if line.strip()][:3000]
     assert tok.encode_many(lines, workers=2, chunk_size=500) == [tok.encode(line) for line in lines]
     assert tok.encode_many(lines[:10], workers=2) == [tok.encode(line) for line in lines[:10]]  # stays in-process
+
+
+@pytest.mark.parametrize("algo", ["bpe", "bytelevel", "wordpiece", "unigram"])
+def test_roles_and_specials_survive_save_and_load(algo, shakespeare, tmp_path):
+    from lmlab.tokenizers import load_tokenizer, sentinel_tokens, train_tokenizer
+
+    tok = train_tokenizer(algo, [shakespeare[:20_000]], vocab_size=300)
+    tok.add_special_tokens(sentinel_tokens(3))
+    tok.save(tmp_path / "t")
+    for path in (tmp_path / "t", tmp_path / "t" / "tokenizer.json"):
+        back = load_tokenizer(path)
+        assert back.roles == tok.roles and back.special_tokens == tok.special_tokens
+        assert back.encode("<extra_id_1> To be [MASK]") == tok.encode("<extra_id_1> To be [MASK]")

@@ -64,6 +64,23 @@ def sentinel_tokens(n: int) -> list[str]:
     return [f"<extra_id_{i}>" for i in range(n)]
 
 
+def hf_vocab_by_id(data: dict[str, Any], kind: str) -> list[str]:
+    """Tokens in id order from a tokenizer.json whose model maps ``{token: id}`` (BPE, WordPiece),
+    added tokens included; a one-line error when the vocabulary is missing or has gaps."""
+    raw = data["model"].get("vocab")
+    if not isinstance(raw, dict) or not raw:
+        raise LmlabError(f"tokenizer.json {kind} model has no vocabulary", "re-save the tokenizer")
+    by_id = dict(sorted((i, t) for t, i in raw.items()))
+    for t in data.get("added_tokens") or []:
+        by_id.setdefault(t["id"], t["content"])
+    if list(by_id) != list(range(len(by_id))):
+        raise LmlabError(
+            "tokenizer.json vocabulary ids are not 0..N-1 without gaps",
+            "re-save the tokenizer with contiguous ids",
+        )
+    return list(by_id.values())
+
+
 @dataclass
 class Encoding:
     """One encoded sequence (or pair), before padding."""

@@ -27,7 +27,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from lmlab.errors import LmlabError
-from lmlab.tokenizers.base import ROLES, Tokenizer
+from lmlab.tokenizers.base import ROLES, Tokenizer, hf_vocab_by_id
 from lmlab.tokenizers.counting import count_chunks
 from lmlab.tokenizers.merge_trainer import learn_merges
 from lmlab.tokenizers.pretokenize import WORD_RE, whitespace_split
@@ -182,16 +182,8 @@ def parse_hf_bpe(data: dict[str, Any], config: dict[str, Any]):
     tokens missing from the model vocabulary are appended at their ids.
     """
     model = data["model"]
-    raw_vocab = model.get("vocab")
-    if not isinstance(raw_vocab, dict) or not raw_vocab:
-        raise LmlabError("tokenizer.json BPE model has no vocabulary", "re-save the tokenizer")
-    by_id = dict(sorted((i, t) for t, i in raw_vocab.items()))
+    by_id = dict(enumerate(hf_vocab_by_id(data, "BPE")))
     added = data.get("added_tokens") or []
-    for t in added:
-        by_id.setdefault(t["id"], t["content"])
-    if list(by_id) != list(range(len(by_id))):
-        raise LmlabError("tokenizer.json vocabulary ids are not 0..N-1 without gaps",
-                         "re-save the tokenizer with contiguous ids")
     specials = config.get("lmlab_special_tokens")
     if specials is None:
         specials = [t["content"] for t in added if t.get("special")]

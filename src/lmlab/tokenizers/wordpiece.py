@@ -33,7 +33,7 @@ from typing import Any
 
 from lmlab.errors import LmlabError
 from lmlab.fileio import check_input_file
-from lmlab.tokenizers.base import ROLES, Tokenizer
+from lmlab.tokenizers.base import ROLES, Tokenizer, hf_vocab_by_id
 from lmlab.tokenizers.bert_normalize import BertNormalizer
 from lmlab.tokenizers.counting import count_chunks
 from lmlab.tokenizers.merge_trainer import learn_merges
@@ -312,16 +312,8 @@ class WordPieceTokenizer(Tokenizer):
         if model.get("type") != "WordPiece":
             raise LmlabError(f"tokenizer.json holds a {model.get('type')} model, not WordPiece",
                              "load it with the matching algorithm")
-        raw = model.get("vocab")
-        if not isinstance(raw, dict) or not raw:
-            raise LmlabError("tokenizer.json WordPiece model has no vocabulary", "re-save the tokenizer")
-        by_id = dict(sorted((i, t) for t, i in raw.items()))
+        by_id = dict(enumerate(hf_vocab_by_id(data, "WordPiece")))
         added = data.get("added_tokens") or []
-        for t in added:
-            by_id.setdefault(t["id"], t["content"])
-        if list(by_id) != list(range(len(by_id))):
-            raise LmlabError("tokenizer.json vocabulary ids are not 0..N-1 without gaps",
-                             "re-save the tokenizer with contiguous ids")
         norm = data.get("normalizer")
         if norm is None:
             options = {"lowercase": False, "strip_accents": False, "tokenize_chinese_chars": False,
@@ -344,7 +336,7 @@ class WordPieceTokenizer(Tokenizer):
         specials = config.get("lmlab_special_tokens")
         if specials is None:
             specials = [t["content"] for t in added if t.get("special")]
-        roles = {r: t for r, t in _roles_from_config(config).items() if t in raw or t in specials}
+        roles = {r: t for r, t in _roles_from_config(config).items() if t in model["vocab"] or t in specials}
         return cls(list(by_id.values()), specials, roles, **options)
 
 

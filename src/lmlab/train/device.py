@@ -20,14 +20,13 @@
 from __future__ import annotations
 
 import contextlib
-import os
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 
 from lmlab.errors import LmlabError
+from lmlab.runtime import physical_cores
 
 
 @dataclass
@@ -62,22 +61,6 @@ def pick_device(name: str, local_rank: int = 0) -> torch.device:
     if dev.type == "cuda" and dev.index is None:
         dev = torch.device("cuda", local_rank % torch.cuda.device_count())
     return dev
-
-
-def physical_cores() -> int:
-    """Physical cores among the CPUs this process may use (SMT siblings counted once)."""
-    try:
-        cpus = sorted(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return max(1, (os.cpu_count() or 2) // 2)
-    cores = set()
-    for c in cpus:
-        sib = Path(f"/sys/devices/system/cpu/cpu{c}/topology/thread_siblings_list")
-        try:
-            cores.add(sib.read_text().strip())
-        except OSError:
-            cores.add(str(c))
-    return max(1, len(cores))
 
 
 def step_seconds(

@@ -30,12 +30,22 @@ def check_input_file(path: str | os.PathLike) -> Path:
     return p
 
 
+def check_encoding(encoding: str) -> None:
+    """One-line error for a codec name Python does not know."""
+    try:
+        "".encode(encoding)
+    except LookupError:
+        raise LmlabError(f"unknown encoding {encoding!r}",
+                         "pass a Python codec name such as utf-8 or latin-1") from None
+
+
 def iter_text_lines(path: str | os.PathLike, encoding: str = "utf-8") -> Iterator[str]:
     """Stream a text file line by line (newlines kept), with a clear error on undecodable bytes.
 
     A UTF-8 byte-order mark at the start is dropped. ``encoding`` may be any Python codec name
     (e.g. ``latin-1`` for ISO-8859-1 files).
     """
+    check_encoding(encoding)
     p = check_input_file(path)
     enc = "utf-8-sig" if encoding.lower().replace("_", "-") in ("utf-8", "utf8") else encoding
     lineno = 0
@@ -70,12 +80,20 @@ def read_text(path: str | os.PathLike, encoding: str = "utf-8") -> str:
 
 
 @contextlib.contextmanager
-def atomic_dir(dest: str | os.PathLike) -> Iterator[Path]:
+def atomic_dir(dest: str | os.PathLike, marker: str | None = None, what: str = "lmlab") -> Iterator[Path]:
     """Yield a temporary directory that replaces ``dest`` only if the block completes.
 
-    An existing ``dest`` survives untouched if anything fails while writing.
+    An existing ``dest`` survives untouched if anything fails while writing. ``dest`` is never a
+    file, and with ``marker`` (a file every such artifact holds, e.g. ``tokenizer.json``) an
+    existing non-empty directory is replaced only when it holds that marker: a mistyped ``--out``
+    cannot wipe unrelated files.
     """
     dest = Path(dest)
+    if dest.exists() and not dest.is_dir():
+        raise LmlabError(f"output {dest} is a file", "pass a directory path to --out")
+    if marker and dest.is_dir() and any(dest.iterdir()) and not (dest / marker).exists():
+        raise LmlabError(f"output directory {dest} exists and is not a {what} directory",
+                         "choose a new --out or empty it first")
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.tmp-", dir=dest.parent))
     try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from lmlab.cli.common import add_command
+from lmlab.tokenizers import ALGORITHMS
 
 
 def register(sub) -> None:
@@ -21,7 +22,7 @@ def register(sub) -> None:
     p.add_argument(
         "--algo",
         default="bytelevel",
-        choices=["bpe", "bytelevel", "wordpiece", "unigram"],
+        choices=list(ALGORITHMS),
         help="tokenizer algorithm",
     )
     p.add_argument("--steps", type=int, default=300, help="pretraining steps (8 x 128 tokens each)")

@@ -85,8 +85,9 @@ def _decoding_mode(args) -> dict:
         if extra:
             raise LmlabError(f"--temperature 0 is greedy decoding, which takes no {'/'.join(extra)}",
                              "drop them, or use a temperature > 0 to sample")
-        return {"num_return_sequences": args.num_samples}
-    return {"do_sample": True, "temperature": 1.0 if args.temperature is None else args.temperature,
+        return {"num_beams": args.num_beams, "num_return_sequences": args.num_samples}
+    temperature = 1.0 if args.temperature is None else args.temperature
+    return {"num_beams": args.num_beams, "do_sample": True, "temperature": temperature,
             "top_k": args.top_k, "top_p": args.top_p, "num_return_sequences": args.num_samples}
 
 
@@ -118,7 +119,9 @@ def run(args) -> int:
     if args.json_schema:
         schema = _read_schema(args)
     model, tok = _load(args)
-    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    from lmlab.runtime import choose_device
+
+    device = choose_device(args.device or "auto")[0]  # a bad or absent device is a one-line error
     model.to(device)
     cfg = model.config
     eos = cfg.eos_token_id if getattr(cfg, "eos_token_id", None) is not None else tok.eos_id

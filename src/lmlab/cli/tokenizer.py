@@ -10,6 +10,7 @@ from itertools import chain
 from lmlab.cli.common import add_command, add_group
 from lmlab.errors import LmlabError
 from lmlab.fileio import check_input_file, iter_text_lines
+from lmlab.tokenizers import ALGORITHMS
 
 
 def register(sub) -> None:
@@ -35,7 +36,7 @@ def register(sub) -> None:
     p.add_argument(
         "--algo",
         required=True,
-        choices=["bpe", "bytelevel", "wordpiece", "unigram"],
+        choices=list(ALGORITHMS),
         help="bpe: character BPE with end-of-word '_'; bytelevel: GPT-2 style byte BPE; "
         "wordpiece: BERT; unigram: SentencePiece-style unigram LM",
     )
@@ -120,7 +121,7 @@ def run_train(args) -> int:
     from lmlab.tokenizers import DEFAULT_SPECIAL_TOKENS, sentinel_tokens, train_tokenizer
 
     files = [check_input_file(f) for f in args.input]
-    if args.vocab_size is None and not (args.algo == "bpe" and args.num_merges):
+    if args.vocab_size is None and not (args.algo == "bpe" and args.num_merges is not None):
         raise LmlabError(
             "--vocab-size is required", "pass e.g. --vocab-size 8000 (or --num-merges K with --algo bpe)"
         )

@@ -45,7 +45,8 @@ from lmlab.data.shards import (
     write_index,
 )
 from lmlab.errors import LmlabError
-from lmlab.fileio import atomic_dir, check_input_file, iter_text_lines
+from lmlab.fileio import atomic_dir, check_encoding, check_input_file, iter_text_lines
+from lmlab.tokenizers import load_tokenizer
 
 DOC_SEPARATORS = ("blank-line", "line", "file")
 DEFAULT_SHARD_TOKENS = 100_000_000
@@ -185,24 +186,7 @@ class PrepareSummary:
         return "\n".join(lines)
 
 
-def _load_tokenizer(path: str | os.PathLike):
-    from lmlab.tokenizers import load_tokenizer
-
-    try:
-        return load_tokenizer(path)
-    except LmlabError:
-        raise
-    except (KeyError, IndexError, TypeError, ValueError, AttributeError) as e:  # damaged but valid JSON
-        raise LmlabError(f"tokenizer {path} is corrupt ({type(e).__name__}: {e})",
-                         "re-train it with `lmlab tokenizer train` or save it again") from None
-
-
 def _check_out(out: Path, inputs: Sequence[Path]) -> None:
-    if out.exists() and not out.is_dir():
-        raise LmlabError(f"output {out} is a file", "pass a directory path to --out")
-    if out.is_dir() and any(out.iterdir()) and not (out / INDEX_FILE).is_file():
-        raise LmlabError(f"output directory {out} exists and is not a token-shards directory",
-                         "choose a new --out or empty it first")
     root = out.resolve()
     for p in inputs:
         if root in p.resolve().parents:
@@ -234,12 +218,8 @@ def prepare_shards(tokenizer: str | os.PathLike, inputs: Sequence[str | os.PathL
     _check_separator(doc_separator)
     if not -(2**63) <= seed < 2**63:
         raise LmlabError(f"seed {seed} does not fit in 64 bits", "pass a smaller --seed")
-    try:
-        "".encode(encoding)
-    except LookupError:
-        raise LmlabError(f"unknown encoding {encoding!r}",
-                         "pass a Python codec name such as utf-8 or latin-1") from None
-    tok = _load_tokenizer(tokenizer)
+    check_encoding(encoding)
+    tok = load_tokenizer(tokenizer)
     eos_id = None
     if append_eos:
         eos_id = tok.eos_id
@@ -252,7 +232,7 @@ def prepare_shards(tokenizer: str | os.PathLike, inputs: Sequence[str | os.PathL
     if progress is None:
         progress = sys.stderr.isatty()
 
-    with atomic_dir(out) as tmp:
+    with atomic_dir(out, marker=INDEX_FILE, what="token-shards") as tmp:
         tok_dir = tok.save(tmp / TOKENIZER_DIR)
         writers = {s: ShardWriter(tmp, s, dtype, shard_tokens) for s in SPLITS}
         per_file: list[dict[str, Any]] = []

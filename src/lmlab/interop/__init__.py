@@ -72,10 +72,24 @@ def read_hf_weights(directory: str | os.PathLike) -> dict:
     )
 
 
+class _HFConfig(dict):
+    """A parsed HF config.json whose missing required keys are a one-line error, not a KeyError."""
+
+    def __init__(self, data: dict, path: Path):
+        super().__init__(data)
+        self.path = path
+
+    def __missing__(self, key):
+        raise LmlabError(
+            f"{self.path} lacks {key!r}", "the config.json is incomplete: re-save it with transformers")
+
+
 def hf_import(directory: str | os.PathLike):
     """Load a Hugging Face model directory as an lmlab model (eval mode, float32 as stored)."""
     d = Path(directory)
     hf_config = read_json(d / "config.json", "model config")
+    if isinstance(hf_config, dict):
+        hf_config = _HFConfig(hf_config, d / "config.json")
     model_type = hf_config.get("model_type") if isinstance(hf_config, dict) else None
     if not model_type:
         raise LmlabError(

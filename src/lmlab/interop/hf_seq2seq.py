@@ -294,9 +294,10 @@ def from_hf(hf_config: dict, state: dict[str, Tensor],
     if unknown:
         raise LmlabError(f"the {model_type} checkpoint has {len(unknown)} weights lmlab does not know, e.g. "
                          f"{unknown[0]}", "import a T5/BART ForConditionalGeneration checkpoint")
-    model.load_state_dict(new_state, strict=False)
-    if tied:
-        model.lm_head.weight = model.embed_tokens.weight
+    from lmlab.models.checkpoint import load_state
+
+    # strict loading; the tied LM head is stored once and tied by the config
+    load_state(model, new_state, f"HF {model_type}")
     return model
 
 

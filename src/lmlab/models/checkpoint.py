@@ -54,6 +54,16 @@ class LmlabModel(nn.Module):
             self, directory, tokenizer=tokenizer if tokenizer is not None else self.tokenizer
         )
 
+    def selected_heads(self, heads: tuple[str, ...] | None) -> tuple[str, ...]:
+        """The heads a forward pass runs: ``heads`` (checked against the model's) or all of them."""
+        if heads is None:
+            return self.head_names
+        unknown = [h for h in heads if h not in self.head_names]
+        if unknown:
+            raise LmlabError(f"this model has no head {unknown[0]!r}",
+                             f"pick from its heads: {', '.join(self.head_names) or '(none)'}")
+        return tuple(heads)
+
     def check_input_ids(self, input_ids: torch.Tensor) -> None:
         """One-line error for ids outside the vocabulary (instead of an index error deep inside)."""
         if input_ids.dim() != 2:

@@ -195,7 +195,7 @@ class DecoderModel(LmlabModel):
         )
         out = ModelOutput(hidden_states=hidden, last_hidden_state=x, past_key_values=cache)
         losses = []
-        for i, name in enumerate(heads if heads is not None else self.head_names):
+        for i, name in enumerate(self.selected_heads(heads)):
             lab = labels if i == 0 and labels is not None else (cls_labels if name == "cls" else None)
             pooled = None
             if name == "cls":

@@ -233,7 +233,7 @@ class EncoderModel(LmlabModel):
         if pooled is not None:
             out.extra["pooled"] = pooled
         losses = []
-        for i, name in enumerate(heads if heads is not None else self.head_names):
+        for i, name in enumerate(self.selected_heads(heads)):
             lab = labels if i == 0 and labels is not None else head_labels.get(name)
             if name == "discriminator" and lab is not None and attention_mask is not None:
                 lab = lab.masked_fill(attention_mask == 0, -100)

@@ -95,15 +95,21 @@ def load_tokenizer(path: str | os.PathLike) -> Tokenizer:
             )
     config_path = p.parent / "tokenizer_config.json"
     config = read_json(config_path, "tokenizer config") if config_path.is_file() else {}
-    if p.suffix == ".txt":
-        from lmlab.tokenizers.wordpiece import WordPieceTokenizer
+    if not isinstance(config, dict):
+        raise LmlabError(f"{config_path} is not a JSON object", "re-save the tokenizer")
+    try:
+        if p.suffix == ".txt":
+            from lmlab.tokenizers.wordpiece import WordPieceTokenizer
 
-        return WordPieceTokenizer.from_vocab_file(p, config)
-    data = read_json(p, "tokenizer file")
-    if not isinstance(data, dict) or not isinstance(data.get("model"), dict):
-        raise LmlabError(f"{p} is not a tokenizer.json (no 'model' section)", "re-save the tokenizer")
-    algo = config.get("lmlab_algo") or _guess_algo(data)
-    return tokenizer_class(algo)._from_hf(data, config)
+            return WordPieceTokenizer.from_vocab_file(p, config)
+        data = read_json(p, "tokenizer file")
+        if not isinstance(data, dict) or not isinstance(data.get("model"), dict):
+            raise LmlabError(f"{p} is not a tokenizer.json (no 'model' section)", "re-save the tokenizer")
+        algo = config.get("lmlab_algo") or _guess_algo(data)
+        return tokenizer_class(algo)._from_hf(data, config)
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError) as e:  # valid JSON, damaged content
+        raise LmlabError(f"tokenizer {path} is corrupt ({type(e).__name__}: {e})",
+                         "re-train it with `lmlab tokenizer train` or save it again") from None
 
 
 def _guess_algo(data: dict) -> str:

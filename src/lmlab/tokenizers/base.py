@@ -530,7 +530,7 @@ class Tokenizer(ABC):
     def save(self, directory: str | os.PathLike) -> Path:
         """Write ``tokenizer.json`` and ``tokenizer_config.json`` into ``directory`` atomically."""
         directory = Path(directory)
-        with atomic_dir(directory) as tmp:
+        with atomic_dir(directory, marker="tokenizer.json", what="tokenizer") as tmp:
             write_json(tmp / "tokenizer.json", self.to_hf_json(), indent=None)
             write_json(tmp / "tokenizer_config.json", self.tokenizer_config())
             for name, text in self._extra_files().items():

@@ -1,0 +1,93 @@
+"""Bad input across commands: one line on stderr, exit code 2, nothing lost."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from lmlab.cli import main
+
+
+def _one_line_error(capsys, *needles):
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1, err
+    for n in needles:
+        assert n in err, err
+
+
+@pytest.fixture()
+def corpus(tmp_path):
+    f = tmp_path / "c.txt"
+    f.write_text("low lower lowest newer wider\n" * 20)
+    return f
+
+
+def test_tokenizer_train_never_wipes_an_unrelated_directory_or_file(corpus, tmp_path, capsys):
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "notes.md").write_text("keep me")
+    args = ["tokenizer", "train", "--algo", "bytelevel", "--vocab-size", "300", "--input", str(corpus)]
+    assert main(args + ["--out", str(project)]) == 2
+    _one_line_error(capsys, "not a tokenizer directory")
+    assert (project / "notes.md").read_text() == "keep me"
+    assert main(args + ["--out", str(corpus)]) == 2  # the input itself
+    _one_line_error(capsys, "is a file")
+    assert corpus.read_text().startswith("low lower")
+    assert main(args + ["--out", str(tmp_path / "tok")]) == 0
+    assert main(args + ["--out", str(tmp_path / "tok")]) == 0  # re-training over a tokenizer is fine
+
+
+def test_unknown_encoding_is_one_line(corpus, tmp_path, capsys):
+    assert main(["tokenizer", "train", "--algo", "bpe", "--vocab-size", "100", "--input", str(corpus),
+                 "--encoding", "nope", "--out", str(tmp_path / "t")]) == 2
+    _one_line_error(capsys, "unknown encoding 'nope'")
+
+
+def test_damaged_tokenizer_json_is_one_line_everywhere(corpus, tmp_path, capsys):
+    assert main(["tokenizer", "train", "--algo", "bpe", "--vocab-size", "100", "--input", str(corpus),
+                 "--out", str(tmp_path / "t")]) == 0
+    capsys.readouterr()
+    path = tmp_path / "t" / "tokenizer.json"
+    data = json.loads(path.read_text())
+    data["model"]["merges"] = [["a"]]
+    path.write_text(json.dumps(data))
+    for cmd in (["tokenizer", "encode", "--tokenizer", str(tmp_path / "t"), "--text", "low"],
+                ["tokenizer", "inspect", str(tmp_path / "t")]):
+        assert main(cmd) == 2
+        _one_line_error(capsys, "is corrupt")
+
+
+def test_incomplete_hf_config_is_one_line(tmp_path, capsys):
+    import torch
+    from safetensors.torch import save_file
+
+    (tmp_path / "hf").mkdir()
+    (tmp_path / "hf" / "config.json").write_text('{"model_type": "gpt2"}')
+    save_file({"x": torch.zeros(1)}, tmp_path / "hf" / "model.safetensors")
+    assert main(["import", "--hf", str(tmp_path / "hf"), "--out", str(tmp_path / "out")]) == 2
+    _one_line_error(capsys, "lacks 'vocab_size'")
+
+
+def test_unknown_head_is_one_line():
+    import torch
+
+    from lmlab.errors import LmlabError
+    from lmlab.models import build_model, get_preset
+
+    model = build_model(get_preset("gpt2-tiny"))
+    with pytest.raises(LmlabError, match="no head 'cls'; pick from its heads: lm"):
+        model(torch.tensor([[1, 2, 3]]), heads=("cls",))
+
+
+def test_generate_rejects_a_bad_device_and_beam_count(tmp_path, capsys):
+    from lmlab.models import build_model, get_preset
+    from lmlab.tokenizers import train_tokenizer
+
+    tok = train_tokenizer("bytelevel", ["to be or not to be " * 50], vocab_size=280)
+    build_model(get_preset("gpt2-tiny", vocab_size=tok.vocab_size)).save(tmp_path / "ck", tokenizer=tok)
+    base = ["generate", "--checkpoint", str(tmp_path / "ck"), "--prompt", "to", "--max-new-tokens", "3"]
+    assert main(base + ["--device", "bogus"]) == 2
+    _one_line_error(capsys, "unknown device 'bogus'")
+    assert main(base + ["--num-beams", "0"]) == 2
+    _one_line_error(capsys, "num_beams must be a positive integer")

@@ -63,18 +63,31 @@ class PackedWindows:
         self.seq_len = seq_len
         self.seed = seed
         self._epoch: int | None = None
-        self._offset = 0
+        self._offset_cur = 0
         self._order = np.empty(0, dtype=np.int64)
+        self._lengths: dict[int, int] = {}
+
+    def _offset(self, epoch: int) -> int:
+        """Where epoch ``epoch``'s windows start (0, then a seeded shift so windows differ by epoch)."""
+        if epoch == 0:
+            return 0
+        offset = int(np.random.default_rng([self.seed, epoch]).integers(self.seq_len))
+        return 0 if self.shards.num_tokens - offset < self.seq_len else offset
+
+    def _length(self, epoch: int) -> int:
+        """Windows in epoch ``epoch`` (cached: walking epochs never re-draws their permutations)."""
+        if epoch not in self._lengths:
+            self._lengths[epoch] = (self.shards.num_tokens - self._offset(epoch)) // self.seq_len
+        return self._lengths[epoch]
 
     def _layout(self, epoch: int) -> tuple[int, np.ndarray]:
         if epoch != self._epoch:
             rng = np.random.default_rng([self.seed, epoch])
-            offset = int(rng.integers(self.seq_len)) if epoch > 0 else 0
-            if self.shards.num_tokens - offset < self.seq_len:
-                offset = 0
-            n = (self.shards.num_tokens - offset) // self.seq_len
-            self._epoch, self._offset, self._order = epoch, offset, rng.permutation(n)
-        return self._offset, self._order
+            if epoch > 0:
+                rng.integers(self.seq_len)  # the draw _offset makes; the permutation follows it
+            self._epoch, self._offset_cur = epoch, self._offset(epoch)
+            self._order = rng.permutation(self._length(epoch))
+        return self._offset_cur, self._order
 
     @property
     def windows_per_epoch(self) -> int:
@@ -83,12 +96,11 @@ class PackedWindows:
     def start_of(self, position: int) -> int:
         """Token offset of the window at sampling ``position`` (0, 1, 2, ... across epochs)."""
         epoch, i = 0, position
-        while True:  # epochs can differ by one window (offset): walk them, it is cheap
-            offset, order = self._layout(epoch)
-            if i < len(order):
-                return offset + int(order[i]) * self.seq_len
-            i -= len(order)
+        while i >= self._length(epoch):  # epochs can differ by one window (offset)
+            i -= self._length(epoch)
             epoch += 1
+        offset, order = self._layout(epoch)
+        return offset + int(order[i]) * self.seq_len
 
     def epoch_of(self, position: int) -> float:
         return position / max(1, self.windows_per_epoch)

@@ -91,3 +91,23 @@ def test_generate_rejects_a_bad_device_and_beam_count(tmp_path, capsys):
     _one_line_error(capsys, "unknown device 'bogus'")
     assert main(base + ["--num-beams", "0"]) == 2
     _one_line_error(capsys, "num_beams must be a positive integer")
+
+
+def test_example_limits_and_batch_size_must_be_positive():
+    from lmlab.errors import LmlabError
+    from lmlab.finetune import evaluate
+    from lmlab.tasks.readers import limit
+
+    with pytest.raises(LmlabError, match="example limit must be at least 1, got -1"):
+        limit([1, 2, 3], -1)  # used to drop the last example silently
+    assert limit([1, 2, 3], 2) == [1, 2]
+    with pytest.raises(LmlabError, match="batch size must be at least 1"):
+        evaluate("no-such-dir", "x.tsv", batch_size=0)
+
+
+def test_pretrain_rejects_an_unknown_encoding_before_any_work():
+    from lmlab.errors import LmlabError
+    from lmlab.train import load_config
+
+    with pytest.raises(LmlabError, match="unknown encoding 'nope'"):
+        load_config("configs/gpt-tiny-clm.toml", ["data.encoding=nope"])

@@ -51,10 +51,6 @@ def peft_state(model: nn.Module) -> dict[str, torch.Tensor]:
     return {n: p.detach().to("cpu").contiguous() for n, p in model.named_parameters() if p.requires_grad}
 
 
-def is_peft_dir(directory: str | os.PathLike) -> bool:
-    return (Path(directory) / CONFIG_NAME).is_file()
-
-
 def save_peft(model: nn.Module, directory: str | os.PathLike, base_model: str | None = None) -> Path:
     """Write the method's parameters and the task head of ``model`` to ``directory`` (atomically).
 

@@ -368,6 +368,8 @@ def evaluate(checkpoint: str | os.PathLike, data, task: str | None = None, *, on
              batch_size: int = 64, max_examples: int | None = None, device: str = "auto",
              log: Callable[[str], None] | None = None) -> dict[str, float]:
     """Score a fine-tuned checkpoint on ``data``; the same metrics as its ``eval.json``."""
+    if batch_size < 1:
+        raise LmlabError(f"batch size must be at least 1, got {batch_size}", "pass e.g. batch_size=64")
     model, saved = load_finetuned(checkpoint)
     if task is not None and task != saved.name:
         raise LmlabError(f"{checkpoint} was fine-tuned for task {saved.name!r}, not {task!r}",

@@ -81,7 +81,9 @@ def checkpoint_of(out: Path, run: PretrainRun) -> Path:
     summary = read_json(d / "summary.json", "run summary")
     if summary.get("checkpoint"):
         return Path(summary["checkpoint"])
-    return d / "checkpoints" / f"step_{run.steps}"
+    from lmlab.train.checkpoint import checkpoint_path
+
+    return checkpoint_path(d, run.steps)
 
 
 # --------------------------------------------------------------------------- running

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -67,11 +66,9 @@ def _last_val_row(path: Path) -> dict | None:
 
 def _checkpoint_config(run: Path, summary: dict) -> dict | None:
     """The model section of the newest checkpoint's config.json, if the run has one."""
-    dirs = []
-    ck = run / "checkpoints"
-    if ck.is_dir():
-        steps = [(int(m.group(1)), d) for d in ck.iterdir() if (m := re.fullmatch(r"step_(\d+)", d.name))]
-        dirs = [d for _, d in sorted(steps, reverse=True)]
+    from lmlab.train.checkpoint import list_checkpoints
+
+    dirs = [d for _, d in reversed(list_checkpoints(run))]
     if summary.get("checkpoint"):
         dirs.append(Path(summary["checkpoint"]))
     for d in dirs:

@@ -370,4 +370,7 @@ def read_pairs(path: str | os.PathLike, on_bad_line: str | BadLines = "error", w
 
 def limit(examples: list[Example], n: int | None) -> list[Example]:
     """The first ``n`` examples (all when ``n`` is None)."""
+    if n is not None and n < 1:
+        raise LmlabError(f"example limit must be at least 1, got {n}",
+                         "pass a positive number or leave it out")
     return examples if n is None else examples[:n]

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from lmlab.errors import LmlabError
+from lmlab.fileio import check_encoding
 
 SECTIONS = ("model", "objective", "data", "train")
 SCHEDULES = ("cosine", "linear", "constant")
@@ -400,6 +401,7 @@ def validate(cfg: RunConfig) -> None:
         raise LmlabError(f"data.val_fraction must be in [0, 1), got {d.val_fraction}", "e.g. 0.01")
     if d.workers < 1:
         raise LmlabError(f"data.workers must be at least 1, got {d.workers}", "set data.workers=1")
+    check_encoding(d.encoding)  # before any tokenising
 
 
 # --------------------------------------------------------------------------- writing

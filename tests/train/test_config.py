@@ -117,3 +117,19 @@ def test_no_weight_decay_on_biases_norms_and_embeddings():
     assert any("norm" in n for n in plain_names) and any(n.endswith("bias") for n in plain_names)
     assert decay["weight_decay"] == 0.1 and plain["weight_decay"] == 0.0
     assert len(decay["params"]) + len(plain["params"]) == len(list(model.parameters()))
+
+
+def test_objective_options_are_typed_and_include_inherited_ones():
+    """`--set objective.x=...` is coerced to the option's type (one-line error otherwise), and
+    objectives built on MLM (NSP, UniLM) accept MLM's options too."""
+    import pytest
+
+    from lmlab.errors import LmlabError
+    from lmlab.train import load_config
+
+    with pytest.raises(LmlabError, match="objective.poisson_lambda must be a number, got 'abc'"):
+        load_config("configs/bart-tiny.toml", ["objective.poisson_lambda=abc"])
+    with pytest.raises(LmlabError, match="objective.mlm must be true or false"):
+        load_config("configs/bert-tiny-nsp.toml", ["objective.mlm=maybe"])
+    cfg = load_config("configs/bert-tiny-nsp.toml", ["objective.mask_prob=0.2"])
+    assert cfg.objective.params["mask_prob"] == 0.2

@@ -266,18 +266,33 @@ def _build_objective(values: dict[str, Any]) -> ObjectiveConfig:
     if not isinstance(name, str):
         raise LmlabError(f"objective.name must be a string, got {name!r}", 'write e.g. name = "clm"')
     cls = get_objective(name)
-    params = inspect.signature(cls.__init__).parameters
-    named = [
-        n
-        for n, p in params.items()
-        if n not in ("self", "tokenizer")
-        and p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-    ]
+    hints = _objective_parameters(cls)
     for key in values:
-        if key not in named:
-            fix = _suggest(key, ["name", *named], "objective.") if named else "it takes no parameters"
+        if key not in hints:
+            fix = _suggest(key, ["name", *hints], "objective.") if hints else "it takes no parameters"
             raise LmlabError(f"unknown config key objective.{key} for objective {name!r}", fix)
+    values = {k: coerce(v, hints[k], f"objective.{k}") for k, v in values.items()}
     return ObjectiveConfig(name, values)
+
+
+def _objective_parameters(cls) -> dict[str, Any]:
+    """Name -> type hint of every option an objective accepts, including those its ``__init__``
+    passes on through ``**kwargs`` to a parent objective (NSP and UniLM take MLM's options)."""
+    found: dict[str, Any] = {}
+    for klass in cls.__mro__:
+        init = klass.__dict__.get("__init__")
+        if init is None:
+            continue
+        hints = typing.get_type_hints(init)
+        params = inspect.signature(init).parameters
+        for n, p in params.items():
+            if n not in ("self", "tokenizer") and p.kind in (
+                inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY
+            ):
+                found.setdefault(n, hints.get(n, Any))
+        if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+            break
+    return found
 
 
 # --------------------------------------------------------------------------- types

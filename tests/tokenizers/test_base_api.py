@@ -174,3 +174,21 @@ def test_roles_and_specials_survive_save_and_load(algo, shakespeare, tmp_path):
         back = load_tokenizer(path)
         assert back.roles == tok.roles and back.special_tokens == tok.special_tokens
         assert back.encode("<extra_id_1> To be [MASK]") == tok.encode("<extra_id_1> To be [MASK]")
+
+
+@pytest.mark.parametrize("algo", ["bpe", "bytelevel", "unigram", "wordpiece"])
+def test_roles_in_transformers_dict_form_are_read(algo, shakespeare, tmp_path):
+    """transformers may write roles as {"content": "[CLS]", ...}; every loader reads that form."""
+    import json
+
+    from lmlab.tokenizers import load_tokenizer, train_tokenizer
+
+    train_tokenizer(algo, [shakespeare[:20_000]], vocab_size=300).save(tmp_path / "t")
+    cfg_path = tmp_path / "t" / "tokenizer_config.json"
+    cfg = json.loads(cfg_path.read_text())
+    cfg["cls_token"] = {"content": "<s>", "lstrip": False}  # not the conventional [CLS]: only the config says so
+    cfg["sep_token"] = {"content": "</s>", "lstrip": False}
+    cfg_path.write_text(json.dumps(cfg))
+    tok = load_tokenizer(tmp_path / "t")
+    assert tok.roles["cls"] == "<s>" and tok.roles["sep"] == "</s>"
+    assert tok.encode_plus("To be").tokens[0] == "<s>"

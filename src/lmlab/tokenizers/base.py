@@ -81,6 +81,27 @@ def hf_vocab_by_id(data: dict[str, Any], kind: str) -> list[str]:
     return list(by_id.values())
 
 
+def roles_from_config(config: dict[str, Any]) -> dict[str, str]:
+    """Special-token roles named in a tokenizer_config.json: ``"cls_token": "[CLS]"`` or the
+    ``{"content": "[CLS]", ...}`` form transformers also writes."""
+    roles = {}
+    for role in ROLES:
+        v = config.get(f"{role}_token")
+        if isinstance(v, dict):
+            v = v.get("content")
+        if isinstance(v, str):
+            roles[role] = v
+    return roles
+
+
+def hf_special_tokens(data: dict[str, Any], config: dict[str, Any]) -> list[str]:
+    """The special tokens of a saved tokenizer: lmlab's list, else tokenizer.json's special added tokens."""
+    specials = config.get("lmlab_special_tokens")
+    if specials is None:
+        specials = [t["content"] for t in data.get("added_tokens") or [] if t.get("special")]
+    return specials
+
+
 @dataclass
 class Encoding:
     """One encoded sequence (or pair), before padding."""

@@ -27,7 +27,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from lmlab.errors import LmlabError
-from lmlab.tokenizers.base import ROLES, Tokenizer, hf_vocab_by_id
+from lmlab.tokenizers.base import Tokenizer, hf_special_tokens, hf_vocab_by_id, roles_from_config
 from lmlab.tokenizers.counting import count_chunks
 from lmlab.tokenizers.merge_trainer import learn_merges
 from lmlab.tokenizers.pretokenize import WORD_RE, whitespace_split
@@ -183,12 +183,8 @@ def parse_hf_bpe(data: dict[str, Any], config: dict[str, Any]):
     """
     model = data["model"]
     by_id = dict(enumerate(hf_vocab_by_id(data, "BPE")))
-    added = data.get("added_tokens") or []
-    specials = config.get("lmlab_special_tokens")
-    if specials is None:
-        specials = [t["content"] for t in added if t.get("special")]
-    roles = {k[:-len("_token")]: v for k, v in config.items()
-             if k.endswith("_token") and isinstance(v, str) and k[:-len("_token")] in ROLES}
+    specials = hf_special_tokens(data, config)
+    roles = roles_from_config(config)
     if model.get("unk_token") and "unk" not in roles:
         roles["unk"] = model["unk_token"]
     merges = []

@@ -31,7 +31,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from lmlab.errors import LmlabError
-from lmlab.tokenizers.base import ROLES, Tokenizer
+from lmlab.tokenizers.base import Tokenizer, hf_special_tokens, roles_from_config
 
 #: The word-boundary mark (U+2581 LOWER ONE EIGHTH BLOCK), as in SentencePiece.
 SPACE = "\u2581"
@@ -305,10 +305,8 @@ class UnigramTokenizer(Tokenizer):
         except (TypeError, ValueError):
             raise LmlabError("tokenizer.json Unigram vocab is corrupt (expected [[piece, score], ...])",
                              "re-save the tokenizer") from None
-        specials = config.get("lmlab_special_tokens")
-        if specials is None:
-            specials = [t["content"] for t in data.get("added_tokens") or [] if t.get("special")]
-        roles = {r: config[f"{r}_token"] for r in ROLES if isinstance(config.get(f"{r}_token"), str)}
+        specials = hf_special_tokens(data, config)
+        roles = roles_from_config(config)
         unk_id = model.get("unk_id")
         if "unk" not in roles and isinstance(unk_id, int) and 0 <= unk_id < len(vocab):
             roles["unk"] = vocab[unk_id]

@@ -33,7 +33,7 @@ from typing import Any
 
 from lmlab.errors import LmlabError
 from lmlab.fileio import check_input_file
-from lmlab.tokenizers.base import ROLES, Tokenizer, hf_vocab_by_id
+from lmlab.tokenizers.base import Tokenizer, hf_special_tokens, hf_vocab_by_id, roles_from_config
 from lmlab.tokenizers.bert_normalize import BertNormalizer
 from lmlab.tokenizers.counting import count_chunks
 from lmlab.tokenizers.merge_trainer import learn_merges
@@ -263,7 +263,7 @@ class WordPieceTokenizer(Tokenizer):
             lower = config.get("do_lower_case", True)
             options = {"lowercase": bool(lower), "strip_accents": config.get("strip_accents"),
                        "tokenize_chinese_chars": config.get("tokenize_chinese_chars", True) is not False}
-        roles = _roles_from_config(config)
+        roles = roles_from_config(config)
         specials = config.get("lmlab_special_tokens")
         if specials is None:
             specials = [t for t in BERT_SPECIAL_TOKENS if t in seen]
@@ -313,7 +313,6 @@ class WordPieceTokenizer(Tokenizer):
             raise LmlabError(f"tokenizer.json holds a {model.get('type')} model, not WordPiece",
                              "load it with the matching algorithm")
         by_id = dict(enumerate(hf_vocab_by_id(data, "WordPiece")))
-        added = data.get("added_tokens") or []
         norm = data.get("normalizer")
         if norm is None:
             options = {"lowercase": False, "strip_accents": False, "tokenize_chinese_chars": False,
@@ -333,23 +332,9 @@ class WordPieceTokenizer(Tokenizer):
         options.update(unk_token=model.get("unk_token", "[UNK]"),
                        continuing_subword_prefix=model.get("continuing_subword_prefix") or "##",
                        max_input_chars_per_word=model.get("max_input_chars_per_word", 100))
-        specials = config.get("lmlab_special_tokens")
-        if specials is None:
-            specials = [t["content"] for t in added if t.get("special")]
-        roles = {r: t for r, t in _roles_from_config(config).items() if t in model["vocab"] or t in specials}
+        specials = hf_special_tokens(data, config)
+        roles = {r: t for r, t in roles_from_config(config).items() if t in model["vocab"] or t in specials}
         return cls(list(by_id.values()), specials, roles, **options)
-
-
-def _roles_from_config(config: dict[str, Any]) -> dict[str, str]:
-    """Roles named in a tokenizer_config.json (``"cls_token": "[CLS]"`` or ``{"content": "[CLS]"}``)."""
-    roles = {}
-    for role in ROLES:
-        v = config.get(f"{role}_token")
-        if isinstance(v, dict):
-            v = v.get("content")
-        if isinstance(v, str):
-            roles[role] = v
-    return roles
 
 
 def _known_options(options: dict[str, Any]) -> dict[str, Any]:

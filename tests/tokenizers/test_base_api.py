@@ -186,7 +186,8 @@ def test_roles_in_transformers_dict_form_are_read(algo, shakespeare, tmp_path):
     train_tokenizer(algo, [shakespeare[:20_000]], vocab_size=300).save(tmp_path / "t")
     cfg_path = tmp_path / "t" / "tokenizer_config.json"
     cfg = json.loads(cfg_path.read_text())
-    cfg["cls_token"] = {"content": "<s>", "lstrip": False}  # not the conventional [CLS]: only the config says so
+    # roles that are not the conventional [CLS]/[SEP]: only the config can say so
+    cfg["cls_token"] = {"content": "<s>", "lstrip": False}
     cfg["sep_token"] = {"content": "</s>", "lstrip": False}
     cfg_path.write_text(json.dumps(cfg))
     tok = load_tokenizer(tmp_path / "t")

@@ -53,6 +53,7 @@ from lmlab.finetune.config import FinetuneConfig
 from lmlab.tasks import Task, check_tokenizer, collate, load_task, make_task
 from lmlab.tasks.base import pad_id_of
 from lmlab.tasks.readers import BadLines, Example, limit
+from lmlab.train.optim import set_lr
 
 TASK_FILE = "task.json"
 EVAL_FILE = "eval.json"
@@ -288,29 +289,28 @@ def finetune(checkpoint, task: str | Task, train, dev, out: str | os.PathLike | 
     lengths = [len(f["input_ids"]) for f in feats]
     model.train()
     step, t0, seen, run_loss, n_loss = 0, time.perf_counter(), 0, 0.0, 0
-    order: list[list[int]] = []
+    order: list[list[int]] = []  # this epoch's batches, last first (pop() is O(1))
+    params = [p for p in model.parameters() if p.requires_grad]  # clipping skips those without a grad
     while step < total:
         if not order:
-            order = epoch_batches(lengths, cfg.batch_size, gen, cfg.group_by_length)
-        idx, order = order[0], order[1:]
+            order = epoch_batches(lengths, cfg.batch_size, gen, cfg.group_by_length)[::-1]
+        idx = order.pop()
         batch = collate([feats[i] for i in idx], pad, device)
         lr = lr_at(step, total, warmup, cfg.lr)
-        for g in optimizer.param_groups:
-            g["lr"] = lr
+        set_lr(optimizer, lr)
         loss = task.loss(model, batch)
-        if not torch.isfinite(loss):
-            raise LmlabError(f"the loss became {loss.item()} at step {step}",
-                             "lower the learning rate (--lr)")
+        loss_v = loss.item()
+        if not math.isfinite(loss_v):
+            raise LmlabError(f"the loss became {loss_v} at step {step}", "lower the learning rate (--lr)")
         loss.backward()
-        params = [p for p in model.parameters() if p.grad is not None]
         grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip if cfg.grad_clip > 0 else math.inf)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         step += 1
         seen += len(idx)
-        run_loss, n_loss = run_loss + loss.item(), n_loss + 1
+        run_loss, n_loss = run_loss + loss_v, n_loss + 1
         bar.update(1)
-        bar.set_postfix(loss=f"{loss.item():.4f}")
+        bar.set_postfix(loss=f"{loss_v:.4f}")
         epoch = seen / len(feats)
         if step % cfg.log_every == 0 or step == total:
             elapsed = time.perf_counter() - t0

@@ -160,26 +160,21 @@ def _run_pretrain(out: Path, run: PretrainRun, cache: str, log: Callable[[str], 
 def _init_model(d: Path, run: PretrainRun, cache: str, log: Callable[[str], None]) -> dict[str, Any]:
     """``objective = "none"``: the model the pretraining arms start from (same preset, overrides,
     tokenizer and seed), saved untrained, so fine-tuning it measures training from scratch."""
-    import dataclasses
 
     import torch
 
-    from lmlab.models import build_model, get_preset
+    from lmlab.models import build_model
     from lmlab.train.config import DataConfig
     from lmlab.train.data import prepare_run_data
+    from lmlab.train.loop import model_config
 
     cfg = _pretrain_config(run, cache)  # the resolved tables: cfg["data"] has every DataConfig field
     data = prepare_run_data(DataConfig(**cfg["data"]), d, log)
     tok = data.tokenizer
     overrides = {k: v for k, v in cfg["model"].items() if k != "preset"}
-    overrides.setdefault("vocab_size", max(data.train.vocab_size, tok.vocab_size))
-    fields = {f.name for f in dataclasses.fields(type(get_preset(run.arm.preset)))}
-    for role in ("pad", "bos", "eos"):
-        key = f"{role}_token_id"
-        if key in fields and key not in overrides and tok.role_id(role) is not None:
-            overrides[key] = tok.role_id(role)
     torch.manual_seed(run.seed)
-    model = build_model(get_preset(run.arm.preset, **overrides))
+    vocab_size = max(data.train.vocab_size, tok.vocab_size)
+    model = build_model(model_config(run.arm.preset, overrides, tok, vocab_size))
     model.tokenizer = tok
     model.save(d / "model")
     summary = {

@@ -235,22 +235,7 @@ class Trainer:
         return read_json(path / "train_state.json", "train state").get("machine")
 
     def _model_config(self, tok, vocab_size: int):
-        from lmlab.models import get_preset
-
-        overrides = dict(self.cfg.model.overrides)
-        overrides.setdefault("vocab_size", vocab_size)
-        if overrides["vocab_size"] < vocab_size:
-            raise LmlabError(
-                f"model.vocab_size {overrides['vocab_size']} is smaller than the tokenizer's "
-                f"{vocab_size} tokens",
-                f"set model.vocab_size >= {vocab_size} or leave it out",
-            )
-        fields = {f.name for f in dataclasses.fields(type(get_preset(self.cfg.model.preset)))}
-        for role in ("pad", "bos", "eos"):
-            key = f"{role}_token_id"
-            if key in fields and key not in overrides and tok.role_id(role) is not None:
-                overrides[key] = tok.role_id(role)
-        return get_preset(self.cfg.model.preset, **overrides)
+        return model_config(self.cfg.model.preset, self.cfg.model.overrides, tok, vocab_size)
 
     def _check_run_dir(self) -> Path | None:
         existing = latest_checkpoint(self.run_dir)
@@ -510,3 +495,23 @@ class Trainer:
         plot_losses(
             rows, self.run_dir / "loss.png", f"{self.cfg.model.preset} / {self.cfg.objective.name}", init
         )
+
+
+def model_config(preset: str, overrides: dict[str, Any], tok, vocab_size: int):
+    """The config of a run's model: ``preset`` + ``overrides``, sized to ``vocab_size`` (the
+    tokenizer's, objective-added tokens included) with the tokenizer's pad/bos/eos ids."""
+    from lmlab.models import get_preset
+
+    overrides = dict(overrides)
+    overrides.setdefault("vocab_size", vocab_size)
+    if overrides["vocab_size"] < vocab_size:
+        raise LmlabError(
+            f"model.vocab_size {overrides['vocab_size']} is smaller than the tokenizer's {vocab_size} tokens",
+            f"set model.vocab_size >= {vocab_size} or leave it out",
+        )
+    fields = {f.name for f in dataclasses.fields(type(get_preset(preset)))}
+    for role in ("pad", "bos", "eos"):
+        key = f"{role}_token_id"
+        if key in fields and key not in overrides and tok.role_id(role) is not None:
+            overrides[key] = tok.role_id(role)
+    return get_preset(preset, **overrides)

@@ -132,6 +132,7 @@ class _Stops:
         self.eos = list(eos_token_ids)
         self.sequences = [list(s) for s in stop_sequences if len(s)]
         self._eos_tensor: torch.Tensor | None = None
+        self._seq_tensors: list[torch.Tensor] = []
 
     def __len__(self) -> int:
         return len(self.eos) + len(self.sequences)
@@ -139,12 +140,13 @@ class _Stops:
     def hit(self, tokens: torch.Tensor, n_generated: int) -> torch.Tensor:
         """Bool ``[N]``: the rows of ``tokens`` whose newest token completes a stop condition."""
         last = tokens[:, -1]
-        if self._eos_tensor is None:
+        if self._eos_tensor is None:  # built once, on the tokens' device
             self._eos_tensor = torch.tensor(self.eos, dtype=torch.long, device=tokens.device)
+            self._seq_tensors = [torch.tensor(s, dtype=torch.long, device=tokens.device) for s in self.sequences]
         done = torch.isin(last, self._eos_tensor)
-        for seq in self.sequences:
+        for seq in self._seq_tensors:
             if len(seq) <= n_generated:
-                done |= (tokens[:, -len(seq):] == torch.tensor(seq, device=tokens.device)).all(dim=1)
+                done |= (tokens[:, -len(seq):] == seq).all(dim=1)
         return done
 
 

@@ -142,7 +142,8 @@ class _Stops:
         last = tokens[:, -1]
         if self._eos_tensor is None:  # built once, on the tokens' device
             self._eos_tensor = torch.tensor(self.eos, dtype=torch.long, device=tokens.device)
-            self._seq_tensors = [torch.tensor(s, dtype=torch.long, device=tokens.device) for s in self.sequences]
+            self._seq_tensors = [torch.tensor(s, dtype=torch.long, device=tokens.device)
+                                 for s in self.sequences]
         done = torch.isin(last, self._eos_tensor)
         for seq in self._seq_tensors:
             if len(seq) <= n_generated:

@@ -257,3 +257,31 @@ def test_cli_rejects_a_bad_grid_before_training(tmp_path, capsys):
     assert err.startswith("error: arm 'gpt2-tiny-electra': objective 'electra' cannot train preset gpt2-tiny")
     assert len(err.splitlines()) == 1
     assert not (tmp_path / "out").exists()
+
+
+def test_an_arm_can_have_its_own_budget(grid_dict):
+    grid_dict["arms"].append(
+        {"name": "bert-half", "preset": "bert-tiny", "objective": "mlm", "budget": {"tokens": 20_480}}
+    )
+    grid = load_grid(grid_dict)
+    steps = {(r.arm.name, r.seed): r.steps for r in grid.pretrain_runs}
+    assert steps[("bert", 0)] == 160 and steps[("bert-half", 0)] == 80
+    half = next(r for r in grid.pretrain_runs if r.arm.name == "bert-half")
+    full = next(r for r in grid.pretrain_runs if r.arm.name == "bert")
+    assert half.key != full.key and half.tokens == full.tokens // 2
+    assert "bert-half: {tokens = 20,480}" in grid.budget_text()
+    grid_dict["arms"][-1]["budget"] = {"tokens": 100}
+    assert "arms.bert-half.budget.tokens" in one_line_error(grid_dict)
+    grid_dict["arms"][-1]["budget"] = {"steps": 100}
+    assert "bert-half" in one_line_error(grid_dict)
+    grid_dict["arms"][-1] = {"name": "s", "preset": "bert-tiny", "objective": "none"}
+    grid_dict["arms"][-1]["budget"] = {"tokens": 1e5}
+    assert "takes no budget" in one_line_error(grid_dict)
+
+
+def test_t5_prefix_lm_budget_counts_half_the_row_each_side():
+    cfg = get_preset("t5-tiny", vocab_size=300)
+    both = flops_per_step(cfg, "t5", {"variant": "prefix_lm"}, 64, 2)
+    from lmlab.models.flops import training_flops
+
+    assert both == training_flops(cfg, 33, 2, decoder_len=33)

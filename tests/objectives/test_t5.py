@@ -10,7 +10,7 @@ import torch
 from lmlab.errors import LmlabError
 from lmlab.models import build_model, get_preset
 from lmlab.objectives import TokenBatch, get_objective
-from lmlab.objectives.t5 import SpanCorruption, corrupt_spans, drop_spans, random_spans
+from lmlab.objectives.t5 import SpanCorruption, corrupt_spans, drop_spans, random_spans, split_point
 
 
 @pytest.fixture()
@@ -122,6 +122,24 @@ def test_variants(t5tok, book_paragraphs, packer):
     assert int((bert["input_ids"] == t5tok.mask_id).sum()) > 0
     with pytest.raises(LmlabError, match="variant"):
         SpanCorruption(t5tok, variant="shuffle")
+
+
+def test_prefix_lm_variant_cuts_each_row_once(t5tok, book_paragraphs, packer):
+    batch = packer(t5tok, book_paragraphs, rows=16, seq_len=64)
+    out = SpanCorruption(t5tok, variant="prefix_lm").prepare(batch, torch.Generator().manual_seed(0))
+    n_src = out["attention_mask"].sum(1)
+    n_tgt = (out["labels"] != -100).sum(1)
+    assert torch.equal(n_src + n_tgt, torch.full((16,), 64 + 2))  # every token once, + 2 eos
+    assert int(n_src.min()) >= 2 and int(n_tgt.min()) >= 2  # both parts non-empty
+    assert len(set(n_src.tolist())) > 4  # the cut point varies from row to row
+    for i in range(16):
+        k = int(n_src[i]) - 1
+        assert torch.equal(out["input_ids"][i, :k], batch.input_ids[i, :k])  # prefix kept in order
+        assert torch.equal(out["labels"][i, :64 - k], batch.input_ids[i, k:])  # the rest is the target
+        assert int(out["labels"][i, 64 - k]) == t5tok.eos_id
+    assert [split_point(n, torch.Generator().manual_seed(1)) for n in (0, 1, 2)] == [1, 1, 1]
+    cuts = [split_point(10, g) for g in [torch.Generator().manual_seed(0)] for _ in range(400)]
+    assert set(cuts) == set(range(1, 10))
 
 
 def test_trains_and_lowers_validation_loss(t5tok, book_paragraphs, wiki_paragraphs, packer, trainer):

@@ -75,7 +75,7 @@ GRID_KEYS = (
     "tasks",
 )
 PRETRAIN_KEYS = ("data", "train", "model")
-ARM_KEYS = ("name", "preset", "objective", "params", "model", "train")
+ARM_KEYS = ("name", "preset", "objective", "params", "model", "train", "budget")
 TASK_KEYS = ("name", "task", "train", "dev", "max_train_examples", "max_eval_examples", "finetune")
 #: train.* keys that change neither the arithmetic nor the result of a run (left out of its key)
 MACHINE_TRAIN_KEYS = (
@@ -115,6 +115,7 @@ class Arm:
     model: dict[str, Any] = field(default_factory=dict)
     train: dict[str, Any] = field(default_factory=dict)
     architecture: str = ""
+    budget: Budget | None = None  # this arm's own budget (None: the grid's)
 
     @property
     def pretrained(self) -> bool:
@@ -190,6 +191,11 @@ class Grid:
 
     def finetunes_of(self, run: PretrainRun) -> list[FinetuneRun]:
         return [f for f in self.finetune_runs if f.pretrain is run]
+
+    def budget_text(self) -> str:
+        """``{tokens = N} per pretraining run``, plus the arms that have their own budget."""
+        own = [f"{a.name}: {a.budget}" for a in self.arms if a.budget is not None]
+        return f"{self.budget} per pretraining run" + (f" ({'; '.join(own)})" if own else "")
 
 
 # --------------------------------------------------------------------------- helpers
@@ -280,6 +286,8 @@ def flops_per_step(model_config, objective: str, params: dict[str, Any], seq_len
             target = noise + spans + 1  # sentinels + dropped tokens + </s>
             if params.get("variant", "spans") == "bert":
                 source, target = seq_len + 1, seq_len + 1
+            if params.get("variant", "spans") == "prefix_lm":  # cut uniformly: half each on average
+                source, target = seq_len // 2 + 1, seq_len - seq_len // 2 + 1
             return float(training_flops(cfg, source, rows, decoder_len=target))
         return float(training_flops(cfg, seq_len, rows, decoder_len=seq_len))
     raise LmlabError(
@@ -428,22 +436,24 @@ def load_grid(source: str | os.PathLike | dict[str, Any], overrides: list[str] |
                 parameters = _count_parameters(model_config, arm)
                 resolved = cfg.to_dict()
                 if arm.pretrained:
+                    run_budget = arm.budget or budget
                     t = cfg.train
                     rows = t.batch_size * t.grad_accum
                     tokens_per_step = rows * t.seq_len
                     step_flops = (
                         flops_per_step(model_config, arm.objective, arm.params, t.seq_len, rows)
-                        if budget.kind == "flops"
+                        if run_budget.kind == "flops"
                         else _try_flops(model_config, arm, t.seq_len, rows)
                     )
-                    steps = steps_for_budget(budget, tokens_per_step, step_flops)
+                    steps = steps_for_budget(run_budget, tokens_per_step, step_flops)
                     if steps < MIN_STEPS:
-                        need = MIN_STEPS * (tokens_per_step if budget.kind == "tokens" else step_flops)
+                        need = MIN_STEPS * (tokens_per_step if run_budget.kind == "tokens" else step_flops)
+                        where = f"arms.{arm.name}.budget" if arm.budget else "budget"
                         raise LmlabError(
-                            f"budget {budget} buys only {steps} step(s) of {rows} x {t.seq_len} tokens for "
-                            f"arm {arm.name!r} ({step_flops:.3g} FLOPs per step); "
+                            f"budget {run_budget} buys only {steps} step(s) of {rows} x {t.seq_len} "
+                            f"tokens for arm {arm.name!r} ({step_flops:.3g} FLOPs per step); "
                             f"at least {MIN_STEPS} are needed",
-                            f"raise budget.{budget.kind} to at least {need:.3g}",
+                            f"raise {where}.{run_budget.kind} to at least {need:.3g}",
                         )
                     resolved["train"] = _run_train_defaults(resolved["train"], train, steps)
                     tokens = steps * tokens_per_step
@@ -553,6 +563,15 @@ def _parse_arms(value) -> list[Arm]:
             raise LmlabError(f"arm {name!r}: objective 'none' takes no params", "remove its params table")
         if any(a.name == name for a in arms):
             raise LmlabError(f"two arms are named {name!r}", "give each [[arms]] entry its own name")
+        arm_budget = None
+        if "budget" in entry:
+            if objective == NONE:
+                raise LmlabError(f"arm {name!r}: objective 'none' is not pretrained and takes no budget",
+                                 "remove its budget")
+            try:
+                arm_budget = _parse_budget(entry["budget"])
+            except LmlabError as e:
+                raise LmlabError(f"arm {name!r}: {e}") from None
         arms.append(
             Arm(
                 name,
@@ -562,6 +581,7 @@ def _parse_arms(value) -> list[Arm]:
                 _table(entry.get("model"), f"arms[{i}].model"),
                 _table(entry.get("train"), f"arms[{i}].train"),
                 arch,
+                arm_budget,
             )
         )
     return arms

@@ -425,7 +425,9 @@ def write_report(records: list[dict[str, Any]], grid, out: str | Path) -> dict[s
     md = [f"# {name}", ""]
     if budget is not None:
         md.append(
-            f"Budget {budget} per pretraining run; seeds {seeds}"
+            "Budget "
+            + (grid.budget_text() if hasattr(grid, "budget_text") else f"{budget} per pretraining run")
+            + f"; seeds {seeds}"
             + (
                 "; one pretraining run per arm, fine-tuned with every seed"
                 if getattr(grid, "share_pretraining", False)

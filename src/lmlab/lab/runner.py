@@ -231,7 +231,7 @@ def run_grid(
     n_done = sum(done.values())
     say(
         f"grid {grid.name}: {len(grid.pretrain_runs)} pretraining run(s) x {len(grid.tasks)} task(s) = "
-        f"{len(runs)} runs, budget {grid.budget} per pretraining run; {n_done} cached, "
+        f"{len(runs)} runs, budget {grid.budget_text()}; {n_done} cached, "
         f"{len(runs) - n_done} to train -> {out}"
     )
     if dry_run:
@@ -338,6 +338,7 @@ def plan_json(grid: Grid) -> dict[str, Any]:
                 "seed": r.seed,
                 "objective": r.arm.objective,
                 "preset": r.arm.preset,
+                "budget": {(r.arm.budget or grid.budget).kind: (r.arm.budget or grid.budget).amount},
                 "steps": r.steps,
                 "tokens": r.tokens,
                 "flops_per_step": r.flops_per_step,

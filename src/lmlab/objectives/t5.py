@@ -25,6 +25,11 @@ Variants (``variant``):
   (``Thank you me to your party week .`` -> ``for inviting last``).
 * ``"bert"`` - BERT-style for encoder-decoders: the input is the text with 15% of the tokens
   masked 80/10/10 and the target is the whole original text.
+* ``"prefix_lm"`` - plain language modelling for encoder-decoders (the T5 paper's "prefix language
+  modeling", Table 4): each row is cut at a point drawn uniformly from ``1 .. L-1``; the encoder
+  reads the part before it and the decoder predicts the rest, token by token
+  (``Thank you for inviting`` -> ``me to your party last week .``). ``noise_density`` and
+  ``mean_span_length`` are not used.
 
 Packed rows: each row is one example (T5's own preprocessing concatenates documents the same
 way); noise spans are drawn inside each document, never across a boundary, and special tokens
@@ -54,7 +59,7 @@ from lmlab.objectives.mlm import check_probability
 from lmlab.tokenizers.base import sentinel_tokens
 
 T = TypeVar("T")
-VARIANTS = ("spans", "drop", "bert")
+VARIANTS = ("spans", "drop", "bert", "prefix_lm")
 
 
 def corrupt_spans(tokens: Sequence[T], spans: Sequence[tuple[int, int]],
@@ -114,6 +119,14 @@ def random_spans(length: int, noise_density: float, mean_span_length: float,
         spans.append((pos, pos + noise))
         pos += noise
     return spans
+
+
+def split_point(length: int, generator: torch.Generator) -> int:
+    """Where prefix LM cuts a row of ``length`` tokens: uniform over ``1 .. length - 1`` (both parts
+    non-empty; 1 for a row shorter than 2)."""
+    if length < 2:
+        return 1
+    return 1 + int(torch.randint(length - 1, (1,), generator=generator, device=generator.device))
 
 
 def _random_segmentation(num_items: int, num_segments: int, generator: torch.Generator) -> list[int]:
@@ -190,6 +203,12 @@ class SpanCorruption(Objective):
             corrupted = replace_80_10_10(ids, selected, self.mask_id, self.pool, generator)
             sources = [r + eos for r in corrupted.tolist()]
             targets = [r + eos for r in ids.tolist()]
+        elif self.variant == "prefix_lm":
+            sources, targets = [], []
+            for row in ids.tolist():
+                cut = split_point(len(row), generator)
+                sources.append(row[:cut] + eos)
+                targets.append(row[cut:] + eos)
         else:
             sources, targets = [], []
             for row, spans in zip(ids.tolist(), self.document_spans(ids, batch.doc_ids, generator)):
@@ -227,4 +246,4 @@ def _split_at(start: int, end: int, special: list[bool]) -> list[tuple[int, int]
     return parts
 
 
-__all__ = ["SpanCorruption", "corrupt_spans", "drop_spans", "random_spans"]
+__all__ = ["SpanCorruption", "corrupt_spans", "drop_spans", "random_spans", "split_point"]

@@ -106,6 +106,31 @@ def test_roberta_positions_start_after_padding_id():
     assert m.embeddings.position_ids(x).tolist() == [[2, 3, 4, 1, 1]]
 
 
+def test_rotary_encoder_attends_by_relative_offset(tmp_path):
+    torch.manual_seed(0)
+    opts = {"vocab_size": 300, "dropout": 0.0, "init_std": 0.2}
+    model = build_model(get_preset("bert-tiny", positions="rotary", **opts)).eval()
+    assert model.embeddings.position is None and model.rotary is not None
+    ids = torch.randint(5, 300, (2, 12))
+    out = model(input_ids=ids).logits
+    # only offsets matter: shifting every position by 7 changes nothing ...
+    shifted = model(input_ids=ids, position_ids=torch.arange(12)[None] + 7).logits
+    assert torch.allclose(out, shifted, atol=1e-5)
+    # ... but order does (unlike positions="none", a bag of tokens)
+    flipped = model(input_ids=ids.flip(1)).logits
+    assert not torch.allclose(out[:, :1], flipped[:, -1:], atol=1e-2)
+    bag = build_model(get_preset("bert-tiny", positions="none", **opts)).eval()
+    bag_flipped = bag(input_ids=ids.flip(1)).logits
+    assert torch.allclose(bag(input_ids=ids).logits[:, :1], bag_flipped[:, -1:], atol=1e-5)
+    # it saves and reloads like any encoder
+    model.save(tmp_path / "rope")
+    from lmlab.models import load_model
+
+    assert torch.equal(load_model(tmp_path / "rope")(input_ids=ids).logits, out)
+    with pytest.raises(LmlabError, match="positions"):
+        get_preset("bert-tiny", positions="relative").validate()
+
+
 def test_albert_shares_layers_and_factorizes_embeddings():
     one = tiny("albert-tiny", n_layers=1)
     four = tiny("albert-tiny", n_layers=4)

@@ -169,9 +169,9 @@ class EncoderConfig(TransformerConfig):
         if self.layer_groups < 0 or (self.layer_groups and self.n_layers % self.layer_groups):
             raise LmlabError(f"layer_groups {self.layer_groups} must divide n_layers {self.n_layers}",
                              "use 1 (ALBERT: one shared layer) or 0 (no sharing)")
-        if self.positions not in ("learned", "sinusoidal", "none"):
-            raise LmlabError(f"encoders support learned, sinusoidal or no positions, not {self.positions!r}",
-                             "set positions='learned'")
+        if self.positions not in ("learned", "sinusoidal", "rotary", "none"):
+            raise LmlabError(f"encoders support learned, sinusoidal, rotary or no positions, not "
+                             f"{self.positions!r}", "set positions='learned'")
         if self.positions_from_padding and self.pad_token_id is None:
             raise LmlabError("positions_from_padding needs pad_token_id", "set pad_token_id (RoBERTa: 1)")
         if self.head_activation is not None:

@@ -22,6 +22,7 @@ from torch import Tensor, nn
 from lmlab.errors import LmlabError
 from lmlab.models.blocks import (
     LayerNorm,
+    RotaryEmbedding,
     SinusoidalPositions,
     TransformerBlock,
     attention_bias,
@@ -129,6 +130,9 @@ class EncoderModel(LmlabModel):
         self.embeddings = EncoderEmbeddings(cfg)
         n_blocks = cfg.layer_groups or cfg.n_layers
         self.layers = nn.ModuleList(TransformerBlock(cfg) for _ in range(n_blocks))
+        # rotary positions (RoFormer, Su et al. 2021): no position embedding; queries and keys are
+        # rotated by their position, so attention scores depend on relative offsets only
+        self.rotary = RotaryEmbedding(cfg.dim_head, cfg.rope_theta) if cfg.positions == "rotary" else None
         pooler = cfg.pooler
         if pooler is None:
             pooler = "nsp" in self.head_names or (
@@ -201,8 +205,13 @@ class EncoderModel(LmlabModel):
             attention_mask, t, t, causal=False, mask=attention_pattern, dtype=x.dtype, device=x.device
         )
         hidden = [x] if output_hidden_states else None
+        rope = None
+        if self.rotary is not None:
+            rope = self.rotary(
+                self.embeddings.position_ids(input_ids) if position_ids is None else position_ids
+            )
         for i in range(self.config.n_layers):
-            x, _ = self.layer(i)(x, mask=mask)
+            x, _ = self.layer(i)(x, mask=mask, rope=rope)
             if hidden is not None:
                 hidden.append(x)
         return x, (tuple(hidden) if hidden is not None else None)

@@ -89,6 +89,26 @@ def test_sampling_is_reproducible(setup):
     assert torch.equal(a, b) and not torch.equal(a, c)
 
 
+def test_rotary_discriminator_gives_the_generator_positions(tok, book_paragraphs, packer):
+    torch.manual_seed(0)
+    cfg = get_preset("electra-tiny", vocab_size=tok.vocab_size, positions="rotary", init_std=0.2)
+    model = build_model(cfg)
+    obj = Electra(tok)
+    obj.setup(model)
+    obj.generator.eval()
+    assert obj.generator.rotary is not None
+    batch = packer(tok, book_paragraphs, rows=2, seq_len=32, start=50)
+    selected = obj.prepare(batch, torch.Generator().manual_seed(0))["labels"] != -100
+    embedded = torch.randn(2, 32, model.embeddings.word.weight.shape[1])
+    word = model.embeddings.word.weight
+    with torch.no_grad():
+        base = obj.generator(embedded, word, selected, None)
+        shifted = obj.generator(embedded, word, selected, None, torch.arange(32)[None] + 5)
+        moved = obj.generator(embedded, word, selected, None, torch.arange(32).flip(0)[None])
+    assert torch.allclose(base, shifted, atol=1e-4)  # relative offsets only
+    assert not torch.allclose(base, moved, atol=1e-3)  # but it sees where its neighbours are
+
+
 def test_needs_setup_and_a_discriminator(tok, book_paragraphs, packer):
     obj = Electra(tok)
     batch = packer(tok, book_paragraphs, rows=2, seq_len=32)

@@ -35,7 +35,14 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from lmlab.errors import LmlabError
-from lmlab.models.blocks import LayerNorm, TransformerBlock, attention_bias, get_activation, init_weights
+from lmlab.models.blocks import (
+    LayerNorm,
+    RotaryEmbedding,
+    TransformerBlock,
+    attention_bias,
+    get_activation,
+    init_weights,
+)
 from lmlab.objectives.base import TokenBatch
 from lmlab.objectives.masking import IGNORE, document_mask, randint, special_mask
 from lmlab.objectives.mlm import MaskedLM, masked_accuracy
@@ -62,17 +69,23 @@ class ElectraGenerator(nn.Module):
         self.act = get_activation(cfg.head_activation or cfg.activation)[0]
         self.norm = LayerNorm(embed_dim, cfg.norm_eps)
         self.bias = nn.Parameter(torch.zeros(vocab_size))
+        # a rotary discriminator has no position embedding to share: the generator rotates too
+        self.rotary = RotaryEmbedding(cfg.dim_head, cfg.rope_theta) if cfg.positions == "rotary" else None
         self.apply(lambda m: init_weights(m, cfg.init_std))
 
     def forward(self, embedded: Tensor, word_weight: Tensor, selected: Tensor,
-                pattern: Tensor | None) -> Tensor:
+                pattern: Tensor | None, position_ids: Tensor | None = None) -> Tensor:
         """Logits ``[N, V]`` at the ``selected`` positions only (the speed path of the MLM head)."""
         x = self.project(embedded) if self.project is not None else embedded
         t = x.shape[1]
         mask, _ = attention_bias(None, t, t, mask=None if pattern is None else pattern[:, None],
                                  dtype=x.dtype, device=x.device)
+        rope = None
+        if self.rotary is not None:
+            positions = torch.arange(t, device=x.device)[None] if position_ids is None else position_ids
+            rope = self.rotary(positions)
         for layer in self.layers:
-            x, _ = layer(x, mask=mask)
+            x, _ = layer(x, mask=mask, rope=rope)
         h = self.norm(self.act(self.dense(x[selected])))
         return F.linear(h, word_weight, self.bias)
 
@@ -155,7 +168,8 @@ class Electra(MaskedLM):
         selected = labels != IGNORE
         pattern = inputs.get("attention_pattern")
         embedded = shared_embeddings(model, masked, inputs.get("position_ids"))
-        logits = self.generator(embedded, model.embeddings.word.weight, selected, pattern)
+        logits = self.generator(embedded, model.embeddings.word.weight, selected, pattern,
+                                inputs.get("position_ids"))
         gen_loss = F.cross_entropy(logits, labels[selected]) if logits.shape[0] else logits.sum()
         with torch.no_grad():  # sampling: no gradient from the discriminator to the generator
             g = torch.Generator(device=logits.device).manual_seed(int(inputs["sample_seed"].item()))

@@ -285,3 +285,19 @@ def test_t5_prefix_lm_budget_counts_half_the_row_each_side():
     from lmlab.models.flops import training_flops
 
     assert both == training_flops(cfg, 33, 2, decoder_len=33)
+
+
+def test_contrasts_name_arms_of_the_grid(grid_dict):
+    grid_dict["contrasts"] = [{"name": "pretraining helps", "better": "bert", "than": "scratch"}]
+    grid = load_grid(grid_dict)
+    assert [(c.name, c.better, c.than, c.kind) for c in grid.contrasts] == [
+        ("pretraining helps", "bert", "scratch", "better")
+    ]
+    grid_dict["contrasts"] = [{"better": "bertt", "than": "scratch"}]
+    assert "did you mean bert?" in one_line_error(grid_dict)
+    grid_dict["contrasts"] = [{"better": "bert", "than": "bert"}]
+    assert "itself" in one_line_error(grid_dict)
+    grid_dict["contrasts"] = [{"better": "bert", "than": "gpt", "kind": "worse"}]
+    assert "at-least" in one_line_error(grid_dict)
+    grid_dict["contrasts"] = [{"better": "bert", "than": "gpt", "by": 2}]
+    assert "unknown key 'by'" in one_line_error(grid_dict)

@@ -121,3 +121,40 @@ def test_no_plots_without_results(tmp_path):
     paths = write_report(recs, SimpleNamespace(name="x"), tmp_path)
     assert "loss_plot" not in paths and "downstream_plot" not in paths
     assert "| bert-mlm | mlm |" in paths["markdown"].read_text(encoding="utf-8")
+
+
+def test_contrasts_pair_seeds_and_say_how_consistent_the_answer_is(tmp_path):
+    from lmlab.lab.grid import Contrast
+    from lmlab.lab.report import contrast_rows
+
+    recs = records()
+    rows = contrast_rows(recs, [Contrast("pretraining helps", "bert-mlm", "scratch")])
+    by_metric = {r["metric"]: r for r in rows}
+    sst2 = by_metric["sst2 accuracy"]
+    # per-seed differences 0.20, 0.20, 0.20: every seed agrees
+    assert sst2["seeds"] == 3 and sst2["agree"] == 3 and sst2["verdict"] == "yes (every seed)"
+    assert sst2["difference"][0] == pytest.approx(0.20)
+    assert sst2["difference"][1] == pytest.approx(0.0, abs=1e-12)
+    rte = by_metric["rte accuracy"]
+    assert rte["seeds"] == 2  # scratch has no rte result for seed 2: only paired seeds count
+    assert rte["difference"][0] == pytest.approx(0.075)
+    assert math.isnan(sst2["flops_ratio"])  # scratch has no pretraining FLOPs
+    # the opposite claim, and a mixed one
+    against = contrast_rows(recs, [Contrast("x", "scratch", "bert-mlm")])
+    assert {r["verdict"] for r in against} == {"no (every seed)"}
+    mixed = [dict(r) for r in recs]
+    mixed[3] = {**mixed[3], "tasks": {"sst2": {"accuracy": 0.95}}}  # scratch seed 0 now beats MLM
+    mixed_rows = contrast_rows(mixed, [Contrast("x", "bert-mlm", "scratch")])
+    row = next(r for r in mixed_rows if r["metric"] == "sst2 accuracy")
+    assert row["verdict"] == "yes on average (2/3 seeds)"
+    # "at-least": a tie agrees
+    tie = [dict(r) for r in recs]
+    for i in range(3):
+        tie[3 + i] = {**tie[3 + i], "tasks": {"sst2": {"accuracy": tie[i]["tasks"]["sst2"]["accuracy"]}}}
+    row = contrast_rows(tie, [Contrast("x", "bert-mlm", "scratch", "at-least")])[0]
+    assert row["verdict"] == "yes (every seed)" and row["difference"][0] == 0
+    grid = SimpleNamespace(name="g", budget="{tokens = 1}", seeds=[0, 1, 2],
+                           contrasts=[Contrast("pretraining helps", "bert-mlm", "scratch")])
+    text = write_report(recs, grid, tmp_path)["markdown"].read_text(encoding="utf-8")
+    assert "## Claims" in text
+    assert "| pretraining helps (A > B) | bert-mlm | scratch | sst2 accuracy |" in text

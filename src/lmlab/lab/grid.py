@@ -46,6 +46,7 @@ __all__ = [
     "NONE",
     "Arm",
     "Budget",
+    "Contrast",
     "FinetuneRun",
     "Grid",
     "PretrainRun",
@@ -73,9 +74,13 @@ GRID_KEYS = (
     "arms",
     "finetune",
     "tasks",
+    "contrasts",
 )
 PRETRAIN_KEYS = ("data", "train", "model")
 ARM_KEYS = ("name", "preset", "objective", "params", "model", "train", "budget")
+CONTRAST_KEYS = ("name", "better", "than", "kind")
+#: a contrast's claim: "better" (strictly higher downstream score) or "at-least" (not lower)
+CONTRAST_KINDS = ("better", "at-least")
 TASK_KEYS = ("name", "task", "train", "dev", "max_train_examples", "max_eval_examples", "finetune")
 #: train.* keys that change neither the arithmetic nor the result of a run (left out of its key)
 MACHINE_TRAIN_KEYS = (
@@ -175,6 +180,17 @@ class FinetuneRun:
         return f"{self.task.name}-{self.pretrain.arm.name}-{self.pretrain.size}-s{self.seed}-{self.key}"
 
 
+@dataclass(frozen=True)
+class Contrast:
+    """A claim the grid tests: arm ``better`` scores higher downstream than arm ``than`` (``kind =
+    "at-least"``: not lower), compared seed by seed (see :func:`lmlab.lab.report.contrast_rows`)."""
+
+    name: str
+    better: str
+    than: str
+    kind: str = "better"
+
+
 @dataclass
 class Grid:
     name: str
@@ -188,6 +204,7 @@ class Grid:
     finetune_runs: list[FinetuneRun]
     cache_dir: str  # data.cache_dir given in the grid ("" = decided by the runner)
     source: str = ""
+    contrasts: list[Contrast] = field(default_factory=list)
 
     def finetunes_of(self, run: PretrainRun) -> list[FinetuneRun]:
         return [f for f in self.finetune_runs if f.pretrain is run]
@@ -501,7 +518,40 @@ def load_grid(source: str | os.PathLike | dict[str, Any], overrides: list[str] |
         finetune_runs,
         str(data.get("cache_dir", "")),
         where,
+        _parse_contrasts(raw.get("contrasts"), arms),
     )
+
+
+def _parse_contrasts(value, arms: list[Arm]) -> list[Contrast]:
+    """``[[contrasts]]`` tables: ``better`` and ``than`` must name two different arms."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise LmlabError(
+            "contrasts must be a list of [[contrasts]] tables",
+            'write [[contrasts]] with better = "arm-a" and than = "arm-b"',
+        )
+    names = [a.name for a in arms]
+    out: list[Contrast] = []
+    for i, entry in enumerate(value):
+        entry = _table(entry, f"contrasts[{i}]")
+        _check_keys(entry, CONTRAST_KEYS, f"contrasts[{i}]")
+        for side in ("better", "than"):
+            if entry.get(side) not in names:
+                raise LmlabError(
+                    f"contrasts[{i}]: {side} = {entry.get(side)!r} is not an arm of the grid",
+                    _suggest(str(entry.get(side)), names),
+                )
+        if entry["better"] == entry["than"]:
+            raise LmlabError(f"contrasts[{i}] compares arm {entry['better']!r} with itself", "name two arms")
+        kind = entry.get("kind", "better")
+        if kind not in CONTRAST_KINDS:
+            raise LmlabError(
+                f"contrasts[{i}]: unknown kind {kind!r}", f"choose one of: {', '.join(CONTRAST_KINDS)}"
+            )
+        name = str(entry.get("name") or f"{entry['better']} vs {entry['than']}")
+        out.append(Contrast(name, entry["better"], entry["than"], kind))
+    return out
 
 
 def _apply_override(raw: dict[str, Any], item: str) -> None:

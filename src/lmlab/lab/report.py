@@ -30,6 +30,8 @@ from lmlab.fileio import atomic_write_bytes, atomic_write_text, read_json, write
 __all__ = [
     "aggregate",
     "collect_records",
+    "contrast_markdown",
+    "contrast_rows",
     "csv_text",
     "markdown_table",
     "mean_std",
@@ -93,6 +95,93 @@ def aggregate(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def _whole(x: float) -> float | int:
     return int(x) if float(x).is_integer() else x
+
+
+# --------------------------------------------------------------------------- contrasts
+
+
+def contrast_rows(records: list[dict[str, Any]], contrasts) -> list[dict[str, Any]]:
+    """Each contrast (``better``, ``than``, ``kind``) on every task metric, seed by seed.
+
+    For every size and task metric that both arms have: the two means ± spreads, the paired
+    difference ``better - than`` over the seeds both arms finished (mean ± sample std), how many
+    of those seeds agree with the claim (``better``: a higher score; ``at-least``: not lower), the
+    FLOPs ratio of their pretraining, and a verdict that says how consistent the answer is:
+    ``yes (every seed)``, ``yes on average (k/n seeds)``, ``no on average (k/n seeds)`` or
+    ``no (every seed)``. Lower-is-better metrics do not occur among lmlab's task metrics.
+    """
+    by_key: dict[tuple[str, str], dict[int, dict[str, Any]]] = {}
+    for r in records:
+        by_key.setdefault((r["arm"], r["size"]), {})[r["seed"]] = r
+    sizes = list(dict.fromkeys(r["size"] for r in records))
+    cols = metric_columns(records)
+    rows = []
+    for c in contrasts:
+        for size in sizes:
+            a, b = by_key.get((c.better, size), {}), by_key.get((c.than, size), {})
+            seeds = sorted(set(a) & set(b))
+            for task, metric in cols:
+
+                def score(run, task=task, metric=metric):
+                    value = (run.get("tasks") or {}).get(task, {}).get(metric)
+                    return None if value is None or not math.isfinite(float(value)) else float(value)
+
+                pairs = [(score(a[s]), score(b[s])) for s in seeds]
+                pairs = [(x, y) for x, y in pairs if x is not None and y is not None]
+                if not pairs:
+                    continue
+                diffs = [x - y for x, y in pairs]
+                agree = sum(d >= 0 if c.kind == "at-least" else d > 0 for d in diffs)
+                mean_diff = statistics.fmean(diffs)
+                holds = mean_diff >= 0 if c.kind == "at-least" else mean_diff > 0
+                n = len(diffs)
+                if holds:
+                    verdict = "yes (every seed)" if agree == n else f"yes on average ({agree}/{n} seeds)"
+                else:
+                    verdict = "no (every seed)" if agree == 0 else f"no on average ({agree}/{n} seeds)"
+                flops_a = statistics.fmean(float(a[s].get("flops") or 0.0) for s in seeds)
+                flops_b = statistics.fmean(float(b[s].get("flops") or 0.0) for s in seeds)
+                rows.append(
+                    {
+                        "contrast": c.name,
+                        "better": c.better,
+                        "than": c.than,
+                        "kind": c.kind,
+                        "size": size,
+                        "metric": f"{task} {metric}",
+                        "better_score": mean_std([x for x, _ in pairs]),
+                        "than_score": mean_std([y for _, y in pairs]),
+                        "difference": mean_std(diffs),
+                        "agree": agree,
+                        "seeds": n,
+                        "flops_ratio": flops_a / flops_b if flops_b else math.nan,
+                        "verdict": verdict,
+                    }
+                )
+    return rows
+
+
+def contrast_markdown(rows: list[dict[str, Any]]) -> str:
+    """The contrasts as a Markdown table (one row per contrast, size and task metric)."""
+    sizes = {r["size"] for r in rows}
+    head = ["claim", "A", "B", "metric", "A", "B", "A - B (paired)", "FLOPs A/B", "answer"]
+    lines = ["| " + " | ".join(head) + " |", "|---|---|---|---|---:|---:|---:|---:|---|"]
+    for r in rows:
+        rel = ">=" if r["kind"] == "at-least" else ">"
+        ratio = r["flops_ratio"]
+        cells = [
+            f"{r['contrast']} (A {rel} B)",
+            r["better"] + (f"/{r['size']}" if len(sizes) > 1 else ""),
+            r["than"] + (f"/{r['size']}" if len(sizes) > 1 else ""),
+            r["metric"],
+            _pm(r["better_score"]),
+            _pm(r["than_score"]),
+            _pm(r["difference"]),
+            f"{ratio:.2f}" if math.isfinite(ratio) else "–",
+            r["verdict"],
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
 
 
 # --------------------------------------------------------------------------- formatting
@@ -437,6 +526,17 @@ def write_report(records: list[dict[str, Any]], grid, out: str | Path) -> dict[s
         )
         md.append("")
     md.append(markdown_table(rows) if rows else "(no finished runs yet)\n")
+    contrasts = contrast_rows(records, getattr(grid, "contrasts", []) or [])
+    if contrasts:
+        md += [
+            "## Claims",
+            "",
+            "Each claim compares arm A with arm B seed by seed (the same seed pretrains and fine-tunes "
+            "both); A - B is the mean ± sample std of the per-seed differences. FLOPs A/B: their "
+            "pretraining compute.",
+            "",
+            contrast_markdown(contrasts),
+        ]
     paths["markdown"] = out / "results.md"
     atomic_write_text(paths["markdown"], "\n".join(md))
     paths["csv"] = out / "results.csv"
@@ -444,7 +544,8 @@ def write_report(records: list[dict[str, Any]], grid, out: str | Path) -> dict[s
     paths["runs_csv"] = out / "runs.csv"
     atomic_write_text(paths["runs_csv"], runs_csv_text(records))
     paths["json"] = out / "results.json"
-    write_json(paths["json"], _finite({"name": name, "rows": rows, "records": records}))
+    summary = {"name": name, "rows": rows, "records": records, "contrasts": contrasts}
+    write_json(paths["json"], _finite(summary))
     if plot_loss_vs_compute(records, out / "loss_vs_compute.png", name):
         paths["loss_plot"] = out / "loss_vs_compute.png"
     if plot_downstream(rows, records, out / "downstream.png", name):

@@ -8,7 +8,10 @@ and saves it; lmlab loads that very directory (``load_model``), so both hold ide
 (checked: equal loss on the batch in eval mode).
 
 Rows, each ``zero_grad -> forward -> backward -> AdamW.step`` on the same batch, interleaved in one
-process (lmlab, HF, HF, lmlab, ...; load drift hits both):
+process (lmlab, HF, HF, lmlab, ...; load drift hits both). lmlab's rows call the model with the
+arguments ``lmlab finetune --task sst2`` gives it (``make_task("sst2").model_inputs``), which
+include ``first_token_only=True``: the last layer is computed at [CLS] only, the one position the
+classifier reads (same logits, loss and gradients; transformers computes it everywhere).
 
 * full fine-tuning (every weight), lmlab and transformers;
 * LoRA r=8, alpha=16 on the query and value projections + the task head (classifier and pooler),
@@ -165,6 +168,13 @@ def _lmlab(model, method: str, options: dict):
     return m
 
 
+def lmlab_inputs(model, batch: dict[str, torch.Tensor]) -> dict[str, Any]:
+    """The forward arguments ``lmlab finetune`` passes for SST-2 (the task's ``model_inputs``)."""
+    from lmlab.tasks import make_task
+
+    return make_task("sst2").model_inputs(model, batch)
+
+
 def peak_step_memory(r: Runner) -> float:
     """MB: parameters + AdamW state + the step's allocator high-water mark *above its start*.
 
@@ -205,7 +215,7 @@ def run(args) -> dict[str, Any]:
         if isinstance(model, str):
             results.append({"method": method, "impl": impl, "error": model})
             continue
-        r = Runner(f"{method}|{impl}", model, batch)
+        r = Runner(f"{method}|{impl}", model, lmlab_inputs(model, batch) if impl == "lmlab" else batch)
         r.optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-4)
         entry = {
             "method": method,
@@ -215,7 +225,7 @@ def run(args) -> dict[str, Any]:
             "runner": r,
         }
         try:
-            entry["loss0"] = eval_loss(model, batch)
+            entry["loss0"] = eval_loss(model, r.batch)
             for _ in range(args.warmup):
                 r.step()
         except Exception as err:
@@ -320,7 +330,9 @@ own full FT** = peak of the method over the same library's full fine-tuning peak
 same function: LoRA and adapters start as the base model; prefix/prompt tuning start from each
 library's own initialisation). LoRA and the task head (classifier + pooler) are trained on both
 sides; peft's prefix/prompt rows follow peft's SEQ_CLS defaults (classifier trained, prompt read
-by the pooler at position 0; lmlab puts the prompt after [CLS]).
+by the pooler at position 0; lmlab puts the prompt after [CLS]). lmlab is called as `lmlab finetune`
+calls it for SST-2, with `first_token_only=True`: its last layer runs at [CLS] only (keys and values
+still from every position), which gives the same logits, loss and gradients.
 """
 
 

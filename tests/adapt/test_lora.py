@@ -137,6 +137,16 @@ def test_bad_options_are_one_line_errors():
         apply_method(model, "prefix")
 
 
+def hf_bert_config(layers: int, **kw):
+    """A small transformers BertConfig without dropout (seeds torch for the model built from it)."""
+    import transformers as tf
+
+    torch.manual_seed(0)
+    return tf.BertConfig(vocab_size=V, hidden_size=64, num_hidden_layers=layers, num_attention_heads=4,
+                         intermediate_size=128, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+                         **kw)
+
+
 def test_same_output_as_hugging_face_peft(tmp_path):
     """transformers BertModel + peft LoRA on query/value vs lmlab's import of the same weights
     with the same A and B: the hidden states agree."""
@@ -145,17 +155,7 @@ def test_same_output_as_hugging_face_peft(tmp_path):
 
     from lmlab.models import load_model
 
-    torch.manual_seed(0)
-    cfg = tf.BertConfig(
-        vocab_size=V,
-        hidden_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=128,
-        hidden_dropout_prob=0.0,
-        attention_probs_dropout_prob=0.0,
-    )
-    hf = tf.BertModel(cfg).eval()
+    hf = tf.BertModel(hf_bert_config(2)).eval()
     hf.save_pretrained(tmp_path, safe_serialization=True)
     ours = load_model(tmp_path).eval()
     hf = peft.get_peft_model(
@@ -178,4 +178,57 @@ def test_same_output_as_hugging_face_peft(tmp_path):
         ref = hf(**x).last_hidden_state
         got = ours(**x).last_hidden_state
     assert (got - ref).abs().max() < 1e-5
+    assert trainable_parameters(ours)[0] == sum(p.numel() for p in hf.parameters() if p.requires_grad)
+
+
+def test_sequence_classification_equals_peft_with_the_cls_only_last_layer(tmp_path):
+    """BertForSequenceClassification + peft LoRA (classifier and pooler trained) vs lmlab's import
+    with the same A, B and head, run as fine-tuning runs it (``first_token_only``, the last layer at
+    [CLS] only): same logits and loss, same gradients for every trained parameter."""
+    import peft
+    import transformers as tf
+
+    from lmlab.models import load_model
+    from lmlab.tasks import make_task
+
+    hf = tf.BertForSequenceClassification(hf_bert_config(3, num_labels=2))
+    hf.save_pretrained(tmp_path, safe_serialization=True)
+    ours = load_model(tmp_path).train()
+    hf = peft.get_peft_model(
+        hf,
+        peft.LoraConfig(
+            r=4, lora_alpha=8, target_modules=["query", "value"], modules_to_save=["classifier", "pooler"]
+        ),
+    ).train()
+    apply_method(ours, "lora", {"rank": 4, "alpha": 8})
+    g = torch.Generator().manual_seed(3)
+    pairs = []
+    with torch.no_grad():
+        for i in range(3):
+            for hf_name, our_name in (("query", "q_proj"), ("value", "v_proj")):
+                prefix = f"base_model.model.bert.encoder.layer.{i}.attention.self.{hf_name}"
+                layer = getattr(ours.layers[i].attn, our_name)
+                a, b = hf.get_parameter(f"{prefix}.lora_A.default.weight"), hf.get_parameter(
+                    f"{prefix}.lora_B.default.weight"
+                )
+                b.copy_(torch.randn(b.shape, generator=g) * 0.1)
+                layer.lora_A.copy_(a)
+                layer.lora_B.copy_(b)
+                pairs += [(a, layer.lora_A), (b, layer.lora_B)]
+    for w in ("weight", "bias"):
+        pairs.append((hf.get_parameter(f"base_model.model.classifier.modules_to_save.default.{w}"),
+                      ours.heads["seq_cls"].classifier.get_parameter(w)))
+        pairs.append((hf.get_parameter(f"base_model.model.bert.pooler.modules_to_save.default.dense.{w}"),
+                      ours.pooler.get_parameter(w)))
+    x = {**batch(), "labels": torch.tensor([0, 1, 1])}
+    x["token_type_ids"] = torch.zeros_like(x["input_ids"])
+    inputs = make_task("sst2").model_inputs(ours, x)
+    assert inputs["first_token_only"] is True
+    ref, got = hf(**x), ours(**inputs)
+    assert (got.logits - ref.logits).abs().max() < 1e-5
+    assert abs(float(got.loss.detach()) - float(ref.loss.detach())) < 1e-5
+    ref.loss.backward()
+    got.loss.backward()
+    for theirs, mine in pairs:
+        assert torch.allclose(mine.grad, theirs.grad, atol=1e-5, rtol=1e-4)
     assert trainable_parameters(ours)[0] == sum(p.numel() for p in hf.parameters() if p.requires_grad)

@@ -95,6 +95,7 @@ class PrefixAttention(nn.Module):
         rope=None,
         past_kv=None,
         use_cache=False,
+        queries=None,
     ):
         k_p, v_p = self._prefixes[0].layer_kv(self.layer)
         dtype = past_kv[0].dtype if past_kv is not None else self.inner.k_proj.weight.dtype
@@ -118,6 +119,7 @@ class PrefixAttention(nn.Module):
             rope=rope,
             past_kv=(k, v),
             use_cache=use_cache,
+            queries=queries,
         )
         if present is not None:
             present = (present[0][:, :, p:], present[1][:, :, p:])

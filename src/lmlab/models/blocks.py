@@ -308,6 +308,10 @@ class Attention(nn.Module):
     * ``past_kv``: self-attention: ``(k, v)`` ``[B, n_kv_heads, S_past, D]`` to prepend; the new
       keys/values are appended and returned as ``present_kv`` when ``use_cache``.
       Cross-attention: the precomputed ``(k, v)`` of the context, reused as is (context may be None).
+    * ``queries``: a slice of the positions of ``x`` that need an output (default all): keys and
+      values still come from every position, but only those queries are projected and attended,
+      so the output is ``[B, len(queries), d_model]`` (the last encoder layer under a ``[CLS]``
+      classifier needs position 0 only).
     """
 
     def __init__(
@@ -359,9 +363,10 @@ class Attention(nn.Module):
         rope: tuple[Tensor, Tensor] | None = None,
         past_kv: KVCache | None = None,
         use_cache: bool = False,
+        queries: slice | None = None,
     ) -> tuple[Tensor, KVCache | None]:
         b, t, _ = x.shape
-        q = self._heads(self.q_proj(x), self.n_heads)
+        q = self._heads(self.q_proj(x if queries is None else x[:, queries]), self.n_heads)
         if self.cross and past_kv is not None:
             k, v = past_kv[0], past_kv[1]
         else:
@@ -373,7 +378,7 @@ class Attention(nn.Module):
             k = self._heads(self.k_proj(src), self.n_kv_heads)
             v = self._heads(self.v_proj(src), self.n_kv_heads)
         if rope is not None:
-            q = apply_rotary(q, *rope)
+            q = apply_rotary(q, *(rope if queries is None else (r[:, queries] for r in rope)))
             if not self.cross:
                 k = apply_rotary(k, *rope)
         if past_kv is not None and not self.cross:
@@ -382,8 +387,9 @@ class Attention(nn.Module):
         present = (k, v) if use_cache else None
 
         s = k.shape[2]
-        if is_causal and s != t:
+        if is_causal and (s != t or queries is not None):
             # Cached decoding: new queries see all the past; SDPA's is_causal aligns top-left.
+            # A subset of the queries: an explicit mask, cut to their rows below.
             mask = None if t == 1 else causal_mask(t, s, x.device)
             is_causal = False
         if position_bias is not None:
@@ -397,6 +403,8 @@ class Attention(nn.Module):
                 is_causal = False
         if mask is not None and mask.dtype != torch.bool:
             mask = mask.to(q.dtype)
+        if queries is not None and mask is not None and mask.shape[-2] != 1:
+            mask = mask[..., queries, :]  # the rows of the queries kept
         out = F.scaled_dot_product_attention(
             q,
             k,
@@ -407,7 +415,7 @@ class Attention(nn.Module):
             dropout_p=self.dropout if self.training else 0.0,
             enable_gqa=self.n_kv_heads != self.n_heads,
         )
-        out = out.transpose(1, 2).reshape(b, t, self.n_heads * self.head_dim)
+        out = out.transpose(1, 2).reshape(b, q.shape[2], self.n_heads * self.head_dim)
         return self.o_proj(out), present
 
 
@@ -455,9 +463,13 @@ class TransformerBlock(nn.Module):
       applies one final norm after the last block.
 
     ``forward(x, mask=None, is_causal=False, position_bias=None, rope=None, past_kv=None,
-    use_cache=False, context=None, context_mask=None, context_position_bias=None)`` returns
-    ``(x, present)`` where ``present`` is ``(k, v)`` or, with cross-attention,
+    use_cache=False, context=None, context_mask=None, context_position_bias=None, queries=None)``
+    returns ``(x, present)`` where ``present`` is ``(k, v)`` or, with cross-attention,
     ``(k, v, cross_k, cross_v)`` (when ``use_cache``), and ``past_kv`` has the same layout.
+    ``queries`` (a slice of positions) computes the layer's output at those positions only: the
+    self-attention still reads keys and values from all of ``x``, everything after it (residual,
+    norms, cross-attention, FFN) runs on the kept positions, and ``x`` comes back
+    ``[B, len(queries), d_model]``. Exactly the rows the full layer would give there.
     """
 
     def __init__(self, cfg, cross_attention: bool = False):
@@ -487,12 +499,19 @@ class TransformerBlock(nn.Module):
         self.ffn_norm = make_norm(cfg.norm, cfg.d_model, cfg.norm_eps, norm_bias)
         self.drop = nn.Dropout(cfg.dropout)
 
-    def _residual(self, x: Tensor, norm: nn.Module, fn: Callable[[Tensor], tuple[Tensor, KVCache | None]]):
+    def _residual(
+        self,
+        x: Tensor,
+        norm: nn.Module,
+        fn: Callable[[Tensor], tuple[Tensor, KVCache | None]],
+        queries: slice | None = None,
+    ):
+        """Sub-layer ``fn`` with its residual; ``queries``: ``fn`` returns only those positions."""
         if self.prenorm:
             out, present = fn(norm(x))
-            return x + self.drop(out), present
+            return (x if queries is None else x[:, queries]) + self.drop(out), present
         out, present = fn(x)
-        return norm(x + self.drop(out)), present
+        return norm((x if queries is None else x[:, queries]) + self.drop(out)), present
 
     def forward(
         self,
@@ -506,6 +525,7 @@ class TransformerBlock(nn.Module):
         context: Tensor | None = None,
         context_mask: Tensor | None = None,
         context_position_bias: Tensor | None = None,
+        queries: slice | None = None,
     ) -> tuple[Tensor, KVCache | None]:
         self_past = None if past_kv is None else past_kv[:2]
         x, present = self._residual(
@@ -519,7 +539,9 @@ class TransformerBlock(nn.Module):
                 rope=rope,
                 past_kv=self_past,
                 use_cache=use_cache,
+                queries=queries,
             ),
+            queries,
         )
         if self.cross_attn is not None:
             cross_past = None if past_kv is None or len(past_kv) < 4 else past_kv[2:]

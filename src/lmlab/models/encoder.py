@@ -12,6 +12,12 @@ one block and applies it ``n_layers`` times.
 Heads (``models/heads.py``) sit on top: ``EncoderModel(config, heads=("mlm", "nsp"))``.
 Labels: ``labels`` goes to the first head, ``<head>_labels`` (e.g. ``nsp_labels``) to the others;
 the span head also takes ``start_positions``/``end_positions``.
+
+``first_token_only=True`` (what sentence-classification fine-tuning and evaluation pass): the
+``seq_cls`` and ``nsp`` heads read only ``[CLS]``, so the last layer computes its keys and values
+at every position but its query, attention output, residuals, norms and FFN at position 0 only:
+about one layer's forward and backward saved, same numbers (``last_hidden_state`` is then
+``[B, 1, D]``).
 """
 
 from __future__ import annotations
@@ -44,6 +50,8 @@ from lmlab.models.output import ModelOutput
 
 #: the heads a family gets when none are named (its pretraining objective)
 DEFAULT_HEADS = {"bert": ("mlm",), "roberta": ("mlm",), "albert": ("mlm",), "electra": ("discriminator",)}
+#: heads that read the first token ([CLS]) only: ``first_token_only`` may skip the rest of the last layer
+FIRST_TOKEN_HEADS = ("seq_cls", "nsp")
 
 
 class EncoderEmbeddings(nn.Module):
@@ -184,11 +192,15 @@ class EncoderModel(LmlabModel):
         position_ids: Tensor | None = None,
         attention_pattern: Tensor | None = None,
         output_hidden_states: bool = False,
+        first_token_only: bool = False,
     ) -> tuple[Tensor, tuple[Tensor, ...] | None]:
         """Hidden states of the last layer ``[B, T, D]`` (and of all layers when asked).
 
         ``attention_pattern``: optional boolean ``[T, T]``/``[B, T, T]``/``[B, 1, T, T]`` mask
         (True = may attend), combined with the padding mask; used for UniLM-style masks.
+        ``first_token_only``: the last layer is computed at position 0 only (it still attends to
+        every position) and ``[B, 1, D]`` is returned; with ``output_hidden_states`` every layer
+        is computed in full (the states are complete) and position 0 returned.
         """
         self.check_input_ids(input_ids)
         if attention_mask is not None and attention_mask.shape != input_ids.shape:
@@ -205,15 +217,19 @@ class EncoderModel(LmlabModel):
             attention_mask, t, t, causal=False, mask=attention_pattern, dtype=x.dtype, device=x.device
         )
         hidden = [x] if output_hidden_states else None
+        cls_only = slice(0, 1) if first_token_only and hidden is None else None
+        last = self.config.n_layers - 1
         rope = None
         if self.rotary is not None:
             rope = self.rotary(
                 self.embeddings.position_ids(input_ids) if position_ids is None else position_ids
             )
         for i in range(self.config.n_layers):
-            x, _ = self.layer(i)(x, mask=mask, rope=rope)
+            x, _ = self.layer(i)(x, mask=mask, rope=rope, queries=cls_only if i == last else None)
             if hidden is not None:
                 hidden.append(x)
+        if first_token_only:
+            x = x[:, :1]
         return x, (tuple(hidden) if hidden is not None else None)
 
     def forward(
@@ -226,16 +242,33 @@ class EncoderModel(LmlabModel):
         output_hidden_states: bool = False,
         attention_pattern: Tensor | None = None,
         heads: tuple[str, ...] | None = None,
+        first_token_only: bool = False,
         **kwargs,
     ) -> ModelOutput:
         """Encode and run the heads (``heads`` picks a subset; default all).
 
         Extra keyword labels: ``<head>_labels`` for heads after the first, ``start_positions``
         and ``end_positions`` for ``span``. Seq2seq/decoder-only arguments are rejected.
+        ``first_token_only``: every selected head reads only the first token (``seq_cls``,
+        ``nsp``), so the last layer is computed there only (see :meth:`encode`); same logits and
+        loss, ``last_hidden_state`` ``[B, 1, D]``.
         """
         head_labels = _pop_head_labels(kwargs, self.head_names)
+        if first_token_only:
+            whole = [h for h in self.selected_heads(heads) if h not in FIRST_TOKEN_HEADS]
+            if whole:
+                raise LmlabError(
+                    f"first_token_only: the {', '.join(whole)} head reads every position",
+                    f"use it with the {' and '.join(FIRST_TOKEN_HEADS)} heads only (heads=...)",
+                )
         x, hidden = self.encode(
-            input_ids, attention_mask, token_type_ids, position_ids, attention_pattern, output_hidden_states
+            input_ids,
+            attention_mask,
+            token_type_ids,
+            position_ids,
+            attention_pattern,
+            output_hidden_states,
+            first_token_only,
         )
         pooled = torch.tanh(self.pooler(x[:, 0])) if self.pooler is not None else None
         out = ModelOutput(hidden_states=hidden, last_hidden_state=x)

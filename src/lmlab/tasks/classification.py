@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 import torch
 
 from lmlab.errors import LmlabError
+from lmlab.models.encoder import FIRST_TOKEN_HEADS
 from lmlab.tasks import metrics as M
 from lmlab.tasks.base import (
     Task,
@@ -67,6 +68,16 @@ class SequenceClassification(Task):
                 f["labels"] = index[str(e.label)]
             feats.append(f)
         return feats
+
+    def model_inputs(self, model, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The batch's model arguments; an encoder whose heads read only ``[CLS]`` also gets
+        ``first_token_only=True``: its last layer is computed at ``[CLS]`` alone (same logits and
+        loss, about one layer's work less), in training and evaluation alike."""
+        inputs = super().model_inputs(model, batch)
+        heads = set(getattr(model, "head_names", ()))
+        if getattr(model, "architecture", "") == "encoder" and heads <= set(FIRST_TOKEN_HEADS):
+            inputs["first_token_only"] = True
+        return inputs
 
     def logits(self, model, examples: Sequence[Example], batch_size: int = 64) -> torch.Tensor:
         """Scores ``[N, num_labels]`` of ``examples`` (no labels needed)."""

@@ -11,7 +11,11 @@ Rows, each ``zero_grad -> forward -> backward -> AdamW.step`` on the same batch,
 process (lmlab, HF, HF, lmlab, ...; load drift hits both). lmlab's rows call the model with the
 arguments ``lmlab finetune --task sst2`` gives it (``make_task("sst2").model_inputs``), which
 include ``first_token_only=True``: the last layer is computed at [CLS] only, the one position the
-classifier reads (same logits, loss and gradients; transformers computes it everywhere).
+classifier reads, and the padded batch is packed (projections, FFN, norms and dropout on the real
+tokens only; attention in the padded layout). Same logits, loss and gradients; transformers
+computes every position, padding included. The batch is the first 32 sentences, unsorted, so it is
+mostly padding (414 real tokens of 32 x 34): packing gains most here. ``--equal-length 20`` takes
+sentences of exactly 20 tokens instead (no padding: the [CLS]-only layer's gain alone).
 
 * full fine-tuning (every weight), lmlab and transformers;
 * LoRA r=8, alpha=16 on the query and value projections + the task head (classifier and pooler),
@@ -26,6 +30,7 @@ high-water mark, ``torch.profiler``) and LoRA's memory saving over full fine-tun
 
     python benchmarks/finetune_peft.py                    # batch 32, 4 timed steps per row
     python benchmarks/finetune_peft.py --quick --no-write # smoke run: 2 layers kept, seconds
+    python benchmarks/finetune_peft.py --equal-length 20 --methods full,lora --no-write  # no padding
 """
 
 from __future__ import annotations
@@ -61,11 +66,16 @@ def minilm_dir() -> Path:
     return Path(spec.origin).parent / "model"
 
 
-def sst2_batch(tokenizer, batch: int, max_len: int) -> dict[str, torch.Tensor]:
-    """The first ``batch`` SST-2 training sentences as [CLS] s [SEP], right-padded to the longest."""
+def sst2_batch(tokenizer, batch: int, max_len: int, equal_length: int = 0) -> dict[str, torch.Tensor]:
+    """The first ``batch`` SST-2 training sentences as [CLS] s [SEP], right-padded to the longest;
+    ``equal_length`` N: the first ``batch`` that are exactly N tokens long (no padding at all)."""
     path = common.DATA / "glue" / "sst2" / "train.tsv"
     rows = [line.rstrip("\n").split("\t") for line in path.read_text(encoding="utf-8").splitlines()[1:]]
-    rows = [r for r in rows if len(r) == 2][:batch]
+    rows = [r for r in rows if len(r) == 2]
+    if equal_length:
+        ids = tokenizer.encode_batch([s for s, _ in rows], padding=False, truncation=True, max_length=max_len)
+        rows = [r for r, x in zip(rows, ids["input_ids"], strict=True) if len(x) == equal_length]
+    rows = rows[:batch]
     enc = tokenizer.encode_batch(
         [s for s, _ in rows], truncation=True, max_length=max_len, return_tensors="pt"
     )
@@ -208,7 +218,7 @@ def peak_step_memory(r: Runner) -> float:
 def run(args) -> dict[str, Any]:
     from lmlab.tokenizers import load_tokenizer
 
-    batch = sst2_batch(load_tokenizer(minilm_dir()), args.batch, args.max_len)
+    batch = sst2_batch(load_tokenizer(minilm_dir()), args.batch, args.max_len, args.equal_length)
     rows = make_rows(args)
     runners, results = [], []
     for method, impl, model in rows:
@@ -332,7 +342,9 @@ library's own initialisation). LoRA and the task head (classifier + pooler) are 
 sides; peft's prefix/prompt rows follow peft's SEQ_CLS defaults (classifier trained, prompt read
 by the pooler at position 0; lmlab puts the prompt after [CLS]). lmlab is called as `lmlab finetune`
 calls it for SST-2, with `first_token_only=True`: its last layer runs at [CLS] only (keys and values
-still from every position), which gives the same logits, loss and gradients.
+still from every position) and the padded batch is packed (position-wise work on real tokens only),
+which gives the same logits, loss and gradients. Packing gains in proportion to the padding
+(`--equal-length N`: a batch without any).
 """
 
 
@@ -372,6 +384,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--methods", default="full,lora,adapter,prefix,prompt", help="comma-separated subset")
     ap.add_argument("--batch", type=int, default=None, help="examples per step (default 32; quick 4)")
     ap.add_argument("--max-len", type=int, default=128, help="tokens per example at most")
+    ap.add_argument("--equal-length", type=int, default=0, metavar="N",
+                    help="use sentences of exactly N tokens (a batch without padding)")
     ap.add_argument("--layers", type=int, default=None, help="keep the first N layers (default all 6)")
     ap.add_argument("--steps", type=int, default=None, help="timed steps per row (default 4; quick 2)")
     ap.add_argument("--warmup", type=int, default=None, help="warm-up steps per row (default 1)")

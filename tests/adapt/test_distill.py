@@ -115,18 +115,13 @@ def sst2_teacher(data_dir, minilm_dir, tmp_path_factory):
 
     g = data_dir / "glue" / "sst2"
     tok = load_tokenizer(minilm_dir / "vocab.txt")
-    # One draw of a noisy comparison: with seed 0, since fine-tuning computes the last layer at
-    # [CLS] only (fewer dropout draws, another random stream), the teacher came out at 0.66 and
-    # the hard-label student already agreed with it 0.90 (distilled 0.89); seeds 1 and 2 give
-    # agreement 0.78 -> 0.93 and 0.78 -> 0.95. Seed 1 keeps the test about distillation.
-    seed = 1
-    torch.manual_seed(seed)
+    torch.manual_seed(0)
     base = build_model(get_preset("bert-tiny", vocab_size=tok.vocab_size))
     base.tokenizer = tok
     out = tmp_path_factory.mktemp("distill") / "teacher"
     res = finetune(base, "sst2", g / "train.tsv", g / "dev.tsv", out, max_train_examples=3000,
                    max_eval_examples=300, max_steps=100, batch_size=32, lr=3e-3, max_length=32,
-                   seed=seed, progress=False, log=lambda m: None)
+                   progress=False, log=lambda m: None)
     return out, res
 
 
@@ -142,7 +137,7 @@ def test_distilled_student_agrees_with_teacher_more_than_hard_label_training(sst
         out = distill(teacher, student, task, train, dev, steps=40, batch_size=32, lr=1e-3, temperature=2.0,
                       alpha=alpha, seed=1)
         runs[name] = (agreement(task, teacher, out.student, dev), out.metrics["accuracy"])
-    # measured (seed 1): teacher 0.65; agreement 0.78 (hard labels, accuracy 0.66) vs 0.93 (distilled, 0.66)
+    # measured: teacher 0.60; agreement 0.75 (hard labels, accuracy 0.68) vs 0.92 (distilled, accuracy 0.61)
     assert runs["kd"][0] > runs["hard"][0] + 0.02, runs
     assert runs["kd"][1] > res.metrics["accuracy"] - 0.05, runs
 

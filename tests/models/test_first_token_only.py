@@ -10,7 +10,13 @@ import torch
 from lmlab.adapt import apply_method
 from lmlab.errors import LmlabError
 from lmlab.models import build_model, get_preset
-from lmlab.models.blocks import RotaryEmbedding, TransformerBlock, attention_bias, prefix_lm_mask
+from lmlab.models.blocks import (
+    Packing,
+    RotaryEmbedding,
+    TransformerBlock,
+    attention_bias,
+    prefix_lm_mask,
+)
 
 V = 200
 ATOL = 1e-5
@@ -76,18 +82,25 @@ def test_cls_only_last_layer_equals_the_full_computation(preset, kw):
     assert torch.allclose(cls, full, atol=ATOL)
 
 
-def test_the_last_layer_really_runs_at_one_position():
+def test_the_last_layer_runs_at_one_position_and_padding_is_skipped():
     model = encoder()
     seen = []
     last = model.layers[-1]
     hooks = [last.ffn.register_forward_hook(lambda m, a, out: seen.append(tuple(a[0].shape))),
              last.attn.q_proj.register_forward_hook(lambda m, a, out: seen.append(tuple(out.shape))),
-             last.attn.k_proj.register_forward_hook(lambda m, a, out: seen.append(tuple(out.shape)))]
-    model(**batch(), first_token_only=True)
+             last.attn.k_proj.register_forward_hook(lambda m, a, out: seen.append(tuple(out.shape))),
+             model.layers[0].ffn.register_forward_hook(lambda m, a, out: seen.append(tuple(a[0].shape)))]
+    inputs = batch()
+    model(**inputs, first_token_only=True)
+    d, real = model.config.d_model, int(inputs["attention_mask"].sum())
+    assert real < 4 * 11
+    # packed: the real tokens in one row; q at each [CLS], k over the real tokens, FFN at [CLS]
+    assert seen == [(1, real, d), (1, 4, d), (1, real, d), (1, 4, d)]
+    seen.clear()
+    model(inputs["input_ids"], first_token_only=True)  # no padding: nothing to pack
+    assert seen == [(4, 11, d), (4, 1, d), (4, 11, d), (4, 1, d)]
     for h in hooks:
         h.remove()
-    d = model.config.d_model
-    assert seen == [(4, 1, d), (4, 11, d), (4, 1, d)]  # q at [CLS], k over all 11, FFN at [CLS]
 
 
 def test_nsp_heads_and_hidden_states():
@@ -186,3 +199,38 @@ def test_block_queries_are_the_rows_of_the_full_layer(prenorm, queries):
     full, _ = dec(x, is_causal=True, context=ctx)
     part, _ = dec(x, is_causal=True, context=ctx, queries=queries)
     assert torch.allclose(part, full[:, queries], atol=ATOL)
+
+
+@pytest.mark.parametrize("prenorm", [False, True])
+def test_packed_block_equals_the_padded_one_at_real_positions(prenorm):
+    b, t, d = 3, 9, 64
+    x = torch.randn(b, t, d, requires_grad=True)
+    pad = torch.ones(b, t, dtype=torch.long)
+    pad[1, 4:] = 0
+    pad[2, 7:] = 0
+    packing = Packing(pad)
+    real = pad.bool()
+    layer = block(prenorm)
+    mask = attention_bias(pad, t, t)[0]
+    rope = RotaryEmbedding(16)(torch.arange(t)[None])
+    past = {
+        "past_kv": (torch.randn(b, 4, 3, 16), torch.randn(b, 4, 3, 16)),
+        "mask": attention_bias(torch.cat((torch.ones(b, 3, dtype=torch.long), pad), 1), t, t + 3)[0],
+    }
+    for kw in ({"mask": mask}, {"mask": mask, "rope": rope}, past):
+        full, _ = layer(x, **kw)
+        packed, _ = layer(packing.unpad(x), packing=packing, **kw)
+        assert packed.shape == (1, int(pad.sum()), d)
+        assert torch.allclose(packed[0], full[real], atol=ATOL)
+        assert torch.allclose(packing.pad(packed)[real], full[real], atol=ATOL)
+        first, _ = layer(packing.unpad(x), packing=packing, queries=slice(0, 2), **kw)
+        assert torch.allclose(first.view(b, 2, d), full[:, :2], atol=ATOL)
+    g_full = torch.autograd.grad(layer(x, mask=mask)[0][:, 0].sum(), x)[0]
+    g_packed = torch.autograd.grad(
+        layer(packing.unpad(x), mask=mask, packing=packing, queries=slice(0, 1))[0].sum(), x
+    )[0]
+    assert torch.allclose(g_packed, g_full, atol=ATOL)
+    assert Packing.worth_it(pad) and not Packing.worth_it(torch.ones(2, 3)) and not Packing.worth_it(None)
+    assert not Packing.worth_it(torch.tensor([[1, 1], [0, 1]]))  # a padded first token: not packed
+    with pytest.raises(LmlabError, match="real tokens"):
+        packing.take(packing.unpad(x), slice(5, 6))

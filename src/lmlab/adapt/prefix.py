@@ -96,12 +96,13 @@ class PrefixAttention(nn.Module):
         past_kv=None,
         use_cache=False,
         queries=None,
+        packing=None,
     ):
         k_p, v_p = self._prefixes[0].layer_kv(self.layer)
         dtype = past_kv[0].dtype if past_kv is not None else self.inner.k_proj.weight.dtype
         if torch.is_autocast_enabled(x.device.type):
             dtype = torch.get_autocast_dtype(x.device.type)
-        b, p = x.shape[0], k_p.shape[1]
+        b, p = (x.shape[0] if packing is None else packing.batch), k_p.shape[1]
         k = k_p.to(dtype)[None].expand(b, -1, -1, -1)
         v = v_p.to(dtype)[None].expand(b, -1, -1, -1)
         if past_kv is not None:
@@ -120,6 +121,7 @@ class PrefixAttention(nn.Module):
             past_kv=(k, v),
             use_cache=use_cache,
             queries=queries,
+            packing=packing,
         )
         if present is not None:
             present = (present[0][:, :, p:], present[1][:, :, p:])

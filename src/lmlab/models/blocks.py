@@ -17,6 +17,8 @@ lecture 2, "Transformer building blocks").
 * :class:`TransformerBlock` - attention (+ optional cross-attention) + FFN with residuals, in
   post-norm (BERT, BART: ``x = norm(x + f(x))``) or pre-norm (GPT-2, Llama, T5:
   ``x = x + f(norm(x))``) arrangement.
+* :class:`Packing` - the real tokens of a padded batch in one row, so position-wise work skips
+  the padding (attention puts them back into the padded layout).
 * positions - :class:`SinusoidalPositions`, learned absolute (a plain ``nn.Embedding``),
   :class:`RelativePositionBias` (T5 buckets, Raffel et al. 2020) and :class:`RotaryEmbedding`
   (RoPE, Su et al. 2021).
@@ -282,6 +284,52 @@ class RelativePositionBias(nn.Module):
         return self.embedding(buckets).permute(2, 0, 1)[None]
 
 
+# ----------------------------------------------------------------------------- packing
+
+
+class Packing:
+    """The real tokens of a padded ``[B, T]`` batch laid out as one row ``[1, N, D]`` (N = real tokens).
+
+    Position-wise work (projections, FFN, norms, residuals, dropout) then runs on the N real
+    tokens only; :class:`Attention` puts its queries, keys and values back into the padded
+    ``[B, H, T, D]`` layout for the kernel (zeros at padding, which the mask hides) and takes its
+    output out again. ``queries`` slices elsewhere stay in padded coordinates (``slice(0, 1)`` =
+    every sequence's first token); :meth:`take` finds those rows in the packed layout.
+    """
+
+    def __init__(self, attention_mask: Tensor):
+        self.batch, self.length = attention_mask.shape
+        real = attention_mask.reshape(-1).bool()
+        self.index = real.nonzero().squeeze(1)  # [N] flat positions b*T + t of the real tokens
+        self.where = torch.cumsum(real, 0).sub_(1).masked_fill_(~real, -1).view(self.batch, self.length)
+
+    @staticmethod
+    def worth_it(attention_mask: Tensor | None) -> bool:
+        """Packing pays when there is padding (and the first tokens are real, for ``take``)."""
+        return (
+            attention_mask is not None
+            and attention_mask.dim() == 2
+            and not bool(attention_mask.all())
+            and bool(attention_mask[:, 0].all())
+        )
+
+    def unpad(self, y: Tensor) -> Tensor:
+        """``[B, T, C]`` -> ``[1, N, C]``."""
+        return y.reshape(self.batch * self.length, -1)[self.index][None]
+
+    def pad(self, y: Tensor) -> Tensor:
+        """``[1, N, C]`` -> ``[B, T, C]`` with zeros at the padded positions."""
+        out = y.new_zeros(self.batch * self.length, y.shape[-1]).index_copy(0, self.index, y[0])
+        return out.view(self.batch, self.length, -1)
+
+    def take(self, y: Tensor, positions: slice) -> Tensor:
+        """The rows of packed ``y`` at padded ``positions`` of every sequence, ``[1, B·k, C]``."""
+        rows = self.where[:, positions].reshape(-1)
+        if bool((rows < 0).any()):
+            raise LmlabError("packed queries must be real tokens", "keep those positions unpadded")
+        return y[:, rows]
+
+
 # ----------------------------------------------------------------------------- attention
 
 
@@ -312,6 +360,8 @@ class Attention(nn.Module):
       values still come from every position, but only those queries are projected and attended,
       so the output is ``[B, len(queries), d_model]`` (the last encoder layer under a ``[CLS]``
       classifier needs position 0 only).
+    * ``packing``: a :class:`Packing`; ``x`` is then ``[1, N, d_model]``, the real tokens only
+      (self-attention), and so is the output (``[1, B·len(queries), d_model]`` with ``queries``).
     """
 
     def __init__(
@@ -364,9 +414,19 @@ class Attention(nn.Module):
         past_kv: KVCache | None = None,
         use_cache: bool = False,
         queries: slice | None = None,
+        packing: Packing | None = None,
     ) -> tuple[Tensor, KVCache | None]:
         b, t, _ = x.shape
-        q = self._heads(self.q_proj(x if queries is None else x[:, queries]), self.n_heads)
+        unpacked = (lambda y: y) if packing is None else packing.pad
+        if packing is not None:
+            if self.cross:
+                raise LmlabError("packed inputs are for self-attention", "pass packing=None")
+            b, t = packing.batch, packing.length
+        if queries is None:
+            q = self._heads(unpacked(self.q_proj(x)), self.n_heads)
+        else:
+            rows = x[:, queries] if packing is None else packing.take(x, queries)
+            q = self.q_proj(rows).view(b, -1, self.n_heads, self.head_dim).transpose(1, 2)
         if self.cross and past_kv is not None:
             k, v = past_kv[0], past_kv[1]
         else:
@@ -375,8 +435,8 @@ class Attention(nn.Module):
                 raise LmlabError(
                     "cross-attention needs the encoder output", "pass encoder_outputs or input_ids"
                 )
-            k = self._heads(self.k_proj(src), self.n_kv_heads)
-            v = self._heads(self.v_proj(src), self.n_kv_heads)
+            k = self._heads(unpacked(self.k_proj(src)), self.n_kv_heads)
+            v = self._heads(unpacked(self.v_proj(src)), self.n_kv_heads)
         if rope is not None:
             q = apply_rotary(q, *(rope if queries is None else (r[:, queries] for r in rope)))
             if not self.cross:
@@ -416,6 +476,8 @@ class Attention(nn.Module):
             enable_gqa=self.n_kv_heads != self.n_heads,
         )
         out = out.transpose(1, 2).reshape(b, q.shape[2], self.n_heads * self.head_dim)
+        if packing is not None:
+            out = packing.unpad(out) if queries is None else out.reshape(1, -1, out.shape[-1])
         return self.o_proj(out), present
 
 
@@ -470,6 +532,8 @@ class TransformerBlock(nn.Module):
     self-attention still reads keys and values from all of ``x``, everything after it (residual,
     norms, cross-attention, FFN) runs on the kept positions, and ``x`` comes back
     ``[B, len(queries), d_model]``. Exactly the rows the full layer would give there.
+    ``packing`` (a :class:`Packing`, self-attention only): ``x`` holds the real tokens only,
+    ``[1, N, d_model]``, and comes back so (``[1, B·len(queries), d_model]`` with ``queries``).
     """
 
     def __init__(self, cfg, cross_attention: bool = False):
@@ -505,13 +569,18 @@ class TransformerBlock(nn.Module):
         norm: nn.Module,
         fn: Callable[[Tensor], tuple[Tensor, KVCache | None]],
         queries: slice | None = None,
+        packing: Packing | None = None,
     ):
         """Sub-layer ``fn`` with its residual; ``queries``: ``fn`` returns only those positions."""
+        if queries is None:
+            kept = x
+        else:
+            kept = x[:, queries] if packing is None else packing.take(x, queries)
         if self.prenorm:
             out, present = fn(norm(x))
-            return (x if queries is None else x[:, queries]) + self.drop(out), present
+            return kept + self.drop(out), present
         out, present = fn(x)
-        return norm((x if queries is None else x[:, queries]) + self.drop(out)), present
+        return norm(kept + self.drop(out)), present
 
     def forward(
         self,
@@ -526,7 +595,10 @@ class TransformerBlock(nn.Module):
         context_mask: Tensor | None = None,
         context_position_bias: Tensor | None = None,
         queries: slice | None = None,
+        packing: Packing | None = None,
     ) -> tuple[Tensor, KVCache | None]:
+        if packing is not None and self.cross_attn is not None:
+            raise LmlabError("packed inputs are for encoder blocks", "pass packing=None")
         self_past = None if past_kv is None else past_kv[:2]
         x, present = self._residual(
             x,
@@ -540,8 +612,10 @@ class TransformerBlock(nn.Module):
                 past_kv=self_past,
                 use_cache=use_cache,
                 queries=queries,
+                packing=packing,
             ),
             queries,
+            packing,
         )
         if self.cross_attn is not None:
             cross_past = None if past_kv is None or len(past_kv) < 4 else past_kv[2:]

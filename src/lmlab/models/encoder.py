@@ -17,7 +17,9 @@ the span head also takes ``start_positions``/``end_positions``.
 ``seq_cls`` and ``nsp`` heads read only ``[CLS]``, so the last layer computes its keys and values
 at every position but its query, attention output, residuals, norms and FFN at position 0 only:
 about one layer's forward and backward saved, same numbers (``last_hidden_state`` is then
-``[B, 1, D]``).
+``[B, 1, D]``). Since no padded position is returned then, a padded batch is also *packed*
+(:class:`~lmlab.models.blocks.Packing`): every layer's projections, FFN, norms and dropout run on
+the real tokens only, and only attention sees the padded layout.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from torch import Tensor, nn
 from lmlab.errors import LmlabError
 from lmlab.models.blocks import (
     LayerNorm,
+    Packing,
     RotaryEmbedding,
     SinusoidalPositions,
     TransformerBlock,
@@ -199,7 +202,8 @@ class EncoderModel(LmlabModel):
         ``attention_pattern``: optional boolean ``[T, T]``/``[B, T, T]``/``[B, 1, T, T]`` mask
         (True = may attend), combined with the padding mask; used for UniLM-style masks.
         ``first_token_only``: the last layer is computed at position 0 only (it still attends to
-        every position) and ``[B, 1, D]`` is returned; with ``output_hidden_states`` every layer
+        every position) and ``[B, 1, D]`` is returned; with padding (and no ``attention_pattern``)
+        the layers run packed, on the real tokens only. With ``output_hidden_states`` every layer
         is computed in full (the states are complete) and position 0 returned.
         """
         self.check_input_ids(input_ids)
@@ -219,16 +223,24 @@ class EncoderModel(LmlabModel):
         hidden = [x] if output_hidden_states else None
         cls_only = slice(0, 1) if first_token_only and hidden is None else None
         last = self.config.n_layers - 1
+        packing = None
+        if cls_only is not None and attention_pattern is None and Packing.worth_it(attention_mask):
+            packing = Packing(attention_mask)
+            x = packing.unpad(x)  # [1, N, D]: the real tokens
         rope = None
         if self.rotary is not None:
             rope = self.rotary(
                 self.embeddings.position_ids(input_ids) if position_ids is None else position_ids
             )
         for i in range(self.config.n_layers):
-            x, _ = self.layer(i)(x, mask=mask, rope=rope, queries=cls_only if i == last else None)
+            x, _ = self.layer(i)(
+                x, mask=mask, rope=rope, queries=cls_only if i == last else None, packing=packing
+            )
             if hidden is not None:
                 hidden.append(x)
-        if first_token_only:
+        if packing is not None:
+            x = x.view(packing.batch, 1, -1)  # [1, B, D]: each sequence's first token
+        elif first_token_only:
             x = x[:, :1]
         return x, (tuple(hidden) if hidden is not None else None)
 

@@ -9,6 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from lmlab.errors import LmlabError
 from lmlab.lab import load_grid, run_grid
 from lmlab.lab import runner as runner_mod
 
@@ -165,6 +166,25 @@ def test_dry_run_trains_nothing(micro, tmp_path, monkeypatch):
     run_grid(fake_grid(micro), tmp_path / "out", dry_run=True, log=lines.append)
     assert not fakes.pretrain_calls and not fakes.finetune_calls and not (tmp_path / "out").exists()
     assert any("mlm/base/seed 1" in line and "to train" in line for line in lines)
+
+
+def test_report_only_trains_nothing_and_reports_the_finished_runs(micro, tmp_path, monkeypatch):
+    fakes = Fakes()
+    monkeypatch.setattr(runner_mod, "pretrain", fakes.pretrain)
+    monkeypatch.setattr(runner_mod, "finetune", fakes.finetune)
+    out = tmp_path / "out"
+    with pytest.raises(LmlabError, match="holds no runs"):
+        run_grid(fake_grid(micro), out, report_only=True, log=lambda m: None)
+    # seed 0 only is trained (a grid still running, say) ...
+    one_seed = load_grid(micro(seeds=[0], arms=grid_arms(fake_grid(micro))))
+    run_grid(one_seed, out, progress=False, log=lambda m: None)
+    calls = (len(fakes.pretrain_calls), len(fakes.finetune_calls))
+    # ... then the two-seed grid's report: nothing trains, the table counts one seed per row
+    result = run_grid(fake_grid(micro), out, report_only=True, log=lambda m: None)
+    assert (len(fakes.pretrain_calls), len(fakes.finetune_calls)) == calls
+    assert not result.trained and len(result.records) == 2
+    assert "| mlm | mlm |" in (out / "results.md").read_text(encoding="utf-8")
+    assert (out / "results.md").read_text(encoding="utf-8").count(" | 1 |") == 2
 
 
 def test_real_micro_grid_end_to_end(micro, tmp_path):

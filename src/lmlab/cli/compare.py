@@ -31,6 +31,11 @@ def register(sub) -> None:
     p.add_argument("--out", help="output directory (default: runs/compare/<grid name>)")
     p.add_argument("--dry-run", action="store_true", help="check the grid and print the plan; train nothing")
     p.add_argument(
+        "--report-only",
+        action="store_true",
+        help="train nothing: write the report (results.md, CSV, plots) from the runs finished so far",
+    )
+    p.add_argument(
         "--set",
         nargs="+",
         action="extend",
@@ -54,7 +59,7 @@ def run(args) -> int:
     grid = load_grid(args.config, args.overrides)
     out = Path(args.out) if args.out else Path("runs") / "compare" / grid.name
     progress = None if args.progress == "auto" else args.progress == "on"
-    result = run_grid(grid, out, dry_run=args.dry_run, progress=progress)
+    result = run_grid(grid, out, dry_run=args.dry_run, report_only=args.report_only, progress=progress)
     if not args.dry_run and "markdown" in result.report:
         print(result.report["markdown"].read_text(encoding="utf-8"), end="")
     return 0

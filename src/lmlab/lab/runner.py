@@ -208,12 +208,15 @@ def run_grid(
     out: str | os.PathLike,
     *,
     dry_run: bool = False,
+    report_only: bool = False,
     progress: bool | None = None,
     log: Callable[[str], None] | None = None,
 ) -> GridRun:
     """Train what is missing in ``grid`` under ``out``, then write the report.
 
-    ``dry_run``: only print the plan (and which runs are cached). ``progress``: the tqdm bar over
+    ``dry_run``: only print the plan (and which runs are cached). ``report_only``: train nothing,
+    write the report from the runs finished so far (a grid still running elsewhere, or one left
+    unfinished on purpose; its tables count the seeds each row really has). ``progress``: the tqdm bar over
     runs (default: when stderr is a terminal). ``log`` receives the one-line-per-run messages
     (default: stderr).
     """
@@ -238,6 +241,13 @@ def run_grid(
         for line in plan_lines(grid, out, done):
             say(line)
         return GridRun([], [r.label for r in runs if done[id(r)]], [], out, {})
+    if report_only:
+        if not out.is_dir():
+            raise LmlabError(f"{out} holds no runs of this grid", "run the grid first (without --report-only)")
+        records = collect_records(grid, out)
+        paths = write_report(records, grid, out)
+        say(f"report from {n_done} finished run(s); wrote {', '.join(str(p) for p in paths.values())}")
+        return GridRun([], [r.label for r in runs if done[id(r)]], records, out, paths)
 
     out.mkdir(parents=True, exist_ok=True)
     write_json(out / "plan.json", plan_json(grid))

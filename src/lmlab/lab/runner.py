@@ -243,7 +243,9 @@ def run_grid(
         return GridRun([], [r.label for r in runs if done[id(r)]], [], out, {})
     if report_only:
         if not out.is_dir():
-            raise LmlabError(f"{out} holds no runs of this grid", "run the grid first (without --report-only)")
+            raise LmlabError(
+                f"{out} holds no runs of this grid", "run the grid first (without --report-only)"
+            )
         records = collect_records(grid, out)
         paths = write_report(records, grid, out)
         say(f"report from {n_done} finished run(s); wrote {', '.join(str(p) for p in paths.values())}")

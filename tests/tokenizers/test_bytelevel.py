@@ -46,6 +46,18 @@ def test_pretokenizer_matches_hf_bytelevel_regex(text):
     assert "".join(gpt2_split(text)) == text
 
 
+def test_pretokenizer_matches_hf_on_every_code_point():
+    """Each code point next to a letter, a digit, a symbol and a space is cut as tokenizers cuts it,
+    whatever Unicode tables the installed ``regex`` has (regex 2026.11 calls U+3D000 a letter)."""
+    pre = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    points = [chr(c) for c in range(0x110000) if not 0xD800 <= c <= 0xDFFF]
+    probe = "a{0}\x01" "1{0}!" " {0}{0}\t{0}x"
+    for i in range(0, len(points), 1 << 16):
+        text = "".join(probe.format(c) for c in points[i:i + (1 << 16)])
+        ref = [text[a:b] for _, (a, b) in pre.pre_tokenize_str(text)]
+        assert gpt2_split(text) == ref
+
+
 def test_gpt2_pretokenization_rules():
     assert gpt2_split("I'll say it's 2024!  Done") == [
         "I", "'ll", " say", " it", "'s", " 2024", "!", " ", " Done"]

@@ -27,7 +27,7 @@ from lmlab.tokenizers.base import Tokenizer
 from lmlab.tokenizers.bpe import bpe_segment, parse_hf_bpe
 from lmlab.tokenizers.counting import count_chunks
 from lmlab.tokenizers.merge_trainer import learn_merges
-from lmlab.tokenizers.pretokenize import BYTE_ENCODER, GPT2_RE, from_byte_symbols, gpt2_split, to_byte_symbols
+from lmlab.tokenizers.pretokenize import BYTE_ENCODER, from_byte_symbols, gpt2_regex, gpt2_split, to_byte_symbols
 
 _CACHE_LIMIT = 1_000_000
 
@@ -87,7 +87,7 @@ class ByteLevelBPETokenizer(Tokenizer):
 
     def _segment(self, text: str) -> list[tuple[str, int, int]]:
         out = []
-        for m in GPT2_RE.finditer(text):
+        for m in gpt2_regex().finditer(text):
             chunk = m.group()
             start = m.start()
             toks, _ = self._chunk(chunk)
@@ -120,7 +120,7 @@ class ByteLevelBPETokenizer(Tokenizer):
             if special:
                 ids.append(self.token_to_id[piece])
                 continue
-            for chunk in GPT2_RE.findall(piece):
+            for chunk in gpt2_regex().findall(piece):
                 hit = cache.get(chunk)
                 ids.extend(hit[1] if hit is not None else self._chunk(chunk)[1])
         return ids

@@ -27,7 +27,13 @@ from lmlab.tokenizers.base import Tokenizer
 from lmlab.tokenizers.bpe import bpe_segment, parse_hf_bpe
 from lmlab.tokenizers.counting import count_chunks
 from lmlab.tokenizers.merge_trainer import learn_merges
-from lmlab.tokenizers.pretokenize import BYTE_ENCODER, from_byte_symbols, gpt2_regex, gpt2_split, to_byte_symbols
+from lmlab.tokenizers.pretokenize import (
+    BYTE_ENCODER,
+    from_byte_symbols,
+    gpt2_regex,
+    gpt2_split,
+    to_byte_symbols,
+)
 
 _CACHE_LIMIT = 1_000_000
 

@@ -79,26 +79,43 @@ def read_text(path: str | os.PathLike, encoding: str = "utf-8") -> str:
     return "".join(iter_text_lines(path, encoding))
 
 
+def check_replaceable_dir(dest: str | os.PathLike, marker: str, what: str) -> Path:
+    """``dest`` as a Path, or a one-line error when writing a ``what`` there would lose files.
+
+    An existing non-empty directory may be replaced only when it already holds ``marker`` (a file
+    every such artifact holds: ``tokenizer.json``, ``model.safetensors``...), i.e. when it is an
+    earlier output of the same kind: a mistyped ``--out`` (a folder of theses, the current
+    directory) is refused, never wiped. A file at ``dest`` is refused too.
+    """
+    given = Path(dest)
+    dest = given.resolve()
+    if dest.exists() and not dest.is_dir():
+        raise LmlabError(f"output {given} is a file", "pass a directory path to --out")
+    if dest == dest.parent:
+        raise LmlabError(f"output {given} is the root of the file system", "choose a new directory for --out")
+    if dest.is_dir() and any(dest.iterdir()) and not (dest / marker).is_file():
+        raise LmlabError(f"output directory {given} exists, is not empty and is not a {what} directory "
+                         f"(it has no {marker}); nothing was written",
+                         "choose a new --out, or empty that directory first")
+    return dest
+
+
 @contextlib.contextmanager
-def atomic_dir(dest: str | os.PathLike, marker: str | None = None, what: str = "lmlab") -> Iterator[Path]:
+def atomic_dir(dest: str | os.PathLike, marker: str, what: str = "lmlab") -> Iterator[Path]:
     """Yield a temporary directory that replaces ``dest`` only if the block completes.
 
-    An existing ``dest`` survives untouched if anything fails while writing. ``dest`` is never a
-    file, and with ``marker`` (a file every such artifact holds, e.g. ``tokenizer.json``) an
-    existing non-empty directory is replaced only when it holds that marker: a mistyped ``--out``
-    cannot wipe unrelated files.
+    An existing ``dest`` survives untouched if anything fails while writing, and is replaced at
+    all only when it is an earlier ``what`` (it holds ``marker``; see
+    :func:`check_replaceable_dir`): unrelated files are never deleted.
     """
-    dest = Path(dest)
-    if dest.exists() and not dest.is_dir():
-        raise LmlabError(f"output {dest} is a file", "pass a directory path to --out")
-    if marker and dest.is_dir() and any(dest.iterdir()) and not (dest / marker).exists():
-        raise LmlabError(f"output directory {dest} exists and is not a {what} directory",
-                         "choose a new --out or empty it first")
+    dest = check_replaceable_dir(dest, marker, what)
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.tmp-", dir=dest.parent))
     try:
         os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes it private; give it the usual permissions
         yield tmp
+        if not (tmp / marker).is_file():
+            raise RuntimeError(f"atomic_dir({dest}): the {what} written has no {marker}")  # a bug, not input
         if dest.exists():
             old = dest.with_name(f".{dest.name}.old-{os.getpid()}")
             os.replace(dest, old)
@@ -109,6 +126,21 @@ def atomic_dir(dest: str | os.PathLike, marker: str | None = None, what: str = "
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def check_output_keeps_inputs(out: str | os.PathLike, inputs: dict[str, object]) -> None:
+    """One-line error when replacing ``out`` would delete one of ``inputs`` (``{flag: path(s)}``):
+    ``out`` is that input, or a directory holding it (``--out X`` with ``--checkpoint X``,
+    ``--input T/tokenizer.json --out T``)."""
+    target = Path(out).resolve()
+    for flag, value in inputs.items():
+        for item in value if isinstance(value, (list, tuple)) else [value]:
+            if item is None or not isinstance(item, (str, os.PathLike)) or not str(item):
+                continue
+            path = Path(item).resolve()
+            if path == target or target in path.parents:
+                raise LmlabError(f"--out {out} would replace the input {flag} {item}; nothing was written",
+                                 "write the output to another directory")
 
 
 def _umask() -> int:

@@ -226,3 +226,27 @@ def test_bad_settings_and_mismatched_tokenizer(tok, data_dir, tmp_path):
     with pytest.raises(LmlabError, match="not a fine-tuned checkpoint"):
         evaluate(tmp_path, g / "dev.tsv")
     assert METHODS["full"] is FullFineTuning
+
+
+def test_majority_class_baseline_is_computed_from_train_and_scored_on_dev():
+    from lmlab.tasks.readers import Example
+
+    train = [Example("a", label="1"), Example("b", label="1"), Example("c", label="0")]
+    dev = [Example("d", label="0"), Example("e", label="1"), Example("f", label="0"), Example("g", label="0")]
+    answer, scores = SST2().baseline(train, dev)
+    assert answer == "majority class '1'" and scores["accuracy"] == pytest.approx(0.25)
+
+
+def test_a_model_stuck_at_the_majority_class_is_reported_not_silent(tok, data_dir, tmp_path):
+    g = data_dir / "glue" / "sst2"
+    said = []
+    res = finetune(tiny("bert-tiny", tok), "sst2", g / "train.tsv", g / "dev.tsv", tmp_path / "ft", lr=1e-12,
+                   max_steps=2, batch_size=8, max_train_examples=64, max_eval_examples=200, progress=False,
+                   log=said.append)
+    text = "\n".join(said)
+    assert "baseline (majority class" in text and "(baseline accuracy" in text
+    assert res.at_baseline and "warning: the best dev accuracy" in text and "--lr auto" in text
+    summary = json.loads((tmp_path / "ft" / "finetune.json").read_text())
+    assert summary["at_baseline"] is True
+    assert summary["baseline"]["dev"]["accuracy"] == pytest.approx(res.baseline["accuracy"])
+    assert not list(tmp_path.glob(".ft.*"))  # the live log moved into the output

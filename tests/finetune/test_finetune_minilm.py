@@ -22,5 +22,6 @@ def test_minilm_sst2_beats_majority_class(minilm_dir, data_dir, tmp_path):
     dev = res.task.read(g / "dev.tsv")[:200]
     majority = max(Counter(e.label for e in dev).values()) / len(dev)
     assert res.metrics["accuracy"] > majority + 0.1, (res.metrics, majority)
+    assert not res.at_baseline and res.baseline["accuracy"] < res.metrics["accuracy"] - 0.1
     assert json.loads((out / "eval.json").read_text()) == res.metrics
     assert res.trainable_parameters == res.total_parameters > 22_000_000     # full fine-tuning

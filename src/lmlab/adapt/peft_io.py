@@ -80,7 +80,7 @@ def save_peft(model: nn.Module, directory: str | os.PathLike, base_model: str | 
         "base_model": base_model,
     }
     directory = Path(directory)
-    with atomic_dir(directory) as tmp:
+    with atomic_dir(directory, marker=CONFIG_NAME, what="PEFT adapter") as tmp:
         save_file(state, str(tmp / WEIGHTS_NAME), metadata={"format": "pt"})
         write_json(tmp / CONFIG_NAME, config)
     return directory

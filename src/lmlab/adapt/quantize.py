@@ -225,7 +225,7 @@ def save_quantized(model: nn.Module, directory: str | os.PathLike, tokenizer=Non
             "family": model.config.family, "heads": list(getattr(model, "head_names", ())),
             "config": model.config.to_dict(), "quantization": info}
     directory = Path(directory)
-    with atomic_dir(directory) as tmp:
+    with atomic_dir(directory, marker=WEIGHTS_NAME, what="model") as tmp:
         save_file({k: v.cpu() for k, v in state.items()}, str(tmp / WEIGHTS_NAME), metadata={"format": "pt"})
         write_json(tmp / CONFIG_NAME, meta)
         if tokenizer is not None:

@@ -73,6 +73,7 @@ def main(argv: list[str] | None = None) -> int:
         (getattr(args, "_parser", None) or parser).print_help()
         return 0 if args.command is None else 2
     try:
+        _check_output_keeps_inputs(args)
         result = args.func(args)
     except LmlabError as e:
         print(f"error: {e}", file=sys.stderr)
@@ -81,6 +82,25 @@ def main(argv: list[str] | None = None) -> int:
         print("interrupted", file=sys.stderr)
         return 130
     return int(result or 0)
+
+
+#: arguments that name something a command reads: ``--out`` may never be (or hold) one of them
+INPUT_ARGS = ("checkpoint", "input", "train", "dev", "test", "hf", "tokenizer", "teacher",
+              "base", "adapter", "json_schema")
+
+
+def _check_output_keeps_inputs(args: argparse.Namespace) -> None:
+    """Refuse, before any work, an ``--out`` that would replace one of the command's inputs, or
+    (for commands that write one artifact, ``out_kind = (marker file, what)``) an existing
+    directory that is not an earlier output of the same kind."""
+    from lmlab.fileio import check_output_keeps_inputs, check_replaceable_dir
+
+    out = getattr(args, "out", None)
+    if isinstance(out, str) and out:
+        inputs = {f"--{k.replace('_', '-')}": getattr(args, k) for k in INPUT_ARGS if hasattr(args, k)}
+        if getattr(args, "out_kind", None):
+            check_replaceable_dir(out, *args.out_kind)
+        check_output_keeps_inputs(out, inputs)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -64,7 +64,7 @@ def register(sub) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-train-examples", type=int, default=None, metavar="N")
     _common(p)
-    p.set_defaults(func=run_distill)
+    p.set_defaults(func=run_distill, out_kind=("model.safetensors", "model"))
 
     p = command("quantize", "int8 weights for the linear layers",
                 "Symmetric per-output-channel int8 weights (int8 + one float32 scale per row) for every\n"
@@ -81,7 +81,7 @@ def register(sub) -> None:
     p.add_argument("--exclude", action="append", default=[], metavar="PATTERN",
                    help="keep linear layers whose name matches (fnmatch) in float; may be repeated")
     _common(p)
-    p.set_defaults(func=run_quantize)
+    p.set_defaults(func=run_quantize, out_kind=("model.safetensors", "model"))
 
     p = command("prune", "zero the smallest weights to a target sparsity",
                 "Magnitude pruning (Han et al. 2015) of the linear layers inside the Transformer blocks:\n"
@@ -103,7 +103,7 @@ def register(sub) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-train-examples", type=int, default=None, metavar="N")
     _common(p)
-    p.set_defaults(func=run_prune)
+    p.set_defaults(func=run_prune, out_kind=("model.safetensors", "model"))
 
 
 def _common(p) -> None:
@@ -181,7 +181,7 @@ def _save(model, out: str, task, report: dict, save_fn=None) -> None:
     from lmlab.finetune.loop import EVAL_FILE, SUMMARY_FILE, TASK_FILE
     from lmlab.models import save_checkpoint
 
-    with atomic_dir(out) as tmp:
+    with atomic_dir(out, marker="model.safetensors", what="model") as tmp:
         (save_fn or save_checkpoint)(model, tmp, tokenizer=getattr(model, "tokenizer", None))
         if task is not None:
             write_json(tmp / TASK_FILE, task.state())

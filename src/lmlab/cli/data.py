@@ -48,7 +48,7 @@ def register(sub) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of the hash that assigns documents to train/val")
     p.add_argument("--append-eos", action="store_true",
                    help="append the tokenizer's end-of-sequence token to every document")
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, out_kind=("index.json", "token-shards"))
 
 
 def run(args) -> int:

@@ -36,7 +36,7 @@ def register(sub) -> None:
     p.add_argument("--checkpoint", required=True, metavar="DIR", help="lmlab checkpoint directory")
     p.add_argument("--format", choices=["hf"], default="hf", help="output format (Hugging Face transformers)")
     p.add_argument("--out", required=True, metavar="DIR", help="output directory")
-    p.set_defaults(func=run_export)
+    p.set_defaults(func=run_export, out_kind=("config.json", "Hugging Face model"))
     p = add_command(
         sub,
         "import",
@@ -46,7 +46,7 @@ def register(sub) -> None:
     )
     p.add_argument("--hf", required=True, metavar="DIR", help="Hugging Face model directory")
     p.add_argument("--out", required=True, metavar="DIR", help="lmlab checkpoint directory to write")
-    p.set_defaults(func=run_import)
+    p.set_defaults(func=run_import, out_kind=("model.safetensors", "model"))
 
 
 def run_export(args) -> int:

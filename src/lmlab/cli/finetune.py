@@ -80,7 +80,7 @@ def register(sub) -> None:
     t.add_argument("--prefix", default=None, help="text2text: text put before every source")
     p.add_argument("--on-bad-line", choices=("error", "skip"), default="error",
                    help="a malformed data line stops the run (error) or is reported and left out (skip)")
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, out_kind=("finetune.json", "fine-tuned model"))
 
 
 def parse_options(items: list[str]) -> dict:

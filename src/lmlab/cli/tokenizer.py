@@ -58,7 +58,7 @@ def register(sub) -> None:
     p.add_argument("--sentinels", type=int, default=0, help="also add N T5 sentinels <extra_id_0>..")
     p.add_argument("--lowercase", action="store_true", help="(wordpiece) lower-case and strip accents")
     p.add_argument("--encoding", default="utf-8", help="encoding of the input files (e.g. latin-1)")
-    p.set_defaults(func=run_train)
+    p.set_defaults(func=run_train, out_kind=("tokenizer.json", "tokenizer"))
 
     p = add_command(
         tsub,

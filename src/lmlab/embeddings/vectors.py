@@ -66,7 +66,7 @@ class WordVectors:
     def save(self, directory: str | os.PathLike) -> Path:
         """Write ``vectors.npy`` and ``words.txt`` (one word per line) atomically."""
         directory = Path(directory)
-        with atomic_dir(directory) as tmp:
+        with atomic_dir(directory, marker="vectors.npy", what="word-vectors") as tmp:
             buf = io.BytesIO()
             np.save(buf, self.vectors, allow_pickle=False)
             (tmp / "vectors.npy").write_bytes(buf.getvalue())

@@ -48,7 +48,7 @@ import torch
 from torch import nn
 
 from lmlab.errors import LmlabError
-from lmlab.fileio import atomic_dir, read_json, write_json
+from lmlab.fileio import atomic_dir, check_replaceable_dir, read_json, write_json
 from lmlab.finetune.config import FinetuneConfig
 from lmlab.tasks import Task, check_tokenizer, collate, load_task, make_task
 from lmlab.tasks.base import pad_id_of
@@ -125,6 +125,8 @@ class FinetuneResult:
     trainable_parameters: int
     total_parameters: int
     history: list[dict[str, Any]] = field(default_factory=list)
+    baseline: dict[str, float] | None = None  # the trivial answer's dev metrics (majority class...)
+    at_baseline: bool = False                 # the best dev score is no better than that
 
 
 # --------------------------------------------------------------------------- helpers
@@ -172,6 +174,13 @@ def epoch_batches(lengths: Sequence[int], batch_size: int, gen: torch.Generator,
     if group_by_length:
         out = [out[i] for i in torch.randperm(len(out), generator=gen).tolist()]
     return out
+
+
+def at_trivial_baseline(metrics: dict[str, float], baseline, select: str, margin: float = 0.005) -> bool:
+    """True when the selected dev metric is no better than the trivial answer's (within ``margin``)."""
+    if baseline is None or select not in baseline[1] or select not in metrics:
+        return False
+    return bool(metrics[select] <= baseline[1][select] + margin)
 
 
 def pick_device(name: str) -> torch.device:
@@ -255,11 +264,18 @@ def finetune(checkpoint, task: str | Task, train, dev, out: str | os.PathLike | 
         f"{len(dev_ex)} dev examples, {total} steps, device {device}, trainable parameters "
         f"{trainable:,} of {total_params:,} ({100 * trainable / max(1, total_params):.2f}%)")
 
+    baseline = task.baseline(train_ex, dev_ex)
+    if baseline is not None:
+        shown = ", ".join(f"{k} {v:.4f}" for k, v in baseline[1].items())
+        say(f"baseline ({baseline[0]}, no model): {shown}")
+
     out_dir = Path(out) if out is not None else None
     log_path = None
     if out_dir is not None:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        log_path = out_dir / METRICS_FILE
+        out_dir = check_replaceable_dir(out_dir, SUMMARY_FILE, "fine-tuned model")  # before any work
+        out_dir.parent.mkdir(parents=True, exist_ok=True)
+        # the live log sits beside the output (tail it while training); it moves into the output at the end
+        log_path = out_dir.with_name(f".{out_dir.name}.{METRICS_FILE}.live-{os.getpid()}")
         log_path.write_text("", encoding="utf-8")
     history: list[dict[str, Any]] = []
 
@@ -277,7 +293,10 @@ def finetune(checkpoint, task: str | Task, train, dev, out: str | os.PathLike | 
             raise LmlabError(f"select_metric {select!r} is not a metric of task {task.name}",
                              f"choose one of: {', '.join(metrics)}")
         record({"step": step, "epoch": round(epoch, 3), **{f"dev_{k}": v for k, v in metrics.items()}})
-        say(f"step {step} epoch {epoch:.2f}: " + ", ".join(f"{k} {v:.4f}" for k, v in metrics.items()))
+        shown = ", ".join(f"{k} {v:.4f}" for k, v in metrics.items())
+        if baseline and select in baseline[1]:
+            shown += f" (baseline {select} {baseline[1][select]:.4f})"
+        say(f"step {step} epoch {epoch:.2f}: {shown}")
         if metrics[select] > best["score"]:
             best.update(score=metrics[select], metrics=metrics, step=step, snap=meth.snapshot(model))
 
@@ -326,22 +345,30 @@ def finetune(checkpoint, task: str | Task, train, dev, out: str | os.PathLike | 
     meth.restore(model, best["snap"])
     model.eval()
     metrics = best["metrics"]
+    at_baseline = at_trivial_baseline(metrics, baseline, select)
+    if at_baseline:
+        say(f"warning: the best dev {select} {metrics[select]:.4f} is at the trivial baseline "
+            f"({baseline[0]}: {baseline[1][select]:.4f}): the model learned nothing usable; try another "
+            "learning rate (--lr auto picks one on dev), more steps, or check the labels")
     summary = {"task": task.name, "method": method, "method_options": method_options or {},
                "best_step": best["step"], "steps": total, "select_metric": select, "dev": metrics,
+               "baseline": None if baseline is None else {"answer": baseline[0], "dev": baseline[1]},
+               "at_baseline": at_baseline,
                "trainable_parameters": trainable, "total_parameters": total_params,
                "train_examples": len(train_ex), "dev_examples": len(dev_ex),
                "elapsed_s": time.perf_counter() - t0, "config": cfg.to_dict()}
     if out_dir is not None:
         rows = log_path.read_text(encoding="utf-8")
-        with atomic_dir(out_dir) as tmp:
+        with atomic_dir(out_dir, marker=SUMMARY_FILE, what="fine-tuned model") as tmp:
             meth.save(model, tmp, tok)
             write_json(tmp / TASK_FILE, task.state())
             write_json(tmp / EVAL_FILE, metrics)
             write_json(tmp / SUMMARY_FILE, summary)
             (tmp / METRICS_FILE).write_text(rows, encoding="utf-8")
+        log_path.unlink(missing_ok=True)
         say(f"saved the best model (step {best['step']}, {select} {best['score']:.4f}) to {out_dir}")
     return FinetuneResult(metrics, model, task, out_dir, best["step"], total, trainable, total_params,
-                          history)
+                          history, None if baseline is None else baseline[1], at_baseline)
 
 
 # --------------------------------------------------------------------------- evaluation

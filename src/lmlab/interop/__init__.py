@@ -123,7 +123,7 @@ def hf_export(model, directory: str | os.PathLike, tokenizer=None) -> Path:
     hf_config, state = module.to_hf(model)
     tokenizer = tokenizer if tokenizer is not None else getattr(model, "tokenizer", None)
     directory = Path(directory)
-    with atomic_dir(directory) as tmp:
+    with atomic_dir(directory, marker="config.json", what="Hugging Face model") as tmp:
         save_file(
             {k: v.detach().contiguous().cpu() for k, v in state.items()},
             str(tmp / "model.safetensors"),

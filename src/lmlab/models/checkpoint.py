@@ -121,7 +121,7 @@ def save_checkpoint(model: LmlabModel, directory: str | os.PathLike, tokenizer=N
         "heads": list(getattr(model, "head_names", ())),
         "config": model.config.to_dict(),
     }
-    with atomic_dir(directory) as tmp:
+    with atomic_dir(directory, marker=WEIGHTS_NAME, what="model") as tmp:
         save_file({k: v.cpu() for k, v in state.items()}, str(tmp / WEIGHTS_NAME), metadata={"format": "pt"})
         write_json(tmp / CONFIG_NAME, meta)
         if tokenizer is not None:

@@ -133,6 +133,26 @@ class Task:
     def score(self, predictions: Sequence, examples: Sequence[Example]) -> dict[str, float]:
         raise NotImplementedError
 
+    def baseline(self, train: Sequence[Example],
+                 dev: Sequence[Example]) -> tuple[str, dict[str, float]] | None:
+        """The trivial answer and its scores on ``dev``: the majority class of ``train`` for class
+        labels, the mean for numbers (its correlation is 0); None where there is none (tags, spans)."""
+        labels = [e.label for e in train]
+        if not labels or not dev:
+            return None
+        if all(isinstance(x, str) for x in labels):
+            counts: dict[str, int] = {}
+            for x in labels:
+                counts[x] = counts.get(x, 0) + 1
+            top = max(counts, key=lambda k: (counts[k], k))
+            try:
+                return f"majority class {top!r}", self.score([top] * len(dev), dev)
+            except Exception:  # a task that cannot score a constant answer has no baseline
+                return None
+        if all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in labels):
+            return "mean prediction", {"pearson": 0.0, "spearman": 0.0}
+        return None
+
     def evaluate(self, model, examples: Sequence[Example], batch_size: int = 64) -> dict[str, float]:
         """Predict and score ``examples``: the task's metrics by name."""
         was_training = model.training

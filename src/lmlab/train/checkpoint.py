@@ -72,7 +72,7 @@ def save_train_checkpoint(
     dest = checkpoint_path(run_dir, step)
     previous = latest_checkpoint(run_dir)
     try:
-        with atomic_dir(dest) as tmp:
+        with atomic_dir(dest, marker="model.safetensors", what="checkpoint") as tmp:
             model.save(tmp)
             save_file(
                 {k: v.contiguous() for k, v in tensors.items()},

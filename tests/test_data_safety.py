@@ -1,0 +1,114 @@
+"""Nothing the user had is lost: ``--out`` never wipes an unrelated directory, never replaces an input."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+import torch
+
+from lmlab.cli import main
+from lmlab.errors import LmlabError
+from lmlab.models import build_model, get_preset, load_model
+from lmlab.tokenizers import train_tokenizer
+
+
+def _one_line_error(capsys, *needles):
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1, err
+    for n in needles:
+        assert n in err, err
+
+
+@pytest.fixture()
+def thesis(tmp_path):
+    d = tmp_path / "thesis"
+    d.mkdir()
+    (d / "thesis.tex").write_text("\\chapter{Three years of work}")
+    return d
+
+
+@pytest.fixture()
+def ckpt(tmp_path):
+    torch.manual_seed(0)
+    tok = train_tokenizer("bytelevel", ["to be or not to be, that is the question\n" * 40], vocab_size=280)
+    d = tmp_path / "ck"
+    build_model(get_preset("gpt2-tiny", vocab_size=tok.vocab_size)).save(d, tokenizer=tok)
+    return d
+
+
+def _intact(thesis):
+    assert sorted(os.listdir(thesis)) == ["thesis.tex"]
+    assert (thesis / "thesis.tex").read_text() == "\\chapter{Three years of work}"
+
+
+def test_model_save_refuses_an_unrelated_non_empty_directory(thesis, ckpt):
+    model = load_model(ckpt)
+    with pytest.raises(LmlabError, match="is not a model directory"):
+        model.save(thesis)
+    _intact(thesis)
+    model.save(ckpt)  # an earlier model is replaced
+    assert load_model(ckpt).num_parameters() == model.num_parameters()
+
+
+def test_export_refuses_an_unrelated_directory(thesis, ckpt, capsys):
+    assert main(["export", "--checkpoint", str(ckpt), "--format", "hf", "--out", str(thesis)]) == 2
+    _one_line_error(capsys, str(thesis), "choose a new --out")
+    _intact(thesis)
+
+
+def test_import_refuses_an_unrelated_directory(thesis, ckpt, tmp_path, capsys):
+    hf = tmp_path / "hf"
+    assert main(["export", "--checkpoint", str(ckpt), "--format", "hf", "--out", str(hf)]) == 0
+    capsys.readouterr()
+    assert main(["import", "--hf", str(hf), "--out", str(thesis)]) == 2
+    _one_line_error(capsys, "is not a model directory")
+    _intact(thesis)
+
+
+def test_output_equal_to_or_holding_an_input_is_refused(ckpt, tmp_path, capsys):
+    before = {p: p.read_bytes() for p in ckpt.rglob("*") if p.is_file()}
+    assert main(["export", "--checkpoint", str(ckpt), "--format", "hf", "--out", str(ckpt)]) == 2
+    _one_line_error(capsys, "would replace the input --checkpoint")
+    assert main(["import", "--hf", str(ckpt), "--out", str(ckpt)]) == 2
+    _one_line_error(capsys, "would replace the input --hf")
+    assert {p: p.read_bytes() for p in ckpt.rglob("*") if p.is_file()} == before
+    hf = tmp_path / "hf"  # an earlier export that now holds the checkpoint being exported
+    assert main(["export", "--checkpoint", str(ckpt), "--format", "hf", "--out", str(hf)]) == 0
+    shutil.copytree(ckpt, hf / "ck")
+    assert main(["export", "--checkpoint", str(hf / "ck" / "."), "--format", "hf", "--out", str(hf)]) == 2
+    _one_line_error(capsys, "would replace the input --checkpoint")
+    assert (hf / "ck" / "model.safetensors").is_file()
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("a corpus to learn a tokenizer from\n" * 30)
+    train = ["tokenizer", "train", "--algo", "bytelevel", "--vocab-size", "280"]
+    tok = tmp_path / "tok"
+    assert main(train + ["--input", str(corpus), "--out", str(tok)]) == 0
+    capsys.readouterr()
+    saved = (tok / "tokenizer.json").read_bytes()
+    assert main(train + ["--input", str(tok / "tokenizer.json"), "--out", str(tok)]) == 2
+    _one_line_error(capsys, "would replace the input --input")
+    assert (tok / "tokenizer.json").read_bytes() == saved
+
+
+def test_out_dot_is_refused_not_wiped(ckpt, tmp_path, capsys, monkeypatch):
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "data.csv").write_text("a,b\n")
+    monkeypatch.chdir(work)
+    assert main(["export", "--checkpoint", str(ckpt), "--format", "hf", "--out", "."]) == 2
+    _one_line_error(capsys, "choose a new --out")
+    assert os.listdir(work) == ["data.csv"]
+
+
+def test_finetune_and_compress_refuse_an_unrelated_directory(thesis, ckpt, data_dir, capsys):
+    sst2 = data_dir / "glue" / "sst2" / "dev.tsv"
+    assert main(["finetune", "--checkpoint", str(ckpt), "--task", "sst2", "--train", str(sst2),
+                 "--dev", str(sst2), "--out", str(thesis), "--max-steps", "1", "--max-train-examples", "8",
+                 "--max-eval-examples", "8", "--no-progress"]) == 2
+    _one_line_error(capsys, "is not a fine-tuned model directory")
+    _intact(thesis)
+    assert main(["compress", "quantize", "--checkpoint", str(ckpt), "--out", str(thesis)]) == 2
+    _one_line_error(capsys, "is not a model directory")
+    _intact(thesis)

@@ -42,12 +42,7 @@ def run(args) -> int:
     from lmlab.train import pretrain
 
     summary = pretrain(args.config, args.out, overrides=args.overrides, resume=args.resume)
-    val = summary["val_loss"]
-    vtxt = (
-        f", val loss {val:.4f} (ppl {summary['val_ppl']:.1f}, {summary['val_bpb']:.3f} bits/byte)"
-        if val is not None
-        else ""
-    )
+    vtxt = f"; {summary['val']}" if summary.get("val") else ""
     print(
         f"trained {summary['steps']} steps, {summary['tokens']:,} tokens in {summary['seconds']:.0f}s: "
         f"train loss {summary['train_loss']:.4f}{vtxt}; run in {args.out}/"

@@ -40,7 +40,7 @@ import torch
 from torch import Tensor, nn
 
 from lmlab.errors import LmlabError
-from lmlab.objectives.base import Objective, TokenBatch
+from lmlab.objectives.base import Objective, TokenBatch, token_signal
 from lmlab.objectives.masking import IGNORE, poisson_lengths, rand, require_role, special_mask
 from lmlab.objectives.mlm import check_probability
 from lmlab.objectives.t5 import pad_rows
@@ -166,6 +166,8 @@ class BartDenoising(Objective):
     name = "bart"
     architectures = ("seq2seq",)
     heads = ("lm",)
+    loss_kind = "masked_nll"
+    signals = (("target_acc", "target_acc_guess", "most frequent token"),)
 
     def __init__(self, tokenizer, noise: list[str] | tuple[str, ...] = DEFAULT_NOISE,
                  mask_ratio: float = 0.3, delete_ratio: float = 0.15, poisson_lambda: float = 3.0):
@@ -215,4 +217,6 @@ class BartDenoising(Objective):
 
     def loss(self, model: nn.Module, inputs: dict[str, Tensor]) -> tuple[Tensor, dict[str, float]]:
         out = model(**inputs)
-        return out.loss, {"targets": int((inputs["labels"] != IGNORE).sum())}
+        with torch.no_grad():
+            signal = token_signal(out.logits.detach(), inputs["labels"], "target", IGNORE)
+        return out.loss, {**signal, "targets": int((inputs["labels"] != IGNORE).sum())}

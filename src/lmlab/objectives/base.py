@@ -46,6 +46,39 @@ class TokenBatch:
         return self.input_ids.numel()
 
 
+def most_frequent_share(targets: Tensor) -> float:
+    """Share of ``targets`` equal to their most frequent value: the accuracy of always guessing
+    that token (the unigram guess, measured on the batch itself, so never below the real one)."""
+    if targets.numel() == 0:
+        return 0.0
+    return float(torch.bincount(targets.reshape(-1)).max()) / targets.numel()
+
+
+def binary_auc(scores: Tensor, labels: Tensor) -> float:
+    """Area under the ROC curve of ``scores`` for binary ``labels`` (rank statistic; ties averaged
+    only approximately, by stable order). 0.5 when one class is missing (no ranking to judge)."""
+    labels = labels.reshape(-1).bool()
+    n_pos = int(labels.sum())
+    n_neg = labels.numel() - n_pos
+    if n_pos == 0 or n_neg == 0:
+        return 0.5
+    order = torch.argsort(scores.reshape(-1).float(), stable=True)
+    ranks = torch.empty_like(order, dtype=torch.float64)
+    ranks[order] = torch.arange(1, labels.numel() + 1, dtype=torch.float64, device=ranks.device)
+    return float((ranks[labels].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
+
+
+def token_signal(logits: Tensor, labels: Tensor, prefix: str, ignore: int = -100) -> dict[str, float]:
+    """``{prefix}_acc`` (top-1 accuracy on the labelled positions) and ``{prefix}_acc_guess`` (the
+    most-frequent-token guess); ``logits`` ``[N, V]`` for the labelled positions or ``[..., V]``."""
+    keep = labels != ignore
+    targets = labels[keep]
+    if logits.dim() > 2 or logits.shape[0] != targets.shape[0]:
+        logits = logits[keep]
+    acc = float((logits.argmax(-1) == targets).float().mean()) if targets.numel() else 0.0
+    return {f"{prefix}_acc": acc, f"{prefix}_acc_guess": most_frequent_share(targets)}
+
+
 class Objective(nn.Module):
     """Base class of pretraining objectives (see the module docstring)."""
 
@@ -55,6 +88,13 @@ class Objective(nn.Module):
     architectures: ClassVar[tuple[str, ...]] = ()
     #: model heads it needs, first one first (e.g. ("mlm", "nsp"))
     heads: ClassVar[tuple[str, ...]] = ()
+    #: what the loss is, which decides what the trainer derives from it: "nll" (mean negative
+    #: log-likelihood of every token: perplexity and bits per byte), "masked_nll" (of the predicted
+    #: tokens only: perplexity of those, no bits per byte) or "other" (a sum of parts: neither)
+    loss_kind: ClassVar[str] = "other"
+    #: the objective's own learning signals, each with its trivial baseline: (metric, baseline
+    #: metric, what the baseline is); both are metrics that ``loss`` returns
+    signals: ClassVar[tuple[tuple[str, str, str], ...]] = ()
 
     def __init__(self, tokenizer, **params: Any):
         super().__init__()

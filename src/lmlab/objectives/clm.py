@@ -26,7 +26,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from lmlab.objectives.base import Objective, TokenBatch
+from lmlab.objectives.base import Objective, TokenBatch, token_signal
 
 IGNORE = -100
 
@@ -37,6 +37,8 @@ class CausalLM(Objective):
     name = "clm"
     architectures = ("decoder",)
     heads = ("lm",)
+    loss_kind = "nll"
+    signals = (("next_acc", "next_acc_guess", "most frequent token"),)
 
     def prepare(self, batch: TokenBatch, generator: torch.Generator | None = None) -> dict[str, Tensor]:
         labels = batch.input_ids.masked_fill(batch.position_ids == 0, IGNORE)
@@ -50,4 +52,6 @@ class CausalLM(Objective):
     def loss(self, model: nn.Module, inputs: dict[str, Tensor]) -> tuple[Tensor, dict[str, float]]:
         out = model(**inputs)
         targets = int((inputs["labels"][:, 1:] != IGNORE).sum())
-        return out.loss, {"targets": targets}
+        with torch.no_grad():
+            signal = token_signal(out.logits[:, :-1].detach(), inputs["labels"][:, 1:], "next", IGNORE)
+        return out.loss, {**signal, "targets": targets}

@@ -43,9 +43,9 @@ from lmlab.models.blocks import (
     get_activation,
     init_weights,
 )
-from lmlab.objectives.base import TokenBatch
+from lmlab.objectives.base import TokenBatch, binary_auc, token_signal
 from lmlab.objectives.masking import IGNORE, document_mask, randint, special_mask
-from lmlab.objectives.mlm import MaskedLM, masked_accuracy
+from lmlab.objectives.mlm import MaskedLM
 
 
 def replaced_token_labels(original: Tensor, corrupted: Tensor, special: Tensor) -> Tensor:
@@ -110,6 +110,9 @@ class Electra(MaskedLM):
     name = "electra"
     architectures = ("encoder",)
     heads = ("discriminator",)
+    loss_kind = "other"  # generator NLL + 50 x discriminator BCE: no perplexity
+    signals = (("disc_acc", "disc_acc_guess", "all original"), ("disc_auc", "disc_auc_guess", "chance"),
+               ("gen_acc", "gen_acc_guess", "most frequent token"))
 
     def __init__(self, tokenizer, mask_prob: float = 0.15, generator_size: float = 0.25,
                  generator_layers: int | None = None, disc_weight: float = 50.0, temperature: float = 1.0,
@@ -190,8 +193,12 @@ class Electra(MaskedLM):
         out = model(input_ids=corrupted, labels=disc_labels, **disc_inputs)
         scored = disc_labels != IGNORE
         with torch.no_grad():
-            disc_acc = float(((out.logits[scored] > 0).long() == disc_labels[scored]).float().mean())
-        metrics = {"gen_loss": float(gen_loss.detach()), "disc_loss": float(out.loss.detach()),
-                   "gen_acc": masked_accuracy(gen_logits, inputs["labels"]), "disc_acc": disc_acc,
-                   "replaced": float(disc_labels[scored].float().mean())}
+            scores, truth = out.logits[scored].detach(), disc_labels[scored]
+            disc_acc = float(((scores > 0).long() == truth).float().mean())
+            gen = token_signal(gen_logits.detach(), inputs["labels"], "gen")
+            replaced = float(truth.float().mean())
+        metrics = {"gen_loss": float(gen_loss.detach()), "disc_loss": float(out.loss.detach()), **gen,
+                   "disc_acc": disc_acc, "disc_acc_guess": 1.0 - replaced,
+                   "disc_auc": binary_auc(scores, truth), "disc_auc_guess": 0.5, "replaced": replaced,
+                   "targets": int(truth.numel())}
         return gen_loss + self.disc_weight * out.loss, metrics

@@ -51,6 +51,7 @@ class BiLMObjective(Objective):
     name = "elmo"
     architectures = ("rnn",)
     heads = ()
+    loss_kind = "nll"  # mean of the forward and backward LMs' per-token NLL
 
     def __init__(self, tokenizer, **params):
         super().__init__(tokenizer)

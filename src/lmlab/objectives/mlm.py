@@ -31,7 +31,7 @@ import torch
 from torch import Tensor, nn
 
 from lmlab.errors import LmlabError
-from lmlab.objectives.base import Objective, TokenBatch
+from lmlab.objectives.base import Objective, TokenBatch, token_signal
 from lmlab.objectives.masking import (
     document_mask,
     mlm_labels,
@@ -62,6 +62,8 @@ class MaskedLM(Objective):
     name = "mlm"
     architectures = ("encoder",)
     heads = ("mlm",)
+    loss_kind = "masked_nll"
+    signals = (("mlm_acc", "mlm_acc_guess", "most frequent token"),)
 
     def __init__(self, tokenizer, mask_prob: float = 0.15, mask_token_prob: float = 0.8,
                  random_token_prob: float = 0.1, masking: str = "dynamic", whole_word: bool = False,
@@ -115,7 +117,7 @@ class MaskedLM(Objective):
     def loss(self, model: nn.Module, inputs: dict[str, Tensor]) -> tuple[Tensor, dict[str, float]]:
         out = model(**inputs)
         labels = inputs["labels"]
-        metrics = {"mlm_acc": masked_accuracy(out.logits, labels), "targets": int((labels != -100).sum())}
+        metrics = {**token_signal(out.logits, labels, "mlm"), "targets": int((labels != -100).sum())}
         return out.loss, metrics
 
 

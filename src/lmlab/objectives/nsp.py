@@ -35,6 +35,8 @@ IS_NEXT, NOT_NEXT = 0, 1
 
 
 class NextSentencePrediction(MaskedLM):
+    loss_kind = "other"  # MLM + NSP losses
+    signals = (("mlm_acc", "mlm_acc_guess", "most frequent token"),)
     """BERT's MLM + NSP; ``mlm=False`` trains the NSP head alone."""
 
     name = "nsp"

@@ -58,6 +58,7 @@ class PrefixLM(Objective):
     name = "prefix_lm"
     architectures = ("decoder",)
     heads = ("lm",)
+    loss_kind = "masked_nll"
 
     def prepare(self, batch: TokenBatch, generator: torch.Generator) -> dict[str, Tensor]:
         prefix_len = sample_prefix_lengths(batch, generator)

@@ -34,7 +34,7 @@ from torch import Tensor, nn
 
 from lmlab.errors import LmlabError
 from lmlab.models.blocks import LayerNorm
-from lmlab.objectives.base import TokenBatch
+from lmlab.objectives.base import TokenBatch, token_signal
 from lmlab.objectives.masking import (
     IGNORE,
     document_mask,
@@ -45,7 +45,7 @@ from lmlab.objectives.masking import (
     word_boundary_tables,
     word_ids,
 )
-from lmlab.objectives.mlm import MaskedLM, check_probability, masked_accuracy
+from lmlab.objectives.mlm import MaskedLM, check_probability
 
 
 class SpanBoundaryHead(nn.Module):
@@ -76,6 +76,7 @@ class SpanBERT(MaskedLM):
     name = "spanbert"
     architectures = ("encoder",)
     heads = ("mlm",)
+    loss_kind = "other"  # MLM + span-boundary losses (with use_sbo)
 
     def __init__(self, tokenizer, mask_prob: float = 0.15, geometric_p: float = 0.2, max_span_words: int = 10,
                  mask_token_prob: float = 0.8, random_token_prob: float = 0.1, sbo: bool = True,
@@ -161,7 +162,7 @@ class SpanBERT(MaskedLM):
         left, right, rel = (inputs.pop(k, None) for k in ("sbo_left", "sbo_right", "sbo_position"))
         out = model(**inputs)
         labels = inputs["labels"]
-        metrics = {"mlm_loss": float(out.loss.detach()), "mlm_acc": masked_accuracy(out.logits, labels),
+        metrics = {"mlm_loss": float(out.loss.detach()), **token_signal(out.logits, labels, "mlm"),
                    "targets": int((labels != IGNORE).sum())}
         if not self.use_sbo:
             return out.loss, metrics

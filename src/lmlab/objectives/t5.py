@@ -46,7 +46,7 @@ import torch
 from torch import Tensor, nn
 
 from lmlab.errors import LmlabError
-from lmlab.objectives.base import Objective, TokenBatch
+from lmlab.objectives.base import Objective, TokenBatch, token_signal
 from lmlab.objectives.masking import (
     IGNORE,
     replace_80_10_10,
@@ -153,6 +153,8 @@ class SpanCorruption(Objective):
     name = "t5"
     architectures = ("seq2seq",)
     heads = ("lm",)
+    loss_kind = "masked_nll"
+    signals = (("target_acc", "target_acc_guess", "most frequent token"),)
 
     def __init__(self, tokenizer, noise_density: float = 0.15, mean_span_length: float = 3.0,
                  variant: str = "spans", num_sentinels: int = 100, add_eos: bool = True):
@@ -229,7 +231,9 @@ class SpanCorruption(Objective):
 
     def loss(self, model: nn.Module, inputs: dict[str, Tensor]) -> tuple[Tensor, dict[str, float]]:
         out = model(**inputs)
-        return out.loss, {"targets": int((inputs["labels"] != IGNORE).sum())}
+        with torch.no_grad():
+            signal = token_signal(out.logits.detach(), inputs["labels"], "target", IGNORE)
+        return out.loss, {**signal, "targets": int((inputs["labels"] != IGNORE).sum())}
 
 
 def _split_at(start: int, end: int, special: list[bool]) -> list[tuple[int, int]]:

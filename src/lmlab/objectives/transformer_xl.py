@@ -49,6 +49,7 @@ class SegmentRecurrentLM(Objective):
     name = "transfo-xl"
     architectures = ("transfo-xl",)
     heads = ("lm",)
+    loss_kind = "nll"
 
     def __init__(self, tokenizer, segment_len: int = 64, carry_memory: bool = True, **params):
         super().__init__(tokenizer)

@@ -32,9 +32,9 @@ import torch
 from torch import Tensor, nn
 
 from lmlab.errors import LmlabError
-from lmlab.objectives.base import TokenBatch
+from lmlab.objectives.base import TokenBatch, token_signal
 from lmlab.objectives.masking import rand
-from lmlab.objectives.mlm import MaskedLM, masked_accuracy
+from lmlab.objectives.mlm import MaskedLM
 from lmlab.objectives.prefix_lm import sample_prefix_lengths
 
 BIDIRECTIONAL, LEFT_TO_RIGHT, RIGHT_TO_LEFT, SEQ2SEQ = 0, 1, 2, 3
@@ -111,7 +111,7 @@ class UniLM(MaskedLM):
             inputs.pop("token_type_ids", None)  # no segment embeddings (RoBERTa-style): masks only
         out = model(**inputs)
         labels = inputs["labels"]
-        metrics = {"mlm_acc": masked_accuracy(out.logits, labels), "targets": int((labels != -100).sum())}
+        metrics = {**token_signal(out.logits, labels, "mlm"), "targets": int((labels != -100).sum())}
         for m, name in enumerate(MODES):
             metrics[f"rows_{name}"] = int((modes == m).sum())
         return out.loss, metrics

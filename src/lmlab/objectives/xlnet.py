@@ -61,6 +61,7 @@ class PermutationLM(Objective):
     name = "xlnet"
     architectures = ("xlnet",)
     heads = ("lm",)
+    loss_kind = "masked_nll"
 
     def __init__(self, tokenizer, predict_fraction: float = 1 / 6, **params):
         super().__init__(tokenizer)

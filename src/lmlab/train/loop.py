@@ -309,6 +309,7 @@ class Trainer:
         self.objective.eval()
         gen = torch.Generator(device=self.machine.device)
         total, weight = 0.0, 0.0
+        sums: dict[str, float] = {}  # the objective's metrics, weighted like the loss
         for i in range(0, len(self.val_starts), t.batch_size):
             batch = read_windows(self.data.val, self.val_starts[i : i + t.batch_size], t.seq_len)
             gen.manual_seed(micro_seed(t.seed, -1, i))
@@ -318,11 +319,35 @@ class Trainer:
             w = float(extra.get("targets", 1.0))
             total += float(loss) * w
             weight += w
-        total, weight = dist_.mean_across([total, weight], self.info, self.machine.device)
+            for k, v in extra.items():
+                if k != "targets" and isinstance(v, (int, float)):
+                    sums[k] = sums.get(k, 0.0) + float(v) * w
+        names = sorted(sums)
+        total, weight, *values = dist_.mean_across([total, weight, *(sums[k] for k in names)], self.info,
+                                                   self.machine.device)
         self.model.train()
         self.objective.train()
         mean = total / max(weight, 1e-12)
-        return {"val_loss": mean, "val_ppl": perplexity(mean), "val_bpb": self.data.val.bits_per_byte(mean)}
+        row = {"val_loss": mean, **{f"val_{k}": v / max(weight, 1e-12) for k, v in zip(names, values)}}
+        kind = getattr(self.objective, "loss_kind", "other")
+        if kind in ("nll", "masked_nll"):
+            row["val_ppl"] = perplexity(mean)
+        if kind == "nll":
+            row["val_bpb"] = self.data.val.bits_per_byte(mean)
+        return row
+
+    def describe_eval(self, row: dict[str, Any]) -> str:
+        """The validation numbers that mean something for this objective: loss, perplexity and bits
+        per byte only for a per-token NLL, and each learning signal beside its trivial baseline."""
+        parts = [f"val loss {row['val_loss']:.4f}"]
+        if "val_ppl" in row:
+            parts.append(f"ppl {row['val_ppl']:.1f}")
+        if "val_bpb" in row:
+            parts.append(f"{row['val_bpb']:.3f} bits/byte")
+        for metric, guess, what in getattr(self.objective, "signals", ()):
+            if f"val_{metric}" in row and f"val_{guess}" in row:
+                parts.append(f"{metric} {row[f'val_{metric}']:.4f} ({what}: {row[f'val_{guess}']:.4f})")
+        return ", ".join(parts)
 
     # ------------------------------------------------------------------ training
     def train_step(self) -> dict[str, float]:
@@ -428,10 +453,7 @@ class Trainer:
             atomic_write_text(self.run_dir / "config.toml", to_toml(self.cfg))
         if self.step == 0 and t.eval_at_start and self.initial_val is None:
             self.initial_val = self.evaluate()
-            self.log(
-                f"step 0: val loss {self.initial_val['val_loss']:.4f}, "
-                f"ppl {self.initial_val['val_ppl']:.1f}, {self.initial_val['val_bpb']:.3f} bits/byte"
-            )
+            self.log(f"step 0: {self.describe_eval(self.initial_val)}")
         rows = self.metrics.rows() if self.info.is_main else []
         show = self.info.is_main and (t.progress == "on" or (t.progress == "auto" and sys.stderr.isatty()))
         self.bar = progress_bar(t.max_steps, self.step, show)
@@ -451,10 +473,7 @@ class Trainer:
             final = self.step == t.max_steps
             if self.step % t.eval_every == 0 or final:
                 row.update(self.evaluate())
-                self.log(
-                    f"step {self.step}: train loss {row['loss']:.4f}, val loss {row['val_loss']:.4f}, "
-                    f"ppl {row['val_ppl']:.1f}, {row['val_bpb']:.3f} bits/byte"
-                )
+                self.log(f"step {self.step}: train loss {row['loss']:.4f}, {self.describe_eval(row)}")
             if self.info.is_main and (self.step % t.log_every == 0 or "val_loss" in row or final):
                 self.metrics.append(row)
                 rows.append(row)
@@ -475,8 +494,10 @@ class Trainer:
             "tokens": self.tokens,
             "train_loss": last.get("loss"),
             "val_loss": vals[-1]["val_loss"] if vals else None,
-            "val_ppl": vals[-1]["val_ppl"] if vals else None,
-            "val_bpb": vals[-1]["val_bpb"] if vals else None,
+            "val_ppl": vals[-1].get("val_ppl") if vals else None,
+            "val_bpb": vals[-1].get("val_bpb") if vals else None,
+            "val": self.describe_eval(vals[-1]) if vals else None,
+            "val_signals": {k: v for k, v in vals[-1].items() if k.startswith("val_")} if vals else {},
             "initial_val_loss": (self.initial_val or {}).get("val_loss"),
             "parameters": self.model.num_parameters(),
             "seconds": round(self.elapsed(), 2),

@@ -1,0 +1,62 @@
+"""Each objective's learning signal sits beside its trivial baseline in the log; perplexity and bits
+per byte appear only where the loss is a per-token negative log-likelihood."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from scipy.stats import mannwhitneyu
+
+from lmlab.objectives.base import binary_auc, most_frequent_share, token_signal
+from lmlab.train import pretrain
+
+
+def test_auc_is_the_mann_whitney_statistic():
+    g = torch.Generator().manual_seed(0)
+    labels = torch.rand(400, generator=g) < 0.2
+    scores = torch.randn(400, generator=g) + labels.float()
+    u = mannwhitneyu(scores[labels].numpy(), scores[~labels].numpy()).statistic
+    assert binary_auc(scores, labels.long()) == pytest.approx(u / (labels.sum() * (~labels).sum()).item())
+    assert binary_auc(scores, torch.zeros(400, dtype=torch.long)) == 0.5
+
+
+def test_token_signal_against_the_most_frequent_token():
+    labels = torch.tensor([[5, 5, -100, 7], [5, 9, -100, -100]])
+    logits = torch.zeros(2, 4, 10)
+    logits[..., 5] = 1.0  # always "5": right on 3 of the 5 targets, exactly the guess
+    assert token_signal(logits, labels, "mlm") == pytest.approx({"mlm_acc": 0.6, "mlm_acc_guess": 0.6})
+    assert most_frequent_share(torch.tensor([1, 2, 2, 3])) == 0.5
+
+
+def _run(tiny_data, tmp_path, preset, objective, **model):
+    cfg = {"model": {"preset": preset, "d_model": 32, "n_layers": 1, "n_heads": 2, "d_ff": 64,
+                     "max_positions": 64, "dropout": 0.0, "attn_dropout": 0.0, **model},
+           "objective": {"name": objective},
+           "data": {"train": [str(tiny_data["train"])], "val": [str(tiny_data["val"])]},
+           "train": {"max_steps": 2, "batch_size": 4, "seq_len": 32, "eval_every": 2, "eval_batches": 2,
+                     "warmup_steps": 0, "checkpoint_every": 2, "threads": 1, "progress": "off"}}
+    said: list[str] = []
+    summary = pretrain(cfg, tmp_path / objective, log=said.append)
+    return summary, "\n".join(said)
+
+
+def test_electra_logs_discriminator_signals_and_no_perplexity(tiny_data, tmp_path):
+    summary, log = _run(tiny_data, tmp_path, "electra-tiny", "electra")
+    assert summary["val_ppl"] is None and summary["val_bpb"] is None
+    assert "ppl" not in log and "bits/byte" not in log
+    assert "disc_acc" in log and "(all original: " in log and "disc_auc" in log and "(chance: 0.5000)" in log
+    signals = summary["val_signals"]
+    assert signals["val_disc_acc_guess"] == pytest.approx(1 - signals["val_replaced"])
+    assert 0 <= signals["val_disc_auc"] <= 1
+
+
+def test_mlm_has_perplexity_of_masked_tokens_but_no_bits_per_byte(tiny_data, tmp_path):
+    summary, log = _run(tiny_data, tmp_path, "bert-tiny", "mlm")
+    assert summary["val_ppl"] is not None and summary["val_bpb"] is None
+    assert "mlm_acc" in log and "(most frequent token: " in log and "bits/byte" not in log
+
+
+def test_clm_keeps_perplexity_and_bits_per_byte(tiny_data, tmp_path):
+    summary, log = _run(tiny_data, tmp_path, "gpt2-tiny", "clm")
+    assert summary["val_ppl"] is not None and summary["val_bpb"] is not None
+    assert "next_acc" in log and "bits/byte" in log

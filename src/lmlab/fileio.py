@@ -143,6 +143,34 @@ def check_output_keeps_inputs(out: str | os.PathLike, inputs: dict[str, object])
                                  "write the output to another directory")
 
 
+@contextlib.contextmanager
+def directory_lock(directory: str | os.PathLike, what: str = "run directory") -> Iterator[None]:
+    """Hold an exclusive lock on ``directory`` (its ``.lock`` file) for the block, or raise a one-line
+    error naming the process that holds it. The operating system drops the lock when its process
+    ends, however it ends (kill -9 included), so a stale lock never blocks the next run."""
+    import fcntl
+    import socket
+
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+    f = open(d / ".lock", "a+", encoding="utf-8")  # noqa: SIM115 - held for the whole block
+    try:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.seek(0)
+            holder = f.read().strip() or "another process"
+            raise LmlabError(f"{what} {d} is in use by {holder}",
+                             "wait for that run to finish, or choose another --out") from None
+        f.seek(0)
+        f.truncate()
+        f.write(f"lmlab process {os.getpid()} on {socket.gethostname()}\n")
+        f.flush()
+        yield
+    finally:
+        f.close()  # closing releases the lock
+
+
 def _umask() -> int:
     mask = os.umask(0o022)
     os.umask(mask)

@@ -92,3 +92,24 @@ def test_new_run_refuses_a_directory_with_checkpoints(tiny_config, tmp_path):
         bad = tiny_config(max_steps=2)
         bad["model"]["d_model"] = 64
         pretrain(bad, run, resume=True, log=lambda m: None)
+
+
+def test_two_runs_into_one_directory_are_refused_and_a_dead_holder_frees_it(tiny_config, tmp_path):
+    import subprocess
+    import sys
+
+    run = tmp_path / "run"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time\nfrom lmlab.fileio import directory_lock\n"
+         f"with directory_lock({str(run)!r}):\n    print('held', flush=True)\n    time.sleep(60)\n"],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(LmlabError, match=f"run directory {run} is in use by lmlab process {holder.pid}"):
+            pretrain(tiny_config(max_steps=2), run, log=lambda m: None)
+        assert not (run / "metrics.jsonl").exists()
+    finally:
+        holder.kill()  # like kill -9: the lock dies with its process
+        holder.wait()
+    s = pretrain(tiny_config(max_steps=2, checkpoint_every=2), run, log=lambda m: None)
+    assert s["steps"] == 2

@@ -33,7 +33,7 @@ from torch import nn
 
 from lmlab.data.packing import PackedWindows, eval_starts, read_windows
 from lmlab.errors import LmlabError
-from lmlab.fileio import atomic_write_text, write_json
+from lmlab.fileio import atomic_write_text, directory_lock, write_json
 from lmlab.train import distributed as dist_
 from lmlab.train.checkpoint import (
     latest_checkpoint,
@@ -104,7 +104,10 @@ def pretrain(
             )
         config = run_dir / "config.toml"
     cfg = load_config(config, overrides)
-    return Trainer(cfg, run_dir, resume, log).run()
+    if int(os.environ.get("RANK", "0")) != 0:  # the ranks of one job share the run: rank 0 holds the lock
+        return Trainer(cfg, run_dir, resume, log).run()
+    with directory_lock(run_dir, "run directory"):  # two runs into one directory would mix their files
+        return Trainer(cfg, run_dir, resume, log).run()
 
 
 class Trainer:

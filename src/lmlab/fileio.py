@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import codecs
 import contextlib
+import gzip
 import json
 import os
 import shutil
@@ -43,16 +44,19 @@ def iter_text_lines(path: str | os.PathLike, encoding: str = "utf-8") -> Iterato
     """Stream a text file line by line (newlines kept), with a clear error on undecodable bytes.
 
     A UTF-8 byte-order mark at the start is dropped. ``encoding`` may be any Python codec name
-    (e.g. ``latin-1`` for ISO-8859-1 files).
+    (e.g. ``latin-1`` for ISO-8859-1 files). A file whose name ends in ``.gz`` is read through gzip.
     """
     check_encoding(encoding)
     p = check_input_file(path)
     enc = "utf-8-sig" if encoding.lower().replace("_", "-") in ("utf-8", "utf8") else encoding
     lineno = 0
     try:
-        with open(p, encoding=enc, newline="") as f:
+        with _open(p, "rt", encoding=enc, newline="") as f:
             for lineno, line in enumerate(f, 1):  # noqa: B007
                 yield line
+    except (gzip.BadGzipFile, EOFError) as e:
+        raise LmlabError(f"{p} is not a complete gzip file ({e})",
+                         "re-download or re-compress it, or pass the uncompressed text") from None
     except UnicodeDecodeError as e:
         # The reader decodes ahead in chunks, so the line being read is not the bad one: find it.
         bad_line, bad_byte = _locate_decode_error(p, enc) or (lineno + 1, e.object[e.start:e.start + 1])
@@ -62,10 +66,15 @@ def iter_text_lines(path: str | os.PathLike, encoding: str = "utf-8") -> Iterato
         ) from None
 
 
+def _open(path: Path, mode: str, **kwargs):
+    """``open``, or ``gzip.open`` for a ``.gz`` file."""
+    return gzip.open(path, mode, **kwargs) if path.suffix == ".gz" else open(path, mode, **kwargs)
+
+
 def _locate_decode_error(path: Path, encoding: str) -> tuple[int, bytes] | None:
     """(1-based line number, offending byte) of the first undecodable byte in ``path``, if found."""
     decoder = codecs.getincrementaldecoder(encoding)()
-    with open(path, "rb") as f:
+    with _open(path, "rb") as f:
         for lineno, raw in enumerate(f, 1):
             try:
                 decoder.decode(raw)

@@ -265,3 +265,18 @@ def test_bad_inputs_are_one_line_errors(tmp_path, capsys, bytelevel_dir, corpus)
     tiny.write_text("just one paragraph\n")
     err = one_line_error(*prepare(capsys, bytelevel_dir, [tiny], out, "--val-fraction", 0.01)[::2])
     assert "no document went to the val split" in err and not out.exists()
+
+
+def test_gzipped_text_gives_the_same_shards_as_the_plain_file(tmp_path, capsys, bytelevel_dir, corpus):
+    import gzip
+
+    packed = tmp_path / "corpus.txt.gz"
+    packed.write_bytes(gzip.compress(corpus[0].read_bytes()))
+    plain_out, gz_out = tmp_path / "plain", tmp_path / "gz"
+    assert prepare(capsys, bytelevel_dir, corpus[:1], plain_out, "--workers", 1)[0] == 0
+    assert prepare(capsys, bytelevel_dir, [packed], gz_out, "--workers", 1)[0] == 0
+    shards = lambda d: {k: v for k, v in all_files(d).items() if k != "index.json"}  # noqa: E731
+    assert shards(plain_out) == shards(gz_out) and shards(gz_out)
+    (tmp_path / "cut.txt.gz").write_bytes(packed.read_bytes()[:-20])  # a truncated download
+    code, _, err = prepare(capsys, bytelevel_dir, [tmp_path / "cut.txt.gz"], tmp_path / "cut", "--workers", 1)
+    assert code == 2 and err.startswith("error: ") and "not a complete gzip file" in err and err.count("\n") == 1

@@ -125,16 +125,22 @@ def atomic_dir(dest: str | os.PathLike, marker: str, what: str = "lmlab") -> Ite
         yield tmp
         if not (tmp / marker).is_file():
             raise RuntimeError(f"atomic_dir({dest}): the {what} written has no {marker}")  # a bug, not input
-        if dest.exists():
-            old = dest.with_name(f".{dest.name}.old-{os.getpid()}")
-            os.replace(dest, old)
-            os.replace(tmp, dest)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, dest)
+        replace_dir(tmp, dest)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def replace_dir(src: Path, dest: Path) -> None:
+    """Move the finished directory ``src`` to ``dest`` (same file system), replacing an old ``dest``
+    (already checked to be replaceable) with two renames, never a moment without a complete one."""
+    if dest.exists():
+        old = dest.with_name(f".{dest.name}.old-{os.getpid()}")
+        os.replace(dest, old)
+        os.replace(src, dest)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(src, dest)
 
 
 def check_output_keeps_inputs(out: str | os.PathLike, inputs: dict[str, object]) -> None:

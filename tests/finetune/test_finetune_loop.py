@@ -250,3 +250,26 @@ def test_a_model_stuck_at_the_majority_class_is_reported_not_silent(tok, data_di
     assert summary["at_baseline"] is True
     assert summary["baseline"]["dev"]["accuracy"] == pytest.approx(res.baseline["accuracy"])
     assert not list(tmp_path.glob(".ft.*"))  # the live log moved into the output
+
+
+def test_lr_auto_keeps_the_best_rate_on_dev_and_leaves_nothing_behind(tok, data_dir, tmp_path):
+    g = data_dir / "glue" / "sst2"
+    said = []
+    model = tiny("bert-tiny", tok)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    res = finetune(model, "sst2", g / "train.tsv", g / "dev.tsv", tmp_path / "ft", lr="auto",
+                   lr_sweep=[1e-12, 1e-3], epochs=2, batch_size=16, max_train_examples=320,
+                   max_eval_examples=200, progress=False, log=said.append)
+    sweep = json.loads((tmp_path / "ft" / "finetune.json").read_text())["lr_sweep"]
+    assert sweep["select_metric"] == "accuracy" and set(sweep["dev"]) == {"1e-12", "0.001"}
+    assert sweep["chosen"] == (1e-3 if sweep["dev"]["0.001"] > sweep["dev"]["1e-12"] else 1e-12)
+    assert res.metrics["accuracy"] == max(sweep["dev"].values()) and res.out == tmp_path / "ft"
+    assert json.loads((tmp_path / "ft" / "eval.json").read_text()) == res.metrics
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ft"]  # the other run and temp files are gone
+    assert any("keeping lr" in line for line in said)
+    assert all(torch.equal(v, model.state_dict()[k]) for k, v in before.items())  # each run starts fresh
+
+
+def test_lr_must_be_positive_or_auto(tok):
+    with pytest.raises(LmlabError, match="lr = 'fast' is not allowed"):
+        finetune(tiny("bert-tiny", tok), "sst2", [], [], None, lr="fast")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 
 from lmlab.cli.common import add_command
@@ -49,7 +50,11 @@ def register(sub) -> None:
                    help="option of the method (may be repeated), e.g. rank=8")
     p.add_argument("--tokenizer", metavar="PATH", help="tokenizer to use instead of the checkpoint's own")
     g = p.add_argument_group("training")
-    g.add_argument("--lr", type=float, default=5e-5, help="peak learning rate")
+    g.add_argument("--lr", type=_lr, default=5e-5,
+                   help="peak learning rate, or 'auto': fine-tune once per rate of --lr-sweep and keep the "
+                        "best on dev (costs one run per rate)")
+    g.add_argument("--lr-sweep", type=float, nargs="+", default=argparse.SUPPRESS, metavar="LR",
+                   help="the rates --lr auto tries (default: 1e-4 3e-4 1e-3)")
     g.add_argument("--batch-size", type=int, default=32, metavar="N")
     g.add_argument("--eval-batch-size", type=int, default=64, metavar="N")
     g.add_argument("--epochs", type=int, default=3, metavar="N")
@@ -98,6 +103,15 @@ def parse_options(items: list[str]) -> dict:
     return out
 
 
+def _lr(text: str):
+    if text == "auto":
+        return text
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number or 'auto'") from None
+
+
 def run(args) -> int:
     from lmlab.finetune import finetune
 
@@ -113,6 +127,8 @@ def run(args) -> int:
         "decoder_style": args.decoder_style, "max_target_length": args.max_target_length,
         "prefix": args.prefix,
     }
+    if getattr(args, "lr_sweep", None):
+        hparams["lr_sweep"] = tuple(args.lr_sweep)
     result = finetune(args.checkpoint, args.task, args.train, args.dev, args.out, method=args.method,
                       method_options=parse_options(args.method_option), tokenizer=args.tokenizer, **hparams)
     print(json.dumps(result.metrics, indent=2))

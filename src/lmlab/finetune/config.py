@@ -20,9 +20,15 @@ TASK_OPTION_FIELDS = ("max_length", "doc_stride", "max_answer_length", "lm_weigh
                       "max_target_length", "prefix")
 
 
+#: the learning rates ``lr = "auto"`` tries, each a full fine-tuning run, the best on dev kept (the
+#: BERT paper's recipe, Devlin et al. 2019 §A.3, with a range wide enough for tiny and base models)
+LR_SWEEP = (1e-4, 3e-4, 1e-3)
+
+
 @dataclass
 class FinetuneConfig:
-    lr: float = 5e-5
+    lr: float | str = 5e-5                # or "auto": a sweep over lr_sweep, selected on dev
+    lr_sweep: tuple[float, ...] = LR_SWEEP
     batch_size: int = 32
     group_by_length: bool = True          # batches of similar lengths (less padding); see epoch_batches
     eval_batch_size: int = 64
@@ -57,7 +63,10 @@ class FinetuneConfig:
             if not ok:
                 raise LmlabError(f"{name} = {getattr(self, name)!r} is not allowed", fix)
 
-        check(self.lr > 0, "lr", "use a positive learning rate, e.g. 5e-5")
+        number = isinstance(self.lr, (int, float)) and not isinstance(self.lr, bool)
+        check(self.lr == "auto" or (number and self.lr > 0), "lr", "use a positive learning rate, e.g. 5e-5, or 'auto'")
+        check(len(self.lr_sweep) >= 1 and all(isinstance(x, (int, float)) and x > 0 for x in self.lr_sweep),
+              "lr_sweep", "list positive learning rates, e.g. [1e-4, 3e-4, 1e-3]")
         for name in ("batch_size", "eval_batch_size", "epochs", "log_every"):
             v = getattr(self, name)
             check(isinstance(v, int) and v >= 1, name, f"use a positive integer for {name}")
@@ -79,7 +88,7 @@ class FinetuneConfig:
         if unknown:
             raise LmlabError(f"unknown fine-tuning settings {unknown}",
                              f"use some of: {', '.join(sorted(names))}")
-        data = {k: (tuple(v) if k == "betas" else v) for k, v in data.items()}
+        data = {k: (tuple(v) if k in ("betas", "lr_sweep") else v) for k, v in data.items()}
         return cls(**data).validate()
 
     def task_options(self) -> dict[str, Any]:

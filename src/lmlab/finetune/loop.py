@@ -33,10 +33,12 @@ Methods: ``METHODS`` maps a name to a class or to ``"module:Class"``. A method i
 
 from __future__ import annotations
 
+import copy
 import importlib
 import json
 import math
 import os
+import shutil
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -48,7 +50,7 @@ import torch
 from torch import nn
 
 from lmlab.errors import LmlabError
-from lmlab.fileio import atomic_dir, check_replaceable_dir, read_json, write_json
+from lmlab.fileio import atomic_dir, check_replaceable_dir, read_json, replace_dir, write_json
 from lmlab.finetune.config import FinetuneConfig
 from lmlab.tasks import Task, check_tokenizer, collate, load_task, make_task
 from lmlab.tasks.base import pad_id_of
@@ -232,6 +234,9 @@ def finetune(checkpoint, task: str | Task, train, dev, out: str | os.PathLike | 
     """
     cfg = FinetuneConfig.from_dict(hparams)
     say = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
+    if cfg.lr == "auto":
+        return _lr_sweep(checkpoint, task, train, dev, out, method, method_options, tokenizer, say, hparams,
+                         cfg)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     device = pick_device(cfg.device)
@@ -369,6 +374,39 @@ def finetune(checkpoint, task: str | Task, train, dev, out: str | os.PathLike | 
         say(f"saved the best model (step {best['step']}, {select} {best['score']:.4f}) to {out_dir}")
     return FinetuneResult(metrics, model, task, out_dir, best["step"], total, trainable, total_params,
                           history, None if baseline is None else baseline[1], at_baseline)
+
+
+def _lr_sweep(checkpoint, task, train, dev, out, method, method_options, tokenizer, say, hparams,
+              cfg: FinetuneConfig) -> FinetuneResult:
+    """``lr = "auto"``: one full fine-tuning run per rate of ``cfg.lr_sweep`` (each written to a
+    temporary sibling of ``out``), the best on the dev metric kept (ties: the smaller rate) and
+    renamed into ``out``; the others are deleted. Every arm of a comparison gets the same sweep."""
+    target = None if out is None else check_replaceable_dir(out, SUMMARY_FILE, "fine-tuned model")
+    runs: list[tuple[float, FinetuneResult, Path | None]] = []
+    try:
+        for i, lr in enumerate(cfg.lr_sweep):
+            say(f"lr auto: run {i + 1}/{len(cfg.lr_sweep)}, lr {lr:g}")
+            tmp = None if target is None else target.with_name(f".{target.name}.lr-{lr:g}-{os.getpid()}")
+            start = checkpoint if isinstance(checkpoint, (str, os.PathLike)) else copy.deepcopy(checkpoint)
+            res = finetune(start, task, train, dev, tmp, method, method_options, tokenizer=tokenizer, log=say,
+                           **{**hparams, "lr": lr})
+            runs.append((lr, res, tmp))
+        select = cfg.select_metric or runs[0][1].task.main_metric
+        best_lr, best, best_dir = max(runs, key=lambda r: (r[1].metrics[select], -r[0]))
+        scores = {f"{lr:g}": r.metrics[select] for lr, r, _ in runs}
+        say(f"lr auto: dev {select} " + ", ".join(f"{k} -> {v:.4f}" for k, v in scores.items())
+            + f"; keeping lr {best_lr:g}")
+        if target is not None:
+            summary = read_json(best_dir / SUMMARY_FILE, "fine-tuning summary")
+            summary["lr_sweep"] = {"select_metric": select, "dev": scores, "chosen": best_lr}
+            write_json(best_dir / SUMMARY_FILE, summary)
+            replace_dir(best_dir, target)
+            best.out = target
+        return best
+    finally:
+        for _, _, d in runs:
+            if d is not None and d.exists():
+                shutil.rmtree(d, ignore_errors=True)
 
 
 # --------------------------------------------------------------------------- evaluation

@@ -64,7 +64,8 @@ class FinetuneConfig:
                 raise LmlabError(f"{name} = {getattr(self, name)!r} is not allowed", fix)
 
         number = isinstance(self.lr, (int, float)) and not isinstance(self.lr, bool)
-        check(self.lr == "auto" or (number and self.lr > 0), "lr", "use a positive learning rate, e.g. 5e-5, or 'auto'")
+        check(self.lr == "auto" or (number and self.lr > 0), "lr",
+              "use a positive learning rate, e.g. 5e-5, or 'auto'")
         check(len(self.lr_sweep) >= 1 and all(isinstance(x, (int, float)) and x > 0 for x in self.lr_sweep),
               "lr_sweep", "list positive learning rates, e.g. [1e-4, 3e-4, 1e-3]")
         for name in ("batch_size", "eval_batch_size", "epochs", "log_every"):

@@ -27,6 +27,7 @@ COMMAND_MODULES = [
     "lmlab.cli.compress",
     "lmlab.cli.scale",
     "lmlab.cli.compare",
+    "lmlab.cli.probe",
 ]
 
 DESCRIPTION = """\
@@ -73,6 +74,7 @@ def main(argv: list[str] | None = None) -> int:
         (getattr(args, "_parser", None) or parser).print_help()
         return 0 if args.command is None else 2
     try:
+        _resolve_run_directories(args)
         _check_output_keeps_inputs(args)
         result = args.func(args)
     except LmlabError as e:
@@ -87,6 +89,28 @@ def main(argv: list[str] | None = None) -> int:
 #: arguments that name something a command reads: ``--out`` may never be (or hold) one of them
 INPUT_ARGS = ("checkpoint", "input", "train", "dev", "test", "hf", "tokenizer", "teacher",
               "base", "adapter", "json_schema")
+
+
+def _resolve_run_directories(args: argparse.Namespace) -> None:
+    """A ``--checkpoint``/``--teacher`` that is a pretraining run directory means its newest
+    complete checkpoint (what a user has after ``lmlab pretrain --out RUN``)."""
+    from pathlib import Path
+
+    for name in ("checkpoint", "teacher"):
+        value = getattr(args, name, None)
+        if not isinstance(value, str) or not value:
+            continue
+        p = Path(value)
+        if (p / "config.json").is_file() or not (p / "checkpoints").is_dir():
+            continue
+        from lmlab.train.checkpoint import latest_checkpoint
+
+        newest = latest_checkpoint(p)
+        if newest is None:
+            raise LmlabError(f"run directory {p} has no complete checkpoint yet",
+                             "wait for the run's first checkpoint (train.checkpoint_every) or resume it")
+        print(f"{value}: using its newest checkpoint, {newest}", file=sys.stderr)
+        setattr(args, name, str(newest))
 
 
 def _check_output_keeps_inputs(args: argparse.Namespace) -> None:

@@ -93,6 +93,17 @@ def test_generate_rejects_a_bad_device_and_beam_count(tmp_path, capsys):
     _one_line_error(capsys, "num_beams must be a positive integer")
 
 
+def test_generate_on_a_classifier_checkpoint_is_one_line(tmp_path, capsys):
+    from lmlab.models import build_model, get_preset
+    from lmlab.tokenizers import train_tokenizer
+
+    tok = train_tokenizer("bytelevel", ["to be or not to be " * 50], vocab_size=280)
+    model = build_model(get_preset("gpt2-tiny", vocab_size=tok.vocab_size), heads=("cls",))
+    model.save(tmp_path / "c", tokenizer=tok)
+    assert main(["generate", "--checkpoint", str(tmp_path / "c"), "--prompt", "to"]) == 2  # was an IndexError
+    _one_line_error(capsys, "first head is 'cls'", "lmlab evaluate")
+
+
 def test_example_limits_and_batch_size_must_be_positive():
     from lmlab.errors import LmlabError
     from lmlab.finetune import evaluate

@@ -112,3 +112,19 @@ def test_finetune_and_compress_refuse_an_unrelated_directory(thesis, ckpt, data_
     assert main(["compress", "quantize", "--checkpoint", str(ckpt), "--out", str(thesis)]) == 2
     _one_line_error(capsys, "is not a model directory")
     _intact(thesis)
+
+
+def test_a_new_output_cleans_what_dead_writers_left_beside_it(ckpt, tmp_path):
+    import subprocess
+    import sys
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    out = tmp_path / "model"
+    left = tmp_path / f".model.tmp-{dead.pid}-abcd"
+    live = tmp_path / f".model.tmp-{os.getpid()}-efgh"  # a writer still running: never touched
+    for d in (left, live):
+        d.mkdir()
+        (d / "model.safetensors").write_bytes(b"\0" * 100)
+    load_model(ckpt).save(out)
+    assert not left.exists() and live.is_dir() and (out / "model.safetensors").is_file()

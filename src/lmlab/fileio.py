@@ -11,6 +11,7 @@ import contextlib
 import gzip
 import json
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -119,7 +120,8 @@ def atomic_dir(dest: str | os.PathLike, marker: str, what: str = "lmlab") -> Ite
     """
     dest = check_replaceable_dir(dest, marker, what)
     dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.tmp-", dir=dest.parent))
+    remove_leftovers(dest.parent, dest.name, only_dead=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.tmp-{os.getpid()}-", dir=dest.parent))
     try:
         os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes it private; give it the usual permissions
         yield tmp
@@ -129,6 +131,42 @@ def atomic_dir(dest: str | os.PathLike, marker: str, what: str = "lmlab") -> Ite
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+_LEFTOVER = re.compile(r"\.(?P<name>.+)\.(?:tmp|old|prune)-(?P<pid>\d+)(?:-.*)?")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's live process
+        return True
+    return True
+
+
+def remove_leftovers(directory: Path, name: str | None = None, only_dead: bool = False) -> list[Path]:
+    """Delete what interrupted writes left in ``directory``: ``.NAME.tmp-PID-*`` (an output being
+    written), ``.NAME.old-PID`` (one being replaced) and ``.NAME.prune-PID`` (an old checkpoint being
+    deleted), for every NAME or just ``name``. ``only_dead``: only those whose process has ended
+    (without it, the caller must hold the directory's lock). Returns what was deleted."""
+    removed = []
+    if not directory.is_dir():
+        return removed
+    for p in directory.iterdir():
+        m = _LEFTOVER.fullmatch(p.name)
+        if not m or (name is not None and m["name"] != name):
+            continue
+        if only_dead and _alive(int(m["pid"])):
+            continue
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                p.unlink()
+        removed.append(p)
+    return removed
 
 
 def replace_dir(src: Path, dest: Path) -> None:
@@ -196,7 +234,7 @@ def atomic_write_bytes(dest: str | os.PathLike, data: bytes) -> None:
     """Write ``data`` to ``dest`` via a temporary file and rename."""
     dest = Path(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.tmp-", dir=dest.parent)
+    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.tmp-{os.getpid()}-", dir=dest.parent)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)

@@ -113,3 +113,77 @@ def test_two_runs_into_one_directory_are_refused_and_a_dead_holder_frees_it(tiny
         holder.wait()
     s = pretrain(tiny_config(max_steps=2, checkpoint_every=2), run, log=lambda m: None)
     assert s["steps"] == 2
+
+
+def _dead_pid() -> int:
+    import subprocess
+    import sys
+
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    p.wait()
+    return p.pid
+
+
+def test_what_a_killed_run_left_is_cleaned_at_the_next_start(tiny_config, tmp_path):
+    run = tmp_path / "run"
+    pretrain(tiny_config(max_steps=2, checkpoint_every=2), run, log=lambda m: None)
+    pid = _dead_pid()
+    junk = [run / "checkpoints" / f".step_4.tmp-{pid}-abc", run / "checkpoints" / f".step_2.prune-{pid}",
+            run / "data" / f".train.tmp-{pid}-xyz"]
+    for d in junk:
+        d.mkdir(parents=True)
+        (d / "model.safetensors").write_bytes(b"\0" * 1000)
+    (run / f".config.toml.tmp-{pid}-q").write_text("half")
+    s = pretrain(tiny_config(max_steps=4, checkpoint_every=2), run, resume=True, log=lambda m: None)
+    assert s["steps"] == 4
+    assert not [p for p in run.rglob(".*") if p.name != ".lock"]
+
+
+def test_pruning_never_leaves_a_checkpoint_that_looks_complete(tiny_config, tmp_path, monkeypatch):
+    import lmlab.train.checkpoint as ck
+
+    run = tmp_path / "run"
+    pretrain(tiny_config(max_steps=2, checkpoint_every=2), run, log=lambda m: None)
+    real = ck.shutil.rmtree
+
+    def killed(path, *a, **k):  # the process dies right after the rename, before deleting anything
+        if ".prune-" in str(path):
+            raise KeyboardInterrupt
+        return real(path, *a, **k)
+
+    monkeypatch.setattr(ck.shutil, "rmtree", killed)
+    with pytest.raises(KeyboardInterrupt):
+        pretrain(tiny_config(max_steps=4, checkpoint_every=2, keep_checkpoints=1), run, resume=True,
+                 log=lambda m: None)
+    monkeypatch.setattr(ck.shutil, "rmtree", real)
+    assert [s for s, _ in list_checkpoints(run)] == [4]  # step_2 is gone as a whole, not half
+    s = pretrain(tiny_config(max_steps=6, checkpoint_every=2, keep_checkpoints=1), run, resume=True,
+                 log=lambda m: None)
+    assert s["steps"] == 6 and not list((run / "checkpoints").glob(".*"))
+
+
+def test_sigterm_writes_a_checkpoint_and_resume_loses_no_step(tiny_config, tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    run = tmp_path / "run"
+    cfg = tiny_config(max_steps=100000, checkpoint_every=100000, log_every=1)
+    code = ("import sys, json; from lmlab.train import pretrain\n"
+            f"pretrain(json.loads(sys.argv[1]), {str(run)!r})")
+    proc = subprocess.Popen([sys.executable, "-c", code, json.dumps(cfg)], stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while time.time() < deadline and not (run / "metrics.jsonl").is_file():
+        time.sleep(0.2)
+    while time.time() < deadline and len((run / "metrics.jsonl").read_text().splitlines()) < 2:
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    err = proc.communicate(timeout=120)[1]
+    assert proc.returncode != 0 and "SIGTERM: stopped after step" in err, err[-2000:]
+    (step, _), = list_checkpoints(run)
+    assert step >= 2
+    s = pretrain(tiny_config(max_steps=step + 1, checkpoint_every=100000), run, resume=True,
+                 log=lambda m: None)
+    assert s["steps"] == step + 1
+    assert not [p for p in run.rglob(".*") if p.name != ".lock"]

@@ -192,6 +192,11 @@ def generate(model, input_ids: torch.Tensor, attention_mask: torch.Tensor | None
         name = getattr(cfg, "family", kind) or type(model).__name__
         raise LmlabError(f"a {name} model cannot generate text",
                          "generate with a decoder (gpt2, llama), an encoder-decoder (t5, bart) or an lstm LM")
+    heads = tuple(getattr(model, "head_names", ()) or ())
+    if kind == "decoder" and heads and heads[0] != "lm":
+        raise LmlabError(f"this decoder's first head is {heads[0]!r} (a fine-tuned classifier), not the "
+                         "language-model head, so it scores texts instead of continuing them",
+                         "generate with the pretrained checkpoint, or score texts with `lmlab evaluate`")
     input_ids = _check_prompt(model, input_ids)
     if attention_mask is not None:
         if attention_mask.shape != input_ids.shape:

@@ -19,6 +19,7 @@ beyond ``keep`` are deleted only after the new one is in place.
 from __future__ import annotations
 
 import errno
+import os
 import re
 import shutil
 from pathlib import Path
@@ -89,7 +90,11 @@ def save_train_checkpoint(
         ) from None
     if keep > 0:
         for _, old in list_checkpoints(run_dir)[:-keep]:
-            shutil.rmtree(old, ignore_errors=True)
+            # renamed first (one atomic step), deleted after: a kill mid-way never leaves a step_N
+            # that looks complete but is not, and the next start removes the hidden leftover
+            doomed = old.with_name(f".{old.name}.prune-{os.getpid()}")
+            os.replace(old, doomed)
+            shutil.rmtree(doomed, ignore_errors=True)
     return dest
 
 

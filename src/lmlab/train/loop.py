@@ -33,7 +33,7 @@ from torch import nn
 
 from lmlab.data.packing import PackedWindows, eval_starts, read_windows
 from lmlab.errors import LmlabError
-from lmlab.fileio import atomic_write_text, directory_lock, write_json
+from lmlab.fileio import atomic_write_text, directory_lock, remove_leftovers, write_json
 from lmlab.train import distributed as dist_
 from lmlab.train.checkpoint import (
     latest_checkpoint,
@@ -47,6 +47,7 @@ from lmlab.train.data import prepare_run_data
 from lmlab.train.device import setup_machine
 from lmlab.train.metrics import MetricsLog, perplexity, plot_losses, progress_bar
 from lmlab.train.optim import build_optimizer, load_optimizer_tensors, lr_at, optimizer_tensors, set_lr
+from lmlab.train.preempt import StopRequests
 
 #: train.* keys that may change on --resume without changing the run's past or its arithmetic
 RESUME_FREE_KEYS = {
@@ -107,6 +108,9 @@ def pretrain(
     if int(os.environ.get("RANK", "0")) != 0:  # the ranks of one job share the run: rank 0 holds the lock
         return Trainer(cfg, run_dir, resume, log).run()
     with directory_lock(run_dir, "run directory"):  # two runs into one directory would mix their files
+        # holding the lock, whatever an earlier, killed process left half-written here is dead
+        for leftover_dir in (run_dir / "checkpoints", run_dir / "data", run_dir):
+            remove_leftovers(leftover_dir)
         return Trainer(cfg, run_dir, resume, log).run()
 
 
@@ -443,7 +447,8 @@ class Trainer:
         self.info = dist_.DistInfo()
         try:
             self.setup()
-            return self._run()
+            with StopRequests() as self.stop:
+                return self._run()
         finally:
             if self.bar is not None:
                 self.bar.close()
@@ -484,10 +489,17 @@ class Trainer:
             rate = (self.tokens - start_tokens) / max(time.perf_counter() - t_loop, 1e-9)
             self.bar.set_postfix(loss=f"{row['loss']:.3f}", tok_s=f"{rate:,.0f}", refresh=False)
             self.bar.update(1)
-            if self.step % t.checkpoint_every == 0 or final:
+            saved = self.step % t.checkpoint_every == 0 or final
+            if saved:
                 self.save()
                 if self.info.is_main:
                     self._plot(rows)
+            if self.stop.requested and not final:
+                if not saved:
+                    self.save()
+                self.log(f"{self.stop.requested}: stopped after step {self.step}, checkpoint "
+                         f"{self.last_checkpoint}; continue with --resume")
+                raise KeyboardInterrupt
         if self.info.is_main and rows:
             self._plot(rows)
         vals = [r for r in rows if "val_loss" in r]

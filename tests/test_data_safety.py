@@ -128,3 +128,23 @@ def test_a_new_output_cleans_what_dead_writers_left_beside_it(ckpt, tmp_path):
         (d / "model.safetensors").write_bytes(b"\0" * 100)
     load_model(ckpt).save(out)
     assert not left.exists() and live.is_dir() and (out / "model.safetensors").is_file()
+
+
+@pytest.mark.parametrize("code, needle", [("ENOSPC", "the disk is full while writing"),
+                                          ("EROFS", "read-only file system"),
+                                          ("EACCES", "permission denied")])
+def test_disk_full_read_only_or_forbidden_is_one_line(ckpt, tmp_path, capsys, monkeypatch, code, needle):
+    import errno
+
+    import safetensors.torch
+
+    (tmp_path / "hf").mkdir()  # an earlier export, which must survive
+    (tmp_path / "hf" / "config.json").write_text("{}")
+
+    def fail(*a, **k):
+        raise OSError(getattr(errno, code), "simulated", str(tmp_path / "hf" / "model.safetensors"))
+
+    monkeypatch.setattr(safetensors.torch, "save_file", fail)
+    assert main(["export", "--checkpoint", str(ckpt), "--out", str(tmp_path / "hf")]) == 2
+    _one_line_error(capsys, needle)
+    assert os.listdir(tmp_path / "hf") == ["config.json"] and not list(tmp_path.glob(".hf.*"))

@@ -83,7 +83,26 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except OSError as e:  # a full disk, a read-only or forbidden path: what was there stays intact
+        print(f"error: {describe_os_error(e)}", file=sys.stderr)
+        return 2
     return int(result or 0)
+
+
+def describe_os_error(e: OSError) -> str:
+    """``<problem>; <fix>`` for an operating-system error while reading or writing a file."""
+    import errno
+
+    path = e.filename or "a file"
+    if e.errno in (errno.ENOSPC, errno.EDQUOT):
+        return f"the disk is full while writing {path}; free some space and run the command again"
+    if e.errno == errno.EROFS:
+        return f"{path} is on a read-only file system; write the output somewhere else (--out)"
+    if e.errno in (errno.EACCES, errno.EPERM):
+        return f"permission denied for {path}; choose a path you may write to, or fix its permissions"
+    if e.errno == errno.ENOENT:
+        return f"{path} does not exist; check the path"
+    return f"{e.strerror or e} ({path}); check the path and the disk"
 
 
 #: arguments that name something a command reads: ``--out`` may never be (or hold) one of them

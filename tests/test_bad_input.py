@@ -122,3 +122,19 @@ def test_pretrain_rejects_an_unknown_encoding_before_any_work():
 
     with pytest.raises(LmlabError, match="unknown encoding 'nope'"):
         load_config("configs/gpt-tiny-clm.toml", ["data.encoding=nope"])
+
+
+def test_hf_weight_map_pointing_outside_the_model_directory_is_refused(tmp_path, capsys):
+    from lmlab.models import build_model, get_preset
+    from lmlab.tokenizers import train_tokenizer
+
+    tok = train_tokenizer("bytelevel", ["to be or not to be " * 50], vocab_size=280)
+    build_model(get_preset("gpt2-tiny", vocab_size=tok.vocab_size)).save(tmp_path / "ck", tokenizer=tok)
+    assert main(["export", "--checkpoint", str(tmp_path / "ck"), "--out", str(tmp_path / "hf")]) == 0
+    capsys.readouterr()
+    hf = tmp_path / "hf"
+    (hf / "model.safetensors").rename(tmp_path / "elsewhere.safetensors")
+    (hf / "model.safetensors.index.json").write_text(
+        json.dumps({"weight_map": {"transformer.wte.weight": "../elsewhere.safetensors"}}))
+    assert main(["import", "--hf", str(hf), "--out", str(tmp_path / "back")]) == 2
+    _one_line_error(capsys, "weight_map names '../elsewhere.safetensors'")

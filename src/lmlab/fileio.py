@@ -32,6 +32,28 @@ def check_input_file(path: str | os.PathLike) -> Path:
     return p
 
 
+def inside(directory: str | os.PathLike, name: object, what: str) -> Path:
+    """``directory / name`` for a file name read from a file of ``directory`` (an index, a weight
+    map), or a one-line error when the name points elsewhere (absolute, ``..``, a link out)."""
+    base = Path(directory)
+    if not isinstance(name, str) or not name or Path(name).is_absolute() or ".." in Path(name).parts:
+        raise LmlabError(f"{what} names {name!r}, which is not a file inside {base}",
+                         "re-create the files with lmlab (a file's entries must stay in its own directory)")
+    path = base / name
+    if base.resolve() not in path.resolve().parents:
+        raise LmlabError(f"{what} names {name!r}, which leads outside {base}",
+                         "re-create the files with lmlab (a file's entries must stay in its own directory)")
+    return path
+
+
+def check_name(name: str, what: str) -> str:
+    """A name that becomes part of a file name: letters, digits, ``.``, ``_``, ``-``, not hidden."""
+    if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9._-]*", name or "") or ".." in name:
+        raise LmlabError(f"{what} {name!r} cannot be part of a file name",
+                         "use letters, digits, '.', '_' and '-' only (no '/', no '..')")
+    return name
+
+
 def check_encoding(encoding: str) -> None:
     """One-line error for a codec name Python does not know."""
     try:

@@ -138,3 +138,16 @@ def test_empty_split_is_a_clear_error(tmp_path):
     write_index(tmp_path, np.uint16, 10, {"val": w.close()})
     with pytest.raises(LmlabError, match="holds no tokens.*--val-fraction"):
         TokenShards(tmp_path, "val")
+
+
+@pytest.mark.parametrize("bad", ["/etc/hostname", "../outside.bin", "sub/../../outside.bin"])
+def test_an_index_pointing_outside_its_directory_is_refused(tmp_path, random_docs, bad):
+    shards = tmp_path / "shards"
+    shards.mkdir()
+    write_split(shards, random_docs, vocab_size=1000, shard_tokens=10_000)
+    (tmp_path / "outside.bin").write_bytes(b"\0" * 4)
+    index = json.loads((shards / "index.json").read_text())
+    index["splits"]["train"]["shards"][0]["file"] = bad
+    (shards / "index.json").write_text(json.dumps(index))
+    with pytest.raises(LmlabError, match="not a file inside"):
+        TokenShards(shards, "train")

@@ -301,3 +301,10 @@ def test_contrasts_name_arms_of_the_grid(grid_dict):
     assert "at-least" in one_line_error(grid_dict)
     grid_dict["contrasts"] = [{"better": "bert", "than": "gpt", "by": 2}]
     assert "unknown key 'by'" in one_line_error(grid_dict)
+
+
+@pytest.mark.parametrize("name", ["../escape", "a/b", ".hidden", ".."])
+def test_names_that_would_leave_the_output_directory_are_refused(grid_dict, name):
+    raw = copy.deepcopy(grid_dict)
+    raw["arms"][0]["name"] = name
+    assert "cannot be part of a file name" in one_line_error(raw)

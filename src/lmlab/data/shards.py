@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from lmlab.errors import LmlabError
-from lmlab.fileio import read_json, write_json
+from lmlab.fileio import inside, read_json, write_json
 
 FORMAT_NAME = "lmlab-token-shards"
 FORMAT_VERSION = 1
@@ -248,7 +248,7 @@ class TokenShards:
         self.doc_starts: np.ndarray = self._load_doc_starts(info["doc_starts"])
 
     def _map(self, shard: dict[str, Any]) -> np.memmap:
-        path = self.directory / shard["file"]
+        path = inside(self.directory, shard.get("file"), f"{self.directory / INDEX_FILE}")
         want = shard["tokens"] * self.dtype.itemsize
         if not path.is_file() or path.stat().st_size != want:
             have = path.stat().st_size if path.is_file() else "no file"
@@ -257,7 +257,7 @@ class TokenShards:
         return np.memmap(path, dtype=self.dtype, mode="r")
 
     def _load_doc_starts(self, name: str) -> np.ndarray:
-        path = self.directory / name
+        path = inside(self.directory, name, f"{self.directory / INDEX_FILE}")
         try:
             starts = np.load(path, allow_pickle=False)
         except (OSError, ValueError) as e:

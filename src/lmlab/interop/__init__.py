@@ -21,7 +21,7 @@ import shutil
 from pathlib import Path
 
 from lmlab.errors import LmlabError
-from lmlab.fileio import atomic_dir, read_json, write_json
+from lmlab.fileio import atomic_dir, inside, read_json, write_json
 
 #: HF ``model_type`` -> converter module
 CONVERTERS = {
@@ -60,7 +60,7 @@ def read_hf_weights(directory: str | os.PathLike) -> dict:
         files = sorted(set(read_json(index, "safetensors index").get("weight_map", {}).values()))
         state = {}
         for f in files:
-            state.update(read_safetensors(d / f))
+            state.update(read_safetensors(inside(d, f, f"{index.name} weight_map")))
         return state
     if (d / "pytorch_model.bin").is_file():
         raise LmlabError(

@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from lmlab.errors import LmlabError
+from lmlab.fileio import check_name
 
 __all__ = [
     "MIN_STEPS",
@@ -412,7 +413,7 @@ def load_grid(source: str | os.PathLike | dict[str, Any], overrides: list[str] |
             "sizes must be a table of name = {model overrides}",
             "write e.g. sizes = { d64 = { d_model = 64 } }",
         )
-    sizes = {str(k): _table(v, f"sizes.{k}") for k, v in sizes_raw.items()}
+    sizes = {check_name(str(k), "size name"): _table(v, f"sizes.{k}") for k, v in sizes_raw.items()}
 
     arms = _parse_arms(raw.get("arms"))
     tasks = _parse_tasks(raw.get("tasks"), _table(raw.get("finetune"), "finetune"))
@@ -593,7 +594,7 @@ def _parse_arms(value) -> list[Arm]:
                 'write preset = "bert-tiny" and objective = "mlm" (or "none": no pretraining)',
             )
         arch = _architecture(preset)
-        name = str(entry.get("name") or f"{preset}-{objective}")
+        name = check_name(str(entry.get("name") or f"{preset}-{objective}"), "arm name")
         valid = valid_objectives(arch)
         if objective != NONE and objective not in OBJECTIVES:
             close = difflib.get_close_matches(objective, [NONE, *OBJECTIVES], n=1)
@@ -657,7 +658,7 @@ def _parse_tasks(value, shared: dict[str, Any]) -> list[TaskSpec]:
         task = entry.get("task")
         if task not in TASKS:
             raise LmlabError(f"tasks[{i}]: unknown task {task!r}", f"choose one of: {', '.join(TASKS)}")
-        name = str(entry.get("name") or task)
+        name = check_name(str(entry.get("name") or task), "task name")
         paths = {}
         for part in ("train", "dev"):
             if not isinstance(entry.get(part), str):

@@ -138,3 +138,41 @@ def test_hf_weight_map_pointing_outside_the_model_directory_is_refused(tmp_path,
         json.dumps({"weight_map": {"transformer.wte.weight": "../elsewhere.safetensors"}}))
     assert main(["import", "--hf", str(hf), "--out", str(tmp_path / "back")]) == 2
     _one_line_error(capsys, "weight_map names '../elsewhere.safetensors'")
+
+
+def test_a_label_outside_the_task_label_set_is_refused_with_its_line(tmp_path, capsys, minilm_dir):
+    from lmlab.finetune import finetune
+
+    train = tmp_path / "train.tsv"
+    train.write_text("sentence\tlabel\ngood movie\t1\nbad movie\t0\nfine\tpositive\n")
+    with pytest.raises(Exception, match="train.tsv line 4: label 'positive' is not one of sst2's labels"):
+        finetune(minilm_dir, "sst2", train, train, None, max_steps=1, progress=False, log=lambda m: None)
+
+
+@pytest.mark.parametrize("setting, needle", [
+    ("model.d_model=1000000", "parameters"), ("model.vocab_size=1000000000000", "parameters"),
+    ("train.batch_size=1000000000", "lower train.batch_size and raise train.grad_accum"),
+    ("train.eps=-1", "train.eps must be a small positive number"),
+])
+def test_sizes_that_cannot_fit_and_bad_numbers_fail_before_any_work(tmp_path, capsys, setting, needle):
+    import time
+
+    t0 = time.perf_counter()
+    rc = main(["pretrain", "--config", "configs/gpt-tiny-clm.toml", "--out", str(tmp_path / "r"),
+               "--set", setting])
+    assert rc == 2 and time.perf_counter() - t0 < 30
+    _one_line_error(capsys, needle)
+    assert not (tmp_path / "r" / "data").exists()  # nothing was tokenised
+
+
+def test_non_utf8_toml_and_deeply_nested_json_are_one_line(tmp_path, capsys):
+    bad = tmp_path / "bad.toml"
+    bad.write_bytes(b'x = "\xff"\n')
+    assert main(["pretrain", "--config", str(bad), "--out", str(tmp_path / "r")]) == 2
+    _one_line_error(capsys, "is not UTF-8")
+    deep = tmp_path / "ck"
+    deep.mkdir()
+    (deep / "config.json").write_text("[" * 100_000 + "]" * 100_000)
+    (deep / "model.safetensors").write_bytes(b"")
+    assert main(["generate", "--checkpoint", str(deep), "--prompt", "hi"]) == 2
+    _one_line_error(capsys, "nested too deeply")

@@ -365,6 +365,10 @@ def load_grid(source: str | os.PathLike | dict[str, Any], overrides: list[str] |
                 raw = tomllib.load(f)
         except tomllib.TOMLDecodeError as e:
             raise LmlabError(f"grid file {path} is not valid TOML ({e})", "fix the line it names") from None
+        except UnicodeDecodeError as e:
+            bad = e.object[e.start:e.start + 1]
+            raise LmlabError(f"grid file {path} is not UTF-8 (byte {bad!r} at offset {e.start})",
+                             "save it as UTF-8 (TOML files always are)") from None
         where = str(path)
     for item in overrides or []:
         _apply_override(raw, item)

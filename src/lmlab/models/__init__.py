@@ -85,6 +85,33 @@ def model_class(architecture: str):
     return getattr(importlib.import_module(module), attr)
 
 
+def physical_memory_bytes() -> int | None:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def check_fits_in_memory(config, architecture: str) -> None:
+    """A one-line error, before any allocation, for a model whose float32 weights alone exceed
+    this machine's memory (a vocabulary of 10^12, a width of 10^6): an estimate from the config."""
+    if architecture == "rnn":
+        return
+    from lmlab.models.flops import count_parameters
+
+    try:
+        n = count_parameters(config, heads=()).total
+    except LmlabError:
+        return
+    total = physical_memory_bytes()
+    if total is not None and n * 4 > total:
+        family = getattr(config, "family", architecture)
+        raise LmlabError(f"a {family} model of this config has about {n:.3g} parameters, "
+                         f"{n * 4 / 2**30:,.0f} GiB in float32, more than this machine's "
+                         f"{total / 2**30:,.0f} GiB of memory",
+                         "choose a smaller vocab_size, d_model, d_ff or n_layers")
+
+
 def build_model(config, heads=None, architecture: str | None = None):
     """A freshly initialised model for ``config`` (a config object or a preset name).
 
@@ -99,6 +126,7 @@ def build_model(config, heads=None, architecture: str | None = None):
             f"cannot build a model from a {type(config).__name__}",
             "pass an EncoderConfig, DecoderConfig, Seq2SeqConfig, RNNConfig or a preset name",
         )
+    check_fits_in_memory(config, architecture)
     make = model_class(architecture)
     if architecture == "rnn":
         return make(config)

@@ -39,11 +39,20 @@ class SequenceClassification(Task):
     main_metric = "accuracy"
     extra_metrics: ClassVar[tuple[str, ...]] = ()
     positive_label: ClassVar[str | None] = None
+    #: the task's published label set (GLUE); None = learned from the training file
+    label_set: ClassVar[tuple[str, ...] | None] = None
 
     def read(self, path, on_bad_line="error", warn=None) -> list[Example]:
         return read_glue(path, self.layout, on_bad_line, warn)
 
     def fit(self, train: Sequence[Example]) -> None:
+        if self.label_set is not None:
+            known = set(self.label_set)
+            for e in train:
+                if str(e.label) not in known:
+                    raise LmlabError(f"{e.where}: label {e.label!r} is not one of {self.name}'s labels "
+                                     f"{list(self.label_set)}",
+                                     f"fix the label, or fine-tune with a task whose labels are {e.label!r}")
         self.labels = sorted({str(e.label) for e in train})
         if len(self.labels) < 2:
             raise one_class_error(train, self.labels)
@@ -112,9 +121,11 @@ def one_class_error(train: Sequence[Example], labels: list) -> LmlabError:
 
 class SST2(SequenceClassification):
     name = "sst2"
+    label_set = ("0", "1")
 
 
 class CoLA(SequenceClassification):
     name = "cola"
+    label_set = ("0", "1")
     main_metric = "matthews_corr"
     extra_metrics = ("matthews_corr",)

@@ -20,10 +20,12 @@ class PairClassification(SequenceClassification):
 
 class RTE(PairClassification):
     name = "rte"
+    label_set = ("entailment", "not_entailment")
     positive_label = "entailment"
 
 
 class MRPC(PairClassification):
     name = "mrpc"
+    label_set = ("0", "1")
     main_metric = "f1"
     positive_label = "1"

@@ -161,6 +161,10 @@ def read_toml(path: str | os.PathLike) -> dict[str, Any]:
             return tomllib.load(f)
     except tomllib.TOMLDecodeError as e:
         raise LmlabError(f"config file {p} is not valid TOML ({e})", "fix the line it names") from None
+    except UnicodeDecodeError as e:
+        bad = e.object[e.start:e.start + 1]
+        raise LmlabError(f"config file {p} is not UTF-8 (byte {bad!r} at offset {e.start})",
+                         "save it as UTF-8 (TOML files always are)") from None
 
 
 def _override_items(overrides) -> list[tuple[str, Any]]:
@@ -364,6 +368,45 @@ def coerce(value: Any, hint, key: str) -> Any:
     return value
 
 
+def _check_batch_fits(cfg: RunConfig) -> None:
+    """Refuse, before any data is read, a micro-batch whose activations cannot fit in this
+    machine's memory (a coarse estimate: logits and their gradient, plus ~20 floats per token per
+    layer and width unit), with the way out: a smaller batch_size and a larger grad_accum."""
+    from lmlab.models import CONFIG_ARCHITECTURE, check_fits_in_memory, get_preset, physical_memory_bytes
+
+    try:
+        base = get_preset(cfg.model.preset)
+    except LmlabError:
+        return  # an unknown preset is reported later, with its own message
+    over = cfg.model.overrides
+    known = {f.name for f in dataclasses.fields(base)}
+    tok_table = cfg.data.tokenizer if isinstance(cfg.data.tokenizer, dict) else {}
+    sized = {k: v for k, v in over.items() if k in known}
+    if tok_table.get("vocab_size") and "vocab_size" not in sized:
+        sized["vocab_size"] = tok_table["vocab_size"]
+    try:
+        model_cfg = dataclasses.replace(base, **sized)
+    except (TypeError, ValueError, LmlabError):
+        model_cfg = None
+    if model_cfg is not None:  # the weights first: a model that cannot fit is named as such
+        check_fits_in_memory(model_cfg, CONFIG_ARCHITECTURE.get(type(model_cfg), ""))
+    width = over.get("d_model", getattr(base, "d_model", 0))
+    layers = over.get("n_layers", getattr(base, "n_layers", 0))
+    tok = cfg.data.tokenizer
+    vocab = tok.get("vocab_size") if isinstance(tok, dict) else None
+    vocab = vocab or over.get("vocab_size") or getattr(base, "vocab_size", 0)
+    if not all(isinstance(x, int) for x in (width, layers, vocab)):
+        return
+    tokens = cfg.train.batch_size * cfg.train.seq_len
+    need = tokens * 4 * (2 * vocab + 20 * width * layers)
+    total = physical_memory_bytes()
+    if total is not None and need > total:
+        raise LmlabError(f"a micro-batch of {cfg.train.batch_size:,} x {cfg.train.seq_len} tokens needs "
+                         f"about {need / 2**30:,.0f} GiB for activations, more than this machine's "
+                         f"{total / 2**30:,.0f} GiB",
+                         "lower train.batch_size and raise train.grad_accum (same global batch)")
+
+
 def validate(cfg: RunConfig) -> None:
     """Range checks that need no data or model (those come later, before training starts)."""
     t = cfg.train
@@ -407,6 +450,9 @@ def validate(cfg: RunConfig) -> None:
         )
     if t.weight_decay < 0 or t.clip < 0:
         raise LmlabError("train.weight_decay and train.clip must be >= 0", "use 0 to turn them off")
+    if not (isinstance(t.eps, (int, float)) and 0 < t.eps < 1):
+        raise LmlabError(f"train.eps must be a small positive number, got {t.eps!r}", "e.g. train.eps=1e-8")
+    _check_batch_fits(cfg)
     if not re.fullmatch(r"auto|cpu|cuda(:\d+)?|mps", t.device):
         raise LmlabError(f"unknown train.device {t.device!r}", "use auto, cpu, cuda, cuda:N or mps")
     d = cfg.data

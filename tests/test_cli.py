@@ -128,3 +128,23 @@ def test_missing_input_file_is_a_one_line_error(tmp_path, capsys):
     assert code == 2
     assert err.startswith("error: ") and "does not exist" in err and err.count("\n") == 1
     assert not (tmp_path / "t").exists()
+
+
+def test_every_help_shows_each_default_once():
+    import argparse
+
+    from lmlab.cli import build_parser
+
+    def parsers(p):
+        yield p
+        for action in p._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for sub in action.choices.values():
+                    yield from parsers(sub)
+
+    for p in parsers(build_parser()):
+        text = " ".join(p.format_help().split())
+        assert "(default: None)" not in text and "(default: False)" not in text, p.prog
+        for action in p._actions:
+            if action.help and "default" in action.help:
+                assert (action.help + " (default:") not in text, (p.prog, action.help)

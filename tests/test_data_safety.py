@@ -148,3 +148,13 @@ def test_disk_full_read_only_or_forbidden_is_one_line(ckpt, tmp_path, capsys, mo
     assert main(["export", "--checkpoint", str(ckpt), "--out", str(tmp_path / "hf")]) == 2
     _one_line_error(capsys, needle)
     assert os.listdir(tmp_path / "hf") == ["config.json"] and not list(tmp_path.glob(".hf.*"))
+
+
+def test_written_model_files_are_readable_by_the_group_like_the_rest(ckpt, tmp_path):
+    old = os.umask(0o022)
+    try:
+        load_model(ckpt).save(tmp_path / "m")
+    finally:
+        os.umask(old)
+    modes = {p.name: p.stat().st_mode & 0o777 for p in (tmp_path / "m").rglob("*")}
+    assert modes["model.safetensors"] == 0o644 and modes["config.json"] == 0o644  # safetensors wrote 0600

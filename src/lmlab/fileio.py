@@ -149,6 +149,7 @@ def atomic_dir(dest: str | os.PathLike, marker: str, what: str = "lmlab") -> Ite
         yield tmp
         if not (tmp / marker).is_file():
             raise RuntimeError(f"atomic_dir({dest}): the {what} written has no {marker}")  # a bug, not input
+        _usual_permissions(tmp)
         replace_dir(tmp, dest)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -244,6 +245,15 @@ def directory_lock(directory: str | os.PathLike, what: str = "run directory") ->
         yield
     finally:
         f.close()  # closing releases the lock
+
+
+def _usual_permissions(directory: Path) -> None:
+    """Files and folders under ``directory`` readable as the user's umask says (0644/0755 usually):
+    some writers (safetensors) create files private to their owner, unlike everything else."""
+    mask = _umask()
+    for p in directory.rglob("*"):
+        if not p.is_symlink():
+            os.chmod(p, (0o777 if p.is_dir() else 0o666) & ~mask)
 
 
 def _umask() -> int:

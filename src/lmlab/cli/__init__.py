@@ -47,7 +47,15 @@ Run `lmlab COMMAND --help` for the options of each command.
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
-    """Keep hand-written examples as they are and show defaults."""
+    """Keep hand-written examples as they are and show each default once: argparse's own
+    "(default: ...)" only where the help does not already say it, and never "(default: None)"
+    or "(default: False)" for an option that is simply off until given."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if "default" in text or action.default in (None, False) or action.default is argparse.SUPPRESS:
+            return text
+        return super()._get_help_string(action)
 
 
 class Parser(argparse.ArgumentParser):

@@ -58,3 +58,23 @@ def test_compare_flags_a_changed_curve():
     assert compare(golden, {"loss": [8.0, 7.51], "val_loss": {"0": 8.1, "2": 7.6}}) == [
         "step 2: train loss 7.510000, golden 7.500000"
     ]
+
+
+@pytest.mark.slow
+def test_clm_recipe_beats_its_trivial_baseline(tmp_path, monkeypatch, shared_data_cache):
+    """The causal-LM recipe learns within a CPU minute: next-token accuracy on its own training
+    text clearly above always guessing the most frequent token (the same text, measured per batch)."""
+    import json
+
+    from lmlab.train import pretrain
+
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setenv("LMLAB_CACHE_DIR", str(shared_data_cache))
+    pretrain("configs/gpt-tiny-clm.toml", tmp_path / "run", log=lambda m: None,
+             overrides=["train.max_steps=150", "train.eval_every=150", "train.checkpoint_every=150",
+                        "train.progress=off"])
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    last = [r for r in rows if "next_acc" in r][-20:]
+    acc = sum(r["next_acc"] for r in last) / len(last)
+    guess = sum(r["next_acc_guess"] for r in last) / len(last)
+    assert acc > 1.4 * guess, (acc, guess)  # measured: 0.088 vs 0.052 at step 150

@@ -219,3 +219,28 @@ def test_unsupported_or_unsafe_inputs(tmp_path):
     with pytest.raises(LmlabError, match="bert export needs the standard architecture"):
         hf_export(prenorm_bert, tmp_path / "nope")
     assert not (tmp_path / "nope").exists()
+
+
+def test_exported_decoder_generates_with_transformers_own_calls_as_lmlab_does(tmp_path, shakespeare):
+    """After export, ``model.generate(**tokenizer(text))`` and the text-generation pipeline give
+    lmlab's greedy tokens: the prompt is not wrapped in [CLS] ... [SEP], no token_type_ids."""
+    from lmlab.generate import generate
+    from lmlab.tokenizers import train_tokenizer
+
+    tok = train_tokenizer("bytelevel", [shakespeare[:100_000]], vocab_size=400)
+    torch.manual_seed(3)
+    model = build_model(get_preset("gpt2-tiny", vocab_size=tok.vocab_size))
+    model.tokenizer = tok
+    model.eval()
+    hf_export(model, tmp_path / "hf")
+    hf_model = T.AutoModelForCausalLM.from_pretrained(tmp_path / "hf").eval()
+    hf_tok = T.AutoTokenizer.from_pretrained(tmp_path / "hf")
+    prompt = "ROMEO: what light"
+    enc = hf_tok(prompt, return_tensors="pt")
+    assert set(enc) == {"input_ids", "attention_mask"} and enc["input_ids"][0].tolist() == tok.encode(prompt)
+    theirs = hf_model.generate(**enc, max_new_tokens=12, do_sample=False, pad_token_id=0)
+    ours = generate(model, torch.tensor([tok.encode(prompt)]), max_new_tokens=12, eos_token_id=[])
+    assert theirs.tolist() == ours.tolist()
+    pipe = T.pipeline("text-generation", model=hf_model, tokenizer=hf_tok)
+    text = pipe(prompt, max_new_tokens=12, do_sample=False, pad_token_id=0)[0]["generated_text"]
+    assert text == tok.decode(ours[0].tolist())

@@ -12,8 +12,9 @@ Families: bert, roberta, albert, electra, gpt2, llama, t5, bart. The output dire
 atomically."""
 
 EXPORT_EXAMPLES = """\
-  lmlab export --checkpoint runs/bert-tiny/final --format hf --out hf-bert/
-  lmlab export --checkpoint runs/gpt/final --format hf --out hf-gpt/"""
+  lmlab pretrain --config configs/gpt-tiny-clm.toml --out runs/gpt
+  lmlab export --checkpoint runs/gpt --format hf --out hf-gpt/                  # a run: its newest checkpoint
+  lmlab export --checkpoint runs/gpt/checkpoints/step_600 --format hf --out hf-gpt-600/"""
 
 IMPORT_DESCRIPTION = """\
 Convert a Hugging Face model directory (config.json + model.safetensors; bert, roberta, albert,

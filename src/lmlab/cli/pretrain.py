@@ -47,4 +47,7 @@ def run(args) -> int:
         f"trained {summary['steps']} steps, {summary['tokens']:,} tokens in {summary['seconds']:.0f}s: "
         f"train loss {summary['train_loss']:.4f}{vtxt}; run in {args.out}/"
     )
+    if summary.get("checkpoint"):
+        print(f"checkpoint: {summary['checkpoint']} "
+              f"(generate, export, finetune and probe also accept {args.out})")
     return 0

@@ -135,4 +135,18 @@ def hf_export(model, directory: str | os.PathLike, tokenizer=None) -> Path:
             for f in (tmp / "_tokenizer").iterdir():
                 shutil.move(str(f), str(tmp / f.name))
             (tmp / "_tokenizer").rmdir()
+            if getattr(model, "architecture", "") == "decoder":
+                _plain_prompts(tmp)
     return directory
+
+
+def _plain_prompts(directory: Path) -> None:
+    """A decoder's exported tokenizer encodes a prompt as its tokens alone: no [CLS] ... [SEP]
+    template (an encoder's) and no token_type_ids, so transformers' ``model.generate(**tok(text))``
+    and ``pipeline("text-generation")`` continue exactly the ids lmlab's generation does."""
+    data = read_json(directory / "tokenizer.json", "tokenizer.json")
+    data["post_processor"] = None
+    write_json(directory / "tokenizer.json", data)
+    config = read_json(directory / "tokenizer_config.json", "tokenizer_config.json")
+    config["model_input_names"] = ["input_ids", "attention_mask"]
+    write_json(directory / "tokenizer_config.json", config)

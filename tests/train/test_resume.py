@@ -187,3 +187,15 @@ def test_sigterm_writes_a_checkpoint_and_resume_loses_no_step(tiny_config, tmp_p
                  log=lambda m: None)
     assert s["steps"] == step + 1
     assert not [p for p in run.rglob(".*") if p.name != ".lock"]
+
+
+def test_overriding_the_training_text_warns_that_validation_is_the_recipes(tiny_config, tiny_data, tmp_path):
+    said: list[str] = []
+    pretrain(tiny_config(max_steps=1, checkpoint_every=1), tmp_path / "run", log=said.append,
+             overrides=[f"data.train=[{str(tiny_data['train'])!r}]"])
+    warning = [m for m in said if m.startswith("warning: data.train was set")]
+    assert len(warning) == 1 and str(tiny_data["val"]) in warning[0]
+    said.clear()
+    pretrain(tiny_config(max_steps=1, checkpoint_every=1), tmp_path / "run2", log=said.append,
+             overrides=[f"data.train=[{str(tiny_data['train'])!r}]", f"data.val=[{str(tiny_data['val'])!r}]"])
+    assert not [m for m in said if m.startswith("warning")]

@@ -147,7 +147,7 @@ def load_config(
         raw = {k: dict(v) if isinstance(v, dict) else v for k, v in source.items()}
     else:
         raw = read_toml(source)
-    for key, value in _override_items(overrides):
+    for key, value in override_items(overrides):
         _apply_override(raw, key, value)
     return _build(raw)
 
@@ -167,7 +167,7 @@ def read_toml(path: str | os.PathLike) -> dict[str, Any]:
                          "save it as UTF-8 (TOML files always are)") from None
 
 
-def _override_items(overrides) -> list[tuple[str, Any]]:
+def override_items(overrides) -> list[tuple[str, Any]]:
     if not overrides:
         return []
     if isinstance(overrides, dict):

@@ -275,7 +275,8 @@ def _prepare_text(
         return out
     if not build:
         raise LmlabError(f"token shards {out} are missing or stale", "run without --resume to rebuild them")
-    log(f"tokenising {len(files)} file(s) into {out}")
+    names = ", ".join(str(f) for f in files[:3]) + (f" and {len(files) - 3} more" if len(files) > 3 else "")
+    log(f"tokenising {len(files)} file(s) into {out}: {names}")
     summary = prepare_shards(
         tok_dir,
         [str(f) for f in files],

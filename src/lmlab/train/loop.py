@@ -42,7 +42,7 @@ from lmlab.train.checkpoint import (
     rng_tensors,
     save_train_checkpoint,
 )
-from lmlab.train.config import RunConfig, load_config, read_toml, to_toml
+from lmlab.train.config import RunConfig, load_config, override_items, read_toml, to_toml
 from lmlab.train.data import prepare_run_data
 from lmlab.train.device import setup_machine
 from lmlab.train.metrics import MetricsLog, perplexity, plot_losses, progress_bar
@@ -105,6 +105,12 @@ def pretrain(
             )
         config = run_dir / "config.toml"
     cfg = load_config(config, overrides)
+    keys = {k for k, _ in override_items(overrides)}
+    if "data.train" in keys and "data.val" not in keys and cfg.data.val and not resume:
+        (log or (lambda m: print(m, file=sys.stderr, flush=True)))(
+            f"warning: data.train was set but validation still reads the recipe's data.val "
+            f"({', '.join(map(str, cfg.data.val[:3]))}{' ...' if len(cfg.data.val) > 3 else ''}); "
+            "set data.val too (or data.val=[] with data.val_fraction) if that is not what you want")
     if int(os.environ.get("RANK", "0")) != 0:  # the ranks of one job share the run: rank 0 holds the lock
         return Trainer(cfg, run_dir, resume, log).run()
     with directory_lock(run_dir, "run directory"):  # two runs into one directory would mix their files

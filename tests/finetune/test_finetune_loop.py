@@ -273,3 +273,13 @@ def test_lr_auto_keeps_the_best_rate_on_dev_and_leaves_nothing_behind(tok, data_
 def test_lr_must_be_positive_or_auto(tok):
     with pytest.raises(LmlabError, match="lr = 'fast' is not allowed"):
         finetune(tiny("bert-tiny", tok), "sst2", [], [], None, lr="fast")
+
+
+def test_finetune_without_a_terminal_logs_progress_lines(tok, data_dir, capsys):
+    g = data_dir / "glue" / "sst2"
+    said = []
+    finetune(tiny("bert-tiny", tok), "sst2", g / "train.tsv", g / "dev.tsv", None, max_steps=40, batch_size=8,
+             max_train_examples=320, max_eval_examples=16, progress=True, log=said.append)
+    assert [m.split("/")[0] for m in said if m.startswith("step ") and "s left" in m] == [
+        f"step {s}" for s in range(2, 40, 2)]
+    assert "\r" not in capsys.readouterr().err

@@ -199,3 +199,13 @@ def test_overriding_the_training_text_warns_that_validation_is_the_recipes(tiny_
     pretrain(tiny_config(max_steps=1, checkpoint_every=1), tmp_path / "run2", log=said.append,
              overrides=[f"data.train=[{str(tiny_data['train'])!r}]", f"data.val=[{str(tiny_data['val'])!r}]"])
     assert not [m for m in said if m.startswith("warning")]
+
+
+def test_without_a_terminal_progress_is_a_line_every_few_steps_not_a_bar(tiny_config, tmp_path, capsys):
+    said: list[str] = []
+    cfg = tiny_config(max_steps=40, checkpoint_every=40)
+    cfg["train"]["progress"] = "auto"
+    pretrain(cfg, tmp_path / "run", log=said.append)
+    lines = [m for m in said if m.startswith("step ") and "/40: loss" in m and "s left" in m]
+    assert [m.split("/")[0] for m in lines] == [f"step {s}" for s in range(2, 40, 2)]
+    assert "\r" not in capsys.readouterr().err  # no bar frames in a log file

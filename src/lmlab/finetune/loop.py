@@ -307,8 +307,10 @@ def finetune(checkpoint, task: str | Task, train, dev, out: str | os.PathLike | 
 
     from tqdm import tqdm
 
-    bar = tqdm(total=total, desc=f"finetune {task.name}", unit="step", disable=not cfg.progress,
+    terminal = cfg.progress and sys.stderr.isatty()
+    bar = tqdm(total=total, desc=f"finetune {task.name}", unit="step", disable=not terminal,
                dynamic_ncols=True, file=sys.stderr)
+    every = max(1, total // 20)  # with no terminal: a progress line every ~5% instead of a bar
     gen = torch.Generator().manual_seed(cfg.seed)
     lengths = [len(f["input_ids"]) for f in feats]
     model.train()
@@ -335,6 +337,9 @@ def finetune(checkpoint, task: str | Task, train, dev, out: str | os.PathLike | 
         run_loss, n_loss = run_loss + loss_v, n_loss + 1
         bar.update(1)
         bar.set_postfix(loss=f"{loss_v:.4f}")
+        if cfg.progress and not terminal and step % every == 0 and step < total:
+            elapsed = time.perf_counter() - t0
+            say(f"step {step}/{total}: loss {loss_v:.4f}, about {elapsed * (total - step) / step:.0f} s left")
         epoch = seen / len(feats)
         if step % cfg.log_every == 0 or step == total:
             elapsed = time.perf_counter() - t0

@@ -471,6 +471,8 @@ class Trainer:
         rows = self.metrics.rows() if self.info.is_main else []
         show = self.info.is_main and (t.progress == "on" or (t.progress == "auto" and sys.stderr.isatty()))
         self.bar = progress_bar(t.max_steps, self.step, show)
+        # with no terminal (a log file, a batch job) a progress line every ~5% instead of a bar
+        every, first = max(1, t.max_steps // 20), self.step
         last: dict[str, Any] = rows[-1] if rows else {}
         start_tokens, t_loop = self.tokens, time.perf_counter()
         while self.step < t.max_steps:
@@ -495,6 +497,11 @@ class Trainer:
             rate = (self.tokens - start_tokens) / max(time.perf_counter() - t_loop, 1e-9)
             self.bar.set_postfix(loss=f"{row['loss']:.3f}", tok_s=f"{rate:,.0f}", refresh=False)
             self.bar.update(1)
+            lines = not show and self.info.is_main and t.progress != "off"
+            if lines and self.step % every == 0 and not final:
+                left = (t.max_steps - self.step) * (time.perf_counter() - t_loop) / max(1, self.step - first)
+                self.log(f"step {self.step}/{t.max_steps}: loss {row['loss']:.4f}, {rate:,.0f} tokens/s, "
+                         f"about {left:.0f} s left")
             saved = self.step % t.checkpoint_every == 0 or final
             if saved:
                 self.save()

@@ -158,3 +158,12 @@ def test_written_model_files_are_readable_by_the_group_like_the_rest(ckpt, tmp_p
         os.umask(old)
     modes = {p.name: p.stat().st_mode & 0o777 for p in (tmp_path / "m").rglob("*")}
     assert modes["model.safetensors"] == 0o644 and modes["config.json"] == 0o644  # safetensors wrote 0600
+
+
+def test_a_checkpoint_whose_tokenizer_was_swapped_is_refused(ckpt, tmp_path, capsys):
+    other = train_tokenizer("bytelevel", ["a different corpus gives other merges entirely\n" * 40],
+                            vocab_size=280)
+    shutil.rmtree(ckpt / "tokenizer")
+    other.save(ckpt / "tokenizer")  # same vocabulary size, other tokens
+    assert main(["generate", "--checkpoint", str(ckpt), "--prompt", "to be"]) == 2
+    _one_line_error(capsys, "is not the tokenizer this model was saved with")

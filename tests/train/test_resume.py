@@ -209,3 +209,20 @@ def test_without_a_terminal_progress_is_a_line_every_few_steps_not_a_bar(tiny_co
     lines = [m for m in said if m.startswith("step ") and "/40: loss" in m and "s left" in m]
     assert [m.split("/")[0] for m in lines] == [f"step {s}" for s in range(2, 40, 2)]
     assert "\r" not in capsys.readouterr().err  # no bar frames in a log file
+
+
+def test_resuming_on_shards_of_another_tokenizer_of_the_same_size_is_refused(tiny_config, tiny_data, tmp_path,
+                                                                             shakespeare):
+    from lmlab.data import prepare_shards
+    from lmlab.tokenizers import train_tokenizer
+
+    run = tmp_path / "run"
+    pretrain(tiny_config(max_steps=2, checkpoint_every=2), run, log=lambda m: None)
+    other = train_tokenizer("bytelevel", shakespeare[-60_000:].splitlines(keepends=True), vocab_size=320)
+    other.save(tmp_path / "tok")
+    prepare_shards(tmp_path / "tok", [tiny_data["root"] / "train.txt"], tmp_path / "shards", workers=1,
+                   progress=False)
+    cfg = tiny_config(max_steps=4, checkpoint_every=2)
+    cfg["data"] = {"train": [str(tmp_path / "shards")], "val": [str(tmp_path / "shards")]}
+    with pytest.raises(LmlabError, match="trained with another tokenizer"):
+        pretrain(cfg, run, resume=True, log=lambda m: None)

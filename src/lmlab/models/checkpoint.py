@@ -121,6 +121,8 @@ def save_checkpoint(model: LmlabModel, directory: str | os.PathLike, tokenizer=N
         "heads": list(getattr(model, "head_names", ())),
         "config": model.config.to_dict(),
     }
+    if tokenizer is not None:
+        meta["tokenizer_fingerprint"] = tokenizer.fingerprint()
     with atomic_dir(directory, marker=WEIGHTS_NAME, what="model") as tmp:
         save_file({k: v.cpu() for k, v in state.items()}, str(tmp / WEIGHTS_NAME), metadata={"format": "pt"})
         write_json(tmp / CONFIG_NAME, meta)
@@ -192,6 +194,11 @@ def load_checkpoint(directory: str | os.PathLike, map_location: str | torch.devi
 
         model.tokenizer = load_tokenizer(tok_dir)
         check_tokenizer(config, model.tokenizer)
+        saved = meta.get("tokenizer_fingerprint")
+        if saved and model.tokenizer.fingerprint() != saved:
+            raise LmlabError(f"{tok_dir} is not the tokenizer this model was saved with (same size, other "
+                             "tokens): its ids would mean other words to the model",
+                             "restore the checkpoint's own tokenizer/ or save the model with the right one")
     return model.eval()
 
 

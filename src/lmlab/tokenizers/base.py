@@ -475,6 +475,17 @@ class Tokenizer(ABC):
     __call__ = encode_batch
 
     # ----------------------------------------------------------------- save / export
+    def fingerprint(self) -> str:
+        """SHA-256 of what the tokenizer does (vocabulary, merges, specials, normalisation), the
+        same for equal tokenizers however they were saved: a model records the one it was trained
+        with, so a tokenizer swapped for another of the same size is caught."""
+        import hashlib
+        import json
+
+        canon = json.dumps({"hf": self.to_hf_json(), "config": self.tokenizer_config()}, sort_keys=True,
+                           ensure_ascii=False)
+        return hashlib.sha256(canon.encode("utf-8")).hexdigest()
+
     def to_hf_json(self) -> dict[str, Any]:
         """The whole Hugging Face ``tokenizer.json`` document for this tokenizer."""
         parts = self._hf_parts()

@@ -33,7 +33,7 @@ from torch import nn
 
 from lmlab.data.packing import PackedWindows, eval_starts, read_windows
 from lmlab.errors import LmlabError
-from lmlab.fileio import atomic_write_text, directory_lock, remove_leftovers, write_json
+from lmlab.fileio import atomic_write_text, directory_lock, read_json, remove_leftovers, write_json
 from lmlab.train import distributed as dist_
 from lmlab.train.checkpoint import (
     latest_checkpoint,
@@ -295,6 +295,11 @@ class Trainer:
         if self.info.mode == "fsdp":
             raise LmlabError("--resume under FSDP is not supported yet", "resume with train.distributed=ddp")
         tensors, meta, weights = load_train_checkpoint(path)
+        saved = read_json(path / "config.json", "model config").get("tokenizer_fingerprint")
+        if saved and self.model.tokenizer.fingerprint() != saved:
+            raise LmlabError(f"{path} was trained with another tokenizer than the one the data gives now "
+                             "(same size, other tokens): resuming would feed it ids that mean other words",
+                             "resume with the run's own data and tokenizer, or start a new run")
         load_state(self.model, weights, str(path))
         obj_state = {k[len("objective.") :]: v for k, v in tensors.items() if k.startswith("objective.")}
         if obj_state:

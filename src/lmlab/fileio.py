@@ -286,7 +286,12 @@ def atomic_write_text(dest: str | os.PathLike, text: str) -> None:
 
 def write_json(dest: str | os.PathLike, obj, indent: int | None = 2) -> None:
     """Write JSON atomically (UTF-8, non-ASCII kept readable)."""
-    atomic_write_text(dest, json.dumps(obj, ensure_ascii=False, indent=indent) + "\n")
+    text = json.dumps(obj, ensure_ascii=False, indent=indent) + "\n"
+    try:
+        data = text.encode("utf-8")
+    except UnicodeEncodeError:  # a file name that is not UTF-8 (kept by Python as lone surrogates)
+        data = (json.dumps(obj, ensure_ascii=True, indent=indent) + "\n").encode("ascii")
+    atomic_write_bytes(dest, data)
 
 
 def read_json(path: str | os.PathLike, what: str = "JSON file"):

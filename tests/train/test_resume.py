@@ -226,3 +226,29 @@ def test_resuming_on_shards_of_another_tokenizer_of_the_same_size_is_refused(tin
     cfg["data"] = {"train": [str(tmp_path / "shards")], "val": [str(tmp_path / "shards")]}
     with pytest.raises(LmlabError, match="trained with another tokenizer"):
         pretrain(cfg, run, resume=True, log=lambda m: None)
+
+
+@pytest.mark.parametrize("field, value", [("step", "two"), ("data_position", -5), ("tokens", 1.5),
+                                          ("optimizer", []), ("step", 3)])
+def test_a_crafted_train_state_is_one_line_not_a_traceback(tiny_config, tmp_path, field, value):
+    run = tmp_path / "run"
+    pretrain(tiny_config(max_steps=2, checkpoint_every=2), run, log=lambda m: None)
+    state = run / "checkpoints" / "step_2" / "train_state.json"
+    data = json.loads(state.read_text())
+    data[field] = value
+    state.write_text(json.dumps(data))
+    with pytest.raises(LmlabError, match=f"train_state.json is damaged: bad {field}"):
+        pretrain(tiny_config(max_steps=4, checkpoint_every=2), run, resume=True, log=lambda m: None)
+
+
+def test_a_file_name_that_is_not_utf8_is_kept_in_the_shards_index(tmp_path, tiny_data):
+    import os
+
+    from lmlab.data import TokenShards, prepare_shards
+
+    name = os.fsdecode(b"caf\xe9.txt")  # Latin-1 bytes in a name: a lone surrogate in Python
+    (tmp_path / name).write_text("some text to tokenise\n" * 20)
+    prepare_shards(tiny_data["tokenizer"], [tmp_path / name], tmp_path / "shards", workers=1, progress=False)
+    assert TokenShards(tmp_path / "shards", "train").num_tokens > 0
+    index = json.loads((tmp_path / "shards" / "index.json").read_text())
+    assert os.fsencode(index["inputs"][0]["path"]).endswith(b"caf\xe9.txt")

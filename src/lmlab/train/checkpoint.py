@@ -109,7 +109,27 @@ def load_train_checkpoint(path: str | Path) -> tuple[dict[str, torch.Tensor], di
             f"{path / STATE_JSON} is not an lmlab train state (version {VERSION})",
             "resume from a checkpoint written by this lmlab version",
         )
+    _check_state(path, meta)
     return read_safetensors(path / STATE_TENSORS), meta, read_safetensors(path / WEIGHTS_NAME)
+
+
+def _check_state(path: Path, meta: dict[str, Any]) -> None:
+    """The fields resuming relies on have the types and ranges lmlab writes (a hand-edited or
+    crafted train_state.json is a one-line error, not a traceback mid-run)."""
+    def count(v) -> bool:
+        return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+    problems = [k for k in ("step", "tokens", "data_position") if not count(meta.get(k))]
+    if not isinstance(meta.get("optimizer"), dict):
+        problems.append("optimizer")
+    if not isinstance(meta.get("elapsed_s", 0.0), (int, float)):
+        problems.append("elapsed_s")
+    m = _STEP_RE.fullmatch(path.name)
+    if not problems and m and int(m.group(1)) != meta["step"]:
+        problems.append(f"step ({meta['step']}, in directory {path.name})")
+    if problems:
+        raise LmlabError(f"{path / STATE_JSON} is damaged: bad {', '.join(problems)}",
+                         "resume from an earlier checkpoint (delete this one) or start a new run")
 
 
 def rng_tensors() -> dict[str, torch.Tensor]:

@@ -167,3 +167,24 @@ def test_a_checkpoint_whose_tokenizer_was_swapped_is_refused(ckpt, tmp_path, cap
     other.save(ckpt / "tokenizer")  # same vocabulary size, other tokens
     assert main(["generate", "--checkpoint", str(ckpt), "--prompt", "to be"]) == 2
     _one_line_error(capsys, "is not the tokenizer this model was saved with")
+
+
+def test_a_safetensors_disk_error_is_one_line(ckpt, tmp_path, capsys, monkeypatch):
+    import safetensors.torch
+    from safetensors import SafetensorError
+
+    def full(*a, **k):
+        raise SafetensorError('Error while serializing: IoError(Os { code: 28, kind: StorageFull, '
+                              'message: "No space left on device" })')
+
+    monkeypatch.setattr(safetensors.torch, "save_file", full)
+    assert main(["export", "--checkpoint", str(ckpt), "--out", str(tmp_path / "hf")]) == 2
+    _one_line_error(capsys, "the disk is full")
+    assert not (tmp_path / "hf").exists()
+
+
+def test_a_json_schema_nested_too_deeply_is_one_line(ckpt, tmp_path, capsys):
+    deep = tmp_path / "schema.json"
+    deep.write_text('{"type": "object", "properties": {"a": ' * 3000 + "{}" + "}}" * 3000)
+    assert main(["generate", "--checkpoint", str(ckpt), "--prompt", "to", "--json-schema", str(deep)]) == 2
+    _one_line_error(capsys, "nested too deeply")

@@ -306,5 +306,5 @@ def read_json(path: str | os.PathLike, what: str = "JSON file"):
         raise LmlabError(f"{what} {p} is corrupt ({e.__class__.__name__}: {e})",
                          "re-create it, e.g. by training or saving again") from None
     except RecursionError:
-        raise LmlabError(f"{what} {p} is nested too deeply to be one lmlab wrote",
-                         "re-create it, e.g. by training or saving again") from None
+        raise LmlabError(f"{what} {p} is nested too deeply to read",
+                         "flatten it (or, if lmlab wrote it, write it again)") from None

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from lmlab import __version__
@@ -94,6 +95,15 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as e:  # a full disk, a read-only or forbidden path: what was there stays intact
         print(f"error: {describe_os_error(e)}", file=sys.stderr)
         return 2
+    except RecursionError:
+        print("error: the input is nested too deeply to process; flatten it (fewer levels of nesting)",
+              file=sys.stderr)
+        return 2
+    except Exception as e:
+        if type(e).__name__ != "SafetensorError":  # safetensors' own I/O errors (no errno attribute)
+            raise
+        print(f"error: {describe_safetensors_error(e)}", file=sys.stderr)
+        return 2
     return int(result or 0)
 
 
@@ -111,6 +121,18 @@ def describe_os_error(e: OSError) -> str:
     if e.errno == errno.ENOENT:
         return f"{path} does not exist; check the path"
     return f"{e.strerror or e} ({path}); check the path and the disk"
+
+
+def describe_safetensors_error(e: Exception) -> str:
+    """``<problem>; <fix>`` for a safetensors failure, which reports the OS error code in its text."""
+    import re
+
+    m = re.search(r"code: (\d+)", str(e))
+    if m:
+        code = int(m.group(1))
+        return describe_os_error(OSError(code, os.strerror(code), "a weights file"))
+    first = str(e).splitlines()[0] if str(e) else type(e).__name__
+    return f"could not read or write a weights file ({first}); check the disk and the path"
 
 
 #: arguments that name something a command reads: ``--out`` may never be (or hold) one of them

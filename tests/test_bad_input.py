@@ -10,10 +10,9 @@ from lmlab.cli import main
 
 
 def _one_line_error(capsys, *needles):
-    err = capsys.readouterr().err
-    assert err.startswith("error: ") and err.count("\n") == 1, err
-    for n in needles:
-        assert n in err, err
+    from conftest import assert_one_line_error
+
+    assert_one_line_error(capsys, *needles)
 
 
 @pytest.fixture()

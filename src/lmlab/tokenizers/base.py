@@ -482,8 +482,8 @@ class Tokenizer(ABC):
         import hashlib
         import json
 
-        canon = json.dumps({"hf": self.to_hf_json(), "config": self.tokenizer_config()}, sort_keys=True,
-                           ensure_ascii=False)
+        config = {k: v for k, v in self.tokenizer_config().items() if k != "lmlab_format_version"}
+        canon = json.dumps({"hf": self.to_hf_json(), "config": config}, sort_keys=True, ensure_ascii=False)
         return hashlib.sha256(canon.encode("utf-8")).hexdigest()
 
     def to_hf_json(self) -> dict[str, Any]:

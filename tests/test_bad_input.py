@@ -10,7 +10,7 @@ from lmlab.cli import main
 
 
 def _one_line_error(capsys, *needles):
-    from conftest import assert_one_line_error
+    from assertions import assert_one_line_error
 
     assert_one_line_error(capsys, *needles)
 

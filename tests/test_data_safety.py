@@ -15,7 +15,7 @@ from lmlab.tokenizers import train_tokenizer
 
 
 def _one_line_error(capsys, *needles):
-    from conftest import assert_one_line_error
+    from assertions import assert_one_line_error
 
     assert_one_line_error(capsys, *needles)
 

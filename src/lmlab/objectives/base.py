@@ -73,9 +73,10 @@ def token_signal(logits: Tensor, labels: Tensor, prefix: str, ignore: int = -100
     most-frequent-token guess); ``logits`` ``[N, V]`` for the labelled positions or ``[..., V]``."""
     keep = labels != ignore
     targets = labels[keep]
-    if logits.dim() > 2 or logits.shape[0] != targets.shape[0]:
-        logits = logits[keep]
-    acc = float((logits.argmax(-1) == targets).float().mean()) if targets.numel() else 0.0
+    pred = logits.argmax(-1)  # before selecting: indexing [B, T, V] logits would copy them all
+    if pred.shape == labels.shape:
+        pred = pred[keep]
+    acc = float((pred == targets).float().mean()) if targets.numel() else 0.0
     return {f"{prefix}_acc": acc, f"{prefix}_acc_guess": most_frequent_share(targets)}
 
 

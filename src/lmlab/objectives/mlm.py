@@ -119,15 +119,3 @@ class MaskedLM(Objective):
         labels = inputs["labels"]
         metrics = {**token_signal(out.logits, labels, "mlm"), "targets": int((labels != -100).sum())}
         return out.loss, metrics
-
-
-@torch.no_grad()
-def masked_accuracy(logits: Tensor, labels: Tensor) -> float:
-    """Accuracy of the MLM head on the selected positions (``logits`` as the head returns them:
-    ``[N, V]`` for the selected positions only, or ``[B, T, V]``)."""
-    selected = labels != -100
-    if not bool(selected.any()):
-        return 0.0
-    if logits.dim() == 3:
-        logits = logits[selected]
-    return float((logits.argmax(-1) == labels[selected]).float().mean())

@@ -27,21 +27,20 @@ import torch
 from torch import Tensor, nn
 
 from lmlab.errors import LmlabError
-from lmlab.objectives.base import TokenBatch
+from lmlab.objectives.base import TokenBatch, token_signal
 from lmlab.objectives.masking import rand, require_role
-from lmlab.objectives.mlm import MaskedLM, check_probability, masked_accuracy
+from lmlab.objectives.mlm import MaskedLM, check_probability
 
 IS_NEXT, NOT_NEXT = 0, 1
 
 
 class NextSentencePrediction(MaskedLM):
-    loss_kind = "other"  # MLM + NSP losses
-    signals = (("mlm_acc", "mlm_acc_guess", "most frequent token"),)
     """BERT's MLM + NSP; ``mlm=False`` trains the NSP head alone."""
 
     name = "nsp"
     architectures = ("encoder",)
     heads = ("mlm", "nsp")
+    loss_kind = "other"  # MLM + NSP losses
 
     def __init__(self, tokenizer, next_prob: float = 0.5, mlm: bool = True, **mlm_params):
         super().__init__(tokenizer, **mlm_params)
@@ -105,5 +104,5 @@ class NextSentencePrediction(MaskedLM):
         }
         if self.mlm:
             metrics["mlm_loss"] = float(out.extra["mlm_loss"].detach())
-            metrics["mlm_acc"] = masked_accuracy(out.logits, inputs["labels"])
+            metrics.update(token_signal(out.logits, inputs["labels"], "mlm"))
         return out.loss, metrics

@@ -378,23 +378,18 @@ def _check_batch_fits(cfg: RunConfig) -> None:
         base = get_preset(cfg.model.preset)
     except LmlabError:
         return  # an unknown preset is reported later, with its own message
-    over = cfg.model.overrides
     known = {f.name for f in dataclasses.fields(base)}
-    tok_table = cfg.data.tokenizer if isinstance(cfg.data.tokenizer, dict) else {}
-    sized = {k: v for k, v in over.items() if k in known}
-    if tok_table.get("vocab_size") and "vocab_size" not in sized:
-        sized["vocab_size"] = tok_table["vocab_size"]
+    sized = {k: v for k, v in cfg.model.overrides.items() if k in known}
+    tok = cfg.data.tokenizer
+    if isinstance(tok, dict) and tok.get("vocab_size") and "vocab_size" not in sized:
+        sized["vocab_size"] = tok["vocab_size"]
     try:
         model_cfg = dataclasses.replace(base, **sized)
     except (TypeError, ValueError, LmlabError):
-        model_cfg = None
-    if model_cfg is not None:  # the weights first: a model that cannot fit is named as such
-        check_fits_in_memory(model_cfg, CONFIG_ARCHITECTURE.get(type(model_cfg), ""))
-    width = over.get("d_model", getattr(base, "d_model", 0))
-    layers = over.get("n_layers", getattr(base, "n_layers", 0))
-    tok = cfg.data.tokenizer
-    vocab = tok.get("vocab_size") if isinstance(tok, dict) else None
-    vocab = vocab or over.get("vocab_size") or getattr(base, "vocab_size", 0)
+        return  # a bad model setting is reported later, with its own message
+    check_fits_in_memory(model_cfg, CONFIG_ARCHITECTURE.get(type(model_cfg), ""))  # weights first
+    width, layers = getattr(model_cfg, "d_model", 0), getattr(model_cfg, "n_layers", 0)
+    vocab = getattr(model_cfg, "vocab_size", 0)
     if not all(isinstance(x, int) for x in (width, layers, vocab)):
         return
     tokens = cfg.train.batch_size * cfg.train.seq_len

@@ -68,14 +68,23 @@ def binary_auc(scores: Tensor, labels: Tensor) -> float:
     return float((ranks[labels].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
 
 
-def token_signal(logits: Tensor, labels: Tensor, prefix: str, ignore: int = -100) -> dict[str, float]:
+def token_signal(logits: Tensor, labels: Tensor, prefix: str, ignore: int = -100,
+                 shown: Tensor | None = None) -> dict[str, float]:
     """``{prefix}_acc`` (top-1 accuracy on the labelled positions) and ``{prefix}_acc_guess`` (the
-    most-frequent-token guess); ``logits`` ``[N, V]`` for the labelled positions or ``[..., V]``."""
+    most-frequent-token guess); ``logits`` ``[N, V]`` for the labelled positions or ``[..., V]``.
+
+    ``shown`` (boolean, shaped like ``labels``) marks positions whose input already is the answer
+    (BERT's 10% of selected tokens left unchanged): they are not scored, since a model that copies
+    its input would be right there without having learned anything from the context.
+    """
     keep = labels != ignore
     targets = labels[keep]
     pred = logits.argmax(-1)  # before selecting: indexing [B, T, V] logits would copy them all
     if pred.shape == labels.shape:
         pred = pred[keep]
+    if shown is not None:
+        hidden = ~shown[keep]
+        pred, targets = pred[hidden], targets[hidden]
     acc = float((pred == targets).float().mean()) if targets.numel() else 0.0
     return {f"{prefix}_acc": acc, f"{prefix}_acc_guess": most_frequent_share(targets)}
 

@@ -195,7 +195,8 @@ class Electra(MaskedLM):
         with torch.no_grad():
             scores, truth = out.logits[scored].detach(), disc_labels[scored]
             disc_acc = float(((scores > 0).long() == truth).float().mean())
-            gen = token_signal(gen_logits.detach(), inputs["labels"], "gen")
+            gen = token_signal(gen_logits.detach(), inputs["labels"], "gen",
+                               shown=inputs["input_ids"] == inputs["labels"])
             replaced = float(truth.float().mean())
         metrics = {"gen_loss": float(gen_loss.detach()), "disc_loss": float(out.loss.detach()), **gen,
                    "disc_acc": disc_acc, "disc_acc_guess": 1.0 - replaced,

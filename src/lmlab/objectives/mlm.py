@@ -63,6 +63,8 @@ class MaskedLM(Objective):
     architectures = ("encoder",)
     heads = ("mlm",)
     loss_kind = "masked_nll"
+    #: accuracy at the selected positions whose input is not the answer itself ([MASK] or a random
+    #: token): the 10% kept unchanged would let a model that copies its input look as if it learned
     signals = (("mlm_acc", "mlm_acc_guess", "most frequent token"),)
 
     def __init__(self, tokenizer, mask_prob: float = 0.15, mask_token_prob: float = 0.8,
@@ -117,5 +119,6 @@ class MaskedLM(Objective):
     def loss(self, model: nn.Module, inputs: dict[str, Tensor]) -> tuple[Tensor, dict[str, float]]:
         out = model(**inputs)
         labels = inputs["labels"]
-        metrics = {**token_signal(out.logits, labels, "mlm"), "targets": int((labels != -100).sum())}
+        metrics = {**token_signal(out.logits, labels, "mlm", shown=inputs["input_ids"] == labels),
+                   "targets": int((labels != -100).sum())}
         return out.loss, metrics

@@ -104,5 +104,6 @@ class NextSentencePrediction(MaskedLM):
         }
         if self.mlm:
             metrics["mlm_loss"] = float(out.extra["mlm_loss"].detach())
-            metrics.update(token_signal(out.logits, inputs["labels"], "mlm"))
+            metrics.update(token_signal(out.logits, inputs["labels"], "mlm",
+                                        shown=inputs["input_ids"] == inputs["labels"]))
         return out.loss, metrics

@@ -162,7 +162,8 @@ class SpanBERT(MaskedLM):
         left, right, rel = (inputs.pop(k, None) for k in ("sbo_left", "sbo_right", "sbo_position"))
         out = model(**inputs)
         labels = inputs["labels"]
-        metrics = {"mlm_loss": float(out.loss.detach()), **token_signal(out.logits, labels, "mlm"),
+        signal = token_signal(out.logits, labels, "mlm", shown=inputs["input_ids"] == labels)
+        metrics = {"mlm_loss": float(out.loss.detach()), **signal,
                    "targets": int((labels != IGNORE).sum())}
         if not self.use_sbo:
             return out.loss, metrics

@@ -111,7 +111,8 @@ class UniLM(MaskedLM):
             inputs.pop("token_type_ids", None)  # no segment embeddings (RoBERTa-style): masks only
         out = model(**inputs)
         labels = inputs["labels"]
-        metrics = {**token_signal(out.logits, labels, "mlm"), "targets": int((labels != -100).sum())}
+        metrics = {**token_signal(out.logits, labels, "mlm", shown=inputs["input_ids"] == labels),
+                   "targets": int((labels != -100).sum())}
         for m, name in enumerate(MODES):
             metrics[f"rows_{name}"] = int((modes == m).sum())
         return out.loss, metrics

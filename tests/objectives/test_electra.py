@@ -34,6 +34,18 @@ def test_label_function():
     assert replaced_token_labels(original, corrupted, special).tolist() == [[-100, 0, 1, 0, 0, -100]]
 
 
+def test_generator_input_keeps_15_percent_of_the_selected_tokens_as_the_reference(setup, tok):
+    """google-research/electra (pretrain_helpers.mask): of the selected tokens, 85% become [MASK] and
+    the rest stay unchanged (no random tokens)."""
+    model, obj, batch = setup
+    inputs = obj.prepare(batch, torch.Generator().manual_seed(0))
+    selected = inputs["labels"] != -100
+    masked = inputs["input_ids"][selected] == tok.token_to_id["[MASK]"]
+    kept = inputs["input_ids"][selected] == batch.input_ids[selected]
+    assert bool((masked | kept).all())
+    assert 0.80 < float(masked.float().mean()) < 0.90, float(masked.float().mean())
+
+
 def test_sampled_original_counts_as_original(setup, tok):
     model, obj, batch = setup
     inputs = obj.prepare(batch, torch.Generator().manual_seed(0))

@@ -44,7 +44,8 @@ def test_electra_generator_accuracy_leaves_out_the_tokens_kept_unchanged(tok, bo
                                                          n_layers=1, n_heads=2, embedding_size=32),
                         heads=("discriminator",))
     objective.setup(model)
-    inputs = objective.prepare(pack(tok, book_paragraphs, rows=4, seq_len=64), torch.Generator().manual_seed(0))
+    batch = pack(tok, book_paragraphs, rows=4, seq_len=64)
+    inputs = objective.prepare(batch, torch.Generator().manual_seed(0))
     shown = (inputs["input_ids"] == inputs["labels"]) & (inputs["labels"] != IGNORE)
     assert int(shown.sum()) > 10
     # a generator that copies its input: right exactly where the input shows the answer
@@ -58,7 +59,8 @@ def test_t5_accuracy_leaves_out_the_sentinels(tok, book_paragraphs):
     import copy
     t5tok = copy.deepcopy(tok)
     objective = get_objective("t5")(t5tok)
-    inputs = objective.prepare(pack(t5tok, book_paragraphs, rows=4, seq_len=64), torch.Generator().manual_seed(0))
+    batch = pack(t5tok, book_paragraphs, rows=4, seq_len=64)
+    inputs = objective.prepare(batch, torch.Generator().manual_seed(0))
     labels = inputs["labels"]
     sentinel = torch.isin(labels, torch.tensor(objective.sentinel_ids))
     assert int(sentinel.sum()) >= 4

@@ -4,7 +4,9 @@ Two encoders are trained jointly:
 
 * the **generator**, a small masked LM owned by this objective (a fraction ``generator_size`` of
   the discriminator's width and FFN, the same depth; the paper finds 1/4-1/2 best). 15% of the
-  tokens are replaced by ``[MASK]`` and the generator predicts them (loss ``L_MLM``);
+  tokens are selected; 85% of those become ``[MASK]`` and the rest stay as they are
+  (``mask_token_prob = 0.85``, as ``pretrain_helpers.mask`` in google-research/electra; no random
+  tokens), and the generator predicts them all (loss ``L_MLM``);
 * the **discriminator**, the model being pretrained (``discriminator`` head). Every masked
   position is filled with a token *sampled* from the generator's softmax; the discriminator sees
   this corrupted text and predicts, for **every** non-special token, whether it was replaced
@@ -116,7 +118,7 @@ class Electra(MaskedLM):
 
     def __init__(self, tokenizer, mask_prob: float = 0.15, generator_size: float = 0.25,
                  generator_layers: int | None = None, disc_weight: float = 50.0, temperature: float = 1.0,
-                 mask_token_prob: float = 1.0, random_token_prob: float = 0.0):
+                 mask_token_prob: float = 0.85, random_token_prob: float = 0.0):
         super().__init__(tokenizer, mask_prob=mask_prob, mask_token_prob=mask_token_prob,
                          random_token_prob=random_token_prob)
         if not 0 < generator_size <= 1:

@@ -54,6 +54,37 @@ def test_order_is_seeded_covers_each_window_once_and_seeks():
     assert eval_starts(type("V", (), {"num_tokens": 95, "directory": "v"}), 10, 3) == [0, 40, 80]
 
 
+def test_max_tokens_reads_only_the_first_tokens_for_every_epoch():
+    class Fake:  # a 1,000-token split
+        split, directory, num_tokens = "train", "mem", 1000
+        doc_starts = np.arange(0, 1000, 7)
+
+    w = PackedWindows(Fake, 10, seed=1, max_tokens=200)
+    assert w.num_tokens == 200 and w.windows_per_epoch == 20
+    starts = [w.start_of(i) for i in range(20 * 5)]  # five epochs
+    assert all(s + 10 <= 200 for s in starts)
+    assert sorted(starts[:20]) == list(range(0, 200, 10))
+    assert w.epoch_of(100) == 5.0
+    assert PackedWindows(Fake, 10, seed=1, max_tokens=5000).num_tokens == 1000  # a limit above the data
+
+
+def test_max_tokens_in_a_run(tiny_data, tmp_path):
+    import json
+
+    from lmlab.train import pretrain
+    said: list[str] = []
+    cfg = {"model": {"preset": "gpt2-tiny", "d_model": 32, "n_layers": 1, "n_heads": 2, "d_ff": 64,
+                     "max_positions": 32},
+           "objective": {"name": "clm"},
+           "data": {"train": [str(tiny_data["train"])], "val": [str(tiny_data["val"])], "max_tokens": 320},
+           "train": {"max_steps": 6, "batch_size": 4, "seq_len": 32, "eval_every": 6, "eval_batches": 1,
+                     "warmup_steps": 0, "checkpoint_every": 6, "threads": 1, "progress": "off"}}
+    pretrain(cfg, tmp_path / "run", log=said.append)
+    assert any("train 320 tokens (the first of" in line for line in said), said
+    (state,) = (tmp_path / "run" / "checkpoints").glob("*/train_state.json")
+    assert json.loads(state.read_text())["epoch"] == 2.4  # 10 windows per epoch, 24 read
+
+
 def test_attention_never_crosses_a_document_boundary(tiny_data):
     """Changing the tokens of document 1 must not change any logit of document 2 in the same row."""
     torch.manual_seed(0)
@@ -95,3 +126,35 @@ def test_walking_later_epochs_never_redraws_earlier_permutations():
     w._layout = lambda epoch: laid_out.append(epoch) or layout(epoch)
     starts = [w.start_of(3 * w.windows_per_epoch + r) for r in range(16)]
     assert set(laid_out) == {3} and len(set(starts)) == 16
+
+
+def test_static_masks_follow_the_token_across_epochs_though_windows_shift(tiny_data):
+    """BERT's static masking: a token of the corpus is masked (or not) the same way in every epoch.
+    Windows start at a seeded shift in each new epoch, so a mask keyed on a window's contents
+    changed every epoch and static masking was dynamic in all but name."""
+    from lmlab.objectives.mlm import MaskedLM
+
+    shards = TokenShards(tiny_data["train"], "train")
+    windows = PackedWindows(shards, seq_len=32, seed=3)
+    per_epoch = windows.windows_per_epoch
+    assert windows.start_of(per_epoch) % 32 != 0 or windows.start_of(per_epoch + 1) % 32 != 0  # shifted
+
+    def decisions(objective, epoch):
+        seen = {}
+        for i in range(epoch * per_epoch, (epoch + 1) * per_epoch - 1, 8):
+            batch = windows.batch(i, 8)
+            labels = objective.prepare(batch, torch.Generator().manual_seed(i))["labels"]
+            for offset, label in zip(batch.offsets.flatten().tolist(), labels.flatten().tolist()):
+                seen[offset] = label != -100
+        return seen
+
+    tokenizer = shards.tokenizer()
+    static = MaskedLM(tokenizer, masking="static", seed=5)
+    first, second = decisions(static, 0), decisions(static, 1)
+    common = sorted(set(first) & set(second))
+    assert len(common) > 500
+    assert all(first[p] == second[p] for p in common)
+    assert 0.10 < sum(first[p] for p in common) / len(common) < 0.20  # still 15% of the tokens
+    dynamic = MaskedLM(tokenizer, masking="dynamic")
+    d1, d2 = decisions(dynamic, 0), decisions(dynamic, 1)
+    assert sum(d1[p] != d2[p] for p in common) > 0.1 * len(common)

@@ -52,12 +52,14 @@ def pack(ids: np.ndarray, doc_positions: np.ndarray) -> TokenBatch:
 class PackedWindows:
     """Windows of ``seq_len`` tokens from one split, in a seeded, resumable order."""
 
-    def __init__(self, shards: TokenShards, seq_len: int, seed: int = 0):
-        if shards.num_tokens < seq_len:
+    def __init__(self, shards: TokenShards, seq_len: int, seed: int = 0, max_tokens: int = 0):
+        """``max_tokens``: read only the split's first ``max_tokens`` tokens (0: all of them)."""
+        self.num_tokens = min(shards.num_tokens, max_tokens) if max_tokens else shards.num_tokens
+        if self.num_tokens < seq_len:
             raise LmlabError(
-                f"split {shards.split!r} of {shards.directory} has {shards.num_tokens} tokens, "
-                f"fewer than one window of seq_len={seq_len}",
-                "use more text or a smaller train.seq_len",
+                f"split {shards.split!r} of {shards.directory} has {self.num_tokens} tokens"
+                f"{' to read' if max_tokens else ''}, fewer than one window of seq_len={seq_len}",
+                "use more text (or a larger data.max_tokens) or a smaller train.seq_len",
             )
         self.shards = shards
         self.seq_len = seq_len
@@ -72,12 +74,12 @@ class PackedWindows:
         if epoch == 0:
             return 0
         offset = int(np.random.default_rng([self.seed, epoch]).integers(self.seq_len))
-        return 0 if self.shards.num_tokens - offset < self.seq_len else offset
+        return 0 if self.num_tokens - offset < self.seq_len else offset
 
     def _length(self, epoch: int) -> int:
         """Windows in epoch ``epoch`` (cached: walking epochs never re-draws their permutations)."""
         if epoch not in self._lengths:
-            self._lengths[epoch] = (self.shards.num_tokens - self._offset(epoch)) // self.seq_len
+            self._lengths[epoch] = (self.num_tokens - self._offset(epoch)) // self.seq_len
         return self._lengths[epoch]
 
     def _layout(self, epoch: int) -> tuple[int, np.ndarray]:
@@ -91,7 +93,7 @@ class PackedWindows:
 
     @property
     def windows_per_epoch(self) -> int:
-        return self.shards.num_tokens // self.seq_len
+        return self.num_tokens // self.seq_len
 
     def start_of(self, position: int) -> int:
         """Token offset of the window at sampling ``position`` (0, 1, 2, ... across epochs)."""
@@ -116,7 +118,9 @@ class PackedWindows:
 def read_windows(shards: TokenShards, starts: list[int], seq_len: int) -> TokenBatch:
     """The packed windows ``[s, s + seq_len)`` for each start ``s``, as one batch."""
     ids, pos = zip(*(shards.window(s, seq_len) for s in starts))
-    return pack(np.stack(ids), np.stack(pos))
+    batch = pack(np.stack(ids), np.stack(pos))
+    batch.offsets = torch.as_tensor(starts, dtype=torch.int64)[:, None] + torch.arange(seq_len)
+    return batch
 
 
 def eval_starts(shards: TokenShards, seq_len: int, windows: int) -> list[int]:

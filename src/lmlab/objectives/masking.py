@@ -23,9 +23,11 @@
 * **Span lengths** - geometric (SpanBERT, ``p = 0.2`` clipped at 10 words) and Poisson (BART,
   ``λ = 3``).
 * **Static masks** - BERT masked each example once, during preprocessing, and reused that mask
-  every epoch; RoBERTa (Liu et al. 2019) re-masks every time ("dynamic"). Static masks here come
-  from a generator seeded with ``hash(seed, the row's tokens)``, so the same example gets the
-  same mask in every epoch wherever it falls in the batch order.
+  every epoch; RoBERTa (Liu et al. 2019) re-masks every time ("dynamic"). Static masks here are
+  a function of ``seed`` and each token's place in the corpus (:func:`corpus_uniforms`), so a
+  token is masked the same way in every epoch, wherever its window starts and wherever it falls
+  in the batch order. A batch that does not come from a corpus (no ``offsets``) falls back to
+  a generator seeded with ``hash(seed, the row's tokens)``.
 
 All randomness comes from an explicit ``torch.Generator`` (drawn on the generator's device and
 moved to the data's), so a batch is a pure function of its tokens and the generator state.
@@ -55,6 +57,25 @@ def rand(shape, generator: torch.Generator, device=None) -> Tensor:
 def randint(high: int, shape, generator: torch.Generator, device=None) -> Tensor:
     """Integers in ``[0, high)`` drawn from ``generator`` (on its device), moved to ``device``."""
     return torch.randint(high, shape, generator=generator, device=generator.device).to(device)
+
+
+def corpus_uniforms(seed: int, offsets: Tensor, streams: int) -> Tensor:
+    """``[streams, *offsets.shape]`` uniform ``[0, 1)`` numbers, each a fixed function of ``(seed,
+    stream, offset)``: the same token position always draws the same numbers (SplitMix64 hash)."""
+    import numpy as np
+
+    mask64 = (1 << 64) - 1
+    x = offsets.detach().cpu().numpy().astype(np.uint64)
+    salt = np.uint64((int(seed) * 0x9E3779B97F4A7C15) & mask64)
+    out = []
+    with np.errstate(over="ignore"):
+        for stream in range(streams):
+            z = x * np.uint64(streams) + np.uint64(stream) + salt
+            z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+            z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+            z = z ^ (z >> np.uint64(31))
+            out.append((z >> np.uint64(11)).astype(np.float64) / float(1 << 53))
+    return torch.from_numpy(np.stack(out)).to(device=offsets.device, dtype=torch.float32)
 
 
 def row_generator(seed: int, row: Tensor) -> torch.Generator:

@@ -16,8 +16,9 @@ Options (the ``[objective]`` table of a recipe):
 
 * ``mask_prob`` (0.15), ``mask_token_prob`` (0.8), ``random_token_prob`` (0.1).
 * ``masking = "dynamic"`` (RoBERTa, Liu et al. 2019: a new mask every time a row is seen) or
-  ``"static"`` (BERT's preprocessing: the mask is a function of ``seed`` and the row's tokens, so
-  the same example is masked the same way in every epoch).
+  ``"static"`` (BERT's preprocessing: the mask is a function of ``seed`` and each token's place in
+  the corpus, so every token is masked the same way in every epoch, although the windows that
+  hold it shift between epochs).
 * ``whole_word = true`` - whole-word masking (the BERT WWM release): a word is selected or not as a
   whole (word starts read from the tokenizer, see :mod:`lmlab.objectives.masking`).
 
@@ -33,6 +34,7 @@ from torch import Tensor, nn
 from lmlab.errors import LmlabError
 from lmlab.objectives.base import Objective, TokenBatch, token_signal
 from lmlab.objectives.masking import (
+    corpus_uniforms,
     document_mask,
     mlm_labels,
     replace_80_10_10,
@@ -99,17 +101,42 @@ class MaskedLM(Objective):
                                      self.mask_token_prob, self.random_token_prob)
         return corrupted, mlm_labels(ids, selected)
 
-    def mask(self, ids: Tensor, doc_ids: Tensor, generator: torch.Generator) -> tuple[Tensor, Tensor]:
-        """``(corrupted input_ids, labels)`` for ``[B, T]`` ids: static or dynamic per the options."""
+    def _mask_at_corpus_positions(self, ids: Tensor, doc_ids: Tensor,
+                                  offsets: Tensor) -> tuple[Tensor, Tensor]:
+        """Static masking: every draw is a function of ``seed`` and the token's place in the corpus."""
+        pick, action, which = corpus_uniforms(self.seed, offsets, 3)
+        candidates = ~special_mask(ids, self.special_ids)
+        if self.whole_word:  # a word is selected or not by the draw at its first token
+            words = word_ids(ids, doc_ids, *self.word_tables)
+            index = torch.arange(ids.shape[1], device=ids.device).expand_as(words)
+            first = torch.full_like(words, ids.shape[1] - 1).scatter_reduce(1, words, index, "amin")
+            pick = torch.gather(pick, 1, torch.gather(first, 1, words))
+        selected = candidates & (pick < self.mask_prob)
+        pool = self.pool.to(ids.device)
+        random_tok = pool[(which * len(pool)).long().clamp(max=len(pool) - 1)]
+        corrupted = ids.clone()
+        keep_from = self.mask_token_prob + self.random_token_prob
+        use_mask = selected & (action < self.mask_token_prob)
+        use_random = selected & (action >= self.mask_token_prob) & (action < keep_from)
+        corrupted[use_mask] = self.mask_id
+        corrupted[use_random] = random_tok[use_random]
+        return corrupted, mlm_labels(ids, selected)
+
+    def mask(self, ids: Tensor, doc_ids: Tensor, generator: torch.Generator,
+             offsets: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """``(corrupted input_ids, labels)`` for ``[B, T]`` ids: static or dynamic per the options.
+        ``offsets`` (the tokens' places in the corpus, :class:`TokenBatch`) keys static masks."""
         if self.masking == "dynamic":
             return self._mask_with(ids, doc_ids, generator)
+        if offsets is not None:
+            return self._mask_at_corpus_positions(ids, doc_ids, offsets)
         pieces = [self._mask_with(ids[b:b + 1], doc_ids[b:b + 1], row_generator(self.seed, ids[b]))
                   for b in range(ids.shape[0])]
         return torch.cat([p[0] for p in pieces]), torch.cat([p[1] for p in pieces])
 
     # ------------------------------------------------------------------ objective contract
     def prepare(self, batch: TokenBatch, generator: torch.Generator) -> dict[str, Tensor]:
-        corrupted, labels = self.mask(batch.input_ids, batch.doc_ids, generator)
+        corrupted, labels = self.mask(batch.input_ids, batch.doc_ids, generator, batch.offsets)
         inputs = {"input_ids": corrupted, "labels": labels, "position_ids": batch.position_ids}
         pattern = document_mask(batch)
         if pattern is not None:

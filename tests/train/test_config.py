@@ -45,6 +45,7 @@ def test_overrides_are_coerced_to_the_field_types(tmp_path):
         ("train.schedule=cosin", ["cosine"]),
         ("objective.name=cml", ["'cml'", "clm"]),
         ("train.batch_size=0", ["train.batch_size", "at least 1"]),
+        ("data.max_tokens=-5", ["data.max_tokens", ">= 0"]),
     ],
 )
 def test_bad_keys_and_values_are_one_line_errors_with_a_suggestion(override, words):

@@ -65,6 +65,9 @@ class DataConfig:
     ``tokenizer``: a tokenizer directory, or a table ``{algo, vocab_size, input, ...}`` to train
     one (``input`` defaults to the train files; other keys are the algorithm's options).
     ``val_fraction``: when ``val`` is empty, send this fraction of the train documents to val.
+    ``max_tokens``: train on the first ``max_tokens`` tokens only (0: all), e.g. a small corpus
+    seen for many epochs (static vs dynamic masking); the tokenizer and shards stay those of the
+    whole data, so runs with different limits share one cache entry.
     ``cache_dir``: when set (or when ``$LMLAB_CACHE_DIR`` is), the trained tokenizer and the token
     shards go to ``cache_dir/<hash of this [data] table>/`` instead of ``RUN_DIR/data/``, so runs
     over the same data (a grid, the recipe tests) tokenise it once; stale entries are rebuilt.
@@ -74,6 +77,7 @@ class DataConfig:
     val: list[str] = field(default_factory=list)
     tokenizer: str | dict[str, Any] = ""
     val_fraction: float = 0.0
+    max_tokens: int = 0
     doc_separator: str = "blank-line"
     encoding: str = "utf-8"
     append_eos: bool = False
@@ -453,6 +457,9 @@ def validate(cfg: RunConfig) -> None:
     d = cfg.data
     if not d.train:
         raise LmlabError("data.train is empty", "set data.train to token shards or text files")
+    if not isinstance(d.max_tokens, int) or isinstance(d.max_tokens, bool) or d.max_tokens < 0:
+        raise LmlabError(f"data.max_tokens must be a whole number >= 0, got {d.max_tokens!r}",
+                         "e.g. data.max_tokens=500000 (0 reads all the training tokens)")
     if not 0.0 <= d.val_fraction < 1.0:
         raise LmlabError(f"data.val_fraction must be in [0, 1), got {d.val_fraction}", "e.g. 0.01")
     if d.workers < 1:

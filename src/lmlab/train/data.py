@@ -158,7 +158,9 @@ def _data_dir(cfg: DataConfig, run_dir: Path) -> Path:
     cache = cfg.cache_dir or os.environ.get("LMLAB_CACHE_DIR", "")
     if not cache:
         return run_dir / "data"
-    spec = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in ("cache_dir", "workers")}
+    # the tokens do not depend on where they are cached, on the workers, or on how many a run reads
+    spec = {k: v for k, v in dataclasses.asdict(cfg).items()
+            if k not in ("cache_dir", "workers", "max_tokens")}
     key = hashlib.sha256(json.dumps(_jsonable(spec), sort_keys=True).encode()).hexdigest()[:16]
     return Path(expand(cache)) / f"data-{key}"
 

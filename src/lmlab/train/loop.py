@@ -215,7 +215,7 @@ class Trainer:
             if self.machine.dtype is torch.float16 and self.machine.device.type == "cuda"
             else None
         )
-        self.windows = PackedWindows(self.data.train, t.seq_len, t.seed)
+        self.windows = PackedWindows(self.data.train, t.seq_len, t.seed, cfg.data.max_tokens)
         starts = eval_starts(self.data.val, t.seq_len, t.eval_batches * t.batch_size)
         self.val_starts = starts[self.info.rank :: self.info.world_size]
         self.rows_per_step = t.batch_size * t.grad_accum * self.info.world_size
@@ -229,7 +229,8 @@ class Trainer:
             f"{self.info.world_size} process(es), mode {self.info.mode}"
         )
         self.log(
-            f"data: train {self.data.train.num_tokens:,} tokens "
+            f"data: train {self.windows.num_tokens:,} tokens "
+            f"{f'(the first of {self.data.train.num_tokens:,}) ' if cfg.data.max_tokens else ''}"
             f"({self.windows.windows_per_epoch:,} windows of {t.seq_len}), "
             f"val {self.data.val.num_tokens:,} tokens ({len(starts)} eval windows); "
             f"global batch {self.rows_per_step} x {t.seq_len} = {self.rows_per_step * t.seq_len:,} tokens"

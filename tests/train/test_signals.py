@@ -60,3 +60,13 @@ def test_clm_keeps_perplexity_and_bits_per_byte(tiny_data, tmp_path):
     summary, log = _run(tiny_data, tmp_path, "gpt2-tiny", "clm")
     assert summary["val_ppl"] is not None and summary["val_bpb"] is not None
     assert "next_acc" in log and "bits/byte" in log
+
+
+@pytest.mark.parametrize("name", sorted(__import__("lmlab.objectives", fromlist=["OBJECTIVES"]).OBJECTIVES))
+def test_every_objective_declares_a_signal_with_its_baseline(name):
+    from lmlab.objectives import get_objective
+
+    signals = get_objective(name).signals
+    assert signals, f"{name} declares no learning signal"
+    for metric, baseline, what in signals:
+        assert baseline.startswith(metric) and what

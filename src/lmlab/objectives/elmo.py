@@ -25,7 +25,7 @@ from torch import Tensor
 
 from lmlab.errors import LmlabError
 from lmlab.models.heads import IGNORE
-from lmlab.objectives.base import Objective, TokenBatch
+from lmlab.objectives.base import Objective, TokenBatch, token_signal
 
 
 def bilm_losses(
@@ -52,6 +52,8 @@ class BiLMObjective(Objective):
     architectures = ("rnn",)
     heads = ()
     loss_kind = "nll"  # mean of the forward and backward LMs' per-token NLL
+    #: the forward LM's next-token accuracy (never across documents)
+    signals = (("next_acc", "next_acc_guess", "most frequent token"),)
 
     def __init__(self, tokenizer, **params):
         super().__init__(tokenizer)
@@ -84,4 +86,9 @@ class BiLMObjective(Objective):
         fwd, bwd = bilm_losses(
             out.logits, out.extra["backward_logits"], inputs["input_ids"], inputs["doc_ids"]
         )
-        return (fwd + bwd) / 2, {"forward_loss": float(fwd.detach()), "backward_loss": float(bwd.detach())}
+        ids, docs = inputs["input_ids"], inputs["doc_ids"]
+        with torch.no_grad():
+            targets = ids[:, 1:].masked_fill(docs[:, 1:] != docs[:, :-1], IGNORE)
+            signal = token_signal(out.logits[:, :-1].detach(), targets, "next", IGNORE)
+        return (fwd + bwd) / 2, {"forward_loss": float(fwd.detach()), "backward_loss": float(bwd.detach()),
+                                 **signal}

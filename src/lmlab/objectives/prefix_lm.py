@@ -22,7 +22,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from lmlab.objectives.base import Objective, TokenBatch
+from lmlab.objectives.base import Objective, TokenBatch, token_signal
 from lmlab.objectives.masking import IGNORE, rand
 
 
@@ -59,6 +59,7 @@ class PrefixLM(Objective):
     architectures = ("decoder",)
     heads = ("lm",)
     loss_kind = "masked_nll"
+    signals = (("next_acc", "next_acc_guess", "most frequent token"),)
 
     def prepare(self, batch: TokenBatch, generator: torch.Generator) -> dict[str, Tensor]:
         prefix_len = sample_prefix_lengths(batch, generator)
@@ -69,4 +70,6 @@ class PrefixLM(Objective):
 
     def loss(self, model: nn.Module, inputs: dict[str, Tensor]) -> tuple[Tensor, dict[str, float]]:
         out = model(**inputs)
-        return out.loss, {"targets": int((inputs["labels"][:, 1:] != IGNORE).sum())}
+        with torch.no_grad():  # position i predicts token i + 1 (of the part after the prefix)
+            signal = token_signal(out.logits[:, :-1].detach(), inputs["labels"][:, 1:], "next", IGNORE)
+        return out.loss, {**signal, "targets": int((inputs["labels"][:, 1:] != IGNORE).sum())}

@@ -31,7 +31,7 @@ from torch import Tensor
 
 from lmlab.errors import LmlabError
 from lmlab.models.heads import IGNORE, causal_lm_loss
-from lmlab.objectives.base import Objective, TokenBatch
+from lmlab.objectives.base import Objective, TokenBatch, token_signal
 
 _NO_DOC = -(2**40)  # document id that matches nothing: memory of a row that does not continue
 
@@ -50,6 +50,7 @@ class SegmentRecurrentLM(Objective):
     architectures = ("transfo-xl",)
     heads = ("lm",)
     loss_kind = "nll"
+    signals = (("next_acc", "next_acc_guess", "most frequent token"),)
 
     def __init__(self, tokenizer, segment_len: int = 64, carry_memory: bool = True, **params):
         super().__init__(tokenizer)
@@ -121,4 +122,6 @@ class SegmentRecurrentLM(Objective):
         if self.carry_memory:
             self._carry[model.training] = _Carry(mems, mem_docs - docs[:, -1:], pos[:, -1].clone())
         loss = causal_lm_loss(logits, inputs["labels"])
-        return loss, {"memory_rows": carried}
+        with torch.no_grad():
+            signal = token_signal(logits[:, :-1].detach(), inputs["labels"][:, 1:], "next", IGNORE)
+        return loss, {"memory_rows": carried, **signal}

@@ -29,7 +29,7 @@ from torch import Tensor
 
 from lmlab.errors import LmlabError
 from lmlab.models.heads import IGNORE
-from lmlab.objectives.base import Objective, TokenBatch
+from lmlab.objectives.base import Objective, TokenBatch, token_signal
 
 
 def permutation_ranks(batch_size: int, seq_len: int, generator: torch.Generator, device=None) -> Tensor:
@@ -62,6 +62,8 @@ class PermutationLM(Objective):
     architectures = ("xlnet",)
     heads = ("lm",)
     loss_kind = "masked_nll"
+    #: accuracy on the predicted tokens (the last part of each row's factorisation order)
+    signals = (("target_acc", "target_acc_guess", "most frequent token"),)
 
     def __init__(self, tokenizer, predict_fraction: float = 1 / 6, **params):
         super().__init__(tokenizer)
@@ -102,4 +104,6 @@ class PermutationLM(Objective):
 
     def loss(self, model, inputs: dict[str, Tensor]) -> tuple[Tensor, dict[str, float]]:
         out = model(**inputs)
-        return out.loss, {"targets": float((inputs["labels"] != IGNORE).sum())}
+        with torch.no_grad():
+            signal = token_signal(out.logits.detach(), inputs["labels"], "target", IGNORE)
+        return out.loss, {**signal, "targets": float((inputs["labels"] != IGNORE).sum())}

@@ -60,21 +60,34 @@ def test_compare_flags_a_changed_curve():
     ]
 
 
+#: (recipe, steps, signal, how many times its trivial baseline it must reach on the last 20 steps);
+#: each within about a CPU minute. Measured on the 2-core development machine: CLM next-token
+#: accuracy 0.088 vs 0.052 (most frequent token) at step 150; MLM masked-token accuracy 0.086 vs
+#: 0.052 at step 300 (tokens the input still shows are not scored); ELECTRA discriminator AUC 0.600
+#: vs 0.5 (chance) at step 400; BART target-token accuracy 0.074 vs 0.050 at step 300.
+SIGNALS = [("gpt-tiny-clm", 150, "next_acc", 1.4),
+           ("bert-tiny-mlm", 300, "mlm_acc", 1.4),
+           ("electra-tiny", 400, "disc_auc", 1.1),
+           ("bart-tiny", 300, "target_acc", 1.25)]
+
+
 @pytest.mark.slow
-def test_clm_recipe_beats_its_trivial_baseline(tmp_path, monkeypatch, shared_data_cache):
-    """The causal-LM recipe learns within a CPU minute: next-token accuracy on its own training
-    text clearly above always guessing the most frequent token (the same text, measured per batch)."""
+@pytest.mark.parametrize("recipe,steps,signal,factor", SIGNALS, ids=[s[0] for s in SIGNALS])
+def test_recipe_beats_its_trivial_baseline(recipe, steps, signal, factor, tmp_path, monkeypatch,
+                                           shared_data_cache):
+    """The recipe learns within a CPU minute: its objective's own signal, on its own training text,
+    clearly above the trivial answer (measured on the same batches)."""
     import json
 
     from lmlab.train import pretrain
 
     monkeypatch.chdir(ROOT)
     monkeypatch.setenv("LMLAB_CACHE_DIR", str(shared_data_cache))
-    pretrain("configs/gpt-tiny-clm.toml", tmp_path / "run", log=lambda m: None,
-             overrides=["train.max_steps=150", "train.eval_every=150", "train.checkpoint_every=150",
-                        "train.progress=off"])
+    pretrain(f"configs/{recipe}.toml", tmp_path / "run", log=lambda m: None,
+             overrides=[f"train.max_steps={steps}", f"train.eval_every={steps}",
+                        f"train.checkpoint_every={steps}", "train.progress=off"])
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
-    last = [r for r in rows if "next_acc" in r][-20:]
-    acc = sum(r["next_acc"] for r in last) / len(last)
-    guess = sum(r["next_acc_guess"] for r in last) / len(last)
-    assert acc > 1.4 * guess, (acc, guess)  # measured: 0.088 vs 0.052 at step 150
+    last = [r for r in rows if signal in r][-20:]
+    value = sum(r[signal] for r in last) / len(last)
+    guess = sum(r[f"{signal}_guess"] for r in last) / len(last)
+    assert value > factor * guess, (value, guess)

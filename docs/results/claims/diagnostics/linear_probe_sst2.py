@@ -1,12 +1,16 @@
-import sys, torch, csv
+import csv
+import os
+import sys
+
+import torch
 from lmlab.models import load_model
 torch.manual_seed(0)
 def read(p, n=None):
     rows = list(csv.reader(open(p), delimiter="\t", quoting=csv.QUOTE_NONE))[1:]
     rows = rows[:n] if n else rows
     return [r[0] for r in rows], torch.tensor([int(r[1]) for r in rows])
-tr_x, tr_y = read('/work/shared/data/glue/sst2/train.tsv', 2000)
-dv_x, dv_y = read('/work/shared/data/glue/sst2/dev.tsv')
+tr_x, tr_y = read(os.path.join(os.environ.get('LMLAB_DATA', '../shared/data'), 'glue/sst2/train.tsv'), 2000)
+dv_x, dv_y = read(os.path.join(os.environ.get('LMLAB_DATA', '../shared/data'), 'glue/sst2/dev.tsv'))
 def feats(model, texts):
     tok = model.tokenizer; out_cls, out_mean = [], []
     model.eval()
@@ -14,7 +18,10 @@ def feats(model, texts):
         for t in texts:
             enc = tok.encode_plus(t, max_length=64, truncation=True)
             ids = torch.tensor([enc.ids])
-            if model.architecture == "encoder":
+            if model.architecture == "seq2seq":  # the encoder's states; no [CLS]: its first token
+                h = model.encode(ids, torch.ones_like(ids)).last_hidden_state[0]
+                out_cls.append(h[0]); out_mean.append(h.mean(0))
+            elif model.architecture == "encoder":
                 h = model.encode(ids, torch.ones_like(ids))[0][0]
                 out_cls.append(h[0]); out_mean.append(h.mean(0))
             else:

@@ -12,6 +12,8 @@ import importlib
 import os
 import sys
 
+from safetensors import SafetensorError
+
 from lmlab import __version__
 from lmlab.errors import LmlabError
 
@@ -99,9 +101,7 @@ def main(argv: list[str] | None = None) -> int:
         print("error: the input is nested too deeply to process; flatten it (fewer levels of nesting)",
               file=sys.stderr)
         return 2
-    except Exception as e:
-        if type(e).__name__ != "SafetensorError":  # safetensors' own I/O errors (no errno attribute)
-            raise
+    except SafetensorError as e:  # safetensors' own I/O errors (no errno attribute)
         print(f"error: {describe_safetensors_error(e)}", file=sys.stderr)
         return 2
     return int(result or 0)

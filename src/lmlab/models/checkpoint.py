@@ -156,6 +156,13 @@ def read_safetensors(path: str | os.PathLike) -> dict[str, torch.Tensor]:
         ) from None
 
 
+def tokenizer_matches(meta: dict, tokenizer) -> bool:
+    """Whether ``tokenizer`` is the one a checkpoint's ``config.json`` (``meta``) was saved with
+    (True when it recorded none: checkpoints from before fingerprints)."""
+    saved = meta.get("tokenizer_fingerprint")
+    return not saved or tokenizer.fingerprint() == saved
+
+
 def load_checkpoint(directory: str | os.PathLike, map_location: str | torch.device = "cpu") -> LmlabModel:
     """Load an lmlab checkpoint directory written by :func:`save_checkpoint`."""
     from lmlab.models import build_model
@@ -194,8 +201,7 @@ def load_checkpoint(directory: str | os.PathLike, map_location: str | torch.devi
 
         model.tokenizer = load_tokenizer(tok_dir)
         check_tokenizer(config, model.tokenizer)
-        saved = meta.get("tokenizer_fingerprint")
-        if saved and model.tokenizer.fingerprint() != saved:
+        if not tokenizer_matches(meta, model.tokenizer):
             raise LmlabError(f"{tok_dir} is not the tokenizer this model was saved with (same size, other "
                              "tokens): its ids would mean other words to the model",
                              "restore the checkpoint's own tokenizer/ or save the model with the right one")

@@ -45,7 +45,7 @@ from lmlab.models.blocks import (
     get_activation,
     init_weights,
 )
-from lmlab.objectives.base import TokenBatch, binary_auc, token_signal
+from lmlab.objectives.base import TokenBatch, binary_auc
 from lmlab.objectives.masking import IGNORE, document_mask, randint, special_mask
 from lmlab.objectives.mlm import MaskedLM
 
@@ -197,8 +197,7 @@ class Electra(MaskedLM):
         with torch.no_grad():
             scores, truth = out.logits[scored].detach(), disc_labels[scored]
             disc_acc = float(((scores > 0).long() == truth).float().mean())
-            gen = token_signal(gen_logits.detach(), inputs["labels"], "gen",
-                               shown=inputs["input_ids"] == inputs["labels"])
+            gen = self.hidden_token_signal(gen_logits.detach(), inputs, "gen")
             replaced = float(truth.float().mean())
         metrics = {"gen_loss": float(gen_loss.detach()), "disc_loss": float(out.loss.detach()), **gen,
                    "disc_acc": disc_acc, "disc_acc_guess": 1.0 - replaced,

@@ -28,6 +28,12 @@ from lmlab.models.heads import IGNORE
 from lmlab.objectives.base import Objective, TokenBatch, token_signal
 
 
+def forward_targets(input_ids: Tensor, doc_ids: Tensor) -> Tensor:
+    """What ``logits[:, k]`` of the forward LM predicts: ``input_ids[:, k+1]``, or ``IGNORE`` where
+    that token starts another document."""
+    return input_ids[:, 1:].masked_fill(doc_ids[:, 1:] != doc_ids[:, :-1], IGNORE)
+
+
 def bilm_losses(
     logits: Tensor, backward_logits: Tensor, input_ids: Tensor, doc_ids: Tensor
 ) -> tuple[Tensor, Tensor]:
@@ -37,7 +43,7 @@ def bilm_losses(
     ``input_ids[:, k-1]``.
     """
     same = doc_ids[:, 1:] == doc_ids[:, :-1]
-    fwd_targets = input_ids[:, 1:].masked_fill(~same, IGNORE)
+    fwd_targets = forward_targets(input_ids, doc_ids)
     bwd_targets = input_ids[:, :-1].masked_fill(~same, IGNORE)
     v = logits.shape[-1]
     fwd = F.cross_entropy(logits[:, :-1].reshape(-1, v), fwd_targets.reshape(-1), ignore_index=IGNORE)
@@ -86,9 +92,8 @@ class BiLMObjective(Objective):
         fwd, bwd = bilm_losses(
             out.logits, out.extra["backward_logits"], inputs["input_ids"], inputs["doc_ids"]
         )
-        ids, docs = inputs["input_ids"], inputs["doc_ids"]
         with torch.no_grad():
-            targets = ids[:, 1:].masked_fill(docs[:, 1:] != docs[:, :-1], IGNORE)
+            targets = forward_targets(inputs["input_ids"], inputs["doc_ids"])
             signal = token_signal(out.logits[:, :-1].detach(), targets, "next", IGNORE)
         return (fwd + bwd) / 2, {"forward_loss": float(fwd.detach()), "backward_loss": float(bwd.detach()),
                                  **signal}

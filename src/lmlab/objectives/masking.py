@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import hashlib
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -62,8 +63,6 @@ def randint(high: int, shape, generator: torch.Generator, device=None) -> Tensor
 def corpus_uniforms(seed: int, offsets: Tensor, streams: int) -> Tensor:
     """``[streams, *offsets.shape]`` uniform ``[0, 1)`` numbers, each a fixed function of ``(seed,
     stream, offset)``: the same token position always draws the same numbers (SplitMix64 hash)."""
-    import numpy as np
-
     mask64 = (1 << 64) - 1
     x = offsets.detach().cpu().numpy().astype(np.uint64)
     salt = np.uint64((int(seed) * 0x9E3779B97F4A7C15) & mask64)
@@ -211,9 +210,17 @@ def replace_80_10_10(
     if units is not None:
         r = torch.gather(r, 1, units)
     random_tok = pool.to(ids.device)[randint(len(pool), (b, t), generator, ids.device)]
+    return apply_80_10_10(ids, selected, mask_id, r, random_tok, mask_prob, random_prob)
+
+
+def apply_80_10_10(ids: Tensor, selected: Tensor, mask_id: int, draws: Tensor, random_tok: Tensor,
+                   mask_prob: float, random_prob: float) -> Tensor:
+    """The decision of :func:`replace_80_10_10` given its draws: a selected position becomes
+    ``[MASK]`` where ``draws < mask_prob``, ``random_tok`` where the draw falls in the next
+    ``random_prob``, and stays otherwise (``draws`` uniform ``[0, 1)``, shaped like ``ids``)."""
     out = ids.clone()
-    use_mask = selected & (r < mask_prob)
-    use_random = selected & (r >= mask_prob) & (r < mask_prob + random_prob)
+    use_mask = selected & (draws < mask_prob)
+    use_random = selected & (draws >= mask_prob) & (draws < mask_prob + random_prob)
     out[use_mask] = mask_id
     out[use_random] = random_tok[use_random]
     return out

@@ -34,6 +34,7 @@ from torch import Tensor, nn
 from lmlab.errors import LmlabError
 from lmlab.objectives.base import Objective, TokenBatch, token_signal
 from lmlab.objectives.masking import (
+    apply_80_10_10,
     corpus_uniforms,
     document_mask,
     mlm_labels,
@@ -114,12 +115,8 @@ class MaskedLM(Objective):
         selected = candidates & (pick < self.mask_prob)
         pool = self.pool.to(ids.device)
         random_tok = pool[(which * len(pool)).long().clamp(max=len(pool) - 1)]
-        corrupted = ids.clone()
-        keep_from = self.mask_token_prob + self.random_token_prob
-        use_mask = selected & (action < self.mask_token_prob)
-        use_random = selected & (action >= self.mask_token_prob) & (action < keep_from)
-        corrupted[use_mask] = self.mask_id
-        corrupted[use_random] = random_tok[use_random]
+        corrupted = apply_80_10_10(ids, selected, self.mask_id, action, random_tok,
+                                   self.mask_token_prob, self.random_token_prob)
         return corrupted, mlm_labels(ids, selected)
 
     def mask(self, ids: Tensor, doc_ids: Tensor, generator: torch.Generator,
@@ -134,6 +131,13 @@ class MaskedLM(Objective):
                   for b in range(ids.shape[0])]
         return torch.cat([p[0] for p in pieces]), torch.cat([p[1] for p in pieces])
 
+    @staticmethod
+    def hidden_token_signal(logits: Tensor, inputs: dict[str, Tensor],
+                            prefix: str = "mlm") -> dict[str, float]:
+        """:func:`token_signal` on the selected tokens the input hides ([MASK] or a random token):
+        the ones left unchanged would reward a model that copies its input."""
+        return token_signal(logits, inputs["labels"], prefix, shown=inputs["input_ids"] == inputs["labels"])
+
     # ------------------------------------------------------------------ objective contract
     def prepare(self, batch: TokenBatch, generator: torch.Generator) -> dict[str, Tensor]:
         corrupted, labels = self.mask(batch.input_ids, batch.doc_ids, generator, batch.offsets)
@@ -146,6 +150,5 @@ class MaskedLM(Objective):
     def loss(self, model: nn.Module, inputs: dict[str, Tensor]) -> tuple[Tensor, dict[str, float]]:
         out = model(**inputs)
         labels = inputs["labels"]
-        metrics = {**token_signal(out.logits, labels, "mlm", shown=inputs["input_ids"] == labels),
-                   "targets": int((labels != -100).sum())}
+        metrics = {**self.hidden_token_signal(out.logits, inputs), "targets": int((labels != -100).sum())}
         return out.loss, metrics

@@ -27,7 +27,7 @@ import torch
 from torch import Tensor, nn
 
 from lmlab.errors import LmlabError
-from lmlab.objectives.base import TokenBatch, token_signal
+from lmlab.objectives.base import TokenBatch
 from lmlab.objectives.masking import rand, require_role
 from lmlab.objectives.mlm import MaskedLM, check_probability
 
@@ -104,6 +104,5 @@ class NextSentencePrediction(MaskedLM):
         }
         if self.mlm:
             metrics["mlm_loss"] = float(out.extra["mlm_loss"].detach())
-            metrics.update(token_signal(out.logits, inputs["labels"], "mlm",
-                                        shown=inputs["input_ids"] == inputs["labels"]))
+            metrics.update(self.hidden_token_signal(out.logits, inputs))
         return out.loss, metrics

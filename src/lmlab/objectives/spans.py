@@ -34,7 +34,7 @@ from torch import Tensor, nn
 
 from lmlab.errors import LmlabError
 from lmlab.models.blocks import LayerNorm
-from lmlab.objectives.base import TokenBatch, token_signal
+from lmlab.objectives.base import TokenBatch
 from lmlab.objectives.masking import (
     IGNORE,
     document_mask,
@@ -162,7 +162,7 @@ class SpanBERT(MaskedLM):
         left, right, rel = (inputs.pop(k, None) for k in ("sbo_left", "sbo_right", "sbo_position"))
         out = model(**inputs)
         labels = inputs["labels"]
-        signal = token_signal(out.logits, labels, "mlm", shown=inputs["input_ids"] == labels)
+        signal = self.hidden_token_signal(out.logits, inputs)
         metrics = {"mlm_loss": float(out.loss.detach()), **signal,
                    "targets": int((labels != IGNORE).sum())}
         if not self.use_sbo:

@@ -32,7 +32,7 @@ import torch
 from torch import Tensor, nn
 
 from lmlab.errors import LmlabError
-from lmlab.objectives.base import TokenBatch, token_signal
+from lmlab.objectives.base import TokenBatch
 from lmlab.objectives.masking import rand
 from lmlab.objectives.mlm import MaskedLM
 from lmlab.objectives.prefix_lm import sample_prefix_lengths
@@ -111,8 +111,7 @@ class UniLM(MaskedLM):
             inputs.pop("token_type_ids", None)  # no segment embeddings (RoBERTa-style): masks only
         out = model(**inputs)
         labels = inputs["labels"]
-        metrics = {**token_signal(out.logits, labels, "mlm", shown=inputs["input_ids"] == labels),
-                   "targets": int((labels != -100).sum())}
+        metrics = {**self.hidden_token_signal(out.logits, inputs), "targets": int((labels != -100).sum())}
         for m, name in enumerate(MODES):
             metrics[f"rows_{name}"] = int((modes == m).sum())
         return out.loss, metrics

@@ -296,8 +296,9 @@ class Trainer:
         if self.info.mode == "fsdp":
             raise LmlabError("--resume under FSDP is not supported yet", "resume with train.distributed=ddp")
         tensors, meta, weights = load_train_checkpoint(path)
-        saved = read_json(path / "config.json", "model config").get("tokenizer_fingerprint")
-        if saved and self.model.tokenizer.fingerprint() != saved:
+        from lmlab.models.checkpoint import tokenizer_matches
+
+        if not tokenizer_matches(read_json(path / "config.json", "model config"), self.model.tokenizer):
             raise LmlabError(f"{path} was trained with another tokenizer than the one the data gives now "
                              "(same size, other tokens): resuming would feed it ids that mean other words",
                              "resume with the run's own data and tokenizer, or start a new run")

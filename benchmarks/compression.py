@@ -67,7 +67,8 @@ def main(argv=None) -> int:
     from lmlab.adapt.quantize import quantize_model, save_quantized
     from lmlab.cli.compress import measure
     from lmlab.finetune import finetune
-    from lmlab.models import load_model, save_checkpoint
+    from lmlab.loading import load_model
+    from lmlab.models import save_checkpoint
     from lmlab.tasks import make_task
 
     g = common.DATA / "glue" / "sst2"

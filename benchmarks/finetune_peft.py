@@ -92,7 +92,7 @@ def build_pair(layers: int | None, dropout: float):
     """(transformers model, lmlab model) with the same weights: MiniLM + a seeded 2-class head."""
     import transformers as tf
 
-    from lmlab.models import load_model
+    from lmlab.loading import load_model
 
     kw = {"hidden_dropout_prob": dropout, "attention_probs_dropout_prob": dropout, "num_labels": 2}
     if layers:

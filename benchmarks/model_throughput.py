@@ -2,7 +2,7 @@
 
 For each family (BERT MLM, GPT-2 CLM, Llama CLM, T5 span corruption, BART denoising) one
 transformers model is initialised (seed 0) and saved with ``save_pretrained``; lmlab loads that
-very directory with ``lmlab.models.load_model``, so both hold identical weights (checked: the
+very directory with ``lmlab.loading.load_model``, so both hold identical weights (checked: the
 loss of both on the benchmark batch must agree, dropout off). Then, in ONE process and in
 interleaved rounds (lmlab step, HF step, HF step, lmlab step, ...; load drift hits both sides),
 each runs ``zero_grad -> forward -> loss.backward -> AdamW.step`` on the same batch.
@@ -202,7 +202,7 @@ def eval_loss(model, batch) -> float:
 
 
 def run_family(family: str, s: Shape, args) -> dict[str, Any]:
-    from lmlab.models import load_model
+    from lmlab.loading import load_model
     from lmlab.models.flops import training_flops
 
     hf = hf_model(family, s, args.dropout)

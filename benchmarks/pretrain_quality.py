@@ -294,7 +294,7 @@ def train_hf(s: Settings, corpus: Corpus, steps: int, vocab_size: int, init: str
 
 def train_lmlab(s: Settings, corpus: Corpus, steps: int, doc_separator: str, run_dir: Path) -> dict[str, Any]:
     """``pretrain()`` on the corpus; the final model re-evaluated with :func:`evaluate`."""
-    from lmlab.models import load_model
+    from lmlab.loading import load_model
     from lmlab.train import pretrain
 
     t0 = time.perf_counter()

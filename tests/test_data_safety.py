@@ -10,7 +10,8 @@ import torch
 
 from lmlab.cli import main
 from lmlab.errors import LmlabError
-from lmlab.models import build_model, get_preset, load_model
+from lmlab.loading import load_model
+from lmlab.models import build_model, get_preset
 from lmlab.tokenizers import train_tokenizer
 
 

@@ -8,7 +8,7 @@ def test_demo_trains_tokenizer_pretrains_and_samples(tmp_path, capsys):
     assert main(["demo", "--out", str(out), "--steps", "30", "--vocab-size", "600"]) == 0
     printed = capsys.readouterr().out
     assert "bytes per token" in printed and "ROMEO:" in printed
-    from lmlab.models import load_model
+    from lmlab.loading import load_model
     from lmlab.tokenizers import load_tokenizer
 
     tok = load_tokenizer(out / "tokenizer")

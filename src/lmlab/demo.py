@@ -127,7 +127,7 @@ def generate_sample(checkpoint: str | Path, prompt: str, max_new_tokens: int = 6
     """Sample a continuation (top-k 40, temperature 0.8) from a trained checkpoint."""
     import torch
 
-    from lmlab.models import load_model
+    from lmlab.loading import load_model
 
     model = load_model(checkpoint)
     tok = model.tokenizer

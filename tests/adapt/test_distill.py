@@ -22,7 +22,8 @@ from lmlab.adapt.distill import (
 )
 from lmlab.cli import main
 from lmlab.errors import LmlabError
-from lmlab.models import build_model, get_preset, load_model
+from lmlab.loading import load_model
+from lmlab.models import build_model, get_preset
 
 
 def test_kd_loss_matches_a_hand_computation():

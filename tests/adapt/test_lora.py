@@ -67,7 +67,7 @@ def test_merge_gives_the_same_logits_and_unmerge_restores_the_weights():
 
 
 def test_merge_and_unload_leaves_a_plain_model(tmp_path):
-    from lmlab.models import load_model
+    from lmlab.loading import load_model
 
     model = tiny()
     apply_method(model, "lora", {"rank": 2})
@@ -153,7 +153,7 @@ def test_same_output_as_hugging_face_peft(tmp_path):
     import peft  # the dev extra installs it
     import transformers as tf
 
-    from lmlab.models import load_model
+    from lmlab.loading import load_model
 
     hf = tf.BertModel(hf_bert_config(2)).eval()
     hf.save_pretrained(tmp_path, safe_serialization=True)
@@ -188,7 +188,7 @@ def test_sequence_classification_equals_peft_with_the_cls_only_last_layer(tmp_pa
     import peft
     import transformers as tf
 
-    from lmlab.models import load_model
+    from lmlab.loading import load_model
     from lmlab.tasks import make_task
 
     hf = tf.BertForSequenceClassification(hf_bert_config(3, num_labels=2))

@@ -12,7 +12,8 @@ from safetensors import safe_open
 from lmlab.adapt import apply_method
 from lmlab.adapt.peft_io import CONFIG_NAME, WEIGHTS_NAME, load_peft, load_peft_model, save_peft
 from lmlab.errors import LmlabError
-from lmlab.models import build_model, get_preset, load_model
+from lmlab.loading import load_model
+from lmlab.models import build_model, get_preset
 
 V = 300
 METHODS = [

@@ -11,7 +11,8 @@ import torch
 from lmlab.adapt.prune import PruneMasks, nonzero_parameters, prunable_weights, prune_model
 from lmlab.cli import main
 from lmlab.errors import LmlabError
-from lmlab.models import build_model, get_preset, load_model
+from lmlab.loading import load_model
+from lmlab.models import build_model, get_preset
 
 
 @pytest.fixture(scope="module")

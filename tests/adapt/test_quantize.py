@@ -20,7 +20,8 @@ from lmlab.adapt.quantize import (
 )
 from lmlab.cli import main
 from lmlab.errors import LmlabError
-from lmlab.models import build_model, get_preset, load_model
+from lmlab.loading import load_model
+from lmlab.models import build_model, get_preset
 
 
 @pytest.fixture(scope="module")

@@ -9,12 +9,14 @@ import pytest
 import torch
 
 from lmlab.errors import LmlabError
-from lmlab.finetune import METHODS, FullFineTuning, evaluate, finetune, load_finetuned, lr_at
+from lmlab.finetune import METHODS, FullFineTuning, evaluate, finetune, load_finetuned
 from lmlab.finetune.loop import epoch_batches
-from lmlab.models import build_model, get_preset, load_model
+from lmlab.loading import load_model
+from lmlab.models import build_model, get_preset
 from lmlab.tasks import make_task
 from lmlab.tasks.classification import SST2
 from lmlab.tokenizers import load_tokenizer
+from lmlab.train.optim import warmup_decay_lr
 
 QUIET = {"progress": False, "log": lambda m: None}
 
@@ -43,9 +45,9 @@ def rows(out):
 
 
 def test_lr_schedule_warmup_then_linear_decay():
-    assert [round(lr_at(s, 10, 2, 1.0), 4) for s in range(10)] == [0.5, 1.0, 1.0, 0.875, 0.75, 0.625, 0.5,
-                                                                   0.375, 0.25, 0.125]
-    assert lr_at(0, 5, 0, 2.0) == 2.0
+    lrs = [round(warmup_decay_lr(s, lr=1.0, warmup=2, end=10), 4) for s in range(10)]
+    assert lrs == [0.5, 1.0, 1.0, 0.875, 0.75, 0.625, 0.5, 0.375, 0.25, 0.125]
+    assert warmup_decay_lr(0, lr=2.0, warmup=0, end=5) == 2.0
 
 
 def test_epoch_batches_cover_everything_once_and_group_lengths():

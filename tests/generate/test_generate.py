@@ -11,7 +11,8 @@ from lmlab.errors import LmlabError
 from lmlab.generate import generate, repetition_penalty, temperature, top_k, top_p
 from lmlab.generate.sampling import sample
 from lmlab.generate.search import _Decoding, _Stops, beam_search
-from lmlab.models import get_preset, load_model
+from lmlab.loading import load_model
+from lmlab.models import get_preset
 from lmlab.models.rnn import ELMoBiLM, LSTMLanguageModel
 
 tf = pytest.importorskip("transformers")

@@ -11,7 +11,8 @@ import torch
 from lmlab.errors import LmlabError
 from lmlab.generate import generate
 from lmlab.generate.constrained import JsonSchemaConstraint, token_surfaces
-from lmlab.generate.json_schema import accepts, compile_schema
+from lmlab.generate.grammar import accepts
+from lmlab.generate.json_schema import compile_schema
 from lmlab.models import build_model, get_preset
 from lmlab.tokenizers import load_tokenizer, train_tokenizer
 

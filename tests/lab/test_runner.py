@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from lmlab.errors import LmlabError
-from lmlab.lab import load_grid, run_grid
+from lmlab.lab import layout, load_grid, run_grid
 from lmlab.lab import runner as runner_mod
 
 
@@ -201,9 +201,9 @@ def test_real_micro_grid_end_to_end(micro, tmp_path):
     for r in result.records:
         assert 0.0 <= r["tasks"]["sst2"]["accuracy"] <= 1.0
     # the untrained model really is the MLM run's starting point: same tokenizer, same init seed
-    from lmlab.models import load_model
+    from lmlab.loading import load_model
 
-    init = load_model(runner_mod.checkpoint_of(out, grid.pretrain_runs[1]))
+    init = load_model(layout.checkpoint_of(out, grid.pretrain_runs[1]))
     assert init.tokenizer.vocab_size == 300
     md = (out / "results.md").read_text(encoding="utf-8")
     assert "| mlm | mlm |" in md and "| scratch | none |" in md

@@ -9,8 +9,8 @@ import torch
 from safetensors import safe_open
 
 from lmlab.errors import LmlabError
-from lmlab.models import build_model, get_preset, load_model
-from lmlab.models import checkpoint as ckpt
+from lmlab.loading import load_model
+from lmlab.models import build_model, get_preset, load_checkpoint
 from lmlab.tokenizers import train_tokenizer
 
 
@@ -137,4 +137,4 @@ def test_missing_weights_are_named(tmp_path):
     state.pop("layers.1.ffn.fc_in.weight")
     save_file(state, str(tmp_path / "ck" / "model.safetensors"))
     with pytest.raises(LmlabError, match="layers.1.ffn.fc_in.weight"):
-        ckpt.load_checkpoint(tmp_path / "ck")
+        load_checkpoint(tmp_path / "ck")

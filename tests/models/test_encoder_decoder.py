@@ -124,7 +124,7 @@ def test_rotary_encoder_attends_by_relative_offset(tmp_path):
     assert torch.allclose(bag(input_ids=ids).logits[:, :1], bag_flipped[:, -1:], atol=1e-5)
     # it saves and reloads like any encoder
     model.save(tmp_path / "rope")
-    from lmlab.models import load_model
+    from lmlab.loading import load_model
 
     assert torch.equal(load_model(tmp_path / "rope")(input_ids=ids).logits, out)
     with pytest.raises(LmlabError, match="positions"):

@@ -16,7 +16,8 @@ import transformers as T
 from lmlab.cli import main
 from lmlab.errors import LmlabError
 from lmlab.interop import hf_export, hf_import
-from lmlab.models import build_model, get_preset, load_model
+from lmlab.loading import load_model
+from lmlab.models import build_model, get_preset
 
 V = 300
 CASES = {

@@ -10,7 +10,7 @@ import pytest
 import torch
 import transformers as T
 
-from lmlab.models import load_model
+from lmlab.loading import load_model
 from lmlab.tokenizers import load_tokenizer
 
 

@@ -244,7 +244,7 @@ def test_a_few_steps_lower_the_loss_on_shakespeare(shakespeare, family):
 # --------------------------------------------------------------------------- save / load
 @pytest.mark.parametrize("family", ["elmo", "lstm"])
 def test_save_and_load_round_trip(tmp_path, family):
-    from lmlab.models import load_model
+    from lmlab.loading import load_model
 
     model = elmo() if family == "elmo" else lstm()
     ids = torch.randint(0, V, (2, 6))

@@ -8,7 +8,8 @@ import torch.nn.functional as F
 from safetensors import safe_open
 
 from lmlab.errors import LmlabError
-from lmlab.models import build_model, get_preset, load_model
+from lmlab.loading import load_model
+from lmlab.models import build_model, get_preset
 from lmlab.models.seq2seq import Seq2SeqModel, shift_right
 
 V = 120

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from lmlab.errors import LmlabError
-from lmlab.models import build_model, get_preset, load_model
+from lmlab.loading import load_model
+from lmlab.models import build_model, get_preset
 from lmlab.objectives import TokenBatch, get_objective
 from lmlab.objectives.xlnet import PermutationLM, permutation_ranks, two_stream_masks
 from lmlab.tokenizers import train_tokenizer

@@ -19,7 +19,8 @@ from hypothesis import strategies as st
 
 from lmlab.errors import LmlabError
 from lmlab.tokenizers import load_tokenizer, train_tokenizer
-from lmlab.tokenizers.unigram import SPACE, UnigramTokenizer, normalize, split_words
+from lmlab.tokenizers.metaspace import SPACE, normalize, split_words
+from lmlab.tokenizers.unigram import UnigramTokenizer
 from lmlab.tokenizers.unigram_trainer import Lattices, digamma, script_runs, substring_spans
 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "<s>", "</s>"]

@@ -39,7 +39,7 @@ def test_interrupted_and_resumed_run_repeats_the_uninterrupted_one(tiny_config, 
 
 
 def test_run_directory_contents_and_loadable_checkpoint(tiny_config, tmp_path):
-    from lmlab.models import load_model
+    from lmlab.loading import load_model
 
     run = tmp_path / "run"
     s = pretrain(tiny_config(max_steps=4, checkpoint_every=2, keep_checkpoints=1), run, log=lambda m: None)

@@ -202,10 +202,9 @@ def distill(teacher: nn.Module, student: nn.Module, task, train: Sequence, dev: 
 
     ``alpha=0`` trains on the hard labels only (the baseline the distillation must beat).
     """
-    from lmlab.finetune import lr_at
     from lmlab.tasks import check_tokenizer, collate
     from lmlab.tasks.base import pad_id_of
-    from lmlab.train.optim import param_groups
+    from lmlab.train.optim import param_groups, warmup_decay_lr
 
     if steps < 1 or batch_size < 1:
         raise LmlabError("steps and batch_size must be positive", "e.g. steps=1000, batch_size=32")
@@ -233,7 +232,7 @@ def distill(teacher: nn.Module, student: nn.Module, task, train: Sequence, dev: 
         idx, order = order[:batch_size], order[batch_size:]
         inputs = task.model_inputs(student, collate([feats[i] for i in idx], pad, device))
         for g in opt.param_groups:
-            g["lr"] = lr_at(step, steps, warmup, lr)
+            g["lr"] = warmup_decay_lr(step, lr=lr, warmup=warmup, end=steps)
         loss, parts = distillation_loss(student, teacher, inputs, temperature, alpha)
         if not torch.isfinite(loss):
             raise LmlabError(f"the distillation loss became {loss.item()} at step {step}",

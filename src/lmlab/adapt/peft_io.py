@@ -167,7 +167,8 @@ def load_peft_model(
 ) -> nn.Module:
     """The fine-tuned model from the pretrained ``base_checkpoint`` (directory or model) plus the
     PEFT ``directory``: the body comes from the base, the task head and method from the adapter."""
-    from lmlab.models import build_model, load_model
+    from lmlab.interop import load_plain_model
+    from lmlab.models import build_model
     from lmlab.models.checkpoint import read_safetensors
     from lmlab.models.config import config_from_dict
 
@@ -176,7 +177,7 @@ def load_peft_model(
     base = (
         base_checkpoint
         if isinstance(base_checkpoint, nn.Module)
-        else load_model(base_checkpoint, map_location)
+        else load_plain_model(base_checkpoint, map_location)
     )
     check_base(base, cfg, str(d))
     model = build_model(
@@ -263,10 +264,10 @@ class PeftFineTuning:
 
     @classmethod
     def load(cls, directory: str | os.PathLike) -> nn.Module:
-        from lmlab.models import load_model
+        from lmlab.interop import load_plain_model
 
         d = Path(directory)
-        return load_peft(load_model(d / BASE_DIR), d / "adapter")
+        return load_peft(load_plain_model(d / BASE_DIR), d / "adapter")
 
 
 class LoRAFineTuning(PeftFineTuning):
@@ -280,9 +281,9 @@ class LoRAFineTuning(PeftFineTuning):
 
     @classmethod
     def load(cls, directory: str | os.PathLike) -> nn.Module:
-        from lmlab.models import load_model
+        from lmlab.interop import load_plain_model
 
-        return load_model(directory)
+        return load_plain_model(directory)
 
 
 class AdapterFineTuning(PeftFineTuning):

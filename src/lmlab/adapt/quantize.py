@@ -28,7 +28,7 @@ float32 here (0.22 s and 0.26 s vs 0.20 s for a 384->1536->384 MLP on 2048 token
 Checkpoints (:func:`save_quantized`) are ordinary lmlab checkpoint directories whose
 ``model.safetensors`` holds ``<layer>.qweight`` (int8) and ``<layer>.scale`` (float32) for each
 quantized layer and float tensors for the rest; ``config.json`` records which layers under
-``"quantization"``. :func:`load_quantized` (and ``lmlab.models.load_model``) reads them back.
+``"quantization"``. :func:`load_quantized` (and ``lmlab.loading.load_model``) reads them back.
 Quantized layers are for inference: they have no trainable weight.
 """
 

@@ -155,7 +155,7 @@ def measure(model, task=None, examples=None, batch_size: int = 32,
 def _load(path: str):
     """(model, task or None) from a fine-tuned checkpoint or any model directory."""
     from lmlab.finetune.loop import TASK_FILE, load_finetuned
-    from lmlab.models import load_model
+    from lmlab.loading import load_model
 
     if (Path(path) / TASK_FILE).is_file():
         return load_finetuned(path)

@@ -52,7 +52,7 @@ def register(sub) -> None:
 
 def run_export(args) -> int:
     from lmlab.interop import hf_export
-    from lmlab.models.checkpoint import load_checkpoint
+    from lmlab.models import load_checkpoint
 
     model = load_checkpoint(args.checkpoint)
     out = hf_export(model, args.out)

@@ -94,7 +94,7 @@ def _decoding_mode(args) -> dict:
 def _load(args):
     from pathlib import Path
 
-    from lmlab.models import load_model
+    from lmlab.loading import load_model
     from lmlab.tokenizers import load_tokenizer
 
     model = load_model(args.checkpoint)

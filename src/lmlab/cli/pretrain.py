@@ -13,7 +13,7 @@ def register(sub) -> None:
         "Pretrain a model as a recipe says: tokenizer, packed token shards, objective, AdamW with\n"
         "warmup and decay, periodic evaluation, atomic checkpoints. RUN_DIR receives config.toml,\n"
         "metrics.jsonl, loss.png, summary.json and checkpoints/step_N/ (each loadable with\n"
-        "lmlab.models.load_model). The same command under torchrun trains with DDP.",
+        "lmlab.loading.load_model). The same command under torchrun trains with DDP.",
         "  lmlab pretrain --config configs/gpt-tiny-clm.toml --out runs/gpt\n"
         "  lmlab pretrain --config configs/gpt-tiny-clm.toml --out runs/gpt \\\n"
         "      --set train.max_steps=100 train.lr=1e-3\n"

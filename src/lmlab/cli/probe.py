@@ -51,7 +51,7 @@ def register(sub) -> None:
 
 
 def _load(path: str):
-    from lmlab.models import load_model
+    from lmlab.loading import load_model
 
     return load_model(path)
 

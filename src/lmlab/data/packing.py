@@ -22,9 +22,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from lmlab.data.batch import TokenBatch
 from lmlab.data.shards import TokenShards
 from lmlab.errors import LmlabError
-from lmlab.objectives.base import TokenBatch
 
 
 def pack(ids: np.ndarray, doc_positions: np.ndarray) -> TokenBatch:

@@ -19,12 +19,11 @@ from lmlab.finetune.loop import (
     evaluate,
     finetune,
     load_finetuned,
-    lr_at,
     method_class,
 )
 
 __all__ = ["METHODS", "FinetuneConfig", "FinetuneResult", "FullFineTuning", "evaluate", "finetune",
-           "load_finetuned", "lr_at", "method_class"]
+           "load_finetuned", "method_class"]
 
 # parameter-efficient methods (lmlab.adapt; see docs/peft.md), imported on first use
 METHODS["lora"] = "lmlab.adapt.peft_io:LoRAFineTuning"

@@ -55,7 +55,7 @@ from lmlab.finetune.config import FinetuneConfig
 from lmlab.tasks import Task, check_tokenizer, collate, load_task, make_task
 from lmlab.tasks.base import pad_id_of
 from lmlab.tasks.readers import BadLines, Example, limit
-from lmlab.train.optim import set_lr
+from lmlab.train.optim import set_lr, warmup_decay_lr
 
 TASK_FILE = "task.json"
 EVAL_FILE = "eval.json"
@@ -94,7 +94,7 @@ class FullFineTuning:
 
     @classmethod
     def load(cls, directory: str | os.PathLike) -> nn.Module:
-        from lmlab.models import load_model
+        from lmlab.loading import load_model
 
         return load_model(directory)
 
@@ -132,13 +132,6 @@ class FinetuneResult:
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-def lr_at(step: int, total: int, warmup: int, lr: float) -> float:
-    """Linear warmup over ``warmup`` steps to ``lr``, then linear decay to 0 at ``total`` (0-based step)."""
-    if step < warmup:
-        return lr * (step + 1) / warmup
-    return lr * max(0.0, (total - step) / max(1, total - warmup))
 
 
 def make_optimizer(model: nn.Module, cfg: FinetuneConfig, device: torch.device) -> torch.optim.AdamW:
@@ -203,7 +196,7 @@ def _load(checkpoint, tokenizer):
     if isinstance(checkpoint, nn.Module):
         model = checkpoint
     else:
-        from lmlab.models import load_model
+        from lmlab.loading import load_model
 
         model = load_model(checkpoint)
     if tokenizer is not None:
@@ -322,7 +315,7 @@ def finetune(checkpoint, task: str | Task, train, dev, out: str | os.PathLike | 
             order = epoch_batches(lengths, cfg.batch_size, gen, cfg.group_by_length)[::-1]
         idx = order.pop()
         batch = collate([feats[i] for i in idx], pad, device)
-        lr = lr_at(step, total, warmup, cfg.lr)
+        lr = warmup_decay_lr(step, lr=cfg.lr, warmup=warmup, end=total)
         set_lr(optimizer, lr)
         loss = task.loss(model, batch)
         loss_v = loss.item()

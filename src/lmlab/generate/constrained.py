@@ -31,92 +31,13 @@ pushdown parser instead of a regular-expression index:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
 import torch
 
 from lmlab.errors import LmlabError
-from lmlab.generate.json_schema import CALL, OK, PASS, POP, AnyOf, Node, Root, compile_schema, required_chars
-
-Stack = tuple  # of (node, state) frames, the root first
-
-_FEED_CACHE: dict = {}
-_CACHE_LIMIT = 1_000_000
-
-
-# --------------------------------------------------------------------------- the byte-level pushdown parser
-def feed_local(stack: Stack, b: int) -> tuple[list[Stack], bool, bool]:
-    """Feed byte ``b`` to ``stack``: (stacks that continue, popped below the bottom, passed ``b`` below).
-
-    ``stack`` may be a full stack (its Root never pops) or the top part of one, as in the trie walk.
-    """
-    key = (stack, b)
-    hit = _FEED_CACHE.get(key)
-    if hit is not None:
-        return hit
-    stays: list[Stack] = []
-    popped = passed = False
-    node, state = stack[-1]
-    for act in node.feed(state, b):
-        kind = act[0]
-        if kind == OK:
-            stays.append(stack[:-1] + ((node, act[1]),))
-        elif kind == CALL:
-            base = stack[:-1] + ((node, act[1]),)
-            for child in _options(act[2]):
-                s, _, _ = feed_local(base + ((child, child.initial),), b)   # the parent's frame is below
-                stays.extend(s)
-        elif kind == POP:
-            if len(stack) > 1:
-                stays.append(stack[:-1])
-            else:
-                popped = True
-        elif kind == PASS:
-            if len(stack) > 1:
-                s, p, q = feed_local(stack[:-1], b)
-                stays.extend(s)
-                popped, passed = popped or p, passed or q
-            else:
-                passed = True
-    result = (list(dict.fromkeys(stays)), popped, passed)
-    if len(_FEED_CACHE) > _CACHE_LIMIT:
-        _FEED_CACHE.clear()
-    _FEED_CACHE[key] = result
-    return result
-
-
-def _options(node: Node) -> list[Node]:
-    return node.options if isinstance(node, AnyOf) else [node]
-
-
-_COST_CACHE: dict = {}
-
-
-def stack_cost(stack: Stack) -> int:
-    """Bytes of the shortest text completing the document from ``stack`` (0 = complete)."""
-    cost = _COST_CACHE.get(stack)
-    if cost is None:
-        if len(_COST_CACHE) > _CACHE_LIMIT:
-            _COST_CACHE.clear()
-        cost = _COST_CACHE[stack] = sum(node.finish_cost(state) for node, state in stack)
-    return cost
-
-
-def advance(stacks: Iterable[Stack], data: bytes) -> frozenset:
-    """Feed ``data`` to a set of full stacks; an empty result means ``data`` breaks the grammar."""
-    current = set(stacks)
-    for b in data:
-        nxt: set = set()
-        for s in current:
-            nxt.update(feed_local(s, b)[0])
-        current = nxt
-        if not current:
-            break
-    return frozenset(current)
-
-
-def initial_state(root: Root) -> frozenset:
-    return frozenset({((root, root.initial),)})
+from lmlab.generate.grammar import Root, Stack, advance, feed_local, initial_state, required_chars, stack_cost
+from lmlab.generate.json_schema import compile_schema
 
 
 # --------------------------------------------------------------------------- token surfaces and the trie

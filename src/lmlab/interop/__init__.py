@@ -35,7 +35,8 @@ CONVERTERS = {
     "bart": "lmlab.interop.hf_seq2seq",
 }
 
-__all__ = ["CONVERTERS", "converter", "hf_export", "hf_import", "read_hf_weights"]
+__all__ = ["CONVERTERS", "check_model_dir", "converter", "hf_export", "hf_import", "load_plain_model",
+           "read_hf_weights"]
 
 
 def converter(model_type: str):
@@ -46,6 +47,31 @@ def converter(model_type: str):
             f"lmlab converts: {', '.join(CONVERTERS)}",
         )
     return importlib.import_module(CONVERTERS[model_type])
+
+
+def check_model_dir(path: str | os.PathLike) -> Path:
+    """``path`` as a Path, or a one-line error when it is no directory."""
+    p = Path(path)
+    if not p.exists():
+        raise LmlabError(
+            f"model {p} does not exist", "pass an lmlab checkpoint or a Hugging Face model directory"
+        )
+    if not p.is_dir():
+        raise LmlabError(f"model path {p} is a file", "pass the directory that holds config.json")
+    return p
+
+
+def load_plain_model(path: str | os.PathLike, map_location="cpu"):
+    """A model with no adapters and float weights: an lmlab checkpoint or a Hugging Face model
+    directory (converted on the fly). :func:`lmlab.loading.load_model` also opens the adapter
+    and int8 directories that ``lmlab finetune`` and ``lmlab compress`` write."""
+    from lmlab.models import load_checkpoint
+    from lmlab.models.checkpoint import is_lmlab_checkpoint
+
+    p = check_model_dir(path)
+    if is_lmlab_checkpoint(p):
+        return load_checkpoint(p, map_location)
+    return hf_import(p).to(map_location)
 
 
 def read_hf_weights(directory: str | os.PathLike) -> dict:

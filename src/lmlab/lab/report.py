@@ -457,7 +457,7 @@ def _curve(run_dir: Path, flops_per_step: float, initial: float | None) -> list[
 
 def collect_records(grid, out: str | Path) -> list[dict[str, Any]]:
     """Read every finished run of ``grid`` under ``out`` into records (see the module docstring)."""
-    from lmlab.lab.runner import finetune_dir, finetune_done, pretrain_dir, pretrain_done
+    from lmlab.lab.layout import finetune_dir, finetune_done, pretrain_dir, pretrain_done
 
     out = Path(out)
     records: list[dict[str, Any]] = []

@@ -29,9 +29,11 @@ from pathlib import Path
 from typing import Any
 
 from lmlab.errors import LmlabError
-from lmlab.fileio import read_json, write_json
+from lmlab.fileio import write_json
 from lmlab.finetune import finetune
 from lmlab.lab.grid import FinetuneRun, Grid, PretrainRun
+from lmlab.lab.layout import checkpoint_of, finetune_dir, finetune_done, pretrain_dir, pretrain_done
+from lmlab.lab.report import collect_records, write_report
 from lmlab.train import pretrain
 
 __all__ = ["GridRun", "finetune_done", "pretrain_done", "run_grid"]
@@ -46,44 +48,6 @@ class GridRun:
     records: list[dict[str, Any]]
     out: Path
     report: dict[str, Path]
-
-
-# --------------------------------------------------------------------------- status
-
-
-def pretrain_dir(out: Path, run: PretrainRun) -> Path:
-    return out / "pretrain" / run.dirname
-
-
-def finetune_dir(out: Path, run: FinetuneRun) -> Path:
-    return out / "finetune" / run.dirname
-
-
-def pretrain_done(out: Path, run: PretrainRun) -> bool:
-    path = pretrain_dir(out, run) / "summary.json"
-    if not path.is_file():
-        return False
-    try:
-        return int(read_json(path).get("steps", -1)) >= run.steps
-    except (LmlabError, TypeError, ValueError):
-        return False
-
-
-def finetune_done(out: Path, run: FinetuneRun) -> bool:
-    return (finetune_dir(out, run) / "eval.json").is_file()
-
-
-def checkpoint_of(out: Path, run: PretrainRun) -> Path:
-    """The model a fine-tuning run starts from: the run's final checkpoint (or the random init)."""
-    d = pretrain_dir(out, run)
-    if not run.arm.pretrained:
-        return d / "model"
-    summary = read_json(d / "summary.json", "run summary")
-    if summary.get("checkpoint"):
-        return Path(summary["checkpoint"])
-    from lmlab.train.checkpoint import checkpoint_path
-
-    return checkpoint_path(d, run.steps)
 
 
 # --------------------------------------------------------------------------- running
@@ -220,7 +184,6 @@ def run_grid(
     runs (default: when stderr is a terminal). ``log`` receives the one-line-per-run messages
     (default: stderr).
     """
-    from lmlab.lab.report import collect_records, write_report
 
     out = Path(out)
     say = log or (lambda msg: print(msg, file=sys.stderr, flush=True))

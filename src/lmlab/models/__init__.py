@@ -1,9 +1,12 @@
 """lmlab models: one Transformer core wired as encoders, decoders and encoder-decoders (+ RNNs).
 
->>> from lmlab.models import build_model, get_preset, load_model
+>>> from lmlab.models import build_model, get_preset, load_checkpoint
 >>> model = build_model(get_preset("bert-tiny", vocab_size=1000))       # EncoderModel with an MLM head
 >>> model.save("ck/")                                                   # doctest: +SKIP
->>> model = load_model("ck/")         # an lmlab checkpoint or a Hugging Face model dir  # doctest: +SKIP
+>>> model = load_checkpoint("ck/")                                      # doctest: +SKIP
+
+Any model directory (lmlab, Hugging Face, adapters, int8) opens with
+:func:`lmlab.loading.load_model`, which sits above this package.
 
 ``MODEL_REGISTRY`` maps an architecture name to the class (or builder) that makes it; adding an
 architecture is one module plus one line there.
@@ -14,9 +17,24 @@ from __future__ import annotations
 import importlib
 import os
 from pathlib import Path
+from typing import Any
+
+import torch
 
 from lmlab.errors import LmlabError
-from lmlab.models.checkpoint import LmlabModel, is_lmlab_checkpoint, load_checkpoint, save_checkpoint
+from lmlab.fileio import read_json
+from lmlab.models.checkpoint import (
+    CONFIG_NAME,
+    FORMAT_VERSION,
+    TOKENIZER_DIR,
+    WEIGHTS_NAME,
+    LmlabModel,
+    check_tokenizer,
+    load_state,
+    read_safetensors,
+    save_checkpoint,
+    tokenizer_matches,
+)
 from lmlab.models.config import (
     PRESETS,
     DecoderConfig,
@@ -69,7 +87,7 @@ __all__ = [
     "build_model",
     "config_from_dict",
     "get_preset",
-    "load_model",
+    "load_checkpoint",
     "model_class",
     "save_checkpoint",
 ]
@@ -133,30 +151,42 @@ def build_model(config, heads=None, architecture: str | None = None):
     return make(config, heads=heads)
 
 
-def load_model(path: str | os.PathLike, map_location="cpu"):
-    """Load a model from an lmlab checkpoint directory or a Hugging Face model directory.
-
-    Hugging Face directories (``config.json`` with a ``model_type`` + ``model.safetensors``) of
-    bert, roberta, albert, electra, gpt2, llama, t5 and bart are converted on the fly; the model
-    comes back in eval mode, with the directory's tokenizer attached when lmlab can read it.
-    """
-    p = Path(path)
-    if not p.exists():
+def load_checkpoint(directory: str | os.PathLike, map_location: str | torch.device = "cpu") -> LmlabModel:
+    """Load an lmlab checkpoint directory written by :func:`save_checkpoint`."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise LmlabError(f"checkpoint {directory} does not exist", "check the path")
+    meta: Any = read_json(directory / CONFIG_NAME, "model config")
+    version = meta.get("lmlab_format_version") if isinstance(meta, dict) else None
+    if version != FORMAT_VERSION:
         raise LmlabError(
-            f"model {p} does not exist", "pass an lmlab checkpoint or a Hugging Face model directory"
+            f"checkpoint {directory} has format version {version!r}, this lmlab reads version "
+            f"{FORMAT_VERSION}",
+            "re-save it with a matching lmlab version",
         )
-    if not p.is_dir():
-        raise LmlabError(f"model path {p} is a file", "pass the directory that holds config.json")
-    if is_lmlab_checkpoint(p):
-        return load_checkpoint(p, map_location)
-    if (p / "base").is_dir() and (p / "adapter" / "adapter_config.json").is_file():
-        # `lmlab finetune --method adapter|prefix|prompt` output: frozen base + the method's weights.
-        # Loaded through the adapt package's plug-in (models never import it at module level).
-        import importlib
+    for key in ("architecture", "family", "config"):
+        if key not in meta:
+            raise LmlabError(
+                f"checkpoint config {directory / CONFIG_NAME} lacks {key!r}", "save the model again"
+            )
+    if meta.get("quantization"):  # int8 weights: the adapt package reads them, above this layer
+        raise LmlabError(f"{directory} holds int8 weights (lmlab compress quantize)",
+                         "open it with lmlab.loading.load_model")
+    config_dict = dict(meta["config"])
+    config_dict.setdefault("family", meta["family"])
+    config = config_from_dict(config_dict)
+    model = build_model(config, heads=meta.get("heads"), architecture=meta["architecture"])
+    state = read_safetensors(directory / WEIGHTS_NAME)
+    load_state(model, state, str(directory))
+    model.to(map_location)
+    tok_dir = directory / TOKENIZER_DIR
+    if tok_dir.is_dir():
+        from lmlab.tokenizers import load_tokenizer
 
-        peft_io = importlib.import_module("lmlab.adapt.peft_io")
-        model = peft_io.load_peft(load_model(p / "base", map_location), p / "adapter")
-        return model.to(map_location).eval()
-    from lmlab.interop import hf_import
-
-    return hf_import(p).to(map_location)
+        model.tokenizer = load_tokenizer(tok_dir)
+        check_tokenizer(config, model.tokenizer)
+        if not tokenizer_matches(meta, model.tokenizer):
+            raise LmlabError(f"{tok_dir} is not the tokenizer this model was saved with (same size, other "
+                             "tokens): its ids would mean other words to the model",
+                             "restore the checkpoint's own tokenizer/ or save the model with the right one")
+    return model.eval()

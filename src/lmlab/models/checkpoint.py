@@ -8,14 +8,14 @@ A checkpoint is a directory, written atomically (a crash leaves the old one unto
     tokenizer/         the tokenizer (``tokenizer.save``), when the model has one
 
 :class:`LmlabModel` is the base class of every lmlab model: ``.config``, ``.heads``,
-``.tokenizer``, ``.save(dir)`` and ``.num_parameters()``.
+``.tokenizer``, ``.save(dir)`` and ``.num_parameters()``. Reading a checkpoint back builds a
+model, so :func:`lmlab.models.load_checkpoint` lives beside ``build_model`` in the package face.
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
 
 import torch
 from torch import nn
@@ -161,51 +161,6 @@ def tokenizer_matches(meta: dict, tokenizer) -> bool:
     (True when it recorded none: checkpoints from before fingerprints)."""
     saved = meta.get("tokenizer_fingerprint")
     return not saved or tokenizer.fingerprint() == saved
-
-
-def load_checkpoint(directory: str | os.PathLike, map_location: str | torch.device = "cpu") -> LmlabModel:
-    """Load an lmlab checkpoint directory written by :func:`save_checkpoint`."""
-    from lmlab.models import build_model
-    from lmlab.models.config import config_from_dict
-
-    directory = Path(directory)
-    if not directory.is_dir():
-        raise LmlabError(f"checkpoint {directory} does not exist", "check the path")
-    meta: Any = read_json(directory / CONFIG_NAME, "model config")
-    version = meta.get("lmlab_format_version") if isinstance(meta, dict) else None
-    if version != FORMAT_VERSION:
-        raise LmlabError(
-            f"checkpoint {directory} has format version {version!r}, this lmlab reads version "
-            f"{FORMAT_VERSION}",
-            "re-save it with a matching lmlab version",
-        )
-    for key in ("architecture", "family", "config"):
-        if key not in meta:
-            raise LmlabError(
-                f"checkpoint config {directory / CONFIG_NAME} lacks {key!r}", "save the model again"
-            )
-    if meta.get("quantization"):  # int8 weights (lmlab compress quantize)
-        from lmlab.adapt.quantize import load_quantized
-
-        return load_quantized(directory, map_location)
-    config_dict = dict(meta["config"])
-    config_dict.setdefault("family", meta["family"])
-    config = config_from_dict(config_dict)
-    model = build_model(config, heads=meta.get("heads"), architecture=meta["architecture"])
-    state = read_safetensors(directory / WEIGHTS_NAME)
-    load_state(model, state, str(directory))
-    model.to(map_location)
-    tok_dir = directory / TOKENIZER_DIR
-    if tok_dir.is_dir():
-        from lmlab.tokenizers import load_tokenizer
-
-        model.tokenizer = load_tokenizer(tok_dir)
-        check_tokenizer(config, model.tokenizer)
-        if not tokenizer_matches(meta, model.tokenizer):
-            raise LmlabError(f"{tok_dir} is not the tokenizer this model was saved with (same size, other "
-                             "tokens): its ids would mean other words to the model",
-                             "restore the checkpoint's own tokenizer/ or save the model with the right one")
-    return model.eval()
 
 
 def load_state(model: nn.Module, state: dict[str, torch.Tensor], where: str) -> None:

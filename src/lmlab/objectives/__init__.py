@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import importlib
 
+from lmlab.data.batch import TokenBatch
 from lmlab.errors import LmlabError
-from lmlab.objectives.base import Objective, TokenBatch
+from lmlab.objectives.base import Objective
 
 OBJECTIVES: dict[str, str] = {
     "clm": "lmlab.objectives.clm:CausalLM",

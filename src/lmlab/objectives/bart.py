@@ -39,8 +39,9 @@ import math
 import torch
 from torch import Tensor, nn
 
+from lmlab.data.batch import TokenBatch
 from lmlab.errors import LmlabError
-from lmlab.objectives.base import Objective, TokenBatch, token_signal
+from lmlab.objectives.base import Objective, token_signal
 from lmlab.objectives.masking import IGNORE, poisson_lengths, rand, require_role, special_mask
 from lmlab.objectives.mlm import check_probability
 from lmlab.objectives.t5 import pad_rows

@@ -13,42 +13,12 @@ the model's.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
 from torch import Tensor, nn
 
-
-@dataclass
-class TokenBatch:
-    """Packed windows of token ids, ``[B, T]`` each.
-
-    * ``input_ids`` - documents packed back to back, no padding;
-    * ``doc_ids`` - which document of the row each token belongs to (0, 1, 2, ... per row), so
-      attention can be kept inside documents (block-diagonal masks);
-    * ``position_ids`` - position of each token inside its own document (reset at each start).
-    * ``offsets`` - where each token sits in the whole split (token index), when the batch was
-      read from a corpus (None otherwise): static masking keys its draws on it, so a token is
-      masked the same way in every epoch even though windows shift between epochs.
-    """
-
-    input_ids: Tensor
-    doc_ids: Tensor
-    position_ids: Tensor
-    offsets: Tensor | None = None
-
-    def to(self, device) -> TokenBatch:
-        return TokenBatch(self.input_ids.to(device), self.doc_ids.to(device), self.position_ids.to(device),
-                          None if self.offsets is None else self.offsets.to(device))
-
-    def same_document(self) -> Tensor:
-        """Boolean ``[B, T, T]``: True where query and key tokens are in the same document."""
-        return self.doc_ids[:, :, None] == self.doc_ids[:, None, :]
-
-    @property
-    def num_tokens(self) -> int:
-        return self.input_ids.numel()
+from lmlab.data.batch import TokenBatch
 
 
 def most_frequent_share(targets: Tensor) -> float:

@@ -26,7 +26,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from lmlab.objectives.base import Objective, TokenBatch, token_signal
+from lmlab.data.batch import TokenBatch
+from lmlab.objectives.base import Objective, token_signal
 
 IGNORE = -100
 

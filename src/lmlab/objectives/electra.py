@@ -36,6 +36,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from lmlab.data.batch import TokenBatch
 from lmlab.errors import LmlabError
 from lmlab.models.blocks import (
     LayerNorm,
@@ -45,7 +46,7 @@ from lmlab.models.blocks import (
     get_activation,
     init_weights,
 )
-from lmlab.objectives.base import TokenBatch, binary_auc
+from lmlab.objectives.base import binary_auc
 from lmlab.objectives.masking import IGNORE, document_mask, randint, special_mask
 from lmlab.objectives.mlm import MaskedLM
 

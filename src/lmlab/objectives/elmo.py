@@ -23,9 +23,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from lmlab.data.batch import TokenBatch
 from lmlab.errors import LmlabError
 from lmlab.models.heads import IGNORE
-from lmlab.objectives.base import Objective, TokenBatch, token_signal
+from lmlab.objectives.base import Objective, token_signal
 
 
 def forward_targets(input_ids: Tensor, doc_ids: Tensor) -> Tensor:

@@ -41,8 +41,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from lmlab.data.batch import TokenBatch
 from lmlab.errors import LmlabError
-from lmlab.objectives.base import TokenBatch
 
 IGNORE = -100
 #: the usual spelling of each special-token role, for error messages

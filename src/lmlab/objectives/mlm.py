@@ -31,8 +31,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from lmlab.data.batch import TokenBatch
 from lmlab.errors import LmlabError
-from lmlab.objectives.base import Objective, TokenBatch, token_signal
+from lmlab.objectives.base import Objective, token_signal
 from lmlab.objectives.masking import (
     apply_80_10_10,
     corpus_uniforms,

@@ -26,8 +26,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from lmlab.data.batch import TokenBatch
 from lmlab.errors import LmlabError
-from lmlab.objectives.base import TokenBatch
 from lmlab.objectives.masking import rand, require_role
 from lmlab.objectives.mlm import MaskedLM, check_probability
 

@@ -22,7 +22,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from lmlab.objectives.base import Objective, TokenBatch, token_signal
+from lmlab.data.batch import TokenBatch
+from lmlab.objectives.base import Objective, token_signal
 from lmlab.objectives.masking import IGNORE, rand
 
 

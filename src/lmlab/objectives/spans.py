@@ -32,9 +32,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from lmlab.data.batch import TokenBatch
 from lmlab.errors import LmlabError
 from lmlab.models.blocks import LayerNorm
-from lmlab.objectives.base import TokenBatch
 from lmlab.objectives.masking import (
     IGNORE,
     document_mask,

@@ -45,8 +45,9 @@ from typing import TypeVar
 import torch
 from torch import Tensor, nn
 
+from lmlab.data.batch import TokenBatch
 from lmlab.errors import LmlabError
-from lmlab.objectives.base import Objective, TokenBatch, token_signal
+from lmlab.objectives.base import Objective, token_signal
 from lmlab.objectives.masking import (
     IGNORE,
     replace_80_10_10,

@@ -29,9 +29,10 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from lmlab.data.batch import TokenBatch
 from lmlab.errors import LmlabError
 from lmlab.models.heads import IGNORE, causal_lm_loss
-from lmlab.objectives.base import Objective, TokenBatch, token_signal
+from lmlab.objectives.base import Objective, token_signal
 
 _NO_DOC = -(2**40)  # document id that matches nothing: memory of a row that does not continue
 

@@ -31,8 +31,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from lmlab.data.batch import TokenBatch
 from lmlab.errors import LmlabError
-from lmlab.objectives.base import TokenBatch
 from lmlab.objectives.masking import rand
 from lmlab.objectives.mlm import MaskedLM
 from lmlab.objectives.prefix_lm import sample_prefix_lengths

@@ -27,9 +27,10 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from lmlab.data.batch import TokenBatch
 from lmlab.errors import LmlabError
 from lmlab.models.heads import IGNORE
-from lmlab.objectives.base import Objective, TokenBatch, token_signal
+from lmlab.objectives.base import Objective, token_signal
 
 
 def permutation_ranks(batch_size: int, seq_len: int, generator: torch.Generator, device=None) -> Tensor:

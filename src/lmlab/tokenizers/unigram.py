@@ -19,74 +19,23 @@ whitespace normalisation above is the one lossy step: runs of spaces, tabs and n
 back as one space, leading/trailing whitespace is dropped). A character never seen in training
 becomes the unknown token; consecutive unknown characters become one unknown token.
 
-The learner (EM with pruning) lives in :mod:`lmlab.tokenizers.unigram_trainer`.
+The word splitting lives in :mod:`lmlab.tokenizers.metaspace`, the learner (EM with pruning) in
+:mod:`lmlab.tokenizers.unigram_trainer`.
 """
 
 from __future__ import annotations
 
 import math
 import random
-import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 from lmlab.errors import LmlabError
 from lmlab.tokenizers.base import Tokenizer, hf_special_tokens, roles_from_config
+from lmlab.tokenizers.metaspace import SPACE, WHITESPACE_RUN, split_words
 
-#: The word-boundary mark (U+2581 LOWER ONE EIGHTH BLOCK), as in SentencePiece.
-SPACE = "\u2581"
-#: Unicode White_Space characters (exactly Rust's ``char::is_whitespace``, which the Hugging Face
-#: ``Strip`` normalizer uses), so that lmlab and ``tokenizer.json`` treat the same characters as space.
-WHITESPACE = ("\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009"
-              "\u200a\u2028\u2029\u202f\u205f\u3000")
-_WS_CLASS = "[" + WHITESPACE + "]"
-_WS_RUN = re.compile(_WS_CLASS + "+")
-#: What starts a word: a whitespace run or a literal ``▁`` (as in the HF Metaspace pre-tokenizer).
-_MARK = re.compile(_WS_CLASS + "+|" + SPACE)
 #: Penalty of the unknown piece below the lowest piece score (the value SentencePiece and HF use).
 UNK_PENALTY = 10.0
-
-
-def normalize(text: str) -> str:
-    """Whitespace normalisation + ``▁`` marking: ``"  a  b "`` -> ``"▁a▁b"`` (``""`` for blank text)."""
-    s = _WS_RUN.sub(SPACE, text.strip(WHITESPACE))
-    if s and not s.startswith(SPACE):
-        s = SPACE + s
-    return s
-
-
-def word_contents(text: str) -> list[str]:
-    """The words of ``text`` without their leading ``▁`` (fast; used to count the training corpus)."""
-    return normalize(text).split(SPACE)[1:]
-
-
-def split_words(text: str) -> list[tuple[str, int, bool]]:
-    """``(word, origin, literal)`` for each word of ``text``.
-
-    ``word`` starts with ``▁``; ``text[origin]`` is the word's second character (its first
-    after the ``▁``). ``literal`` says the ``▁`` is a literal U+2581 in the text (at
-    ``origin - 1``), which starts a word as in the HF Metaspace pre-tokenizer; otherwise it stands
-    for whitespace or the start of the text and covers no character.
-    """
-    lo, hi = 0, len(text)
-    while lo < hi and text[lo] in WHITESPACE:
-        lo += 1
-    while hi > lo and text[hi - 1] in WHITESPACE:
-        hi -= 1
-    words: list[tuple[str, int, bool]] = []
-    pos = lo
-    if lo < hi and text[lo] != SPACE:  # the prepended ▁
-        m = _MARK.search(text, lo, hi)
-        pos = m.start() if m else hi
-        words.append((SPACE + text[lo:pos], lo, False))
-    while pos < hi:
-        m = _MARK.match(text, pos, hi)
-        start = m.end()
-        nxt = _MARK.search(text, start, hi)
-        end = nxt.start() if nxt else hi
-        words.append((SPACE + text[start:end], start, m.group() == SPACE))
-        pos = end
-    return words
 
 
 class UnigramTokenizer(Tokenizer):
@@ -316,7 +265,7 @@ class UnigramTokenizer(Tokenizer):
     def _hf_normalizer() -> dict[str, Any]:
         """Whitespace runs -> one space, then strip: the HF equivalent of :func:`normalize`."""
         return {"type": "Sequence", "normalizers": [
-            {"type": "Replace", "pattern": {"Regex": _WS_CLASS + "+"}, "content": " "},
+            {"type": "Replace", "pattern": {"Regex": WHITESPACE_RUN.pattern}, "content": " "},
             {"type": "Strip", "strip_left": True, "strip_right": True},
         ]}
 

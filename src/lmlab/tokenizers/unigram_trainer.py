@@ -37,7 +37,7 @@ import numpy as np
 
 from lmlab.errors import LmlabError
 from lmlab.tokenizers.counting import count_chunks
-from lmlab.tokenizers.unigram import SPACE, word_contents
+from lmlab.tokenizers.metaspace import SPACE, word_contents
 
 # ----------------------------------------------------------------------------- pre-tokenization
 

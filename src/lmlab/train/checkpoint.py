@@ -3,7 +3,7 @@
 ``RUN_DIR/checkpoints/step_N/`` holds
 
 * the model as an lmlab model checkpoint (``config.json``, ``model.safetensors``, ``tokenizer/``),
-  so ``lmlab.models.load_model("RUN_DIR/checkpoints/step_N")`` loads it for generation or
+  so ``lmlab.loading.load_model("RUN_DIR/checkpoints/step_N")`` loads it for generation or
   fine-tuning;
 * ``train_state.safetensors``: optimizer moments (``state.{i}.exp_avg`` ...), the objective's own
   parameters (``objective.*``), RNG states (``rng.torch``, ``rng.cuda.{i}``);

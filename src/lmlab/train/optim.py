@@ -50,19 +50,31 @@ def build_optimizer(modules: Iterable[nn.Module], cfg: TrainConfig) -> torch.opt
     return torch.optim.AdamW(groups, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps, fused=fused)
 
 
-def lr_at(step: int, cfg: TrainConfig) -> float:
-    """Learning rate for optimizer step ``step`` (0-based: the first update uses ``lr_at(0)``)."""
-    if cfg.schedule == "constant":
-        return cfg.lr * min(1.0, (step + 1) / cfg.warmup_steps) if cfg.warmup_steps else cfg.lr
-    if step < cfg.warmup_steps:
-        return cfg.lr * (step + 1) / cfg.warmup_steps
-    end = cfg.decay_steps or cfg.max_steps
+def warmup_decay_lr(step: int, *, lr: float, warmup: int, end: int, min_lr: float = 0.0,
+                    shape: str = "linear") -> float:
+    """The learning rate of optimizer step ``step`` (0-based): linear warmup over ``warmup`` steps
+    to ``lr``, then ``shape`` ("linear", "cosine" or "constant") down to ``min_lr`` at ``end``.
+
+    Pretraining (:func:`lr_at`), fine-tuning and distillation all schedule through this one
+    function; fine-tuning uses BERT's linear decay to 0 at the last step.
+    """
+    if shape == "constant":
+        return lr * min(1.0, (step + 1) / warmup) if warmup else lr
+    if step < warmup:
+        return lr * (step + 1) / warmup
     if step >= end:
-        return cfg.min_lr
-    frac = (step - cfg.warmup_steps) / max(1, end - cfg.warmup_steps)
-    if cfg.schedule == "cosine":
+        return min_lr
+    frac = (step - warmup) / max(1, end - warmup)
+    if shape == "cosine":
         frac = 0.5 * (1.0 - math.cos(math.pi * frac))
-    return cfg.lr - frac * (cfg.lr - cfg.min_lr)
+    return lr - frac * (lr - min_lr)
+
+
+def lr_at(step: int, cfg: TrainConfig) -> float:
+    """Learning rate for pretraining step ``step`` under ``cfg``'s schedule (0-based: the first
+    update uses ``lr_at(0)``)."""
+    return warmup_decay_lr(step, lr=cfg.lr, warmup=cfg.warmup_steps, end=cfg.decay_steps or cfg.max_steps,
+                           min_lr=cfg.min_lr, shape=cfg.schedule)
 
 
 def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:

@@ -1,5 +1,5 @@
 import sys, csv, torch, random
-from lmlab.models import load_model
+from lmlab.loading import load_model
 def read(p, n=None):
     rows = list(csv.reader(open(p), delimiter="\t", quoting=csv.QUOTE_NONE))[1:]
     rows = rows[:n] if n else rows
@@ -22,7 +22,8 @@ def run(path, pooling, lr=5e-4, epochs=10, seed=0):
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.01)
     steps = epochs * ((len(tr_x) + 31) // 32); k = 0
     def feats(ids, mask):
-        h = model.encode(ids, mask)[0]
+        out = model.encode(ids, mask)
+        h = out.last_hidden_state if model.architecture == "seq2seq" else out[0]  # T5: the encoder's states
         if pooling == "cls": return h[:, 0]
         m = mask[..., None].float(); return (h * m).sum(1) / m.sum(1)
     best = 0

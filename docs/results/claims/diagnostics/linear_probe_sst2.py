@@ -3,7 +3,7 @@ import os
 import sys
 
 import torch
-from lmlab.models import load_model
+from lmlab.loading import load_model
 torch.manual_seed(0)
 def read(p, n=None):
     rows = list(csv.reader(open(p), delimiter="\t", quoting=csv.QUOTE_NONE))[1:]

@@ -187,6 +187,32 @@ def test_decoder_last_token_style(tok, data_dir):
     assert set(res.metrics) == {"accuracy"}
 
 
+def test_bf16_autocast_is_asked_for_or_chosen_on_a_gpu_never_silently_on_a_cpu(tok, data_dir, monkeypatch):
+    from lmlab.finetune import loop
+
+    assert loop.autocast_dtype("auto", torch.device("cpu")) is None
+    assert loop.autocast_dtype("bf16", torch.device("cpu")) is torch.bfloat16
+    assert loop.autocast_dtype("fp32", torch.device("cuda")) is None
+    seen = []
+    real = torch.autocast
+
+    def spy(device_type, dtype=None, **kw):
+        seen.append(dtype)
+        return real(device_type, dtype=dtype, **kw)
+
+    monkeypatch.setattr(loop.torch, "autocast", spy)
+    g = data_dir / "glue" / "sst2"
+    lines = []
+    res = finetune(tiny("bert-tiny", tok), "sst2", g / "train.tsv", g / "dev.tsv", None, epochs=1,
+                   batch_size=16, precision="bf16", max_train_examples=32, max_eval_examples=32,
+                   log=lines.append, progress=False)
+    assert seen and set(seen) == {torch.bfloat16}          # the steps and the evaluation ran under it
+    assert any("bf16 autocast" in line for line in lines) and 0 <= res.metrics["accuracy"] <= 1
+    with pytest.raises(LmlabError, match="precision"):
+        finetune(tiny("bert-tiny", tok), "sst2", g / "train.tsv", g / "dev.tsv", None, precision="fp16",
+                 **QUIET)
+
+
 def test_text2text_classification_learns_the_label_words(tok, data_dir):
     g = data_dir / "glue" / "sst2"
     model = tiny("t5-tiny", tok, pad_token_id=0, decoder_start_token_id=0, eos_token_id=tok.sep_id)

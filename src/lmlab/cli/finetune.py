@@ -68,6 +68,8 @@ def register(sub) -> None:
     g.add_argument("--max-train-examples", type=int, default=None, metavar="N", help="use the first N only")
     g.add_argument("--max-eval-examples", type=int, default=None, metavar="N", help="use the first N only")
     g.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1...")
+    g.add_argument("--precision", choices=("auto", "fp32", "bf16"), default="auto",
+                   help="auto: bf16 autocast on a CUDA GPU with bfloat16, fp32 elsewhere")
     g.add_argument("--threads", type=int, default=None, metavar="N", help="torch CPU threads")
     g.add_argument("--no-progress", action="store_true", help="no progress bar")
     t = p.add_argument_group("task")
@@ -121,7 +123,8 @@ def run(args) -> int:
         "weight_decay": args.weight_decay, "grad_clip": args.grad_clip, "seed": args.seed,
         "eval_every": args.eval_every, "select_metric": args.select_metric,
         "max_train_examples": args.max_train_examples, "max_eval_examples": args.max_eval_examples,
-        "device": args.device, "threads": args.threads, "progress": not args.no_progress,
+        "device": args.device, "precision": args.precision, "threads": args.threads,
+        "progress": not args.no_progress,
         "on_bad_line": args.on_bad_line, "max_length": args.max_length, "doc_stride": args.doc_stride,
         "max_answer_length": args.max_answer_length, "lm_weight": args.lm_weight,
         "decoder_style": args.decoder_style, "max_target_length": args.max_target_length,

@@ -47,6 +47,7 @@ class FinetuneConfig:
     select_metric: str | None = None      # dev metric that picks the best checkpoint (task's main one)
     on_bad_line: str = "error"
     device: str = "auto"
+    precision: str = "auto"               # auto = bf16 autocast on a CUDA GPU that has it, else fp32
     threads: int | None = None
     progress: bool = True
     # task options (None = the task's default)
@@ -80,6 +81,7 @@ class FinetuneConfig:
         check(self.weight_decay >= 0, "weight_decay", "use a non-negative value, e.g. 0.01")
         check(self.grad_clip >= 0, "grad_clip", "use a non-negative value (0 = no clipping)")
         check(self.on_bad_line in ("error", "skip"), "on_bad_line", "use 'error' or 'skip'")
+        check(self.precision in ("auto", "fp32", "bf16"), "precision", "use auto, fp32 or bf16")
         return self
 
     @classmethod

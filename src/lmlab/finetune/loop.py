@@ -33,6 +33,7 @@ Methods: ``METHODS`` maps a name to a class or to ``"module:Class"``. A method i
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import importlib
 import json
@@ -184,6 +185,22 @@ def pick_device(name: str) -> torch.device:
     return _pick(name)
 
 
+def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
+    """bf16 autocast for ``auto`` on a CUDA GPU with bfloat16 (as pretraining), else float32: on a
+    CPU a whole fine-tuning step gains nothing from it (docs/training.md, threads and precision)."""
+    if precision == "fp32" or (precision == "auto" and device.type != "cuda"):
+        return None
+    if device.type == "cuda" and not torch.cuda.is_bf16_supported():
+        if precision == "bf16":
+            raise LmlabError("precision bf16 was asked for but this GPU has no bfloat16", "use fp32")
+        return None
+    return torch.bfloat16
+
+
+def autocast(device: torch.device, dtype: torch.dtype | None):
+    return torch.autocast(device.type, dtype=dtype) if dtype is not None else contextlib.nullcontext()
+
+
 def _read(task: Task, data, what: str, bad: BadLines) -> list[Example]:
     if isinstance(data, (str, os.PathLike)):
         return task.read(data, bad)
@@ -233,6 +250,7 @@ def finetune(checkpoint, task: str | Task, train, dev, out: str | os.PathLike | 
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     device = pick_device(cfg.device)
+    dtype = autocast_dtype(cfg.precision, device)
     torch.manual_seed(cfg.seed)
 
     model = _load(checkpoint, tokenizer)
@@ -259,7 +277,8 @@ def finetune(checkpoint, task: str | Task, train, dev, out: str | os.PathLike | 
     warmup = cfg.warmup_steps if cfg.warmup_steps is not None else round(cfg.warmup_ratio * total)
     select = cfg.select_metric or task.main_metric
     say(f"finetune: task {task.name} ({type(task).__name__}), method {method}, {len(train_ex)} train / "
-        f"{len(dev_ex)} dev examples, {total} steps, device {device}, trainable parameters "
+        f"{len(dev_ex)} dev examples, {total} steps, device {device} "
+        f"({'bf16 autocast' if dtype is not None else 'fp32'}), trainable parameters "
         f"{trainable:,} of {total_params:,} ({100 * trainable / max(1, total_params):.2f}%)")
 
     baseline = task.baseline(train_ex, dev_ex)
@@ -286,7 +305,8 @@ def finetune(checkpoint, task: str | Task, train, dev, out: str | os.PathLike | 
     best: dict[str, Any] = {"score": -math.inf, "metrics": None, "step": 0, "snap": None}
 
     def evaluate(step: int, epoch: float) -> None:
-        metrics = task.evaluate(model, dev_ex, cfg.eval_batch_size)
+        with autocast(device, dtype):
+            metrics = task.evaluate(model, dev_ex, cfg.eval_batch_size)
         if select not in metrics:
             raise LmlabError(f"select_metric {select!r} is not a metric of task {task.name}",
                              f"choose one of: {', '.join(metrics)}")
@@ -317,7 +337,8 @@ def finetune(checkpoint, task: str | Task, train, dev, out: str | os.PathLike | 
         batch = collate([feats[i] for i in idx], pad, device)
         lr = warmup_decay_lr(step, lr=cfg.lr, warmup=warmup, end=total)
         set_lr(optimizer, lr)
-        loss = task.loss(model, batch)
+        with autocast(device, dtype):
+            loss = task.loss(model, batch)
         loss_v = loss.item()
         if not math.isfinite(loss_v):
             raise LmlabError(f"the loss became {loss_v} at step {step}", "lower the learning rate (--lr)")

@@ -266,53 +266,11 @@ def _architecture(preset: str) -> str:
 
 
 def flops_per_step(model_config, objective: str, params: dict[str, Any], seq_len: int, rows: int) -> float:
-    """Training FLOPs of one optimizer step of ``rows`` rows of ``seq_len`` tokens (see module doc)."""
-    from lmlab.models.config import DecoderConfig, EncoderConfig, Seq2SeqConfig
-    from lmlab.models.flops import training_flops
+    """Training FLOPs of one optimizer step of ``rows`` rows of ``seq_len`` tokens, as the
+    objective counts them (:meth:`lmlab.objectives.base.Objective.step_flops`)."""
+    from lmlab.objectives import get_objective
 
-    cfg = model_config
-    if isinstance(cfg, DecoderConfig):
-        return float(training_flops(cfg, seq_len, rows))
-    if isinstance(cfg, EncoderConfig):
-        masked = max(1, round(float(params.get("mask_prob", 0.15)) * seq_len))
-        if objective == "electra":
-            disc = training_flops(cfg, seq_len, rows, heads=("discriminator",))
-            g = float(params.get("generator_size", 0.25))
-            d = max(8, int(round(cfg.d_model * g)))
-            n_heads = max(1, min(cfg.n_heads, d // cfg.dim_head))
-            while d % n_heads:
-                n_heads -= 1
-            gen_cfg = cfg.replace(
-                d_model=d,
-                n_heads=n_heads,
-                n_kv_heads=None,
-                head_dim=None,
-                d_ff=max(8, int(round(cfg.d_ff * g))),
-                n_layers=params.get("generator_layers") or cfg.n_layers,
-                layer_groups=0,
-            )
-            gen = training_flops(gen_cfg, seq_len, rows, logit_positions=masked, heads=("mlm",))
-            return float(disc + gen)
-        return float(training_flops(cfg, seq_len, rows, logit_positions=masked, heads=("mlm",)))
-    if isinstance(cfg, Seq2SeqConfig):
-        if objective == "t5":
-            density = float(params.get("noise_density", 0.15))
-            mean_span = float(params.get("mean_span_length", 3.0))
-            noise = max(1, round(seq_len * density))
-            spans = max(1, round(noise / mean_span))
-            source = seq_len - noise + spans + 1  # kept tokens + one sentinel per span + </s>
-            target = noise + spans + 1  # sentinels + dropped tokens + </s>
-            if params.get("variant", "spans") == "bert":
-                source, target = seq_len + 1, seq_len + 1
-            if params.get("variant", "spans") == "prefix_lm":  # cut uniformly: half each on average
-                source, target = seq_len // 2 + 1, seq_len - seq_len // 2 + 1
-            return float(training_flops(cfg, source, rows, decoder_len=target))
-        return float(training_flops(cfg, seq_len, rows, decoder_len=seq_len))
-    raise LmlabError(
-        "a FLOPs budget needs an encoder, decoder or encoder-decoder Transformer, "
-        f"not a {type(cfg).__name__}",
-        "use budget = {tokens = N} for this grid",
-    )
+    return get_objective(objective).step_flops(model_config, seq_len, rows, params)
 
 
 def steps_for_budget(budget: Budget, tokens_per_step: int, step_flops: float) -> int:
@@ -748,8 +706,10 @@ def _model_config(cfg, arm: Arm):
     overrides = dict(cfg.model.overrides)
     if "vocab_size" not in overrides:
         vocab = _vocab_hint(cfg.data)
-        if arm.objective == "t5" and arm.params.get("variant", "spans") == "spans":
-            vocab += int(arm.params.get("num_sentinels", 100))
+        if arm.pretrained:
+            from lmlab.objectives import get_objective
+
+            vocab += get_objective(arm.objective).added_tokens(arm.params)
         overrides["vocab_size"] = vocab
     return get_preset(arm.preset, **overrides)
 

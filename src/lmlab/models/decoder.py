@@ -30,7 +30,7 @@ from lmlab.models.blocks import (
     init_weights,
     make_norm,
 )
-from lmlab.models.checkpoint import LmlabModel
+from lmlab.models.checkpoint import LmlabModel, eager_checks
 from lmlab.models.config import DecoderConfig
 from lmlab.models.heads import DECODER_HEADS, LastTokenClassificationHead, LMHead, check_heads
 from lmlab.models.output import ModelOutput
@@ -113,7 +113,8 @@ class DecoderModel(LmlabModel):
             )
         x = self.tok_embed(input_ids)
         if self.pos_embed is not None:
-            if past + t > cfg.max_positions or int(position_ids.max()) >= cfg.max_positions:
+            too_far = eager_checks() and int(position_ids.max()) >= cfg.max_positions
+            if past + t > cfg.max_positions or too_far:
                 raise LmlabError(
                     f"sequence of {past + t} tokens is longer than the model's {cfg.max_positions} positions",
                     f"truncate to {cfg.max_positions} tokens (or a sliding window)",

@@ -37,7 +37,7 @@ from lmlab.models.blocks import (
     attention_bias,
     init_weights,
 )
-from lmlab.models.checkpoint import LmlabModel
+from lmlab.models.checkpoint import LmlabModel, eager_checks
 from lmlab.models.config import EncoderConfig
 from lmlab.models.heads import (
     ENCODER_HEADS,
@@ -91,8 +91,7 @@ class EncoderEmbeddings(nn.Module):
         if self.position is not None:
             if position_ids is None:
                 position_ids = self.position_ids(input_ids)
-            top = int(position_ids.max())
-            if top >= self.cfg.max_positions:
+            if eager_checks() and int(position_ids.max()) >= self.cfg.max_positions:
                 limit = self.cfg.max_positions - (
                     self.cfg.pad_token_id + 1 if self.cfg.positions_from_padding else 0
                 )

@@ -62,9 +62,10 @@ class MLMHead(nn.Module):
         selected = labels != IGNORE
         h = hidden[selected]  # [N, D]: only where a loss is taken
         logits = self.decoder(self.norm(self.act(self.dense(h))))
-        if logits.shape[0] == 0:  # nothing masked: a zero loss that still has a graph
-            return logits, logits.sum()
-        return logits, F.cross_entropy(logits, labels[selected])
+        # the mean over the N selected positions, written so that N = 0 gives a zero loss with a
+        # graph and a compiled step needs no branch on N
+        total = F.cross_entropy(logits, labels[selected], reduction="sum")
+        return logits, total / selected.sum().clamp(min=1)
 
 
 class NSPHead(nn.Module):

@@ -19,6 +19,7 @@ import torch
 from torch import Tensor, nn
 
 from lmlab.data.batch import TokenBatch
+from lmlab.errors import LmlabError
 
 
 def most_frequent_share(targets: Tensor) -> float:
@@ -80,6 +81,31 @@ class Objective(nn.Module):
     #: the objective's own learning signals, each with its trivial baseline: (metric, baseline
     #: metric, what the baseline is); both are metrics that ``loss`` returns
     signals: ClassVar[tuple[tuple[str, str, str], ...]] = ()
+
+    @classmethod
+    def added_tokens(cls, params: dict[str, Any]) -> int:
+        """How many tokens the objective adds to the tokenizer for ``params`` (T5's sentinels)."""
+        return 0
+
+    @classmethod
+    def step_flops(cls, model_config, seq_len: int, rows: int, params: dict[str, Any]) -> float:
+        """Training FLOPs (forward + backward, :mod:`lmlab.models.flops` conventions) of ``rows``
+        rows of ``seq_len`` tokens under ``params``: the lab's FLOPs budgets and the trainer's MFU
+        both come from here. Default: a decoder predicting every position; an encoder with its
+        output head at every position; an encoder-decoder reading and writing the whole row.
+        Objectives that predict fewer positions or add a network of their own say so."""
+        from lmlab.models.config import DecoderConfig, EncoderConfig, Seq2SeqConfig
+        from lmlab.models.flops import training_flops
+
+        if isinstance(model_config, (DecoderConfig, EncoderConfig)):
+            return float(training_flops(model_config, seq_len, rows))
+        if isinstance(model_config, Seq2SeqConfig):
+            return float(training_flops(model_config, seq_len, rows, decoder_len=seq_len))
+        raise LmlabError(
+            "FLOPs are counted for encoder, decoder and encoder-decoder Transformers, "
+            f"not a {type(model_config).__name__}",
+            "use budget = {tokens = N} for this model",
+        )
 
     def __init__(self, tokenizer, **params: Any):
         super().__init__()

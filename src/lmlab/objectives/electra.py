@@ -32,6 +32,8 @@ Worked example::
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -93,6 +95,18 @@ class ElectraGenerator(nn.Module):
         return F.linear(h, word_weight, self.bias)
 
 
+def generator_config(cfg, generator_size: float, generator_layers: int | None = None):
+    """The generator's config: the discriminator's ``cfg`` with width and FFN scaled by
+    ``generator_size`` and heads of the discriminator's head size where possible."""
+    d = max(8, int(round(cfg.d_model * generator_size)))
+    n_heads = max(1, min(cfg.n_heads, d // cfg.dim_head))
+    while d % n_heads:
+        n_heads -= 1
+    return cfg.replace(d_model=d, n_heads=n_heads, n_kv_heads=None, head_dim=None,
+                       d_ff=max(8, int(round(cfg.d_ff * generator_size))),
+                       n_layers=generator_layers or cfg.n_layers, layer_groups=0)
+
+
 def shared_embeddings(model: nn.Module, input_ids: Tensor, position_ids: Tensor | None) -> Tensor:
     """The discriminator's token + position + segment embeddings (LayerNorm, dropout), before its
     own E->H projection: the input the generator shares."""
@@ -135,6 +149,19 @@ class Electra(MaskedLM):
         self.disc_weight, self.temperature = float(disc_weight), float(temperature)
         self.generator: ElectraGenerator | None = None
 
+    @classmethod
+    def step_flops(cls, model_config, seq_len: int, rows: int, params: dict[str, Any]) -> float:
+        """The discriminator over every position plus the generator, whose MLM output layer runs
+        only at the masked positions."""
+        from lmlab.models.flops import training_flops
+
+        masked = max(1, round(float(params.get("mask_prob", 0.15)) * seq_len))
+        disc = training_flops(model_config, seq_len, rows, heads=("discriminator",))
+        gen_cfg = generator_config(model_config, float(params.get("generator_size", 0.25)),
+                                   params.get("generator_layers"))
+        gen = training_flops(gen_cfg, seq_len, rows, logit_positions=masked, heads=("mlm",))
+        return float(disc + gen)
+
     def setup(self, model: nn.Module) -> None:
         """Build the generator from the discriminator's config (width and FFN scaled by
         ``generator_size``, heads of the same size as the discriminator's where possible)."""
@@ -144,13 +171,7 @@ class Electra(MaskedLM):
         if not hasattr(model, "embeddings") or "discriminator" not in getattr(model, "heads", {}):
             raise LmlabError("the electra objective needs an encoder with a 'discriminator' head",
                              "use an encoder preset such as electra-tiny")
-        d = max(8, int(round(cfg.d_model * self.generator_size)))
-        n_heads = max(1, min(cfg.n_heads, d // cfg.dim_head))
-        while d % n_heads:
-            n_heads -= 1
-        gen_cfg = cfg.replace(d_model=d, n_heads=n_heads, n_kv_heads=None, head_dim=None,
-                              d_ff=max(8, int(round(cfg.d_ff * self.generator_size))),
-                              n_layers=self.generator_layers or cfg.n_layers, layer_groups=0)
+        gen_cfg = generator_config(cfg, self.generator_size, self.generator_layers)
         self.generator = ElectraGenerator(gen_cfg, cfg.embed_dim, cfg.vocab_size)
         self.generator.to(next(model.parameters()).device)
 

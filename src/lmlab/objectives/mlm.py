@@ -28,6 +28,8 @@ pattern) and positions restart at every document start. Special tokens are never
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import Tensor, nn
 
@@ -70,6 +72,17 @@ class MaskedLM(Objective):
     #: accuracy at the selected positions whose input is not the answer itself ([MASK] or a random
     #: token): the 10% kept unchanged would let a model that copies its input look as if it learned
     signals = (("mlm_acc", "mlm_acc_guess", "most frequent token"),)
+
+    @classmethod
+    def step_flops(cls, model_config, seq_len: int, rows: int, params: dict[str, Any]) -> float:
+        """The encoder over every position, the MLM output layer only at the masked ones."""
+        from lmlab.models.config import EncoderConfig
+        from lmlab.models.flops import training_flops
+
+        if not isinstance(model_config, EncoderConfig):
+            return super().step_flops(model_config, seq_len, rows, params)
+        masked = max(1, round(float(params.get("mask_prob", 0.15)) * seq_len))
+        return float(training_flops(model_config, seq_len, rows, logit_positions=masked, heads=("mlm",)))
 
     def __init__(self, tokenizer, mask_prob: float = 0.15, mask_token_prob: float = 0.8,
                  random_token_prob: float = 0.1, masking: str = "dynamic", whole_word: bool = False,

@@ -40,7 +40,7 @@ and target. Rows are padded to the longest in the batch (``attention_mask``; lab
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import torch
 from torch import Tensor, nn
@@ -157,6 +157,27 @@ class SpanCorruption(Objective):
     loss_kind = "masked_nll"
     #: accuracy on the target's content tokens (sentinels left out)
     signals = (("target_acc", "target_acc_guess", "most frequent token"),)
+
+    @classmethod
+    def added_tokens(cls, params: dict[str, Any]) -> int:
+        return int(params.get("num_sentinels", 100)) if params.get("variant", "spans") == "spans" else 0
+
+    @classmethod
+    def step_flops(cls, model_config, seq_len: int, rows: int, params: dict[str, Any]) -> float:
+        """Encoder over the corrupted source, decoder over the target, with the lengths span
+        corruption gives on average (module docstring)."""
+        from lmlab.models.flops import training_flops
+
+        variant = params.get("variant", "spans")
+        noise = max(1, round(seq_len * float(params.get("noise_density", 0.15))))
+        spans = max(1, round(noise / float(params.get("mean_span_length", 3.0))))
+        source = seq_len - noise + spans + 1  # kept tokens + one sentinel per span + </s>
+        target = noise + spans + 1  # sentinels + dropped tokens + </s>
+        if variant == "bert":
+            source, target = seq_len + 1, seq_len + 1
+        if variant == "prefix_lm":  # cut uniformly: half each on average
+            source, target = seq_len // 2 + 1, seq_len - seq_len // 2 + 1
+        return float(training_flops(model_config, source, rows, decoder_len=target))
 
     def __init__(self, tokenizer, noise_density: float = 0.15, mean_span_length: float = 3.0,
                  variant: str = "spans", num_sentinels: int = 100, add_eos: bool = True):

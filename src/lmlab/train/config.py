@@ -36,6 +36,7 @@ SECTIONS = ("model", "objective", "data", "train")
 SCHEDULES = ("cosine", "linear", "constant")
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 DISTRIBUTED = ("auto", "ddp", "fsdp")
+COMPILE_BACKENDS = ("inductor", "aot_eager", "eager")
 
 
 @dataclass
@@ -94,6 +95,10 @@ class TrainConfig:
     Schedule: linear warmup over ``warmup_steps`` to ``lr``, then ``cosine``/``linear`` decay to
     ``min_lr`` at ``decay_steps`` (0 = ``max_steps``), ``min_lr`` after; ``constant`` keeps ``lr``.
     Keep ``decay_steps`` fixed to extend a run (``max_steps``) without changing its past.
+    Speed: ``compile`` runs the model through ``torch.compile`` (``compile_backend``: inductor,
+    the default; aot_eager or eager to debug); ``activation_checkpointing`` recomputes each
+    block's activations in the backward pass (less memory, ~1/3 more compute); ``peak_tflops``
+    is the device's peak for the MFU column (0 = looked up for known GPUs; none on CPUs).
     """
 
     max_steps: int = 1000
@@ -121,6 +126,10 @@ class TrainConfig:
     device: str = "auto"
     distributed: str = "auto"
     progress: str = "auto"
+    compile: bool = False
+    compile_backend: str = "inductor"
+    activation_checkpointing: bool = False
+    peak_tflops: float = 0.0
 
 
 @dataclass
@@ -443,6 +452,12 @@ def validate(cfg: RunConfig) -> None:
         raise LmlabError(
             f"train.progress must be auto, on or off, got {t.progress!r}", "set train.progress=off"
         )
+    if t.compile_backend not in COMPILE_BACKENDS:
+        raise LmlabError(f"unknown train.compile_backend {t.compile_backend!r}",
+                         _suggest(t.compile_backend, COMPILE_BACKENDS))
+    if not (isinstance(t.peak_tflops, (int, float)) and t.peak_tflops >= 0):
+        raise LmlabError(f"train.peak_tflops must be >= 0, got {t.peak_tflops!r}",
+                         "e.g. train.peak_tflops=989 for an H100's bf16 peak (0 = look it up)")
     if len(t.betas) != 2 or not all(0 <= b < 1 for b in t.betas):
         raise LmlabError(
             f"train.betas must be two numbers in [0, 1), got {t.betas}", "e.g. betas=[0.9, 0.95]"

@@ -44,7 +44,7 @@ from lmlab.train.checkpoint import (
 )
 from lmlab.train.config import RunConfig, load_config, override_items, read_toml, to_toml
 from lmlab.train.data import prepare_run_data
-from lmlab.train.device import setup_machine
+from lmlab.train.device import peak_tflops, setup_machine
 from lmlab.train.metrics import MetricsLog, perplexity, plot_losses, progress_bar
 from lmlab.train.optim import build_optimizer, load_optimizer_tensors, lr_at, optimizer_tensors, set_lr
 from lmlab.train.preempt import StopRequests
@@ -62,6 +62,8 @@ RESUME_FREE_KEYS = {
     "eval_at_start",
     "device",
     "distributed",
+    "activation_checkpointing",
+    "peak_tflops",
 }
 
 
@@ -206,6 +208,7 @@ class Trainer:
         self.objective.setup(self.model)  # objective-owned parts sized from the model (ELECTRA, SBO)
         self.model.to(self.machine.device)
         self.objective.to(self.machine.device)
+        self._speed_options(objective_cls)
         self.step_module = dist_.parallelize(
             TrainStep(self.model, self.objective), self.info, t.distributed, self.machine.device
         )
@@ -237,6 +240,38 @@ class Trainer:
         )
         if self.ckpt is not None:
             self._restore(self.ckpt)
+
+    def _speed_options(self, objective_cls) -> None:
+        """Activation checkpointing, torch.compile, and the FLOPs and peak behind the MFU column."""
+        cfg, t = self.cfg, self.cfg.train
+        if t.activation_checkpointing:
+            from lmlab.models.activation_checkpointing import enable_activation_checkpointing
+
+            n = enable_activation_checkpointing(self.model)
+            self.log(f"activation checkpointing: {n} Transformer block(s) recompute their activations "
+                     "in the backward pass" if n else
+                     "warning: train.activation_checkpointing found no Transformer block in this model")
+        if t.compile:
+            import torch._dynamo
+
+            # MLM-style heads project only the masked rows: a data-dependent shape the graph can hold
+            torch._dynamo.config.capture_dynamic_output_shape_ops = True
+            self.model.compile(backend=t.compile_backend)
+            self.log(f"compile: torch.compile, backend {t.compile_backend} (the first steps, and the "
+                     "first evaluation, include compiling)")
+        rows = t.batch_size * t.grad_accum * self.info.world_size
+        try:
+            self.step_flops = objective_cls.step_flops(self.model_config, t.seq_len, rows,
+                                                       cfg.objective.params)
+        except LmlabError:
+            self.step_flops = None
+        self.peak = peak_tflops(self.machine.device, self.machine.dtype, t.peak_tflops)
+        if self.step_flops and self.peak:
+            self.log(f"MFU: {self.step_flops:.3g} model FLOPs per step ({cfg.objective.name}'s count) "
+                     f"against {self.peak:g} TFLOP/s per device")
+        elif self.step_flops:
+            self.log(f"MFU: not logged, the peak of this {self.machine.device.type} is unknown (set "
+                     "train.peak_tflops); the tflops column shows the achieved model TFLOP/s")
 
     def _saved_machine(self) -> dict | None:
         if not self.resume:
@@ -452,6 +487,17 @@ class Trainer:
             self.last_checkpoint = path
         dist_.barrier(self.info)
 
+    def _utilisation(self, steps: int, seconds: float) -> dict[str, float]:
+        """Achieved model TFLOP/s per device over ``steps`` steps in ``seconds``, and MFU where the
+        device's peak is known (empty where the model's FLOPs are not counted)."""
+        if not self.step_flops or steps <= 0 or seconds <= 0:
+            return {}
+        tflops = self.step_flops * steps / seconds / self.info.world_size / 1e12
+        out = {"tflops": round(tflops, 4)}
+        if self.peak:
+            out["mfu"] = round(tflops / self.peak, 4)
+        return out
+
     def elapsed(self) -> float:
         return self.elapsed0 + time.perf_counter() - self.t_start
 
@@ -491,6 +537,7 @@ class Trainer:
                 "tokens": self.tokens,
                 **row,
                 "tokens_per_s": round(self.rows_per_step * t.seq_len / max(dt, 1e-9), 1),
+                **self._utilisation(1, dt),
                 "elapsed_s": round(self.elapsed(), 3),
             }
             final = self.step == t.max_steps
@@ -501,14 +548,17 @@ class Trainer:
                 self.metrics.append(row)
                 rows.append(row)
             last = row
-            rate = (self.tokens - start_tokens) / max(time.perf_counter() - t_loop, 1e-9)
-            self.bar.set_postfix(loss=f"{row['loss']:.3f}", tok_s=f"{rate:,.0f}", refresh=False)
+            spent = max(time.perf_counter() - t_loop, 1e-9)
+            rate = (self.tokens - start_tokens) / spent
+            mfu = self._utilisation(self.step - first, spent).get("mfu")
+            self.bar.set_postfix(loss=f"{row['loss']:.3f}", tok_s=f"{rate:,.0f}",
+                                 **({"mfu": f"{mfu:.1%}"} if mfu is not None else {}), refresh=False)
             self.bar.update(1)
             lines = not show and self.info.is_main and t.progress != "off"
             if lines and self.step % every == 0 and not final:
-                left = (t.max_steps - self.step) * (time.perf_counter() - t_loop) / max(1, self.step - first)
-                self.log(f"step {self.step}/{t.max_steps}: loss {row['loss']:.4f}, {rate:,.0f} tokens/s, "
-                         f"about {left:.0f} s left")
+                left = (t.max_steps - self.step) * spent / max(1, self.step - first)
+                self.log(f"step {self.step}/{t.max_steps}: loss {row['loss']:.4f}, {rate:,.0f} tokens/s"
+                         f"{f', MFU {mfu:.1%}' if mfu is not None else ''}, about {left:.0f} s left")
             saved = self.step % t.checkpoint_every == 0 or final
             if saved:
                 self.save()
@@ -537,6 +587,7 @@ class Trainer:
             "parameters": self.model.num_parameters(),
             "seconds": round(self.elapsed(), 2),
             "tokens_per_s": round((self.tokens - start_tokens) / max(time.perf_counter() - t_loop, 1e-9), 1),
+            **self._utilisation(self.step - first, time.perf_counter() - t_loop),
             "checkpoint": str(self.last_checkpoint) if self.last_checkpoint else None,
             "world_size": self.info.world_size,
             "threads": self.machine.threads,

@@ -1,4 +1,5 @@
-"""DDP: 2 processes (gloo, CPU) train exactly like 1 process with the same global batch."""
+"""DDP and FSDP: 2 processes (gloo, CPU) train exactly like 1 process with the same global batch,
+and an FSDP run resumes from its sharded checkpoint exactly."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ WORKER = """
 import json, sys
 from lmlab.train import pretrain
 cfg, out = json.loads(sys.argv[1]), sys.argv[2]
-pretrain(cfg, out, log=lambda m: None)
+pretrain(cfg, out, resume=sys.argv[3] == "resume", log=lambda m: None)
 """
 
 
@@ -55,7 +56,7 @@ def test_two_gloo_processes_match_one_process_with_the_same_global_batch(tiny_co
         )
         procs.append(
             subprocess.Popen(
-                [sys.executable, "-c", WORKER, json.dumps(cfg), str(tmp_path / "two")],
+                [sys.executable, "-c", WORKER, json.dumps(cfg), str(tmp_path / "two"), "new"],
                 env=env,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
@@ -75,3 +76,45 @@ def test_two_gloo_processes_match_one_process_with_the_same_global_batch(tiny_co
     assert one[0]["loss"] != one[-1]["loss"]
     summary = json.loads((tmp_path / "two" / "summary.json").read_text())
     assert summary["world_size"] == 2
+
+
+def _two_processes(cfg, out, resume=False):
+    port = _free_port()
+    procs = []
+    for rank in range(2):
+        env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE="2",
+                   LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE="2", OMP_NUM_THREADS="1")
+        procs.append(subprocess.Popen([sys.executable, "-c", WORKER, json.dumps(cfg), str(out),
+                                       "resume" if resume else "new"],
+                                      env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    outs = [p.communicate(timeout=240)[0] for p in procs]
+    assert all(p.returncode == 0 for p in procs), outs
+
+
+def test_fsdp_matches_one_process_and_resumes_from_its_shards_exactly(tiny_config, tmp_path):
+    one_cfg = tiny_config(max_steps=4, grad_accum=2, eval_every=2, checkpoint_every=2)
+    pretrain(one_cfg, tmp_path / "one", log=lambda m: None)
+    fsdp = dict(max_steps=4, grad_accum=1, eval_every=2, checkpoint_every=2, distributed="fsdp")
+    _two_processes(tiny_config(**fsdp), tmp_path / "full")
+    # the same run "killed" after step 2, then resumed by two new processes
+    _two_processes(tiny_config(**{**fsdp, "max_steps": 2}), tmp_path / "part")
+    step2 = tmp_path / "part" / "checkpoints" / "step_2"
+    assert (step2 / "sharded").is_dir() and (step2 / "model.safetensors").is_file()
+    assert not [p for p in (tmp_path / "part" / "checkpoints").iterdir() if p.name.startswith(".")]
+    _two_processes(tiny_config(**fsdp), tmp_path / "part", resume=True)
+    one, full, part = (_rows(tmp_path / d / "metrics.jsonl") for d in ("one", "full", "part"))
+    assert [r["step"] for r in part] == [r["step"] for r in full] == [1, 2, 3, 4]
+    for a, b, c in zip(one, full, part):
+        assert b["loss"] == pytest.approx(a["loss"], abs=1e-5)           # sharding changes nothing
+        assert c["loss"] == pytest.approx(b["loss"], abs=1e-6)           # nor does resuming
+        assert c["grad_norm"] == pytest.approx(b["grad_norm"], rel=1e-6)
+    assert part[-1]["val_loss"] == pytest.approx(full[-1]["val_loss"], abs=1e-6)
+    assert one[0]["loss"] != one[-1]["loss"]
+    # the gathered weights are an ordinary checkpoint; a plain run cannot resume sharded state
+    from lmlab.loading import load_model
+
+    assert load_model(step2).num_parameters() > 0
+    from lmlab.errors import LmlabError
+
+    with pytest.raises(LmlabError, match="FSDP"):
+        pretrain(tiny_config(max_steps=4), tmp_path / "part", resume=True, log=lambda m: None)

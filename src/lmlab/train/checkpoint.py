@@ -8,7 +8,10 @@
 * ``train_state.safetensors``: optimizer moments (``state.{i}.exp_avg`` ...), the objective's own
   parameters (``objective.*``), RNG states (``rng.torch``, ``rng.cuda.{i}``);
 * ``train_state.json``: step, tokens seen, the data position (windows consumed), the optimizer's
-  hyper-parameters, the run config and the step-0 evaluation.
+  hyper-parameters, the run config and the step-0 evaluation;
+* under FSDP, ``sharded/``: each rank's shards of the weights and the optimizer state
+  (``torch.distributed.checkpoint``), which ``--resume`` reads back into the sharded model; the
+  optimizer moments are then not in ``train_state.safetensors``.
 
 The directory is built under a temporary name and renamed into place when complete
 (:func:`lmlab.fileio.atomic_dir`): a crash or a full disk while writing leaves the previous
@@ -34,6 +37,7 @@ from lmlab.fileio import atomic_dir, read_json, write_json
 CHECKPOINTS = "checkpoints"
 STATE_TENSORS = "train_state.safetensors"
 STATE_JSON = "train_state.json"
+SHARDED = "sharded"
 FORMAT = "lmlab-train-state"
 VERSION = 1
 _STEP_RE = re.compile(r"step_(\d+)")
@@ -68,8 +72,12 @@ def save_train_checkpoint(
     tensors: dict[str, torch.Tensor],
     meta: dict[str, Any],
     keep: int = 0,
+    sharded: Path | None = None,
 ) -> Path:
-    """Write ``checkpoints/step_{step}`` atomically; prune to the newest ``keep`` (0 = keep all)."""
+    """Write ``checkpoints/step_{step}`` atomically; prune to the newest ``keep`` (0 = keep all).
+
+    ``sharded``: a finished ``torch.distributed.checkpoint`` directory (FSDP: every rank's shards
+    of the weights and optimizer state), moved in as ``sharded/`` before the checkpoint appears."""
     dest = checkpoint_path(run_dir, step)
     previous = latest_checkpoint(run_dir)
     try:
@@ -81,6 +89,8 @@ def save_train_checkpoint(
                 metadata={"format": FORMAT},
             )
             write_json(tmp / STATE_JSON, {"format": FORMAT, "version": VERSION, **meta})
+            if sharded is not None:
+                os.replace(sharded, tmp / SHARDED)
     except OSError as e:
         what = "the disk is full" if e.errno in (errno.ENOSPC, errno.EDQUOT) else (e.strerror or str(e))
         kept = f"the previous checkpoint {previous} is intact" if previous else "no earlier checkpoint exists"

@@ -140,3 +140,36 @@ def full_state_dict(module: nn.Module, info: DistInfo) -> dict[str, torch.Tensor
 
         return get_model_state_dict(module, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
     return {k: v.detach().cpu() for k, v in module.state_dict().items()}
+
+
+def broadcast_int(value: int, info: DistInfo, device: torch.device) -> int:
+    """Rank 0's ``value`` on every process."""
+    if not info.enabled:
+        return value
+    import torch.distributed as dist
+
+    t = torch.tensor([int(value)], dtype=torch.long, device=device)
+    dist.broadcast(t, src=0)
+    return int(t.item())
+
+
+def save_sharded(module: nn.Module, optimizer: torch.optim.Optimizer, directory) -> None:
+    """Every rank writes its shards of the weights and of the optimizer state into ``directory``
+    (``torch.distributed.checkpoint``; collective call)."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    model_state, optim_state = get_state_dict(module, optimizer)
+    dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=str(directory))
+
+
+def load_sharded(module: nn.Module, optimizer: torch.optim.Optimizer, directory) -> None:
+    """Read what :func:`save_sharded` wrote back into the (already sharded) ``module`` and
+    ``optimizer``; the world size may differ from the one that saved (collective call)."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+    model_state, optim_state = get_state_dict(module, optimizer)
+    state = {"model": model_state, "optim": optim_state}
+    dcp.load(state, checkpoint_id=str(directory))
+    set_state_dict(module, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])

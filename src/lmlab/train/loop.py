@@ -36,6 +36,8 @@ from lmlab.errors import LmlabError
 from lmlab.fileio import atomic_write_text, directory_lock, read_json, remove_leftovers, write_json
 from lmlab.train import distributed as dist_
 from lmlab.train.checkpoint import (
+    CHECKPOINTS,
+    SHARDED,
     latest_checkpoint,
     load_train_checkpoint,
     restore_rng,
@@ -151,6 +153,9 @@ class Trainer:
             else "cpu"
         )
         self.info = dist_.init(dev_type)
+        # names every rank agrees on (FSDP shards are written beside the checkpoint by all ranks)
+        here = torch.device("cuda", self.info.local_rank) if dev_type == "cuda" else torch.device("cpu")
+        self.rank0_pid = dist_.broadcast_int(os.getpid(), self.info, here)
         threads, precision = t.threads, t.precision
         saved = self._saved_machine()
         if saved:  # resume: keep the run's own automatic choices (numerics must not change mid-run)
@@ -328,22 +333,28 @@ class Trainer:
     def _restore(self, path: Path) -> None:
         from lmlab.models.checkpoint import load_state
 
-        if self.info.mode == "fsdp":
-            raise LmlabError("--resume under FSDP is not supported yet", "resume with train.distributed=ddp")
         tensors, meta, weights = load_train_checkpoint(path)
+        sharded = path / SHARDED
+        if (self.info.mode == "fsdp") != sharded.is_dir():
+            saved_as = "FSDP (sharded)" if sharded.is_dir() else "a single process or DDP"
+            raise LmlabError(f"{path} was written by a run with {saved_as}, this one runs "
+                             f"{self.info.mode}",
+                             "resume with the run's own train.distributed (and torchrun for FSDP)")
         from lmlab.models.checkpoint import tokenizer_matches
 
         if not tokenizer_matches(read_json(path / "config.json", "model config"), self.model.tokenizer):
             raise LmlabError(f"{path} was trained with another tokenizer than the one the data gives now "
                              "(same size, other tokens): resuming would feed it ids that mean other words",
                              "resume with the run's own data and tokenizer, or start a new run")
-        load_state(self.model, weights, str(path))
-        obj_state = {k[len("objective.") :]: v for k, v in tensors.items() if k.startswith("objective.")}
-        if obj_state:
-            self.objective.load_state_dict(obj_state)
-        load_optimizer_tensors(
-            self.optimizer, {k: v for k, v in tensors.items() if k.startswith("state.")}, meta["optimizer"]
-        )
+        if self.info.mode == "fsdp":  # weights, objective and optimizer state, each rank its shards
+            dist_.load_sharded(self.step_module, self.optimizer, sharded)
+        else:
+            load_state(self.model, weights, str(path))
+            obj_state = {k[len("objective.") :]: v for k, v in tensors.items() if k.startswith("objective.")}
+            if obj_state:
+                self.objective.load_state_dict(obj_state)
+            moments = {k: v for k, v in tensors.items() if k.startswith("state.")}
+            load_optimizer_tensors(self.optimizer, moments, meta["optimizer"])
         restore_rng(tensors)
         self.step, self.tokens, self.position = meta["step"], meta["tokens"], meta["data_position"]
         self.initial_val = meta.get("initial_val")
@@ -369,8 +380,8 @@ class Trainer:
             batch = read_windows(self.data.val, self.val_starts[i : i + t.batch_size], t.seq_len)
             gen.manual_seed(micro_seed(t.seed, -1, i))
             inputs = self.objective.prepare(batch.to(self.machine.device), gen)
-            with self.machine.autocast():
-                loss, extra = self.objective.loss(self.model, inputs)
+            with self.machine.autocast():  # through the DDP/FSDP wrapper, which gathers sharded weights
+                loss, extra = self.step_module(inputs)
             w = float(extra.get("targets", 1.0))
             total += float(loss) * w
             weight += w
@@ -452,13 +463,16 @@ class Trainer:
 
     def save(self) -> None:
         t = self.cfg.train
-        tensors = {}
+        tensors, sharded = {}, None
         if self.info.mode != "fsdp":
             tensors, opt_meta = optimizer_tensors(self.optimizer)
-        else:
+            for k, v in self.objective.state_dict().items():
+                tensors[f"objective.{k}"] = v.detach().cpu()
+        else:  # every rank writes its shards beside the checkpoint; rank 0 moves them in
             opt_meta = {"param_groups": []}
-        for k, v in self.objective.state_dict().items():
-            tensors[f"objective.{k}"] = v.detach().cpu()
+            sharded = self.run_dir / CHECKPOINTS / f".step_{self.step}.tmp-{self.rank0_pid}-sharded"
+            dist_.save_sharded(self.step_module, self.optimizer, sharded)
+            dist_.barrier(self.info)
         tensors.update(rng_tensors())
         meta = {
             "step": self.step,
@@ -483,7 +497,8 @@ class Trainer:
                 model.load_state_dict(state)
                 model.tokenizer = self.model.tokenizer
         if self.info.is_main:
-            path = save_train_checkpoint(self.run_dir, self.step, model, tensors, meta, t.keep_checkpoints)
+            path = save_train_checkpoint(self.run_dir, self.step, model, tensors, meta, t.keep_checkpoints,
+                                         sharded=sharded)
             self.last_checkpoint = path
         dist_.barrier(self.info)
 
@@ -493,9 +508,9 @@ class Trainer:
         if not self.step_flops or steps <= 0 or seconds <= 0:
             return {}
         tflops = self.step_flops * steps / seconds / self.info.world_size / 1e12
-        out = {"tflops": round(tflops, 4)}
+        out = {"tflops": float(f"{tflops:.4g}")}  # significant digits: a CPU run is at 1e-3
         if self.peak:
-            out["mfu"] = round(tflops / self.peak, 4)
+            out["mfu"] = float(f"{tflops / self.peak:.4g}")
         return out
 
     def elapsed(self) -> float:

@@ -204,7 +204,7 @@ def distill(teacher: nn.Module, student: nn.Module, task, train: Sequence, dev: 
     """
     from lmlab.tasks import check_tokenizer, collate
     from lmlab.tasks.base import pad_id_of
-    from lmlab.train.optim import param_groups, warmup_decay_lr
+    from lmlab.train.optim import adamw, warmup_decay_lr
 
     if steps < 1 or batch_size < 1:
         raise LmlabError("steps and batch_size must be positive", "e.g. steps=1000, batch_size=32")
@@ -220,7 +220,7 @@ def distill(teacher: nn.Module, student: nn.Module, task, train: Sequence, dev: 
     device = next(student.parameters()).device
     torch.manual_seed(seed)
     gen = torch.Generator().manual_seed(seed)
-    opt = torch.optim.AdamW(param_groups([student], weight_decay), lr=lr)
+    opt = adamw([student], lr=lr, betas=(0.9, 0.999), weight_decay=weight_decay)
     warmup = round(warmup_ratio * steps)
     teacher.eval()
     student.train()

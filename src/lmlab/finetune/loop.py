@@ -57,6 +57,7 @@ from lmlab.tasks import Task, check_tokenizer, collate, load_task, make_task
 from lmlab.tasks.base import pad_id_of
 from lmlab.tasks.readers import BadLines, Example, limit
 from lmlab.train.optim import set_lr, warmup_decay_lr
+from lmlab.train.progress import Progress
 
 TASK_FILE = "task.json"
 EVAL_FILE = "eval.json"
@@ -136,18 +137,11 @@ class FinetuneResult:
 
 
 def make_optimizer(model: nn.Module, cfg: FinetuneConfig, device: torch.device) -> torch.optim.AdamW:
-    """AdamW over the trainable parameters (no decay on biases, norms, embeddings).
+    """AdamW over the trainable parameters (:func:`lmlab.train.optim.adamw`: no decay on biases,
+    norms, embeddings; the fused kernel where it exists)."""
+    from lmlab.train.optim import adamw
 
-    PyTorch's fused AdamW kernel is used where it exists (CPU and CUDA, float32): the same update,
-    about 10x faster than the default on CPU (a MiniLM step: 0.04 s instead of 0.43 s).
-    """
-    from lmlab.train.optim import param_groups
-
-    groups = param_groups([model], cfg.weight_decay)
-    try:
-        return torch.optim.AdamW(groups, lr=cfg.lr, betas=cfg.betas, fused=device.type in ("cpu", "cuda"))
-    except (RuntimeError, TypeError):
-        return torch.optim.AdamW(groups, lr=cfg.lr, betas=cfg.betas)
+    return adamw([model], lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
 
 
 def epoch_batches(lengths: Sequence[int], batch_size: int, gen: torch.Generator,
@@ -314,16 +308,11 @@ def finetune(checkpoint, task: str | Task, train, dev, out: str | os.PathLike | 
         shown = ", ".join(f"{k} {v:.4f}" for k, v in metrics.items())
         if baseline and select in baseline[1]:
             shown += f" (baseline {select} {baseline[1][select]:.4f})"
-        say(f"step {step} epoch {epoch:.2f}: {shown}")
+        progress.write(f"step {step} epoch {epoch:.2f}: {shown}")
         if metrics[select] > best["score"]:
             best.update(score=metrics[select], metrics=metrics, step=step, snap=meth.snapshot(model))
 
-    from tqdm import tqdm
-
-    terminal = cfg.progress and sys.stderr.isatty()
-    bar = tqdm(total=total, desc=f"finetune {task.name}", unit="step", disable=not terminal,
-               dynamic_ncols=True, file=sys.stderr)
-    every = max(1, total // 20)  # with no terminal: a progress line every ~5% instead of a bar
+    progress = Progress(total, desc=f"finetune {task.name}", show="auto" if cfg.progress else "off", log=say)
     gen = torch.Generator().manual_seed(cfg.seed)
     lengths = [len(f["input_ids"]) for f in feats]
     model.train()
@@ -349,11 +338,7 @@ def finetune(checkpoint, task: str | Task, train, dev, out: str | os.PathLike | 
         step += 1
         seen += len(idx)
         run_loss, n_loss = run_loss + loss_v, n_loss + 1
-        bar.update(1)
-        bar.set_postfix(loss=f"{loss_v:.4f}")
-        if cfg.progress and not terminal and step % every == 0 and step < total:
-            elapsed = time.perf_counter() - t0
-            say(f"step {step}/{total}: loss {loss_v:.4f}, about {elapsed * (total - step) / step:.0f} s left")
+        progress.update(step, [f"loss {loss_v:.4f}"], loss=f"{loss_v:.4f}")
         epoch = seen / len(feats)
         if step % cfg.log_every == 0 or step == total:
             elapsed = time.perf_counter() - t0
@@ -364,7 +349,7 @@ def finetune(checkpoint, task: str | Task, train, dev, out: str | os.PathLike | 
         if epoch_end or step == total or (cfg.eval_every and step % cfg.eval_every == 0):
             evaluate(step, epoch)
             model.train()
-    bar.close()
+    progress.close()
 
     meth.restore(model, best["snap"])
     model.eval()

@@ -47,9 +47,10 @@ from lmlab.train.checkpoint import (
 from lmlab.train.config import RunConfig, load_config, override_items, read_toml, to_toml
 from lmlab.train.data import prepare_run_data
 from lmlab.train.device import peak_tflops, setup_machine
-from lmlab.train.metrics import MetricsLog, perplexity, plot_losses, progress_bar
+from lmlab.train.metrics import MetricsLog, perplexity, plot_losses
 from lmlab.train.optim import build_optimizer, load_optimizer_tensors, lr_at, optimizer_tensors, set_lr
 from lmlab.train.preempt import StopRequests
+from lmlab.train.progress import Progress
 
 #: train.* keys that may change on --resume without changing the run's past or its arithmetic
 RESUME_FREE_KEYS = {
@@ -130,14 +131,14 @@ class Trainer:
         self.run_dir = run_dir
         self.resume = resume
         self._print = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
-        self.bar = None
+        self.progress: Progress | None = None
 
     # ------------------------------------------------------------------ reporting
     def log(self, msg: str) -> None:
         if not self.info.is_main:
             return
-        if self.bar is not None and not self.bar.disable:
-            self.bar.write(msg, file=sys.stderr)
+        if self.progress is not None:
+            self.progress.write(msg)
         else:
             self._print(msg)
 
@@ -524,8 +525,8 @@ class Trainer:
             with StopRequests() as self.stop:
                 return self._run()
         finally:
-            if self.bar is not None:
-                self.bar.close()
+            if self.progress is not None:
+                self.progress.close()
             dist_.shutdown(self.info)
 
     def _run(self) -> dict[str, Any]:
@@ -537,10 +538,9 @@ class Trainer:
             self.initial_val = self.evaluate()
             self.log(f"step 0: {self.describe_eval(self.initial_val)}")
         rows = self.metrics.rows() if self.info.is_main else []
-        show = self.info.is_main and (t.progress == "on" or (t.progress == "auto" and sys.stderr.isatty()))
-        self.bar = progress_bar(t.max_steps, self.step, show)
-        # with no terminal (a log file, a batch job) a progress line every ~5% instead of a bar
-        every, first = max(1, t.max_steps // 20), self.step
+        self.progress = Progress(t.max_steps, self.step, desc="pretrain",
+                                 show=t.progress if self.info.is_main else "off", log=self._print)
+        first = self.step
         last: dict[str, Any] = rows[-1] if rows else {}
         start_tokens, t_loop = self.tokens, time.perf_counter()
         while self.step < t.max_steps:
@@ -566,14 +566,10 @@ class Trainer:
             spent = max(time.perf_counter() - t_loop, 1e-9)
             rate = (self.tokens - start_tokens) / spent
             mfu = self._utilisation(self.step - first, spent).get("mfu")
-            self.bar.set_postfix(loss=f"{row['loss']:.3f}", tok_s=f"{rate:,.0f}",
-                                 **({"mfu": f"{mfu:.1%}"} if mfu is not None else {}), refresh=False)
-            self.bar.update(1)
-            lines = not show and self.info.is_main and t.progress != "off"
-            if lines and self.step % every == 0 and not final:
-                left = (t.max_steps - self.step) * spent / max(1, self.step - first)
-                self.log(f"step {self.step}/{t.max_steps}: loss {row['loss']:.4f}, {rate:,.0f} tokens/s"
-                         f"{f', MFU {mfu:.1%}' if mfu is not None else ''}, about {left:.0f} s left")
+            shown_mfu = {"mfu": f"{mfu:.1%}"} if mfu is not None else {}
+            self.progress.update(self.step, [f"loss {row['loss']:.4f}", f"{rate:,.0f} tokens/s",
+                                             *(f"MFU {v}" for v in shown_mfu.values())],
+                                 loss=f"{row['loss']:.3f}", tok_s=f"{rate:,.0f}", **shown_mfu)
             saved = self.step % t.checkpoint_every == 0 or final
             if saved:
                 self.save()

@@ -86,18 +86,3 @@ def plot_losses(
     from lmlab.fileio import atomic_write_bytes
 
     atomic_write_bytes(path, buf.getvalue())
-
-
-def progress_bar(total: int, initial: int, enabled: bool):
-    """A tqdm bar over optimizer steps (ETA from tqdm; tokens/s and loss set as postfix)."""
-    from tqdm import tqdm
-
-    return tqdm(
-        total=total,
-        initial=initial,
-        unit="step",
-        desc="pretrain",
-        disable=not enabled,
-        dynamic_ncols=True,
-        leave=True,
-    )

@@ -37,17 +37,22 @@ def param_groups(modules: Iterable[nn.Module], weight_decay: float) -> list[dict
     return [g for g in groups if g["params"]]
 
 
-def build_optimizer(modules: Iterable[nn.Module], cfg: TrainConfig) -> torch.optim.AdamW:
-    """AdamW over ``modules``; PyTorch's fused kernel where it exists (CPU/CUDA, floating point).
-
-    The fused kernel does the same update in one pass over the parameters; on a 2-core CPU it is
-    about 6x faster than the default (measured: 0.03 s vs 0.19 s per step for 12M parameters).
-    """
-    modules = list(modules)
-    groups = param_groups(modules, cfg.weight_decay)
+def adamw(modules: Iterable[nn.Module], *, lr: float, betas, weight_decay: float, eps: float = 1e-8
+          ) -> torch.optim.AdamW:
+    """AdamW over the trainable parameters of ``modules`` (the two :func:`param_groups`), with
+    PyTorch's fused kernel where it exists (CPU/CUDA, floating point): the same update in one pass
+    over the parameters, about 6x faster on a 2-core CPU (0.03 s vs 0.19 s per step for 12M
+    parameters; a MiniLM fine-tuning step 0.04 s vs 0.43 s). Pretraining, fine-tuning and
+    distillation all build their optimizer here."""
+    groups = param_groups(list(modules), weight_decay)
     params = [p for g in groups for p in g["params"]]
     fused = bool(params) and all(p.device.type in ("cpu", "cuda") and p.is_floating_point() for p in params)
-    return torch.optim.AdamW(groups, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps, fused=fused)
+    return torch.optim.AdamW(groups, lr=lr, betas=tuple(betas), eps=eps, fused=fused)
+
+
+def build_optimizer(modules: Iterable[nn.Module], cfg: TrainConfig) -> torch.optim.AdamW:
+    """The pretraining optimizer: :func:`adamw` with ``cfg``'s settings."""
+    return adamw(modules, lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay, eps=cfg.eps)
 
 
 def warmup_decay_lr(step: int, *, lr: float, warmup: int, end: int, min_lr: float = 0.0,

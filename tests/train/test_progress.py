@@ -1,0 +1,29 @@
+"""One progress display for every loop: a bar on a terminal, else a line every ~5% of the steps."""
+
+from __future__ import annotations
+
+from lmlab.train.progress import Progress
+
+
+def test_without_a_terminal_a_line_every_twentieth_of_the_run_and_none_at_the_end():
+    lines = []
+    p = Progress(100, desc="x", show="auto", log=lines.append)  # pytest's stderr is no terminal
+    for step in range(1, 101):
+        p.update(step, [f"loss {1 / step:.4f}"], loss="-")
+    p.close()
+    assert [int(line.split()[1].split("/")[0]) for line in lines] == list(range(5, 100, 5))
+    assert lines[0].startswith("step 5/100: loss 0.2000, about ") and lines[0].endswith(" s left")
+
+
+def test_a_resumed_run_counts_from_where_it_stands_and_off_means_silent():
+    lines = []
+    p = Progress(40, initial=30, desc="x", show="auto", log=lines.append)
+    for step in range(31, 41):
+        p.update(step)
+    assert [line.split(":")[0] for line in lines] == ["step 32/40", "step 34/40", "step 36/40", "step 38/40"]
+    quiet = []
+    q = Progress(40, desc="x", show="off", log=quiet.append)
+    for step in range(1, 41):
+        q.update(step)
+    q.write("a message")
+    assert quiet == ["a message"]  # messages still reach the log; progress does not

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from lmlab.errors import LmlabError
+from lmlab.models.attention_masks import attention_bias, causal_mask, prefix_lm_mask
 from lmlab.models.blocks import (
     Attention,
     FeedForward,
@@ -18,9 +19,6 @@ from lmlab.models.blocks import (
     SinusoidalPositions,
     TransformerBlock,
     apply_rotary,
-    attention_bias,
-    causal_mask,
-    prefix_lm_mask,
     relative_position_bucket,
 )
 from lmlab.models.config import DecoderConfig, EncoderConfig, get_preset

@@ -8,7 +8,7 @@ import torch.nn.functional as F
 
 from lmlab.errors import LmlabError
 from lmlab.models import build_model, get_preset
-from lmlab.models.blocks import prefix_lm_mask
+from lmlab.models.attention_masks import prefix_lm_mask
 from lmlab.models.decoder import DecoderModel
 from lmlab.models.encoder import EncoderModel
 

@@ -10,12 +10,11 @@ import torch
 from lmlab.adapt import apply_method
 from lmlab.errors import LmlabError
 from lmlab.models import build_model, get_preset
+from lmlab.models.attention_masks import attention_bias, prefix_lm_mask
 from lmlab.models.blocks import (
     Packing,
     RotaryEmbedding,
     TransformerBlock,
-    attention_bias,
-    prefix_lm_mask,
 )
 
 V = 200

@@ -101,3 +101,22 @@ def train_and_validate(objective, model, train_batches, val_batches, steps: int,
 @pytest.fixture(scope="session")
 def trainer():
     return train_and_validate
+
+
+def model_mask(inputs: dict, causal: bool):
+    """Boolean ``[B, T, T]`` (True = may attend): the mask a model builds from an objective's
+    inputs (``doc_ids``, ``prefix_mask``, ``attention_pattern``), via the one mask builder."""
+    import torch
+
+    from lmlab.models.attention_masks import self_attention_mask
+
+    t = inputs["input_ids"].shape[1]
+    mask, is_causal = self_attention_mask(causal=causal, q_len=t, doc_ids=inputs.get("doc_ids"),
+                                          prefix_mask=inputs.get("prefix_mask"),
+                                          pattern=inputs.get("attention_pattern"))
+    b = inputs["input_ids"].shape[0]
+    if mask is None:
+        full = torch.ones(t, t, dtype=torch.bool)
+        return (full.tril() if is_causal else full).expand(b, t, t)
+    allowed = mask if mask.dtype == torch.bool else mask == 0
+    return allowed.expand(b, 1, t, t)[:, 0]

@@ -12,6 +12,7 @@ from lmlab.data.packing import pack
 from lmlab.models import build_model, get_preset
 from lmlab.objectives import get_objective
 from lmlab.objectives.clm import CausalLM
+from tests.objectives.conftest import model_mask
 
 
 class _Tok:
@@ -25,10 +26,11 @@ def test_registry_and_labels_skip_the_first_token_of_each_document():
     inputs = CausalLM(_Tok()).prepare(batch, torch.Generator())
     assert inputs["labels"].tolist() == [[-100, 12, -100, 14, 15]]
     assert inputs["position_ids"].tolist() == [[0, 1, 0, 1, 2]]
-    pat = inputs["attention_pattern"][0].int().tolist()
+    assert torch.equal(inputs["doc_ids"], batch.doc_ids)  # the decoder builds the mask from them
+    pat = model_mask(inputs, causal=True)[0].int().tolist()
     assert pat == [[1, 0, 0, 0, 0], [1, 1, 0, 0, 0], [0, 0, 1, 0, 0], [0, 0, 1, 1, 0], [0, 0, 1, 1, 1]]
     one_doc = CausalLM(_Tok()).prepare(pack(np.array([[1, 2, 3]]), np.array([[0, 1, 2]])))
-    assert "attention_pattern" not in one_doc  # fast is_causal path
+    assert "doc_ids" not in one_doc  # fast is_causal path
 
 
 def test_loss_is_the_mean_next_token_nll_within_documents():

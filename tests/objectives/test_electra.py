@@ -82,7 +82,7 @@ def test_joint_loss_shared_embeddings_and_no_gradient_through_sampling(setup):
     none_special = torch.zeros_like(corrupted, dtype=torch.bool)
     labels = replaced_token_labels(inputs["original_ids"], corrupted, none_special)
     model(input_ids=corrupted, labels=labels, position_ids=inputs["position_ids"],
-          attention_pattern=inputs.get("attention_pattern")).loss.backward()
+          doc_ids=inputs.get("doc_ids")).loss.backward()
     assert all(p.grad is None for p in obj.generator.parameters())
     # the generator's loss reaches the shared token embeddings
     model.zero_grad()

@@ -13,6 +13,7 @@ from lmlab.models import build_model, get_preset
 from lmlab.objectives import TokenBatch, get_objective
 from lmlab.objectives.masking import word_boundary_tables, word_ids
 from lmlab.objectives.mlm import MaskedLM
+from tests.objectives.conftest import model_mask
 
 SIGMAS = 4
 
@@ -116,13 +117,13 @@ def test_whole_word_masking(tokenizers, book_paragraphs, packer, algo):
 def test_packed_documents_do_not_see_each_other(tok, book_paragraphs, packer):
     batch = packer(tok, book_paragraphs, rows=4, seq_len=256)
     inputs = MaskedLM(tok).prepare(batch, torch.Generator().manual_seed(0))
-    pattern = inputs["attention_pattern"]
+    pattern = model_mask(inputs, causal=False)  # what the encoder builds from inputs["doc_ids"]
     assert pattern.shape == (4, 256, 256)
     assert torch.equal(pattern, batch.doc_ids[:, :, None] == batch.doc_ids[:, None, :])
     assert torch.equal(inputs["position_ids"], batch.position_ids)
     # one document per row: no pattern needed (the fast path)
     single = TokenBatch(batch.input_ids, torch.zeros_like(batch.doc_ids), batch.position_ids)
-    assert "attention_pattern" not in MaskedLM(tok).prepare(single, torch.Generator())
+    assert "doc_ids" not in MaskedLM(tok).prepare(single, torch.Generator())
 
 
 @pytest.mark.parametrize("bad", [{"mask_prob": 0}, {"mask_prob": 1.5}, {"masking": "sometimes"},

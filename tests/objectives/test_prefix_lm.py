@@ -5,9 +5,10 @@ from __future__ import annotations
 import torch
 
 from lmlab.models import build_model, get_preset
-from lmlab.models.blocks import prefix_lm_mask
+from lmlab.models.attention_masks import prefix_lm_mask
 from lmlab.objectives import TokenBatch, get_objective
 from lmlab.objectives.prefix_lm import PrefixLM, prefix_pattern, sample_prefix_lengths
+from tests.objectives.conftest import model_mask
 
 
 def one_doc_batch(rows: int, t: int) -> TokenBatch:
@@ -33,7 +34,7 @@ def test_worked_example_mask():
 def test_matches_blocks_prefix_lm_mask_for_single_documents(tok):
     batch = one_doc_batch(16, 24)
     inputs = PrefixLM(tok).prepare(batch, torch.Generator().manual_seed(0))
-    pattern, labels = inputs["attention_pattern"], inputs["labels"]
+    pattern, labels = model_mask(inputs, causal=True), inputs["labels"]
     assert pattern.shape == (16, 24, 24) and pattern.dtype == torch.bool
     prefix = (labels == -100).sum(1)  # labels are -100 exactly on the prefix
     assert bool((prefix >= 1).all()) and bool((prefix <= 23).all())
@@ -55,6 +56,8 @@ def test_packed_documents_get_their_own_prefix_and_never_mix(tok):
         p = prefix[0][docs[0] == d]
         assert len(p.unique()) == 1 and 1 <= int(p[0]) <= n - 1
     pattern = prefix_pattern(batch, prefix)[0]
+    inputs = PrefixLM(tok).prepare(batch, torch.Generator().manual_seed(3))
+    assert torch.equal(model_mask(inputs, causal=True)[0], pattern)  # the decoder builds the same mask
     same = docs[0][:, None] == docs[0][None, :]
     assert not bool((pattern & ~same).any())  # nothing crosses a document
     # a document's first token is never a target (it would be predicted from the previous document)

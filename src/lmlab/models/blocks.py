@@ -36,6 +36,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from lmlab.errors import LmlabError
+from lmlab.models.attention_masks import causal_mask, flex_attention_for, is_block_mask
 
 KVCache = tuple[Tensor, ...]
 
@@ -107,83 +108,6 @@ def make_norm(kind: str, dim: int, eps: float, bias: bool = True) -> nn.Module:
     if kind == "rmsnorm":
         return RMSNorm(dim, eps)
     raise LmlabError(f"unknown norm {kind!r}", "use 'layernorm' or 'rmsnorm'")
-
-
-# ----------------------------------------------------------------------------- masks
-
-
-def causal_mask(q_len: int, k_len: int, device=None) -> Tensor:
-    """Boolean ``[T, S]``, True where query i may see key j: ``j <= i + (S - T)``.
-
-    Aligned bottom-right, so with a KV cache (S = past + T) the new queries see all the past.
-    """
-    offset = k_len - q_len
-    i = torch.arange(q_len, device=device)[:, None]
-    j = torch.arange(k_len, device=device)[None, :]
-    return j <= i + offset
-
-
-def prefix_lm_mask(seq_len: int, prefix_len: int | Tensor, device=None) -> Tensor:
-    """Prefix-LM mask (Raffel et al. 2020; UniLM): bidirectional inside the prefix, causal after.
-
-    ``prefix_len`` is an int or a ``[B]`` tensor. Returns boolean ``[T, T]`` or ``[B, 1, T, T]``,
-    True = may attend: key j is visible to query i when ``j <= i`` or ``j < prefix_len``.
-    """
-    causal = causal_mask(seq_len, seq_len, device)
-    j = torch.arange(seq_len, device=device)
-    if isinstance(prefix_len, Tensor):
-        in_prefix = j[None, :] < prefix_len.to(device)[:, None]  # [B, S]
-        return causal[None, None] | in_prefix[:, None, None, :]
-    return causal | (j[None, :] < prefix_len)
-
-
-def attention_bias(
-    attention_mask: Tensor | None = None,
-    q_len: int = 1,
-    k_len: int | None = None,
-    causal: bool = False,
-    mask: Tensor | None = None,
-    dtype: torch.dtype = torch.float32,
-    device=None,
-) -> tuple[Tensor | None, bool]:
-    """Combine the mask pieces into ``(additive_bias_or_None, use_is_causal)`` for :class:`Attention`.
-
-    * ``attention_mask``: ``[B, S]`` with 1 for real tokens and 0 for padding (keys to ignore).
-    * ``causal``: each query sees only earlier keys (bottom-right aligned for a KV cache).
-    * ``mask``: any extra boolean mask broadcastable to ``[B, H, T, S]`` (True = may attend), for
-      prefix-LM, UniLM or document-boundary masks.
-
-    Returns ``(None, True)`` when a plain causal mask is all that is needed (the fused kernel's
-    ``is_causal`` path), ``(None, False)`` when nothing is masked, otherwise a float bias
-    ``[B|1, 1, T, S]`` with 0 where attention is allowed and the dtype's most negative number
-    where it is not (not -inf: a fully masked row then stays finite, as in transformers).
-    """
-    k_len = q_len if k_len is None else k_len
-    if attention_mask is not None and bool(attention_mask.all()):
-        attention_mask = None  # no padding: keep the fast path
-    if attention_mask is None and mask is None:
-        if not causal or q_len == 1:
-            return None, False
-        if q_len == k_len:
-            return None, True
-    allowed = None
-    if causal:
-        allowed = causal_mask(q_len, k_len, device)[None, None]
-    if mask is not None:
-        m = mask.to(device=device, dtype=torch.bool)
-        while m.dim() < 4:
-            m = m.unsqueeze(0)
-        allowed = m if allowed is None else allowed & m
-    if attention_mask is not None:
-        if attention_mask.shape[-1] != k_len:
-            raise LmlabError(
-                f"attention_mask has length {attention_mask.shape[-1]} but there are {k_len} keys",
-                "pass one mask entry per token, cached past tokens included",
-            )
-        pad = attention_mask.to(device=device, dtype=torch.bool)[:, None, None, :]
-        allowed = pad if allowed is None else allowed & pad
-    bias = torch.zeros(allowed.shape, dtype=dtype, device=device)
-    return bias.masked_fill_(~allowed, torch.finfo(dtype).min), False
 
 
 # ----------------------------------------------------------------------------- positions
@@ -446,6 +370,16 @@ class Attention(nn.Module):
             v = torch.cat((past_kv[1], v), dim=2)
         present = (k, v) if use_cache else None
 
+        if is_block_mask(mask):  # packed documents on the block-sparse kernel (attention_masks.py)
+            if position_bias is not None or queries is not None or past_kv is not None:
+                raise LmlabError("a block-sparse mask serves whole sequences without position bias",
+                                 "use the dense mask (attention backend sdpa) here")
+            out = flex_attention_for(q.device)(q, k, v, block_mask=mask, scale=self.scale,
+                                               enable_gqa=self.n_kv_heads != self.n_heads)
+            out = out.transpose(1, 2).reshape(b, q.shape[2], self.n_heads * self.head_dim)
+            if packing is not None:
+                out = packing.unpad(out)
+            return self.o_proj(out), present
         s = k.shape[2]
         if is_causal and (s != t or queries is not None):
             # Cached decoding: new queries see all the past; SDPA's is_causal aligns top-left.

@@ -42,6 +42,22 @@ class LmlabModel(nn.Module):
 
     architecture: str = ""
 
+    #: "sdpa" (dense masks, every device) or "flex" (block-sparse masks for packed documents);
+    #: the trainer sets it from train.attention (lmlab.models.attention_masks)
+    attention_backend: str = "sdpa"
+
+    def backend_now(self) -> str:
+        """The attention backend for this forward. FlexAttention has no attention dropout (a model
+        that trains with some uses the dense path) and, on CPUs, no backward pass (gradients there
+        use the dense path; CPU inference may use flex)."""
+        if self.attention_backend != "flex":
+            return "sdpa"
+        if self.training and getattr(self.config, "attn_dropout", 0.0) > 0:
+            return "sdpa"
+        if torch.is_grad_enabled() and next(self.parameters()).device.type != "cuda":
+            return "sdpa"
+        return "flex"
+
     def __init__(self, config):
         super().__init__()
         self.config = config

@@ -22,11 +22,11 @@ import torch
 from torch import Tensor, nn
 
 from lmlab.errors import LmlabError
+from lmlab.models.attention_masks import self_attention_mask
 from lmlab.models.blocks import (
     RotaryEmbedding,
     SinusoidalPositions,
     TransformerBlock,
-    attention_bias,
     init_weights,
     make_norm,
 )
@@ -88,12 +88,16 @@ class DecoderModel(LmlabModel):
         use_cache: bool = False,
         output_hidden_states: bool = False,
         attention_pattern: Tensor | None = None,
+        doc_ids: Tensor | None = None,
+        prefix_mask: Tensor | None = None,
     ):
         """Run the stack: ``(final hidden [B,T,D], hidden_states or None, new cache or None)``.
 
         ``attention_mask`` ``[B, S_past + T]`` marks real tokens (1) and padding (0).
-        ``attention_pattern`` (boolean, True = may attend, ``[T, S]``/``[B, T, S]``/``[B,1,T,S]``)
-        replaces the causal mask, e.g. with :func:`~lmlab.models.blocks.prefix_lm_mask`.
+        ``doc_ids`` ``[B, T]`` keeps packed documents apart; ``prefix_mask`` ``[B, T]`` marks the
+        keys every query of its document sees (a prefix LM); ``attention_pattern`` (boolean,
+        True = may attend) replaces the causal mask. The model builds one mask from them
+        (:mod:`lmlab.models.attention_masks`), block-sparse when ``attention_backend`` is flex.
         """
         cfg = self.config
         self.check_input_ids(input_ids)
@@ -122,22 +126,11 @@ class DecoderModel(LmlabModel):
             x = x + self.pos_embed(position_ids)
         rope = self.rotary(position_ids) if self.rotary is not None else None
         x = self.drop(x)
-        if attention_pattern is not None:
-            if attention_pattern.dim() == 3:
-                attention_pattern = attention_pattern[:, None]
-            mask, is_causal = attention_bias(
-                attention_mask,
-                t,
-                past + t,
-                causal=False,
-                mask=attention_pattern,
-                dtype=x.dtype,
-                device=x.device,
-            )
-        else:
-            mask, is_causal = attention_bias(
-                attention_mask, t, past + t, causal=True, dtype=x.dtype, device=x.device
-            )
+        mask, is_causal = self_attention_mask(
+            causal=True, q_len=t, k_len=past + t, doc_ids=doc_ids, prefix_mask=prefix_mask,
+            pattern=attention_pattern, attention_mask=attention_mask, dtype=x.dtype, device=x.device,
+            backend=self.backend_now(),
+        )
         hidden = [x] if output_hidden_states else None
         cache = [] if use_cache else None
         for i, block in enumerate(self.layers):
@@ -174,6 +167,8 @@ class DecoderModel(LmlabModel):
         attention_pattern: Tensor | None = None,
         cls_labels: Tensor | None = None,
         heads: tuple[str, ...] | None = None,
+        doc_ids: Tensor | None = None,
+        prefix_mask: Tensor | None = None,
         **kwargs,
     ) -> ModelOutput:
         """Decode and run the heads (``heads`` picks a subset; default all)."""
@@ -193,6 +188,8 @@ class DecoderModel(LmlabModel):
             use_cache,
             output_hidden_states,
             attention_pattern,
+            doc_ids,
+            prefix_mask,
         )
         out = ModelOutput(hidden_states=hidden, last_hidden_state=x, past_key_values=cache)
         losses = []

@@ -28,13 +28,13 @@ import torch
 from torch import Tensor, nn
 
 from lmlab.errors import LmlabError
+from lmlab.models.attention_masks import self_attention_mask
 from lmlab.models.blocks import (
     LayerNorm,
     Packing,
     RotaryEmbedding,
     SinusoidalPositions,
     TransformerBlock,
-    attention_bias,
     init_weights,
 )
 from lmlab.models.checkpoint import LmlabModel, eager_checks
@@ -195,11 +195,14 @@ class EncoderModel(LmlabModel):
         attention_pattern: Tensor | None = None,
         output_hidden_states: bool = False,
         first_token_only: bool = False,
+        doc_ids: Tensor | None = None,
     ) -> tuple[Tensor, tuple[Tensor, ...] | None]:
         """Hidden states of the last layer ``[B, T, D]`` (and of all layers when asked).
 
+        ``doc_ids`` ``[B, T]``: packed documents, each token attends inside its own;
         ``attention_pattern``: optional boolean ``[T, T]``/``[B, T, T]``/``[B, 1, T, T]`` mask
-        (True = may attend), combined with the padding mask; used for UniLM-style masks.
+        (True = may attend), combined with the padding mask; used for UniLM-style masks. One mask
+        is built from them (:mod:`lmlab.models.attention_masks`).
         ``first_token_only``: the last layer is computed at position 0 only (it still attends to
         every position) and ``[B, 1, D]`` is returned; with padding (and no ``attention_pattern``)
         the layers run packed, on the real tokens only. With ``output_hidden_states`` every layer
@@ -213,17 +216,17 @@ class EncoderModel(LmlabModel):
                 "pass the mask the tokenizer returned with the ids",
             )
         t = input_ids.shape[1]
-        if attention_pattern is not None and attention_pattern.dim() == 3:
-            attention_pattern = attention_pattern[:, None]
         x = self.embeddings(input_ids, token_type_ids, position_ids)
-        mask, _ = attention_bias(
-            attention_mask, t, t, causal=False, mask=attention_pattern, dtype=x.dtype, device=x.device
+        mask, _ = self_attention_mask(
+            causal=False, q_len=t, doc_ids=doc_ids, pattern=attention_pattern, attention_mask=attention_mask,
+            dtype=x.dtype, device=x.device, backend=self.backend_now(),
         )
         hidden = [x] if output_hidden_states else None
         cls_only = slice(0, 1) if first_token_only and hidden is None else None
         last = self.config.n_layers - 1
         packing = None
-        if cls_only is not None and attention_pattern is None and Packing.worth_it(attention_mask):
+        plain = attention_pattern is None and doc_ids is None
+        if cls_only is not None and plain and Packing.worth_it(attention_mask):
             packing = Packing(attention_mask)
             x = packing.unpad(x)  # [1, N, D]: the real tokens
         rope = None
@@ -254,6 +257,7 @@ class EncoderModel(LmlabModel):
         attention_pattern: Tensor | None = None,
         heads: tuple[str, ...] | None = None,
         first_token_only: bool = False,
+        doc_ids: Tensor | None = None,
         **kwargs,
     ) -> ModelOutput:
         """Encode and run the heads (``heads`` picks a subset; default all).
@@ -280,6 +284,7 @@ class EncoderModel(LmlabModel):
             attention_pattern,
             output_hidden_states,
             first_token_only,
+            doc_ids,
         )
         pooled = torch.tanh(self.pooler(x[:, 0])) if self.pooler is not None else None
         out = ModelOutput(hidden_states=hidden, last_hidden_state=x)

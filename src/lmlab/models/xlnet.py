@@ -36,11 +36,11 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from lmlab.errors import LmlabError
+from lmlab.models.attention_masks import attention_bias
 from lmlab.models.blocks import (
     RotaryEmbedding,
     SinusoidalPositions,
     TransformerBlock,
-    attention_bias,
     init_weights,
     make_norm,
 )

@@ -5,7 +5,8 @@ Loss: ``-1/N Σ_i log p(x_i | x_<i)`` over the N predicted tokens of the batch; 
 documents apart:
 
 * attention is causal *and* block-diagonal: token i attends to j only if ``j <= i`` and both
-  belong to the same document (``attention_pattern``, which replaces the decoder's causal mask);
+  belong to the same document (the objective passes ``doc_ids``; the decoder builds the mask,
+  block-sparse on GPUs: :mod:`lmlab.models.attention_masks`);
 * the first token of each document is not a target: it would be predicted from the end of the
   previous, unrelated document. Its label is ``-100`` (ignored).
 
@@ -17,7 +18,7 @@ Worked example (one row, two documents ``a b c | d e``)::
     labels        a  b  c  -  e      (the model shifts: position i is scored on labels[i+1])
     targets       b  c  -  e         -> a->b, b->c, d->e; nothing predicts d from c
 
-When no row of the batch contains a document boundary the pattern is left out and the fused
+When no row of the batch contains a document boundary ``doc_ids`` is left out and the fused
 ``is_causal`` attention kernel runs.
 """
 
@@ -45,9 +46,7 @@ class CausalLM(Objective):
         labels = batch.input_ids.masked_fill(batch.position_ids == 0, IGNORE)
         inputs = {"input_ids": batch.input_ids, "position_ids": batch.position_ids, "labels": labels}
         if bool((batch.doc_ids != 0).any()):
-            t = batch.input_ids.shape[1]
-            causal = torch.ones(t, t, dtype=torch.bool, device=batch.input_ids.device).tril()
-            inputs["attention_pattern"] = batch.same_document() & causal
+            inputs["doc_ids"] = batch.doc_ids  # the decoder keeps attention inside each document
         return inputs
 
     def loss(self, model: nn.Module, inputs: dict[str, Tensor]) -> tuple[Tensor, dict[str, float]]:

@@ -40,16 +40,16 @@ from torch import Tensor, nn
 
 from lmlab.data.batch import TokenBatch
 from lmlab.errors import LmlabError
+from lmlab.models.attention_masks import self_attention_mask
 from lmlab.models.blocks import (
     LayerNorm,
     RotaryEmbedding,
     TransformerBlock,
-    attention_bias,
     get_activation,
     init_weights,
 )
 from lmlab.objectives.base import binary_auc
-from lmlab.objectives.masking import IGNORE, document_mask, randint, special_mask
+from lmlab.objectives.masking import IGNORE, document_ids, randint, special_mask
 from lmlab.objectives.mlm import MaskedLM
 
 
@@ -79,12 +79,11 @@ class ElectraGenerator(nn.Module):
         self.apply(lambda m: init_weights(m, cfg.init_std))
 
     def forward(self, embedded: Tensor, word_weight: Tensor, selected: Tensor,
-                pattern: Tensor | None, position_ids: Tensor | None = None) -> Tensor:
+                doc_ids: Tensor | None, position_ids: Tensor | None = None) -> Tensor:
         """Logits ``[N, V]`` at the ``selected`` positions only (the speed path of the MLM head)."""
         x = self.project(embedded) if self.project is not None else embedded
         t = x.shape[1]
-        mask, _ = attention_bias(None, t, t, mask=None if pattern is None else pattern[:, None],
-                                 dtype=x.dtype, device=x.device)
+        mask, _ = self_attention_mask(causal=False, q_len=t, doc_ids=doc_ids, dtype=x.dtype, device=x.device)
         rope = None
         if self.rotary is not None:
             positions = torch.arange(t, device=x.device)[None] if position_ids is None else position_ids
@@ -181,9 +180,9 @@ class Electra(MaskedLM):
                   "position_ids": batch.position_ids,
                   # seed of the generator's sampling, so a batch stays a pure function of (tokens, generator)
                   "sample_seed": randint(2**62, (1,), generator, batch.input_ids.device)}
-        pattern = document_mask(batch)
-        if pattern is not None:
-            inputs["attention_pattern"] = pattern
+        docs = document_ids(batch)
+        if docs is not None:
+            inputs["doc_ids"] = docs
         return inputs
 
     def corrupt(self, model: nn.Module, inputs: dict[str, Tensor]) -> tuple[Tensor, Tensor, Tensor]:
@@ -193,9 +192,8 @@ class Electra(MaskedLM):
                              "call objective.setup(model) before training (the trainer does)")
         masked, labels = inputs["input_ids"], inputs["labels"]
         selected = labels != IGNORE
-        pattern = inputs.get("attention_pattern")
         embedded = shared_embeddings(model, masked, inputs.get("position_ids"))
-        logits = self.generator(embedded, model.embeddings.word.weight, selected, pattern,
+        logits = self.generator(embedded, model.embeddings.word.weight, selected, inputs.get("doc_ids"),
                                 inputs.get("position_ids"))
         gen_loss = F.cross_entropy(logits, labels[selected]) if logits.shape[0] else logits.sum()
         with torch.no_grad():  # sampling: no gradient from the discriminator to the generator
@@ -213,7 +211,7 @@ class Electra(MaskedLM):
         original = inputs["original_ids"]
         gen_loss, gen_logits, corrupted = self.corrupt(model, inputs)
         disc_labels = replaced_token_labels(original, corrupted, special_mask(original, self.special_ids))
-        disc_inputs = {k: v for k, v in inputs.items() if k in ("position_ids", "attention_pattern")}
+        disc_inputs = {k: v for k, v in inputs.items() if k in ("position_ids", "doc_ids")}
         out = model(input_ids=corrupted, labels=disc_labels, **disc_inputs)
         scored = disc_labels != IGNORE
         with torch.no_grad():

@@ -161,12 +161,13 @@ def word_ids(ids: Tensor, doc_ids: Tensor, starts: Tensor, ends: Tensor) -> Tens
     return torch.cumsum(is_start.long(), dim=1) - 1
 
 
-def document_mask(batch: TokenBatch) -> Tensor | None:
-    """Block-diagonal attention pattern ``[B, T, T]`` (True = same document), or None when
-    every row holds a single document (nothing to block: the fused kernel's fast path)."""
+def document_ids(batch: TokenBatch) -> Tensor | None:
+    """``batch.doc_ids`` for the model, which then keeps attention inside each document
+    (:mod:`lmlab.models.attention_masks`), or None when every row holds a single document
+    (nothing to block: the fused kernel's fast path)."""
     if bool((batch.doc_ids == batch.doc_ids[:, :1]).all()):
         return None
-    return batch.same_document()
+    return batch.doc_ids
 
 
 # ----------------------------------------------------------------------------- selection

@@ -39,7 +39,7 @@ from lmlab.objectives.base import Objective, token_signal
 from lmlab.objectives.masking import (
     apply_80_10_10,
     corpus_uniforms,
-    document_mask,
+    document_ids,
     mlm_labels,
     replace_80_10_10,
     replacement_pool,
@@ -156,9 +156,9 @@ class MaskedLM(Objective):
     def prepare(self, batch: TokenBatch, generator: torch.Generator) -> dict[str, Tensor]:
         corrupted, labels = self.mask(batch.input_ids, batch.doc_ids, generator, batch.offsets)
         inputs = {"input_ids": corrupted, "labels": labels, "position_ids": batch.position_ids}
-        pattern = document_mask(batch)
-        if pattern is not None:
-            inputs["attention_pattern"] = pattern
+        docs = document_ids(batch)
+        if docs is not None:
+            inputs["doc_ids"] = docs
         return inputs
 
     def loss(self, model: nn.Module, inputs: dict[str, Tensor]) -> tuple[Tensor, dict[str, float]]:

@@ -7,8 +7,9 @@ token would be cheating, since every prefix position already sees the whole pref
 
 Each document of a packed row gets its own split point, uniform in ``[1, len - 1]`` (a
 one-token document is all prefix), and attention never crosses documents. With one document
-per row this is exactly :func:`lmlab.models.blocks.prefix_lm_mask`. The pattern is passed as
-``attention_pattern``, which *replaces* the decoder's causal mask.
+per row this is exactly :func:`lmlab.models.attention_masks.prefix_lm_mask`. The objective passes
+``doc_ids`` and ``prefix_mask`` (the keys of each document's prefix); the decoder builds the mask
+(:mod:`lmlab.models.attention_masks`).
 
 Worked example (one document of 5 tokens, prefix length 2)::
 
@@ -46,7 +47,8 @@ def sample_prefix_lengths(batch: TokenBatch, generator: torch.Generator) -> Tens
 
 
 def prefix_pattern(batch: TokenBatch, prefix_len: Tensor) -> Tensor:
-    """Boolean ``[B, T, T]``: same document and (causal or key in its document's prefix)."""
+    """Boolean ``[B, T, T]``: same document and (causal or key in its document's prefix); the
+    mask the decoder builds from ``doc_ids`` and ``prefix_mask`` (kept for tests and reading)."""
     t = batch.input_ids.shape[1]
     causal = torch.ones(t, t, dtype=torch.bool, device=batch.input_ids.device).tril()
     in_prefix = batch.position_ids < prefix_len  # [B, T] per key
@@ -67,7 +69,7 @@ class PrefixLM(Objective):
         target = batch.position_ids >= prefix_len  # never a document's first token (prefix >= 1)
         return {"input_ids": batch.input_ids, "position_ids": batch.position_ids,
                 "labels": batch.input_ids.masked_fill(~target, IGNORE),
-                "attention_pattern": prefix_pattern(batch, prefix_len)}
+                "doc_ids": batch.doc_ids, "prefix_mask": batch.position_ids < prefix_len}
 
     def loss(self, model: nn.Module, inputs: dict[str, Tensor]) -> tuple[Tensor, dict[str, float]]:
         out = model(**inputs)

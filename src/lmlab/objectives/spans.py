@@ -37,7 +37,7 @@ from lmlab.errors import LmlabError
 from lmlab.models.blocks import LayerNorm
 from lmlab.objectives.masking import (
     IGNORE,
-    document_mask,
+    document_ids,
     geometric_lengths,
     rand,
     replace_80_10_10,
@@ -150,9 +150,9 @@ class SpanBERT(MaskedLM):
                                      self.random_token_prob, units=spans.clamp(min=0))
         inputs = {"input_ids": corrupted, "labels": ids.masked_fill(~selected, IGNORE),
                   "position_ids": batch.position_ids}
-        pattern = document_mask(batch)
-        if pattern is not None:
-            inputs["attention_pattern"] = pattern
+        docs = document_ids(batch)
+        if docs is not None:
+            inputs["doc_ids"] = docs
         if self.use_sbo:
             inputs.update(span_boundaries(spans, batch.doc_ids))
         return inputs

@@ -37,6 +37,7 @@ SCHEDULES = ("cosine", "linear", "constant")
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 DISTRIBUTED = ("auto", "ddp", "fsdp")
 COMPILE_BACKENDS = ("inductor", "aot_eager", "eager")
+ATTENTION = ("auto", "sdpa", "flex")
 
 
 @dataclass
@@ -98,7 +99,9 @@ class TrainConfig:
     Speed: ``compile`` runs the model through ``torch.compile`` (``compile_backend``: inductor,
     the default; aot_eager or eager to debug); ``activation_checkpointing`` recomputes each
     block's activations in the backward pass (less memory, ~1/3 more compute); ``peak_tflops``
-    is the device's peak for the MFU column (0 = looked up for known GPUs; none on CPUs).
+    is the device's peak for the MFU column (0 = looked up for known GPUs; none on CPUs);
+    ``attention`` picks how packed documents are masked: ``flex`` (block-sparse FlexAttention),
+    ``sdpa`` (a dense mask), ``auto`` (flex on CUDA, sdpa on CPUs).
     """
 
     max_steps: int = 1000
@@ -130,6 +133,7 @@ class TrainConfig:
     compile_backend: str = "inductor"
     activation_checkpointing: bool = False
     peak_tflops: float = 0.0
+    attention: str = "auto"
 
 
 @dataclass
@@ -415,6 +419,12 @@ def _check_batch_fits(cfg: RunConfig) -> None:
                          "lower train.batch_size and raise train.grad_accum (same global batch)")
 
 
+def _cuda_for(device: str) -> bool:
+    import torch
+
+    return device.startswith("cuda") or (device == "auto" and torch.cuda.is_available())
+
+
 def validate(cfg: RunConfig) -> None:
     """Range checks that need no data or model (those come later, before training starts)."""
     t = cfg.train
@@ -452,6 +462,11 @@ def validate(cfg: RunConfig) -> None:
         raise LmlabError(
             f"train.progress must be auto, on or off, got {t.progress!r}", "set train.progress=off"
         )
+    if t.attention not in ATTENTION:
+        raise LmlabError(f"unknown train.attention {t.attention!r}", _suggest(t.attention, ATTENTION))
+    if t.attention == "flex" and not _cuda_for(t.device):
+        raise LmlabError("train.attention=flex trains on CUDA only (FlexAttention has no backward pass "
+                         "on CPUs)", "use train.attention=auto or sdpa on this machine")
     if t.compile_backend not in COMPILE_BACKENDS:
         raise LmlabError(f"unknown train.compile_backend {t.compile_backend!r}",
                          _suggest(t.compile_backend, COMPILE_BACKENDS))

@@ -67,6 +67,7 @@ RESUME_FREE_KEYS = {
     "distributed",
     "activation_checkpointing",
     "peak_tflops",
+    "attention",
 }
 
 
@@ -250,6 +251,10 @@ class Trainer:
     def _speed_options(self, objective_cls) -> None:
         """Activation checkpointing, torch.compile, and the FLOPs and peak behind the MFU column."""
         cfg, t = self.cfg, self.cfg.train
+        flex = t.attention == "flex" or (t.attention == "auto" and self.machine.device.type == "cuda")
+        self.model.attention_backend = "flex" if flex else "sdpa"
+        if flex:
+            self.log("attention: packed documents on FlexAttention's block-sparse kernel (train.attention)")
         if t.activation_checkpointing:
             from lmlab.models.activation_checkpointing import enable_activation_checkpointing
 

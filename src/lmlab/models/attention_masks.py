@@ -1,0 +1,191 @@
+"""Who may attend to whom: the one place lmlab builds self-attention masks.
+
+An input declares *what* it is; the model (or a model-shaped part such as ELECTRA's generator)
+turns that into a mask once per forward, for every layer:
+
+* the **kind** is the model's: causal for decoders, bidirectional for encoders;
+* ``doc_ids`` ``[B, T]``: packed documents (0, 1, 2... per row); a token attends only inside its
+  own document (block-diagonal, within the kind);
+* ``prefix_mask`` ``[B, T]`` (decoders): True at the keys that every query of the same document
+  may see, the prefix of a prefix LM (bidirectional there, causal after it);
+* ``pattern`` (boolean, True = may attend, ``[T, S]``/``[B, T, S]``/``[B, 1, T, S]``): anything
+  else (UniLM's four masks); it replaces the kind and is combined with the rest;
+* ``attention_mask`` ``[B, S]``: padding (1 = real token).
+
+Two forms come out. **Dense** (every device): ``(mask, is_causal)`` for
+``F.scaled_dot_product_attention``; a plain causal mask stays ``is_causal=True`` so the fused
+kernel's fast path runs. **Block-sparse** (``backend="flex"``): a FlexAttention ``BlockMask``
+(Dong et al. 2024, "Flex Attention"), which skips the blocks a document boundary rules out instead
+of adding a dense ``[B, 1, T, T]`` bias; used for packed documents (causal, bidirectional or
+prefix) without padding or a custom pattern. Models pick ``flex`` through their
+``attention_backend`` attribute, which the trainer sets from ``train.attention`` (``auto`` = flex
+on CUDA, dense on CPUs, where the dense kernels are faster).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+from torch import Tensor
+
+from lmlab.errors import LmlabError
+
+BACKENDS = ("sdpa", "flex")
+
+
+def causal_mask(q_len: int, k_len: int, device=None) -> Tensor:
+    """Boolean ``[T, S]``, True where query i may see key j: ``j <= i + (S - T)``.
+
+    Aligned bottom-right, so with a KV cache (S = past + T) the new queries see all the past.
+    """
+    offset = k_len - q_len
+    i = torch.arange(q_len, device=device)[:, None]
+    j = torch.arange(k_len, device=device)[None, :]
+    return j <= i + offset
+
+
+def prefix_lm_mask(seq_len: int, prefix_len: int | Tensor, device=None) -> Tensor:
+    """Prefix-LM mask (Raffel et al. 2020; UniLM): bidirectional inside the prefix, causal after.
+
+    ``prefix_len`` is an int or a ``[B]`` tensor. Returns boolean ``[T, T]`` or ``[B, 1, T, T]``,
+    True = may attend: key j is visible to query i when ``j <= i`` or ``j < prefix_len``.
+    """
+    causal = causal_mask(seq_len, seq_len, device)
+    j = torch.arange(seq_len, device=device)
+    if isinstance(prefix_len, Tensor):
+        in_prefix = j[None, :] < prefix_len.to(device)[:, None]  # [B, S]
+        return causal[None, None] | in_prefix[:, None, None, :]
+    return causal | (j[None, :] < prefix_len)
+
+
+def attention_bias(
+    attention_mask: Tensor | None = None,
+    q_len: int = 1,
+    k_len: int | None = None,
+    causal: bool = False,
+    mask: Tensor | None = None,
+    dtype: torch.dtype = torch.float32,
+    device=None,
+) -> tuple[Tensor | None, bool]:
+    """Combine the mask pieces into ``(additive_bias_or_None, use_is_causal)`` for :class:`Attention`.
+
+    * ``attention_mask``: ``[B, S]`` with 1 for real tokens and 0 for padding (keys to ignore).
+    * ``causal``: each query sees only earlier keys (bottom-right aligned for a KV cache).
+    * ``mask``: any extra boolean mask broadcastable to ``[B, H, T, S]`` (True = may attend), for
+      prefix-LM, UniLM or document-boundary masks.
+
+    Returns ``(None, True)`` when a plain causal mask is all that is needed (the fused kernel's
+    ``is_causal`` path), ``(None, False)`` when nothing is masked, otherwise a float bias
+    ``[B|1, 1, T, S]`` with 0 where attention is allowed and the dtype's most negative number
+    where it is not (not -inf: a fully masked row then stays finite, as in transformers).
+    """
+    k_len = q_len if k_len is None else k_len
+    if attention_mask is not None and bool(attention_mask.all()):
+        attention_mask = None  # no padding: keep the fast path
+    if attention_mask is None and mask is None:
+        if not causal or q_len == 1:
+            return None, False
+        if q_len == k_len:
+            return None, True
+    allowed = None
+    if causal:
+        allowed = causal_mask(q_len, k_len, device)[None, None]
+    if mask is not None:
+        m = mask.to(device=device, dtype=torch.bool)
+        while m.dim() < 4:
+            m = m.unsqueeze(0)
+        allowed = m if allowed is None else allowed & m
+    if attention_mask is not None:
+        if attention_mask.shape[-1] != k_len:
+            raise LmlabError(
+                f"attention_mask has length {attention_mask.shape[-1]} but there are {k_len} keys",
+                "pass one mask entry per token, cached past tokens included",
+            )
+        pad = attention_mask.to(device=device, dtype=torch.bool)[:, None, None, :]
+        allowed = pad if allowed is None else allowed & pad
+    bias = torch.zeros(allowed.shape, dtype=dtype, device=device)
+    return bias.masked_fill_(~allowed, torch.finfo(dtype).min), False
+
+
+def same_document(doc_ids: Tensor) -> Tensor:
+    """Boolean ``[B, 1, T, T]``: query and key in the same document."""
+    return (doc_ids[:, :, None] == doc_ids[:, None, :])[:, None]
+
+
+def self_attention_mask(*, causal: bool, q_len: int, k_len: int | None = None, doc_ids: Tensor | None = None,
+                        prefix_mask: Tensor | None = None, pattern: Tensor | None = None,
+                        attention_mask: Tensor | None = None, dtype: torch.dtype = torch.float32,
+                        device=None, backend: str = "sdpa"):
+    """The mask of one forward pass (module docstring): ``(mask, is_causal)``, where ``mask`` is
+    None, a dense additive/boolean tensor, or (``backend="flex"``) a FlexAttention BlockMask."""
+    k_len = q_len if k_len is None else k_len
+    packed = doc_ids is not None or prefix_mask is not None
+    if packed and k_len != q_len:
+        raise LmlabError("doc_ids and prefix_mask describe a whole sequence, not a cached continuation",
+                         "pass them for training and scoring, not with past_key_values")
+    if backend not in BACKENDS:
+        raise LmlabError(f"unknown attention backend {backend!r}", f"use one of {', '.join(BACKENDS)}")
+    no_padding = attention_mask is None or (not torch.compiler.is_compiling() and bool(attention_mask.all()))
+    if backend == "flex" and packed and pattern is None and no_padding:
+        return block_mask(causal, doc_ids, prefix_mask, q_len), False
+    allowed = None
+    if pattern is not None:
+        allowed = pattern.to(torch.bool)
+        allowed = allowed[:, None] if allowed.dim() == 3 else allowed  # [B, T, S] -> [B, 1, T, S]
+    elif prefix_mask is not None:
+        tri = torch.ones(q_len, q_len, dtype=torch.bool, device=prefix_mask.device).tril()
+        allowed = (tri[None] | prefix_mask[:, None, :].bool())[:, None]
+    elif causal and doc_ids is not None:
+        allowed = torch.ones(q_len, q_len, dtype=torch.bool, device=doc_ids.device).tril()[None, None]
+    if doc_ids is not None:
+        docs = same_document(doc_ids)
+        allowed = docs if allowed is None else allowed & docs
+    use_causal = causal and allowed is None
+    return attention_bias(attention_mask, q_len, k_len, causal=use_causal, mask=allowed, dtype=dtype,
+                          device=device)
+
+
+def block_mask(causal: bool, doc_ids: Tensor | None, prefix_mask: Tensor | None, length: int):
+    """A FlexAttention BlockMask for packed documents of ``[B, length]`` tokens."""
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    ref = doc_ids if doc_ids is not None else prefix_mask
+    b = ref.shape[0]
+    docs = doc_ids if doc_ids is not None else torch.zeros_like(ref, dtype=torch.long)
+    prefix = prefix_mask.bool() if prefix_mask is not None else None
+
+    def allowed(bi, hi, qi, ki):
+        ok = docs[bi, qi] == docs[bi, ki]
+        if prefix is not None:
+            return ok & ((ki <= qi) | prefix[bi, ki])
+        return ok & (ki <= qi) if causal else ok
+
+    return create_block_mask(allowed, b, None, length, length, device=ref.device)
+
+
+@functools.cache
+def flex_attention_for(device: torch.device):
+    """FlexAttention for ``device``: compiled once per process on CUDA (the fast kernel); elsewhere
+    its eager reference implementation, which computes the same numbers (what the CPU tests use)."""
+    from torch.nn.attention.flex_attention import flex_attention
+
+    if device.type == "cuda":
+        return torch.compile(flex_attention, dynamic=False)
+
+    def eager(*args, **kwargs):
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*flex_attention.*")
+            return flex_attention(*args, **kwargs)
+
+    return eager
+
+
+def is_block_mask(mask) -> bool:
+    if mask is None or isinstance(mask, Tensor):
+        return False
+    from torch.nn.attention.flex_attention import BlockMask
+
+    return isinstance(mask, BlockMask)

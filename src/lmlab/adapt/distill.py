@@ -24,7 +24,6 @@ teacher's embeddings, pooler and heads; or freshly initialised (``init="fresh"``
 from __future__ import annotations
 
 import dataclasses
-import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -204,6 +203,7 @@ def distill(teacher: nn.Module, student: nn.Module, task, train: Sequence, dev: 
     """
     from lmlab.tasks import check_tokenizer, collate
     from lmlab.tasks.base import pad_id_of
+    from lmlab.train.engine import Engine
     from lmlab.train.optim import adamw, warmup_decay_lr
 
     if steps < 1 or batch_size < 1:
@@ -222,6 +222,7 @@ def distill(teacher: nn.Module, student: nn.Module, task, train: Sequence, dev: 
     gen = torch.Generator().manual_seed(seed)
     opt = adamw([student], lr=lr, betas=(0.9, 0.999), weight_decay=weight_decay)
     warmup = round(warmup_ratio * steps)
+    engine = Engine(opt, lambda s: warmup_decay_lr(s, lr=lr, warmup=warmup, end=steps), clip=grad_clip)
     teacher.eval()
     student.train()
     history, order, t0 = [], [], time.perf_counter()
@@ -231,22 +232,13 @@ def distill(teacher: nn.Module, student: nn.Module, task, train: Sequence, dev: 
             order = torch.randperm(len(feats), generator=gen).tolist()
         idx, order = order[:batch_size], order[batch_size:]
         inputs = task.model_inputs(student, collate([feats[i] for i in idx], pad, device))
-        for g in opt.param_groups:
-            g["lr"] = warmup_decay_lr(step, lr=lr, warmup=warmup, end=steps)
-        loss, parts = distillation_loss(student, teacher, inputs, temperature, alpha)
-        if not torch.isfinite(loss):
-            raise LmlabError(f"the distillation loss became {loss.item()} at step {step}",
-                             "lower the learning rate")
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_([p for p in student.parameters() if p.grad is not None],
-                                       grad_clip if grad_clip > 0 else math.inf)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+        loss_of_batch = lambda x=inputs: distillation_loss(student, teacher, x, temperature, alpha)  # noqa: E731
+        done = engine.step(step, [loss_of_batch])
         if (step + 1) % log_every == 0 or step + 1 == steps:
-            row = {"step": step + 1, "loss": float(loss.detach()), **parts}
+            row = {"step": step + 1, "loss": done.loss, **done.metrics}
             history.append(row)
-            say(f"distill step {step + 1}/{steps}: loss {row['loss']:.4f} (soft {parts['soft']:.4f}, "
-                f"hard {parts['hard']:.4f})")
+            say(f"distill step {step + 1}/{steps}: loss {row['loss']:.4f} (soft {row['soft']:.4f}, "
+                f"hard {row['hard']:.4f})")
     student.eval()
     metrics = task.evaluate(student, list(dev)) if dev else None
     return DistillResult(student, steps, metrics, history, time.perf_counter() - t0)

@@ -56,7 +56,8 @@ from lmlab.finetune.config import FinetuneConfig
 from lmlab.tasks import Task, check_tokenizer, collate, load_task, make_task
 from lmlab.tasks.base import pad_id_of
 from lmlab.tasks.readers import BadLines, Example, limit
-from lmlab.train.optim import set_lr, warmup_decay_lr
+from lmlab.train.engine import Engine
+from lmlab.train.optim import warmup_decay_lr
 from lmlab.train.progress import Progress
 
 TASK_FILE = "task.json"
@@ -318,23 +319,16 @@ def finetune(checkpoint, task: str | Task, train, dev, out: str | os.PathLike | 
     model.train()
     step, t0, seen, run_loss, n_loss = 0, time.perf_counter(), 0, 0.0, 0
     order: list[list[int]] = []  # this epoch's batches, last first (pop() is O(1))
-    params = [p for p in model.parameters() if p.requires_grad]  # clipping skips those without a grad
+    engine = Engine(optimizer, lambda s: warmup_decay_lr(s, lr=cfg.lr, warmup=warmup, end=total),
+                    clip=cfg.grad_clip, autocast=lambda: autocast(device, dtype),
+                    fix="lower the learning rate (--lr)")
     while step < total:
         if not order:
             order = epoch_batches(lengths, cfg.batch_size, gen, cfg.group_by_length)[::-1]
         idx = order.pop()
         batch = collate([feats[i] for i in idx], pad, device)
-        lr = warmup_decay_lr(step, lr=cfg.lr, warmup=warmup, end=total)
-        set_lr(optimizer, lr)
-        with autocast(device, dtype):
-            loss = task.loss(model, batch)
-        loss_v = loss.item()
-        if not math.isfinite(loss_v):
-            raise LmlabError(f"the loss became {loss_v} at step {step}", "lower the learning rate (--lr)")
-        loss.backward()
-        grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip if cfg.grad_clip > 0 else math.inf)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+        done = engine.step(step, [lambda b=batch: task.loss(model, b)])
+        lr, loss_v, grad_norm = done.lr, done.loss, done.grad_norm
         step += 1
         seen += len(idx)
         run_loss, n_loss = run_loss + loss_v, n_loss + 1

@@ -6,9 +6,12 @@
 
 One job per module (torchtitan-style): ``config`` (recipe TOML <-> dataclasses, ``--set``
 overrides), ``data`` (text -> tokenizer -> shards for a run), ``device`` (device, threads,
-precision), ``optim`` (AdamW groups, LR schedule), ``loop`` (the step, evaluation, the run),
-``checkpoint`` (atomic save/resume), ``metrics`` (metrics.jsonl, loss.png, progress bar) and
-``distributed`` (torchrun, DDP/FSDP). Packing lives in :mod:`lmlab.data.packing`.
+precision, the GPUs' peak for MFU), ``optim`` (AdamW and the one LR schedule, also used by
+fine-tuning and distillation), ``progress`` (bar or progress lines, for every loop), ``loop``
+(the step, evaluation, the run), ``checkpoint`` (atomic save/resume, FSDP shards), ``metrics``
+(metrics.jsonl, loss.png) and ``distributed`` (torchrun, DDP/FSDP). Packing lives in
+:mod:`lmlab.data.packing`, masks in :mod:`lmlab.models.attention_masks`. docs/engine.md walks
+through one step.
 """
 
 from lmlab.train.config import DataConfig, ModelConfig, ObjectiveConfig, RunConfig, TrainConfig, load_config

@@ -95,11 +95,11 @@ def parallelize(module: nn.Module, info: DistInfo, mode: str, device: torch.devi
     return DDP(module, device_ids=ids)
 
 
-def no_sync(module: nn.Module, last_micro_step: bool):
+def no_sync(module: nn.Module | None, last_micro_step: bool):
     """Skip the gradient all-reduce on all but the last micro-batch of a gradient-accumulation step."""
     import contextlib
 
-    if last_micro_step or not hasattr(module, "no_sync"):
+    if last_micro_step or module is None or not hasattr(module, "no_sync"):
         return contextlib.nullcontext()
     return module.no_sync()
 

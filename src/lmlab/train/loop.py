@@ -47,8 +47,9 @@ from lmlab.train.checkpoint import (
 from lmlab.train.config import RunConfig, load_config, override_items, read_toml, to_toml
 from lmlab.train.data import prepare_run_data
 from lmlab.train.device import peak_tflops, setup_machine
+from lmlab.train.engine import Engine
 from lmlab.train.metrics import MetricsLog, perplexity, plot_losses
-from lmlab.train.optim import build_optimizer, load_optimizer_tensors, lr_at, optimizer_tensors, set_lr
+from lmlab.train.optim import build_optimizer, load_optimizer_tensors, lr_at, optimizer_tensors
 from lmlab.train.preempt import StopRequests
 from lmlab.train.progress import Progress
 
@@ -225,6 +226,9 @@ class Trainer:
             if self.machine.dtype is torch.float16 and self.machine.device.type == "cuda"
             else None
         )
+        self.engine = Engine(self.optimizer, lambda step: lr_at(step, t), clip=t.clip,
+                             autocast=self.machine.autocast, scaler=self.scaler, wrapped=self.step_module,
+                             fix="lower train.lr, raise train.warmup_steps or use train.precision=fp32")
         self.windows = PackedWindows(self.data.train, t.seq_len, t.seed, cfg.data.max_tokens)
         starts = eval_starts(self.data.val, t.seq_len, t.eval_batches * t.batch_size)
         self.val_starts = starts[self.info.rank :: self.info.world_size]
@@ -424,48 +428,32 @@ class Trainer:
     # ------------------------------------------------------------------ training
     def train_step(self) -> dict[str, float]:
         t, dev = self.cfg.train, self.machine.device
-        lr = lr_at(self.step, t)
-        set_lr(self.optimizer, lr)
         gen = torch.Generator(device=dev)
-        losses, extras = [], {}
-        for micro in range(t.grad_accum):
-            index = self.info.rank * t.grad_accum + micro
-            batch = self.windows.batch(self.position + index * t.batch_size, t.batch_size).to(dev)
-            seed = micro_seed(t.seed, self.step, index)
-            gen.manual_seed(seed)
-            inputs = self.objective.prepare(batch, gen)
-            torch.manual_seed(seed)
-            with dist_.no_sync(self.step_module, micro == t.grad_accum - 1):
-                with self.machine.autocast():
-                    loss, extra = self.step_module(inputs)
-                scaled = loss / t.grad_accum
-                (self.scaler.scale(scaled) if self.scaler else scaled).backward()
-            losses.append(loss.detach())
-            for k, v in extra.items():
-                if k != "targets" and isinstance(v, (int, float)):
-                    extras[k] = extras.get(k, 0.0) + float(v) / t.grad_accum
-        if self.scaler:
-            self.scaler.unscale_(self.optimizer)
-        params = [p for g in self.optimizer.param_groups for p in g["params"]]
-        norm = torch.nn.utils.clip_grad_norm_(params, t.clip if t.clip > 0 else float("inf"))
-        if self.scaler:
-            self.scaler.step(self.optimizer)
-            self.scaler.update()
-        else:
-            self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
+
+        def micro_batch(index: int):
+            def run():
+                batch = self.windows.batch(self.position + index * t.batch_size, t.batch_size).to(dev)
+                seed = micro_seed(t.seed, self.step, index)
+                gen.manual_seed(seed)
+                inputs = self.objective.prepare(batch, gen)
+                torch.manual_seed(seed)
+                return self.step_module(inputs)
+            return run
+
+        first = self.info.rank * t.grad_accum
+        done = self.engine.step(self.step, [micro_batch(first + m) for m in range(t.grad_accum)])
         self.step += 1
         self.position += self.rows_per_step
         self.tokens += self.rows_per_step * t.seq_len
-        loss = float(torch.stack(losses).mean())
-        keys = sorted(extras)
-        vals = dist_.mean_across([loss, float(norm)] + [extras[k] for k in keys], self.info, dev)
+        keys = sorted(done.metrics)
+        vals = dist_.mean_across([done.loss, done.grad_norm, *(done.metrics[k] for k in keys)], self.info,
+                                 dev)
         if not math.isfinite(vals[0]):
             raise LmlabError(
                 f"the training loss became {vals[0]} at step {self.step}",
                 "lower train.lr, raise train.warmup_steps or use train.precision=fp32",
             )
-        return {"loss": vals[0], "lr": lr, "grad_norm": vals[1], **dict(zip(keys, vals[2:]))}
+        return {"loss": vals[0], "lr": done.lr, "grad_norm": vals[1], **dict(zip(keys, vals[2:]))}
 
     def save(self) -> None:
         t = self.cfg.train

@@ -32,7 +32,10 @@ def register(sub) -> None:
     p = add_command(dsub, "prepare", "tokenize text files into memory-mapped shards", DESCRIPTION, EXAMPLES)
     p.add_argument("--tokenizer", required=True, metavar="PATH",
                    help="tokenizer directory (from `lmlab tokenizer train`), tokenizer.json or vocab.txt")
-    p.add_argument("--input", nargs="+", required=True, metavar="FILE", help="text files to tokenize")
+    p.add_argument("--input", nargs="+", required=True, metavar="FILE",
+                   help="text, JSON Lines (.jsonl, .jsonl.gz, .jsonl.zst) or Parquet files to tokenize")
+    p.add_argument("--text-field", default="text", metavar="NAME",
+                   help="JSON Lines / Parquet: the field (column) that holds each record's text")
     p.add_argument("--out", required=True, metavar="DIR",
                    help="output directory (created atomically; an existing shards directory is replaced)")
     p.add_argument("--val-fraction", type=float, default=0.0, metavar="F",
@@ -56,6 +59,7 @@ def run(args) -> int:
 
     summary = prepare_shards(args.tokenizer, args.input, args.out, val_fraction=args.val_fraction,
                              workers=args.workers, encoding=args.encoding, shard_tokens=args.shard_tokens,
-                             doc_separator=args.doc_separator, seed=args.seed, append_eos=args.append_eos)
+                             doc_separator=args.doc_separator, seed=args.seed, append_eos=args.append_eos,
+                             text_field=args.text_field)
     print(summary.report())
     return 0

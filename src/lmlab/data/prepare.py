@@ -4,8 +4,10 @@ The pipeline (one pass over the input, bounded memory):
 
 1. **Documents.** Each file is streamed line by line and cut into documents: blank-line
    separated paragraphs (``blank-line``, default), single non-blank lines (``line``) or whole
-   files (``file``). Line endings are normalised to ``\\n``; a paragraph's lines are joined with
-   ``\\n`` without a trailing newline; whitespace-only documents are dropped.
+   files (``file``). JSON Lines (``.jsonl``, ``.jsonl.gz``, ``.jsonl.zst``) and Parquet files
+   give one document per record, its ``text_field`` (:mod:`lmlab.data.records`). Line endings
+   are normalised to ``\\n``; a paragraph's lines are joined with ``\\n`` without a trailing
+   newline; whitespace-only documents are dropped.
 2. **Split.** A document goes to ``val`` when a keyed hash of its text,
    ``blake2b(text, key=seed)`` read as a number in [0, 1), is below ``val_fraction``; so the split
    is reproducible, independent of file order and worker count, and identical paragraphs (chapter
@@ -35,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from lmlab.data.records import is_record_file, iter_record_texts
 from lmlab.data.shards import (
     INDEX_FILE,
     SPLITS,
@@ -73,9 +76,16 @@ def _check_separator(separator: str) -> None:
 
 
 def iter_documents(path: str | os.PathLike, separator: str = "blank-line",
-                   encoding: str = "utf-8") -> Iterator[str]:
-    """Yield the documents of one text file (see the module docstring for the rules)."""
+                   encoding: str = "utf-8", text_field: str = "text") -> Iterator[str]:
+    """Yield the documents of one input file (see the module docstring for the rules): a text
+    file cut by ``separator``, or a JSON Lines / Parquet file, one document per record
+    (its ``text_field``; :mod:`lmlab.data.records`)."""
     _check_separator(separator)
+    if is_record_file(path):
+        for text in iter_record_texts(path, text_field):
+            if text.strip():
+                yield text.replace("\r\n", "\n").replace("\r", "\n")
+        return
     lines = iter_text_lines(path, encoding)
     if separator == "file":
         text = "".join(lines).replace("\r\n", "\n").replace("\r", "\n")
@@ -196,7 +206,8 @@ def _check_out(out: Path, inputs: Sequence[Path]) -> None:
 def prepare_shards(tokenizer: str | os.PathLike, inputs: Sequence[str | os.PathLike], out: str | os.PathLike,
                    val_fraction: float = 0.0, workers: int | None = None, encoding: str = "utf-8",
                    shard_tokens: int = DEFAULT_SHARD_TOKENS, doc_separator: str = "blank-line", seed: int = 0,
-                   append_eos: bool = False, progress: bool | None = None) -> PrepareSummary:
+                   append_eos: bool = False, progress: bool | None = None, text_field: str = "text"
+                   ) -> PrepareSummary:
     """Tokenize ``inputs`` with the tokenizer at ``tokenizer`` into a shards directory ``out``.
 
     Returns a :class:`PrepareSummary`. Raises :class:`LmlabError` for bad input before or
@@ -240,7 +251,7 @@ def prepare_shards(tokenizer: str | os.PathLike, inputs: Sequence[str | os.PathL
         def documents() -> Iterator[str]:
             for f in files:
                 n = 0
-                for doc in iter_documents(f, doc_separator, encoding):
+                for doc in iter_documents(f, doc_separator, encoding, text_field):
                     n += 1
                     yield doc
                 if n == 0:

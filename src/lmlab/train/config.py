@@ -61,9 +61,11 @@ class DataConfig:
     """``[data]``: where the tokens come from.
 
     ``train``/``val``: token-shard directories (written by ``lmlab data prepare``) or raw text
-    files, directories of ``*.txt`` files, or glob patterns; text is tokenised once into
-    ``RUN_DIR/data/`` with ``tokenizer``. ``$LMLAB_DATA`` in a path expands to that environment
-    variable (default ``../shared/data``); relative paths are relative to the working directory.
+    files, JSON Lines (``.jsonl``, ``.jsonl.gz``, ``.jsonl.zst``) or Parquet files (one document
+    per record: its ``text_field``, default ``text``), directories of such files, or glob
+    patterns; text is tokenised once into ``RUN_DIR/data/`` with ``tokenizer``. ``$LMLAB_DATA``
+    in a path expands to that environment variable (default ``../shared/data``); relative paths
+    are relative to the working directory.
     ``tokenizer``: a tokenizer directory, or a table ``{algo, vocab_size, input, ...}`` to train
     one (``input`` defaults to the train files; other keys are the algorithm's options).
     ``val_fraction``: when ``val`` is empty, send this fraction of the train documents to val.
@@ -83,6 +85,7 @@ class DataConfig:
     doc_separator: str = "blank-line"
     encoding: str = "utf-8"
     append_eos: bool = False
+    text_field: str = "text"
     workers: int = 1
     cache_dir: str = ""
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lmlab.data.records import is_record_file
 from lmlab.data.shards import INDEX_FILE, TokenShards
 from lmlab.errors import LmlabError
 from lmlab.fileio import read_json, write_json
@@ -65,10 +66,12 @@ def resolve(entries: list[str], what: str) -> list[Path]:
                 "pass token shards from `lmlab data prepare` or text files",
             )
         if p.is_dir() and not (p / INDEX_FILE).is_file():
-            files = sorted(f for f in p.iterdir() if f.is_file() and f.suffix in (".txt", ".tokens", ".raw"))
+            files = sorted(f for f in p.iterdir()
+                           if f.is_file() and (f.suffix in (".txt", ".tokens", ".raw") or is_record_file(f)))
             if not files:
                 raise LmlabError(
-                    f"{what} directory {p} holds neither token shards (index.json) nor text files",
+                    f"{what} directory {p} holds neither token shards (index.json) nor text, JSON Lines "
+                    "or Parquet files",
                     "create shards with `lmlab data prepare` or point at text files",
                 )
             out.extend(files)
@@ -213,12 +216,16 @@ def _tokenizer_dir(
         return out
     if not build:
         raise LmlabError(f"tokenizer {out} is missing", "run without --resume to build it")
+    from lmlab.data.prepare import iter_documents
     from lmlab.fileio import iter_text_lines
     from lmlab.tokenizers import train_tokenizer
 
     def texts():
         for f in files:
-            yield from iter_text_lines(f, cfg.encoding)
+            if is_record_file(f):  # the records' text, not the JSON around it
+                yield from iter_documents(f, text_field=cfg.text_field)
+            else:
+                yield from iter_text_lines(f, cfg.encoding)
 
     log(f"training a {algo} tokenizer (vocab_size={vocab_size}) on {len(files)} file(s)")
     try:
@@ -273,6 +280,8 @@ def _prepare_text(
         "encoding": cfg.encoding,
         "append_eos": cfg.append_eos,
     }
+    if any(is_record_file(f) for f in files):
+        manifest["text_field"] = cfg.text_field
     if _manifest_matches(out, manifest) and (out / INDEX_FILE).is_file():
         return out
     if not build:
@@ -289,6 +298,7 @@ def _prepare_text(
         doc_separator=cfg.doc_separator,
         append_eos=cfg.append_eos,
         progress=False,
+        text_field=cfg.text_field,
     )
     for line in summary.report().splitlines():
         log(line)

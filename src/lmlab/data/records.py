@@ -1,0 +1,132 @@
+"""Documents from record files: JSON Lines and Parquet, one record = one document.
+
+=============================================  ==========================================
+file                                           read with
+=============================================  ==========================================
+``*.jsonl``, ``*.jsonl.gz``, ``*.jsonl.zst``   one JSON object per line (zstandard for .zst)
+``*.parquet``                                  pyarrow, one row group at a time
+=============================================  ==========================================
+
+Each record's ``text_field`` (default ``text``, ``data.text_field`` / ``--text-field``) is the
+document; the other fields are ignored. Memory stays bounded by one line or one row group,
+never the file. A record without the field, a field that is not a string, or a line that is not
+JSON stops the run with a one-line error naming the file and the record: a file that reads wrong
+must not quietly shrink the corpus. Blank lines between JSON records are allowed; records whose
+text is only whitespace are dropped, like blank documents in text files.
+
+Parquet and ``.zst`` need the optional ``data`` extra (``pip install 'lmlab[data]'``: pyarrow,
+zstandard); nothing else does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import io
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+from lmlab.errors import LmlabError
+
+JSONL_SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst")
+PARQUET_SUFFIXES = (".parquet",)
+RECORD_SUFFIXES = JSONL_SUFFIXES + PARQUET_SUFFIXES
+INSTALL = "pip install 'lmlab[data]'"
+
+
+def is_record_file(path: str | os.PathLike) -> bool:
+    return str(path).lower().endswith(RECORD_SUFFIXES)
+
+
+def iter_record_texts(path: str | os.PathLike, text_field: str = "text") -> Iterator[str]:
+    """The ``text_field`` of every record of ``path`` (JSON Lines or Parquet), in file order."""
+    p = Path(path)
+    if str(p).lower().endswith(PARQUET_SUFFIXES):
+        yield from _parquet_texts(p, text_field)
+    else:
+        yield from _jsonl_texts(p, text_field)
+
+
+def _open_jsonl(p: Path):
+    name = p.name.lower()
+    if name.endswith(".gz"):
+        return io.TextIOWrapper(gzip.open(p, "rb"), encoding="utf-8")
+    if name.endswith(".zst"):
+        try:
+            import zstandard
+        except ImportError:
+            raise LmlabError(f"reading {p} needs the zstandard package", INSTALL) from None
+        stream = zstandard.ZstdDecompressor().stream_reader(open(p, "rb"), closefd=True)
+        return io.TextIOWrapper(stream, encoding="utf-8")
+    return open(p, encoding="utf-8")
+
+
+def _jsonl_texts(p: Path, field: str) -> Iterator[str]:
+    with contextlib.ExitStack() as stack:
+        f = stack.enter_context(_open_jsonl(p))
+        try:
+            for lineno, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise LmlabError(f"{p} line {lineno} is not JSON ({e.msg})",
+                                     "write one JSON object per line (JSON Lines)") from None
+                yield _text_of(record, field, p, f"line {lineno}")
+        except UnicodeDecodeError as e:
+            raise LmlabError(f"{p} is not UTF-8 text ({e.reason})", "JSON Lines files are UTF-8") from None
+        except (gzip.BadGzipFile, EOFError, OSError) as e:
+            if isinstance(e, LmlabError):
+                raise
+            raise LmlabError(f"{p} could not be read to the end ({e})", "check the file (a complete "
+                             "gzip or zstandard stream?)") from None
+
+
+def _text_of(record, field: str, p: Path, where: str) -> str:
+    if not isinstance(record, dict):
+        raise LmlabError(f"{p} {where} is a JSON {type(record).__name__}, not an object",
+                         'write one object per line, e.g. {"text": "..."}')
+    if field not in record:
+        have = ", ".join(sorted(record)[:8]) or "no fields"
+        raise LmlabError(f"{p} {where} has no field {field!r} (it has: {have})",
+                         "set data.text_field (--text-field) to the field that holds the text")
+    value = record[field]
+    if not isinstance(value, str):
+        raise LmlabError(f"{p} {where}: field {field!r} is {type(value).__name__}, not text",
+                         "choose a text field with data.text_field (--text-field)")
+    return value
+
+
+def _parquet_texts(p: Path, field: str) -> Iterator[str]:
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise LmlabError(f"reading {p} needs pyarrow", INSTALL) from None
+    try:
+        pf = pq.ParquetFile(p)
+    except Exception as e:  # pyarrow raises ArrowInvalid and friends for a file that is not Parquet
+        raise LmlabError(f"{p} is not a readable Parquet file ({str(e).splitlines()[0]})",
+                         "check the file") from None
+    names = pf.schema_arrow.names
+    if field not in names:
+        raise LmlabError(f"{p} has no column {field!r} (it has: {', '.join(names[:8])})",
+                         "set data.text_field (--text-field) to the column that holds the text")
+    kind = pf.schema_arrow.field(field).type
+    import pyarrow as pa
+
+    if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
+        raise LmlabError(f"{p}: column {field!r} is {kind}, not text",
+                         "choose a text column with data.text_field (--text-field)")
+    row = 0
+    for group in range(pf.num_row_groups):
+        values = pf.read_row_group(group, columns=[field]).column(0).to_pylist()
+        for value in values:
+            row += 1
+            if value is None:
+                raise LmlabError(f"{p} row {row}: column {field!r} is empty (null)",
+                                 "drop or fill the rows without text")
+            yield value
+

@@ -233,7 +233,7 @@ def test_text2text_generation_scores_rouge_and_bleu(tok, data_dir, tmp_path):
     model = tiny("t5-tiny", tok, pad_token_id=0, decoder_start_token_id=0, eos_token_id=tok.sep_id)
     res = finetune(model, "text2text", path, path, None, max_steps=3, batch_size=16, max_eval_examples=8,
                    max_target_length=8, prefix="translate German to English: ", **QUIET)
-    assert set(res.metrics) == {"rouge1", "rouge2", "rougeL", "bleu"}
+    assert set(res.metrics) == {"rouge1", "rouge2", "rougeL", "rougeLsum", "bleu"}
     assert all(0.0 <= v <= 1.0 for v in res.metrics.values())
 
 

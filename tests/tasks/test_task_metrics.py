@@ -132,7 +132,10 @@ def test_corpus_bleu_golden():
     assert M.corpus_bleu(["the cat sat on the mat"], ["the cat sat on the mat"]) == pytest.approx(1.0)
     # all n-gram precisions 1, c=4 < r=6: BP = exp(1 - 6/4)
     assert M.corpus_bleu(["the cat sat on"], ["the cat sat on the mat"]) == pytest.approx(math.exp(-0.5))
-    assert M.corpus_bleu(["the the the the"], ["the cat"]) == 0.0   # no bigram match, no smoothing
+    # no bigram match: mteval's smoothing, 1/(2^k * predicted n-grams) for the k-th order without one
+    smoothed = (1 / 4 * 1 / 6 * 1 / 8 * 1 / 8) ** 0.25
+    assert M.corpus_bleu(["the the the the"], ["the cat"]) == pytest.approx(smoothed)
+    assert M.corpus_bleu(["the"], ["the cat"]) == 0.0  # no 2-gram predicted at all
     # corpus level: matches summed before dividing: p1=8/9 p2=5/7 p3=2/5 p4=1/3, c=r=9
     got = M.corpus_bleu(["a b c d", "a b x d e"], ["a b c d", "a b c d e"])
     assert got == pytest.approx((8 / 9 * 5 / 7 * 2 / 5 * 1 / 3) ** 0.25)

@@ -11,9 +11,11 @@ All scores are fractions in [0, 1] (SQuAD's official script prints EM/F1 x 100; 
   prediction is scored against every reference answer and the best score counts.
 * NER (CoNLL-2003; Tjong Kim Sang & De Meulder 2003): :func:`iob_spans` reads entity spans the
   way ``conlleval`` does and :func:`entity_prf` scores exact span+type matches.
-* Generation: :func:`rouge_n`, :func:`rouge_l` (Lin 2004; F-measure per example, averaged) and
-  :func:`corpus_bleu` (Papineni et al. 2002: clipped n-gram precisions up to 4-grams, geometric
-  mean, brevity penalty, over the whole corpus).
+* Generation: :func:`rouge_n`, :func:`rouge_l`, :func:`rouge_lsum` (Lin 2004; F-measure per
+  example, averaged; equal to ``rouge-score`` without stemming) and :func:`corpus_bleu`
+  (Papineni et al. 2002, as sacreBLEU computes it by default: 13a tokens, clipped n-gram
+  precisions up to 4-grams, exp smoothing, brevity penalty, over the whole corpus; equal to
+  ``sacrebleu.corpus_bleu(...).score / 100``). Entity F1 equals ``seqeval``'s default mode.
 """
 
 from __future__ import annotations
@@ -233,29 +235,92 @@ def rouge_l(prediction: str, reference: str) -> float:
     return _f(lcs_length(p, r), len(p), len(r))
 
 
+def _lcs_positions(a: Sequence, b: Sequence) -> list[int]:
+    """Indices into ``a`` of one longest common subsequence with ``b`` (walking back from the
+    end, preferring to drop from ``a`` on ties, as ``rouge-score`` does)."""
+    table = [[0] * (len(b) + 1) for _ in range(len(a) + 1)]
+    for i, x in enumerate(a, 1):
+        for j, y in enumerate(b, 1):
+            table[i][j] = table[i - 1][j - 1] + 1 if x == y else max(table[i - 1][j], table[i][j - 1])
+    out, i, j = [], len(a), len(b)
+    while i > 0 and j > 0:
+        if a[i - 1] == b[j - 1]:
+            out.append(i - 1)
+            i, j = i - 1, j - 1
+        elif table[i][j - 1] > table[i - 1][j]:
+            j -= 1
+        else:
+            i -= 1
+    return out[::-1]
+
+
+def rouge_lsum(prediction: str, reference: str) -> float:
+    """ROUGE-Lsum F-measure (Lin 2004, summary-level LCS): prediction and reference are split into
+    sentences at newlines; each reference sentence's LCS hits with all prediction sentences are
+    united, and a token counts at most as often as it occurs on both sides."""
+    ref = [t for t in (rouge_tokens(s) for s in reference.split("\n")) if t]
+    pred = [t for t in (rouge_tokens(s) for s in prediction.split("\n")) if t]
+    m, n = sum(map(len, ref)), sum(map(len, pred))
+    if not m or not n:
+        return 0.0
+    left_ref, left_pred = Counter(t for s in ref for t in s), Counter(t for s in pred for t in s)
+    hits = 0
+    for sentence in ref:
+        union = sorted(set().union(*(_lcs_positions(sentence, p) for p in pred)))
+        for token in (sentence[k] for k in union):
+            if left_ref[token] > 0 and left_pred[token] > 0:
+                hits += 1
+                left_ref[token] -= 1
+                left_pred[token] -= 1
+    return _f(hits, n, m)
+
+
 def rouge_scores(predictions: Sequence[str], references: Sequence[str]) -> dict[str, float]:
-    """Mean ROUGE-1, ROUGE-2 and ROUGE-L F-measures."""
+    """Mean ROUGE-1, ROUGE-2, ROUGE-L and ROUGE-Lsum F-measures (no stemming), equal to
+    ``rouge-score``'s ``RougeScorer(use_stemmer=False)`` (tested)."""
     _same_length(predictions, references)
     n = len(predictions) or 1
+    pairs = list(zip(predictions, references))
     return {
-        "rouge1": sum(rouge_n(p, r, 1) for p, r in zip(predictions, references)) / n,
-        "rouge2": sum(rouge_n(p, r, 2) for p, r in zip(predictions, references)) / n,
-        "rougeL": sum(rouge_l(p, r) for p, r in zip(predictions, references)) / n,
+        "rouge1": sum(rouge_n(p, r, 1) for p, r in pairs) / n,
+        "rouge2": sum(rouge_n(p, r, 2) for p, r in pairs) / n,
+        "rougeL": sum(rouge_l(p, r) for p, r in pairs) / n,
+        "rougeLsum": sum(rouge_lsum(p, r) for p, r in pairs) / n,
     }
 
 
+#: mteval-v13a's language-independent tokenisation (the WMT standard, sacreBLEU's default "13a"),
+#: as the Perl script states it: punctuation and symbols split off; "." and "," split off unless
+#: between digits; "-" split off after a digit
+_13A = (
+    (re.compile(r"([\{-\~\[-\` -\&\(-\+\:-\@\/])"), r" \1 "),
+    (re.compile(r"([^0-9])([\.,])"), r"\1 \2 "),
+    (re.compile(r"([\.,])([^0-9])"), r" \1 \2"),
+    (re.compile(r"([0-9])(-)"), r"\1 \2 "),
+)
+_ENTITIES = (("&quot;", '"'), ("&amp;", "&"), ("&lt;", "<"), ("&gt;", ">"))
+
+
 def bleu_tokens(text: str) -> list[str]:
-    """BLEU tokenisation: punctuation split off words (close to sacreBLEU's ``13a``), case kept."""
-    return re.findall(r"\w+|[^\w\s]", text)
+    """BLEU tokenisation ``13a`` (mteval-v13a; sacreBLEU's default), case kept."""
+    line = text.replace("<skipped>", "").replace("-\n", "").replace("\n", " ")
+    for entity, char in _ENTITIES:
+        line = line.replace(entity, char)
+    line = f" {line} "
+    for pattern, repl in _13A:
+        line = pattern.sub(repl, line)
+    return line.split()
 
 
 def corpus_bleu(predictions: Sequence[str], references: Sequence[str], max_n: int = 4) -> float:
-    """Corpus BLEU (Papineni et al. 2002) with one reference per sentence.
+    """Corpus BLEU (Papineni et al. 2002) with one reference per sentence, as sacreBLEU computes
+    it by default (``13a`` tokens, ``exp`` smoothing), on a 0-1 scale (sacreBLEU prints x 100).
 
     ``p_n`` = clipped n-gram matches / predicted n-grams, summed over the corpus for n = 1..4;
     ``BLEU = BP · exp(mean log p_n)`` with brevity penalty ``BP = exp(1 - r/c)`` when the total
-    prediction length c is below the reference length r (else 1). No smoothing: 0 when some
-    ``p_n`` is 0.
+    prediction length c is below the reference length r (else 1). An order with no match counts
+    ``1 / (2^k · predicted n-grams)`` for the k-th such order (mteval's smoothing), so a short
+    corpus with no 4-gram match does not score 0; an order with no predicted n-gram at all does.
     """
     _same_length(predictions, references)
     matches, totals = [0] * max_n, [0] * max_n
@@ -267,11 +332,17 @@ def corpus_bleu(predictions: Sequence[str], references: Sequence[str], max_n: in
             pn, tn = _ngrams(p, n), _ngrams(t, n)
             matches[n - 1] += sum((pn & tn).values())
             totals[n - 1] += sum(pn.values())
-    if c == 0 or min(matches) == 0:
+    if c == 0 or min(totals) == 0:
         return 0.0
-    log_p = sum(math.log(m / t) for m, t in zip(matches, totals)) / max_n
-    bp = 1.0 if c > r else math.exp(1 - r / c)
-    return bp * math.exp(log_p)
+    log_p, halvings = 0.0, 0
+    for m, t in zip(matches, totals):
+        if m == 0:
+            halvings += 1
+            log_p += math.log(1.0 / (2**halvings * t))
+        else:
+            log_p += math.log(m / t)
+    bp = 1.0 if c >= r else math.exp(1 - r / c)
+    return bp * math.exp(log_p / max_n)
 
 
 def _same_length(a: Sequence, b: Sequence) -> None:

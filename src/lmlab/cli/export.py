@@ -9,12 +9,18 @@ Write an lmlab checkpoint as a Hugging Face model directory (config.json + model
 tokenizer.json/tokenizer_config.json when the checkpoint has a tokenizer). transformers loads it
 with the matching class, e.g. BertForMaskedLM.from_pretrained(DIR), and computes the same logits.
 Families: bert, roberta, albert, electra, gpt2, llama, t5, bart. The output directory is written
-atomically."""
+atomically.
+
+--format peft: a LoRA fine-tune (`lmlab finetune --method lora --out FT`) as a folder the `peft`
+library loads, with the model it goes on in DIR/base (the base weights and the task head, as a
+transformers directory): PeftModel.from_pretrained(AutoModelFor...from_pretrained("DIR/base"),
+"DIR") computes lmlab's logits. --base is the pretrained checkpoint the fine-tune started from."""
 
 EXPORT_EXAMPLES = """\
   lmlab pretrain --config configs/gpt-tiny-clm.toml --out runs/gpt
   lmlab export --checkpoint runs/gpt --format hf --out hf-gpt/                  # a run: its newest checkpoint
-  lmlab export --checkpoint runs/gpt/checkpoints/step_600 --format hf --out hf-gpt-600/"""
+  lmlab export --checkpoint runs/gpt/checkpoints/step_600 --format hf --out hf-gpt-600/
+  lmlab export --checkpoint ft/sst2-lora --base ck/bert --format peft --out peft-sst2/"""
 
 IMPORT_DESCRIPTION = """\
 Convert a Hugging Face model directory (config.json + model.safetensors; bert, roberta, albert,
@@ -35,7 +41,10 @@ def register(sub) -> None:
         EXPORT_EXAMPLES,
     )
     p.add_argument("--checkpoint", required=True, metavar="DIR", help="lmlab checkpoint directory")
-    p.add_argument("--format", choices=["hf"], default="hf", help="output format (Hugging Face transformers)")
+    p.add_argument("--format", choices=["hf", "peft"], default="hf",
+                   help="hf: a transformers model dir; peft: a LoRA fine-tune as a peft adapter folder")
+    p.add_argument("--base", metavar="DIR",
+                   help="--format peft: the checkpoint the LoRA fine-tune started from")
     p.add_argument("--out", required=True, metavar="DIR", help="output directory")
     p.set_defaults(func=run_export, out_kind=("config.json", "Hugging Face model"))
     p = add_command(
@@ -54,6 +63,9 @@ def run_export(args) -> int:
     from lmlab.interop import hf_export
     from lmlab.models import load_checkpoint
 
+    if args.format == "peft":
+        return _export_peft(args)
+
     model = load_checkpoint(args.checkpoint)
     out = hf_export(model, args.out)
     print(f"wrote {model.config.family} model ({model.num_parameters():,} parameters) to {out}")
@@ -66,4 +78,24 @@ def run_import(args) -> int:
     model = hf_import(args.hf)
     out = model.save(args.out)
     print(f"wrote {model.config.family} model ({model.num_parameters():,} parameters) to {out}")
+    return 0
+
+
+def _export_peft(args) -> int:
+    from pathlib import Path
+
+    from lmlab.adapt.peft_export import export_peft_lora
+    from lmlab.adapt.peft_io import load_peft_model
+    from lmlab.errors import LmlabError
+
+    adapter = Path(args.checkpoint) / "adapter"
+    if not args.base:
+        raise LmlabError("--format peft needs the pretrained checkpoint the fine-tune started from",
+                         "add --base DIR")
+    if not (adapter / "adapter_config.json").is_file():
+        raise LmlabError(f"{args.checkpoint} holds no adapter/ (not a parameter-efficient fine-tune)",
+                         "pass the --out of `lmlab finetune --method lora`")
+    model = load_peft_model(args.base, adapter)
+    out = export_peft_lora(model, args.out, with_base=True)
+    print(f"wrote a peft LoRA adapter for a {model.config.family} model to {out} (its base: {out / 'base'})")
     return 0

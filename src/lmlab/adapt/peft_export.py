@@ -27,11 +27,9 @@ from pathlib import Path
 
 from torch import nn
 
+from lmlab.adapt.peft_io import write_adapter
 from lmlab.errors import LmlabError
-from lmlab.fileio import atomic_dir, write_json
 
-CONFIG_NAME = "adapter_config.json"
-WEIGHTS_NAME = "adapter_model.safetensors"
 TASK_TYPES = {"seq_cls": "SEQ_CLS", "lm": "CAUSAL_LM", "token_cls": "TOKEN_CLS", "span": "QUESTION_ANS"}
 
 
@@ -40,8 +38,6 @@ def export_peft_lora(model: nn.Module, directory: str | os.PathLike, with_base: 
 
     ``with_base``: also write ``base/``, the model without its LoRA update as a Hugging Face
     model directory with the task head (what ``PeftModel.from_pretrained`` goes on top of)."""
-    from safetensors.torch import save_file
-
     from lmlab.adapt.lora import LoRALinear
 
     peft = getattr(model, "peft", None) or {}
@@ -80,15 +76,12 @@ def export_peft_lora(model: nn.Module, directory: str | os.PathLike, with_base: 
         "init_lora_weights": True,
         "base_model_name_or_path": None,
     }
-    directory = Path(directory)
-    with atomic_dir(directory, marker=CONFIG_NAME, what="PEFT adapter") as tmp:
-        save_file(state, str(tmp / WEIGHTS_NAME), metadata={"format": "pt"})
-        write_json(tmp / CONFIG_NAME, config)
-        if with_base:
-            from lmlab.interop import hf_export
+    def base(tmp: Path) -> None:
+        from lmlab.interop import hf_export
 
-            hf_export(plain, tmp / "base", tokenizer=getattr(model, "tokenizer", None))
-    return directory
+        hf_export(plain, tmp / "base", tokenizer=getattr(model, "tokenizer", None))
+
+    return write_adapter(directory, state, config, also=base if with_base else None)
 
 
 def _hf_names(model: nn.Module):

@@ -56,8 +56,6 @@ def save_peft(model: nn.Module, directory: str | os.PathLike, base_model: str | 
 
     ``base_model``: where the base came from (recorded for the reader; optional).
     """
-    from safetensors.torch import save_file
-
     peft = getattr(model, "peft", None)
     if not peft:
         raise LmlabError(
@@ -79,10 +77,21 @@ def save_peft(model: nn.Module, directory: str | os.PathLike, base_model: str | 
         "trainable_share": share,
         "base_model": base_model,
     }
+    return write_adapter(directory, state, config)
+
+
+def write_adapter(directory: str | os.PathLike, state: dict[str, torch.Tensor], config: dict[str, Any],
+                  also=None) -> Path:
+    """``adapter_model.safetensors`` + ``adapter_config.json`` into ``directory``, atomically;
+    ``also(tmp)`` may add files before the directory appears."""
+    from safetensors.torch import save_file
+
     directory = Path(directory)
     with atomic_dir(directory, marker=CONFIG_NAME, what="PEFT adapter") as tmp:
         save_file(state, str(tmp / WEIGHTS_NAME), metadata={"format": "pt"})
         write_json(tmp / CONFIG_NAME, config)
+        if also is not None:
+            also(tmp)
     return directory
 
 

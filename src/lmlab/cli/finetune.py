@@ -72,6 +72,8 @@ def register(sub) -> None:
                    help="auto: bf16 autocast on a CUDA GPU with bfloat16, fp32 elsewhere")
     g.add_argument("--threads", type=int, default=None, metavar="N", help="torch CPU threads")
     g.add_argument("--no-progress", action="store_true", help="no progress bar")
+    g.add_argument("--logger", action="append", default=[], choices=["tensorboard"], dest="loggers",
+                   help="also write the metrics there (OUT/tensorboard/; may be repeated)")
     t = p.add_argument_group("task")
     t.add_argument("--max-length", type=int, default=None, metavar="N",
                    help="tokens per input (default 128; squad 384)")
@@ -124,7 +126,7 @@ def run(args) -> int:
         "eval_every": args.eval_every, "select_metric": args.select_metric,
         "max_train_examples": args.max_train_examples, "max_eval_examples": args.max_eval_examples,
         "device": args.device, "precision": args.precision, "threads": args.threads,
-        "progress": not args.no_progress,
+        "progress": not args.no_progress, "loggers": tuple(args.loggers),
         "on_bad_line": args.on_bad_line, "max_length": args.max_length, "doc_stride": args.doc_stride,
         "max_answer_length": args.max_answer_length, "lm_weight": args.lm_weight,
         "decoder_style": args.decoder_style, "max_target_length": args.max_target_length,

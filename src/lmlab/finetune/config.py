@@ -50,6 +50,7 @@ class FinetuneConfig:
     precision: str = "auto"               # auto = bf16 autocast on a CUDA GPU that has it, else fp32
     threads: int | None = None
     progress: bool = True
+    loggers: tuple[str, ...] = ()         # also write the metrics rows there, e.g. ("tensorboard",)
     # task options (None = the task's default)
     max_length: int | None = None
     doc_stride: int | None = None
@@ -82,6 +83,9 @@ class FinetuneConfig:
         check(self.grad_clip >= 0, "grad_clip", "use a non-negative value (0 = no clipping)")
         check(self.on_bad_line in ("error", "skip"), "on_bad_line", "use 'error' or 'skip'")
         check(self.precision in ("auto", "fp32", "bf16"), "precision", "use auto, fp32 or bf16")
+        from lmlab.train.loggers import check_loggers
+
+        check_loggers(self.loggers, "loggers")
         return self
 
     @classmethod
@@ -91,7 +95,7 @@ class FinetuneConfig:
         if unknown:
             raise LmlabError(f"unknown fine-tuning settings {unknown}",
                              f"use some of: {', '.join(sorted(names))}")
-        data = {k: (tuple(v) if k in ("betas", "lr_sweep") else v) for k, v in data.items()}
+        data = {k: (tuple(v) if k in ("betas", "lr_sweep", "loggers") else v) for k, v in data.items()}
         return cls(**data).validate()
 
     def task_options(self) -> dict[str, Any]:

@@ -57,6 +57,8 @@ from lmlab.tasks import Task, check_tokenizer, collate, load_task, make_task
 from lmlab.tasks.base import pad_id_of
 from lmlab.tasks.readers import BadLines, Example, limit
 from lmlab.train.engine import Engine
+from lmlab.train.loggers import DIRECTORY as LOGS_DIR
+from lmlab.train.loggers import open_loggers
 from lmlab.train.optim import warmup_decay_lr
 from lmlab.train.progress import Progress
 
@@ -289,6 +291,12 @@ def finetune(checkpoint, task: str | Task, train, dev, out: str | os.PathLike | 
         # the live log sits beside the output (tail it while training); it moves into the output at the end
         log_path = out_dir.with_name(f".{out_dir.name}.{METRICS_FILE}.live-{os.getpid()}")
         log_path.write_text("", encoding="utf-8")
+    elif cfg.loggers:
+        raise LmlabError("loggers write beside the fine-tuned model, but there is no output directory",
+                         "pass an output directory (--out)")
+    # TensorBoard & co. write beside the output too, and move into it at the end
+    live_logs = None if out_dir is None else out_dir.with_name(f".{out_dir.name}.tmp-{os.getpid()}-logs")
+    loggers = open_loggers(cfg.loggers, live_logs) if cfg.loggers else []
     history: list[dict[str, Any]] = []
 
     def record(row: dict[str, Any]) -> None:
@@ -296,6 +304,8 @@ def finetune(checkpoint, task: str | Task, train, dev, out: str | os.PathLike | 
         if log_path is not None:
             with open(log_path, "a", encoding="utf-8") as f:
                 f.write(json.dumps(row) + "\n")
+        for logger in loggers:
+            logger.log(row, row["step"])
 
     best: dict[str, Any] = {"score": -math.inf, "metrics": None, "step": 0, "snap": None}
 
@@ -360,6 +370,8 @@ def finetune(checkpoint, task: str | Task, train, dev, out: str | os.PathLike | 
                "trainable_parameters": trainable, "total_parameters": total_params,
                "train_examples": len(train_ex), "dev_examples": len(dev_ex),
                "elapsed_s": time.perf_counter() - t0, "config": cfg.to_dict()}
+    for logger in loggers:
+        logger.close()
     if out_dir is not None:
         rows = log_path.read_text(encoding="utf-8")
         with atomic_dir(out_dir, marker=SUMMARY_FILE, what="fine-tuned model") as tmp:
@@ -368,7 +380,11 @@ def finetune(checkpoint, task: str | Task, train, dev, out: str | os.PathLike | 
             write_json(tmp / EVAL_FILE, metrics)
             write_json(tmp / SUMMARY_FILE, summary)
             (tmp / METRICS_FILE).write_text(rows, encoding="utf-8")
+            if loggers:
+                os.replace(live_logs / LOGS_DIR, tmp / LOGS_DIR)
         log_path.unlink(missing_ok=True)
+        if live_logs is not None:
+            shutil.rmtree(live_logs, ignore_errors=True)
         say(f"saved the best model (step {best['step']}, {select} {best['score']:.4f}) to {out_dir}")
     return FinetuneResult(metrics, model, task, out_dir, best["step"], total, trainable, total_params,
                           history, None if baseline is None else baseline[1], at_baseline)

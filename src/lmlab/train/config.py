@@ -104,7 +104,8 @@ class TrainConfig:
     block's activations in the backward pass (less memory, ~1/3 more compute); ``peak_tflops``
     is the device's peak for the MFU column (0 = looked up for known GPUs; none on CPUs);
     ``attention`` picks how packed documents are masked: ``flex`` (block-sparse FlexAttention),
-    ``sdpa`` (a dense mask), ``auto`` (flex on CUDA, sdpa on CPUs).
+    ``sdpa`` (a dense mask), ``auto`` (flex on CUDA, sdpa on CPUs). ``loggers``: where the
+    metrics rows also go (``["tensorboard"]``; :mod:`lmlab.train.loggers`).
     """
 
     max_steps: int = 1000
@@ -137,6 +138,7 @@ class TrainConfig:
     activation_checkpointing: bool = False
     peak_tflops: float = 0.0
     attention: str = "auto"
+    loggers: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -465,6 +467,9 @@ def validate(cfg: RunConfig) -> None:
         raise LmlabError(
             f"train.progress must be auto, on or off, got {t.progress!r}", "set train.progress=off"
         )
+    from lmlab.train.loggers import check_loggers
+
+    check_loggers(t.loggers, "train.loggers")
     if t.attention not in ATTENTION:
         raise LmlabError(f"unknown train.attention {t.attention!r}", _suggest(t.attention, ATTENTION))
     if t.attention == "flex" and not _cuda_for(t.device):

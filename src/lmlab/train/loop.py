@@ -48,6 +48,7 @@ from lmlab.train.config import RunConfig, load_config, override_items, read_toml
 from lmlab.train.data import prepare_run_data
 from lmlab.train.device import peak_tflops, setup_machine
 from lmlab.train.engine import Engine
+from lmlab.train.loggers import open_loggers
 from lmlab.train.metrics import MetricsLog, perplexity, plot_losses
 from lmlab.train.optim import build_optimizer, load_optimizer_tensors, lr_at, optimizer_tensors
 from lmlab.train.preempt import StopRequests
@@ -69,6 +70,7 @@ RESUME_FREE_KEYS = {
     "activation_checkpointing",
     "peak_tflops",
     "attention",
+    "loggers",
 }
 
 
@@ -134,6 +136,7 @@ class Trainer:
         self.resume = resume
         self._print = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
         self.progress: Progress | None = None
+        self.loggers: list = []
 
     # ------------------------------------------------------------------ reporting
     def log(self, msg: str) -> None:
@@ -520,6 +523,8 @@ class Trainer:
         finally:
             if self.progress is not None:
                 self.progress.close()
+            for logger in self.loggers:
+                logger.close()
             dist_.shutdown(self.info)
 
     def _run(self) -> dict[str, Any]:
@@ -527,9 +532,13 @@ class Trainer:
         self.last_checkpoint = latest_checkpoint(self.run_dir)
         if self.info.is_main:
             atomic_write_text(self.run_dir / "config.toml", to_toml(self.cfg))
+        if self.info.is_main and t.loggers:
+            self.loggers = open_loggers(t.loggers, self.run_dir, resume_after=self.step or None)
         if self.step == 0 and t.eval_at_start and self.initial_val is None:
             self.initial_val = self.evaluate()
             self.log(f"step 0: {self.describe_eval(self.initial_val)}")
+            for logger in self.loggers:
+                logger.log(self.initial_val, 0)
         rows = self.metrics.rows() if self.info.is_main else []
         self.progress = Progress(t.max_steps, self.step, desc="pretrain",
                                  show=t.progress if self.info.is_main else "off", log=self._print)
@@ -555,6 +564,8 @@ class Trainer:
             if self.info.is_main and (self.step % t.log_every == 0 or "val_loss" in row or final):
                 self.metrics.append(row)
                 rows.append(row)
+                for logger in self.loggers:
+                    logger.log(row, self.step)
             last = row
             spent = max(time.perf_counter() - t_loop, 1e-9)
             rate = (self.tokens - start_tokens) / spent

@@ -1,0 +1,77 @@
+"""train.loggers / finetune loggers: the metrics rows also go to TensorBoard, read back here with
+TensorBoard's own event reader."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from torch.utils.tensorboard import SummaryWriter
+
+from lmlab.cli import main
+from lmlab.train import pretrain
+
+QUIET = lambda m: None  # noqa: E731
+
+
+def _scalars(directory, tag):
+    acc = EventAccumulator(str(directory))
+    acc.Reload()
+    return {e.step: e.value for e in acc.Scalars(tag)} if tag in acc.Tags()["scalars"] else {}
+
+
+def _rows(run_dir):
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_every_metrics_row_reaches_tensorboard_and_a_resume_drops_what_a_kill_left(tiny_config, tmp_path):
+    run = tmp_path / "run"
+    pretrain(tiny_config(max_steps=4, loggers=["tensorboard"]), run, log=QUIET)
+    # a kill after step 5 would have left events past the checkpoint at step 4
+    stray = SummaryWriter(str(run / "tensorboard"))
+    stray.add_scalar("loss", 123.0, 5)
+    stray.close()
+    pretrain(tiny_config(max_steps=8, loggers=["tensorboard"]), run, resume=True, log=QUIET)
+    rows = _rows(run)
+    loss = _scalars(run / "tensorboard", "loss")
+    assert sorted(loss) == [r["step"] for r in rows] == list(range(1, 9))
+    for r in rows:
+        assert loss[r["step"]] == pytest.approx(r["loss"], rel=1e-6)  # float32 in the event file
+    val = _scalars(run / "tensorboard", "val_loss")
+    assert 0 in val and 4 in val and 8 in val  # the step-0 evaluation and the later ones
+    assert set(_scalars(run / "tensorboard", "next_acc")) == set(range(1, 9))  # the objective's signal
+
+
+def test_unknown_logger_is_one_line_before_any_work(tiny_config, tmp_path, capsys):
+    from lmlab.train.config import load_config, to_toml
+
+    cfg = tmp_path / "run.toml"
+    cfg.write_text(to_toml(load_config(tiny_config())))
+    code = main(["pretrain", "--config", str(cfg), "--out", str(tmp_path / "r"), "--set",
+                 'train.loggers=["wandb"]'])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("error: unknown logger 'wandb' in train.loggers")
+    assert not (tmp_path / "r").exists()
+
+
+def test_finetuning_writes_its_rows_into_the_output(tmp_path, minilm_dir, data_dir):
+    import torch
+
+    from lmlab.finetune import finetune
+    from lmlab.models import build_model, get_preset
+    from lmlab.tokenizers import load_tokenizer
+
+    tok = load_tokenizer(minilm_dir)
+    torch.manual_seed(0)
+    model = build_model(get_preset("bert-tiny", vocab_size=tok.vocab_size), heads=("mlm",))
+    model.tokenizer = tok
+    sst2 = data_dir / "glue" / "sst2"
+    finetune(model, "sst2", sst2 / "train.tsv", sst2 / "dev.tsv", tmp_path / "ft", epochs=1, batch_size=8,
+             max_train_examples=32, max_eval_examples=16, log_every=1, loggers=["tensorboard"],
+             progress=False, log=QUIET)
+    rows = _rows(tmp_path / "ft")
+    loss = _scalars(tmp_path / "ft" / "tensorboard", "loss")
+    assert sorted(loss) == [r["step"] for r in rows if "loss" in r] == [1, 2, 3, 4]
+    assert set(_scalars(tmp_path / "ft" / "tensorboard", "dev_accuracy")) == {4}
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # nothing left beside it

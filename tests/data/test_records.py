@@ -64,6 +64,15 @@ def test_every_format_gives_the_records_as_documents_and_the_same_shards(tmp_pat
     assert text.startswith(paragraphs[0][:40])  # the record's text, not the JSON around it
 
 
+def test_every_zstandard_frame_is_read_and_a_broken_stream_is_one_line(tmp_path):
+    frames = [zstandard.ZstdCompressor().compress(f'{{"text": "review {i}"}}\n'.encode()) for i in range(3)]
+    (tmp_path / "multi.jsonl.zst").write_bytes(b"".join(frames))  # as pzstd or `cat a.zst b.zst` write
+    assert list(iter_documents(tmp_path / "multi.jsonl.zst")) == ["review 0", "review 1", "review 2"]
+    (tmp_path / "broken.jsonl.zst").write_bytes(frames[0][:-6] + b"garbage!")
+    with pytest.raises(LmlabError, match="could not be read to the end"):
+        list(iter_documents(tmp_path / "broken.jsonl.zst"))
+
+
 def test_another_field_holds_the_text(tmp_path, tok_dir):
     path = tmp_path / "b.jsonl"
     path.write_text('{"body": "first review"}\n\n{"body": "second one"}\n', encoding="utf-8")

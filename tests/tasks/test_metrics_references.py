@@ -48,8 +48,8 @@ def test_bleu_equals_sacrebleu(references):
     ours = M.corpus_bleu(predictions, references)
     assert 0.3 < ours < 0.9
     assert ours == pytest.approx(sacre_bleu(predictions, [references]).score / 100, rel=1e-9)
-    # short corpora without a 4-gram match (smoothing) and with a brevity penalty
-    for preds, refs in ((["A dog runs ."], ["A dog is running on the grass ."]),
+    # short corpora without a 4-gram match (smoothing), with a brevity penalty, with nothing in common
+    for preds, refs in ((["A dog runs ."], ["A dog is running on the grass ."]), (["a b c d"], ["w x y z"]),
                         (["Two men , one woman"], ["Two men and one woman ."]),
                         (predictions[:3], references[:3])):
         assert M.corpus_bleu(preds, refs) == pytest.approx(sacre_bleu(preds, [refs]).score / 100, rel=1e-9)

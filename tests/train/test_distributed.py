@@ -87,7 +87,12 @@ def _two_processes(cfg, out, resume=False):
         procs.append(subprocess.Popen([sys.executable, "-c", WORKER, json.dumps(cfg), str(out),
                                        "resume" if resume else "new"],
                                       env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
-    outs = [p.communicate(timeout=240)[0] for p in procs]
+    try:
+        outs = [p.communicate(timeout=240)[0] for p in procs]
+    except subprocess.TimeoutExpired:
+        for p in procs:  # a hung collective: stop both ranks, then fail
+            p.kill()
+        pytest.fail("the two processes did not finish within 240 s (a rank waiting on a collective?)")
     assert all(p.returncode == 0 for p in procs), outs
 
 
@@ -118,3 +123,17 @@ def test_fsdp_matches_one_process_and_resumes_from_its_shards_exactly(tiny_confi
 
     with pytest.raises(LmlabError, match="FSDP"):
         pretrain(tiny_config(max_steps=4), tmp_path / "part", resume=True, log=lambda m: None)
+
+
+def test_ranks_with_unequal_evaluation_windows_do_not_hang(tiny_config, tmp_path):
+    """3 evaluation windows of 1 row over 2 ranks: rank 0 has 2 batches, rank 1 one. Under FSDP every
+    forward gathers weights from both ranks, so rank 1 must join rank 0's second forward (it hung)."""
+    cfg = tiny_config(max_steps=2, batch_size=1, eval_batches=3, eval_every=1, checkpoint_every=2,
+                      distributed="fsdp")
+    _two_processes(cfg, tmp_path / "run")  # times out (and fails) if a rank waits forever
+    rows = _rows(tmp_path / "run" / "metrics.jsonl")
+    assert [r["step"] for r in rows] == [1, 2] and all("val_loss" in r for r in rows)
+    one = pretrain(tiny_config(max_steps=2, batch_size=1, grad_accum=2, eval_batches=3, eval_every=1,
+                               checkpoint_every=2), tmp_path / "one", log=lambda m: None)
+    # the stand-in batch of the short rank is not scored: the same mean as one process
+    assert rows[-1]["val_loss"] == pytest.approx(one["val_loss"], abs=1e-5)

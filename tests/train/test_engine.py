@@ -58,7 +58,7 @@ def test_a_non_finite_loss_never_reaches_the_weights():
     before = copy.deepcopy(model.state_dict())
     engine = Engine(adamw([model], lr=1e-2, betas=(0.9, 0.99), weight_decay=0.0), lambda s: 1e-2,
                     fix="lower the learning rate (--lr)")
-    with pytest.raises(LmlabError, match="at step 3") as err:
+    with pytest.raises(LmlabError, match="non-finite at step 3") as err:
         engine.step(2, [lambda: _loss(model, x, y)[0] * float("nan")])
     assert err.value.fix == "lower the learning rate (--lr)"
     for k, v in model.state_dict().items():

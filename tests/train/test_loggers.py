@@ -75,3 +75,34 @@ def test_finetuning_writes_its_rows_into_the_output(tmp_path, minilm_dir, data_d
     assert sorted(loss) == [r["step"] for r in rows if "loss" in r] == [1, 2, 3, 4]
     assert set(_scalars(tmp_path / "ft" / "tensorboard", "dev_accuracy")) == {4}
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # nothing left beside it
+
+
+def test_a_failed_finetune_closes_its_loggers_and_leaves_nothing_beside_the_output(tmp_path, minilm_dir,
+                                                                                    data_dir, monkeypatch):
+    import torch
+
+    from lmlab.errors import LmlabError
+    from lmlab.finetune import finetune
+    from lmlab.finetune import loop as ft_loop
+    from lmlab.models import build_model, get_preset
+    from lmlab.tokenizers import load_tokenizer
+
+    real = ft_loop.Engine.step
+
+    def fail_on_third(self, step, micro_batches):
+        if step == 2:
+            raise LmlabError("the training loss became non-finite at step 3", "lower the learning rate")
+        return real(self, step, micro_batches)
+
+    monkeypatch.setattr(ft_loop.Engine, "step", fail_on_third)
+    tok = load_tokenizer(minilm_dir)
+    torch.manual_seed(0)
+    model = build_model(get_preset("bert-tiny", vocab_size=tok.vocab_size), heads=("mlm",))
+    model.tokenizer = tok
+    sst2 = data_dir / "glue" / "sst2"
+    with pytest.raises(LmlabError, match="non-finite"):
+        finetune(model, "sst2", sst2 / "train.tsv", sst2 / "dev.tsv", tmp_path / "ft", epochs=1,
+                 batch_size=8, max_train_examples=32, max_eval_examples=16, loggers=["tensorboard"],
+                 progress=False, log=QUIET)
+    assert not list(tmp_path.glob(".ft.tmp-*"))  # the live TensorBoard folder is gone
+    assert not (tmp_path / "ft").exists()

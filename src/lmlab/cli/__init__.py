@@ -171,8 +171,9 @@ def _check_output_keeps_inputs(args: argparse.Namespace) -> None:
     out = getattr(args, "out", None)
     if isinstance(out, str) and out:
         inputs = {f"--{k.replace('_', '-')}": getattr(args, k) for k in INPUT_ARGS if hasattr(args, k)}
-        if getattr(args, "out_kind", None):
-            check_replaceable_dir(out, *args.out_kind)
+        kind = getattr(args, "out_kind", None)
+        if kind:
+            check_replaceable_dir(out, *(kind(args) if callable(kind) else kind))
         check_output_keeps_inputs(out, inputs)
 
 

@@ -46,7 +46,7 @@ def register(sub) -> None:
     p.add_argument("--base", metavar="DIR",
                    help="--format peft: the checkpoint the LoRA fine-tune started from")
     p.add_argument("--out", required=True, metavar="DIR", help="output directory")
-    p.set_defaults(func=run_export, out_kind=("config.json", "Hugging Face model"))
+    p.set_defaults(func=run_export, out_kind=_export_kind)
     p = add_command(
         sub,
         "import",
@@ -57,6 +57,12 @@ def register(sub) -> None:
     p.add_argument("--hf", required=True, metavar="DIR", help="Hugging Face model directory")
     p.add_argument("--out", required=True, metavar="DIR", help="lmlab checkpoint directory to write")
     p.set_defaults(func=run_import, out_kind=("model.safetensors", "model"))
+
+
+def _export_kind(args) -> tuple[str, str]:
+    """What an existing --out must hold to be replaced: an earlier output of the same format."""
+    return ("adapter_config.json", "peft adapter") if args.format == "peft" else ("config.json",
+                                                                               "Hugging Face model")
 
 
 def run_export(args) -> int:

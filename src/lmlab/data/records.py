@@ -58,7 +58,9 @@ def _open_jsonl(p: Path):
             import zstandard
         except ImportError:
             raise LmlabError(f"reading {p} needs the zstandard package", INSTALL) from None
-        stream = zstandard.ZstdDecompressor().stream_reader(open(p, "rb"), closefd=True)
+        # every frame, not just the first (pzstd and concatenated files hold several)
+        stream = zstandard.ZstdDecompressor().stream_reader(open(p, "rb"), closefd=True,
+                                                            read_across_frames=True)
         return io.TextIOWrapper(stream, encoding="utf-8")
     return open(p, encoding="utf-8")
 
@@ -78,9 +80,9 @@ def _jsonl_texts(p: Path, field: str) -> Iterator[str]:
                 yield _text_of(record, field, p, f"line {lineno}")
         except UnicodeDecodeError as e:
             raise LmlabError(f"{p} is not UTF-8 text ({e.reason})", "JSON Lines files are UTF-8") from None
-        except (gzip.BadGzipFile, EOFError, OSError) as e:
-            if isinstance(e, LmlabError):
-                raise
+        except LmlabError:
+            raise
+        except Exception as e:  # gzip.BadGzipFile, EOFError, OSError, zstandard.ZstdError
             raise LmlabError(f"{p} could not be read to the end ({e})", "check the file (a complete "
                              "gzip or zstandard stream?)") from None
 

@@ -296,96 +296,104 @@ def finetune(checkpoint, task: str | Task, train, dev, out: str | os.PathLike | 
                          "pass an output directory (--out)")
     # TensorBoard & co. write beside the output too, and move into it at the end
     live_logs = None if out_dir is None else out_dir.with_name(f".{out_dir.name}.tmp-{os.getpid()}-logs")
+    if live_logs is not None:
+        shutil.rmtree(live_logs, ignore_errors=True)  # a failed earlier attempt of this process
     loggers = open_loggers(cfg.loggers, live_logs) if cfg.loggers else []
-    history: list[dict[str, Any]] = []
+    try:
+        history: list[dict[str, Any]] = []
 
-    def record(row: dict[str, Any]) -> None:
-        history.append(row)
-        if log_path is not None:
-            with open(log_path, "a", encoding="utf-8") as f:
-                f.write(json.dumps(row) + "\n")
+        def record(row: dict[str, Any]) -> None:
+            history.append(row)
+            if log_path is not None:
+                with open(log_path, "a", encoding="utf-8") as f:
+                    f.write(json.dumps(row) + "\n")
+            for logger in loggers:
+                logger.log(row, row["step"])
+
+        best: dict[str, Any] = {"score": -math.inf, "metrics": None, "step": 0, "snap": None}
+
+        def evaluate(step: int, epoch: float) -> None:
+            with autocast(device, dtype):
+                metrics = task.evaluate(model, dev_ex, cfg.eval_batch_size)
+            if select not in metrics:
+                raise LmlabError(f"select_metric {select!r} is not a metric of task {task.name}",
+                                 f"choose one of: {', '.join(metrics)}")
+            record({"step": step, "epoch": round(epoch, 3), **{f"dev_{k}": v for k, v in metrics.items()}})
+            shown = ", ".join(f"{k} {v:.4f}" for k, v in metrics.items())
+            if baseline and select in baseline[1]:
+                shown += f" (baseline {select} {baseline[1][select]:.4f})"
+            progress.write(f"step {step} epoch {epoch:.2f}: {shown}")
+            if metrics[select] > best["score"]:
+                best.update(score=metrics[select], metrics=metrics, step=step, snap=meth.snapshot(model))
+
+        progress = Progress(total, desc=f"finetune {task.name}", show="auto" if cfg.progress else "off",
+                            log=say)
+        gen = torch.Generator().manual_seed(cfg.seed)
+        lengths = [len(f["input_ids"]) for f in feats]
+        model.train()
+        step, t0, seen, run_loss, n_loss = 0, time.perf_counter(), 0, 0.0, 0
+        order: list[list[int]] = []  # this epoch's batches, last first (pop() is O(1))
+        engine = Engine(optimizer, lambda s: warmup_decay_lr(s, lr=cfg.lr, warmup=warmup, end=total),
+                        clip=cfg.grad_clip, autocast=lambda: autocast(device, dtype),
+                        fix="lower the learning rate (--lr)")
+        while step < total:
+            if not order:
+                order = epoch_batches(lengths, cfg.batch_size, gen, cfg.group_by_length)[::-1]
+            idx = order.pop()
+            batch = collate([feats[i] for i in idx], pad, device)
+            done = engine.step(step, [lambda b=batch: task.loss(model, b)])
+            lr, loss_v, grad_norm = done.lr, done.loss, done.grad_norm
+            step += 1
+            seen += len(idx)
+            run_loss, n_loss = run_loss + loss_v, n_loss + 1
+            progress.update(step, [f"loss {loss_v:.4f}"], loss=f"{loss_v:.4f}")
+            epoch = seen / len(feats)
+            if step % cfg.log_every == 0 or step == total:
+                elapsed = time.perf_counter() - t0
+                record({"step": step, "epoch": round(epoch, 3), "loss": run_loss / n_loss, "lr": lr,
+                        "grad_norm": float(grad_norm), "examples_per_s": seen / elapsed,
+                        "elapsed_s": elapsed})
+                run_loss, n_loss = 0.0, 0
+            epoch_end = not order
+            if epoch_end or step == total or (cfg.eval_every and step % cfg.eval_every == 0):
+                evaluate(step, epoch)
+                model.train()
+        progress.close()
+
+        meth.restore(model, best["snap"])
+        model.eval()
+        metrics = best["metrics"]
+        at_baseline = at_trivial_baseline(metrics, baseline, select)
+        if at_baseline:
+            say(f"warning: the best dev {select} {metrics[select]:.4f} is at the trivial baseline "
+                f"({baseline[0]}: {baseline[1][select]:.4f}): the model learned nothing usable; try another "
+                "learning rate (--lr auto picks one on dev), more steps, or check the labels")
+        summary = {"task": task.name, "method": method, "method_options": method_options or {},
+                   "best_step": best["step"], "steps": total, "select_metric": select, "dev": metrics,
+                   "baseline": None if baseline is None else {"answer": baseline[0], "dev": baseline[1]},
+                   "at_baseline": at_baseline,
+                   "trainable_parameters": trainable, "total_parameters": total_params,
+                   "train_examples": len(train_ex), "dev_examples": len(dev_ex),
+                   "elapsed_s": time.perf_counter() - t0, "config": cfg.to_dict()}
         for logger in loggers:
-            logger.log(row, row["step"])
-
-    best: dict[str, Any] = {"score": -math.inf, "metrics": None, "step": 0, "snap": None}
-
-    def evaluate(step: int, epoch: float) -> None:
-        with autocast(device, dtype):
-            metrics = task.evaluate(model, dev_ex, cfg.eval_batch_size)
-        if select not in metrics:
-            raise LmlabError(f"select_metric {select!r} is not a metric of task {task.name}",
-                             f"choose one of: {', '.join(metrics)}")
-        record({"step": step, "epoch": round(epoch, 3), **{f"dev_{k}": v for k, v in metrics.items()}})
-        shown = ", ".join(f"{k} {v:.4f}" for k, v in metrics.items())
-        if baseline and select in baseline[1]:
-            shown += f" (baseline {select} {baseline[1][select]:.4f})"
-        progress.write(f"step {step} epoch {epoch:.2f}: {shown}")
-        if metrics[select] > best["score"]:
-            best.update(score=metrics[select], metrics=metrics, step=step, snap=meth.snapshot(model))
-
-    progress = Progress(total, desc=f"finetune {task.name}", show="auto" if cfg.progress else "off", log=say)
-    gen = torch.Generator().manual_seed(cfg.seed)
-    lengths = [len(f["input_ids"]) for f in feats]
-    model.train()
-    step, t0, seen, run_loss, n_loss = 0, time.perf_counter(), 0, 0.0, 0
-    order: list[list[int]] = []  # this epoch's batches, last first (pop() is O(1))
-    engine = Engine(optimizer, lambda s: warmup_decay_lr(s, lr=cfg.lr, warmup=warmup, end=total),
-                    clip=cfg.grad_clip, autocast=lambda: autocast(device, dtype),
-                    fix="lower the learning rate (--lr)")
-    while step < total:
-        if not order:
-            order = epoch_batches(lengths, cfg.batch_size, gen, cfg.group_by_length)[::-1]
-        idx = order.pop()
-        batch = collate([feats[i] for i in idx], pad, device)
-        done = engine.step(step, [lambda b=batch: task.loss(model, b)])
-        lr, loss_v, grad_norm = done.lr, done.loss, done.grad_norm
-        step += 1
-        seen += len(idx)
-        run_loss, n_loss = run_loss + loss_v, n_loss + 1
-        progress.update(step, [f"loss {loss_v:.4f}"], loss=f"{loss_v:.4f}")
-        epoch = seen / len(feats)
-        if step % cfg.log_every == 0 or step == total:
-            elapsed = time.perf_counter() - t0
-            record({"step": step, "epoch": round(epoch, 3), "loss": run_loss / n_loss, "lr": lr,
-                    "grad_norm": float(grad_norm), "examples_per_s": seen / elapsed, "elapsed_s": elapsed})
-            run_loss, n_loss = 0.0, 0
-        epoch_end = not order
-        if epoch_end or step == total or (cfg.eval_every and step % cfg.eval_every == 0):
-            evaluate(step, epoch)
-            model.train()
-    progress.close()
-
-    meth.restore(model, best["snap"])
-    model.eval()
-    metrics = best["metrics"]
-    at_baseline = at_trivial_baseline(metrics, baseline, select)
-    if at_baseline:
-        say(f"warning: the best dev {select} {metrics[select]:.4f} is at the trivial baseline "
-            f"({baseline[0]}: {baseline[1][select]:.4f}): the model learned nothing usable; try another "
-            "learning rate (--lr auto picks one on dev), more steps, or check the labels")
-    summary = {"task": task.name, "method": method, "method_options": method_options or {},
-               "best_step": best["step"], "steps": total, "select_metric": select, "dev": metrics,
-               "baseline": None if baseline is None else {"answer": baseline[0], "dev": baseline[1]},
-               "at_baseline": at_baseline,
-               "trainable_parameters": trainable, "total_parameters": total_params,
-               "train_examples": len(train_ex), "dev_examples": len(dev_ex),
-               "elapsed_s": time.perf_counter() - t0, "config": cfg.to_dict()}
-    for logger in loggers:
-        logger.close()
-    if out_dir is not None:
-        rows = log_path.read_text(encoding="utf-8")
-        with atomic_dir(out_dir, marker=SUMMARY_FILE, what="fine-tuned model") as tmp:
-            meth.save(model, tmp, tok)
-            write_json(tmp / TASK_FILE, task.state())
-            write_json(tmp / EVAL_FILE, metrics)
-            write_json(tmp / SUMMARY_FILE, summary)
-            (tmp / METRICS_FILE).write_text(rows, encoding="utf-8")
-            if loggers:
-                os.replace(live_logs / LOGS_DIR, tmp / LOGS_DIR)
-        log_path.unlink(missing_ok=True)
+            logger.close()
+        if out_dir is not None:
+            rows = log_path.read_text(encoding="utf-8")
+            with atomic_dir(out_dir, marker=SUMMARY_FILE, what="fine-tuned model") as tmp:
+                meth.save(model, tmp, tok)
+                write_json(tmp / TASK_FILE, task.state())
+                write_json(tmp / EVAL_FILE, metrics)
+                write_json(tmp / SUMMARY_FILE, summary)
+                (tmp / METRICS_FILE).write_text(rows, encoding="utf-8")
+                if loggers:
+                    os.replace(live_logs / LOGS_DIR, tmp / LOGS_DIR)
+            log_path.unlink(missing_ok=True)
+            say(f"saved the best model (step {best['step']}, {select} {best['score']:.4f}) to {out_dir}")
+    finally:  # also when training fails: no open event files, nothing left beside the output
+        for logger in loggers:
+            logger.close()
         if live_logs is not None:
             shutil.rmtree(live_logs, ignore_errors=True)
-        say(f"saved the best model (step {best['step']}, {select} {best['score']:.4f}) to {out_dir}")
     return FinetuneResult(metrics, model, task, out_dir, best["step"], total, trainable, total_params,
                           history, None if baseline is None else baseline[1], at_baseline)
 

@@ -170,8 +170,10 @@ def load_checkpoint(directory: str | os.PathLike, map_location: str | torch.devi
                 f"checkpoint config {directory / CONFIG_NAME} lacks {key!r}", "save the model again"
             )
     if meta.get("quantization"):  # int8 weights: the adapt package reads them, above this layer
-        raise LmlabError(f"{directory} holds int8 weights (lmlab compress quantize)",
-                         "open it with lmlab.loading.load_model")
+        raise LmlabError(f"{directory} holds int8 weights (lmlab compress quantize), which this reader "
+                         "does not take",
+                         "use the float checkpoint it was quantized from (in Python, "
+                         "lmlab.loading.load_model opens int8 checkpoints too)")
     config_dict = dict(meta["config"])
     config_dict.setdefault("family", meta["family"])
     config = config_from_dict(config_dict)

@@ -161,7 +161,9 @@ def block_mask(causal: bool, doc_ids: Tensor | None, prefix_mask: Tensor | None,
             return ok & ((ki <= qi) | prefix[bi, ki])
         return ok & (ki <= qi) if causal else ok
 
-    return create_block_mask(allowed, b, None, length, length, device=ref.device)
+    # compiled on CUDA, so the mask is built block by block, never as a dense [B, 1, T, T] tensor
+    return create_block_mask(allowed, b, None, length, length, device=ref.device,
+                             _compile=ref.device.type == "cuda")
 
 
 @functools.cache

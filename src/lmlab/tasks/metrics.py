@@ -332,7 +332,7 @@ def corpus_bleu(predictions: Sequence[str], references: Sequence[str], max_n: in
             pn, tn = _ngrams(p, n), _ngrams(t, n)
             matches[n - 1] += sum((pn & tn).values())
             totals[n - 1] += sum(pn.values())
-    if c == 0 or min(totals) == 0:
+    if c == 0 or min(totals) == 0 or not any(matches):  # nothing in common: 0, as sacreBLEU
         return 0.0
     log_p, halvings = 0.0, 0
     for m, t in zip(matches, totals):

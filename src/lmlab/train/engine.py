@@ -76,10 +76,16 @@ class Engine:
             for k, v in metrics.items():
                 if k != "targets" and isinstance(v, (int, float)):
                     sums[k] = sums.get(k, 0.0) + float(v) / n
-        mean = float(torch.stack(losses).float().mean())
-        if not math.isfinite(mean):
+        mean_t = torch.stack(losses).float().mean()
+        finite = torch.isfinite(mean_t).float()
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            # every process decides together: one rank's NaN has reached the others' gradients too
+            torch.distributed.all_reduce(finite, op=torch.distributed.ReduceOp.MIN)
+        mean = float(mean_t)
+        if not bool(finite):
             self.optimizer.zero_grad(set_to_none=True)
-            raise LmlabError(f"the training loss became {mean} at step {step + 1}", self.fix)
+            where = "" if math.isfinite(mean) else f" ({mean} here)"
+            raise LmlabError(f"the training loss became non-finite at step {step + 1}{where}", self.fix)
         if self.scaler:
             self.scaler.unscale_(self.optimizer)
         norm = torch.nn.utils.clip_grad_norm_(self.params(), self.clip if self.clip > 0 else math.inf)

@@ -69,7 +69,6 @@ RESUME_FREE_KEYS = {
     "distributed",
     "activation_checkpointing",
     "peak_tflops",
-    "attention",
     "loggers",
 }
 
@@ -235,6 +234,9 @@ class Trainer:
         self.windows = PackedWindows(self.data.train, t.seq_len, t.seed, cfg.data.max_tokens)
         starts = eval_starts(self.data.val, t.seq_len, t.eval_batches * t.batch_size)
         self.val_starts = starts[self.info.rank :: self.info.world_size]
+        # every rank runs as many evaluation batches as rank 0 (which has the most windows): under
+        # FSDP each forward gathers weights from all ranks, so a rank that stopped early would hang them
+        self.val_batches = math.ceil(len(starts[:: self.info.world_size]) / t.batch_size)
         self.rows_per_step = t.batch_size * t.grad_accum * self.info.world_size
         self.metrics = MetricsLog(self.run_dir / "metrics.jsonl")
         self.step, self.tokens, self.position, self.initial_val = 0, 0, 0, None
@@ -261,7 +263,10 @@ class Trainer:
         flex = t.attention == "flex" or (t.attention == "auto" and self.machine.device.type == "cuda")
         self.model.attention_backend = "flex" if flex else "sdpa"
         if flex:
-            self.log("attention: packed documents on FlexAttention's block-sparse kernel (train.attention)")
+            dropout = getattr(self.model_config, "attn_dropout", 0.0)
+            self.log("attention: packed documents on FlexAttention's block-sparse kernel (train.attention)"
+                     + (f"; training uses the dense kernel, since FlexAttention has no attention dropout "
+                        f"(model.attn_dropout={dropout}; set it to 0 to train on flex)" if dropout else ""))
         if t.activation_checkpointing:
             from lmlab.models.activation_checkpointing import enable_activation_checkpointing
 
@@ -389,12 +394,15 @@ class Trainer:
         gen = torch.Generator(device=self.machine.device)
         total, weight = 0.0, 0.0
         sums: dict[str, float] = {}  # the objective's metrics, weighted like the loss
-        for i in range(0, len(self.val_starts), t.batch_size):
-            batch = read_windows(self.data.val, self.val_starts[i : i + t.batch_size], t.seq_len)
+        for i in range(0, self.val_batches * t.batch_size, t.batch_size):
+            chunk = self.val_starts[i : i + t.batch_size]
+            batch = read_windows(self.data.val, chunk or [0], t.seq_len)  # none left: a stand-in, unscored
             gen.manual_seed(micro_seed(t.seed, -1, i))
             inputs = self.objective.prepare(batch.to(self.machine.device), gen)
             with self.machine.autocast():  # through the DDP/FSDP wrapper, which gathers sharded weights
                 loss, extra = self.step_module(inputs)
+            if not chunk:
+                continue
             w = float(extra.get("targets", 1.0))
             total += float(loss) * w
             weight += w

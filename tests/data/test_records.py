@@ -73,6 +73,37 @@ def test_every_zstandard_frame_is_read_and_a_broken_stream_is_one_line(tmp_path)
         list(iter_documents(tmp_path / "broken.jsonl.zst"))
 
 
+def test_a_datasets_folder_is_read_as_its_records(tmp_path, paragraphs, tok_dir):
+    from datasets import Dataset, DatasetDict
+
+    ds = Dataset.from_dict({"id": list(range(len(paragraphs))), "text": paragraphs})
+    ds.save_to_disk(str(tmp_path / "hf"), num_shards=3)  # several Arrow files, in order
+    assert list(iter_documents(tmp_path / "hf")) == paragraphs
+    (tmp_path / "a.txt").write_text("\n\n".join(paragraphs) + "\n", encoding="utf-8")
+    for name in ("hf", "a.txt"):
+        prepare_shards(tok_dir, [tmp_path / name], tmp_path / f"shards-{name}", workers=1, progress=False)
+    a, b = (np.asarray(TokenShards(tmp_path / f"shards-{n}", "train").read(0, 10**9))
+            for n in ("hf", "a.txt"))
+    assert np.array_equal(a, b)
+    from lmlab.train import pretrain
+
+    summary = pretrain({"model": {"preset": "gpt2-tiny", "d_model": 32, "n_layers": 1, "n_heads": 2,
+                                  "d_ff": 64, "max_positions": 64},
+                        "objective": {"name": "clm"},
+                        "data": {"train": [str(tmp_path / "hf")], "val_fraction": 0.1,
+                                 "tokenizer": str(tok_dir)},
+                        "train": {"max_steps": 1, "batch_size": 2, "seq_len": 32, "eval_batches": 1,
+                                  "threads": 1, "progress": "off", "warmup_steps": 1}},
+                       tmp_path / "run", log=lambda m: None)
+    assert summary["steps"] == 1  # data.train takes the folder as it is
+    DatasetDict({"train": ds, "test": ds}).save_to_disk(str(tmp_path / "both"))
+    with pytest.raises(LmlabError, match=r"several splits \(train, test\)"):
+        list(iter_documents(tmp_path / "both"))
+    assert list(iter_documents(tmp_path / "both" / "test"))[:2] == paragraphs[:2]
+    with pytest.raises(LmlabError, match="no column 'body'"):
+        list(iter_documents(tmp_path / "hf", text_field="body"))
+
+
 def test_another_field_holds_the_text(tmp_path, tok_dir):
     path = tmp_path / "b.jsonl"
     path.write_text('{"body": "first review"}\n\n{"body": "second one"}\n', encoding="utf-8")

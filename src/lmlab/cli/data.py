@@ -33,7 +33,8 @@ def register(sub) -> None:
     p.add_argument("--tokenizer", required=True, metavar="PATH",
                    help="tokenizer directory (from `lmlab tokenizer train`), tokenizer.json or vocab.txt")
     p.add_argument("--input", nargs="+", required=True, metavar="FILE",
-                   help="text, JSON Lines (.jsonl, .jsonl.gz, .jsonl.zst) or Parquet files to tokenize")
+                   help="text, JSON Lines (.jsonl, .jsonl.gz, .jsonl.zst) or Parquet files, or datasets "
+                        "save_to_disk folders, to tokenize")
     p.add_argument("--text-field", default="text", metavar="NAME",
                    help="JSON Lines / Parquet: the field (column) that holds each record's text")
     p.add_argument("--out", required=True, metavar="DIR",

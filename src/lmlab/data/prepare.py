@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from lmlab.data.records import is_record_file, iter_record_texts
+from lmlab.data.records import input_bytes, is_dataset_dir, is_record_file, iter_record_texts
 from lmlab.data.shards import (
     INDEX_FILE,
     SPLITS,
@@ -216,7 +216,7 @@ def prepare_shards(tokenizer: str | os.PathLike, inputs: Sequence[str | os.PathL
     t0 = time.perf_counter()
     if not isinstance(inputs, (list, tuple)) or not inputs:
         raise LmlabError("no input files given", "pass one or more text files")
-    files = [check_input_file(f) for f in inputs]
+    files = [Path(f) if is_dataset_dir(f) else check_input_file(f) for f in inputs]
     if not 0.0 <= val_fraction < 1.0:
         raise LmlabError(f"val fraction must be in [0, 1), got {val_fraction}",
                          "pass e.g. --val-fraction 0.01")
@@ -256,10 +256,10 @@ def prepare_shards(tokenizer: str | os.PathLike, inputs: Sequence[str | os.PathL
                     yield doc
                 if n == 0:
                     raise LmlabError(f"input file {f} holds only whitespace", "pass files that contain text")
-                per_file.append({"path": str(f.resolve()), "bytes": f.stat().st_size, "documents": n})
+                per_file.append({"path": str(f.resolve()), "bytes": input_bytes(f), "documents": n})
 
         init_args = (str(tok_dir), dtype.str, seed, val_fraction, eos_id)
-        bar = _progress_bar(sum(f.stat().st_size for f in files), progress)
+        bar = _progress_bar(sum(input_bytes(f) for f in files), progress)
         try:
             for result in _run_batches(_batches(documents()), workers, init_args):
                 for split, (ids, lengths, nbytes) in result.items():

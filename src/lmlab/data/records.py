@@ -5,6 +5,8 @@ file                                           read with
 =============================================  ==========================================
 ``*.jsonl``, ``*.jsonl.gz``, ``*.jsonl.zst``   one JSON object per line (zstandard for .zst)
 ``*.parquet``                                  pyarrow, one row group at a time
+a ``datasets`` folder (``save_to_disk``)       pyarrow, one record batch at a time (the
+                                               folder's Arrow files, in ``state.json``'s order)
 =============================================  ==========================================
 
 Each record's ``text_field`` (default ``text``, ``data.text_field`` / ``--text-field``) is the
@@ -36,14 +38,29 @@ RECORD_SUFFIXES = JSONL_SUFFIXES + PARQUET_SUFFIXES
 INSTALL = "pip install 'lmlab[data]'"
 
 
+def is_dataset_dir(path: str | os.PathLike) -> bool:
+    """A folder written by Hugging Face ``datasets``' ``save_to_disk`` (one split or all)."""
+    p = Path(path)
+    return p.is_dir() and ((p / "state.json").is_file() or (p / "dataset_dict.json").is_file())
+
+
 def is_record_file(path: str | os.PathLike) -> bool:
-    return str(path).lower().endswith(RECORD_SUFFIXES)
+    return str(path).lower().endswith(RECORD_SUFFIXES) or is_dataset_dir(path)
+
+
+def input_bytes(path: str | os.PathLike) -> int:
+    """Bytes of an input on disk: a file's size, or a dataset folder's files together."""
+    p = Path(path)
+    return sum(f.stat().st_size for f in p.rglob("*") if f.is_file()) if p.is_dir() else p.stat().st_size
 
 
 def iter_record_texts(path: str | os.PathLike, text_field: str = "text") -> Iterator[str]:
-    """The ``text_field`` of every record of ``path`` (JSON Lines or Parquet), in file order."""
+    """The ``text_field`` of every record of ``path`` (JSON Lines, Parquet or a ``datasets``
+    folder), in file order."""
     p = Path(path)
-    if str(p).lower().endswith(PARQUET_SUFFIXES):
+    if is_dataset_dir(p):
+        yield from _dataset_texts(p, text_field)
+    elif str(p).lower().endswith(PARQUET_SUFFIXES):
         yield from _parquet_texts(p, text_field)
     else:
         yield from _jsonl_texts(p, text_field)
@@ -132,3 +149,45 @@ def _parquet_texts(p: Path, field: str) -> Iterator[str]:
                                  "drop or fill the rows without text")
             yield value
 
+
+def _dataset_texts(p: Path, field: str) -> Iterator[str]:
+    import json as _json
+
+    if (p / "dataset_dict.json").is_file():
+        splits = _json.loads((p / "dataset_dict.json").read_text(encoding="utf-8")).get("splits", [])
+        raise LmlabError(f"{p} holds several splits ({', '.join(splits)}), not one",
+                         f"pass one of them, e.g. {p / (splits[0] if splits else 'train')}")
+    try:
+        import pyarrow as pa
+    except ImportError:
+        raise LmlabError(f"reading {p} needs pyarrow", INSTALL) from None
+    from lmlab.fileio import inside, read_json
+
+    state = read_json(p / "state.json", "datasets state")
+    files = [inside(p, f.get("filename") if isinstance(f, dict) else f, f"{p / 'state.json'}")
+             for f in (state.get("_data_files") or [] if isinstance(state, dict) else [])]
+    if not files:
+        raise LmlabError(f"{p / 'state.json'} lists no Arrow files",
+                         "save the dataset again with save_to_disk")
+    row = 0
+    for arrow in files:
+        try:
+            reader = pa.ipc.open_stream(pa.memory_map(str(arrow)))
+        except Exception as e:  # pyarrow's errors for a missing or damaged file
+            raise LmlabError(f"{arrow} is not a readable Arrow file ({str(e).splitlines()[0]})",
+                             "save the dataset again with save_to_disk") from None
+        names = reader.schema.names
+        if field not in names:
+            raise LmlabError(f"{p} has no column {field!r} (it has: {', '.join(names[:8])})",
+                             "set data.text_field (--text-field) to the column that holds the text")
+        kind = reader.schema.field(field).type
+        if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
+            raise LmlabError(f"{p}: column {field!r} is {kind}, not text",
+                             "choose a text column with data.text_field (--text-field)")
+        for batch in reader:
+            for value in batch.column(field).to_pylist():
+                row += 1
+                if value is None:
+                    raise LmlabError(f"{p} row {row}: column {field!r} is empty (null)",
+                                     "drop or fill the rows without text")
+                yield value

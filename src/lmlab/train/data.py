@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lmlab.data.records import is_record_file
+from lmlab.data.records import input_bytes, is_dataset_dir, is_record_file
 from lmlab.data.shards import INDEX_FILE, TokenShards
 from lmlab.errors import LmlabError
 from lmlab.fileio import read_json, write_json
@@ -65,7 +65,7 @@ def resolve(entries: list[str], what: str) -> list[Path]:
                 f"{what} {p} does not exist{hint}",
                 "pass token shards from `lmlab data prepare` or text files",
             )
-        if p.is_dir() and not (p / INDEX_FILE).is_file():
+        if p.is_dir() and not (p / INDEX_FILE).is_file() and not is_dataset_dir(p):
             files = sorted(f for f in p.iterdir()
                            if f.is_file() and (f.suffix in (".txt", ".tokens", ".raw") or is_record_file(f)))
             if not files:
@@ -97,7 +97,11 @@ def _kind(paths: list[Path], what: str) -> str:
 
 
 def _fingerprint(files: list[Path]) -> list[list]:
-    return [[str(f.resolve()), f.stat().st_size, int(f.stat().st_mtime)] for f in files]
+    def mtime(f: Path) -> int:  # a datasets folder: its newest file
+        return int(max(g.stat().st_mtime for g in f.rglob("*") if g.is_file())) if f.is_dir() else int(
+            f.stat().st_mtime)
+
+    return [[str(f.resolve()), input_bytes(f), mtime(f)] for f in files]
 
 
 def prepare_run_data(

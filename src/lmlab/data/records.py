@@ -129,23 +129,36 @@ def _parquet_texts(p: Path, field: str) -> Iterator[str]:
     except Exception as e:  # pyarrow raises ArrowInvalid and friends for a file that is not Parquet
         raise LmlabError(f"{p} is not a readable Parquet file ({str(e).splitlines()[0]})",
                          "check the file") from None
-    names = pf.schema_arrow.names
-    if field not in names:
-        raise LmlabError(f"{p} has no column {field!r} (it has: {', '.join(names[:8])})",
-                         "set data.text_field (--text-field) to the column that holds the text")
-    kind = pf.schema_arrow.field(field).type
+    _check_text_column(pf.schema_arrow, field, p)
+    rows = _Rows(p, field)
+    for group in range(pf.num_row_groups):
+        yield from rows.texts(pf.read_row_group(group, columns=[field]).column(0).to_pylist())
+
+
+def _check_text_column(schema, field: str, p: Path) -> None:
+    """``field`` is a string column of the Arrow ``schema`` (one-line errors otherwise)."""
     import pyarrow as pa
 
+    if field not in schema.names:
+        raise LmlabError(f"{p} has no column {field!r} (it has: {', '.join(schema.names[:8])})",
+                         "set data.text_field (--text-field) to the column that holds the text")
+    kind = schema.field(field).type
     if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
         raise LmlabError(f"{p}: column {field!r} is {kind}, not text",
                          "choose a text column with data.text_field (--text-field)")
-    row = 0
-    for group in range(pf.num_row_groups):
-        values = pf.read_row_group(group, columns=[field]).column(0).to_pylist()
+
+
+class _Rows:
+    """Counts the rows of a columnar input and refuses a null text, naming its row."""
+
+    def __init__(self, p: Path, field: str):
+        self.p, self.field, self.row = p, field, 0
+
+    def texts(self, values) -> Iterator[str]:
         for value in values:
-            row += 1
+            self.row += 1
             if value is None:
-                raise LmlabError(f"{p} row {row}: column {field!r} is empty (null)",
+                raise LmlabError(f"{self.p} row {self.row}: column {self.field!r} is empty (null)",
                                  "drop or fill the rows without text")
             yield value
 
@@ -169,25 +182,13 @@ def _dataset_texts(p: Path, field: str) -> Iterator[str]:
     if not files:
         raise LmlabError(f"{p / 'state.json'} lists no Arrow files",
                          "save the dataset again with save_to_disk")
-    row = 0
+    rows = _Rows(p, field)
     for arrow in files:
         try:
             reader = pa.ipc.open_stream(pa.memory_map(str(arrow)))
         except Exception as e:  # pyarrow's errors for a missing or damaged file
             raise LmlabError(f"{arrow} is not a readable Arrow file ({str(e).splitlines()[0]})",
                              "save the dataset again with save_to_disk") from None
-        names = reader.schema.names
-        if field not in names:
-            raise LmlabError(f"{p} has no column {field!r} (it has: {', '.join(names[:8])})",
-                             "set data.text_field (--text-field) to the column that holds the text")
-        kind = reader.schema.field(field).type
-        if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
-            raise LmlabError(f"{p}: column {field!r} is {kind}, not text",
-                             "choose a text column with data.text_field (--text-field)")
+        _check_text_column(reader.schema, field, p)
         for batch in reader:
-            for value in batch.column(field).to_pylist():
-                row += 1
-                if value is None:
-                    raise LmlabError(f"{p} row {row}: column {field!r} is empty (null)",
-                                     "drop or fill the rows without text")
-                yield value
+            yield from rows.texts(batch.column(field).to_pylist())

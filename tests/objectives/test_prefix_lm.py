@@ -7,9 +7,17 @@ import torch
 from lmlab.models import build_model, get_preset
 from lmlab.models.attention_masks import prefix_lm_mask
 from lmlab.objectives import TokenBatch, get_objective
-from lmlab.objectives.prefix_lm import PrefixLM, prefix_pattern, sample_prefix_lengths
+from lmlab.objectives.prefix_lm import PrefixLM, sample_prefix_lengths
 from tests.objectives.conftest import model_mask
 
+
+def prefix_pattern(batch: TokenBatch, prefix_len: torch.Tensor) -> torch.Tensor:
+    """The prefix-LM pattern written out: same document and (causal or key in its document's
+    prefix), ``[B, T, T]``; the reference the model-built mask is held to."""
+    t = batch.input_ids.shape[1]
+    causal = torch.ones(t, t, dtype=torch.bool).tril()
+    in_prefix = batch.position_ids < prefix_len  # [B, T] per key
+    return batch.same_document() & (causal[None] | in_prefix[:, None, :])
 
 def one_doc_batch(rows: int, t: int) -> TokenBatch:
     ids = torch.arange(10, 10 + rows * t).view(rows, t) % 900 + 10

@@ -22,8 +22,6 @@ zstandard); nothing else does.
 
 from __future__ import annotations
 
-import contextlib
-import gzip
 import io
 import json
 import os
@@ -31,6 +29,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from lmlab.errors import LmlabError
+from lmlab.fileio import inside, iter_text_lines, read_json
 
 JSONL_SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst")
 PARQUET_SUFFIXES = (".parquet",)
@@ -66,42 +65,38 @@ def iter_record_texts(path: str | os.PathLike, text_field: str = "text") -> Iter
         yield from _jsonl_texts(p, text_field)
 
 
-def _open_jsonl(p: Path):
-    name = p.name.lower()
-    if name.endswith(".gz"):
-        return io.TextIOWrapper(gzip.open(p, "rb"), encoding="utf-8")
-    if name.endswith(".zst"):
-        try:
-            import zstandard
-        except ImportError:
-            raise LmlabError(f"reading {p} needs the zstandard package", INSTALL) from None
-        # every frame, not just the first (pzstd and concatenated files hold several)
-        stream = zstandard.ZstdDecompressor().stream_reader(open(p, "rb"), closefd=True,
-                                                            read_across_frames=True)
-        return io.TextIOWrapper(stream, encoding="utf-8")
-    return open(p, encoding="utf-8")
+def _jsonl_lines(p: Path) -> Iterator[str]:
+    """The lines of a JSON Lines file: plain and ``.gz`` through :func:`lmlab.fileio.iter_text_lines`
+    (which names an undecodable line and a cut gzip stream), ``.zst`` through zstandard."""
+    if not p.name.lower().endswith(".zst"):
+        yield from iter_text_lines(p)
+        return
+    try:
+        import zstandard
+    except ImportError:
+        raise LmlabError(f"reading {p} needs the zstandard package", INSTALL) from None
+    # every frame, not just the first (pzstd and concatenated files hold several)
+    stream = zstandard.ZstdDecompressor().stream_reader(open(p, "rb"), closefd=True, read_across_frames=True)
+    try:
+        with io.TextIOWrapper(stream, encoding="utf-8") as f:
+            yield from f
+    except UnicodeDecodeError as e:
+        raise LmlabError(f"{p} is not UTF-8 text ({e.reason})", "JSON Lines files are UTF-8") from None
+    except zstandard.ZstdError as e:
+        raise LmlabError(f"{p} could not be read to the end ({e})",
+                         "check the file (a complete zstandard stream?)") from None
 
 
 def _jsonl_texts(p: Path, field: str) -> Iterator[str]:
-    with contextlib.ExitStack() as stack:
-        f = stack.enter_context(_open_jsonl(p))
+    for lineno, line in enumerate(_jsonl_lines(p), 1):
+        if not line.strip():
+            continue
         try:
-            for lineno, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    record = json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise LmlabError(f"{p} line {lineno} is not JSON ({e.msg})",
-                                     "write one JSON object per line (JSON Lines)") from None
-                yield _text_of(record, field, p, f"line {lineno}")
-        except UnicodeDecodeError as e:
-            raise LmlabError(f"{p} is not UTF-8 text ({e.reason})", "JSON Lines files are UTF-8") from None
-        except LmlabError:
-            raise
-        except Exception as e:  # gzip.BadGzipFile, EOFError, OSError, zstandard.ZstdError
-            raise LmlabError(f"{p} could not be read to the end ({e})", "check the file (a complete "
-                             "gzip or zstandard stream?)") from None
+            record = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise LmlabError(f"{p} line {lineno} is not JSON ({e.msg})",
+                             "write one JSON object per line (JSON Lines)") from None
+        yield _text_of(record, field, p, f"line {lineno}")
 
 
 def _text_of(record, field: str, p: Path, where: str) -> str:
@@ -174,7 +169,6 @@ def _dataset_texts(p: Path, field: str) -> Iterator[str]:
         import pyarrow as pa
     except ImportError:
         raise LmlabError(f"reading {p} needs pyarrow", INSTALL) from None
-    from lmlab.fileio import inside, read_json
 
     state = read_json(p / "state.json", "datasets state")
     files = [inside(p, f.get("filename") if isinstance(f, dict) else f, f"{p / 'state.json'}")

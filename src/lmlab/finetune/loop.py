@@ -139,7 +139,7 @@ class FinetuneResult:
 # --------------------------------------------------------------------------- helpers
 
 
-def make_optimizer(model: nn.Module, cfg: FinetuneConfig, device: torch.device) -> torch.optim.AdamW:
+def make_optimizer(model: nn.Module, cfg: FinetuneConfig) -> torch.optim.AdamW:
     """AdamW over the trainable parameters (:func:`lmlab.train.optim.adamw`: no decay on biases,
     norms, embeddings; the fused kernel where it exists)."""
     from lmlab.train.optim import adamw
@@ -266,7 +266,7 @@ def finetune(checkpoint, task: str | Task, train, dev, out: str | os.PathLike | 
     feats = task.features(train_ex, tok)
     pad = pad_id_of(tok, model)
 
-    optimizer = make_optimizer(model, cfg, device)
+    optimizer = make_optimizer(model, cfg)
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     total_params = sum(p.numel() for p in model.parameters())
     steps_per_epoch = math.ceil(len(feats) / cfg.batch_size)

@@ -46,15 +46,6 @@ def sample_prefix_lengths(batch: TokenBatch, generator: torch.Generator) -> Tens
     return torch.minimum(prefix, lengths)
 
 
-def prefix_pattern(batch: TokenBatch, prefix_len: Tensor) -> Tensor:
-    """Boolean ``[B, T, T]``: same document and (causal or key in its document's prefix); the
-    mask the decoder builds from ``doc_ids`` and ``prefix_mask`` (kept for tests and reading)."""
-    t = batch.input_ids.shape[1]
-    causal = torch.ones(t, t, dtype=torch.bool, device=batch.input_ids.device).tril()
-    in_prefix = batch.position_ids < prefix_len  # [B, T] per key
-    return batch.same_document() & (causal[None] | in_prefix[:, None, :])
-
-
 class PrefixLM(Objective):
     """Prefix LM for decoders with an ``lm`` head (see the module docstring)."""
 

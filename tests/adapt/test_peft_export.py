@@ -7,22 +7,20 @@ import json
 
 import pytest
 import torch
+import transformers
+from peft import PeftModel
 
-pytest.importorskip("peft")  # in the dev extra; the import is what is tested here
-transformers = pytest.importorskip("transformers")
-
-from peft import PeftModel  # noqa: E402
-
-from lmlab.adapt import apply_method  # noqa: E402
-from lmlab.adapt.peft_export import export_peft_lora  # noqa: E402
-from lmlab.errors import LmlabError  # noqa: E402
-from lmlab.interop import hf_export  # noqa: E402
-from lmlab.models import build_model, get_preset  # noqa: E402
+from lmlab.adapt import apply_method
+from lmlab.adapt.peft_export import export_peft_lora
+from lmlab.errors import LmlabError
+from lmlab.interop import hf_export
+from lmlab.models import build_model, get_preset
 
 CASES = [
     ("bert-tiny", ("seq_cls",), "BertForSequenceClassification", {"num_labels": 3}),
     ("llama-tiny", ("lm",), "LlamaForCausalLM", {}),
     ("t5-tiny", None, "T5ForConditionalGeneration", {}),
+    ("bart-tiny", None, "BartForConditionalGeneration", {}),
 ]
 
 
@@ -44,7 +42,7 @@ def test_peft_loads_the_export_and_computes_lmlabs_logits(tmp_path, preset, head
     peft_model = PeftModel.from_pretrained(base, tmp_path / "peft").eval()
     ids = torch.randint(5, 300, (2, 12), generator=torch.Generator().manual_seed(1))
     kwargs = {"input_ids": ids}
-    if preset.startswith("t5"):
+    if preset.startswith(("t5", "bart")):
         gen = torch.Generator().manual_seed(2)
         kwargs["decoder_input_ids"] = torch.randint(5, 300, (2, 5), generator=gen)
     with torch.no_grad():

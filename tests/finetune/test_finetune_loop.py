@@ -193,6 +193,12 @@ def test_bf16_autocast_is_asked_for_or_chosen_on_a_gpu_never_silently_on_a_cpu(t
     assert loop.autocast_dtype("auto", torch.device("cpu")) is None
     assert loop.autocast_dtype("bf16", torch.device("cpu")) is torch.bfloat16
     assert loop.autocast_dtype("fp32", torch.device("cuda")) is None
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
+    assert loop.autocast_dtype("auto", torch.device("cuda")) is torch.bfloat16  # chosen on a GPU
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: False)
+    assert loop.autocast_dtype("auto", torch.device("cuda")) is None
+    with pytest.raises(LmlabError, match="no bfloat16"):
+        loop.autocast_dtype("bf16", torch.device("cuda"))
     seen = []
     real = torch.autocast
 

@@ -67,7 +67,10 @@ def test_evaluation_runs_the_block_as_before_and_a_copy_is_its_own():
     model = build_model(get_preset("gpt2-tiny", vocab_size=300))
     ids = _inputs("gpt2-tiny")["input_ids"]
     before = model.eval()(input_ids=ids).logits
-    assert enable_activation_checkpointing(model) == enable_activation_checkpointing(model)  # idempotent
+    assert enable_activation_checkpointing(model) == 2
+    wrapped = [b.forward for b in model.layers]
+    assert enable_activation_checkpointing(model) == 2  # a second call wraps nothing again
+    assert [b.forward for b in model.layers] == wrapped
     torch.testing.assert_close(model(input_ids=ids).logits, before, rtol=0, atol=0)
     twin = copy.deepcopy(model)
     with torch.no_grad():

@@ -41,30 +41,7 @@ def test_two_gloo_processes_match_one_process_with_the_same_global_batch(tiny_co
     )
     # two processes: 4 rows each, no accumulation = global batch 8
     cfg = tiny_config(max_steps=steps, grad_accum=1, eval_every=2, checkpoint_every=4, distributed="ddp")
-    port = _free_port()
-    procs = []
-    for rank in range(2):
-        env = dict(
-            os.environ,
-            MASTER_ADDR="127.0.0.1",
-            MASTER_PORT=str(port),
-            RANK=str(rank),
-            WORLD_SIZE="2",
-            LOCAL_RANK=str(rank),
-            LOCAL_WORLD_SIZE="2",
-            OMP_NUM_THREADS="1",
-        )
-        procs.append(
-            subprocess.Popen(
-                [sys.executable, "-c", WORKER, json.dumps(cfg), str(tmp_path / "two"), "new"],
-                env=env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
-            )
-        )
-    outs = [p.communicate(timeout=240)[0] for p in procs]
-    assert all(p.returncode == 0 for p in procs), outs
+    _two_processes(cfg, tmp_path / "two")
     one, two = _rows(tmp_path / "one" / "metrics.jsonl"), _rows(tmp_path / "two" / "metrics.jsonl")
     assert [r["step"] for r in two] == list(range(1, steps + 1))
     for a, b in zip(one, two):

@@ -15,10 +15,15 @@ from lmlab.train import pretrain
 QUIET = lambda m: None  # noqa: E731
 
 
-def _scalars(directory, tag):
+def _events(directory, tag):
+    """Every ``(step, value)`` event of ``tag``, in file order (duplicates kept)."""
     acc = EventAccumulator(str(directory))
     acc.Reload()
-    return {e.step: e.value for e in acc.Scalars(tag)} if tag in acc.Tags()["scalars"] else {}
+    return [(e.step, e.value) for e in acc.Scalars(tag)] if tag in acc.Tags()["scalars"] else []
+
+
+def _scalars(directory, tag):
+    return dict(_events(directory, tag))
 
 
 def _rows(run_dir):
@@ -34,6 +39,7 @@ def test_every_metrics_row_reaches_tensorboard_and_a_resume_drops_what_a_kill_le
     stray.close()
     pretrain(tiny_config(max_steps=8, loggers=["tensorboard"]), run, resume=True, log=QUIET)
     rows = _rows(run)
+    assert [step for step, _ in _events(run / "tensorboard", "loss")] == list(range(1, 9))  # stray purged
     loss = _scalars(run / "tensorboard", "loss")
     assert sorted(loss) == [r["step"] for r in rows] == list(range(1, 9))
     for r in rows:

@@ -38,6 +38,7 @@ def test_activation_checkpointing_changes_nothing_but_memory(tiny_config, tmp_pa
     ckpt = _rows(_run(pretrain(tiny_config(max_steps=4, activation_checkpointing=True), tmp_path / "ckpt",
                                log=lines.append)))
     assert any("activation checkpointing: 1 Transformer block" in line for line in lines)
+    assert len(plain) == len(ckpt) == 4
     for a, b in zip(plain, ckpt):
         assert b["loss"] == pytest.approx(a["loss"], abs=1e-6)
         assert b["grad_norm"] == pytest.approx(a["grad_norm"], rel=1e-5)
@@ -56,9 +57,16 @@ def test_mfu_is_logged_against_the_given_peak_and_only_then(tiny_config, tmp_pat
     assert "tflops" in no_peak[-1] and "mfu" not in no_peak[-1]  # a CPU's peak is not known
 
 
-def test_peak_table():
+def test_peak_table(monkeypatch):
     assert peak_tflops(torch.device("cpu"), None) is None
     assert peak_tflops(torch.device("cpu"), torch.bfloat16, given=12.5) == 12.5
+    gpu = torch.device("cuda", 0)
+    for name, half, tf32 in (("NVIDIA H100 80GB HBM3", 989.4, 494.7), ("NVIDIA H100 PCIe", 756.0, 378.0),
+                             ("NVIDIA A100-SXM4-40GB", 312.0, 156.0)):
+        monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None, n=name: n)
+        assert peak_tflops(gpu, torch.bfloat16) == half and peak_tflops(gpu, None) == tf32
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "Some Future GPU")
+    assert peak_tflops(gpu, torch.bfloat16) is None
 
 
 def test_an_unknown_compile_backend_is_one_line(tiny_config, tmp_path, capsys):

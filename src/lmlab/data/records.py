@@ -47,10 +47,15 @@ def is_record_file(path: str | os.PathLike) -> bool:
     return str(path).lower().endswith(RECORD_SUFFIXES) or is_dataset_dir(path)
 
 
-def input_bytes(path: str | os.PathLike) -> int:
-    """Bytes of an input on disk: a file's size, or a dataset folder's files together."""
+def input_stat(path: str | os.PathLike) -> tuple[int, int]:
+    """``(bytes, newest modification time)`` of an input: a file, or a dataset folder's files."""
     p = Path(path)
-    return sum(f.stat().st_size for f in p.rglob("*") if f.is_file()) if p.is_dir() else p.stat().st_size
+    stats = [f.stat() for f in p.rglob("*") if f.is_file()] if p.is_dir() else [p.stat()]
+    return sum(s.st_size for s in stats), int(max((s.st_mtime for s in stats), default=0))
+
+
+def input_bytes(path: str | os.PathLike) -> int:
+    return input_stat(path)[0]
 
 
 def iter_record_texts(path: str | os.PathLike, text_field: str = "text") -> Iterator[str]:

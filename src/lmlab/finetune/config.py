@@ -95,7 +95,8 @@ class FinetuneConfig:
         if unknown:
             raise LmlabError(f"unknown fine-tuning settings {unknown}",
                              f"use some of: {', '.join(sorted(names))}")
-        data = {k: (tuple(v) if k in ("betas", "lr_sweep", "loggers") else v) for k, v in data.items()}
+        data = {k: (tuple(v) if k in ("betas", "lr_sweep", "loggers") and isinstance(v, (list, tuple)) else v)
+                for k, v in data.items()}  # anything else is left for validate() to name
         return cls(**data).validate()
 
     def task_options(self) -> dict[str, Any]:

@@ -33,7 +33,6 @@ Methods: ``METHODS`` maps a name to a class or to ``"module:Class"``. A method i
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import importlib
 import json
@@ -56,6 +55,7 @@ from lmlab.finetune.config import FinetuneConfig
 from lmlab.tasks import Task, check_tokenizer, collate, load_task, make_task
 from lmlab.tasks.base import pad_id_of
 from lmlab.tasks.readers import BadLines, Example, limit
+from lmlab.train.device import Machine
 from lmlab.train.engine import Engine
 from lmlab.train.loggers import DIRECTORY as LOGS_DIR
 from lmlab.train.loggers import open_loggers
@@ -194,10 +194,6 @@ def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
     return torch.bfloat16
 
 
-def autocast(device: torch.device, dtype: torch.dtype | None):
-    return torch.autocast(device.type, dtype=dtype) if dtype is not None else contextlib.nullcontext()
-
-
 def _read(task: Task, data, what: str, bad: BadLines) -> list[Example]:
     if isinstance(data, (str, os.PathLike)):
         return task.read(data, bad)
@@ -240,6 +236,9 @@ def finetune(checkpoint, task: str | Task, train, dev, out: str | os.PathLike | 
     Returns the best dev metrics, the model and the run's numbers.
     """
     cfg = FinetuneConfig.from_dict(hparams)
+    if cfg.loggers and out is None:  # before any work
+        raise LmlabError("loggers write beside the fine-tuned model, but there is no output directory",
+                         "pass an output directory (--out)")
     say = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
     if cfg.lr == "auto":
         return _lr_sweep(checkpoint, task, train, dev, out, method, method_options, tokenizer, say, hparams,
@@ -248,6 +247,7 @@ def finetune(checkpoint, task: str | Task, train, dev, out: str | os.PathLike | 
         torch.set_num_threads(cfg.threads)
     device = pick_device(cfg.device)
     dtype = autocast_dtype(cfg.precision, device)
+    machine = Machine(device, torch.get_num_threads(), dtype, [])  # its autocast(), as pretraining
     torch.manual_seed(cfg.seed)
 
     model = _load(checkpoint, tokenizer)
@@ -291,9 +291,6 @@ def finetune(checkpoint, task: str | Task, train, dev, out: str | os.PathLike | 
         # the live log sits beside the output (tail it while training); it moves into the output at the end
         log_path = out_dir.with_name(f".{out_dir.name}.{METRICS_FILE}.live-{os.getpid()}")
         log_path.write_text("", encoding="utf-8")
-    elif cfg.loggers:
-        raise LmlabError("loggers write beside the fine-tuned model, but there is no output directory",
-                         "pass an output directory (--out)")
     # TensorBoard & co. write beside the output too, and move into it at the end
     live_logs = None if out_dir is None else out_dir.with_name(f".{out_dir.name}.tmp-{os.getpid()}-logs")
     if live_logs is not None:
@@ -313,7 +310,7 @@ def finetune(checkpoint, task: str | Task, train, dev, out: str | os.PathLike | 
         best: dict[str, Any] = {"score": -math.inf, "metrics": None, "step": 0, "snap": None}
 
         def evaluate(step: int, epoch: float) -> None:
-            with autocast(device, dtype):
+            with machine.autocast():
                 metrics = task.evaluate(model, dev_ex, cfg.eval_batch_size)
             if select not in metrics:
                 raise LmlabError(f"select_metric {select!r} is not a metric of task {task.name}",
@@ -334,7 +331,7 @@ def finetune(checkpoint, task: str | Task, train, dev, out: str | os.PathLike | 
         step, t0, seen, run_loss, n_loss = 0, time.perf_counter(), 0, 0.0, 0
         order: list[list[int]] = []  # this epoch's batches, last first (pop() is O(1))
         engine = Engine(optimizer, lambda s: warmup_decay_lr(s, lr=cfg.lr, warmup=warmup, end=total),
-                        clip=cfg.grad_clip, autocast=lambda: autocast(device, dtype),
+                        clip=cfg.grad_clip, autocast=machine.autocast,
                         fix="lower the learning rate (--lr)")
         while step < total:
             if not order:

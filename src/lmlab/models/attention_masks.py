@@ -30,6 +30,7 @@ import torch
 from torch import Tensor
 
 from lmlab.errors import LmlabError
+from lmlab.models.checkpoint import eager_checks
 
 BACKENDS = ("sdpa", "flex")
 
@@ -81,7 +82,8 @@ def attention_bias(
     where it is not (not -inf: a fully masked row then stays finite, as in transformers).
     """
     k_len = q_len if k_len is None else k_len
-    if attention_mask is not None and bool(attention_mask.all()):
+    # all real tokens: drop the padding mask (a host read, so not while dynamo traces)
+    if attention_mask is not None and eager_checks() and bool(attention_mask.all()):
         attention_mask = None  # no padding: keep the fast path
     if attention_mask is None and mask is None:
         if not causal or q_len == 1:
@@ -126,7 +128,7 @@ def self_attention_mask(*, causal: bool, q_len: int, k_len: int | None = None, d
                          "pass them for training and scoring, not with past_key_values")
     if backend not in BACKENDS:
         raise LmlabError(f"unknown attention backend {backend!r}", f"use one of {', '.join(BACKENDS)}")
-    no_padding = attention_mask is None or (not torch.compiler.is_compiling() and bool(attention_mask.all()))
+    no_padding = attention_mask is None or (eager_checks() and bool(attention_mask.all()))
     if backend == "flex" and packed and pattern is None and no_padding:
         return block_mask(causal, doc_ids, prefix_mask, q_len), False
     allowed = None

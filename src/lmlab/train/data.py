@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lmlab.data.records import input_bytes, is_dataset_dir, is_record_file
+from lmlab.data.records import input_stat, is_dataset_dir, is_record_file
 from lmlab.data.shards import INDEX_FILE, TokenShards
 from lmlab.errors import LmlabError
 from lmlab.fileio import read_json, write_json
@@ -97,11 +97,7 @@ def _kind(paths: list[Path], what: str) -> str:
 
 
 def _fingerprint(files: list[Path]) -> list[list]:
-    def mtime(f: Path) -> int:  # a datasets folder: its newest file
-        return int(max(g.stat().st_mtime for g in f.rglob("*") if g.is_file())) if f.is_dir() else int(
-            f.stat().st_mtime)
-
-    return [[str(f.resolve()), input_bytes(f), mtime(f)] for f in files]
+    return [[str(f.resolve()), *input_stat(f)] for f in files]
 
 
 def prepare_run_data(

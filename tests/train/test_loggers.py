@@ -61,6 +61,15 @@ def test_unknown_logger_is_one_line_before_any_work(tiny_config, tmp_path, capsy
     assert not (tmp_path / "r").exists()
 
 
+@pytest.mark.parametrize("value", ["tensorboard", 1, [1]])
+def test_loggers_that_are_no_list_of_names_are_one_line(value):
+    from lmlab.errors import LmlabError
+    from lmlab.finetune.config import FinetuneConfig
+
+    with pytest.raises(LmlabError, match="must be a list of logger names"):
+        FinetuneConfig.from_dict({"loggers": value})
+
+
 def test_finetuning_writes_its_rows_into_the_output(tmp_path, minilm_dir, data_dir):
     import torch
 

@@ -49,7 +49,7 @@ LOGGERS = {"tensorboard": (TensorBoardLogger, "tensorboard", "logs")}
 
 def check_loggers(names: Sequence[str], where: str) -> None:
     """One-line errors, before any work, for an unknown logger or one whose package is missing."""
-    if isinstance(names, str) or not all(isinstance(n, str) for n in names):
+    if not isinstance(names, (list, tuple)) or not all(isinstance(n, str) for n in names):
         raise LmlabError(f"{where} must be a list of logger names, got {names!r}",
                          'write e.g. loggers = ["tensorboard"]')
     for name in names:

@@ -22,7 +22,12 @@ last token with --decoder-style last), an encoder-decoder writes the answer as t
 Training: AdamW, linear warmup (--warmup-ratio) then linear decay, --epochs or --max-steps,
 evaluation on --dev after each epoch; the best dev checkpoint is kept. --out receives the model
 (load_model-able, with its task head and tokenizer), task.json, eval.json (the best dev metrics,
-also printed), metrics.jsonl (training log) and finetune.json (run summary)."""
+also printed), metrics.jsonl (training log) and finetune.json (run summary).
+
+Stopping and resuming: Ctrl-C or SIGTERM finishes the step in flight, saves the run's state
+beside --out (.OUT.resume/, also saved after every evaluation or every --save-every steps) and
+exits; the same command with --resume continues exactly where it stopped (same batches, same
+dropout, same result as an uninterrupted run)."""
 
 EXAMPLES = """\
   lmlab finetune --checkpoint ck/minilm --task sst2 --train glue/sst2/train.tsv \\
@@ -31,6 +36,7 @@ EXAMPLES = """\
       --out ft/squad --max-length 384 --doc-stride 128
   lmlab finetune --checkpoint ck/gpt --task rte --train rte/train.tsv --dev rte/dev.tsv \\
       --out ft/rte-gpt --lm-weight 0.5
+  lmlab finetune ... --out ft/sst2 --resume      # continue an interrupted run
   lmlab finetune --checkpoint ck/t5 --task sst2 --train sst2/train.tsv --dev sst2/dev.tsv --out ft/t5"""
 
 
@@ -72,6 +78,8 @@ def register(sub) -> None:
                    help="auto: bf16 autocast on a CUDA GPU with bfloat16, fp32 elsewhere")
     g.add_argument("--threads", type=int, default=None, metavar="N", help="torch CPU threads")
     g.add_argument("--no-progress", action="store_true", help="no progress bar")
+    g.add_argument("--save-every", type=int, default=None, metavar="N",
+                   help="write the resume state every N steps (default: after each evaluation)")
     g.add_argument("--logger", action="append", default=[], choices=["tensorboard"], dest="loggers",
                    help="also write the metrics there (OUT/tensorboard/; may be repeated)")
     t = p.add_argument_group("task")
@@ -87,6 +95,9 @@ def register(sub) -> None:
     t.add_argument("--max-target-length", type=int, default=None, metavar="N",
                    help="text-to-text: tokens generated at most (default 32)")
     t.add_argument("--prefix", default=None, help="text2text: text put before every source")
+    p.add_argument("--resume", action="store_true",
+                   help="continue the interrupted run that was writing --out (stopped by Ctrl-C, SIGTERM or "
+                        "a crash), exactly where its last resume state left it")
     p.add_argument("--on-bad-line", choices=("error", "skip"), default="error",
                    help="a malformed data line stops the run (error) or is reported and left out (skip)")
     p.set_defaults(func=run, out_kind=("finetune.json", "fine-tuned model"))
@@ -126,7 +137,7 @@ def run(args) -> int:
         "eval_every": args.eval_every, "select_metric": args.select_metric,
         "max_train_examples": args.max_train_examples, "max_eval_examples": args.max_eval_examples,
         "device": args.device, "precision": args.precision, "threads": args.threads,
-        "progress": not args.no_progress, "loggers": tuple(args.loggers),
+        "progress": not args.no_progress, "loggers": tuple(args.loggers), "save_every": args.save_every,
         "on_bad_line": args.on_bad_line, "max_length": args.max_length, "doc_stride": args.doc_stride,
         "max_answer_length": args.max_answer_length, "lm_weight": args.lm_weight,
         "decoder_style": args.decoder_style, "max_target_length": args.max_target_length,
@@ -135,6 +146,7 @@ def run(args) -> int:
     if getattr(args, "lr_sweep", None):
         hparams["lr_sweep"] = tuple(args.lr_sweep)
     result = finetune(args.checkpoint, args.task, args.train, args.dev, args.out, method=args.method,
-                      method_options=parse_options(args.method_option), tokenizer=args.tokenizer, **hparams)
+                      method_options=parse_options(args.method_option), tokenizer=args.tokenizer,
+                      resume=args.resume, **hparams)
     print(json.dumps(result.metrics, indent=2))
     return 0

@@ -51,6 +51,7 @@ class FinetuneConfig:
     threads: int | None = None
     progress: bool = True
     loggers: tuple[str, ...] = ()         # also write the metrics rows there, e.g. ("tensorboard",)
+    save_every: int | None = None         # resume state every N steps (default: after each evaluation)
     # task options (None = the task's default)
     max_length: int | None = None
     doc_stride: int | None = None
@@ -74,7 +75,7 @@ class FinetuneConfig:
             v = getattr(self, name)
             check(isinstance(v, int) and v >= 1, name, f"use a positive integer for {name}")
         for name in ("max_steps", "warmup_steps", "eval_every", "max_train_examples", "max_eval_examples",
-                     "threads"):
+                     "threads", "save_every"):
             v = getattr(self, name)
             check(v is None or (isinstance(v, int) and v >= (0 if name == "warmup_steps" else 1)), name,
                   f"use a positive integer for {name} (or leave it unset)")

@@ -33,6 +33,7 @@ Methods: ``METHODS`` maps a name to a class or to ``"module:Class"``. A method i
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import importlib
 import json
@@ -51,15 +52,18 @@ from torch import nn
 
 from lmlab.errors import LmlabError
 from lmlab.fileio import atomic_dir, check_replaceable_dir, read_json, replace_dir, write_json
+from lmlab.finetune import resume as resume_state
 from lmlab.finetune.config import FinetuneConfig
 from lmlab.tasks import Task, check_tokenizer, collate, load_task, make_task
 from lmlab.tasks.base import pad_id_of
 from lmlab.tasks.readers import BadLines, Example, limit
+from lmlab.train.checkpoint import restore_rng, rng_tensors
 from lmlab.train.device import Machine
 from lmlab.train.engine import Engine
 from lmlab.train.loggers import DIRECTORY as LOGS_DIR
 from lmlab.train.loggers import open_loggers
 from lmlab.train.optim import warmup_decay_lr
+from lmlab.train.preempt import StopRequests
 from lmlab.train.progress import Progress
 
 TASK_FILE = "task.json"
@@ -227,12 +231,14 @@ def _load(checkpoint, tokenizer):
 
 def finetune(checkpoint, task: str | Task, train, dev, out: str | os.PathLike | None,
              method: str = "full", method_options: dict[str, Any] | None = None, *,
-             tokenizer=None, log: Callable[[str], None] | None = None, **hparams) -> FinetuneResult:
+             tokenizer=None, log: Callable[[str], None] | None = None, resume: bool = False,
+             _resumable: bool = True, **hparams) -> FinetuneResult:
     """Fine-tune ``checkpoint`` (a directory or a model) on ``task`` and write the result to ``out``.
 
     ``train``/``dev``: file paths (or lists of :class:`~lmlab.tasks.readers.Example`).
     ``hparams``: :class:`FinetuneConfig` fields (``lr``, ``epochs``, ``max_steps``,
     ``batch_size``, ``max_length``...). ``out=None`` writes nothing (the result holds the model).
+    ``resume``: continue the interrupted run that was writing ``out`` (:mod:`lmlab.finetune.resume`).
     Returns the best dev metrics, the model and the run's numbers.
     """
     cfg = FinetuneConfig.from_dict(hparams)
@@ -241,10 +247,20 @@ def finetune(checkpoint, task: str | Task, train, dev, out: str | os.PathLike | 
                          "pass an output directory (--out)")
     say = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
     if cfg.lr == "auto":
+        if resume:
+            raise LmlabError("--resume cannot continue an --lr auto sweep (each rate is its own run)",
+                             "rerun the sweep, or fine-tune with the chosen --lr and --resume that")
         return _lr_sweep(checkpoint, task, train, dev, out, method, method_options, tokenizer, say, hparams,
                          cfg)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
+    out_dir = Path(out) if out is not None else None
+    resumable = out_dir is not None and _resumable
+    resume_from = None
+    if out_dir is not None:
+        out_dir = check_replaceable_dir(out_dir, SUMMARY_FILE, "fine-tuned model")  # before any work
+        if resumable:
+            resume_from = resume_state.check_start(out_dir, resume)
     device = pick_device(cfg.device)
     dtype = autocast_dtype(cfg.precision, device)
     machine = Machine(device, torch.get_num_threads(), dtype, [])  # its autocast(), as pretraining
@@ -273,6 +289,9 @@ def finetune(checkpoint, task: str | Task, train, dev, out: str | os.PathLike | 
     total = cfg.max_steps if cfg.max_steps is not None else cfg.epochs * steps_per_epoch
     warmup = cfg.warmup_steps if cfg.warmup_steps is not None else round(cfg.warmup_ratio * total)
     select = cfg.select_metric or task.main_metric
+    identity = resume_state.run_identity(cfg.to_dict(), task.name, method, method_options or {}, checkpoint,
+                                         train, dev)
+    saved = None if resume_from is None else resume_state.load_state(resume_from, identity)
     say(f"finetune: task {task.name} ({type(task).__name__}), method {method}, {len(train_ex)} train / "
         f"{len(dev_ex)} dev examples, {total} steps, device {device} "
         f"({'bf16 autocast' if dtype is not None else 'fp32'}), trainable parameters "
@@ -283,19 +302,29 @@ def finetune(checkpoint, task: str | Task, train, dev, out: str | os.PathLike | 
         shown = ", ".join(f"{k} {v:.4f}" for k, v in baseline[1].items())
         say(f"baseline ({baseline[0]}, no model): {shown}")
 
-    out_dir = Path(out) if out is not None else None
     log_path = None
     if out_dir is not None:
-        out_dir = check_replaceable_dir(out_dir, SUMMARY_FILE, "fine-tuned model")  # before any work
         out_dir.parent.mkdir(parents=True, exist_ok=True)
-        # the live log sits beside the output (tail it while training); it moves into the output at the end
-        log_path = out_dir.with_name(f".{out_dir.name}.{METRICS_FILE}.live-{os.getpid()}")
+        # the live log sits beside the output (tail it while training; in the resume directory when
+        # the run can be resumed); it moves into the output at the end
+        if resumable:
+            log_path = resume_state.resume_dir(out_dir) / METRICS_FILE
+            log_path.parent.mkdir(exist_ok=True)
+        else:
+            log_path = out_dir.with_name(f".{out_dir.name}.{METRICS_FILE}.live-{os.getpid()}")
         log_path.write_text("", encoding="utf-8")
-    # TensorBoard & co. write beside the output too, and move into it at the end
-    live_logs = None if out_dir is None else out_dir.with_name(f".{out_dir.name}.tmp-{os.getpid()}-logs")
-    if live_logs is not None:
+    # TensorBoard & co. write beside the output too (in the resume directory when the run can be
+    # resumed, so a resumed run continues them), and move into it at the end
+    live_logs = None
+    if resumable:
+        live_logs = resume_state.resume_dir(out_dir) / resume_state.LOGS
+    elif out_dir is not None:
+        live_logs = out_dir.with_name(f".{out_dir.name}.tmp-{os.getpid()}-logs")
         shutil.rmtree(live_logs, ignore_errors=True)  # a failed earlier attempt of this process
-    loggers = open_loggers(cfg.loggers, live_logs) if cfg.loggers else []
+    loggers = (open_loggers(cfg.loggers, live_logs, resume_after=saved["step"] if saved else None)
+               if cfg.loggers else [])
+    finished = False
+    exits = contextlib.ExitStack()  # the stop-signal handlers, while the loop runs
     try:
         history: list[dict[str, Any]] = []
 
@@ -330,9 +359,33 @@ def finetune(checkpoint, task: str | Task, train, dev, out: str | os.PathLike | 
         model.train()
         step, t0, seen, run_loss, n_loss = 0, time.perf_counter(), 0, 0.0, 0
         order: list[list[int]] = []  # this epoch's batches, last first (pop() is O(1))
+        if saved is not None:  # continue the interrupted run where its state was saved
+            model.load_state_dict(saved["model"])
+            optimizer.load_state_dict(saved["optimizer"])
+            gen.set_state(saved["generator"])
+            restore_rng(saved["rng"])
+            step, seen, order = saved["step"], saved["seen"], saved["order"]
+            run_loss, n_loss = saved["run_loss"], saved["n_loss"]
+            t0 -= saved["elapsed_s"]
+            best.update(saved["best"])
+            history.extend(saved["history"])
+            if log_path is not None:
+                log_path.write_text("".join(json.dumps(r) + "\n" for r in history), encoding="utf-8")
+            say(f"resumed at step {step} of {total} (best dev {select} so far "
+                f"{best['score']:.4f}, step {best['step']})")
+            progress.update(step, [])
+
+        def save_resume_state() -> None:
+            resume_state.save_state(out_dir, {
+                "identity": identity, "step": step, "seen": seen, "order": order,
+                "run_loss": run_loss, "n_loss": n_loss, "elapsed_s": time.perf_counter() - t0,
+                "model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                "generator": gen.get_state(), "rng": rng_tensors(), "best": best, "history": history})
+
         engine = Engine(optimizer, lambda s: warmup_decay_lr(s, lr=cfg.lr, warmup=warmup, end=total),
                         clip=cfg.grad_clip, autocast=machine.autocast,
                         fix="lower the learning rate (--lr)")
+        stop = exits.enter_context(StopRequests()) if resumable else None
         while step < total:
             if not order:
                 order = epoch_batches(lengths, cfg.batch_size, gen, cfg.group_by_length)[::-1]
@@ -352,9 +405,19 @@ def finetune(checkpoint, task: str | Task, train, dev, out: str | os.PathLike | 
                         "elapsed_s": elapsed})
                 run_loss, n_loss = 0.0, 0
             epoch_end = not order
-            if epoch_end or step == total or (cfg.eval_every and step % cfg.eval_every == 0):
+            evaluated = epoch_end or step == total or bool(cfg.eval_every and step % cfg.eval_every == 0)
+            if evaluated:
                 evaluate(step, epoch)
                 model.train()
+            if resumable and step < total:
+                requested = stop.requested
+                if requested or (evaluated if cfg.save_every is None else step % cfg.save_every == 0):
+                    save_resume_state()
+                if requested:
+                    progress.close()
+                    say(f"stopped by {requested} at step {step}; continue with the same command and --resume")
+                    raise KeyboardInterrupt
+        exits.close()
         progress.close()
 
         meth.restore(model, best["snap"])
@@ -385,11 +448,15 @@ def finetune(checkpoint, task: str | Task, train, dev, out: str | os.PathLike | 
                 if loggers:
                     os.replace(live_logs / LOGS_DIR, tmp / LOGS_DIR)
             log_path.unlink(missing_ok=True)
+            finished = True
             say(f"saved the best model (step {best['step']}, {select} {best['score']:.4f}) to {out_dir}")
     finally:  # also when training fails: no open event files, nothing left beside the output
         for logger in loggers:
             logger.close()
-        if live_logs is not None:
+        exits.close()
+        if resumable and finished:
+            shutil.rmtree(resume_state.resume_dir(out_dir), ignore_errors=True)
+        elif live_logs is not None and not resumable:
             shutil.rmtree(live_logs, ignore_errors=True)
     return FinetuneResult(metrics, model, task, out_dir, best["step"], total, trainable, total_params,
                           history, None if baseline is None else baseline[1], at_baseline)
@@ -408,7 +475,7 @@ def _lr_sweep(checkpoint, task, train, dev, out, method, method_options, tokeniz
             tmp = None if target is None else target.with_name(f".{target.name}.lr-{lr:g}-{os.getpid()}")
             start = checkpoint if isinstance(checkpoint, (str, os.PathLike)) else copy.deepcopy(checkpoint)
             res = finetune(start, task, train, dev, tmp, method, method_options, tokenizer=tokenizer, log=say,
-                           **{**hparams, "lr": lr})
+                           _resumable=False, **{**hparams, "lr": lr})
             runs.append((lr, res, tmp))
         select = cfg.select_metric or runs[0][1].task.main_metric
         best_lr, best, best_dir = max(runs, key=lambda r: (r[1].metrics[select], -r[0]))

@@ -1,0 +1,148 @@
+"""Stopping a fine-tuning run and resuming it gives the uninterrupted run's result, exactly."""
+
+from __future__ import annotations
+
+import json
+import signal
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from lmlab.cli import main
+from lmlab.errors import LmlabError
+from lmlab.finetune import finetune
+from lmlab.finetune import loop as ft_loop
+from lmlab.finetune.resume import STATE_FILE, resume_dir
+from lmlab.models import build_model, get_preset, save_checkpoint
+from lmlab.tokenizers import load_tokenizer
+from lmlab.train.engine import Engine
+
+QUIET = {"progress": False, "log": lambda m: None}
+TIMINGS = ("elapsed_s", "examples_per_s")
+
+
+@pytest.fixture(scope="module")
+def start(minilm_dir, tmp_path_factory):
+    """A tiny BERT (dropout on, so the RNG state matters) saved with the real MiniLM vocabulary."""
+    tok = load_tokenizer(minilm_dir)
+    torch.manual_seed(0)
+    model = build_model(get_preset("bert-tiny", vocab_size=tok.vocab_size), heads=None)
+    d = tmp_path_factory.mktemp("start") / "bert"
+    save_checkpoint(model, d, tokenizer=tok)
+    return d
+
+
+@pytest.fixture()
+def sst2(data_dir):
+    g = data_dir / "glue" / "sst2"
+    return g / "train.tsv", g / "dev.tsv"
+
+
+HP = {"epochs": 2, "batch_size": 16, "lr": 5e-4, "eval_every": 4, "max_train_examples": 96,
+      "max_eval_examples": 48, "warmup_ratio": 0.2}
+
+
+class StopAt:
+    """Stands in for the SIGINT/SIGTERM handler: a stop is 'requested' once step ``at`` is done."""
+
+    def __init__(self, monkeypatch, at: int):
+        self.requested = None
+        original = Engine.step
+        guard = self
+
+        def step(engine, i, *a, **k):
+            out = original(engine, i, *a, **k)
+            if i + 1 == at:
+                guard.requested = "SIGTERM"
+            return out
+
+        monkeypatch.setattr(Engine, "step", step)
+        monkeypatch.setattr(ft_loop, "StopRequests", lambda: self)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return None
+
+
+def rows(out):
+    return [{k: v for k, v in json.loads(line).items() if k not in TIMINGS}
+            for line in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.parametrize("method", ["full", "lora"])
+def test_stopped_and_resumed_run_equals_the_uninterrupted_one(start, sst2, tmp_path, monkeypatch, method):
+    hp = {**HP, "method": method}
+    whole = tmp_path / "whole"
+    finetune(start, "sst2", *sst2, whole, **hp, **QUIET)
+    assert not resume_dir(whole).exists()          # a finished run leaves no state behind
+
+    out = tmp_path / "stopped"
+    with monkeypatch.context() as m:
+        StopAt(m, at=5)                             # mid-epoch, between two evaluations
+        with pytest.raises(KeyboardInterrupt):
+            finetune(start, "sst2", *sst2, out, **hp, **QUIET)
+    assert not out.exists() and (resume_dir(out) / STATE_FILE).is_file()
+    saved = torch.load(resume_dir(out) / STATE_FILE, weights_only=True)
+    assert saved["step"] == 5 and saved["best"]["step"] == 4
+
+    res = finetune(start, "sst2", *sst2, out, resume=True, **hp, **QUIET)
+    assert res.steps == 12 and not resume_dir(out).exists()
+    weights = sorted(p.name for p in whole.glob("*.safetensors"))
+    assert weights and weights == sorted(p.name for p in out.glob("*.safetensors"))
+    for name in weights:
+        a, b = load_file(whole / name), load_file(out / name)
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert (out / "eval.json").read_text() == (whole / "eval.json").read_text()
+    assert rows(out) == rows(whole) and len(rows(out)) > 3
+    assert json.loads((out / "finetune.json").read_text())["best_step"] == \
+        json.loads((whole / "finetune.json").read_text())["best_step"]
+
+
+def test_a_run_without_stops_installs_and_removes_its_signal_handlers(start, sst2, tmp_path):
+    before = signal.getsignal(signal.SIGTERM)
+    seen = []
+    original = Engine.step
+
+    def step(engine, i, *a, **k):
+        seen.append(signal.getsignal(signal.SIGTERM))
+        return original(engine, i, *a, **k)
+
+    Engine.step = step
+    try:
+        finetune(start, "sst2", *sst2, tmp_path / "ft", **{**HP, "epochs": 1}, **QUIET)
+    finally:
+        Engine.step = original
+    assert seen and all(h is not before for h in seen)   # the loop listens for a stop request
+    assert signal.getsignal(signal.SIGTERM) is before    # and gives the handler back at the end
+
+
+def test_an_interrupted_run_is_never_started_over_silently(start, sst2, tmp_path, monkeypatch, capsys):
+    out = tmp_path / "ft"
+    with monkeypatch.context() as m:
+        StopAt(m, at=2)
+        with pytest.raises(KeyboardInterrupt):
+            finetune(start, "sst2", *sst2, out, **HP, **QUIET)
+    with pytest.raises(LmlabError, match="interrupted fine-tuning run.*--resume"):
+        finetune(start, "sst2", *sst2, out, **HP, **QUIET)
+    # the CLI says the same in one line, exit 2
+    code = main(["finetune", "--checkpoint", str(start), "--task", "sst2", "--train", str(sst2[0]),
+                 "--dev", str(sst2[1]), "--out", str(out), "--no-progress"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and err[-1].startswith("error: ") and "--resume" in err[-1]
+    # other settings than the interrupted run's: refused, naming what changed
+    with pytest.raises(LmlabError, match=r"lr 0\.0005 -> 0\.001"):
+        finetune(start, "sst2", *sst2, out, resume=True, **{**HP, "lr": 1e-3}, **QUIET)
+    assert (resume_dir(out) / STATE_FILE).is_file()  # still there after every refusal
+
+
+def test_resume_with_nothing_to_resume_starts_from_the_beginning(start, sst2, tmp_path):
+    res = finetune(start, "sst2", *sst2, tmp_path / "ft", resume=True, **{**HP, "epochs": 1}, **QUIET)
+    assert res.steps == 6 and (tmp_path / "ft" / "eval.json").is_file()
+
+
+def test_lr_auto_cannot_be_resumed(start, sst2, tmp_path):
+    with pytest.raises(LmlabError, match="lr auto"):
+        finetune(start, "sst2", *sst2, tmp_path / "ft", resume=True, **{**HP, "lr": "auto"}, **QUIET)

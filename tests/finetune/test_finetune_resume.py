@@ -146,3 +146,59 @@ def test_resume_with_nothing_to_resume_starts_from_the_beginning(start, sst2, tm
 def test_lr_auto_cannot_be_resumed(start, sst2, tmp_path):
     with pytest.raises(LmlabError, match="lr auto"):
         finetune(start, "sst2", *sst2, tmp_path / "ft", resume=True, **{**HP, "lr": "auto"}, **QUIET)
+
+
+WORKER = """
+import json, sys
+from lmlab.finetune import finetune
+a = json.loads(sys.argv[1])
+finetune(a["start"], "sst2", a["train"], a["dev"], a["out"], progress=False, log=lambda m: None, **a["hp"])
+"""
+
+
+def test_two_gloo_processes_fine_tune_like_one_with_the_same_global_batch(minilm_dir, sst2, tmp_path):
+    """torchrun-style data parallelism: each process takes half of every batch (the last, odd-sized
+    batch included) and the gradients are averaged; no dropout, so the arithmetic is the same."""
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    tok = load_tokenizer(minilm_dir)
+    torch.manual_seed(0)
+    cfg = get_preset("bert-tiny", vocab_size=tok.vocab_size, dropout=0.0, attn_dropout=0.0)
+    save_checkpoint(build_model(cfg, heads=None), tmp_path / "bert", tokenizer=tok)
+    hp = {**HP, "max_train_examples": 91, "log_every": 1}      # 6 steps per epoch, the last has 11
+    finetune(tmp_path / "bert", "sst2", *sst2, tmp_path / "one", **hp, **QUIET)
+
+    args = json.dumps({"start": str(tmp_path / "bert"), "train": str(sst2[0]), "dev": str(sst2[1]),
+                       "out": str(tmp_path / "two"), "hp": hp})
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    procs = [subprocess.Popen([sys.executable, "-c", WORKER, args], stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True,
+                              env=dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+                                       RANK=str(r), WORLD_SIZE="2", LOCAL_RANK=str(r),
+                                       LOCAL_WORLD_SIZE="2", OMP_NUM_THREADS="1"))
+             for r in range(2)]
+    try:
+        outs = [p.communicate(timeout=240)[0] for p in procs]
+    except subprocess.TimeoutExpired:
+        for p in procs:
+            p.kill()
+        pytest.fail("the two processes did not finish within 240 s")
+    assert all(p.returncode == 0 for p in procs), outs
+
+    one, two = rows(tmp_path / "one"), rows(tmp_path / "two")
+    assert [r["step"] for r in one] == [r["step"] for r in two] and len(one) > 12
+    for a, b in zip(one, two):
+        assert a.keys() == b.keys()
+        for k in a:
+            assert b[k] == pytest.approx(a[k], rel=1e-4, abs=1e-5), (a["step"], k)
+    losses = [r["loss"] for r in one if "loss" in r]
+    assert len(losses) == 12 and losses[0] != losses[-1]
+    w1 = load_file(tmp_path / "one" / "model.safetensors")
+    w2 = load_file(tmp_path / "two" / "model.safetensors")
+    assert max((w1[k] - w2[k]).abs().max().item() for k in w1) < 1e-4
+    assert not resume_dir(tmp_path / "two").exists()

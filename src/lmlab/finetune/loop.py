@@ -57,6 +57,7 @@ from lmlab.finetune.config import FinetuneConfig
 from lmlab.tasks import Task, check_tokenizer, collate, load_task, make_task
 from lmlab.tasks.base import pad_id_of
 from lmlab.tasks.readers import BadLines, Example, limit
+from lmlab.train import distributed as dist
 from lmlab.train.checkpoint import restore_rng, rng_tensors
 from lmlab.train.device import Machine
 from lmlab.train.engine import Engine
@@ -173,6 +174,32 @@ def epoch_batches(lengths: Sequence[int], batch_size: int, gen: torch.Generator,
     return out
 
 
+def rank_of_launch() -> int:
+    """This process's rank under torchrun (0 otherwise), before the process group exists."""
+    return int(os.environ.get("RANK", "0"))
+
+
+def launched_world_size() -> int:
+    return dist.launched_world_size()
+
+
+def share_of_batch(idx: list[int], info) -> tuple[list[int], float]:
+    """This process's examples of the global batch ``idx`` and the weight of its mean loss.
+
+    With N processes, process r takes ``idx[r::N]``; its per-example mean loss is weighted by
+    ``len(share) * N / len(idx)``, so that the gradients averaged over processes equal the
+    gradient of the mean over the whole batch, as on one process, also when the batch does not
+    divide evenly. A process left without an example (a last batch smaller than N) runs the first
+    one with weight 0: it must still join the gradient all-reduce.
+    """
+    if not info.enabled:
+        return idx, 1.0
+    mine = idx[info.rank::info.world_size]
+    if not mine:
+        return idx[:1], 0.0
+    return mine, len(mine) * info.world_size / len(idx)
+
+
 def at_trivial_baseline(metrics: dict[str, float], baseline, select: str, margin: float = 0.005) -> bool:
     """True when the selected dev metric is no better than the trivial answer's (within ``margin``)."""
     if baseline is None or select not in baseline[1] or select not in metrics:
@@ -180,10 +207,10 @@ def at_trivial_baseline(metrics: dict[str, float], baseline, select: str, margin
     return bool(metrics[select] <= baseline[1][select] + margin)
 
 
-def pick_device(name: str) -> torch.device:
+def pick_device(name: str, local_rank: int = 0) -> torch.device:
     from lmlab.train.device import pick_device as _pick
 
-    return _pick(name)
+    return _pick(name, local_rank)
 
 
 def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
@@ -247,6 +274,9 @@ def finetune(checkpoint, task: str | Task, train, dev, out: str | os.PathLike | 
                          "pass an output directory (--out)")
     say = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
     if cfg.lr == "auto":
+        if launched_world_size() > 1:
+            raise LmlabError("--lr auto runs one fine-tuning per rate and cannot run under torchrun",
+                             "sweep on one process, then fine-tune with the chosen --lr under torchrun")
         if resume:
             raise LmlabError("--resume cannot continue an --lr auto sweep (each rate is its own run)",
                              "rerun the sweep, or fine-tune with the chosen --lr and --resume that")
@@ -260,8 +290,12 @@ def finetune(checkpoint, task: str | Task, train, dev, out: str | os.PathLike | 
     if out_dir is not None:
         out_dir = check_replaceable_dir(out_dir, SUMMARY_FILE, "fine-tuned model")  # before any work
         if resumable:
-            resume_from = resume_state.check_start(out_dir, resume)
-    device = pick_device(cfg.device)
+            resume_from = resume_state.check_start(out_dir, resume, clear=rank_of_launch() == 0)
+    device = pick_device(cfg.device, int(os.environ.get("LOCAL_RANK", "0")))
+    owns_group = not (torch.distributed.is_available() and torch.distributed.is_initialized())
+    info = dist.init(device.type)  # torchrun: every process takes its share of each batch
+    if not info.is_main:  # one voice and one writer: rank 0
+        say = lambda msg: None  # noqa: E731
     dtype = autocast_dtype(cfg.precision, device)
     machine = Machine(device, torch.get_num_threads(), dtype, [])  # its autocast(), as pretraining
     torch.manual_seed(cfg.seed)
@@ -303,7 +337,8 @@ def finetune(checkpoint, task: str | Task, train, dev, out: str | os.PathLike | 
         say(f"baseline ({baseline[0]}, no model): {shown}")
 
     log_path = None
-    if out_dir is not None:
+    writes = out_dir is not None and info.is_main
+    if writes:
         out_dir.parent.mkdir(parents=True, exist_ok=True)
         # the live log sits beside the output (tail it while training; in the resume directory when
         # the run can be resumed); it moves into the output at the end
@@ -316,13 +351,15 @@ def finetune(checkpoint, task: str | Task, train, dev, out: str | os.PathLike | 
     # TensorBoard & co. write beside the output too (in the resume directory when the run can be
     # resumed, so a resumed run continues them), and move into it at the end
     live_logs = None
-    if resumable:
+    if not writes:
+        pass
+    elif resumable:
         live_logs = resume_state.resume_dir(out_dir) / resume_state.LOGS
-    elif out_dir is not None:
+    else:
         live_logs = out_dir.with_name(f".{out_dir.name}.tmp-{os.getpid()}-logs")
         shutil.rmtree(live_logs, ignore_errors=True)  # a failed earlier attempt of this process
     loggers = (open_loggers(cfg.loggers, live_logs, resume_after=saved["step"] if saved else None)
-               if cfg.loggers else [])
+               if cfg.loggers and writes else [])
     finished = False
     exits = contextlib.ExitStack()  # the stop-signal handlers, while the loop runs
     try:
@@ -352,8 +389,8 @@ def finetune(checkpoint, task: str | Task, train, dev, out: str | os.PathLike | 
             if metrics[select] > best["score"]:
                 best.update(score=metrics[select], metrics=metrics, step=step, snap=meth.snapshot(model))
 
-        progress = Progress(total, desc=f"finetune {task.name}", show="auto" if cfg.progress else "off",
-                            log=say)
+        progress = Progress(total, desc=f"finetune {task.name}", log=say,
+                            show="auto" if cfg.progress and info.is_main else "off")
         gen = torch.Generator().manual_seed(cfg.seed)
         lengths = [len(f["input_ids"]) for f in feats]
         model.train()
@@ -376,6 +413,8 @@ def finetune(checkpoint, task: str | Task, train, dev, out: str | os.PathLike | 
             progress.update(step, [])
 
         def save_resume_state() -> None:
+            if not info.is_main:
+                return
             resume_state.save_state(out_dir, {
                 "identity": identity, "step": step, "seen": seen, "order": order,
                 "run_loss": run_loss, "n_loss": n_loss, "elapsed_s": time.perf_counter() - t0,
@@ -384,14 +423,16 @@ def finetune(checkpoint, task: str | Task, train, dev, out: str | os.PathLike | 
 
         engine = Engine(optimizer, lambda s: warmup_decay_lr(s, lr=cfg.lr, warmup=warmup, end=total),
                         clip=cfg.grad_clip, autocast=machine.autocast,
+                        reduce=(lambda ps: dist.average_gradients(ps, info)) if info.enabled else None,
                         fix="lower the learning rate (--lr)")
         stop = exits.enter_context(StopRequests()) if resumable else None
         while step < total:
             if not order:
                 order = epoch_batches(lengths, cfg.batch_size, gen, cfg.group_by_length)[::-1]
             idx = order.pop()
-            batch = collate([feats[i] for i in idx], pad, device)
-            done = engine.step(step, [lambda b=batch: task.loss(model, b)])
+            mine, weight = share_of_batch(idx, info)
+            batch = collate([feats[i] for i in mine], pad, device)
+            done = engine.step(step, [lambda b=batch, w=weight: task.loss(model, b) * w])
             lr, loss_v, grad_norm = done.lr, done.loss, done.grad_norm
             step += 1
             seen += len(idx)
@@ -400,7 +441,8 @@ def finetune(checkpoint, task: str | Task, train, dev, out: str | os.PathLike | 
             epoch = seen / len(feats)
             if step % cfg.log_every == 0 or step == total:
                 elapsed = time.perf_counter() - t0
-                record({"step": step, "epoch": round(epoch, 3), "loss": run_loss / n_loss, "lr": lr,
+                mean_loss = dist.mean_across([run_loss / n_loss], info, device)[0]
+                record({"step": step, "epoch": round(epoch, 3), "loss": mean_loss, "lr": lr,
                         "grad_norm": float(grad_norm), "examples_per_s": seen / elapsed,
                         "elapsed_s": elapsed})
                 run_loss, n_loss = 0.0, 0
@@ -411,6 +453,8 @@ def finetune(checkpoint, task: str | Task, train, dev, out: str | os.PathLike | 
                 model.train()
             if resumable and step < total:
                 requested = stop.requested
+                if info.enabled and dist.any_across(requested is not None, info, device):
+                    requested = requested or "a stop on another process"
                 if requested or (evaluated if cfg.save_every is None else step % cfg.save_every == 0):
                     save_resume_state()
                 if requested:
@@ -437,7 +481,7 @@ def finetune(checkpoint, task: str | Task, train, dev, out: str | os.PathLike | 
                    "elapsed_s": time.perf_counter() - t0, "config": cfg.to_dict()}
         for logger in loggers:
             logger.close()
-        if out_dir is not None:
+        if writes:
             rows = log_path.read_text(encoding="utf-8")
             with atomic_dir(out_dir, marker=SUMMARY_FILE, what="fine-tuned model") as tmp:
                 meth.save(model, tmp, tok)
@@ -450,6 +494,7 @@ def finetune(checkpoint, task: str | Task, train, dev, out: str | os.PathLike | 
             log_path.unlink(missing_ok=True)
             finished = True
             say(f"saved the best model (step {best['step']}, {select} {best['score']:.4f}) to {out_dir}")
+        dist.barrier(info)  # the other processes return once the output is in place
     finally:  # also when training fails: no open event files, nothing left beside the output
         for logger in loggers:
             logger.close()
@@ -458,6 +503,8 @@ def finetune(checkpoint, task: str | Task, train, dev, out: str | os.PathLike | 
             shutil.rmtree(resume_state.resume_dir(out_dir), ignore_errors=True)
         elif live_logs is not None and not resumable:
             shutil.rmtree(live_logs, ignore_errors=True)
+        if owns_group:
+            dist.shutdown(info)
     return FinetuneResult(metrics, model, task, out_dir, best["step"], total, trainable, total_params,
                           history, None if baseline is None else baseline[1], at_baseline)
 

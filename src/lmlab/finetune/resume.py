@@ -72,12 +72,12 @@ def _plain(obj):
     return obj
 
 
-def check_start(out_dir: Path, resume: bool) -> Path | None:
+def check_start(out_dir: Path, resume: bool, clear: bool = True) -> Path | None:
     """Before any work: the state file to resume from, or None to start from the beginning.
 
     An interrupted run's state is never discarded silently: starting again without ``--resume``
     is refused. A scratch directory with no state in it (a run that failed before its first save)
-    holds nothing worth keeping and is cleared.
+    holds nothing worth keeping and is cleared (by one process: ``clear``).
     """
     rdir = resume_dir(out_dir)
     state = rdir / STATE_FILE
@@ -86,7 +86,7 @@ def check_start(out_dir: Path, resume: bool) -> Path | None:
             raise LmlabError(f"{out_dir} has an interrupted fine-tuning run (its state is in {rdir})",
                              "pass --resume to continue it, or delete that directory to start over")
         return state
-    if rdir.exists():
+    if rdir.exists() and clear:
         shutil.rmtree(rdir)
     return None
 

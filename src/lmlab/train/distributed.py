@@ -133,6 +133,41 @@ def broadcast_flag(flag: bool, info: DistInfo, device: torch.device) -> bool:
     return bool(t.item())
 
 
+def average_gradients(params: list[torch.Tensor], info: DistInfo) -> None:
+    """Average the gradients of ``params`` over all processes, in one all-reduce of a flat buffer.
+
+    Data parallelism without a wrapper: for loops whose loss reaches into the model (a task head,
+    its helpers) rather than calling one ``forward``, which DDP needs to see. Every process must
+    call it with the same parameters, and the same ones have gradients everywhere (the same code
+    ran); one without a gradient keeps none, so the optimizer skips it as on one process.
+    """
+    if not info.enabled:
+        return
+    import torch.distributed as dist
+
+    params = [p for p in params if p.grad is not None]
+    grads = [p.grad for p in params]
+    flat = torch.cat([g.reshape(-1).float() for g in grads])
+    dist.all_reduce(flat, op=dist.ReduceOp.SUM)
+    flat /= info.world_size
+    offset = 0
+    for p, g in zip(params, grads):
+        n = g.numel()
+        p.grad = flat[offset:offset + n].view_as(g).to(g.dtype)
+        offset += n
+
+
+def any_across(flag: bool, info: DistInfo, device: torch.device) -> bool:
+    """True on every process when ``flag`` is true on any (e.g. "a stop was requested here")."""
+    if not info.enabled:
+        return flag
+    import torch.distributed as dist
+
+    t = torch.tensor([int(flag)], device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return bool(t.item())
+
+
 def full_state_dict(module: nn.Module, info: DistInfo) -> dict[str, torch.Tensor]:
     """The unsharded ``state_dict`` of ``module`` on CPU (gathered under FSDP; collective call)."""
     if info.mode == "fsdp":

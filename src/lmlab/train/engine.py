@@ -47,15 +47,18 @@ class Engine:
     """``optimizer`` and its ``schedule`` (step -> learning rate); ``clip`` the max global gradient
     norm (0 = none); ``autocast`` a context-manager factory for the forward passes (None = fp32);
     ``scaler`` a GradScaler for float16; ``wrapped`` the DDP module whose all-reduce is deferred
-    to the last micro-batch; ``fix`` the advice when the loss stops being finite."""
+    to the last micro-batch; ``reduce`` a function that averages the gradients over processes
+    after the last backward (data parallelism without a wrapper:
+    :func:`lmlab.train.distributed.average_gradients`); ``fix`` the advice when the loss stops
+    being finite."""
 
     def __init__(self, optimizer: torch.optim.Optimizer, schedule: Callable[[int], float], *,
                  clip: float = 1.0, autocast: Callable[[], contextlib.AbstractContextManager] | None = None,
                  scaler: torch.amp.GradScaler | None = None, wrapped: nn.Module | None = None,
-                 fix: str = "lower the learning rate"):
+                 reduce: Callable[[list[Tensor]], None] | None = None, fix: str = "lower the learning rate"):
         self.optimizer, self.schedule, self.clip = optimizer, schedule, clip
         self.autocast = autocast or contextlib.nullcontext
-        self.scaler, self.wrapped, self.fix = scaler, wrapped, fix
+        self.scaler, self.wrapped, self.reduce, self.fix = scaler, wrapped, reduce, fix
 
     def params(self) -> list[Tensor]:
         return [p for g in self.optimizer.param_groups for p in g["params"]]
@@ -76,6 +79,8 @@ class Engine:
             for k, v in metrics.items():
                 if k != "targets" and isinstance(v, (int, float)):
                     sums[k] = sums.get(k, 0.0) + float(v) / n
+        if self.reduce is not None:
+            self.reduce(self.params())
         mean_t = torch.stack(losses).float().mean()
         finite = torch.isfinite(mean_t).float()
         if torch.distributed.is_available() and torch.distributed.is_initialized():

@@ -70,7 +70,7 @@ def test_elmo_trains_on_real_text(real):
     opt = torch.optim.AdamW(model.parameters(), lr=5e-3)
     for step in range(40):
         loss, m = obj.loss(model, obj.prepare(windows(streams[step % 2], 16, 32, g), g))
-        torch.testing.assert_close(loss.detach(), torch.tensor((m["forward_loss"] + m["backward_loss"]) / 2))
+        torch.testing.assert_close(loss.detach(), (m["forward_loss"] + m["backward_loss"]) / 2)
         opt.zero_grad()
         loss.backward()
         opt.step()

@@ -106,7 +106,7 @@ def test_sbo_needs_setup_and_adds_a_loss(tok, book_paragraphs, packer):
     obj.setup(model)
     assert sum(p.numel() for p in obj.parameters()) > 0  # the SBO head is the objective's
     loss, metrics = obj.loss(model, inputs)
-    assert loss.item() == pytest.approx(metrics["mlm_loss"] + metrics["sbo_loss"], rel=1e-5)
+    assert loss.item() == pytest.approx(float(metrics["mlm_loss"] + metrics["sbo_loss"]), rel=1e-5)
     loss.backward()
     assert obj.sbo.fc1.weight.grad is not None and obj.sbo.fc1.weight.grad.abs().sum() > 0
 

@@ -28,10 +28,22 @@ class TokenBatch:
     doc_ids: Tensor
     position_ids: Tensor
     offsets: Tensor | None = None
+    #: every row holds one document (no mask to build); known on the host once the batch has been
+    #: moved by :meth:`to` from the CPU, so deciding costs no device read. None: not looked at yet.
+    single_document: bool | None = None
 
     def to(self, device) -> TokenBatch:
+        single = self.single_document
+        if single is None and self.doc_ids.device.type == "cpu":
+            single = bool((self.doc_ids == self.doc_ids[:, :1]).all())
         return TokenBatch(self.input_ids.to(device), self.doc_ids.to(device), self.position_ids.to(device),
-                          None if self.offsets is None else self.offsets.to(device))
+                          None if self.offsets is None else self.offsets.to(device), single)
+
+    def is_single_document(self) -> bool:
+        """Every row holds a single document (read on the device only when not known already)."""
+        if self.single_document is None:
+            return bool((self.doc_ids == self.doc_ids[:, :1]).all())
+        return self.single_document
 
     def same_document(self) -> Tensor:
         """Boolean ``[B, T, T]``: True where query and key tokens are in the same document."""

@@ -441,8 +441,7 @@ def finetune(checkpoint, task: str | Task, train, dev, out: str | os.PathLike | 
             epoch = seen / len(feats)
             if step % cfg.log_every == 0 or step == total:
                 elapsed = time.perf_counter() - t0
-                mean_loss = dist.mean_across([run_loss / n_loss], info, device)[0]
-                record({"step": step, "epoch": round(epoch, 3), "loss": mean_loss, "lr": lr,
+                record({"step": step, "epoch": round(epoch, 3), "loss": run_loss / n_loss, "lr": lr,
                         "grad_norm": float(grad_norm), "examples_per_s": seen / elapsed,
                         "elapsed_s": elapsed})
                 run_loss, n_loss = 0.0, 0

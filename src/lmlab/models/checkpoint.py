@@ -14,7 +14,10 @@ model, so :func:`lmlab.models.load_checkpoint` lives beside ``build_model`` in t
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -29,12 +32,28 @@ WEIGHTS_NAME = "model.safetensors"
 TOKENIZER_DIR = "tokenizer"
 
 
+_TRUSTED = contextvars.ContextVar("lmlab_trusted_inputs", default=False)
+
+
 def eager_checks() -> bool:
     """Whether to run the input checks that read a tensor's values on the host (ids in the
-    vocabulary, positions in range): not while ``torch.compile`` traces the model, where such a
-    read would split the graph. The trainer checks its data's ids and lengths once, before the
-    first step, so a compiled training step loses nothing."""
-    return not torch.compiler.is_compiling()
+    vocabulary, positions in range, "is there padding at all"): not while ``torch.compile``
+    traces the model, where such a read would split the graph, and not inside
+    :func:`trusted_inputs`, where each read would make the host wait for the device. The trainer
+    checks its data's ids and lengths once, before the first step, so its steps lose nothing."""
+    return not (_TRUSTED.get() or torch.compiler.is_compiling())
+
+
+@contextlib.contextmanager
+def trusted_inputs() -> Iterator[None]:
+    """Skip the host-reading input checks of every model forward inside the block: for a training
+    loop whose data was checked once (ids in the vocabulary, windows within the positions), so a
+    step on a GPU never waits on the device for them."""
+    token = _TRUSTED.set(True)
+    try:
+        yield
+    finally:
+        _TRUSTED.reset(token)
 
 
 class LmlabModel(nn.Module):

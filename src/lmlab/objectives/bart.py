@@ -44,7 +44,7 @@ from lmlab.errors import LmlabError
 from lmlab.objectives.base import Objective, token_signal
 from lmlab.objectives.masking import IGNORE, poisson_lengths, rand, require_role, special_mask
 from lmlab.objectives.mlm import check_probability
-from lmlab.objectives.t5 import pad_rows
+from lmlab.objectives.t5 import pad_rows, padding_inputs
 
 #: BART's best combination (Lewis et al. 2020, Table 1)
 DEFAULT_NOISE = ("sentence_permutation", "text_infilling")
@@ -214,10 +214,10 @@ class BartDenoising(Objective):
             noised = [self.noise_document(row[a:b], generator) for a, b in zip(cuts, cuts[1:])]
             sources.append(torch.cat(noised).tolist())
         input_ids, attention_mask = pad_rows(sources, self.pad_id, batch.input_ids.device)
-        return {"input_ids": input_ids, "attention_mask": attention_mask, "labels": batch.input_ids}
+        return {"input_ids": input_ids, **padding_inputs(sources, attention_mask), "labels": batch.input_ids}
 
     def loss(self, model: nn.Module, inputs: dict[str, Tensor]) -> tuple[Tensor, dict[str, float]]:
         out = model(**inputs)
         with torch.no_grad():
             signal = token_signal(out.logits.detach(), inputs["labels"], "target", IGNORE)
-        return out.loss, {**signal, "targets": int((inputs["labels"] != IGNORE).sum())}
+        return out.loss, {**signal, "targets": (inputs["labels"] != IGNORE).sum()}

@@ -22,12 +22,25 @@ from lmlab.data.batch import TokenBatch
 from lmlab.errors import LmlabError
 
 
-def most_frequent_share(targets: Tensor) -> float:
+def most_frequent_share(targets: Tensor, keep: Tensor | None = None, vocab: int | None = None) -> Tensor:
     """Share of ``targets`` equal to their most frequent value: the accuracy of always guessing
-    that token (the unigram guess, measured on the batch itself, so never below the real one)."""
-    if targets.numel() == 0:
-        return 0.0
-    return float(torch.bincount(targets.reshape(-1)).max()) / targets.numel()
+    that token (the unigram guess, measured on the batch itself, so never below the real one).
+
+    With ``keep`` (a boolean mask shaped like ``targets``) only those positions count, and with
+    ``vocab`` the counts go into a fixed ``[vocab]`` vector: no shape depends on the data, so
+    nothing waits for the device (a 0-d tensor; 0 when nothing counts)."""
+    flat = targets.reshape(-1)
+    weights = None if keep is None else keep.reshape(-1).float()
+    n = flat.numel() if weights is None else weights.sum()
+    if vocab is None:
+        if keep is not None:
+            flat = flat[keep.reshape(-1)]
+        counts = torch.bincount(flat) if flat.numel() else flat.new_zeros(1)
+    else:
+        index = flat.clamp(0, vocab - 1) if keep is None else flat.masked_fill(~keep.reshape(-1), 0)
+        counts = torch.zeros(vocab, device=flat.device).scatter_add_(
+            0, index, torch.ones_like(index, dtype=torch.float) if weights is None else weights)
+    return counts.max().float() / (n.clamp(min=1) if isinstance(n, Tensor) else max(n, 1))
 
 
 def binary_auc(scores: Tensor, labels: Tensor) -> float:
@@ -45,23 +58,31 @@ def binary_auc(scores: Tensor, labels: Tensor) -> float:
 
 
 def token_signal(logits: Tensor, labels: Tensor, prefix: str, ignore: int = -100,
-                 shown: Tensor | None = None) -> dict[str, float]:
+                 shown: Tensor | None = None) -> dict[str, Tensor]:
     """``{prefix}_acc`` (top-1 accuracy on the labelled positions) and ``{prefix}_acc_guess`` (the
     most-frequent-token guess); ``logits`` ``[N, V]`` for the labelled positions or ``[..., V]``.
 
     ``shown`` (boolean, shaped like ``labels``) marks positions whose input already is the answer
     (BERT's 10% of selected tokens left unchanged): they are not scored, since a model that copies
     its input would be right there without having learned anything from the context.
+
+    The values are 0-d tensors, left on the device: with ``[..., V]`` logits for every position
+    nothing here waits for it (the training engine reads all of a step's numbers at once).
     """
     keep = labels != ignore
-    targets = labels[keep]
-    pred = logits.argmax(-1)  # before selecting: indexing [B, T, V] logits would copy them all
-    if pred.shape == labels.shape:
-        pred = pred[keep]
+    pred = logits.argmax(-1)
+    if pred.shape == labels.shape:  # every position: masks instead of selections (no data-dependent shape)
+        if shown is not None:
+            keep = keep & ~shown
+        n = keep.sum().clamp(min=1)
+        acc = ((pred == labels) & keep).sum().float() / n
+        return {f"{prefix}_acc": acc,
+                f"{prefix}_acc_guess": most_frequent_share(labels, keep, logits.shape[-1])}
+    targets = labels[keep]  # logits for the labelled positions only: select the labels to match
     if shown is not None:
         hidden = ~shown[keep]
         pred, targets = pred[hidden], targets[hidden]
-    acc = float((pred == targets).float().mean()) if targets.numel() else 0.0
+    acc = (pred == targets).float().mean() if targets.numel() else torch.zeros(())
     return {f"{prefix}_acc": acc, f"{prefix}_acc_guess": most_frequent_share(targets)}
 
 

@@ -45,13 +45,13 @@ class CausalLM(Objective):
     def prepare(self, batch: TokenBatch, generator: torch.Generator | None = None) -> dict[str, Tensor]:
         labels = batch.input_ids.masked_fill(batch.position_ids == 0, IGNORE)
         inputs = {"input_ids": batch.input_ids, "position_ids": batch.position_ids, "labels": labels}
-        if bool((batch.doc_ids != 0).any()):
+        if not batch.is_single_document():
             inputs["doc_ids"] = batch.doc_ids  # the decoder keeps attention inside each document
         return inputs
 
     def loss(self, model: nn.Module, inputs: dict[str, Tensor]) -> tuple[Tensor, dict[str, float]]:
         out = model(**inputs)
-        targets = int((inputs["labels"][:, 1:] != IGNORE).sum())
+        targets = (inputs["labels"][:, 1:] != IGNORE).sum()
         with torch.no_grad():
             signal = token_signal(out.logits[:, :-1].detach(), inputs["labels"][:, 1:], "next", IGNORE)
         return out.loss, {**signal, "targets": targets}

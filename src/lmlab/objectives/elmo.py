@@ -96,5 +96,5 @@ class BiLMObjective(Objective):
         with torch.no_grad():
             targets = forward_targets(inputs["input_ids"], inputs["doc_ids"])
             signal = token_signal(out.logits[:, :-1].detach(), targets, "next", IGNORE)
-        return (fwd + bwd) / 2, {"forward_loss": float(fwd.detach()), "backward_loss": float(bwd.detach()),
+        return (fwd + bwd) / 2, {"forward_loss": fwd.detach(), "backward_loss": bwd.detach(),
                                  **signal}

@@ -165,7 +165,7 @@ def document_ids(batch: TokenBatch) -> Tensor | None:
     """``batch.doc_ids`` for the model, which then keeps attention inside each document
     (:mod:`lmlab.models.attention_masks`), or None when every row holds a single document
     (nothing to block: the fused kernel's fast path)."""
-    if bool((batch.doc_ids == batch.doc_ids[:, :1]).all()):
+    if batch.is_single_document():
         return None
     return batch.doc_ids
 

@@ -164,5 +164,5 @@ class MaskedLM(Objective):
     def loss(self, model: nn.Module, inputs: dict[str, Tensor]) -> tuple[Tensor, dict[str, float]]:
         out = model(**inputs)
         labels = inputs["labels"]
-        metrics = {**self.hidden_token_signal(out.logits, inputs), "targets": int((labels != -100).sum())}
+        metrics = {**self.hidden_token_signal(out.logits, inputs), "targets": (labels != -100).sum()}
         return out.loss, metrics

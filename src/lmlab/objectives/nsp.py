@@ -99,10 +99,10 @@ class NextSentencePrediction(MaskedLM):
         out = model(**inputs) if self.mlm else model(**inputs, heads=("nsp",))
         nsp_logits = out.extra["nsp_logits"]
         metrics = {
-            "nsp_loss": float(out.extra["nsp_loss"].detach()),
-            "nsp_acc": float((nsp_logits.argmax(-1) == inputs["nsp_labels"]).float().mean()),
+            "nsp_loss": out.extra["nsp_loss"].detach(),
+            "nsp_acc": (nsp_logits.argmax(-1) == inputs["nsp_labels"]).float().mean(),
         }
         if self.mlm:
-            metrics["mlm_loss"] = float(out.extra["mlm_loss"].detach())
+            metrics["mlm_loss"] = out.extra["mlm_loss"].detach()
             metrics.update(self.hidden_token_signal(out.logits, inputs))
         return out.loss, metrics

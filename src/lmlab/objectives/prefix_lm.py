@@ -66,4 +66,4 @@ class PrefixLM(Objective):
         out = model(**inputs)
         with torch.no_grad():  # position i predicts token i + 1 (of the part after the prefix)
             signal = token_signal(out.logits[:, :-1].detach(), inputs["labels"][:, 1:], "next", IGNORE)
-        return out.loss, {**signal, "targets": int((inputs["labels"][:, 1:] != IGNORE).sum())}
+        return out.loss, {**signal, "targets": (inputs["labels"][:, 1:] != IGNORE).sum()}

@@ -163,8 +163,7 @@ class SpanBERT(MaskedLM):
         out = model(**inputs)
         labels = inputs["labels"]
         signal = self.hidden_token_signal(out.logits, inputs)
-        metrics = {"mlm_loss": float(out.loss.detach()), **signal,
-                   "targets": int((labels != IGNORE).sum())}
+        metrics = {"mlm_loss": out.loss.detach(), **signal, "targets": (labels != IGNORE).sum()}
         if not self.use_sbo:
             return out.loss, metrics
         if self.sbo is None:
@@ -176,7 +175,7 @@ class SpanBERT(MaskedLM):
         rep = self.sbo(h[rows, left[selected]], h[rows, right[selected]], rel[selected])
         logits = model.heads["mlm"].decoder(rep)  # the MLM output embeddings, as in the paper
         sbo_loss = F.cross_entropy(logits, labels[selected]) if rep.shape[0] else logits.sum()
-        metrics["sbo_loss"] = float(sbo_loss.detach())
+        metrics["sbo_loss"] = sbo_loss.detach()
         return out.loss + sbo_loss, metrics
 
 

@@ -138,7 +138,7 @@ def _random_segmentation(num_items: int, num_segments: int, generator: torch.Gen
 
 
 def pad_rows(rows: list[list[int]], value: int, device) -> tuple[Tensor, Tensor]:
-    """Right-pad ragged rows: ``(ids [B, L], mask [B, L])``."""
+    """Right-pad ragged rows: ``(ids [B, L], mask [B, L])``. See :func:`padding_inputs`."""
     width = max(1, max(len(r) for r in rows))
     ids = torch.full((len(rows), width), value, dtype=torch.long)
     mask = torch.zeros((len(rows), width), dtype=torch.long)
@@ -146,6 +146,13 @@ def pad_rows(rows: list[list[int]], value: int, device) -> tuple[Tensor, Tensor]
         ids[i, :len(r)] = torch.tensor(r, dtype=torch.long)
         mask[i, :len(r)] = 1
     return ids.to(device), mask.to(device)
+
+
+def padding_inputs(rows: list[list[int]], mask: Tensor) -> dict[str, Tensor]:
+    """``{"attention_mask": mask}`` when the rows have different lengths, else nothing: decided
+    from the host's lists, so the model neither builds a padding mask nor reads the device to
+    find out that there is none."""
+    return {"attention_mask": mask} if len({len(r) for r in rows}) > 1 else {}
 
 
 class SpanCorruption(Objective):
@@ -249,7 +256,7 @@ class SpanCorruption(Objective):
                 targets.append(tgt + eos)
         input_ids, attention_mask = pad_rows(sources, self.pad_id, device)
         labels, label_mask = pad_rows(targets, self.pad_id, device)
-        return {"input_ids": input_ids, "attention_mask": attention_mask,
+        return {"input_ids": input_ids, **padding_inputs(sources, attention_mask),
                 "labels": labels.masked_fill(label_mask == 0, IGNORE)}
 
     def loss(self, model: nn.Module, inputs: dict[str, Tensor]) -> tuple[Tensor, dict[str, float]]:
@@ -261,7 +268,7 @@ class SpanCorruption(Objective):
                                      device=inputs["labels"].device)
             signal = token_signal(out.logits.detach(), inputs["labels"], "target", IGNORE,
                                   shown=torch.isin(inputs["labels"], sentinels))
-        return out.loss, {**signal, "targets": int((inputs["labels"] != IGNORE).sum())}
+        return out.loss, {**signal, "targets": (inputs["labels"] != IGNORE).sum()}
 
 
 def _split_at(start: int, end: int, special: list[bool]) -> list[tuple[int, int]]:

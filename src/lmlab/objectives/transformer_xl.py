@@ -118,7 +118,7 @@ class SegmentRecurrentLM(Objective):
             )
         ids, docs, pos = inputs["input_ids"], inputs["doc_ids"], inputs["position_ids"]
         mems, mem_docs = self._incoming(model, ids, pos)
-        carried = 0.0 if mem_docs is None else float((mem_docs != _NO_DOC).any(1).float().mean())
+        carried = torch.zeros(()) if mem_docs is None else (mem_docs != _NO_DOC).any(1).float().mean()
         logits, mems, mem_docs = self.run(model, ids, docs, mems, mem_docs)
         if self.carry_memory:
             self._carry[model.training] = _Carry(mems, mem_docs - docs[:, -1:], pos[:, -1].clone())

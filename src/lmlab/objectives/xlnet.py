@@ -107,4 +107,4 @@ class PermutationLM(Objective):
         out = model(**inputs)
         with torch.no_grad():
             signal = token_signal(out.logits.detach(), inputs["labels"], "target", IGNORE)
-        return out.loss, {**signal, "targets": float((inputs["labels"] != IGNORE).sum())}
+        return out.loss, {**signal, "targets": (inputs["labels"] != IGNORE).sum()}

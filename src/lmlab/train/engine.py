@@ -13,9 +13,13 @@ One call = one update:
 3. refuse a non-finite loss before it reaches the weights (a one-line error naming the step);
 4. clip the global gradient norm, step (unscaled for float16), clear the gradients.
 
+The loss, the gradient norm and the objective's numbers (0-d tensors are welcome: they stay on
+the device) are read from the device once per step, averaged over the processes in the same
+single all-reduce that lets them agree on a non-finite loss.
+
 The loops differ in what they read and how they evaluate, never in how they update: each of
-them calls :meth:`Engine.step`. One host synchronisation per step (the loss and gradient norm
-for the log), none per micro-batch beyond what an objective's own metrics ask for.
+them calls :meth:`Engine.step`. One host synchronisation per step (:func:`read_step_numbers`),
+none per micro-batch beyond what an objective's own computation needs.
 """
 
 from __future__ import annotations
@@ -38,9 +42,10 @@ MicroBatch = Callable[[], "Tensor | tuple[Tensor, dict]"]
 @dataclass
 class StepResult:
     lr: float
-    loss: float                      # mean over the micro-batches (this process)
+    loss: float                      # mean over the micro-batches (and over the processes)
     grad_norm: float                 # before clipping
     metrics: dict[str, float] = field(default_factory=dict)  # the micro-batches' numbers, averaged
+    # (over micro-batches and processes)
 
 
 class Engine:
@@ -77,27 +82,52 @@ class Engine:
                 (self.scaler.scale(scaled) if self.scaler else scaled).backward()
             losses.append(loss.detach())
             for k, v in metrics.items():
-                if k != "targets" and isinstance(v, (int, float)):
-                    sums[k] = sums.get(k, 0.0) + float(v) / n
+                if k != "targets" and isinstance(v, (int, float, Tensor)):
+                    v = v.detach().float() if isinstance(v, Tensor) else float(v)
+                    sums[k] = sums.get(k, 0.0) + v / n
         if self.reduce is not None:
             self.reduce(self.params())
-        mean_t = torch.stack(losses).float().mean()
-        finite = torch.isfinite(mean_t).float()
-        if torch.distributed.is_available() and torch.distributed.is_initialized():
-            # every process decides together: one rank's NaN has reached the others' gradients too
-            torch.distributed.all_reduce(finite, op=torch.distributed.ReduceOp.MIN)
-        mean = float(mean_t)
-        if not bool(finite):
-            self.optimizer.zero_grad(set_to_none=True)
-            where = "" if math.isfinite(mean) else f" ({mean} here)"
-            raise LmlabError(f"the training loss became non-finite at step {step + 1}{where}", self.fix)
         if self.scaler:
             self.scaler.unscale_(self.optimizer)
         norm = torch.nn.utils.clip_grad_norm_(self.params(), self.clip if self.clip > 0 else math.inf)
+        names = sorted(sums)
+        local, numbers = read_step_numbers(torch.stack(losses).float().mean(), norm, [sums[k] for k in names])
+        nonfinite, mean, grad_norm, *values = numbers
+        if nonfinite:
+            self.optimizer.zero_grad(set_to_none=True)
+            where = "" if math.isfinite(local) else f" ({local} here)"
+            raise LmlabError(f"the training loss became non-finite at step {step + 1}{where}", self.fix)
         if self.scaler:
             self.scaler.step(self.optimizer)
             self.scaler.update()
         else:
             self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        return StepResult(lr, mean, float(norm), sums)
+        return StepResult(lr, mean, grad_norm, dict(zip(names, values)))
+
+
+def read_step_numbers(loss: Tensor, norm: Tensor, metrics: list) -> tuple[float, list[float]]:
+    """This process's loss, and ``[non-finite?, loss, gradient norm, *metrics]`` averaged over all
+    processes, in one read from the device (and one all-reduce when there are several processes).
+
+    The non-finite flag is a sum, so any process's NaN stops every one of them at the same step
+    (it has reached the others' gradients too). The gradient norm, the same on every process
+    after the gradient all-reduce, averages to itself.
+    """
+    if hasattr(norm, "full_tensor"):  # FSDP2: the norm is a DTensor
+        norm = norm.full_tensor()
+    device = loss.device
+    parts = [(~torch.isfinite(loss)).float(), loss, norm.to(device).float()]
+    parts += [m.to(device).float() if isinstance(m, Tensor) else torch.tensor(float(m), device=device)
+              for m in metrics]
+    vec = torch.stack([p.reshape(()) for p in parts])
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        world = torch.distributed.get_world_size()
+        total = vec.clone()
+        torch.distributed.all_reduce(total, op=torch.distributed.ReduceOp.SUM)
+        total[1:] /= world
+        vec = torch.cat([vec[1:2], total])
+    else:
+        vec = torch.cat([vec[1:2], vec])
+    local, *numbers = vec.tolist()  # the one wait for the device in a step
+    return local, numbers

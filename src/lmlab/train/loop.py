@@ -34,6 +34,7 @@ from torch import nn
 from lmlab.data.packing import PackedWindows, eval_starts, read_windows
 from lmlab.errors import LmlabError
 from lmlab.fileio import atomic_write_text, directory_lock, read_json, remove_leftovers, write_json
+from lmlab.models.checkpoint import trusted_inputs
 from lmlab.train import distributed as dist_
 from lmlab.train.checkpoint import (
     CHECKPOINTS,
@@ -407,7 +408,7 @@ class Trainer:
             total += float(loss) * w
             weight += w
             for k, v in extra.items():
-                if k != "targets" and isinstance(v, (int, float)):
+                if k != "targets" and isinstance(v, (int, float, torch.Tensor)):
                     sums[k] = sums.get(k, 0.0) + float(v) * w
         names = sorted(sums)
         total, weight, *values = dist_.mean_across([total, weight, *(sums[k] for k in names)], self.info,
@@ -452,15 +453,13 @@ class Trainer:
             return run
 
         first = self.info.rank * t.grad_accum
-        done = self.engine.step(self.step, [micro_batch(first + m) for m in range(t.grad_accum)])
+        with trusted_inputs():  # ids and lengths were checked once, before the first step
+            done = self.engine.step(self.step, [micro_batch(first + m) for m in range(t.grad_accum)])
         self.step += 1
         self.position += self.rows_per_step
         self.tokens += self.rows_per_step * t.seq_len
-        keys = sorted(done.metrics)
-        # a non-finite loss never gets here: the engine stops every rank before the update
-        vals = dist_.mean_across([done.loss, done.grad_norm, *(done.metrics[k] for k in keys)], self.info,
-                                 dev)
-        return {"loss": vals[0], "lr": done.lr, "grad_norm": vals[1], **dict(zip(keys, vals[2:]))}
+        # averaged over the processes by the engine; a non-finite loss never gets here
+        return {"loss": done.loss, "lr": done.lr, "grad_norm": done.grad_norm, **done.metrics}
 
     def save(self) -> None:
         t = self.cfg.train

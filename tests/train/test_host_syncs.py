@@ -1,0 +1,120 @@
+"""No host synchronisation in the hot path of a training step.
+
+On a GPU, every read of a device value on the host (``.item()``, ``float(t)``, ``bool(t)``,
+``.tolist()``, an op whose output shape depends on the data such as ``nonzero`` or boolean
+indexing) makes the CPU wait for the queued kernels. These tests count such reads with a
+dispatch mode on the CPU: what costs nothing here would stall a GPU step.
+"""
+
+from __future__ import annotations
+
+import collections
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from lmlab.models import build_model, get_preset
+from lmlab.models.checkpoint import eager_checks, trusted_inputs
+from lmlab.objectives import get_objective
+from lmlab.train import pretrain
+from lmlab.train.engine import Engine
+from lmlab.train.optim import adamw
+from tests.objectives.conftest import pack, paragraphs
+
+#: ops that read a value on the host, or whose output shape depends on the data
+READS = {"_local_scalar_dense", "nonzero", "masked_select", "bincount", "unique", "_unique2", "equal",
+         "is_nonzero"}
+
+
+class HostReads(TorchDispatchMode):
+    """Counts host reads (by op name) while active; ``tolist`` bypasses dispatch, so it is patched."""
+
+    def __init__(self):
+        super().__init__()
+        self.counts: collections.Counter = collections.Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func.__name__.split(".")[0]
+        boolean_index = name == "index" and any(
+            isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in (args[1] if len(args) > 1 else ()))
+        if name in READS or boolean_index:
+            self.counts[name] += 1
+        return func(*args, **(kwargs or {}))
+
+    def __enter__(self):
+        self._tolist = torch.Tensor.tolist
+        counts, original = self.counts, self._tolist
+
+        def tolist(t):
+            counts["tolist"] += 1
+            return original(t)
+
+        torch.Tensor.tolist = tolist
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        torch.Tensor.tolist = self._tolist
+        return super().__exit__(*exc)
+
+
+@pytest.fixture(scope="module")
+def text(data_dir):
+    from lmlab.tokenizers import train_tokenizer
+
+    book = (data_dir / "pretrain/gutenberg/pg14263_katrine.txt").read_text(encoding="utf-8")
+    paras = paragraphs(book[20_000:120_000])
+    return train_tokenizer("bytelevel", paras[:200], vocab_size=600), paras
+
+
+SYNC_FREE = [("clm", "gpt2-tiny"), ("clm", "llama-tiny"), ("prefix_lm", "gpt2-tiny"), ("t5", "t5-tiny"),
+             ("bart", "bart-tiny")]
+
+
+@pytest.mark.parametrize("objective,preset", SYNC_FREE)
+def test_the_loss_and_its_signals_never_read_the_device(text, objective, preset):
+    tok, paras = text
+    obj = get_objective(objective)(tok)
+    vocab = getattr(obj, "vocab_size", None) or tok.vocab_size + 128
+    model = build_model(get_preset(preset, vocab_size=vocab, max_positions=128))
+    inputs = obj.prepare(pack(tok, paras, rows=4, seq_len=64), torch.Generator().manual_seed(0))
+    with HostReads() as reads, trusted_inputs():
+        loss, metrics = obj.loss(model, inputs)
+    assert not reads.counts, dict(reads.counts)
+    assert all(isinstance(v, torch.Tensor) and v.dim() == 0 for v in metrics.values())
+    # the same numbers as before, read once at the end
+    with HostReads() as outside:
+        obj.loss(model, inputs)
+    assert outside.counts["_local_scalar_dense"] > 0  # the model's eager input checks, outside the block
+
+
+def test_one_engine_step_reads_the_device_once(text):
+    tok, paras = text
+    obj = get_objective("clm")(tok)
+    model = build_model(get_preset("gpt2-tiny", vocab_size=tok.vocab_size + 128, max_positions=128))
+    inputs = obj.prepare(pack(tok, paras, rows=4, seq_len=64), torch.Generator().manual_seed(0))
+    engine = Engine(adamw([model], lr=1e-3, betas=(0.9, 0.95), weight_decay=0.1), lambda s: 1e-3)
+    engine.step(0, [lambda: obj.loss(model, inputs)])  # the optimizer's state exists from here on
+    with HostReads() as reads, trusted_inputs():
+        done = engine.step(1, [lambda: obj.loss(model, inputs), lambda: obj.loss(model, inputs)])
+    assert dict(reads.counts) == {"tolist": 1}
+    assert {"next_acc", "next_acc_guess"} <= set(done.metrics)
+    assert all(isinstance(v, float) for v in (done.loss, done.grad_norm, *done.metrics.values()))
+    assert 0 < done.metrics["next_acc_guess"] < 1
+
+
+def test_the_trainer_steps_without_the_models_host_checks(tiny_config, tmp_path, monkeypatch):
+    from lmlab.objectives.clm import CausalLM
+
+    seen = []
+    original = CausalLM.loss
+
+    def loss(self, model, inputs):
+        seen.append((model.training, eager_checks()))
+        return original(self, model, inputs)
+
+    monkeypatch.setattr(CausalLM, "loss", loss)
+    pretrain(tiny_config(max_steps=2, eval_every=2), tmp_path / "run", log=lambda m: None)
+    training = [checks for is_training, checks in seen if is_training]
+    assert training and not any(training)  # checked once up front, not at every step
+    assert eager_checks()                  # and back on outside the steps

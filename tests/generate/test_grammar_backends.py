@@ -178,6 +178,22 @@ def test_llguidance_features_give_valid_documents(tokenizers, model, schema, fea
     assert len(set(texts)) > 1
 
 
+def test_encoder_decoder_with_character_bpe_through_llguidance(tokenizers):
+    tok = tokenizers["bpe"]
+    torch.manual_seed(0)
+    model = build_model(get_preset("t5-tiny", vocab_size=tok.vocab_size, eos_token_id=tok.eos_id,
+                                   decoder_start_token_id=tok.pad_id, pad_token_id=tok.pad_id)).eval()
+    schema = EXTENDED[2][0]                                            # oneOf
+    c = json_schema_constraint(schema, tok, prompt_len=1, max_new_tokens=40)
+    assert c.backend == "llguidance"
+    out = generate(model, torch.tensor([[tok.eos_id]]), max_new_tokens=40, do_sample=True,
+                   num_return_sequences=8, seed=0, eos_token_id=c.eos, logits_processors=[c])
+    docs = [json.loads(c.text(row[1:].tolist())) for row in out]      # row 0: the decoder start token
+    for doc in docs:
+        jsonschema.validate(doc, schema)
+    assert len({json.dumps(d) for d in docs}) > 1
+
+
 def test_auto_backend_follows_the_tokenizer(tokenizers):
     schema = SHARED[0]
     for algo, want in (("bytelevel", "llguidance"), ("bpe", "llguidance"), ("unigram", "lmlab")):

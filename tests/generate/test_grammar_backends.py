@@ -225,6 +225,9 @@ def test_invalid_or_unsupported_schemas_are_refused_by_llguidance():
         check_json_schema({"not": {"type": "string"}}, "llguidance")
     with pytest.raises(LmlabError, match="minLength"):
         check_json_schema({"type": "string", "minLength": 3, "maxLength": 1}, "llguidance")
+    with pytest.raises(LmlabError, match=r"unclosed character class; fix the schema") as e:
+        check_json_schema({"type": "string", "pattern": "(["}, "auto")
+    assert "\n" not in str(e.value)                       # llguidance's multi-line report, on one line
 
 
 def test_default_caps_apply_only_where_the_schema_sets_none():

@@ -26,6 +26,7 @@ has not finished by then is an error in :meth:`LlguidanceJsonConstraint.text`.
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from collections.abc import Sequence
 from typing import Any
@@ -130,11 +131,15 @@ def llguidance_grammar(schema: Any, *, max_string_length: int | None = DEFAULT_M
 
 
 def _first_line(message: str) -> str:
-    text = message.strip().splitlines()[0] if message.strip() else "unknown error"
-    for prefix in ("failed to compile JSON schema: ",):
-        if prefix in text:
-            text = text.split(prefix, 1)[1]
-    return text.split(": ", 1)[1] if text.startswith("at ") and ": " in text else text
+    """llguidance's error as one line: without the grammar listing it appends, whitespace collapsed."""
+    kept = []
+    for line in message.strip().splitlines():
+        if re.match(r"\s*\d+ \|", line):          # "   3 | document: %json {...}": the grammar itself
+            break
+        kept.append(line.strip())
+    text = " ".join(x for x in kept if x) or "unknown error"
+    text = re.sub(r"^at \d+\(\d+\): ", "", text).replace("failed to compile JSON schema: ", "")
+    return text[:300]
 
 
 def llguidance_tokenizer(tokenizer, surfaces: Sequence[bytes | None], eos: int):

@@ -12,7 +12,12 @@ import torch
 
 from lmlab.errors import LmlabError
 from lmlab.generate import generate
-from lmlab.generate.json_backend import check_json_schema, json_schema_constraint, resolve_backend
+from lmlab.generate.json_backend import (
+    GRAMMAR_BACKENDS,
+    check_json_schema,
+    json_schema_constraint,
+    resolve_backend,
+)
 from lmlab.generate.llguidance_json import bounded_schema, fixed_token_bytes, llguidance_module
 from lmlab.models import build_model, get_preset
 from lmlab.tokenizers import train_tokenizer
@@ -204,6 +209,9 @@ def test_auto_backend_follows_the_tokenizer(tokenizers):
                                max_new_tokens=100)
     with pytest.raises(LmlabError, match="unknown grammar backend 'xgrammar'"):
         resolve_backend("xgrammar", tokenizers["bpe"])
+    from lmlab.cli.generate import GRAMMAR_BACKENDS as CLI_CHOICES
+
+    assert CLI_CHOICES == GRAMMAR_BACKENDS      # written out there: importing generate loads torch
 
 
 def test_without_llguidance_auto_is_lmlab_and_asking_for_it_names_the_extra(tokenizers, monkeypatch):
@@ -272,10 +280,16 @@ def test_cli_auto_backend_writes_ref_schema_documents(checkpoint, tmp_path, caps
 @pytest.mark.parametrize("extra,message", [
     (("--grammar-backend", "lmlab"), r"'\$defs'.*llguidance grammar backend supports it"),
     (("--max-new-tokens", "3"), "did not finish within max_new_tokens=3"),
+    (("--grammar-backend", "llguidance", "--json-schema"), "add --json-schema FILE"),
 ])
 def test_cli_errors_are_one_line(checkpoint, tmp_path, capsys, extra, message):
     import re
 
-    code = _cli(checkpoint, tmp_path, EXTENDED[0][0], *extra)
+    if extra[-1] == "--json-schema":          # the last case: no schema at all
+        from lmlab.cli import main
+
+        code = main(["generate", "--checkpoint", str(checkpoint), *extra[:-1]])
+    else:
+        code = _cli(checkpoint, tmp_path, EXTENDED[0][0], *extra)
     err = capsys.readouterr().err
     assert code == 2 and err.startswith("error: ") and err.count("\n") == 1 and re.search(message, err), err

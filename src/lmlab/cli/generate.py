@@ -27,16 +27,14 @@ is used unless --no-cache (same tokens, slower; for checking).
 line: {"sample": i, "text": ...}.
 
 --json-schema FILE constrains decoding so that every output is a JSON document valid against
-the schema in FILE (object, array, string, number, integer, boolean, null, enum, const, anyOf,
-required, nesting; see docs/structured-output.md): each of the N outputs is printed on its own
-line. Generation always ends within --max-new-tokens (default 256 here): when the budget runs
-low, the shortest valid completion is forced. Unsupported keywords (pattern, $ref...) are
-refused with an error naming them.
-
---grammar-backend picks the engine: auto (default) uses llguidance (the `grammar` extra) when it
-is installed and the tokenizer is byte-level or character BPE, else lmlab's own engine.
-llguidance adds $ref/$defs, pattern, format, oneOf, allOf and more, but does not force an
-ending: a document unfinished at --max-new-tokens is an error (raise it, or use lmlab)."""
+the schema in FILE (see docs/structured-output.md): each of the N outputs is printed on its own
+line, within --max-new-tokens (default 256 here). --grammar-backend picks the engine: auto (the
+default) uses llguidance (pip install 'lmlab[grammar]') when it is installed and the tokenizer is
+byte-level or character BPE, else lmlab's own. llguidance supports $ref/$defs, pattern, format,
+oneOf, allOf and more, but does not force an ending: a document unfinished at --max-new-tokens is
+an error (raise it, or use lmlab). lmlab's engine (object, array, string, number, integer,
+boolean, null, enum, const, anyOf, required, nesting) forces the shortest valid completion when
+the budget runs low. A keyword the engine does not support is refused with an error naming it."""
 
 EXAMPLES = """\
   lmlab generate --checkpoint ck/ --prompt "ROMEO:" --max-new-tokens 60 --top-p 0.9 --seed 0
@@ -76,9 +74,9 @@ def register(sub) -> None:
     p.add_argument("--format", choices=("text", "jsonl"), default="text", help="output format")
     p.add_argument("--json-schema", metavar="FILE", default=None,
                    help="constrain every output to a JSON document valid against this JSON Schema")
-    p.add_argument("--grammar-backend", choices=GRAMMAR_BACKENDS, default="auto",
-                   help="JSON-schema engine: llguidance (extra 'grammar'), lmlab, or auto (llguidance "
-                        "when installed and the tokenizer is byte-level/character BPE)")
+    p.add_argument("--grammar-backend", choices=GRAMMAR_BACKENDS, default=None,
+                   help="JSON-schema engine: llguidance (extra 'grammar'), lmlab, or auto (the default: "
+                        "llguidance when installed and the tokenizer is byte-level/character BPE)")
     p.add_argument("--device", default=None, help="torch device (default: cuda when available, else cpu)")
     p.set_defaults(func=run)
 
@@ -128,6 +126,10 @@ def run(args) -> int:
     from lmlab.generate import generate
 
     mode = _decoding_mode(args)
+    if args.grammar_backend and not args.json_schema:
+        raise LmlabError("--grammar-backend chooses the engine of --json-schema decoding",
+                         "add --json-schema FILE or drop --grammar-backend")
+    args.grammar_backend = args.grammar_backend or "auto"
     if args.json_schema:
         schema = _read_schema(args)
     model, tok = _load(args)

@@ -99,12 +99,15 @@ def _compare_along(tok, schema, paths: list[list[int]]) -> int:
     """Both engines' allowed-token sets along each path (every prefix); returns the steps compared."""
     lm = json_schema_constraint(schema, tok, backend="lmlab", prompt_len=1, max_new_tokens=10_000)
     ll = json_schema_constraint(schema, tok, backend="llguidance", prompt_len=1, max_new_tokens=10_000)
+    jump = json_schema_constraint(schema, tok, backend="llguidance", prompt_len=1, max_new_tokens=10_000)
     surfaces = fixed_token_bytes(tok)
     steps = 0
     for path in paths:
         for n in range(len(path) + 1):
             gen = path[:n]
             a, b = _allowed(lm, gen, tok.vocab_size), _allowed(ll, gen, tok.vocab_size)
+            if n % 5 == 4:      # 5 tokens on from its last call: the matcher is replayed, not carried over
+                assert _allowed(jump, gen, tok.vocab_size) == b
             text = b"".join(surfaces[t] or b"" for t in gen)
             only_lmlab = {t for t in a - b if not _slash_escape(text, surfaces[t] or b"")}
             assert not only_lmlab and not b - a, (text, [surfaces[t] for t in only_lmlab],

@@ -222,7 +222,7 @@ class LlguidanceJsonConstraint:
         else:
             return
         raise LmlabError(f"internal error: llguidance refused a token it allowed ({m.get_error()})",
-                             "please report it with the schema and the tokenizer")
+                         "please report it with the schema and the tokenizer")
 
     def __call__(self, sequences: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         keys = [self._cut(row) for row in sequences[:, self.prompt_len:].tolist()]
@@ -257,10 +257,6 @@ class LlguidanceJsonConstraint:
         """The allowed-token mask of matcher ``m`` as ``[vocab_size]`` booleans (EOS when accepting)."""
         raw = torch.frombuffer(bytearray(m.compute_bitmask()), dtype=torch.uint8)
         return ((raw.unsqueeze(-1) & self._bit) != 0).flatten()[:self.vocab_size]
-
-    def allowed_tokens(self, generated: Sequence[int]) -> set[int]:
-        """The token ids allowed after ``generated`` (EOS included when the document is complete)."""
-        return set(torch.nonzero(self._mask(self.matcher(generated))).flatten().tolist())
 
     def _text(self, key: Sequence[int]) -> str:
         return self.tokenizer.decode([t for t in key if t != self.eos], skip_special_tokens=True)

@@ -28,6 +28,8 @@ from pathlib import Path
 from torch import nn
 
 from lmlab.adapt.peft_io import write_adapter
+
+PEFT_NAMES = ("adapter_config.json", "adapter_model.safetensors")  # what peft reads
 from lmlab.errors import LmlabError
 
 TASK_TYPES = {"seq_cls": "SEQ_CLS", "lm": "CAUSAL_LM", "token_cls": "TOKEN_CLS", "span": "QUESTION_ANS"}
@@ -81,7 +83,7 @@ def export_peft_lora(model: nn.Module, directory: str | os.PathLike, with_base: 
 
         hf_export(plain, tmp / "base", tokenizer=getattr(model, "tokenizer", None))
 
-    return write_adapter(directory, state, config, also=base if with_base else None)
+    return write_adapter(directory, state, config, also=base if with_base else None, names=PEFT_NAMES)
 
 
 def _hf_names(model: nn.Module):

@@ -91,14 +91,14 @@ def _export_peft(args) -> int:
     from pathlib import Path
 
     from lmlab.adapt.peft_export import export_peft_lora
-    from lmlab.adapt.peft_io import load_peft_model
+    from lmlab.adapt.peft_io import adapter_files, load_peft_model
     from lmlab.errors import LmlabError
 
     adapter = Path(args.checkpoint) / "adapter"
     if not args.base:
         raise LmlabError("--format peft needs the pretrained checkpoint the fine-tune started from",
                          "add --base DIR")
-    if not (adapter / "adapter_config.json").is_file():
+    if adapter_files(adapter) is None:
         raise LmlabError(f"{args.checkpoint} holds no adapter/ (not a parameter-efficient fine-tune)",
                          "pass the --out of `lmlab finetune --method lora`")
     model = load_peft_model(args.base, adapter)

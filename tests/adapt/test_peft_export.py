@@ -29,6 +29,7 @@ CASES = [
     # GPT-2: q and v go into the fused, transposed c_attn; fc_in is a Conv1D of its own
     ("gpt2-tiny", ("lm",), "GPT2LMHeadModel", {}, "lora", {**LORA, "target_modules": ["qv", "fc_in"]}),
     ("gpt2-tiny", ("lm",), "GPT2LMHeadModel", {}, "prefix", PREFIX),
+    ("gpt2-tiny", ("lm",), "GPT2LMHeadModel", {}, "prefix", {**PREFIX, "reparameterize": True, "hidden": 16}),
     ("llama-tiny", ("lm",), "LlamaForCausalLM", {}, "prefix", PREFIX),
     # rotary positions: a prefix trained with the input numbered from 0 exports too (keys rotated)
     ("llama-tiny", ("lm",), "LlamaForCausalLM", {}, "prefix", {**PREFIX, "positions": "from_start"}),
@@ -112,7 +113,8 @@ def test_what_peft_cannot_compute_is_refused(tmp_path):
         assert not (tmp_path / "peft").exists()
 
 
-def test_cli_exports_a_lora_finetune_that_peft_serves(tmp_path, minilm_dir, data_dir):
+@pytest.mark.parametrize("method", [["lora", "rank=4"], ["prompt", "before_cls=true"]], ids=["lora", "prompt"])
+def test_cli_exports_a_finetune_that_peft_serves(tmp_path, minilm_dir, data_dir, method):
     from lmlab.cli import main
     from lmlab.loading import load_model
     from lmlab.tokenizers import load_tokenizer
@@ -124,7 +126,7 @@ def test_cli_exports_a_lora_finetune_that_peft_serves(tmp_path, minilm_dir, data
     sst2 = data_dir / "glue" / "sst2"
     assert main(["finetune", "--checkpoint", str(tmp_path / "bert"), "--task", "sst2", "--train",
                  str(sst2 / "train.tsv"), "--dev", str(sst2 / "dev.tsv"), "--out", str(tmp_path / "ft"),
-                 "--method", "lora", "--method-option", "rank=4", "--max-steps", "4", "--batch-size", "8",
+                 "--method", method[0], "--method-option", method[1], "--max-steps", "4", "--batch-size", "8",
                  "--max-train-examples", "32", "--max-eval-examples", "16", "--lr", "1e-2", "--threads", "1",
                  "--no-progress"]) in (0, None)
     assert main(["export", "--checkpoint", str(tmp_path / "ft"), "--format", "peft", "--out",
@@ -134,7 +136,7 @@ def test_cli_exports_a_lora_finetune_that_peft_serves(tmp_path, minilm_dir, data
                      "--format", "peft", "--out", str(tmp_path / "peft")]) == 0
     base = transformers.AutoModelForSequenceClassification.from_pretrained(tmp_path / "peft" / "base")
     served = PeftModel.from_pretrained(base, tmp_path / "peft").eval()
-    ours = load_model(tmp_path / "ft").eval()  # lmlab's own output: the merged model
+    ours = load_model(tmp_path / "ft").eval()  # lmlab's own output (LoRA: the merged model)
     enc = tok.encode_batch(["a gripping , funny film", "dull and far too long"], padding=True)
     ids, mask = torch.tensor(enc["input_ids"]), torch.tensor(enc["attention_mask"])
     with torch.no_grad():

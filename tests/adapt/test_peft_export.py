@@ -113,7 +113,8 @@ def test_what_peft_cannot_compute_is_refused(tmp_path):
         assert not (tmp_path / "peft").exists()
 
 
-@pytest.mark.parametrize("method", [["lora", "rank=4"], ["prompt", "before_cls=true"]], ids=["lora", "prompt"])
+@pytest.mark.parametrize("method", [["lora", "rank=4"], ["prompt", "before_cls=true"]],
+                         ids=["lora", "prompt"])
 def test_cli_exports_a_finetune_that_peft_serves(tmp_path, minilm_dir, data_dir, method):
     from lmlab.cli import main
     from lmlab.loading import load_model

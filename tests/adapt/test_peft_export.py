@@ -28,6 +28,8 @@ CASES = [
     ("bart-tiny", None, "BartForConditionalGeneration", {}, "lora", LORA),
     # GPT-2: q and v go into the fused, transposed c_attn; fc_in is a Conv1D of its own
     ("gpt2-tiny", ("lm",), "GPT2LMHeadModel", {}, "lora", {**LORA, "target_modules": ["qv", "fc_in"]}),
+    ("gpt2-tiny", ("cls",), "GPT2ForSequenceClassification", {"num_labels": 3, "pad_token_id": 0}, "lora",
+     LORA),
     ("gpt2-tiny", ("lm",), "GPT2LMHeadModel", {}, "prefix", PREFIX),
     ("gpt2-tiny", ("lm",), "GPT2LMHeadModel", {}, "prefix", {**PREFIX, "reparameterize": True, "hidden": 16}),
     ("llama-tiny", ("lm",), "LlamaForCausalLM", {}, "prefix", PREFIX),

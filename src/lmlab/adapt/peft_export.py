@@ -52,7 +52,8 @@ from lmlab.adapt.peft_io import write_adapter
 from lmlab.errors import LmlabError
 
 PEFT_NAMES = ("adapter_config.json", "adapter_model.safetensors")  # what peft reads
-TASK_TYPES = {"seq_cls": "SEQ_CLS", "lm": "CAUSAL_LM", "token_cls": "TOKEN_CLS", "span": "QUESTION_ANS"}
+TASK_TYPES = {"seq_cls": "SEQ_CLS", "cls": "SEQ_CLS", "lm": "CAUSAL_LM", "token_cls": "TOKEN_CLS",
+              "span": "QUESTION_ANS"}
 #: families whose transformers classes take no past_key_values: peft cannot prefix-tune them
 NO_CACHE = ("albert",)
 

@@ -113,6 +113,8 @@ class Task:
 
     #: the columns this task reads from a table file (:data:`lmlab.tasks.tables.ROLES`)
     roles: ClassVar[tuple[str, ...]] = ()
+    #: those of ``roles`` a file may lack
+    optional_roles: ClassVar[tuple[str, ...]] = ()
 
     # ----------------------------------------------------------------- data
     def read(self, path, on_bad_line: str | BadLines = "error", warn=None) -> list[Example]:
@@ -123,8 +125,10 @@ class Task:
         (:mod:`lmlab.tasks.tables`); a malformed row goes to the bad-line policy."""
         bad = policy(on_bad_line, warn)
         o = self.options
-        rows = read_table(path, [ROLES[r] for r in self.roles], o.fields, o.format, o.header, o.delimiter,
-                          bad=bad, probe=self.header_probe, note=bad.warn)
+        roles = [dataclasses.replace(ROLES[r], required=ROLES[r].required and r not in self.optional_roles)
+                 for r in self.roles]
+        rows = read_table(path, roles, o.fields, o.format, o.header, o.delimiter, bad=bad,
+                          probe=self.header_probe, note=bad.warn)
         out = []
         for where, values in rows:
             e = self.example(values, where, bad)

@@ -72,13 +72,14 @@ class SequenceClassification(Task):
 
     def header_probe(self, first, rest) -> bool | None:
         """The first row is a header when its label is no label: not in the known label set (a
-        preset's, or training's for dev files), else not found again in the label column."""
+        preset's, or training's for dev files) and not found again in the label column (a value that
+        recurs is data, a wrong label then reported as such)."""
         label = (first.get("label") or "").strip()
         known = self.labels or self.label_set
-        if known:
-            return label not in known
+        if known and label in known:
+            return False
         others = {(r.get("label") or "").strip() for r in rest}
-        return None if not others else label not in others
+        return None if not others and not known else label not in others
 
     def fit(self, train: Sequence[Example]) -> None:
         if self.label_set is not None:

@@ -23,6 +23,7 @@ class Regression(SequenceClassification):
     layout = "regression"
     main_metric = "pearson"
     roles = ("text", "text_pair", "label")
+    optional_roles = ("text_pair",)
 
     def example(self, values, where, bad) -> Example | None:
         text = text_value(values, "text", where, bad)

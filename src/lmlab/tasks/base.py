@@ -233,6 +233,15 @@ class Task:
 # --------------------------------------------------------------------------- helpers
 
 
+def table_chosen(options, path) -> bool:
+    """True when ``path`` is to be read as a generic table rather than by its GLUE layout: a column,
+    format, header or delimiter was chosen, or the file is no TSV."""
+    if options.fields or options.format or options.header is not None or options.delimiter:
+        return True
+    name = str(path).lower().removesuffix(".gz")
+    return not name.endswith((".tsv", ".txt", ".tab"))
+
+
 def check_architecture(task: Task, model) -> None:
     arch = getattr(model, "architecture", "")
     if arch not in task.architectures:

@@ -26,6 +26,7 @@ from lmlab.tasks.base import (
     collate,
     model_device,
     pad_id_of,
+    table_chosen,
     unseen_label_error,
 )
 from lmlab.tasks.readers import Example, read_glue
@@ -158,15 +159,6 @@ def text_value(values: dict[str, Any], role: str, where: str, bad) -> str | None
     bad(where, f"empty {name}" if value is None or isinstance(value, str)
         else f"the {name} is a {type(value).__name__}, not text")
     return None
-
-
-def table_chosen(options, path) -> bool:
-    """True when ``path`` is to be read as a generic table rather than by its GLUE layout: a column,
-    format, header or delimiter was chosen, or the file is no TSV."""
-    if options.fields or options.format or options.header is not None or options.delimiter:
-        return True
-    name = str(path).lower().removesuffix(".gz")
-    return not name.endswith((".tsv", ".txt", ".tab"))
 
 
 def one_class_error(train: Sequence[Example], labels: list) -> LmlabError:

@@ -24,9 +24,9 @@ from lmlab.tasks.base import (
     collate,
     model_device,
     pad_id_of,
+    table_chosen,
     unseen_label_error,
 )
-from lmlab.tasks.classification import table_chosen
 from lmlab.tasks.readers import Example, is_iob_tag, read_conll
 
 IGNORE = -100

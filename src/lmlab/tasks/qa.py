@@ -25,8 +25,7 @@ from typing import Any, ClassVar
 
 from lmlab.errors import LmlabError
 from lmlab.tasks import metrics as M
-from lmlab.tasks.base import Task, batches, check_tokenizer, collate, model_device, pad_id_of
-from lmlab.tasks.classification import table_chosen
+from lmlab.tasks.base import Task, batches, check_tokenizer, collate, model_device, pad_id_of, table_chosen
 from lmlab.tasks.readers import Example, read_squad, squad_example
 
 MAX_QUESTION_TOKENS = 64

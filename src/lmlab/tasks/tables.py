@@ -109,7 +109,7 @@ def format_of(path: str | os.PathLike, fmt: str | None = None) -> str:
 def delimiter_char(delimiter: str | None, fmt: str) -> str:
     if delimiter is None:
         return "\t" if fmt == "tsv" else ","
-    if fmt != "csv":
+    if fmt == "tsv":
         raise LmlabError(f"--delimiter applies to CSV, not {fmt}", "drop it, or pass --format csv")
     d = {"tab": "\t", "\\t": "\t", "comma": ",", "semicolon": ";", "pipe": "|"}.get(delimiter, delimiter)
     if len(d) != 1 or d in "\"\r\n":
@@ -126,6 +126,7 @@ def read_table(path: str | os.PathLike, roles: Sequence[Role], fields: dict[str,
 
     ``fields``: role -> column name or 0-based index; ``fmt``: one of :data:`FORMATS` (None: from
     the extension); ``header``: TSV/CSV header row (None: decide, see the module docstring);
+    ``delimiter``: CSV only (``header`` and ``delimiter`` are ignored for JSON Lines and Parquet);
     ``note`` hears how a header was decided when it was guessed.
     """
     p = check_input_file(path)
@@ -134,9 +135,8 @@ def read_table(path: str | os.PathLike, roles: Sequence[Role], fields: dict[str,
     if fmt in ("tsv", "csv"):
         delim = delimiter_char(delimiter, fmt)
         return _read_delimited(p, fmt, roles, chosen, header, delim, bad, probe, note)
-    if header is not None:
-        raise LmlabError(f"--header/--no-header apply to TSV and CSV, not {fmt}", "drop the flag")
-    delimiter_char(delimiter, fmt)
+    # header and delimiter mean nothing to JSON Lines and Parquet (a model trained on a headerless
+    # CSV still evaluates a Parquet file)
     if fmt == "jsonl":
         return _read_jsonl(p, roles, chosen, bad)
     return _read_parquet(p, roles, chosen, bad)

@@ -144,3 +144,22 @@ def test_decoders_and_encoder_decoders_take_the_generic_tasks(minilm_dir, tmp_pa
                        fields={"text": "title", "text_pair": "body", "label": "topic"}, max_target_length=6,
                        progress=False, log=lambda m: None)
         assert set(res.metrics) == {"accuracy"} and res.task.labels == LABELS
+
+
+def test_tagging_and_qa_from_tables_train_and_reload(ckpt, tmp_path):
+    from lmlab.finetune import evaluate, load_finetuned
+
+    pos = tmp_path / "pos.jsonl"
+    pos.write_text('{"words": ["The", "cat", "runs"], "pos": ["DT", "NN", "VBZ"]}\n'
+                   '{"words": ["A", "dog", "sleeps"], "pos": ["DT", "NN", "VBZ"]}\n', encoding="utf-8")
+    out = tmp_path / "pos"
+    res = finetune(ckpt, "tagging", pos, pos, out, max_steps=2, batch_size=2, lr=1e-3,
+                   fields={"tokens": "words", "tags": "pos"}, progress=False, log=lambda m: None)
+    assert set(res.metrics) == {"accuracy"} and res.task.main_metric == "accuracy"   # not IOB tags
+    assert load_finetuned(out)[1].main_metric == "accuracy" and evaluate(out, pos) == res.metrics
+    qa = write_rows(tmp_path / "qa.csv", [("Where is Paris?", "Paris is in France.", "France"),
+                                          ("Who wrote it?", "It was written by Ann.", "Ann")],
+                    header=("q", "passage", "gold"))
+    res = finetune(ckpt, "qa", qa, qa, None, max_steps=2, batch_size=2, max_length=32,
+                   fields={"question": "q", "answer": "gold"}, progress=False, log=lambda m: None)
+    assert set(res.metrics) == {"exact_match", "f1"}

@@ -105,16 +105,15 @@ class Task:
     architectures: ClassVar[tuple[str, ...]] = ("encoder",)
     #: option defaults of this task that differ from :class:`TaskOptions`'
     defaults: ClassVar[dict[str, Any]] = {}
+    #: the columns this task reads from a table file (:data:`lmlab.tasks.tables.ROLES`)
+    roles: ClassVar[tuple[str, ...]] = ()
+    #: those of ``roles`` a file may lack
+    optional_roles: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, name: str | None = None, options: TaskOptions | None = None):
         self.name = name or self.name
         self.options = (options or TaskOptions(**self.defaults)).validate()
         self.labels: list = []
-
-    #: the columns this task reads from a table file (:data:`lmlab.tasks.tables.ROLES`)
-    roles: ClassVar[tuple[str, ...]] = ()
-    #: those of ``roles`` a file may lack
-    optional_roles: ClassVar[tuple[str, ...]] = ()
 
     # ----------------------------------------------------------------- data
     def read(self, path, on_bad_line: str | BadLines = "error", warn=None) -> list[Example]:
@@ -234,8 +233,8 @@ class Task:
 
 
 def table_chosen(options, path) -> bool:
-    """True when ``path`` is to be read as a generic table rather than by its GLUE layout: a column,
-    format, header or delimiter was chosen, or the file is no TSV."""
+    """True when a preset (GLUE, SQuAD, CoNLL) reads ``path`` as a generic table rather than by its
+    own file layout: a column, format, header or delimiter was chosen, or the file is no TSV."""
     if options.fields or options.format or options.header is not None or options.delimiter:
         return True
     name = str(path).lower().removesuffix(".gz")

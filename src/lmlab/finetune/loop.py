@@ -57,8 +57,7 @@ from lmlab.tasks.base import pad_id_of
 from lmlab.tasks.readers import BadLines, Example, limit
 from lmlab.train.device import Machine
 from lmlab.train.engine import Engine
-from lmlab.train.loggers import DIRECTORY as LOGS_DIR
-from lmlab.train.loggers import open_loggers
+from lmlab.train.loggers import logger_dirs, open_loggers
 from lmlab.train.optim import warmup_decay_lr
 from lmlab.train.progress import Progress
 
@@ -295,7 +294,7 @@ def finetune(checkpoint, task: str | Task, train, dev, out: str | os.PathLike | 
     live_logs = None if out_dir is None else out_dir.with_name(f".{out_dir.name}.tmp-{os.getpid()}-logs")
     if live_logs is not None:
         shutil.rmtree(live_logs, ignore_errors=True)  # a failed earlier attempt of this process
-    loggers = open_loggers(cfg.loggers, live_logs) if cfg.loggers else []
+    loggers = open_loggers(cfg.loggers, live_logs, name=out_dir.name) if cfg.loggers else []
     try:
         history: list[dict[str, Any]] = []
 
@@ -382,8 +381,8 @@ def finetune(checkpoint, task: str | Task, train, dev, out: str | os.PathLike | 
                 write_json(tmp / EVAL_FILE, metrics)
                 write_json(tmp / SUMMARY_FILE, summary)
                 (tmp / METRICS_FILE).write_text(rows, encoding="utf-8")
-                if loggers:
-                    os.replace(live_logs / LOGS_DIR, tmp / LOGS_DIR)
+                for folder in logger_dirs(cfg.loggers):
+                    os.replace(live_logs / folder, tmp / folder)
             log_path.unlink(missing_ok=True)
             say(f"saved the best model (step {best['step']}, {select} {best['score']:.4f}) to {out_dir}")
     finally:  # also when training fails: no open event files, nothing left beside the output

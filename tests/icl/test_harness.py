@@ -37,16 +37,20 @@ def offline(monkeypatch):
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory, shakespeare):
-    """A random 2-layer GPT-2 checkpoint with a byte-level tokenizer, and three local task files."""
+    """A random 2-layer GPT-2 checkpoint with a byte-level tokenizer and 48 positions (the longest
+    question fits; the texts to score take several of the harness' rolling windows), and three local
+    task files."""
     root = tmp_path_factory.mktemp("harness")
     tok = train_tokenizer("bytelevel", [shakespeare[:50_000]], vocab_size=350)
     torch.manual_seed(0)
-    model = build_model(get_preset("gpt2-tiny", vocab_size=tok.vocab_size, n_layers=2)).eval()
+    preset = get_preset("gpt2-tiny", vocab_size=tok.vocab_size, n_layers=2, max_positions=48)
+    model = build_model(preset).eval()
     model.tokenizer = tok
     model.save(root / "ck")
     rows = [{"question": q, "choices": c, "label": y} for q, c, y in QUESTIONS]
     (root / "mc.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
-    lines = [line for line in shakespeare[:4000].split("\n\n") if line.strip()][:4]
+    lines = [shakespeare[i:i + 400] for i in range(0, 1600, 400)]  # ~100 tokens: 3 windows each
+    assert all(len(tok.encode(line)) > 2 * 48 for line in lines)
     (root / "text.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in lines), encoding="utf-8")
     tasks = root / "tasks"
     tasks.mkdir()
@@ -181,6 +185,20 @@ def test_an_unknown_task_name_is_one_line(setup, monkeypatch):
         run_harness(setup["root"] / "ck", f"lmlab_mc,no_such_task,{setup['tasks'] / 'mc.yaml'}",
                     out=setup["root"] / "never.json")
     assert not (setup["root"] / "never.json").exists()
+
+
+def test_an_lstm_language_model_is_scored_as_well(setup, tmp_path):
+    tok = setup["tok"]
+    torch.manual_seed(1)
+    model = build_model(get_preset("lstm-tiny", vocab_size=tok.vocab_size)).eval()
+    model.tokenizer = tok
+    model.save(tmp_path / "lstm")
+    result = run_harness(tmp_path / "lstm", str(setup["tasks"] / "mc.yaml"), limit=2)
+    got = [r[0] for s in sorted(result["samples"]["lmlab_mc"], key=lambda s: s["doc_id"])
+           for r in s["filtered_resps"]]
+    reference = [_choice_logprob(model, tok, q, c) for q, choices, _ in QUESTIONS[:2] for c in choices]
+    assert got == pytest.approx(reference, abs=1e-4)
+    assert (tmp_path / "lstm.harness.json").is_file()
 
 
 def test_models_without_next_token_probabilities_are_refused_in_one_line(tmp_path, setup):

@@ -47,13 +47,14 @@ def segments(folder: Path) -> list[Path]:
 
 
 def segment(run: Path) -> dict:
-    """One offline run: its id, the step it rewinds to (``resume_from``) and its history rows."""
-    out = {"id": None, "rewind": None, "rows": []}
+    """One offline run: its id, config, the step it rewinds to (``resume_from``) and its history rows."""
+    out = {"id": None, "config": {}, "rewind": None, "rows": []}
     (path,) = run.glob("run-*.wandb")
     for record in records(path):
         kind = record.WhichOneof("record_type")
         if kind == "run":
             out["id"] = record.run.run_id
+            out["config"] = {i.key: json.loads(i.value_json) for i in record.run.config.update}
             if record.run.HasField("branch_point"):
                 out["rewind"] = record.run.branch_point.value
         elif kind == "history":

@@ -153,6 +153,7 @@ def test_every_metrics_row_reaches_wandb_and_a_resume_continues_the_run_without_
     segs, merged = history(run / "wandb")
     assert len(segs) == 3 and len({s["id"] for s in segs}) == 1  # one W&B run, continued twice
     assert segs[2]["rewind"] == 4  # the resume rewinds the run to its checkpoint
+    assert segs[0]["config"]["train"]["max_steps"] == 4 and segs[2]["config"]["train"]["max_steps"] == 8
     assert [r["_step"] for r in segs[2]["rows"]] == [5, 6, 7, 8]
     rows = _rows(run)
     assert sorted(merged) == [0] + [r["step"] for r in rows] == list(range(9))  # stray gone, none twice
@@ -175,7 +176,8 @@ def test_a_resume_after_a_clean_stop_continues_the_run_without_rewinding(tiny_co
 
 def test_finetuning_writes_its_wandb_run_into_the_output(tmp_path, minilm_dir, data_dir):
     _finetune_tiny(tmp_path / "ft", minilm_dir, data_dir, ["wandb"])
-    _, merged = history(tmp_path / "ft" / "wandb")
+    segs, merged = history(tmp_path / "ft" / "wandb")
+    assert segs[0]["config"]["task"] == "sst2" and segs[0]["config"]["batch_size"] == 8
     expected: dict[int, dict] = {}
     for r in _rows(tmp_path / "ft"):  # a training row and an evaluation row can share a step
         expected.setdefault(r["step"], {}).update({k: v for k, v in r.items() if k != "step"})

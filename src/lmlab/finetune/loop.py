@@ -294,7 +294,9 @@ def finetune(checkpoint, task: str | Task, train, dev, out: str | os.PathLike | 
     live_logs = None if out_dir is None else out_dir.with_name(f".{out_dir.name}.tmp-{os.getpid()}-logs")
     if live_logs is not None:
         shutil.rmtree(live_logs, ignore_errors=True)  # a failed earlier attempt of this process
-    loggers = open_loggers(cfg.loggers, live_logs, name=out_dir.name) if cfg.loggers else []
+    loggers = (open_loggers(cfg.loggers, live_logs, name=out_dir.name,
+                            config={"task": task.name, "method": method, **cfg.to_dict()})
+               if cfg.loggers else [])
     try:
         history: list[dict[str, Any]] = []
 

@@ -42,7 +42,8 @@ def scalars(row: dict[str, Any]) -> dict[str, float]:
 class TensorBoardLogger:
     DIRECTORY = "tensorboard"
 
-    def __init__(self, run_dir: str | Path, resume_after: int | None = None, name: str | None = None):
+    def __init__(self, run_dir: str | Path, resume_after: int | None = None, name: str | None = None,
+                 config: dict[str, Any] | None = None):
         from torch.utils.tensorboard import SummaryWriter
 
         # purge_step: events from a killed run's steps beyond the checkpoint are discarded
@@ -62,7 +63,8 @@ class WandbLogger:
     DIRECTORY = "wandb"  # wandb's own name for the folder it makes in ``dir``
     STATE = "lmlab-run.json"  # {"id": the W&B run id, "logged_to": the last step handed to wandb}
 
-    def __init__(self, run_dir: str | Path, resume_after: int | None = None, name: str | None = None):
+    def __init__(self, run_dir: str | Path, resume_after: int | None = None, name: str | None = None,
+                 config: dict[str, Any] | None = None):
         import wandb
 
         run_dir = Path(run_dir)
@@ -84,7 +86,7 @@ class WandbLogger:
         mode = None if os.environ.get("WANDB_MODE") else "offline"  # the user's WANDB_MODE wins
         try:
             self.run = wandb.init(dir=str(run_dir), project=os.environ.get("WANDB_PROJECT") or "lmlab",
-                                  name=name or run_dir.name, mode=mode, reinit="create_new",
+                                  name=name or run_dir.name, config=config, mode=mode, reinit="create_new",
                                   settings=wandb.Settings(console="off", silent=True), **how)
         except Exception as e:  # wandb's own errors (login, network...) are the user's to fix
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
@@ -98,9 +100,17 @@ class WandbLogger:
         self.run.log(scalars(row), step=step)
 
     def close(self) -> None:
-        if self.run is not None:
-            self.run.finish()
-            self.run = None
+        if self.run is None:
+            return
+        import wandb
+
+        self.run.finish()
+        self.run = None
+        # finish() can return before wandb's service process has written the run to disk; when no
+        # other W&B run of this process is active, shutting the service down waits for it, so the
+        # files are complete when lmlab returns (and fine-tuning moves them into its output)
+        if getattr(wandb.setup(), "most_recent_active_run", "unknown") is None:
+            wandb.teardown()
 
 
 #: name -> (class, the module it needs, the extra that installs it)
@@ -127,14 +137,15 @@ def logger_dirs(names: Sequence[str]) -> list[str]:
 
 
 def open_loggers(names: Sequence[str], directory: str | Path, resume_after: int | None = None,
-                 name: str | None = None) -> list:
+                 name: str | None = None, config: dict[str, Any] | None = None) -> list:
     """The loggers ``names``, writing under ``directory`` (each in its own sub-directory);
-    ``name``: the run's name where a logger shows one (default: the directory's name)."""
+    ``name``: the run's name where a logger shows one (default: the directory's name); ``config``:
+    the run's settings, where a logger records them (W&B's run config)."""
     check_loggers(names, "loggers")
     opened: list = []
     try:
         for logger in names:
-            opened.append(LOGGERS[logger][0](directory, resume_after, name))
+            opened.append(LOGGERS[logger][0](directory, resume_after, name, config))
     except BaseException:
         for logger in opened:
             logger.close()

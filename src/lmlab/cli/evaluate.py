@@ -27,6 +27,10 @@ EXAMPLES = """\
   lmlab evaluate --checkpoint runs/gpt --harness my_tasks/quiz.yaml --num-fewshot 5 --out quiz.json"""
 
 
+#: options that go with --harness only
+HARNESS_ONLY = ("num_fewshot", "out", "overwrite", "log_samples", "seed")
+
+
 def register(sub) -> None:
     p = add_command(sub, "evaluate", "score a fine-tuned checkpoint on a data file, or a language model "
                     "on lm-evaluation-harness tasks", DESCRIPTION, EXAMPLES)
@@ -44,7 +48,7 @@ def register(sub) -> None:
     h.add_argument("--out", metavar="FILE", help="results JSON (default CHECKPOINT.harness.json)")
     h.add_argument("--overwrite", action="store_true", help="replace an existing results file")
     h.add_argument("--log-samples", action="store_true", help="also write every example's prompt and scores")
-    h.add_argument("--seed", type=int, default=0, help="few-shot sampling and generation seed")
+    h.add_argument("--seed", type=int, default=None, help="few-shot sampling and generation seed (default 0)")
     p.add_argument("--on-bad-line", choices=("error", "skip"), default="error",
                    help="a malformed data line stops (error) or is reported and left out (skip)")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda...")
@@ -61,8 +65,7 @@ def run(args) -> int:
             raise LmlabError(f"--{name.replace('_', '-')} must be positive, got {v}", "pass e.g. 64")
     if args.harness is not None:
         return _run_harness(args)
-    harness_only = [f"--{k.replace('_', '-')}" for k in ("num_fewshot", "out", "overwrite", "log_samples")
-                    if getattr(args, k) not in (None, False)]
+    harness_only = [f"--{k.replace('_', '-')}" for k in HARNESS_ONLY if getattr(args, k) not in (None, False)]
     if harness_only:
         raise LmlabError(f"{', '.join(harness_only)} go with --harness", "pass --harness TASKS, or drop them")
     if args.data is None:
@@ -85,7 +88,7 @@ def _run_harness(args) -> int:
                          "drop --data/--task, or drop --harness")
     record = run_harness(args.checkpoint, args.harness, out=args.out, overwrite=args.overwrite,
                          num_fewshot=args.num_fewshot, limit=args.max_examples,
-                         batch_size=args.batch_size or 16, device=args.device, seed=args.seed,
+                         batch_size=args.batch_size or 16, device=args.device, seed=args.seed or 0,
                          log_samples=args.log_samples, log=lambda m: print(m, file=sys.stderr, flush=True))
     print(json.dumps(record["results"], indent=2))
     return 0

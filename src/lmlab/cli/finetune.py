@@ -102,8 +102,9 @@ def register(sub) -> None:
     g.add_argument("--no-progress", action="store_true", help="no progress bar")
     g.add_argument("--save-every", type=int, default=None, metavar="N",
                    help="write the resume state every N steps (default: after each evaluation)")
-    g.add_argument("--logger", action="append", default=[], choices=["tensorboard"], dest="loggers",
-                   help="also write the metrics there (OUT/tensorboard/; may be repeated)")
+    g.add_argument("--logger", action="append", default=[], choices=["tensorboard", "wandb"],
+                   dest="loggers", help="also write the metrics there (OUT/tensorboard/, OUT/wandb/ offline "
+                   "unless WANDB_MODE says otherwise; may be repeated)")
     t = p.add_argument_group("task")
     t.add_argument("--max-length", type=int, default=None, metavar="N",
                    help="tokens per input (default 128; squad 384)")

@@ -69,8 +69,7 @@ from lmlab.train import distributed as dist
 from lmlab.train.checkpoint import restore_rng, rng_tensors
 from lmlab.train.device import Machine
 from lmlab.train.engine import Engine
-from lmlab.train.loggers import DIRECTORY as LOGS_DIR
-from lmlab.train.loggers import open_loggers
+from lmlab.train.loggers import logger_dirs, open_loggers
 from lmlab.train.optim import warmup_decay_lr
 from lmlab.train.preempt import StopRequests
 from lmlab.train.progress import Progress
@@ -366,7 +365,8 @@ def finetune(checkpoint, task: str | Task, train, dev, out: str | os.PathLike | 
     else:
         live_logs = out_dir.with_name(f".{out_dir.name}.tmp-{os.getpid()}-logs")
         shutil.rmtree(live_logs, ignore_errors=True)  # a failed earlier attempt of this process
-    loggers = (open_loggers(cfg.loggers, live_logs, resume_after=saved["step"] if saved else None)
+    loggers = (open_loggers(cfg.loggers, live_logs, resume_after=saved["step"] if saved else None,
+                            name=out_dir.name, config={"task": task.name, "method": method, **cfg.to_dict()})
                if cfg.loggers and writes else [])
     finished = False
     exits = contextlib.ExitStack()  # the stop-signal handlers, while the loop runs
@@ -497,8 +497,8 @@ def finetune(checkpoint, task: str | Task, train, dev, out: str | os.PathLike | 
                 write_json(tmp / EVAL_FILE, metrics)
                 write_json(tmp / SUMMARY_FILE, summary)
                 (tmp / METRICS_FILE).write_text(rows, encoding="utf-8")
-                if loggers:
-                    os.replace(live_logs / LOGS_DIR, tmp / LOGS_DIR)
+                for folder in logger_dirs(cfg.loggers):
+                    os.replace(live_logs / folder, tmp / folder)
             log_path.unlink(missing_ok=True)
             finished = True
             say(f"saved the best model (step {best['step']}, {select} {best['score']:.4f}) to {out_dir}")

@@ -38,9 +38,9 @@ def load_model(path: str | os.PathLike, map_location="cpu"):
         from lmlab.adapt.quantize import load_quantized
 
         return load_quantized(p, map_location)
-    if (p / "base").is_dir() and (p / "adapter" / "adapter_config.json").is_file():
-        from lmlab.adapt.peft_io import load_peft
+    from lmlab.adapt.peft_io import adapter_files, load_peft
 
+    if (p / "base").is_dir() and adapter_files(p / "adapter") is not None:
         model = load_peft(load_plain_model(p / "base", map_location), p / "adapter")
         return model.to(map_location).eval()
     return load_plain_model(p, map_location)

@@ -10,7 +10,7 @@ import torch
 from safetensors import safe_open
 
 from lmlab.adapt import apply_method
-from lmlab.adapt.peft_io import CONFIG_NAME, WEIGHTS_NAME, load_peft, load_peft_model, save_peft
+from lmlab.adapt.peft_io import CONFIG_NAME, OLD_NAMES, WEIGHTS_NAME, load_peft, load_peft_model, save_peft
 from lmlab.errors import LmlabError
 from lmlab.loading import load_model
 from lmlab.models import build_model, get_preset
@@ -84,6 +84,22 @@ def test_reload_on_the_base_checkpoint_gives_identical_predictions(
     assert torch.equal(got, expected)
 
 
+def test_own_files_do_not_take_peft_names_and_old_folders_still_load(base_checkpoint, tmp_path):
+    model = train_a_little(apply_method_to(task_model(base_checkpoint), "prompt", {"num_virtual_tokens": 2}))
+    with torch.no_grad():
+        expected = model(**batch()).logits
+    save_peft(model, tmp_path / "peft")
+    assert sorted(f.name for f in (tmp_path / "peft").iterdir()) == sorted((CONFIG_NAME, WEIGHTS_NAME))
+    assert not {"adapter_config.json", "adapter_model.safetensors"} & {CONFIG_NAME, WEIGHTS_NAME}
+    for new, old in zip((CONFIG_NAME, WEIGHTS_NAME), OLD_NAMES):  # a folder saved by an older lmlab
+        (tmp_path / "peft" / new).rename(tmp_path / "peft" / old)
+    with torch.no_grad():
+        assert torch.equal(load_peft_model(base_checkpoint, tmp_path / "peft")(**batch()).logits, expected)
+    (tmp_path / "peft" / OLD_NAMES[0]).write_text('{"peft_type": "LORA"}')  # what the peft library writes
+    with pytest.raises(LmlabError, match="not lmlab's"):
+        load_peft_model(base_checkpoint, tmp_path / "peft")
+
+
 def apply_method_to(model, method, options):
     apply_method(model, method, options)
     return model
@@ -97,7 +113,7 @@ def test_wrong_base_or_missing_files_are_one_line_errors(base_checkpoint, tmp_pa
         load_peft(other, tmp_path / "peft")
     with pytest.raises(LmlabError, match="heads"):
         load_peft(build_model(get_preset("bert-tiny", vocab_size=V), heads=("token_cls",)), tmp_path / "peft")
-    with pytest.raises(LmlabError, match="no adapter_config.json"):
+    with pytest.raises(LmlabError, match="no lmlab adapter"):
         load_peft_model(base_checkpoint, tmp_path)
     (tmp_path / "peft" / WEIGHTS_NAME).write_bytes(b"garbage")
     with pytest.raises(LmlabError, match="corrupt"):

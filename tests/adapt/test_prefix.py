@@ -47,6 +47,47 @@ def test_prefix_equal_to_a_context_cache_gives_the_context_logits(preset):
     assert (other[real] - ref.logits[:, p:][real]).abs().max() > 1e-2
 
 
+@pytest.mark.parametrize("preset", ["gpt2-tiny", "llama-tiny"])
+def test_after_prefix_positions_continue_a_context_without_position_ids(preset):
+    """``positions=after_prefix``: the input is numbered after the prefix, as after a real
+    context of ``P`` tokens (what transformers and peft compute)."""
+    model = tiny(preset, ("lm",))
+    p, t = 4, 6
+    context, x = ids(1, p, seed=2).expand(2, -1), ids(2, t)
+    with torch.no_grad():
+        ref = model(torch.cat((context, x), 1), use_cache=True)
+    apply_method(model, "prefix", {"num_virtual_tokens": p, "init": "random", "positions": "after_prefix"})
+    with torch.no_grad():
+        for i, (k, v) in enumerate(ref.past_key_values):
+            model.prefix_encoder.prefix[i, 0] = k[0, :, :p]
+            model.prefix_encoder.prefix[i, 1] = v[0, :, :p]
+        got = model(x).logits
+        shifted = model(x, position_ids=torch.arange(t)[None]).logits  # explicit ids are shifted by P too
+        out = model(x[:, :4], use_cache=True)  # and cached decoding goes on after the prefix
+        step = model(x[:, 4:], past_key_values=out.past_key_values).logits
+    assert (got - ref.logits[:, p:]).abs().max() < 1e-5
+    assert (shifted - got).abs().max() < 1e-6 and (step - got[:, 4:]).abs().max() < 1e-5
+    if preset == "gpt2-tiny":  # learned positions: numbered from 0 (-P + P) the prefix gives other logits
+        with torch.no_grad():
+            start = model(x, position_ids=torch.arange(-p, t - p)[None]).logits
+        assert (start - got).abs().max() > 1e-3
+
+
+def test_after_prefix_keeps_robertas_padding_and_refuses_too_long_inputs():
+    model = tiny("roberta-tiny", ("token_cls",))
+    apply_method(model, "prefix", {"num_virtual_tokens": 3, "positions": "after_prefix"})
+    x = ids(1, 5)
+    padded = torch.cat((x, torch.full((1, 3), model.config.pad_token_id)), 1)
+    mask = torch.tensor([[1] * 5 + [0] * 3])
+    with torch.no_grad():
+        a, b = model(x).logits, model(padded, attention_mask=mask).logits
+    assert (a - b[:, :5]).abs().max() < 1e-5
+    limit = model.config.max_positions - model.config.pad_token_id - 1
+    model(ids(1, limit - 3))
+    with pytest.raises(LmlabError, match="after a prefix of 3"):
+        model(ids(1, limit - 2))
+
+
 def test_cached_decoding_equals_a_full_forward():
     model = tiny("gpt2-tiny", ("lm",))
     apply_method(model, "prefix", {"num_virtual_tokens": 3})
@@ -117,3 +158,7 @@ def test_bad_options():
         apply_method(tiny("gpt2-tiny"), "prefix", {"num_virtual_tokens": 0})
     with pytest.raises(LmlabError, match="prefix init"):
         apply_method(tiny("gpt2-tiny"), "prefix", {"init": "zeros"})
+    with pytest.raises(LmlabError, match="prefix positions"):
+        apply_method(tiny("gpt2-tiny"), "prefix", {"positions": "end"})
+    with pytest.raises(LmlabError, match="encoders and decoders"):
+        apply_method(tiny("t5-tiny"), "prefix", {"positions": "after_prefix"})

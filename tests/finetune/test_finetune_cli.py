@@ -46,8 +46,11 @@ def test_bad_line_is_one_line_error_or_skipped(ckpt, tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: ") and "train.tsv line 4: expected 2 tab-separated fields" in err
     assert "--on-bad-line skip" in err and "\n" not in err
-    assert main(args + ["--on-bad-line", "skip"]) == 0
-    assert "skipping" in capsys.readouterr().err
+    assert main(args + ["--on-bad-line", "skip"]) == 2          # 1 of 5 rows: more than the default 1%
+    err = capsys.readouterr().err
+    assert "skipping" in err and "train.tsv: 1 of 5 rows (20.0%) are malformed" in err
+    assert main(args + ["--on-bad-line", "skip", "--max-bad-fraction", "0.2"]) == 0
+    assert "train.tsv: skipped 1 of 5 rows (20.0%) as malformed" in capsys.readouterr().err
 
 
 def test_cli_errors_are_one_line(ckpt, data_dir, tmp_path, capsys):

@@ -202,7 +202,7 @@ def test_cli_prints_n_valid_documents_reproducibly(checkpoint, tmp_path, capsys)
     schema_file = tmp_path / "schema.json"
     schema_file.write_text(json.dumps(SCHEMAS[1]))
     args = ["generate", "--checkpoint", str(checkpoint), "--json-schema", str(schema_file),
-            "--num-samples", "7", "--seed", "3", "--max-new-tokens", "80"]
+            "--num-samples", "7", "--seed", "3", "--max-new-tokens", "80", "--grammar-backend", "lmlab"]
     assert main(args) == 0
     first = capsys.readouterr().out
     assert main(args) == 0
@@ -218,6 +218,7 @@ def test_cli_unsupported_keyword_is_a_one_line_error(checkpoint, tmp_path, capsy
     schema_file = tmp_path / "schema.json"
     schema = {"type": "object", "properties": {"s": {"type": "string", "pattern": "x+"}}}
     schema_file.write_text(json.dumps(schema))
-    code = main(["generate", "--checkpoint", str(checkpoint), "--json-schema", str(schema_file)])
+    code = main(["generate", "--checkpoint", str(checkpoint), "--json-schema", str(schema_file),
+                 "--grammar-backend", "lmlab"])
     err = capsys.readouterr().err
     assert code == 2 and err.startswith("error: ") and "'pattern'" in err and err.count("\n") == 1

@@ -63,11 +63,14 @@ class Fakes:
     def __init__(self, interrupt_at: int | None = None):
         self.pretrain_calls: list[tuple[str, bool]] = []
         self.finetune_calls: list[str] = []
+        self.pretrain_configs: list[dict] = []
+        self.finetune_settings: list[dict] = []
         self.interrupt_at = interrupt_at
 
     def pretrain(self, config, out_dir, overrides=None, resume=False, log=None):
         out = Path(out_dir)
         self.pretrain_calls.append((out.name, resume))
+        self.pretrain_configs.append(config)
         steps = config["train"]["max_steps"]
         (out / "checkpoints" / "step_5").mkdir(parents=True, exist_ok=True)
         if self.interrupt_at is not None and len(self.pretrain_calls) == self.interrupt_at:
@@ -89,6 +92,7 @@ class Fakes:
 
     def finetune(self, checkpoint, task, train, dev, out, log=None, **settings):
         self.finetune_calls.append(Path(out).name)
+        self.finetune_settings.append(settings)
         assert Path(checkpoint).is_dir()
         Path(out).mkdir(parents=True, exist_ok=True)
         metrics = {"accuracy": 0.5 + settings["seed"] / 100}
@@ -135,6 +139,39 @@ def test_second_invocation_trains_nothing(micro, tmp_path, monkeypatch):
 
 def grid_arms(grid):
     return [{"name": a.name, "preset": a.preset, "objective": a.objective} for a in grid.arms]
+
+
+def test_compare_logger_reaches_every_run_and_changes_no_run_key(micro, tmp_path, monkeypatch):
+    from lmlab.cli import main
+    from lmlab.train.config import to_toml
+
+    fakes = Fakes()
+    monkeypatch.setattr(runner_mod, "pretrain", fakes.pretrain)
+    monkeypatch.setattr(runner_mod, "finetune", fakes.finetune)
+    grid = tmp_path / "grid.toml"
+    grid.write_text(to_toml(micro(arms=[{"name": "mlm", "preset": "bert-tiny", "objective": "mlm"}])))
+    out = str(tmp_path / "out")
+    assert main(["compare", "--config", str(grid), "--out", out, "--progress", "off",
+                 "--logger", "tensorboard", "--logger", "wandb"]) == 0
+    assert [c["train"]["loggers"] for c in fakes.pretrain_configs] == [["tensorboard", "wandb"]]
+    assert [s["loggers"] for s in fakes.finetune_settings] == [["tensorboard", "wandb"]]
+    # logging changes no result: without --logger the same runs are found done
+    calls = (list(fakes.pretrain_calls), list(fakes.finetune_calls))
+    assert main(["compare", "--config", str(grid), "--out", out, "--progress", "off"]) == 0
+    assert (fakes.pretrain_calls, fakes.finetune_calls) == calls
+
+
+def test_compare_refuses_an_unknown_logger_before_any_work(micro, tmp_path, monkeypatch, capsys):
+    from lmlab.cli import main
+    from lmlab.train.config import to_toml
+
+    fakes = Fakes()
+    monkeypatch.setattr(runner_mod, "pretrain", fakes.pretrain)
+    grid = tmp_path / "grid.toml"
+    grid.write_text(to_toml(micro()))
+    code = main(["compare", "--config", str(grid), "--out", str(tmp_path / "out"), "--logger", "neptune"])
+    assert code == 2 and capsys.readouterr().err.startswith("error: ")
+    assert not fakes.pretrain_calls and not (tmp_path / "out").exists()
 
 
 def test_interrupted_grid_resumes(micro, tmp_path, monkeypatch):

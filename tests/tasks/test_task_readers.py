@@ -53,9 +53,12 @@ def test_malformed_tsv_error_names_file_and_line(tmp_path):
     with pytest.raises(LmlabError, match=r"bad\.tsv line 3: expected 2 tab-separated fields, found 1"):
         read_glue(p, "single")
     warnings = []
-    got = read_glue(p, "single", BadLines("skip", warnings.append))
+    got = read_glue(p, "single", BadLines("skip", warnings.append, max_fraction=0.5))
     assert [e.text for e in got] == ["good one", "fine"]
-    assert len(warnings) == 2 and "line 3" in warnings[0] and "line 5" in warnings[1]
+    assert len(warnings) == 3 and "line 3" in warnings[0] and "line 5" in warnings[1]
+    assert warnings[2].endswith("bad.tsv: skipped 2 of 4 rows (50.0%) as malformed")
+    with pytest.raises(LmlabError, match=r"bad\.tsv: 2 of 4 rows \(50\.0%\) are malformed, more than"):
+        read_glue(p, "single", BadLines("skip", warnings.append))   # default: at most 1% of the rows
 
 
 def test_bad_regression_score_and_unknown_layout(tmp_path):
@@ -79,7 +82,7 @@ def test_squad_bad_json_and_bad_records(tmp_path):
     with pytest.raises(LmlabError, match=r"qa\.jsonl line 2: invalid JSON"):
         read_squad(q)
     warnings = []
-    got = read_squad(q, BadLines("skip", warnings.append))
+    got = read_squad(q, BadLines("skip", warnings.append, max_fraction=1))
     assert len(got) == 2 and got[0].extra["answers"] == ["France"]
     assert "line 3" in warnings[1] and "not at character 3" in warnings[1]
 
@@ -89,7 +92,7 @@ def test_conll_bad_tag_and_skip_drops_the_sentence(tmp_path):
                                   "Peter NNP B-NP X-PER\nBlackburn NNP I-NP I-PER\n\nLondon NNP B-NP B-LOC\n")
     with pytest.raises(LmlabError, match=r"c\.txt line 6: tag 'X-PER' is not an IOB tag"):
         read_conll(p)
-    got = read_conll(p, BadLines("skip", lambda m: None))
+    got = read_conll(p, BadLines("skip", lambda m: None, max_fraction=1))
     assert [e.extra["words"] for e in got] == [["EU", "rejects"], ["London"]]
     assert got[0].label == ["B-ORG", "O"]
 

@@ -3,10 +3,14 @@
 A PEFT directory holds only the trained parameters - the method's own (LoRA ``A``/``B``, adapters,
 prefixes, the soft prompt) and the task head - next to a small JSON config::
 
-    adapter_config.json        {"lmlab_peft_version": 1, "method": "lora", "options": {...},
+    lmlab_adapter.json         {"lmlab_peft_version": 1, "method": "lora", "options": {...},
                                 "architecture": "encoder", "family": "bert", "heads": ["seq_cls"],
                                 "model_config": {...}, "trainable_parameters": 1234, ...}
-    adapter_model.safetensors  every parameter with requires_grad, by its name in the adapted model
+    lmlab_adapter.safetensors  every parameter with requires_grad, by its name in the adapted model
+
+The names are lmlab's own, so that nothing mistakes the folder for one the ``peft`` library wrote
+(:mod:`lmlab.adapt.peft_export` writes those). Folders saved before under ``peft``'s names
+(``adapter_config.json`` / ``adapter_model.safetensors`` with lmlab content) still load.
 
 :func:`save_peft` writes it, :func:`load_peft` applies the method to a base model and loads the
 weights, :func:`load_peft_model` rebuilds the fine-tuned model from the *pretraining* checkpoint
@@ -36,8 +40,10 @@ from lmlab.errors import LmlabError
 from lmlab.fileio import atomic_dir, read_json, write_json
 
 PEFT_VERSION = 1
-CONFIG_NAME = "adapter_config.json"
-WEIGHTS_NAME = "adapter_model.safetensors"
+CONFIG_NAME = "lmlab_adapter.json"
+WEIGHTS_NAME = "lmlab_adapter.safetensors"
+#: the names lmlab used until the ``peft`` export existed (``peft``'s own); still read
+OLD_NAMES = ("adapter_config.json", "adapter_model.safetensors")
 BASE_DIR = "base"
 #: config fields that may differ between the base model and the adapted one (no effect on shapes)
 _FREE_FIELDS = ("dropout", "attn_dropout", "classifier_dropout", "num_labels")
@@ -81,36 +87,57 @@ def save_peft(model: nn.Module, directory: str | os.PathLike, base_model: str | 
 
 
 def write_adapter(directory: str | os.PathLike, state: dict[str, torch.Tensor], config: dict[str, Any],
-                  also=None) -> Path:
-    """``adapter_model.safetensors`` + ``adapter_config.json`` into ``directory``, atomically;
+                  also=None, names: tuple[str, str] = (CONFIG_NAME, WEIGHTS_NAME)) -> Path:
+    """``state`` and ``config`` into ``directory`` under ``names`` (config, weights), atomically;
     ``also(tmp)`` may add files before the directory appears."""
     from safetensors.torch import save_file
 
     directory = Path(directory)
-    with atomic_dir(directory, marker=CONFIG_NAME, what="PEFT adapter") as tmp:
-        save_file(state, str(tmp / WEIGHTS_NAME), metadata={"format": "pt"})
-        write_json(tmp / CONFIG_NAME, config)
+    config_name, weights_name = names
+    with atomic_dir(directory, marker=config_name, what="PEFT adapter") as tmp:
+        save_file(state, str(tmp / weights_name), metadata={"format": "pt"})
+        write_json(tmp / config_name, config)
         if also is not None:
             also(tmp)
     return directory
 
 
+def adapter_files(directory: str | os.PathLike) -> tuple[Path, Path] | None:
+    """``(config, weights)`` of the lmlab adapter in ``directory`` (today's names, else the old
+    ones when their config is lmlab's), or None when it holds none."""
+    d = Path(directory)
+    if (d / CONFIG_NAME).is_file():
+        return d / CONFIG_NAME, d / WEIGHTS_NAME
+    old = d / OLD_NAMES[0]
+    if old.is_file():
+        try:
+            cfg = read_json(old, "adapter config")
+        except LmlabError:
+            return None
+        if isinstance(cfg, dict) and "lmlab_peft_version" in cfg:
+            return old, d / OLD_NAMES[1]
+    return None
+
+
 def read_peft_config(directory: str | os.PathLike) -> dict[str, Any]:
     """The JSON config of a PEFT directory, checked (one-line LmlabError when missing or wrong)."""
     d = Path(directory)
-    if not (d / CONFIG_NAME).is_file():
+    files = adapter_files(d)
+    if files is None:
+        hint = f"; its {OLD_NAMES[0]} is not lmlab's (a folder for the peft library?)"
         raise LmlabError(
-            f"{d} holds no {CONFIG_NAME}", "pass a directory written by save_peft / lmlab finetune"
+            f"{d} holds no lmlab adapter ({CONFIG_NAME}){hint if (d / OLD_NAMES[0]).is_file() else ''}",
+            "pass a directory written by save_peft / lmlab finetune",
         )
-    cfg = read_json(d / CONFIG_NAME, "adapter config")
+    cfg = read_json(files[0], "adapter config")
     if not isinstance(cfg, dict) or cfg.get("lmlab_peft_version") != PEFT_VERSION:
         raise LmlabError(
-            f"{d / CONFIG_NAME} is not an lmlab PEFT config of version {PEFT_VERSION}",
+            f"{files[0]} is not an lmlab PEFT config of version {PEFT_VERSION}",
             "save the adapter again with this lmlab",
         )
     for key in ("method", "options", "architecture", "heads", "model_config"):
         if key not in cfg:
-            raise LmlabError(f"{d / CONFIG_NAME} lacks {key!r}", "save the adapter again")
+            raise LmlabError(f"{files[0]} lacks {key!r}", "save the adapter again")
     return cfg
 
 
@@ -147,7 +174,7 @@ def load_peft(model: nn.Module, directory: str | os.PathLike) -> nn.Module:
             "build the model with the same task head",
         )
     apply_method(model, cfg["method"], cfg["options"])
-    state = read_safetensors(d / WEIGHTS_NAME)
+    state = read_safetensors(adapter_files(d)[1])
     own = dict(model.named_parameters())
     expected = {n for n, p in own.items() if p.requires_grad}
     missing, unexpected = sorted(expected - set(state)), sorted(set(state) - set(own))
@@ -192,7 +219,7 @@ def load_peft_model(
     model = build_model(
         config_from_dict(cfg["model_config"]), heads=cfg["heads"], architecture=cfg["architecture"]
     )
-    saved = set(read_safetensors(d / WEIGHTS_NAME))  # small: the method's weights and the head
+    saved = set(read_safetensors(adapter_files(d)[1]))  # small: the method's weights and the head
     base_state = base.state_dict()
     keep = {}
     for name, t in model.state_dict().items():

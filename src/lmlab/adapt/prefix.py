@@ -15,6 +15,12 @@ token and produces no output. The frozen model is untouched; only ``K_i, V_i`` a
 * ``init="vocab"`` (default without the MLP): start from the keys/values the frozen model itself
   computes for ``P`` real tokens (the paper's "initialise with activations of real words");
   ``"random"``: N(0, 0.02²).
+* ``positions``: how the real tokens are numbered. ``"from_start"`` (default): ``0, 1, ...`` as
+  without a prefix (the prefix has no position). ``"after_prefix"``: ``P, P+1, ...``, as after a
+  ``P``-token context - what transformers does with a ``P``-token cache and so what the ``peft``
+  library's prefix tuning computes (explicit ``position_ids`` are shifted by ``P`` too, as peft
+  does; RoBERTa's padding keeps its position). Encoders and decoders; the export to ``peft``
+  (:mod:`lmlab.adapt.peft_export`) needs it for learned positions (rotary ones export either way).
 
 The model code is not edited: each block's ``attn`` is wrapped by :class:`PrefixAttention`, which
 uses the attention's existing KV-cache path (``past_kv``): the prefix is passed as a cache to
@@ -32,6 +38,7 @@ from lmlab.adapt import freeze_base, transformer_blocks, unfreeze_task_heads
 from lmlab.errors import LmlabError
 
 INITS = ("vocab", "random")
+POSITIONS = ("from_start", "after_prefix")
 
 
 class PrefixEncoder(nn.Module):
@@ -128,6 +135,48 @@ class PrefixAttention(nn.Module):
         return out, present
 
 
+class _PositionsAfterPrefix:
+    """A forward pre-hook numbering the real tokens after the prefix (``positions="after_prefix"``):
+    it hands the model explicit ``position_ids`` shifted by ``P``."""
+
+    def __init__(self, model: nn.Module, p: int):
+        import inspect
+
+        self.p = p
+        self.signature = inspect.signature(model.forward)
+        cfg = model.config
+        self.limit = None  # learned/sinusoidal tables end at max_positions
+        if getattr(cfg, "positions", None) in ("learned", "sinusoidal"):
+            self.limit = cfg.max_positions - (
+                cfg.pad_token_id + 1 if getattr(cfg, "positions_from_padding", False) else 0
+            )
+
+    def __call__(self, model: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+        bound = self.signature.bind(*args, **kwargs)
+        kw = dict(bound.arguments)
+        kw.update(kw.pop("kwargs", {}))
+        ids = kw["input_ids"]
+        past = kw.get("past_key_values")
+        past = 0 if past is None else past[0][0].shape[2]  # the caller's cache holds no prefix
+        if self.limit is not None and past + ids.shape[1] + self.p > self.limit:
+            raise LmlabError(
+                f"{past + ids.shape[1]} tokens after a prefix of {self.p} exceed the model's "
+                f"{self.limit} positions",
+                f"truncate inputs to {self.limit - self.p} tokens (or use fewer virtual tokens)",
+            )
+        pos = kw.get("position_ids")
+        if pos is None:
+            if model.architecture == "encoder":
+                pos = model.embeddings.position_ids(ids)
+                if model.config.positions_from_padding:  # padding keeps its position
+                    kw["position_ids"] = pos + self.p * (ids != model.config.pad_token_id).long()
+                    return (), kw
+            else:
+                pos = torch.arange(past, past + ids.shape[1], device=ids.device)[None]
+        kw["position_ids"] = pos + self.p
+        return (), kw
+
+
 def apply_prefix(
     model: nn.Module,
     num_virtual_tokens: int = 20,
@@ -136,6 +185,7 @@ def apply_prefix(
     init: str = "vocab",
     seed: int = 0,
     train_head: bool = True,
+    positions: str = "from_start",
 ) -> None:
     """Freeze ``model`` and give every self-attention a trainable prefix of ``num_virtual_tokens``
     key/value vectors (in place); the :class:`PrefixEncoder` is ``model.prefix_encoder``."""
@@ -148,6 +198,13 @@ def apply_prefix(
         raise LmlabError(f"unknown prefix init {init!r}", f"choose one of: {', '.join(INITS)}")
     if reparameterize and (not isinstance(hidden, int) or hidden <= 0):
         raise LmlabError(f"hidden must be a positive integer, got {hidden!r}", "use e.g. hidden=512")
+    if positions not in POSITIONS:
+        raise LmlabError(f"unknown prefix positions {positions!r}", f"choose one of: {', '.join(POSITIONS)}")
+    if positions == "after_prefix" and getattr(model, "architecture", "") not in ("encoder", "decoder"):
+        raise LmlabError(
+            "positions=after_prefix is for encoders and decoders",
+            "use positions=from_start with an encoder-decoder",
+        )
     blocks = [b for _, b in transformer_blocks(model)]
     attn = blocks[0].attn
     d_model = attn.q_proj.in_features
@@ -163,6 +220,8 @@ def apply_prefix(
     model.prefix_encoder = enc
     for i, block in enumerate(blocks):
         block.attn = PrefixAttention(block.attn, enc, i)
+    if positions == "after_prefix":  # a callable object, not a closure: copy.deepcopy(model) stays right
+        model.register_forward_pre_hook(_PositionsAfterPrefix(model, num_virtual_tokens), with_kwargs=True)
     unfreeze_task_heads(model, train_head)
 
 

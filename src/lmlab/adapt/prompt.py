@@ -8,6 +8,8 @@ Where the prompt goes, so that positions, masks and heads stay right:
 
 * encoders (BERT, RoBERTa, ALBERT, ELECTRA): right after the first token, ``[CLS] p_1..p_P x_1..``,
   so the ``[CLS]`` vector the classification head and pooler read is still position 0;
+  ``before_cls=True`` puts it in front, ``p_1..p_P [CLS] x_1..``, as the ``peft`` library does
+  (its head then reads ``p_1``; :mod:`lmlab.adapt.peft_export` needs this for encoders);
 * decoders (GPT-2, Llama): in front, ``p_1..p_P x_1..``; the last-token head finds the last real
   token through the (extended) attention mask; with a KV cache only the first call inserts the
   prompt, later calls just extend the mask and shift explicit ``position_ids`` by ``P``;
@@ -72,11 +74,11 @@ def input_embedding(model: nn.Module) -> nn.Embedding:
 class _PromptHooks:
     """The argument rewriting around ``model.forward`` (and ``model.encode`` for seq2seq)."""
 
-    def __init__(self, model: nn.Module, prompt: SoftPrompt):
+    def __init__(self, model: nn.Module, prompt: SoftPrompt, before_cls: bool = False):
         self.prompt = prompt
         self.arch = model.architecture
         cfg = model.config
-        self.at = 1 if self.arch == "encoder" else 0
+        self.at = 1 if self.arch == "encoder" and not before_cls else 0
         self.placeholder = 0 if cfg.pad_token_id != 0 else 1
         self.limit = None
         if getattr(cfg, "positions", None) in ("learned", "sinusoidal"):
@@ -242,6 +244,7 @@ def apply_prompt(
     init: str = "vocab",
     seed: int = 0,
     train_head: bool = True,
+    before_cls: bool = False,
 ) -> None:
     """Freeze ``model`` and give it a trainable soft prompt of ``num_virtual_tokens`` embeddings
     (``model.soft_prompt``), in place.
@@ -249,6 +252,7 @@ def apply_prompt(
     ``init="vocab"``: copies of the embeddings of random vocabulary tokens (Lester et al.'s
     "sampled vocabulary", ids above the first 1000 where specials live, when there are enough);
     ``"random"``: N(0, σ²) with σ the embedding table's own standard deviation.
+    ``before_cls``: encoders put the prompt in front of ``[CLS]`` (as peft) instead of after it.
     """
     if not isinstance(num_virtual_tokens, int) or num_virtual_tokens <= 0:
         raise LmlabError(
@@ -276,7 +280,7 @@ def apply_prompt(
         start = start.to(weight.device, weight.dtype)
     freeze_base(model)
     model.soft_prompt = SoftPrompt(start)
-    hooks = _PromptHooks(model, model.soft_prompt)
+    hooks = _PromptHooks(model, model.soft_prompt, before_cls)
     model._prompt_hooks = hooks
     table.register_forward_hook(hooks.embed_hook)
     model.register_forward_pre_hook(hooks.pre_forward, with_kwargs=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from lmlab.cli.common import add_command
@@ -20,7 +21,8 @@ EXAMPLES = """\
   lmlab compare --config configs/grids/objectives-tiny.toml --dry-run
   lmlab compare --config configs/grids/objectives-tiny.toml --out runs/compare/objectives
   lmlab compare --config configs/grids/sst2-pretraining.toml --out runs/compare/sst2
-  lmlab compare --config configs/grids/objectives-tiny.toml --set budget.tokens=40960 seeds=[0]"""
+  lmlab compare --config configs/grids/objectives-tiny.toml --set budget.tokens=40960 seeds=[0]
+  lmlab compare --config configs/grids/objectives-tiny.toml --logger tensorboard --logger wandb"""
 
 
 def register(sub) -> None:
@@ -45,6 +47,15 @@ def register(sub) -> None:
         help="override grid keys, e.g. budget.tokens=40960 pretrain.train.lr=1e-3",
     )
     p.add_argument(
+        "--logger",
+        action="append",
+        default=[],
+        dest="loggers",
+        metavar="NAME",
+        help="also log every pretraining and fine-tuning run to NAME (tensorboard, wandb), in the run's "
+        "directory; repeatable (the same as --set pretrain.train.loggers=[...] finetune.loggers=[...])",
+    )
+    p.add_argument(
         "--progress",
         choices=("auto", "on", "off"),
         default="auto",
@@ -56,7 +67,11 @@ def register(sub) -> None:
 def run(args) -> int:
     from lmlab.lab import load_grid, run_grid
 
-    grid = load_grid(args.config, args.overrides)
+    overrides = list(args.overrides)
+    if args.loggers:
+        names = json.dumps(args.loggers)
+        overrides += [f"pretrain.train.loggers={names}", f"finetune.loggers={names}"]
+    grid = load_grid(args.config, overrides)
     out = Path(args.out) if args.out else Path("runs") / "compare" / grid.name
     progress = None if args.progress == "auto" else args.progress == "on"
     result = run_grid(grid, out, dry_run=args.dry_run, report_only=args.report_only, progress=progress)

@@ -1,33 +1,64 @@
-"""`lmlab evaluate`: score a fine-tuned checkpoint on a data file (see lmlab.finetune.evaluate)."""
+"""`lmlab evaluate`: score a fine-tuned checkpoint on a data file (see lmlab.finetune.evaluate), or
+any language model on lm-evaluation-harness tasks (--harness; see lmlab.icl.harness)."""
 
 from __future__ import annotations
 
 import json
 
 from lmlab.cli.common import add_command
+from lmlab.cli.finetune import add_data_arguments, data_settings
 
 DESCRIPTION = """\
 Score a checkpoint written by `lmlab finetune` on a data file of its task and print the
 metrics as JSON, in the same form as the eval.json that fine-tuning wrote (e.g.
 {"accuracy": 0.81, "matthews_corr": 0.52}). The task, its label set and its input settings
 (max length, SQuAD stride...) come from the checkpoint's task.json; --task, when given, must
-match it. Labels in the data that the model never saw in training are an error."""
+match it. The file is read as the training files were (format, header, columns: task.json);
+the data flags below override that for a file laid out differently. Labels in the data that
+the model never saw in training are an error (file, line, label). --predictions writes every
+prediction, as a label name for classification.
+
+--harness TASKS scores a language model (a decoder or LSTM LM checkpoint, or a pretraining run's
+newest checkpoint) with EleutherAI's lm-evaluation-harness instead: TASKS is a comma-separated
+list of harness task names (hellaswag, lambada_openai...) and local task YAML files or folders of
+them. The results are written as JSON beside the checkpoint (CHECKPOINT.harness.json, or --out),
+never over an existing file unless --overwrite. Needs pip install 'lmlab[eval]'."""
 
 EXAMPLES = """\
   lmlab evaluate --checkpoint ft/sst2 --task sst2 --data glue/sst2/dev.tsv
-  lmlab evaluate --checkpoint ft/squad --task squad --data squad/dev.json --max-examples 500"""
+  lmlab evaluate --checkpoint ft/squad --task squad --data squad/dev.json --max-examples 500
+  lmlab evaluate --checkpoint ft/news --data news/test.csv --predictions news/test.predictions.jsonl
+  lmlab evaluate --checkpoint runs/gpt --harness lambada_openai,hellaswag --max-examples 200
+  lmlab evaluate --checkpoint runs/gpt --harness my_tasks/quiz.yaml --num-fewshot 5 --out quiz.json"""
+
+
+#: options that go with --harness only
+HARNESS_ONLY = ("num_fewshot", "out", "overwrite", "log_samples", "seed")
 
 
 def register(sub) -> None:
-    p = add_command(sub, "evaluate", "score a fine-tuned checkpoint on a data file", DESCRIPTION, EXAMPLES)
-    p.add_argument("--checkpoint", required=True, metavar="DIR", help="directory written by lmlab finetune")
+    p = add_command(sub, "evaluate", "score a fine-tuned checkpoint on a data file, or a language model "
+                    "on lm-evaluation-harness tasks", DESCRIPTION, EXAMPLES)
+    p.add_argument("--checkpoint", required=True, metavar="DIR",
+                   help="directory written by lmlab finetune (--harness: a language model checkpoint)")
     p.add_argument("--task", default=None, metavar="TASK", help="the checkpoint's task (checked)")
-    p.add_argument("--data", required=True, metavar="FILE", help="data file in the task's format")
-    p.add_argument("--batch-size", type=int, default=64, metavar="N")
-    p.add_argument("--max-examples", type=int, default=None, metavar="N", help="score the first N only")
-    p.add_argument("--on-bad-line", choices=("error", "skip"), default="error",
-                   help="a malformed data line stops (error) or is reported and left out (skip)")
+    p.add_argument("--data", metavar="FILE", help="data file in the task's format")
+    p.add_argument("--batch-size", type=int, default=None, metavar="N", help="default 64 (--harness: 16)")
+    p.add_argument("--max-examples", type=int, default=None, metavar="N",
+                   help="score the first N only (--harness: per task)")
+    h = p.add_argument_group("lm-evaluation-harness")
+    h.add_argument("--harness", metavar="TASKS",
+                   help="comma-separated harness task names and task YAML files or folders")
+    h.add_argument("--num-fewshot", type=int, default=None, metavar="K", help="default: each task's own")
+    h.add_argument("--out", metavar="FILE", help="results JSON (default CHECKPOINT.harness.json)")
+    h.add_argument("--overwrite", action="store_true", help="replace an existing results file")
+    h.add_argument("--log-samples", action="store_true", help="also write every example's prompt and scores")
+    h.add_argument("--seed", type=int, default=None, help="few-shot sampling and generation seed (default 0)")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda...")
+    p.add_argument("--predictions", metavar="FILE", default=None,
+                   help='also write one JSON line per example: {"where", "prediction", "label"} '
+                        "(label names)")
+    add_data_arguments(p)
     p.set_defaults(func=run)
 
 
@@ -39,7 +70,34 @@ def run(args) -> int:
         v = getattr(args, name)
         if v is not None and v < 1:
             raise LmlabError(f"--{name.replace('_', '-')} must be positive, got {v}", "pass e.g. 64")
+    if args.harness is not None:
+        return _run_harness(args)
+    harness_only = [f"--{k.replace('_', '-')}" for k in HARNESS_ONLY if getattr(args, k) not in (None, False)]
+    if harness_only:
+        raise LmlabError(f"{', '.join(harness_only)} go with --harness", "pass --harness TASKS, or drop them")
+    if args.data is None:
+        raise LmlabError("lmlab evaluate needs --data FILE (a fine-tuned checkpoint) or --harness TASKS",
+                         "pass one of them")
     metrics = evaluate(args.checkpoint, args.data, args.task, on_bad_line=args.on_bad_line,
-                       batch_size=args.batch_size, max_examples=args.max_examples, device=args.device)
+                       max_bad_fraction=args.max_bad_fraction, batch_size=args.batch_size or 64,
+                       max_examples=args.max_examples, device=args.device, predictions=args.predictions,
+                       **data_settings(args))
     print(json.dumps(metrics, indent=2))
+    return 0
+
+
+def _run_harness(args) -> int:
+    import sys
+
+    from lmlab.errors import LmlabError
+    from lmlab.icl.harness import run_harness
+
+    if args.data is not None or args.task is not None:
+        raise LmlabError("--harness scores harness tasks, not a --data file of a --task",
+                         "drop --data/--task, or drop --harness")
+    record = run_harness(args.checkpoint, args.harness, out=args.out, overwrite=args.overwrite,
+                         num_fewshot=args.num_fewshot, limit=args.max_examples,
+                         batch_size=args.batch_size or 16, device=args.device, seed=args.seed or 0,
+                         log_samples=args.log_samples, log=lambda m: print(m, file=sys.stderr, flush=True))
+    print(json.dumps(record["results"], indent=2))
     return 0

@@ -11,10 +11,12 @@ with the matching class, e.g. BertForMaskedLM.from_pretrained(DIR), and computes
 Families: bert, roberta, albert, electra, gpt2, llama, t5, bart. The output directory is written
 atomically.
 
---format peft: a LoRA fine-tune (`lmlab finetune --method lora --out FT`) as a folder the `peft`
-library loads, with the model it goes on in DIR/base (the base weights and the task head, as a
-transformers directory): PeftModel.from_pretrained(AutoModelFor...from_pretrained("DIR/base"),
-"DIR") computes lmlab's logits. --base is the pretrained checkpoint the fine-tune started from."""
+--format peft: a LoRA, prefix or prompt tuning fine-tune (`lmlab finetune --method lora --out FT`)
+as a folder the `peft` library loads, with the model it goes on in DIR/base (the base weights and
+the task head, as a transformers directory): PeftModel.from_pretrained(AutoModelFor...
+from_pretrained("DIR/base"), "DIR") computes lmlab's logits. --base is the pretrained checkpoint
+the fine-tune started from. Prefix tuning needs positions=after_prefix (except rotary models),
+prompt tuning of encoders before_cls=true (see docs/peft.md)."""
 
 EXPORT_EXAMPLES = """\
   lmlab pretrain --config configs/gpt-tiny-clm.toml --out runs/gpt
@@ -42,9 +44,10 @@ def register(sub) -> None:
     )
     p.add_argument("--checkpoint", required=True, metavar="DIR", help="lmlab checkpoint directory")
     p.add_argument("--format", choices=["hf", "peft"], default="hf",
-                   help="hf: a transformers model dir; peft: a LoRA fine-tune as a peft adapter folder")
+                   help="hf: a transformers model dir; peft: a LoRA, prefix or prompt fine-tune as a "
+                   "peft adapter folder")
     p.add_argument("--base", metavar="DIR",
-                   help="--format peft: the checkpoint the LoRA fine-tune started from")
+                   help="--format peft: the checkpoint the fine-tune started from")
     p.add_argument("--out", required=True, metavar="DIR", help="output directory")
     p.set_defaults(func=run_export, out_kind=_export_kind)
     p = add_command(
@@ -90,18 +93,19 @@ def run_import(args) -> int:
 def _export_peft(args) -> int:
     from pathlib import Path
 
-    from lmlab.adapt.peft_export import export_peft_lora
-    from lmlab.adapt.peft_io import load_peft_model
+    from lmlab.adapt.peft_export import export_peft
+    from lmlab.adapt.peft_io import adapter_files, load_peft_model
     from lmlab.errors import LmlabError
 
     adapter = Path(args.checkpoint) / "adapter"
     if not args.base:
         raise LmlabError("--format peft needs the pretrained checkpoint the fine-tune started from",
                          "add --base DIR")
-    if not (adapter / "adapter_config.json").is_file():
+    if adapter_files(adapter) is None:
         raise LmlabError(f"{args.checkpoint} holds no adapter/ (not a parameter-efficient fine-tune)",
-                         "pass the --out of `lmlab finetune --method lora`")
+                         "pass the --out of `lmlab finetune --method lora|prefix|prompt`")
     model = load_peft_model(args.base, adapter)
-    out = export_peft_lora(model, args.out, with_base=True)
-    print(f"wrote a peft LoRA adapter for a {model.config.family} model to {out} (its base: {out / 'base'})")
+    out = export_peft(model, args.out, with_base=True)
+    print(f"wrote a peft {model.peft['method']} adapter for a {model.config.family} model to {out} "
+          f"(its base: {out / 'base'})")
     return 0

@@ -12,9 +12,13 @@ DESCRIPTION = """\
 Fine-tune a pretrained checkpoint (an lmlab checkpoint or a Hugging Face model directory) on a
 task read directly from its usual files, and write the best model to --out.
 
-Tasks: sst2, cola (one sentence), rte, mrpc (sentence pairs), stsb (regression) from GLUE TSV
-files; squad (extractive QA, SQuAD v1.1 JSON); conll (NER, CoNLL-2003 files); text2text
-(source<TAB>target pairs, scored with ROUGE/BLEU). The checkpoint's architecture picks the
+Your own data: classification, pair-classification, regression, tagging, qa read TSV, CSV
+(quoted fields may hold newlines), JSON Lines and Parquet files, with or without a header row,
+columns chosen by name or 0-based index (--text-field, --label-field...); labels are any strings,
+learned from --train, saved with the model and checked in every other file.
+Presets: sst2, cola (one sentence), rte, mrpc (sentence pairs), stsb (regression) read GLUE TSV
+files with their fixed label sets; squad (extractive QA, SQuAD v1.1 JSON); conll (NER, CoNLL-2003
+files); text2text (source<TAB>target pairs, scored with ROUGE/BLEU). The checkpoint's architecture picks the
 formulation: an encoder gets a task head on [CLS] / tokens / spans, a decoder classifies
 GPT-style ([START] a [DELIM] b [EXTRACT], auxiliary LM loss weighted by --lm-weight; or from the
 last token with --decoder-style last), an encoder-decoder writes the answer as text.
@@ -30,6 +34,10 @@ exits; the same command with --resume continues exactly where it stopped (same b
 dropout, same result as an uninterrupted run)."""
 
 EXAMPLES = """\
+  lmlab finetune --checkpoint ck/minilm --task classification --train news/train.csv \\
+      --dev news/dev.csv --no-header --label-field 0 --text-field 2 --out ft/news
+  lmlab finetune --checkpoint ck/minilm --task pair-classification --train nli/train.jsonl \\
+      --dev nli/dev.jsonl --text-field premise --text-pair-field hypothesis --out ft/nli
   lmlab finetune --checkpoint ck/minilm --task sst2 --train glue/sst2/train.tsv \\
       --dev glue/sst2/dev.tsv --out ft/sst2 --epochs 2 --lr 5e-5
   lmlab finetune --checkpoint ck/bert --task squad --train squad/train.json --dev squad/dev.json \\
@@ -40,13 +48,27 @@ EXAMPLES = """\
   lmlab finetune --checkpoint ck/t5 --task sst2 --train sst2/train.tsv --dev sst2/dev.tsv --out ft/t5"""
 
 
-TASK_NAMES = ("sst2", "cola", "rte", "mrpc", "stsb", "squad", "conll", "text2text")
+TASK_NAMES = ("classification", "pair-classification", "regression", "tagging", "qa", "sst2", "cola", "rte",
+              "mrpc", "stsb", "squad", "conll", "text2text")
+#: --ROLE-field flags: role -> help
+FIELD_FLAGS = {
+    "text": "the text column (classification, regression; the first text of a pair)",
+    "text_pair": "the second text of a pair (pair-classification, regression)",
+    "label": "the label (class name or number) column",
+    "tokens": "tagging: the tokens column (a list, or space-separated text; CoNLL files: an index)",
+    "tags": "tagging: the tags column (like --tokens-field)",
+    "question": "qa: the question column",
+    "context": "qa: the context column",
+    "answer": "qa: the answer column (text, list of texts, or SQuAD answers)",
+    "answer_start": "qa: the answer's character start (optional: else its first occurrence)",
+}
 
 
 def register(sub) -> None:
     p = add_command(sub, "finetune", "fine-tune a checkpoint on a task", DESCRIPTION, EXAMPLES)
     p.add_argument("--checkpoint", required=True, metavar="DIR", help="pretrained checkpoint directory")
-    p.add_argument("--task", required=True, metavar="TASK", help=f"task: {', '.join(TASK_NAMES)}")
+    p.add_argument("--task", required=True, metavar="TASK",
+                   help=f"task: {', '.join(TASK_NAMES)} (the first five read your own files)")
     p.add_argument("--train", required=True, metavar="FILE", help="training data file")
     p.add_argument("--dev", required=True, metavar="FILE", help="dev data file (evaluated each epoch)")
     p.add_argument("--out", required=True, metavar="DIR", help="directory for the fine-tuned model")
@@ -80,8 +102,9 @@ def register(sub) -> None:
     g.add_argument("--no-progress", action="store_true", help="no progress bar")
     g.add_argument("--save-every", type=int, default=None, metavar="N",
                    help="write the resume state every N steps (default: after each evaluation)")
-    g.add_argument("--logger", action="append", default=[], choices=["tensorboard"], dest="loggers",
-                   help="also write the metrics there (OUT/tensorboard/; may be repeated)")
+    g.add_argument("--logger", action="append", default=[], choices=["tensorboard", "wandb"],
+                   dest="loggers", help="also write the metrics there (OUT/tensorboard/, OUT/wandb/ offline "
+                   "unless WANDB_MODE says otherwise; may be repeated)")
     t = p.add_argument_group("task")
     t.add_argument("--max-length", type=int, default=None, metavar="N",
                    help="tokens per input (default 128; squad 384)")
@@ -98,9 +121,38 @@ def register(sub) -> None:
     p.add_argument("--resume", action="store_true",
                    help="continue the interrupted run that was writing --out (stopped by Ctrl-C, SIGTERM or "
                         "a crash), exactly where its last resume state left it")
-    p.add_argument("--on-bad-line", choices=("error", "skip"), default="error",
-                   help="a malformed data line stops the run (error) or is reported and left out (skip)")
+    add_data_arguments(p)
     p.set_defaults(func=run, out_kind=("finetune.json", "fine-tuned model"))
+
+
+def add_data_arguments(p) -> None:
+    """The flags that say how data files are read (shared by `lmlab finetune` and `lmlab evaluate`)."""
+    d = p.add_argument_group("data files", "how --train/--dev/--data are read (lmlab.tasks.tables); e.g. "
+                             "--format csv --no-header --text-field 2 --label-field 0")
+    d.add_argument("--format", choices=("tsv", "csv", "jsonl", "parquet"), default=None,
+                   help="file format (default: from the extension; .tsv is unquoted, .csv RFC 4180)")
+    d.add_argument("--header", action=argparse.BooleanOptionalAction, default=None,
+                   help="TSV/CSV: the first row names the columns (default: decided; columns by index need "
+                        "no header, names need one)")
+    d.add_argument("--delimiter", default=None, metavar="CHAR",
+                   help="CSV field separator (default ','; 'tab' reads quoted TSV, e.g. pandas' to_csv)")
+    for role, text in FIELD_FLAGS.items():
+        d.add_argument(f"--{role.replace('_', '-')}-field", dest=f"field_{role}", default=None,
+                       metavar="NAME|INDEX", help=f"{text}; a header name or 0-based index")
+    d.add_argument("--on-bad-line", choices=("error", "skip"), default="error",
+                   help="a malformed row stops the run (error) or is reported and left out (skip)")
+    d.add_argument("--max-bad-fraction", type=float, default=0.01, metavar="F",
+                   help="with --on-bad-line skip: stop when more than this share of a file's rows is "
+                        "malformed (default 0.01): a misread file must not shrink silently")
+
+
+def data_settings(args) -> dict:
+    """The reading settings of ``args`` (for finetune and evaluate); only what was given."""
+    fields = {role: getattr(args, f"field_{role}") for role in FIELD_FLAGS
+              if getattr(args, f"field_{role}") is not None}
+    out = {"format": args.format, "header": args.header, "delimiter": args.delimiter,
+           "fields": fields or None}
+    return {k: v for k, v in out.items() if v is not None}
 
 
 def parse_options(items: list[str]) -> dict:
@@ -138,7 +190,8 @@ def run(args) -> int:
         "max_train_examples": args.max_train_examples, "max_eval_examples": args.max_eval_examples,
         "device": args.device, "precision": args.precision, "threads": args.threads,
         "progress": not args.no_progress, "loggers": tuple(args.loggers), "save_every": args.save_every,
-        "on_bad_line": args.on_bad_line, "max_length": args.max_length, "doc_stride": args.doc_stride,
+        "on_bad_line": args.on_bad_line, "max_bad_fraction": args.max_bad_fraction, **data_settings(args),
+        "max_length": args.max_length, "doc_stride": args.doc_stride,
         "max_answer_length": args.max_answer_length, "lm_weight": args.lm_weight,
         "decoder_style": args.decoder_style, "max_target_length": args.max_target_length,
         "prefix": args.prefix,

@@ -7,6 +7,9 @@ import json
 from lmlab.cli.common import add_command
 from lmlab.errors import LmlabError
 
+# = lmlab.generate.json_backend.GRAMMAR_BACKENDS, written out: importing lmlab.generate loads torch
+GRAMMAR_BACKENDS = ("auto", "llguidance", "lmlab")
+
 DESCRIPTION = """\
 Continue a text prompt with a saved decoder (GPT-2, Llama), encoder-decoder (T5, BART) or LSTM LM.
 The prompt is tokenised with the checkpoint's own tokenizer (tokenizer/ inside the checkpoint, or
@@ -24,11 +27,14 @@ is used unless --no-cache (same tokens, slower; for checking).
 line: {"sample": i, "text": ...}.
 
 --json-schema FILE constrains decoding so that every output is a JSON document valid against
-the schema in FILE (object, array, string, number, integer, boolean, null, enum, const, anyOf,
-required, nesting; see docs/structured-output.md): each of the N outputs is printed on its own
-line. Generation always ends within --max-new-tokens (default 256 here): when the budget runs
-low, the shortest valid completion is forced. Unsupported keywords (pattern, $ref...) are
-refused with an error naming them."""
+the schema in FILE (see docs/structured-output.md): each of the N outputs is printed on its own
+line, within --max-new-tokens (default 256 here). --grammar-backend picks the engine: auto (the
+default) uses llguidance (pip install 'lmlab[grammar]') when it is installed and the tokenizer is
+byte-level or character BPE, else lmlab's own. llguidance supports $ref/$defs, pattern, format,
+oneOf, allOf and more, but does not force an ending: a document unfinished at --max-new-tokens is
+an error (raise it, or use lmlab). lmlab's engine (object, array, string, number, integer,
+boolean, null, enum, const, anyOf, required, nesting) forces the shortest valid completion when
+the budget runs low. A keyword the engine does not support is refused with an error naming it."""
 
 EXAMPLES = """\
   lmlab generate --checkpoint ck/ --prompt "ROMEO:" --max-new-tokens 60 --top-p 0.9 --seed 0
@@ -36,7 +42,8 @@ EXAMPLES = """\
   lmlab generate --checkpoint ck/ --prompt "ROMEO:" --num-beams 4 --num-samples 2
   lmlab generate --checkpoint t5ck/ --prompt "translate: a house" --num-beams 3 --stop "."
   lmlab generate --checkpoint ck/ --prompt "Once" --num-samples 5 --seed 1 --format jsonl
-  lmlab generate --checkpoint ck/ --json-schema person.json --num-samples 10 --seed 1"""
+  lmlab generate --checkpoint ck/ --json-schema person.json --num-samples 10 --seed 1
+  lmlab generate --checkpoint ck/ --json-schema person.json --grammar-backend lmlab"""
 
 
 def register(sub) -> None:
@@ -67,6 +74,9 @@ def register(sub) -> None:
     p.add_argument("--format", choices=("text", "jsonl"), default="text", help="output format")
     p.add_argument("--json-schema", metavar="FILE", default=None,
                    help="constrain every output to a JSON document valid against this JSON Schema")
+    p.add_argument("--grammar-backend", choices=GRAMMAR_BACKENDS, default=None,
+                   help="JSON-schema engine: llguidance (extra 'grammar'), lmlab, or auto (the default: "
+                        "llguidance when installed and the tokenizer is byte-level/character BPE)")
     p.add_argument("--device", default=None, help="torch device (default: cuda when available, else cpu)")
     p.set_defaults(func=run)
 
@@ -116,6 +126,10 @@ def run(args) -> int:
     from lmlab.generate import generate
 
     mode = _decoding_mode(args)
+    if args.grammar_backend and not args.json_schema:
+        raise LmlabError("--grammar-backend chooses the engine of --json-schema decoding",
+                         "add --json-schema FILE or drop --grammar-backend")
+    args.grammar_backend = args.grammar_backend or "auto"
     if args.json_schema:
         schema = _read_schema(args)
     model, tok = _load(args)
@@ -169,7 +183,7 @@ def _continuation(tok, new_ids: list[int], eos: int | None, stops: list[str]) ->
 def _read_schema(args):
     """The JSON Schema of --json-schema, with the options it cannot be combined with refused."""
     from lmlab.fileio import read_json
-    from lmlab.generate.json_schema import compile_schema
+    from lmlab.generate.json_backend import check_json_schema
 
     if args.num_beams > 1:
         raise LmlabError("--json-schema works with sampling or greedy decoding, not beam search",
@@ -178,13 +192,14 @@ def _read_schema(args):
         raise LmlabError("--json-schema ends each output when its document is complete and takes no --stop",
                          "drop --stop")
     schema = read_json(args.json_schema, "JSON Schema file")
-    return compile_schema(schema)     # errors on unsupported keywords before the model is loaded
+    check_json_schema(schema, args.grammar_backend)    # unsupported keywords: before the model is loaded
+    return schema
 
 
 def _run_json(args, model, tok, prompt, schema, mode: dict, seq2seq: bool) -> int:
     """Constrained decoding: print N documents, each valid against the schema, one per line."""
     from lmlab.generate import generate
-    from lmlab.generate.constrained import JsonSchemaConstraint
+    from lmlab.generate.json_backend import json_schema_constraint
 
     cfg = model.config
     max_new = args.max_new_tokens
@@ -194,14 +209,14 @@ def _run_json(args, model, tok, prompt, schema, mode: dict, seq2seq: bool) -> in
             max_new = max(1, min(max_new, cfg.max_positions - prompt.shape[1]))
     eos = getattr(cfg, "eos_token_id", None)
     eos = tok.eos_id if eos is None else eos
-    constraint = JsonSchemaConstraint(schema, tok, prompt_len=1 if seq2seq else prompt.shape[1],
-                                      max_new_tokens=max_new, eos_token_id=eos)
+    constraint = json_schema_constraint(schema, tok, backend=args.grammar_backend, max_new_tokens=max_new,
+                                        prompt_len=1 if seq2seq else prompt.shape[1], eos_token_id=eos)
     out = generate(model, prompt, max_new_tokens=max_new, repetition_penalty=args.repetition_penalty,
                    eos_token_id=constraint.eos, seed=args.seed, use_cache=not args.no_cache,
                    logits_processors=[constraint], **mode)
     start = 1 if seq2seq else prompt.shape[1]
-    for i, row in enumerate(out):
-        text = constraint.text(row[start:].tolist())
+    texts = [constraint.text(row[start:].tolist()) for row in out]     # all finished, or an error
+    for i, text in enumerate(texts):
         try:
             json.loads(text)
         except ValueError:

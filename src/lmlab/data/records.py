@@ -92,15 +92,24 @@ def _jsonl_lines(p: Path) -> Iterator[str]:
                          "check the file (a complete zstandard stream?)") from None
 
 
-def _jsonl_texts(p: Path, field: str) -> Iterator[str]:
-    for lineno, line in enumerate(_jsonl_lines(p), 1):
+def iter_json_lines(path: str | os.PathLike) -> Iterator[tuple[int, object]]:
+    """``(line number, value)`` for each non-blank line of a JSON Lines file (plain, ``.gz`` or
+    ``.zst``); a line that is not JSON gives its :class:`json.JSONDecodeError` as the value, for
+    the caller to report (pretraining stops, fine-tuning applies its bad-line policy)."""
+    for lineno, line in enumerate(_jsonl_lines(Path(path)), 1):
         if not line.strip():
             continue
         try:
-            record = json.loads(line)
+            yield lineno, json.loads(line)
         except json.JSONDecodeError as e:
-            raise LmlabError(f"{p} line {lineno} is not JSON ({e.msg})",
-                             "write one JSON object per line (JSON Lines)") from None
+            yield lineno, e
+
+
+def _jsonl_texts(p: Path, field: str) -> Iterator[str]:
+    for lineno, record in iter_json_lines(p):
+        if isinstance(record, json.JSONDecodeError):
+            raise LmlabError(f"{p} line {lineno} is not JSON ({record.msg})",
+                             "write one JSON object per line (JSON Lines)")
         yield _text_of(record, field, p, f"line {lineno}")
 
 
@@ -119,16 +128,30 @@ def _text_of(record, field: str, p: Path, where: str) -> str:
     return value
 
 
-def _parquet_texts(p: Path, field: str) -> Iterator[str]:
+def open_parquet(path: str | os.PathLike):
+    """A ``pyarrow.parquet.ParquetFile`` (one-line errors without pyarrow or for a damaged file)."""
+    p = Path(path)
     try:
         import pyarrow.parquet as pq
     except ImportError:
         raise LmlabError(f"reading {p} needs pyarrow", INSTALL) from None
     try:
-        pf = pq.ParquetFile(p)
+        return pq.ParquetFile(p)
     except Exception as e:  # pyarrow raises ArrowInvalid and friends for a file that is not Parquet
         raise LmlabError(f"{p} is not a readable Parquet file ({str(e).splitlines()[0]})",
                          "check the file") from None
+
+
+def iter_parquet_rows(path: str | os.PathLike, columns: list[str]) -> Iterator[dict]:
+    """The ``columns`` of every row of a Parquet file as a dict, one row group in memory at a time."""
+    pf = open_parquet(path)
+    for group in range(pf.num_row_groups):
+        table = pf.read_row_group(group, columns=columns)
+        yield from table.to_pylist()
+
+
+def _parquet_texts(p: Path, field: str) -> Iterator[str]:
+    pf = open_parquet(p)
     _check_text_column(pf.schema_arrow, field, p)
     rows = _Rows(p, field)
     for group in range(pf.num_row_groups):

@@ -17,7 +17,7 @@ from lmlab.errors import LmlabError
 
 #: FinetuneConfig fields that are task options (forwarded to lmlab.tasks.make_task)
 TASK_OPTION_FIELDS = ("max_length", "doc_stride", "max_answer_length", "lm_weight", "decoder_style",
-                      "max_target_length", "prefix")
+                      "max_target_length", "prefix", "format", "header", "delimiter", "fields")
 
 
 #: the learning rates ``lr = "auto"`` tries, each a full fine-tuning run, the best on dev kept (the
@@ -46,6 +46,7 @@ class FinetuneConfig:
     max_eval_examples: int | None = None
     select_metric: str | None = None      # dev metric that picks the best checkpoint (task's main one)
     on_bad_line: str = "error"
+    max_bad_fraction: float = 0.01        # with on_bad_line="skip": more malformed rows stop the run
     device: str = "auto"
     precision: str = "auto"               # auto = bf16 autocast on a CUDA GPU that has it, else fp32
     threads: int | None = None
@@ -60,6 +61,11 @@ class FinetuneConfig:
     decoder_style: str | None = None
     max_target_length: int | None = None
     prefix: str | None = None
+    # how data files are read (lmlab.tasks.tables; None = from the extension / decided / the defaults)
+    format: str | None = None
+    header: bool | None = None
+    delimiter: str | None = None
+    fields: dict[str, str | int] | None = None   # role -> column name or 0-based index
 
     def validate(self) -> FinetuneConfig:
         def check(ok: bool, name: str, fix: str):
@@ -83,6 +89,8 @@ class FinetuneConfig:
         check(self.weight_decay >= 0, "weight_decay", "use a non-negative value, e.g. 0.01")
         check(self.grad_clip >= 0, "grad_clip", "use a non-negative value (0 = no clipping)")
         check(self.on_bad_line in ("error", "skip"), "on_bad_line", "use 'error' or 'skip'")
+        check(isinstance(self.max_bad_fraction, (int, float)) and 0 <= self.max_bad_fraction <= 1,
+              "max_bad_fraction", "use a fraction in [0, 1], e.g. 0.01")
         check(self.precision in ("auto", "fp32", "bf16"), "precision", "use auto, fp32 or bf16")
         from lmlab.train.loggers import check_loggers
 

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import importlib
 import json
 import math
@@ -51,7 +52,14 @@ import torch
 from torch import nn
 
 from lmlab.errors import LmlabError
-from lmlab.fileio import atomic_dir, check_replaceable_dir, read_json, replace_dir, write_json
+from lmlab.fileio import (
+    atomic_dir,
+    atomic_write_text,
+    check_replaceable_dir,
+    read_json,
+    replace_dir,
+    write_json,
+)
 from lmlab.finetune import resume as resume_state
 from lmlab.finetune.config import FinetuneConfig
 from lmlab.tasks import Task, check_tokenizer, collate, load_task, make_task
@@ -61,8 +69,7 @@ from lmlab.train import distributed as dist
 from lmlab.train.checkpoint import restore_rng, rng_tensors
 from lmlab.train.device import Machine
 from lmlab.train.engine import Engine
-from lmlab.train.loggers import DIRECTORY as LOGS_DIR
-from lmlab.train.loggers import open_loggers
+from lmlab.train.loggers import logger_dirs, open_loggers
 from lmlab.train.optim import warmup_decay_lr
 from lmlab.train.preempt import StopRequests
 from lmlab.train.progress import Progress
@@ -303,10 +310,10 @@ def finetune(checkpoint, task: str | Task, train, dev, out: str | os.PathLike | 
     model = _load(checkpoint, tokenizer)
     if not isinstance(task, Task):
         task = make_task(task, model.architecture, **cfg.task_options())
-    bad = BadLines(cfg.on_bad_line, say)
+    bad = BadLines(cfg.on_bad_line, say, cfg.max_bad_fraction)
     train_ex = limit(_read(task, train, "train", bad), cfg.max_train_examples)
+    task.fit(train_ex)  # the label set, before dev is read: a dev file's header is told from its labels
     dev_ex = limit(_read(task, dev, "dev", bad), cfg.max_eval_examples)
-    task.fit(train_ex)
     task.check(dev_ex, "dev")
 
     meth = method_class(method)(**(method_options or {}))
@@ -358,7 +365,8 @@ def finetune(checkpoint, task: str | Task, train, dev, out: str | os.PathLike | 
     else:
         live_logs = out_dir.with_name(f".{out_dir.name}.tmp-{os.getpid()}-logs")
         shutil.rmtree(live_logs, ignore_errors=True)  # a failed earlier attempt of this process
-    loggers = (open_loggers(cfg.loggers, live_logs, resume_after=saved["step"] if saved else None)
+    loggers = (open_loggers(cfg.loggers, live_logs, resume_after=saved["step"] if saved else None,
+                            name=out_dir.name, config={"task": task.name, "method": method, **cfg.to_dict()})
                if cfg.loggers and writes else [])
     finished = False
     exits = contextlib.ExitStack()  # the stop-signal handlers, while the loop runs
@@ -488,8 +496,8 @@ def finetune(checkpoint, task: str | Task, train, dev, out: str | os.PathLike | 
                 write_json(tmp / EVAL_FILE, metrics)
                 write_json(tmp / SUMMARY_FILE, summary)
                 (tmp / METRICS_FILE).write_text(rows, encoding="utf-8")
-                if loggers:
-                    os.replace(live_logs / LOGS_DIR, tmp / LOGS_DIR)
+                for folder in logger_dirs(cfg.loggers):
+                    os.replace(live_logs / folder, tmp / folder)
             log_path.unlink(missing_ok=True)
             finished = True
             say(f"saved the best model (step {best['step']}, {select} {best['score']:.4f}) to {out_dir}")
@@ -562,17 +570,44 @@ def load_finetuned(checkpoint: str | os.PathLike) -> tuple[nn.Module, Task]:
 
 
 def evaluate(checkpoint: str | os.PathLike, data, task: str | None = None, *, on_bad_line: str = "error",
-             batch_size: int = 64, max_examples: int | None = None, device: str = "auto",
-             log: Callable[[str], None] | None = None) -> dict[str, float]:
-    """Score a fine-tuned checkpoint on ``data``; the same metrics as its ``eval.json``."""
+             max_bad_fraction: float = 0.01, batch_size: int = 64, max_examples: int | None = None,
+             device: str = "auto", predictions: str | os.PathLike | None = None,
+             log: Callable[[str], None] | None = None, **reading) -> dict[str, float]:
+    """Score a fine-tuned checkpoint on ``data``; the same metrics as its ``eval.json``.
+
+    The data is read as the training files were (format, header, columns and label set saved in
+    ``task.json``); ``reading`` (``format``, ``header``, ``delimiter``, ``fields``) overrides that
+    for a file laid out differently. ``predictions``: also write one JSON line per example,
+    ``{"where", "prediction", "label"}``, labels as their names.
+    """
     if batch_size < 1:
         raise LmlabError(f"batch size must be at least 1, got {batch_size}", "pass e.g. batch_size=64")
     model, saved = load_finetuned(checkpoint)
     if task is not None and task != saved.name:
         raise LmlabError(f"{checkpoint} was fine-tuned for task {saved.name!r}, not {task!r}",
                          f"pass --task {saved.name} or another checkpoint")
+    reread(saved, **reading)
     model.to(pick_device(device))
-    bad = BadLines(on_bad_line, log)
+    bad = BadLines(on_bad_line, log, max_bad_fraction)
     examples = limit(_read(saved, data, "data", bad), max_examples)
     saved.check(examples, "data")
-    return saved.evaluate(model, examples, batch_size)
+    preds, metrics = saved.predict_and_score(model, examples, batch_size)
+    if predictions is not None:
+        rows = [{"where": e.where, "prediction": p, "label": e.label} for p, e in zip(preds, examples)]
+        atomic_write_text(predictions, "".join(json.dumps(r) + "\n" for r in rows))
+    return metrics
+
+
+def reread(task: Task, format: str | None = None, header: bool | None = None, delimiter: str | None = None,
+           fields: dict[str, str | int] | None = None) -> None:
+    """Read the next files of ``task`` (and of the task it wraps) with other reading settings."""
+    changes: dict[str, Any] = {k: v for k, v in (("format", format), ("header", header),
+                                                  ("delimiter", delimiter)) if v is not None}
+    if fields:
+        changes["fields"] = {**task.options.fields, **fields}
+    if not changes:
+        return
+    options = dataclasses.replace(task.options, **changes).validate()
+    while task is not None:
+        task.options = options
+        task = getattr(task, "base", None)

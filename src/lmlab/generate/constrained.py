@@ -130,6 +130,8 @@ class JsonSchemaConstraint:
     ``max_new_tokens`` and ``eos_token_id``; :meth:`text` gives the document of a generated row.
     """
 
+    backend = "lmlab"
+
     def __init__(self, schema, tokenizer, *, prompt_len: int, max_new_tokens: int,
                  eos_token_id: int | None = None, **compile_options):
         self.root = schema if isinstance(schema, Root) else compile_schema(schema, **compile_options)

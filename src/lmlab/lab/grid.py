@@ -92,9 +92,10 @@ MACHINE_TRAIN_KEYS = (
     "checkpoint_every",
     "keep_checkpoints",
     "log_every",
+    "loggers",
 )
 #: fine-tuning settings that change nothing but speed or display (left out of the key)
-MACHINE_FINETUNE_KEYS = ("threads", "progress", "device", "log_every", "eval_batch_size")
+MACHINE_FINETUNE_KEYS = ("threads", "progress", "device", "log_every", "eval_batch_size", "loggers")
 
 
 # --------------------------------------------------------------------------- records

@@ -4,6 +4,7 @@
 >>> task = make_task("sst2", "encoder")        # [CLS] classification, accuracy
 >>> task = make_task("rte", "decoder")         # GPT-style [START] a [DELIM] b [EXTRACT]
 >>> task = make_task("sst2", "seq2seq")        # "sst2 sentence: ..." -> "positive"
+>>> task = make_task("classification", fields={"text": 1, "label": 0})   # your own file, any labels
 
 ``TASKS`` maps a task name to the class that reads and scores it. The model's architecture picks
 the formulation: encoders use the task's own head, decoders classify GPT-style
@@ -18,24 +19,31 @@ from typing import Any
 
 from lmlab.errors import LmlabError
 from lmlab.tasks.base import Task, TaskOptions, attach_head, check_tokenizer, collate
-from lmlab.tasks.classification import SST2, CoLA, SequenceClassification
+from lmlab.tasks.classification import SST2, Classification, CoLA, SequenceClassification
 from lmlab.tasks.decoder_cls import DecoderClassification
-from lmlab.tasks.ner import TokenClassification
-from lmlab.tasks.pairs import MRPC, RTE
-from lmlab.tasks.qa import SquadQA
+from lmlab.tasks.ner import CoNLL, TokenClassification
+from lmlab.tasks.pairs import MRPC, RTE, PairClassification
+from lmlab.tasks.qa import Squad, SquadQA
 from lmlab.tasks.readers import BadLines, Example
-from lmlab.tasks.regression import STSB
+from lmlab.tasks.regression import STSB, Regression
 from lmlab.tasks.text2text import Text2Text
 
-#: task name -> class (None: only as text-to-text with an encoder-decoder)
+#: task name -> class (None: only as text-to-text with an encoder-decoder). The generic tasks read
+#: your own files (TSV, CSV, JSON Lines, Parquet; columns chosen by name or index, any labels); the
+#: GLUE, SQuAD and CoNLL names are presets over them (their files' layouts, fixed label sets).
 TASKS: dict[str, type[Task] | None] = {
+    "classification": Classification,
+    "pair-classification": PairClassification,
+    "regression": Regression,
+    "tagging": TokenClassification,
+    "qa": SquadQA,
     "sst2": SST2,
     "cola": CoLA,
     "rte": RTE,
     "mrpc": MRPC,
     "stsb": STSB,
-    "squad": SquadQA,
-    "conll": TokenClassification,
+    "squad": Squad,
+    "conll": CoNLL,
     "text2text": None,
 }
 
@@ -62,9 +70,9 @@ def make_task(name: str, architecture: str = "encoder", **options: Any) -> Task:
         raise LmlabError(f"unknown task options {unknown}", f"use some of: {', '.join(sorted(fields))}")
     opts = TaskOptions(**{**defaults, **given}).validate()
     if architecture == "seq2seq":
-        if name == "conll":
-            raise LmlabError("conll (token classification) is not offered as text-to-text",
-                             "fine-tune an encoder checkpoint for conll")
+        if cls is not None and issubclass(cls, TokenClassification):
+            raise LmlabError(f"{name} (token classification) is not offered as text-to-text",
+                             f"fine-tune an encoder checkpoint for {name}")
         return Text2Text(None if cls is None else cls(options=opts), opts)
     if cls is None:
         raise LmlabError(f"task {name!r} is generation and needs an encoder-decoder, not a {architecture}",

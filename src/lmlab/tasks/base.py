@@ -26,7 +26,8 @@ from typing import Any, ClassVar
 import torch
 
 from lmlab.errors import LmlabError
-from lmlab.tasks.readers import BadLines, Example
+from lmlab.tasks.readers import BadLines, Example, policy
+from lmlab.tasks.tables import FORMATS, ROLES, column_choice, read_table
 
 #: feature keys that become tensors; everything else stays per-feature metadata
 TENSOR_KEYS = ("input_ids", "attention_mask", "token_type_ids", "labels", "start_positions", "end_positions",
@@ -47,6 +48,10 @@ class TaskOptions:
       classify from the last token's hidden state).
     * ``max_target_length``: text-to-text, tokens generated at most.
     * ``prefix``: text-to-text generation, text put before every source (``"summarize: "``).
+    * ``format``, ``header``, ``delimiter``, ``fields``: how data files are read
+      (:mod:`lmlab.tasks.tables`): the file format (None: from the extension), whether TSV/CSV
+      files have a header row (None: decide), the CSV delimiter, and role -> column (name or
+      0-based index), e.g. ``{"text": 1, "label": 0}``.
     """
 
     max_length: int = 128
@@ -56,8 +61,21 @@ class TaskOptions:
     decoder_style: str = "gpt"
     max_target_length: int = 32
     prefix: str = ""
+    format: str | None = None
+    header: bool | None = None
+    delimiter: str | None = None
+    fields: dict[str, str | int] = dataclasses.field(default_factory=dict)
 
     def validate(self) -> TaskOptions:
+        if self.format is not None and self.format not in FORMATS:
+            raise LmlabError(f"unknown data format {self.format!r}", f"use one of: {', '.join(FORMATS)}")
+        if self.header not in (None, True, False):
+            raise LmlabError(f"header must be true, false or unset, got {self.header!r}",
+                             "pass --header or --no-header")
+        if not isinstance(self.fields, dict) or set(self.fields) - set(ROLES):
+            raise LmlabError(f"unknown data fields {sorted(set(self.fields) - set(ROLES))}",
+                             f"choose columns for some of: {', '.join(ROLES)}")
+        self.fields = {k: column_choice(v) for k, v in self.fields.items() if v is not None}
         for name in ("max_length", "max_answer_length", "max_target_length"):
             v = getattr(self, name)
             if not isinstance(v, int) or v < 1:
@@ -87,6 +105,10 @@ class Task:
     architectures: ClassVar[tuple[str, ...]] = ("encoder",)
     #: option defaults of this task that differ from :class:`TaskOptions`'
     defaults: ClassVar[dict[str, Any]] = {}
+    #: the columns this task reads from a table file (:data:`lmlab.tasks.tables.ROLES`)
+    roles: ClassVar[tuple[str, ...]] = ()
+    #: those of ``roles`` a file may lack
+    optional_roles: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, name: str | None = None, options: TaskOptions | None = None):
         self.name = name or self.name
@@ -95,7 +117,35 @@ class Task:
 
     # ----------------------------------------------------------------- data
     def read(self, path, on_bad_line: str | BadLines = "error", warn=None) -> list[Example]:
+        return self.read_table(path, on_bad_line, warn)
+
+    def read_table(self, path, on_bad_line: str | BadLines = "error", warn=None) -> list[Example]:
+        """Examples from a TSV, CSV, JSON Lines or Parquet file, columns chosen by ``options``
+        (:mod:`lmlab.tasks.tables`); a malformed row goes to the bad-line policy."""
+        bad = policy(on_bad_line, warn)
+        o = self.options
+        roles = [dataclasses.replace(ROLES[r], required=ROLES[r].required and r not in self.optional_roles)
+                 for r in self.roles]
+        rows = read_table(path, roles, o.fields, o.format, o.header, o.delimiter, bad=bad,
+                          probe=self.header_probe, note=bad.warn)
+        out = []
+        for where, values in rows:
+            e = self.example(values, where, bad)
+            if e is not None:
+                out.append(e)
+        bad.done(path, len(out))
+        if not out:
+            raise LmlabError(f"{path} holds no usable examples", "check the file and its columns")
+        return out
+
+    def example(self, values: dict[str, Any], where: str, bad: BadLines) -> Example | None:
+        """The example of one table row (``role -> value``), or None after reporting it to ``bad``."""
         raise NotImplementedError
+
+    def header_probe(self, first: dict[str, str], rest: list[dict[str, str]]) -> bool | None:
+        """Whether the first row of a table whose columns are all chosen by index is a header
+        (None: cannot tell; the user must pass --header or --no-header)."""
+        return None
 
     def fit(self, train: Sequence[Example]) -> None:
         """Learn what training data fixes (the label set); default: nothing."""
@@ -155,6 +205,12 @@ class Task:
 
     def evaluate(self, model, examples: Sequence[Example], batch_size: int = 64) -> dict[str, float]:
         """Predict and score ``examples``: the task's metrics by name."""
+        return self.predict_and_score(model, examples, batch_size)[1]
+
+    def predict_and_score(self, model, examples: Sequence[Example],
+                          batch_size: int = 64) -> tuple[list, dict[str, float]]:
+        """The predictions for ``examples`` (class names, numbers, tag lists, answer texts) and
+        their metrics by name."""
         was_training = model.training
         model.eval()
         try:
@@ -162,7 +218,7 @@ class Task:
                 preds = self.predict(model, examples, batch_size)
         finally:
             model.train(was_training)
-        return {k: float(v) for k, v in self.score(preds, examples).items()}
+        return preds, {k: float(v) for k, v in self.score(preds, examples).items()}
 
     # ----------------------------------------------------------------- persistence
     def state(self) -> dict[str, Any]:
@@ -174,6 +230,15 @@ class Task:
 
 
 # --------------------------------------------------------------------------- helpers
+
+
+def table_chosen(options, path) -> bool:
+    """True when a preset (GLUE, SQuAD, CoNLL) reads ``path`` as a generic table rather than by its
+    own file layout: a column, format, header or delimiter was chosen, or the file is no TSV."""
+    if options.fields or options.format or options.header is not None or options.delimiter:
+        return True
+    name = str(path).lower().removesuffix(".gz")
+    return not name.endswith((".tsv", ".txt", ".tab"))
 
 
 def check_architecture(task: Task, model) -> None:

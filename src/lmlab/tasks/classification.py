@@ -26,6 +26,7 @@ from lmlab.tasks.base import (
     collate,
     model_device,
     pad_id_of,
+    table_chosen,
     unseen_label_error,
 )
 from lmlab.tasks.readers import Example, read_glue
@@ -41,9 +42,45 @@ class SequenceClassification(Task):
     positive_label: ClassVar[str | None] = None
     #: the task's published label set (GLUE); None = learned from the training file
     label_set: ClassVar[tuple[str, ...] | None] = None
+    #: a GLUE preset: its own TSV files are read by their GLUE layout (:func:`read_glue`)
+    glue_preset: ClassVar[bool] = False
+    roles = ("text", "label")
 
     def read(self, path, on_bad_line="error", warn=None) -> list[Example]:
-        return read_glue(path, self.layout, on_bad_line, warn)
+        if self.glue_preset and not table_chosen(self.options, path):
+            return read_glue(path, self.layout, on_bad_line, warn)
+        return self.read_table(path, on_bad_line, warn)
+
+    def example(self, values, where, bad) -> Example | None:
+        text = text_value(values, "text", where, bad)
+        pair = text_value(values, "text_pair", where, bad) if "text_pair" in self.roles else None
+        if text is None or (pair is None and self.layout == "pair"):
+            return None
+        label = self.label_value(values.get("label"), where, bad)
+        return None if label is None else Example(text, pair, label, where)
+
+    def label_value(self, value, where: str, bad) -> Any:
+        """A label cell as the class name (a string; integers, and floats that are whole, as digits)."""
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        if isinstance(value, int) and not isinstance(value, bool):
+            value = str(value)
+        if not isinstance(value, str) or not value.strip():
+            bad(where, "empty label" if value in (None, "") or isinstance(value, str)
+                else f"label {value!r} is a {type(value).__name__}, not a class name")
+            return None
+        return value.strip()
+
+    def header_probe(self, first, rest) -> bool | None:
+        """The first row is a header when its label is no label: not in the known label set (a
+        preset's, or training's for dev files) and not found again in the label column (a value that
+        recurs is data, a wrong label then reported as such)."""
+        label = (first.get("label") or "").strip()
+        known = self.labels or self.label_set
+        if known and label in known:
+            return False
+        others = {(r.get("label") or "").strip() for r in rest}
+        return None if not others and not known else label not in others
 
     def fit(self, train: Sequence[Example]) -> None:
         if self.label_set is not None:
@@ -113,19 +150,38 @@ class SequenceClassification(Task):
         return out
 
 
+def text_value(values: dict[str, Any], role: str, where: str, bad) -> str | None:
+    """A text cell, stripped; None (reported to ``bad``) when it is missing, empty or not text."""
+    value = values.get(role)
+    if isinstance(value, str) and value.strip():
+        return value.strip()
+    name = role.replace("_", " ")
+    bad(where, f"empty {name}" if value is None or isinstance(value, str)
+        else f"the {name} is a {type(value).__name__}, not text")
+    return None
+
+
 def one_class_error(train: Sequence[Example], labels: list) -> LmlabError:
     where = train[0].where.rsplit(" line", 1)[0] if train else "training data"
     return LmlabError(f"{where} has only the label(s) {labels}: nothing to classify",
                       "pass training data with at least two classes")
 
 
+class Classification(SequenceClassification):
+    """Your own single-text classification data: any labels, any of the table formats."""
+
+    name = "classification"
+
+
 class SST2(SequenceClassification):
     name = "sst2"
     label_set = ("0", "1")
+    glue_preset = True
 
 
 class CoLA(SequenceClassification):
     name = "cola"
+    glue_preset = True
     label_set = ("0", "1")
     main_metric = "matthews_corr"
     extra_metrics = ("matthews_corr",)

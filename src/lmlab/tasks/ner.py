@@ -13,8 +13,9 @@ with the exact type and boundaries; :func:`lmlab.tasks.metrics.entity_prf`).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
+from lmlab.errors import LmlabError
 from lmlab.tasks import metrics as M
 from lmlab.tasks.base import (
     Task,
@@ -23,24 +24,65 @@ from lmlab.tasks.base import (
     collate,
     model_device,
     pad_id_of,
+    table_chosen,
     unseen_label_error,
 )
-from lmlab.tasks.readers import Example, read_conll
+from lmlab.tasks.readers import Example, is_iob_tag, read_conll
 
 IGNORE = -100
 
 
 class TokenClassification(Task):
-    name = "conll"
+    """A tag per word (``tagging``): CoNLL files (``.conll``, ``.txt``: word first, tag last, or the
+    columns ``fields`` names by index), or table rows with a tokens and a tags column (lists in
+    JSON Lines/Parquet, space-separated in TSV/CSV). Tags are any strings: IOB tags are scored
+    by entities (precision, recall, F1), others by accuracy over words."""
+
+    name = "tagging"
     head = "token_cls"
     main_metric = "f1"
+    roles = ("tokens", "tags")
+    #: the CoNLL-2003 preset: IOB tags only
+    iob_only: ClassVar[bool] = False
 
     def read(self, path, on_bad_line="error", warn=None) -> list[Example]:
-        return read_conll(path, on_bad_line, warn)
+        o = self.options
+        name = str(path).lower().removesuffix(".gz")
+        if o.format is None and name.endswith((".conll", ".txt")) and not self.iob_only:
+            words, tags = o.fields.get("tokens", 0), o.fields.get("tags", -1)
+            if not isinstance(words, int) or not isinstance(tags, int):
+                raise LmlabError("columns of a CoNLL file are chosen by 0-based index",
+                                 "pass e.g. --tokens-field 0 --tags-field 3")
+            return read_conll(path, on_bad_line, warn, iob=False, word_column=words, tag_column=tags)
+        if self.iob_only and not table_chosen(o, path):
+            return read_conll(path, on_bad_line, warn)
+        return self.read_table(path, on_bad_line, warn)
+
+    def example(self, values, where, bad) -> Example | None:
+        words, tags = _word_list(values.get("tokens")), _word_list(values.get("tags"))
+        if not words or tags is None:
+            bad(where, "tokens and tags must be lists of strings (or space-separated text)")
+            return None
+        if len(words) != len(tags):
+            bad(where, f"{len(words)} tokens but {len(tags)} tags")
+            return None
+        return Example(" ".join(words), None, tags, where, {"words": words})
 
     def fit(self, train: Sequence[Example]) -> None:
         tags = {t for e in train for t in e.label}
         self.labels = ["O", *sorted(tags - {"O"}, key=lambda t: (t.partition("-")[2], t))]
+        self._pick_metric()
+
+    def load_state(self, state) -> None:
+        super().load_state(state)
+        self._pick_metric()
+
+    @property
+    def iob(self) -> bool:
+        return all(is_iob_tag(t) for t in self.labels)
+
+    def _pick_metric(self) -> None:
+        self.main_metric = "f1" if self.iob else "accuracy"
 
     def check(self, examples: Sequence[Example], what: str = "dev") -> None:
         known = set(self.labels)
@@ -101,4 +143,26 @@ class TokenClassification(Task):
         return out
 
     def score(self, predictions, examples) -> dict[str, float]:
-        return M.entity_prf(predictions, [e.label for e in examples])
+        gold = [e.label for e in examples]
+        if self.iob_only:
+            return M.entity_prf(predictions, gold)
+        pairs = [(p, g) for ps, gs in zip(predictions, gold) for p, g in zip(ps, gs)]
+        out = {"accuracy": sum(p == g for p, g in pairs) / max(1, len(pairs))}
+        if self.iob:
+            out = {**M.entity_prf(predictions, gold), **out}
+        return out
+
+
+class CoNLL(TokenClassification):
+    name = "conll"
+    iob_only = True
+
+
+def _word_list(value) -> list[str] | None:
+    """Tokens or tags of a table cell: a list (JSON Lines, Parquet; integers become digits) or
+    space-separated text."""
+    if isinstance(value, str):
+        return value.split()
+    if isinstance(value, list) and all(isinstance(v, (str, int)) and not isinstance(v, bool) for v in value):
+        return [str(v) for v in value]
+    return None

@@ -14,14 +14,19 @@ from lmlab.tasks.classification import SequenceClassification
 
 
 class PairClassification(SequenceClassification):
+    """Your own sentence-pair data (``pair-classification``): any labels, any table format."""
+
+    name = "pair-classification"
     layout = "pair"
-    extra_metrics = ("f1",)
+    roles = ("text", "text_pair", "label")
 
 
 class RTE(PairClassification):
     name = "rte"
     label_set = ("entailment", "not_entailment")
     positive_label = "entailment"
+    extra_metrics = ("f1",)
+    glue_preset = True
 
 
 class MRPC(PairClassification):
@@ -29,3 +34,5 @@ class MRPC(PairClassification):
     label_set = ("0", "1")
     main_metric = "f1"
     positive_label = "1"
+    extra_metrics = ("f1",)
+    glue_preset = True

@@ -21,12 +21,12 @@ Metrics: exact match and F1 after the official normalisation, max over the refer
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 from lmlab.errors import LmlabError
 from lmlab.tasks import metrics as M
-from lmlab.tasks.base import Task, batches, check_tokenizer, collate, model_device, pad_id_of
-from lmlab.tasks.readers import Example, read_squad
+from lmlab.tasks.base import Task, batches, check_tokenizer, collate, model_device, pad_id_of, table_chosen
+from lmlab.tasks.readers import Example, read_squad, squad_example
 
 MAX_QUESTION_TOKENS = 64
 N_BEST = 20
@@ -42,14 +42,29 @@ def char_span_to_tokens(offsets: Sequence[tuple[int, int]], start: int, end: int
 
 
 class SquadQA(Task):
-    name = "squad"
+    """Extractive QA (``qa``): SQuAD v1.1 JSON files, or table rows with a question, a context and
+    the answer (a string, a list of strings, or SQuAD's answers as dict or list), with an optional
+    ``answer_start`` column; without one the answer's first occurrence in the context is used."""
+
+    name = "qa"
     head = "span"
     main_metric = "f1"
+    roles = ("question", "context", "answer", "answer_start")
+    #: the SQuAD preset: SQuAD JSON, or JSON Lines of SQuAD records
+    squad_preset: ClassVar[bool] = False
 
     defaults = {"max_length": 384}
 
     def read(self, path, on_bad_line="error", warn=None) -> list[Example]:
-        return read_squad(path, on_bad_line, warn)
+        name = str(path).lower()
+        if name.endswith(".json") or (self.squad_preset and not table_chosen(self.options, path)):
+            return read_squad(path, on_bad_line, warn)
+        return self.read_table(path, on_bad_line, warn)
+
+    def example(self, values, where, bad) -> Example | None:
+        record = {"question": values.get("question"), "context": values.get("context"),
+                  "answers": values.get("answer"), "answer_start": values.get("answer_start")}
+        return squad_example(record, where, bad)
 
     def features(self, examples: Sequence[Example], tokenizer) -> list[dict[str, Any]]:
         """One feature per (question, context window); ``example_index`` and ``offsets`` map back."""
@@ -151,6 +166,11 @@ class SquadQA(Task):
     def score(self, predictions, examples) -> dict[str, float]:
         refs = [e.extra.get("answers") or [e.label] for e in examples]
         return M.squad_scores(predictions, refs)
+
+
+class Squad(SquadQA):
+    name = "squad"
+    squad_preset = True
 
 
 def span_text(offsets: Sequence, start: int, end: int, context: str) -> str:

@@ -30,6 +30,8 @@ from lmlab.errors import LmlabError
 from lmlab.fileio import check_input_file, iter_text_lines, read_text
 
 ON_BAD_LINE = ("error", "skip")
+#: the share of a file's rows that may be skipped as malformed before the file counts as misread
+MAX_BAD_FRACTION = 0.01
 
 
 @dataclass
@@ -46,27 +48,60 @@ class Example:
 
 
 class BadLines:
-    """Applies the ``on_bad_line`` policy and counts what was skipped."""
+    """Applies the ``on_bad_line`` policy, counts what was skipped, and refuses a file that reads wrong.
 
-    def __init__(self, on_bad_line: str = "error", warn: Callable[[str], None] | None = None):
+    ``error``: the first bad line stops the run. ``skip``: a bad line is left out and warned about
+    (the first five of a file shown); at the end of each file :meth:`done` reports how many of
+    its rows were skipped and stops the run when more than ``max_fraction`` of them were: a file
+    read in the wrong format (CSV read as TSV, a shifted column) must stop the run, not shrink it.
+    """
+
+    def __init__(self, on_bad_line: str = "error", warn: Callable[[str], None] | None = None,
+                 max_fraction: float = MAX_BAD_FRACTION):
         if on_bad_line not in ON_BAD_LINE:
             raise LmlabError(f"unknown on_bad_line {on_bad_line!r}", "use 'error' or 'skip'")
+        if not 0 <= max_fraction <= 1:
+            raise LmlabError(f"max_bad_fraction must be in [0, 1], got {max_fraction}", "e.g. 0.01 (1%)")
         self.policy = on_bad_line
+        self.max_fraction = max_fraction
         self.warn = warn or (lambda msg: print(f"warning: {msg}", file=sys.stderr))
-        self.skipped = 0
+        self.skipped = 0                    # over every file read through this policy
+        self._file_skipped = 0
 
     def __call__(self, where: str, problem: str) -> None:
         if self.policy == "error":
             raise LmlabError(f"{where}: {problem}", "fix the line or pass --on-bad-line skip")
         self.skipped += 1
-        if self.skipped <= 5:
+        self._file_skipped += 1
+        if self._file_skipped <= 5:
             self.warn(f"skipping {where}: {problem}")
-        elif self.skipped == 6:
-            self.warn("more bad lines skipped (not shown)")
+
+    def done(self, path: str | os.PathLike, kept: int) -> None:
+        """End of ``path``: report its skipped rows (all of them) and refuse too many."""
+        n, self._file_skipped = self._file_skipped, 0
+        if not n:
+            return
+        total = n + kept
+        share = n / total
+        self.warn(f"{path}: skipped {n} of {total} rows ({share:.1%}) as malformed")
+        if share > self.max_fraction:
+            raise LmlabError(f"{path}: {n} of {total} rows ({share:.1%}) are malformed, more than the "
+                             f"{self.max_fraction:.1%} --max-bad-fraction allows: the file is probably "
+                             "read wrong", "check its format, delimiter, quoting and header (--format, "
+                             "--header/--no-header, --*-field), or raise --max-bad-fraction")
 
 
-def _policy(on_bad_line: str | BadLines, warn=None) -> BadLines:
+def policy(on_bad_line: str | BadLines, warn=None) -> BadLines:
+    """``on_bad_line`` as a :class:`BadLines` (a string gets a new one)."""
     return on_bad_line if isinstance(on_bad_line, BadLines) else BadLines(on_bad_line, warn)
+
+
+def finish(bad: BadLines, path, out: list, fix: str) -> list:
+    """The examples of ``path`` once it is read: skipped rows reported, an empty result refused."""
+    bad.done(path, len(out))
+    if not out:
+        raise LmlabError(f"{path} holds no usable examples", fix)
+    return out
 
 
 # --------------------------------------------------------------------------- TSV
@@ -136,7 +171,7 @@ def read_glue(path: str | os.PathLike, layout: str, on_bad_line: str | BadLines 
     floats for regression. A header row picks the columns by name; without one the column count
     picks a known GLUE layout (see the module docstring).
     """
-    bad = _policy(on_bad_line, warn)
+    bad = policy(on_bad_line, warn)
     p = check_input_file(path)
     pair = layout in ("pair", "regression")
     cols = None
@@ -176,6 +211,7 @@ def read_glue(path: str | os.PathLike, layout: str, on_bad_line: str | BadLines 
                 continue
             label = value
         out.append(Example(text, second, label, where))
+    bad.done(p, len(out))
     if not out:
         raise LmlabError(f"{p} holds no usable examples", "check the file format (tab-separated GLUE TSV)")
     return out
@@ -191,7 +227,7 @@ def read_squad(path: str | os.PathLike, on_bad_line: str | BadLines = "error", w
     ``extra["answers"]`` = all reference texts, ``extra["answer_starts"]`` their character starts.
     A reference whose text is not at its ``answer_start`` in the context is a bad line.
     """
-    bad = _policy(on_bad_line, warn)
+    bad = policy(on_bad_line, warn)
     p = check_input_file(path)
     text = read_text(p)
     records: list[tuple[str, Any]] = []
@@ -236,15 +272,16 @@ def read_squad(path: str | os.PathLike, on_bad_line: str | BadLines = "error", w
             records.append((f"{p} line {lineno}", rec if isinstance(rec, dict) else {}))
     out = []
     for where, rec in records:
-        ex = _squad_example(rec, where, bad)
+        ex = squad_example(rec, where, bad)
         if ex is not None:
             out.append(ex)
+    bad.done(p, len(out))
     if not out:
         raise LmlabError(f"{p} holds no usable questions", "pass a SQuAD v1.1 JSON file")
     return out
 
 
-def _squad_example(rec: dict, where: str, bad: BadLines) -> Example | None:
+def squad_example(rec: dict, where: str, bad: BadLines) -> Example | None:
     question, context, answers = rec.get("question"), rec.get("context"), rec.get("answers")
     if not isinstance(question, str) or not question.strip() or not isinstance(context, str):
         bad(where, "needs a 'question' and a 'context' string")
@@ -252,6 +289,11 @@ def _squad_example(rec: dict, where: str, bad: BadLines) -> Example | None:
     if isinstance(answers, dict):  # Hugging Face datasets layout: {"text": [...], "answer_start": [...]}
         answers = [{"text": t, "answer_start": s}
                    for t, s in zip(answers.get("text", []), answers.get("answer_start", []))]
+    elif isinstance(answers, str) or (isinstance(answers, list) and answers
+                                      and all(isinstance(a, str) for a in answers)):
+        answers = _answer_spans(answers, rec.get("answer_start"), context, where, bad)
+        if answers is None:
+            return None
     if not isinstance(answers, list) or not answers:
         bad(where, "needs a non-empty 'answers' list")
         return None
@@ -271,23 +313,53 @@ def _squad_example(rec: dict, where: str, bad: BadLines) -> Example | None:
                    {"id": qid, "context": context, "answers": texts, "answer_starts": starts})
 
 
+def _answer_spans(texts, starts, context: str, where: str, bad: BadLines) -> list[dict] | None:
+    """Answers given as text (one string or a list) with optional starts (an integer, a numeric
+    string or a list): ``[{"text", "answer_start"}]``; a missing start is the answer's first
+    occurrence in the context."""
+    texts = [texts] if isinstance(texts, str) else list(texts)
+    if starts is None or starts == "":
+        starts = [None] * len(texts)
+    elif not isinstance(starts, list):
+        starts = [starts]
+    if len(starts) != len(texts):
+        bad(where, f"{len(texts)} answers but {len(starts)} answer starts")
+        return None
+    out = []
+    for t, s in zip(texts, starts):
+        if isinstance(s, str):
+            if not s.strip().isdigit():
+                bad(where, f"answer start {s!r} is not a character position")
+                return None
+            s = int(s)
+        if s is None:
+            s = context.find(t)
+            if s < 0 or not t:
+                bad(where, f"answer {t!r} does not occur in the context")
+                return None
+        out.append({"text": t, "answer_start": s})
+    return out
+
+
 # --------------------------------------------------------------------------- CoNLL
 
 
-def _valid_tag(tag: str) -> bool:
+def is_iob_tag(tag: str) -> bool:
     if tag == "O":
         return True
     prefix, _, typ = tag.partition("-")
     return prefix in ("B", "I", "E", "S") and bool(typ)
 
 
-def read_conll(path: str | os.PathLike, on_bad_line: str | BadLines = "error", warn=None) -> list[Example]:
+def read_conll(path: str | os.PathLike, on_bad_line: str | BadLines = "error", warn=None, *,
+               iob: bool = True, word_column: int = 0, tag_column: int = -1) -> list[Example]:
     """Sentences of a CoNLL-2003 file: ``extra["words"]`` and ``label`` = the tag list (last column).
 
     A line with one field, or whose last field is not an IOB tag (``O``, ``B-X``, ``I-X``), is
-    bad; with ``skip`` the whole sentence it belongs to is left out.
+    bad; with ``skip`` the whole sentence it belongs to is left out. ``iob=False`` takes any tag
+    (part-of-speech, chunks...); ``word_column``/``tag_column`` pick other columns (0-based).
     """
-    bad = _policy(on_bad_line, warn)
+    bad = policy(on_bad_line, warn)
     p = check_input_file(path)
     out: list[Example] = []
     words: list[str] = []
@@ -310,17 +382,19 @@ def read_conll(path: str | os.PathLike, on_bad_line: str | BadLines = "error", w
             continue
         if not words and not broken:
             start = lineno
-        if len(fields) < 2:
-            bad(f"{p} line {lineno}", f"expected 'word ... tag', found {line.strip()!r}")
+        need = max(2, word_column + 1, tag_column + 1 if tag_column >= 0 else -tag_column)
+        if len(fields) < need:
+            bad(f"{p} line {lineno}", f"expected 'word ... tag' ({need} columns), found {line.strip()!r}")
             broken = True
             continue
-        if not _valid_tag(fields[-1]):
-            bad(f"{p} line {lineno}", f"tag {fields[-1]!r} is not an IOB tag (O, B-TYPE, I-TYPE)")
+        if iob and not is_iob_tag(fields[tag_column]):
+            bad(f"{p} line {lineno}", f"tag {fields[tag_column]!r} is not an IOB tag (O, B-TYPE, I-TYPE)")
             broken = True
             continue
-        words.append(fields[0])
-        tags.append(fields[-1])
+        words.append(fields[word_column])
+        tags.append(fields[tag_column])
     flush()
+    bad.done(p, len(out))
     if not out:
         raise LmlabError(f"{p} holds no sentences", "pass a CoNLL-2003 file (word ... tag per line)")
     return out
@@ -331,7 +405,7 @@ def read_conll(path: str | os.PathLike, on_bad_line: str | BadLines = "error", w
 
 def read_pairs(path: str | os.PathLike, on_bad_line: str | BadLines = "error", warn=None) -> list[Example]:
     """Source/target pairs for generation: TSV ``source\\ttarget`` or JSON Lines ``{"source", "target"}``."""
-    bad = _policy(on_bad_line, warn)
+    bad = policy(on_bad_line, warn)
     p = check_input_file(path)
     out: list[Example] = []
     if p.suffix in (".jsonl", ".json"):
@@ -363,6 +437,7 @@ def read_pairs(path: str | os.PathLike, on_bad_line: str | BadLines = "error", w
                 bad(where, "empty source or target")
                 continue
             out.append(Example(src, None, tgt, where))
+    bad.done(p, len(out))
     if not out:
         raise LmlabError(f"{p} holds no source/target pairs", "pass TSV 'source<TAB>target' or JSON Lines")
     return out

@@ -48,9 +48,13 @@ LABEL_WORDS = {
 }
 
 
+#: extractive QA tasks, posed as "question: ... context: ..." -> the answer text
+EXTRACTIVE = ("squad", "qa")
+
+
 def source_text(task: str, e: Example, prefix: str = "") -> str:
     """The encoder input of example ``e`` for ``task`` (table in the module docstring)."""
-    if task == "squad":
+    if task in EXTRACTIVE:
         return f"question: {e.text} context: {e.extra.get('context', e.pair)}"
     if task == "text2text":
         return f"{prefix}{e.text}"
@@ -91,7 +95,7 @@ class Text2Text(Task):
         return getattr(self.base, "layout", "") == "regression"
 
     def target_text(self, e: Example) -> str:
-        if self.base is None or self.name == "squad":
+        if self.base is None or self.name in EXTRACTIVE:
             return str(e.label)
         if self.regression:
             return f"{round(float(e.label) * 5) / 5:.1f}"
@@ -153,7 +157,7 @@ class Text2Text(Task):
 
     def predict(self, model, examples, batch_size=64) -> list:
         texts = self.generate_texts(model, examples, batch_size)
-        if self.base is None or self.name == "squad":
+        if self.base is None or self.name in EXTRACTIVE:
             return texts
         if self.regression:
             return [_number(t) for t in texts]

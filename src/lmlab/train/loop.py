@@ -536,7 +536,8 @@ class Trainer:
         if self.info.is_main:
             atomic_write_text(self.run_dir / "config.toml", to_toml(self.cfg))
         if self.info.is_main and t.loggers:
-            self.loggers = open_loggers(t.loggers, self.run_dir, resume_after=self.step or None)
+            self.loggers = open_loggers(t.loggers, self.run_dir, resume_after=self.step or None,
+                                        config=self.cfg.to_dict())
         if self.step == 0 and t.eval_at_start and self.initial_val is None:
             self.initial_val = self.evaluate()
             self.log(f"step 0: {self.describe_eval(self.initial_val)}")

@@ -1,0 +1,158 @@
+"""Score a checkpoint with EleutherAI's lm-evaluation-harness (``lmlab evaluate --harness``).
+
+``run_harness(checkpoint, ["hellaswag", "my_tasks/"])`` loads the checkpoint with
+:func:`lmlab.loading.load_model`, wraps it as a harness model (:class:`lmlab.icl.harness_lm.LmlabLM`,
+no conversion) and runs ``lm_eval.simple_evaluate`` on the tasks: the harness' own task
+definitions, prompts, few-shot sampling and metrics, so the numbers are the ones the harness
+reports for any model. A task is a harness task, group or tag name, or a local task YAML file or a
+folder of them (read with ``TaskManager(include_path=...)``: a task whose data is a local file
+needs no network). Results go to a JSON file beside the checkpoint, ``<checkpoint>.harness.json``
+by default, written atomically; an existing file is replaced only when asked (``overwrite``).
+
+Decoders and LSTM LMs are scored directly. Encoders have no next-token distribution and are
+refused; encoder-decoders are refused with the way round: export them (``lmlab export --format
+hf``) and run ``lm_eval --model hf --model_args pretrained=DIR,backend=seq2seq``.
+
+Needs ``pip install 'lmlab[eval]'``.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import json
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from lmlab.errors import LmlabError
+from lmlab.fileio import write_json
+
+EXTRA = "eval"
+SUFFIX = ".harness.json"
+
+
+def check_installed() -> None:
+    if importlib.util.find_spec("lm_eval") is None:
+        raise LmlabError("the evaluation harness needs the lm-eval package (lm-evaluation-harness)",
+                         f"pip install 'lmlab[{EXTRA}]'")
+
+
+def default_output(checkpoint: str | os.PathLike) -> Path:
+    """``runs/gpt/checkpoints/step_600`` -> ``runs/gpt/checkpoints/step_600.harness.json``."""
+    p = Path(checkpoint)
+    return p.parent / f"{p.resolve().name}{SUFFIX}"
+
+
+def check_output(out: Path, overwrite: bool) -> None:
+    if out.is_dir():
+        raise LmlabError(f"the results file {out} is a directory", "pass --out with a file name")
+    if out.exists() and not overwrite:
+        raise LmlabError(f"{out} already exists", "pass --overwrite to replace it, or --out another file")
+
+
+def split_tasks(tasks: str | Sequence[str]) -> list[str]:
+    """``"a,b"`` or ``["a", "b,c"]`` -> ``["a", "b", "c"]`` (empty items dropped)."""
+    items = [tasks] if isinstance(tasks, str) else list(tasks)
+    out = [part.strip() for item in items for part in str(item).split(",") if part.strip()]
+    if not out:
+        raise LmlabError("no harness tasks given", "pass e.g. --harness hellaswag or --harness my_task.yaml")
+    return out
+
+
+def resolve_tasks(tasks: str | Sequence[str]):
+    """``(task names, TaskManager)``: local YAML files and folders become include paths and the
+    tasks defined in them; names are checked against the harness' index (one-line errors)."""
+    from lm_eval.tasks import TaskManager
+
+    specs = split_tasks(tasks)
+    local = {spec: Path(spec).expanduser() for spec in specs
+             if Path(spec).expanduser().exists() or spec.endswith((".yaml", ".yml")) or os.sep in spec}
+    for spec, path in local.items():
+        if not path.exists():
+            raise LmlabError(f"task file {spec} does not exist", "pass a task YAML file, a folder of them, "
+                             "or a harness task name (lm_eval ls tasks)")
+    folders = sorted({str((p if p.is_dir() else p.parent).resolve()) for p in local.values()})
+    manager = TaskManager(include_path=folders or None, include_defaults=len(local) < len(specs))
+    names: list[str] = []
+    for spec in specs:
+        if spec not in local:
+            if spec not in manager.all_tasks:
+                raise LmlabError(f"unknown harness task {spec!r}",
+                                 "see `lm_eval ls tasks`, or pass a task YAML file or a folder of them")
+            found = [spec]
+        else:
+            path = local[spec].resolve()
+            found = [name for name, entry in manager.task_index.items() if entry.yaml_path is not None
+                     and (entry.yaml_path.resolve() == path or path in entry.yaml_path.resolve().parents)]
+            if not found:
+                raise LmlabError(f"{spec} defines no harness task", "give the YAML a `task: NAME` entry")
+        names += [name for name in sorted(found) if name not in names]
+    return names, manager
+
+
+def check_model(model) -> None:
+    """Only a model with next-token probabilities (a decoder or LSTM LM, first head ``lm``)."""
+    kind = getattr(model, "architecture", "")
+    family = getattr(model.config, "family", kind)
+    if kind == "seq2seq":
+        raise LmlabError(f"lmlab evaluate --harness scores decoders, and {family} is an encoder-decoder",
+                         "export it (lmlab export --format hf --out DIR) and run lm_eval --model hf "
+                         "--model_args pretrained=DIR,backend=seq2seq")
+    if kind not in ("decoder", "rnn") or family == "elmo":
+        raise LmlabError(f"a {family} model has no next-token probabilities for the harness to score",
+                         "evaluate a decoder (gpt2, llama...) or an LSTM LM")
+    heads = tuple(getattr(model, "head_names", ()) or ())
+    if heads and heads[0] != "lm":
+        raise LmlabError(f"this model's first head is {heads[0]!r} (a fine-tuned classifier), not the "
+                         "language-model head", "score the pretrained checkpoint")
+    if getattr(model, "tokenizer", None) is None:
+        raise LmlabError("the checkpoint has no tokenizer", "evaluate a checkpoint saved with its tokenizer")
+
+
+def run_harness(checkpoint: str | os.PathLike, tasks: str | Sequence[str], *,
+                out: str | os.PathLike | None = None, overwrite: bool = False, num_fewshot: int | None = None,
+                limit: int | None = None, batch_size: int = 16, device: str = "auto", seed: int = 0,
+                log_samples: bool = False, log: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Run the harness ``tasks`` on ``checkpoint`` and write the results to ``out`` (default:
+    :func:`default_output`). Returns what was written, plus the per-example ``samples`` (written
+    too with ``log_samples``) and the file's ``path``."""
+    check_installed()
+    import lm_eval
+
+    from lmlab.icl.harness_lm import LmlabLM
+    from lmlab.loading import load_model
+    from lmlab.train.device import pick_device
+
+    if batch_size < 1 or (limit is not None and limit < 1) or (num_fewshot is not None and num_fewshot < 0):
+        raise LmlabError("batch size and limit must be positive, num_fewshot not negative",
+                         "pass e.g. --batch-size 16 --max-examples 100 --num-fewshot 0")
+    out_path = Path(out) if out is not None else default_output(checkpoint)
+    check_output(out_path, overwrite)  # all before the model is loaded
+    names, manager = resolve_tasks(tasks)
+    model = load_model(checkpoint)
+    check_model(model)
+    model = model.to(pick_device(device))
+    say = log or (lambda msg: None)
+    say(f"harness: {', '.join(names)} on {checkpoint} ({model.config.family}, "
+        f"{model.num_parameters():,} parameters)")
+    results = lm_eval.simple_evaluate(
+        model=LmlabLM(model, model.tokenizer, batch_size=batch_size), tasks=names, num_fewshot=num_fewshot,
+        limit=limit, task_manager=manager, log_samples=True, random_seed=seed, numpy_random_seed=seed,
+        torch_random_seed=seed, fewshot_random_seed=seed)
+    from lm_eval.utils import handle_non_serializable
+
+    record = {"checkpoint": str(Path(checkpoint).resolve()), "tasks": names, "num_fewshot": num_fewshot,
+              "limit": limit, "seed": seed, "lm_eval_version": importlib.metadata.version("lm_eval")}
+    for key in ("results", "groups", "group_subtasks", "configs", "versions", "n-shot", "higher_is_better",
+                "n-samples"):
+        if key in results:
+            record[key] = results[key]
+    if log_samples:
+        record["samples"] = results["samples"]
+    record = json.loads(json.dumps(record, default=handle_non_serializable))
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    write_json(out_path, record)
+    say(f"harness results written to {out_path}")
+    return {**record, "samples": results["samples"], "path": str(out_path)}

@@ -1,0 +1,223 @@
+"""lmlab evaluate --harness: lm-evaluation-harness on an lmlab checkpoint, offline, on local task files.
+
+The harness' numbers are checked two ways: against log-likelihoods computed here from lmlab's own
+forward pass (multiple choice), and against the harness' own Hugging Face model (``--model hf``) on
+the transformers export of the same checkpoint, for all three request kinds (multiple choice,
+rolling log-likelihood, generation)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+from lmlab.cli import main
+from lmlab.errors import LmlabError
+from lmlab.icl.harness import run_harness
+from lmlab.models import build_model, get_preset
+from lmlab.tokenizers import train_tokenizer
+
+QUESTIONS = [  # (context, choices, answer index): hand-made, Shakespeare-flavoured
+    ("ROMEO: But soft, what light through yonder window", ["breaks", "sleeps", "eats"], 0),
+    ("JULIET: O Romeo, Romeo, wherefore art thou", ["Romeo", "bread", "here"], 0),
+    ("HAMLET: To be, or not to", ["be", "sing", "go home"], 0),
+    ("KING: Now is the winter of our", ["discontent", "cheese", "lord"], 1),
+    ("MACBETH: Is this a dagger which I see before", ["me", "the sea", "them"], 2),
+    ("First Citizen: Before we proceed any further, hear me", ["speak", "walk", "sleep"], 0),
+]
+
+
+@pytest.fixture(autouse=True)
+def offline(monkeypatch):
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory, shakespeare):
+    """A random 2-layer GPT-2 checkpoint with a byte-level tokenizer and 48 positions (the longest
+    question fits; the texts to score take several of the harness' rolling windows), and three local
+    task files."""
+    root = tmp_path_factory.mktemp("harness")
+    tok = train_tokenizer("bytelevel", [shakespeare[:50_000]], vocab_size=350)
+    torch.manual_seed(0)
+    preset = get_preset("gpt2-tiny", vocab_size=tok.vocab_size, n_layers=2, max_positions=48)
+    model = build_model(preset).eval()
+    model.tokenizer = tok
+    model.save(root / "ck")
+    rows = [{"question": q, "choices": c, "label": y} for q, c, y in QUESTIONS]
+    (root / "mc.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    lines = [shakespeare[i:i + 400] for i in range(0, 1600, 400)]  # ~100 tokens: 3 windows each
+    assert all(len(tok.encode(line)) > 2 * 48 for line in lines)
+    (root / "text.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in lines), encoding="utf-8")
+    tasks = root / "tasks"
+    tasks.mkdir()
+    data = "dataset_path: json\ntest_split: test\ndataset_kwargs:\n  cache_dir: {cache}\n  data_files:\n" \
+           "    test: {file}\n"
+    cache = root / "hf-cache"
+    (tasks / "mc.yaml").write_text(
+        "task: lmlab_mc\n" + data.format(cache=cache, file=root / "mc.jsonl")
+        + "output_type: multiple_choice\ndoc_to_text: '{{question}}'\ndoc_to_target: label\n"
+        "doc_to_choice: choices\nmetric_list:\n  - metric: acc\n    aggregation: mean\n"
+        "    higher_is_better: true\n", encoding="utf-8")
+    (tasks / "ppl.yaml").write_text(
+        "task: lmlab_ppl\n" + data.format(cache=cache, file=root / "text.jsonl")
+        + "output_type: loglikelihood_rolling\ndoc_to_text: ''\ndoc_to_target: '{{text}}'\n"
+        "metric_list:\n  - metric: word_perplexity\n  - metric: bits_per_byte\n", encoding="utf-8")
+    (tasks / "gen.yaml").write_text(
+        "task: lmlab_gen\n" + data.format(cache=cache, file=root / "mc.jsonl")
+        + "output_type: generate_until\ndoc_to_text: '{{question}}'\ndoc_to_target: '{{choices[label]}}'\n"
+        "generation_kwargs:\n  until: ['\\n']\n  max_gen_toks: 8\n  do_sample: false\n"
+        "metric_list:\n  - metric: exact_match\n", encoding="utf-8")
+    return {"root": root, "model": model, "tok": tok, "tasks": tasks}
+
+
+def _choice_logprob(model, tok, context: str, choice: str) -> float:
+    """log p(" " + choice | context) from lmlab's forward pass (the harness puts its target delimiter,
+    a space, before each choice): the joint encoding split after the context's tokens."""
+    ids, n = tok.encode(f"{context} {choice}"), len(tok.encode(context))
+    with torch.no_grad():
+        logp = model(input_ids=torch.tensor([ids])).logits[0].float().log_softmax(-1)
+    return sum(float(logp[t - 1, ids[t]]) for t in range(n, len(ids)))
+
+
+def test_multiple_choice_accuracy_equals_lmlab_loglikelihoods_and_json_lands_beside_the_checkpoint(setup):
+    root, model, tok = setup["root"], setup["model"], setup["tok"]
+    out = root / "ck.harness.json"
+    out.unlink(missing_ok=True)
+    result = run_harness(root / "ck", [str(setup["tasks"] / "mc.yaml")], batch_size=4)
+    reference, hits = [], 0
+    for (question, choices, label) in QUESTIONS:
+        scores = [_choice_logprob(model, tok, question, c) for c in choices]
+        reference.append(scores)
+        hits += max(range(len(scores)), key=scores.__getitem__) == label
+    samples = sorted(result["samples"]["lmlab_mc"], key=lambda s: s["doc_id"])
+    got = [[r[0] for r in s["filtered_resps"]] for s in samples]
+    assert sum(got, []) == pytest.approx(sum(reference, []), abs=1e-4)
+    assert result["results"]["lmlab_mc"]["acc,none"] == pytest.approx(hits / len(QUESTIONS))
+    # the JSON file: beside the checkpoint, holding the same results, no temporary left
+    assert result["path"] == str(out)
+    written = json.loads(out.read_text(encoding="utf-8"))
+    assert written["results"] == result["results"] and written["tasks"] == ["lmlab_mc"]
+    assert "samples" not in written
+    assert sorted(p.name for p in root.iterdir() if p.name.startswith(".")) == []
+
+
+def test_an_existing_results_file_is_kept_unless_overwrite(setup):
+    root = setup["root"]
+    out = root / "kept.json"
+    out.write_text("mine\n", encoding="utf-8")
+    with pytest.raises(LmlabError, match="already exists; pass --overwrite"):
+        run_harness(root / "ck", str(setup["tasks"] / "mc.yaml"), out=out)
+    assert out.read_text(encoding="utf-8") == "mine\n"
+    run_harness(root / "ck", str(setup["tasks"] / "mc.yaml"), out=out, overwrite=True, limit=2)
+    assert json.loads(out.read_text(encoding="utf-8"))["limit"] == 2
+
+
+def test_the_harness_own_hf_model_on_the_export_gives_the_same_numbers(setup):
+    """All three request kinds: our adapter (lmlab's forward pass) against lm_eval's HFLM running
+    transformers on ``lmlab export``'s directory of the same weights."""
+    import lm_eval
+    from lm_eval.tasks import TaskManager
+
+    from lmlab.interop import hf_export
+
+    root, tasks = setup["root"], setup["tasks"]
+    hf_export(setup["model"], root / "hf")
+    names = ["lmlab_mc", "lmlab_ppl", "lmlab_gen"]
+    ours = run_harness(root / "ck", str(tasks), out=root / "all.json")
+    assert sorted(ours["tasks"]) == sorted(names)  # a folder gives every task in it
+    theirs = lm_eval.simple_evaluate(
+        model="hf", model_args={"pretrained": str(root / "hf"), "device": "cpu", "dtype": "float32"},
+        tasks=names, task_manager=TaskManager(include_path=str(tasks), include_defaults=False),
+        log_samples=True, batch_size=1)
+    for name in names:
+        a = sorted(ours["samples"][name], key=lambda s: s["doc_id"])
+        b = sorted(theirs["samples"][name], key=lambda s: s["doc_id"])
+        assert len(a) == len(b) > 0
+        for x, y in zip(a, b, strict=True):
+            if name == "lmlab_gen":
+                assert x["filtered_resps"] == y["filtered_resps"]
+            elif name == "lmlab_ppl":
+                assert x["filtered_resps"][0] == pytest.approx(y["filtered_resps"][0], rel=1e-5)
+            else:
+                theirs_ll = [r[0] for r in y["filtered_resps"]]
+                assert [r[0] for r in x["filtered_resps"]] == pytest.approx(theirs_ll, abs=1e-4)
+                assert [r[1] for r in x["filtered_resps"]] == [r[1] for r in y["filtered_resps"]]
+        for metric, value in theirs["results"][name].items():
+            if isinstance(value, float) and "stderr" not in metric and math.isfinite(value):
+                assert ours["results"][name][metric] == pytest.approx(value, rel=1e-4), (name, metric)
+
+
+def test_cli_prints_and_writes_the_results_and_refuses_bad_input_in_one_line(setup, tmp_path, capsys):
+    root = setup["root"]
+    mc = str(setup["tasks"] / "mc.yaml")
+    out = tmp_path / "r.json"
+    assert main(["evaluate", "--checkpoint", str(root / "ck"), "--harness", mc, "--out", str(out),
+                 "--max-examples", "3"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed == json.loads(out.read_text(encoding="utf-8"))["results"]
+    assert printed["lmlab_mc"]["sample_len"] == 3
+    fresh = ["--out", str(tmp_path / "new.json")]
+    cases = [
+        (["--harness", str(tmp_path / "missing.yaml"), *fresh], "does not exist"),
+        (["--harness", mc, "--out", str(out)], "already exists; pass --overwrite"),
+        (["--harness", mc, "--data", mc], "--harness scores harness tasks"),
+        (["--out", str(out)], "--out go with --harness"),
+    ]
+    for extra, needle in cases:
+        assert main(["evaluate", "--checkpoint", str(root / "ck"), *extra]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and err.count("\n") == 1 and needle in err, err
+    assert not (tmp_path / "new.json").exists()
+
+
+def test_an_unknown_task_name_is_one_line(setup, monkeypatch):
+    import lm_eval.tasks
+
+    real = lm_eval.tasks.TaskManager
+    # the harness' own index of its ~15,000 tasks takes 20 s to build: here, only the local folder
+    monkeypatch.setattr(lm_eval.tasks, "TaskManager", lambda include_path=None, include_defaults=True:
+                        real(include_path=str(setup["tasks"]), include_defaults=False))
+    with pytest.raises(LmlabError, match="^unknown harness task 'no_such_task'; see `lm_eval ls tasks`"):
+        run_harness(setup["root"] / "ck", f"lmlab_mc,no_such_task,{setup['tasks'] / 'mc.yaml'}",
+                    out=setup["root"] / "never.json")
+    assert not (setup["root"] / "never.json").exists()
+
+
+def test_an_lstm_language_model_is_scored_as_well(setup, tmp_path):
+    tok = setup["tok"]
+    torch.manual_seed(1)
+    model = build_model(get_preset("lstm-tiny", vocab_size=tok.vocab_size)).eval()
+    model.tokenizer = tok
+    model.save(tmp_path / "lstm")
+    result = run_harness(tmp_path / "lstm", str(setup["tasks"] / "mc.yaml"), limit=2)
+    got = [r[0] for s in sorted(result["samples"]["lmlab_mc"], key=lambda s: s["doc_id"])
+           for r in s["filtered_resps"]]
+    reference = [_choice_logprob(model, tok, q, c) for q, choices, _ in QUESTIONS[:2] for c in choices]
+    assert got == pytest.approx(reference, abs=1e-4)
+    assert (tmp_path / "lstm.harness.json").is_file()
+
+
+def test_models_without_next_token_probabilities_are_refused_in_one_line(tmp_path, setup):
+    tok = setup["tok"]
+    for preset, needle in (("bert-tiny", "has no next-token probabilities"),
+                           ("t5-tiny", "backend=seq2seq")):
+        model = build_model(get_preset(preset, vocab_size=tok.vocab_size))
+        model.tokenizer = tok
+        model.save(tmp_path / preset)
+        with pytest.raises(LmlabError, match=needle):
+            run_harness(tmp_path / preset, str(setup["tasks"] / "mc.yaml"))
+        assert not (tmp_path / f"{preset}.harness.json").exists()
+
+
+def test_a_missing_lm_eval_is_one_line_naming_the_extra(monkeypatch, setup):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "lm_eval" else real(name, *a))
+    with pytest.raises(LmlabError, match=r"needs the lm-eval package .*; pip install 'lmlab\[eval\]'$"):
+        run_harness(setup["root"] / "ck", "lmlab_mc")

@@ -41,7 +41,9 @@ def eager_checks() -> bool:
     traces the model, where such a read would split the graph, and not inside
     :func:`trusted_inputs`, where each read would make the host wait for the device. The trainer
     checks its data's ids and lengths once, before the first step, so its steps lose nothing."""
-    return not (_TRUSTED.get() or torch.compiler.is_compiling())
+    if torch.compiler.is_compiling():  # first: dynamo cannot trace a ContextVar lookup
+        return False
+    return not _TRUSTED.get()
 
 
 @contextlib.contextmanager

@@ -48,7 +48,8 @@ class AlignConfig:
     precision: str = "auto"               # auto = bf16 autocast on a CUDA GPU that has it, else fp32
     threads: int | None = None
     progress: bool = True
-    # RLHF (method "rlhf"): the reward model's own training, then the policy-gradient phase
+    # RLHF (method "rlhf"): supervised warm-up, the reward model's own training, then the policy phase
+    sft_steps: int = 0                    # steps of supervised training on the chosen responses first
     reward_steps: int = 200               # Bradley-Terry steps of the reward model
     reward_lr: float = 1e-4
     samples: int = 4                      # responses sampled per prompt (their mean reward is the baseline)
@@ -71,6 +72,8 @@ class AlignConfig:
             v = getattr(self, name)
             check(isinstance(v, int) and not isinstance(v, bool) and v >= 1, name,
                   f"use a positive integer for {name}")
+        check(isinstance(self.sft_steps, int) and self.sft_steps >= 0, "sft_steps",
+              "use a non-negative integer (0 = no supervised warm-up)")
         for name in ("max_steps", "eval_every", "max_train_examples", "max_eval_examples", "threads"):
             v = getattr(self, name)
             check(v is None or (isinstance(v, int) and v >= 1), name,

@@ -4,6 +4,10 @@ The recipe of Ziegler et al. 2019 and InstructGPT (Ouyang et al. 2022), with the
 step kept simple (REINFORCE with a leave-one-out baseline, "RLOO", Ahmadian et al. 2024, instead of
 PPO's clipped updates and value network):
 
+0. **Supervised warm-up** (``sft_steps``, InstructGPT's step 1): the policy learns to write the
+   chosen responses (mean negative log-likelihood of their tokens). A model that would never
+   sample a response like the preferred ones cannot be taught by rewarding its samples; the
+   warmed-up model is the reference of the later phase, as InstructGPT's SFT model is.
 1. **Reward model** (:mod:`lmlab.align.reward`): a copy of the starting model with a scalar head,
    trained on the preference pairs with the Bradley-Terry loss through the training engine;
    its pairwise accuracy on the dev pairs is reported before and after.
@@ -30,7 +34,7 @@ import time
 import torch
 from torch import nn
 
-from lmlab.align.logprobs import bos_of, decoder_row, end_token, position_limit, response_logprobs
+from lmlab.align.logprobs import IGNORE, bos_of, decoder_row, end_token, position_limit, response_logprobs
 from lmlab.align.loop import (
     DEV_SHOWN,
     AlignResult,
@@ -59,6 +63,31 @@ def reward_accuracy(rm: RewardModel, pairs: PairSet, batch_size: int) -> dict[st
     rm.train(was)
     c, r = torch.cat(chosen), torch.cat(rejected)
     return {"loss": float(bradley_terry_loss(c, r)), "accuracy": float((c > r).float().mean())}
+
+
+def supervised_warmup(run: Setup, train_set: PairSet) -> None:
+    """``sft_steps`` steps of maximum likelihood on the chosen responses (the prompt is not scored)."""
+    cfg, model = run.cfg, run.model
+    engine = run.engine([model], cfg.lr, cfg.sft_steps)
+    next_batches = run.batch_order(train_set.lengths())
+    progress = run.progress(cfg.sft_steps, "supervised warm-up")
+
+    def micro_batch(idx):
+        def run_it():
+            batch = collate([train_set.rows[i][0] for i in idx], train_set.pad, train_set.device)
+            n_tokens = (batch["labels"] != IGNORE).sum()
+            return -response_logprobs(model, batch).sum() / n_tokens
+        return run_it
+
+    model.train(cfg.dropout)
+    for step in range(cfg.sft_steps):
+        done = engine.step(step, [micro_batch(idx) for idx in next_batches()])
+        progress.update(step + 1, [f"loss {done.loss:.4f}"], loss=f"{done.loss:.4f}")
+        if (step + 1) % cfg.log_every == 0 or step + 1 == cfg.sft_steps:
+            run.record({"phase": "sft", "step": step + 1, "loss": done.loss, "lr": done.lr,
+                        "grad_norm": done.grad_norm})
+    progress.close()
+    model.eval()
 
 
 def train_reward_model(run: Setup, train_set: PairSet, dev_set: PairSet) -> tuple[RewardModel, dict]:
@@ -161,7 +190,6 @@ def rlhf(run: Setup) -> AlignResult:
         raise LmlabError("rlhf samples responses from a decoder; this checkpoint is an encoder-decoder",
                          "use --method dpo for T5 and BART checkpoints")
     t0 = time.perf_counter()
-    reference = frozen_reference(model)
     train_set, dev_set = PairSet(run.train, model, cfg), PairSet(run.dev, model, cfg)
     prompts = sorted({p.prompt for p in run.train})
     total = cfg.max_steps if cfg.max_steps is not None else \
@@ -170,6 +198,9 @@ def rlhf(run: Setup) -> AlignResult:
         f"reward model {cfg.reward_steps} steps, then {total} policy steps of "
         f"{cfg.batch_size * cfg.grad_accum} prompts x {cfg.samples} samples, KL weight beta {cfg.beta}, "
         f"device {run.machine.device}")
+    if cfg.sft_steps:
+        supervised_warmup(run, train_set)
+    reference = frozen_reference(model)                 # the policy phase's start (after any warm-up)
     rm, rm_numbers = train_reward_model(run, train_set, dev_set)
 
     sampler = Sampler(model, cfg)
@@ -183,7 +214,7 @@ def rlhf(run: Setup) -> AlignResult:
         return numbers
 
     start = evaluate(0)
-    say(f"step 0 (the reference itself): greedy reward {start['reward']:.4f}, chosen rate "
+    say(f"policy step 0 (the reference itself): greedy reward {start['reward']:.4f}, chosen rate "
         f"{start['chosen_rate']:.4f}, {shown(start, DEV_SHOWN)}")
 
     def micro_batch(batch_prompts: list[str]):

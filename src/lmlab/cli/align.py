@@ -59,6 +59,8 @@ def register(sub) -> None:
     g.add_argument("--eos", action="store_true", help="end decoder responses with the EOS token")
     g.add_argument("--dropout", action="store_true", help="keep the policy's dropout on while training")
     r = p.add_argument_group("rlhf")
+    r.add_argument("--sft-steps", type=int, default=0, metavar="N",
+                   help="supervised steps on the chosen responses first (InstructGPT's step 1)")
     r.add_argument("--reward-steps", type=int, default=200, metavar="N", help="reward-model training steps")
     r.add_argument("--reward-lr", type=float, default=1e-4, help="reward-model learning rate")
     r.add_argument("--samples", type=int, default=4, metavar="N",
@@ -94,8 +96,8 @@ def register(sub) -> None:
 
 
 HPARAMS = ("method", "task", "beta", "loss", "label_smoothing", "max_length", "eos", "dropout",
-           "reward_steps", "reward_lr", "samples", "max_new_tokens", "temperature", "lr", "batch_size",
-           "grad_accum", "eval_batch_size", "epochs", "max_steps", "eval_every", "warmup_ratio",
+           "sft_steps", "reward_steps", "reward_lr", "samples", "max_new_tokens", "temperature", "lr",
+           "batch_size", "grad_accum", "eval_batch_size", "epochs", "max_steps", "eval_every", "warmup_ratio",
            "weight_decay", "grad_clip", "seed", "max_train_examples", "max_eval_examples", "device",
            "precision", "threads", "on_bad_line")
 

@@ -71,6 +71,7 @@ def supervised_warmup(run: Setup, train_set: PairSet) -> None:
     engine = run.engine([model], cfg.lr, cfg.sft_steps)
     next_batches = run.batch_order(train_set.lengths())
     progress = run.progress(cfg.sft_steps, "supervised warm-up")
+    run.say(f"supervised warm-up: {cfg.sft_steps} steps on the chosen responses")
 
     def micro_batch(idx):
         def run_it():
@@ -98,6 +99,8 @@ def train_reward_model(run: Setup, train_set: PairSet, dev_set: PairSet) -> tupl
     engine = run.engine([rm], cfg.reward_lr, cfg.reward_steps)
     next_batches = run.batch_order(train_set.lengths())
     progress = run.progress(cfg.reward_steps, "reward model")
+    run.say(f"reward model: {cfg.reward_steps} Bradley-Terry steps, dev pairwise accuracy "
+            f"{before['accuracy']:.4f} before")
 
     def micro_batch(idx):
         def run_it():

@@ -64,8 +64,7 @@ def test_sst2_pairs_prefer_the_right_label(data_dir):
     pairs = task_pairs("sst2", data_dir / "glue" / "sst2" / "dev.tsv")
     assert len(pairs) == 872
     first = pairs[0]      # "it 's a charming and often affecting journey ." label 1
-    assert first.prompt == "Review: it 's a charming and often affecting journey . \nSentiment:" or \
-        first.prompt == "Review: it 's a charming and often affecting journey .\nSentiment:"
+    assert first.prompt == "Review: it 's a charming and often affecting journey .\nSentiment:"
     assert (first.chosen, first.rejected) == (" positive", " negative")
     assert sum(p.chosen == " positive" for p in pairs) == 444          # PROVENANCE: 444 pos / 428 neg
     rte = task_pairs("rte", data_dir / "glue" / "rte" / "dev.tsv")

@@ -22,6 +22,7 @@ reference differ only in their weights.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
 import os
@@ -112,18 +113,12 @@ class PairSet:
         out = []
         try:
             for k in range(0, len(self), batch_size):
-                with (autocast() if autocast else _null()):
+                with (autocast() if autocast else contextlib.nullcontext()):
                     c, r = self.logprobs(model, range(k, min(k + batch_size, len(self))))
                 out.append(torch.stack([c, r], 1).float())
         finally:
             model.train(was)
         return torch.cat(out)
-
-
-def _null():
-    import contextlib
-
-    return contextlib.nullcontext()
 
 
 def dev_numbers(policy_lp: Tensor, ref_lp: Tensor, cfg: AlignConfig) -> dict[str, float]:

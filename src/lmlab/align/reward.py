@@ -46,7 +46,7 @@ class RewardModel(nn.Module):
             hidden = self.body(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
                                decoder_input_ids=dec_in).last_hidden_state
         else:
-            hidden = self.body(input_ids=batch["input_ids"]).last_hidden_state
+            hidden = self.body.decode(batch["input_ids"])[0]          # no LM head: only the states
         positions = torch.arange(labels.shape[1], device=labels.device)
         last = torch.where(labels != IGNORE, positions, -1).amax(1)      # the response's last token
         pooled = hidden[torch.arange(labels.shape[0], device=labels.device), last]

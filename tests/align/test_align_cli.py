@@ -158,6 +158,7 @@ def test_rlhf_learns_a_reward_model_and_raises_the_reward_of_its_answers():
     rm = res.extra["reward_numbers"]
     assert rm["after"]["accuracy"] > 0.9 and rm["after"]["loss"] < rm["before"]["loss"]
     assert res.metrics["reward"] > res.start["reward"]
+    assert res.metrics["sample_reward"] > res.start["sample_reward"]
     ref = res.reference
     assert all(not p.requires_grad and p.grad is None for p in ref.parameters())
     assert all(not p.requires_grad for p in res.extra["reward_model"].parameters())

@@ -32,7 +32,7 @@ import math
 import time
 
 import torch
-from torch import nn
+from torch import Tensor, nn
 
 from lmlab.align.logprobs import IGNORE, bos_of, decoder_row, end_token, position_limit, response_logprobs
 from lmlab.align.loop import (
@@ -149,7 +149,9 @@ class Sampler:
         return self.prompt_cache[text]
 
     @torch.no_grad()
-    def responses(self, text: str, n: int, sample: bool) -> list[list[int]]:
+    def responses(self, text: str, n: int, sample: bool, generator: torch.Generator | None = None
+                  ) -> list[list[int]]:
+        """``n`` responses to ``text``: sampled (from ``generator``, else the sampler's own) or greedy."""
         from lmlab.generate.search import generate
 
         ids = torch.tensor([self.head + self.prompt(text)], device=self.device)
@@ -158,7 +160,8 @@ class Sampler:
         try:
             out = generate(self.model, ids, max_new_tokens=self.cfg.max_new_tokens, do_sample=sample,
                            temperature=self.cfg.temperature, num_return_sequences=n, eos_token_id=self.stop,
-                           pad_token_id=self.stop[0] if self.stop else None, generator=self.gen)
+                           pad_token_id=self.stop[0] if self.stop else None,
+                           generator=generator or self.gen)
         finally:
             self.model.train(was)
         rows = []
@@ -173,18 +176,27 @@ class Sampler:
 
 
 def rollout_numbers(rm: RewardModel, sampler: Sampler, pairs: PairSet, batch_size: int) -> dict[str, float]:
-    """Mean reward of the greedy responses to the dev prompts, and the share that is the chosen one."""
+    """On the dev prompts: the mean reward of the policy's greedy responses (``reward``) and of one
+    sampled response each (``sample_reward``, the quantity the policy phase maximises; the same
+    seed at every evaluation), and the share of greedy responses that are the chosen one."""
     tok = sampler.model.tokenizer
-    rewards, hits = [], 0
+    gen = torch.Generator(device=sampler.device).manual_seed(sampler.cfg.seed + 1)
+    greedy, sampled, hits = [], [], 0
+
+    def score(chunk, answers) -> Tensor:
+        with torch.no_grad():
+            return rm(collate([sampler.row(p.prompt, a) for p, a in zip(chunk, answers)], pairs.pad,
+                              pairs.device)).float()
+
     for k in range(0, len(pairs), batch_size):
         chunk = pairs.pairs[k:k + batch_size]
         answers = [sampler.responses(p.prompt, 1, sample=False)[0] for p in chunk]
         hits += sum(tok.decode(a, skip_special_tokens=True).strip() == p.chosen.strip()
                     for a, p in zip(answers, chunk))
-        with torch.no_grad():
-            rewards.append(rm(collate([sampler.row(p.prompt, a) for p, a in zip(chunk, answers)], pairs.pad,
-                                      pairs.device)).float())
-    return {"reward": float(torch.cat(rewards).mean()), "chosen_rate": hits / len(pairs)}
+        greedy.append(score(chunk, answers))
+        sampled.append(score(chunk, [sampler.responses(p.prompt, 1, True, gen)[0] for p in chunk]))
+    return {"reward": float(torch.cat(greedy).mean()), "sample_reward": float(torch.cat(sampled).mean()),
+            "chosen_rate": hits / len(pairs)}
 
 
 def rlhf(run: Setup) -> AlignResult:
@@ -217,7 +229,8 @@ def rlhf(run: Setup) -> AlignResult:
         return numbers
 
     start = evaluate(0)
-    say(f"policy step 0 (the reference itself): greedy reward {start['reward']:.4f}, chosen rate "
+    say(f"policy step 0 (the reference itself): greedy reward {start['reward']:.4f}, sampled reward "
+        f"{start['sample_reward']:.4f}, chosen rate "
         f"{start['chosen_rate']:.4f}, {shown(start, DEV_SHOWN)}")
 
     def micro_batch(batch_prompts: list[str]):
@@ -263,7 +276,8 @@ def rlhf(run: Setup) -> AlignResult:
                         "grad_norm": done.grad_norm, **done.metrics, "elapsed_s": time.perf_counter() - t0})
         if step + 1 in evals:
             final = evaluate(step + 1)
-            progress.write(f"step {step + 1}: dev greedy reward {final['reward']:.4f}, chosen rate "
+            progress.write(f"step {step + 1}: dev greedy reward {final['reward']:.4f}, sampled reward "
+                           f"{final['sample_reward']:.4f}, chosen rate "
                            f"{final['chosen_rate']:.4f}, {shown(final, DEV_SHOWN)}")
             model.train(cfg.dropout)
     progress.close()

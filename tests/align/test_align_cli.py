@@ -153,8 +153,8 @@ def test_reward_model_reads_the_last_response_token():
 
 def test_rlhf_learns_a_reward_model_and_raises_the_reward_of_its_answers():
     res = align(tiny_model(), synthetic_pairs(200, 0), synthetic_pairs(40, 1), None, method="rlhf",
-                max_steps=25, batch_size=8, lr=3e-3, reward_steps=100, reward_lr=3e-3, max_new_tokens=1,
-                samples=4, eval_every=25, **QUIET)
+                max_steps=50, batch_size=8, lr=3e-3, reward_steps=100, reward_lr=3e-3, max_new_tokens=1,
+                samples=4, eval_every=50, **QUIET)
     rm = res.extra["reward_numbers"]
     assert rm["after"]["accuracy"] > 0.9 and rm["after"]["loss"] < rm["before"]["loss"]
     assert res.metrics["reward"] > res.start["reward"]

@@ -165,11 +165,26 @@ class Setup:
     log: MetricsLog | None
     say: Callable[[str], None]
     history: list[dict[str, Any]] = field(default_factory=list)
+    sums: dict[str, float] = field(default_factory=dict)      # training numbers since the last row
+    t0: float = field(default_factory=time.perf_counter)
 
     def record(self, row: dict[str, Any]) -> None:
         self.history.append(row)
         if self.log is not None:
             self.log.append(row)
+
+    def log_train(self, step: int, total: int, done, **tags) -> None:
+        """Add step ``step``'s (1-based) loss and metrics; every ``log_every`` steps and at ``total``,
+        record their means as one training row (with ``tags``, e.g. the phase)."""
+        for k, v in {"loss": done.loss, **done.metrics}.items():
+            self.sums[k] = self.sums.get(k, 0.0) + v
+        self.sums["_n"] = self.sums.get("_n", 0) + 1
+        if step % self.cfg.log_every == 0 or step == total:
+            n = self.sums.pop("_n")
+            means = {k: v / n for k, v in self.sums.items() if k != "ref_accuracy"}
+            self.record({**tags, "step": step, "lr": done.lr, "grad_norm": done.grad_norm, **means,
+                         "elapsed_s": time.perf_counter() - self.t0})
+            self.sums.clear()
 
     def total_steps(self, n_items: int) -> int:
         cfg = self.cfg
@@ -293,21 +308,12 @@ def dpo(run: Setup) -> AlignResult:
     progress = run.progress(total, "align dpo")
     next_batches = run.batch_order(train_set.lengths())
     model.train(cfg.dropout)
-    acc: dict[str, float] = {}
     final = start
     for step in range(total):
         done = engine.step(step, [micro_batch(idx) for idx in next_batches()])
-        for k, v in {"loss": done.loss, **done.metrics}.items():
-            acc[k] = acc.get(k, 0.0) + v
-        acc["n"] = acc.get("n", 0) + 1
         progress.update(step + 1, [f"loss {done.loss:.4f}", f"margin {done.metrics['margin']:.4f}"],
                         loss=f"{done.loss:.4f}", margin=f"{done.metrics['margin']:.3f}")
-        if (step + 1) % cfg.log_every == 0 or step + 1 == total:
-            n = acc.pop("n")
-            run.record({"step": step + 1, "lr": done.lr, "grad_norm": done.grad_norm,
-                        **{k: v / n for k, v in acc.items() if k != "ref_accuracy"},
-                        "elapsed_s": time.perf_counter() - t0})
-            acc = {}
+        run.log_train(step + 1, total, done)
         if step + 1 in evals:
             final = dev_numbers(dev_set.all_logprobs(model, cfg.eval_batch_size, autocast), dev_ref, cfg)
             run.record({"step": step + 1, **{f"dev_{k}": v for k, v in final.items()}})

@@ -84,9 +84,7 @@ def supervised_warmup(run: Setup, train_set: PairSet) -> None:
     for step in range(cfg.sft_steps):
         done = engine.step(step, [micro_batch(idx) for idx in next_batches()])
         progress.update(step + 1, [f"loss {done.loss:.4f}"], loss=f"{done.loss:.4f}")
-        if (step + 1) % cfg.log_every == 0 or step + 1 == cfg.sft_steps:
-            run.record({"phase": "sft", "step": step + 1, "loss": done.loss, "lr": done.lr,
-                        "grad_norm": done.grad_norm})
+        run.log_train(step + 1, cfg.sft_steps, done, phase="sft")
     progress.close()
     model.eval()
 
@@ -113,9 +111,7 @@ def train_reward_model(run: Setup, train_set: PairSet, dev_set: PairSet) -> tupl
     for step in range(cfg.reward_steps):
         done = engine.step(step, [micro_batch(idx) for idx in next_batches()])
         progress.update(step + 1, [f"loss {done.loss:.4f}"], loss=f"{done.loss:.4f}")
-        if (step + 1) % cfg.log_every == 0 or step + 1 == cfg.reward_steps:
-            run.record({"phase": "reward", "step": step + 1, "loss": done.loss, "lr": done.lr,
-                        "grad_norm": done.grad_norm, **done.metrics})
+        run.log_train(step + 1, cfg.reward_steps, done, phase="reward")
     progress.close()
     rm.eval()
     for p in rm.parameters():
@@ -271,9 +267,7 @@ def rlhf(run: Setup) -> AlignResult:
         done = engine.step(step, micro)
         progress.update(step + 1, [f"reward {done.metrics['reward']:.4f}", f"kl {done.metrics['kl']:.4f}"],
                         reward=f"{done.metrics['reward']:.3f}")
-        if (step + 1) % cfg.log_every == 0 or step + 1 == total:
-            run.record({"phase": "policy", "step": step + 1, "loss": done.loss, "lr": done.lr,
-                        "grad_norm": done.grad_norm, **done.metrics, "elapsed_s": time.perf_counter() - t0})
+        run.log_train(step + 1, total, done, phase="policy")
         if step + 1 in evals:
             final = evaluate(step + 1)
             progress.write(f"step {step + 1}: dev greedy reward {final['reward']:.4f}, sampled reward "

@@ -19,9 +19,10 @@ Methods:
   dpo   Direct Preference Optimization (Rafailov et al. 2023): raise the policy's log-probability
         of the chosen response relative to a frozen copy of the starting model (the reference)
         more than the rejected one's; --beta (default 0.1) keeps it close to the reference.
-  rlhf  the two-stage recipe: a reward model trained on the pairs (Bradley-Terry), then the
-        policy trained on its own samples to raise that reward (REINFORCE with a KL penalty to the
-        reference weighted by --beta).
+  rlhf  InstructGPT's recipe for decoders: an optional supervised warm-up on the chosen
+        responses (--sft-steps), a reward model trained on the pairs (Bradley-Terry), then the
+        policy trained on its own samples to raise that reward (REINFORCE with a leave-one-out
+        baseline and a KL penalty to the reference weighted by --beta).
 
 The dev pairs are scored at step 0 (the reference itself: margin 0, win rate 0), during training
 and at the end: the implicit reward margin beta*[(log pi(c) - log pi_ref(c)) - (log pi(r) -
@@ -33,9 +34,10 @@ EXAMPLES = """\
   lmlab align --method dpo --checkpoint runs/gpt/checkpoints/step_600 --train prefs/train.jsonl \\
       --dev prefs/dev.jsonl --out aligned/gpt --beta 0.1 --lr 5e-5 --epochs 1
   lmlab align --method dpo --task sst2 --checkpoint runs/gpt-imdb --train glue/sst2/train.tsv \\
-      --dev glue/sst2/dev.tsv --out aligned/sst2 --max-train-examples 4000 --lr 1e-4
+      --dev glue/sst2/dev.tsv --out aligned/sst2 --max-train-examples 8000 --lr 5e-4
   lmlab align --method rlhf --task sst2 --checkpoint runs/gpt-imdb --train glue/sst2/train.tsv \\
-      --dev glue/sst2/dev.tsv --out aligned/sst2-rlhf --max-steps 200 --max-new-tokens 2"""
+      --dev glue/sst2/dev.tsv --out aligned/sst2-rlhf --max-train-examples 8000 --lr 5e-4 \\
+      --sft-steps 400 --reward-steps 300 --reward-lr 5e-4 --max-steps 200 --max-new-tokens 1 --beta 1"""
 
 
 def register(sub) -> None:

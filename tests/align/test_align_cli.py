@@ -103,6 +103,17 @@ def test_align_cli_writes_a_loadable_model_and_its_numbers(ckpt, tmp_path, capsy
     assert (other / "thesis.txt").read_text() == "keep me"
 
 
+def test_align_cli_makes_pairs_from_a_labelled_task(ckpt, data_dir, tmp_path, capsys):
+    g = data_dir / "glue" / "sst2"
+    out = tmp_path / "sst2"
+    assert main(["align", "--task", "sst2", "--checkpoint", str(ckpt), "--train", str(g / "train.tsv"),
+                 "--dev", str(g / "dev.tsv"), "--out", str(out), "--max-train-examples", "16",
+                 "--max-eval-examples", "8", "--max-steps", "2", "--batch-size", "8", "--no-progress"]) == 0
+    summary = json.loads((out / "align.json").read_text())
+    assert summary["train_pairs"] == 16 and summary["dev_pairs"] == 8 and summary["config"]["task"] == "sst2"
+    assert json.loads(capsys.readouterr().out)["start"]["loss"] == pytest.approx(0.6931, abs=1e-4)
+
+
 def test_align_cli_rejects_bad_settings_before_any_work(ckpt, tmp_path, capsys):
     train = write_pairs(tmp_path / "t.jsonl", synthetic_pairs(4, 0))
     base = ["align", "--checkpoint", str(ckpt), "--train", str(train), "--dev", str(train),

@@ -139,13 +139,15 @@ def test_encoder_decoder_response_logprob_matches_the_models_own_loss(preset):
     assert row["labels"][-1] == tok.eos_id or row["labels"][-1] == model.config.eos_token_id
 
 
-def test_step_zero_is_the_reference_margin_zero_loss_log2():
-    res = align(tiny_model(), synthetic_pairs(16, 0), synthetic_pairs(12, 1), None, max_steps=1, batch_size=8,
-                **QUIET)
+@pytest.mark.parametrize("preset", ["gpt2-tiny", "t5-tiny"])
+def test_step_zero_is_the_reference_margin_zero_loss_log2(preset):
+    res = align(tiny_model(preset), synthetic_pairs(16, 0), synthetic_pairs(12, 1), None, max_steps=2,
+                batch_size=8, lr=1e-3, eval_every=2, **QUIET)
     s = res.start
     assert s["margin"] == 0 and s["win_rate"] == 0 and s["chosen_reward"] == 0 and s["rejected_reward"] == 0
     assert s["loss"] == pytest.approx(math.log(2), abs=1e-7) and s["accuracy"] == s["ref_accuracy"]
     assert res.history[0]["step"] == 0 and res.history[0]["dev_loss"] == s["loss"]
+    assert res.metrics["margin"] != 0                       # and the policy has moved after two steps
 
 
 def test_the_reference_stays_frozen_while_the_policy_trains(monkeypatch):

@@ -21,9 +21,21 @@ Scores:
 
 * ``"frequency"`` (BPE): the pair with the highest count; ties go to the pair that occurs first
   in the corpus, i.e. the smallest (first word index, character position).
-* ``"likelihood"`` (WordPiece, Schuster & Nakajima 2012 as described for BERT): the pair that
-  most increases the likelihood of the training data under a unigram model,
-  ``count(ab) / (count(a) * count(b))``, with ties broken by pair count, then corpus order.
+* ``"gain"`` (WordPiece's default; Schuster & Nakajima 2012: pick the merge that most increases
+  the likelihood of the training data): the exact change of the corpus log-likelihood under a
+  unigram model, ``L = sum_s n_s log(n_s / N)``, when the ``c`` occurrences of ``(a, b)`` become
+  one new symbol: ``f(c) + f(n_a - c) - f(n_a) + f(n_b - c) - f(n_b) + f(N) - f(N - c)`` with
+  ``f(x) = x log x``. For ``c`` small next to the counts it is about ``c * (log(c N / (n_a n_b)) - 1)``:
+  the pointwise mutual information of the pair weighted by how often it occurs;
+* ``"ratio"`` (the textbook WordPiece score): ``count(ab) / (count(a) * count(b))``, the same
+  mutual information without the weight, so pairs of rare symbols come first.
+
+Both likelihood scores break ties by pair count, then corpus order. They depend on the symbols'
+own counts, so when a merge lowers ``n_a`` and ``n_b`` every live pair containing ``a`` or ``b``
+is pushed again with its higher score; ``N`` only falls, which lowers every gain, so older
+entries stay upper bounds and are re-scored when they reach the top. Stale entries are dropped
+(keeping each pair's best) once they outnumber the live pairs two to one, so memory follows the
+live pairs.
 
 Corpus order is kept cheaply: a heap entry carries a *lower bound* on the pair's first position
 (positions only move later as occurrences disappear). Only when the top entry is tied with
@@ -33,6 +45,7 @@ another is its true first position computed, and re-queued if the bound was stal
 from __future__ import annotations
 
 import heapq
+import math
 import operator
 from collections.abc import Callable
 
@@ -40,7 +53,7 @@ from lmlab.errors import LmlabError
 
 _SHIFT = 32
 _LOW = (1 << _SHIFT) - 1
-SCORES = ("frequency", "likelihood")
+SCORES = ("frequency", "gain", "ratio")
 
 
 def learn_merges(word_counts: dict[tuple[str, ...], int], num_merges: int, *, score: str = "frequency",
@@ -63,8 +76,11 @@ def learn_merges(word_counts: dict[tuple[str, ...], int], num_merges: int, *, sc
 class _MergeLearner:
     """State of one learning run; symbols are ints, a pair (a, b) is the int ``a << 32 | b``."""
 
+    heap_slack = 4096  # stale heap entries tolerated beyond twice the live pairs
+
     def __init__(self, word_counts: dict[tuple[str, ...], int], score: str, join: Callable[[str, str], str]):
-        self.likelihood = score == "likelihood"
+        self.likelihood = score != "frequency"  # the score depends on the symbols' own counts
+        self.gain = score == "gain"
         self.join = join
         self.sym_id: dict[str, int] = {}
         self.symbols: list[str] = []
@@ -100,6 +116,9 @@ class _MergeLearner:
                     pair_count[key] = c + n
                     where[key].add(w)
         self.pair_count = pair_count
+        self.total = sum(self.sym_count)  # N: symbols in the corpus, for the likelihood gain
+        self.f_total = _xlogx(self.total)
+        self.flog = [_xlogx(n) for n in self.sym_count]  # n_s log n_s per symbol
         self.where = where
         self.bound = first  # pair -> lower bound on its first (word, position)
         self.by_symbol: dict[int, set[int]] = {}
@@ -120,7 +139,19 @@ class _MergeLearner:
         return (-c, w, pos, key)
 
     def _score(self, key: int, c: int) -> float:
-        return c / (self.sym_count[key >> _SHIFT] * self.sym_count[key & _LOW])
+        a, b = key >> _SHIFT, key & _LOW
+        if not self.gain:
+            return c / (self.sym_count[a] * self.sym_count[b])
+        # The exact change of the corpus log-likelihood under a unigram model, L = sum over symbols
+        # of n_s log(n_s / N) = sum n_s log n_s - N log N, when c occurrences of (a, b) become one
+        # new symbol ab: n_a and n_b fall by c, N falls by c. (Summed so that (a, b) and (b, a) with
+        # the same counts get the very same float.)
+        flog, count, total = self.flog, self.sym_count, self.total
+        if a == b:  # overlapping runs (a a a) count twice in c, so n_a - 2c may go below 0
+            parts = _xlogx(max(count[a] - 2 * c, 0)) - flog[a]
+        else:
+            parts = (_xlogx(count[a] - c) - flog[a]) + (_xlogx(count[b] - c) - flog[b])
+        return _xlogx(c) + (self.f_total - _xlogx(total - c)) + parts
 
     def _first_occurrence(self, key: int) -> tuple[int, int]:
         """True first (word index, position in initial symbols) of a pair; prunes stale words."""
@@ -237,6 +268,11 @@ class _MergeLearner:
             self.sym_count[a] -= merged
             self.sym_count[b] -= merged
             self.sym_count[new] += merged
+            self.total -= merged
+            if self.gain:
+                self.f_total = _xlogx(self.total)
+                for sym in (a, b, new):
+                    self.flog[sym] = _xlogx(self.sym_count[sym])
         for k, w in touched.items():
             if k not in pair_count:
                 continue
@@ -258,6 +294,26 @@ class _MergeLearner:
                     else:
                         live.discard(k)
 
+    def _compact(self) -> None:
+        """Drop stale heap entries once they outnumber the live pairs two to one.
+
+        Every rise of a pair's score pushes a fresh entry, and scores only fall between pushes,
+        so a pair's best entry is an upper bound on its score: keeping that one is enough (it is
+        re-scored when it reaches the top), and nothing needs re-scoring here.
+        """
+        if len(self.heap) <= 2 * len(self.pair_count) + self.heap_slack:
+            return
+        best: dict[int, tuple] = {}
+        pair_count = self.pair_count
+        for entry in self.heap:
+            key = entry[-1]
+            if key in pair_count:
+                old = best.get(key)
+                if old is None or entry < old:
+                    best[key] = entry
+        self.heap = list(best.values())
+        heapq.heapify(self.heap)
+
     def _drop(self, key: int) -> None:
         """Forget a pair that no longer occurs, so memory follows the live pairs only."""
         self.pair_count.pop(key, None)
@@ -274,6 +330,7 @@ class _MergeLearner:
         self.symbols.append(s)
         self.units.append(self.units[a] + self.units[b])
         self.sym_count.append(0)
+        self.flog.append(0.0)
         return i, True
 
     def run(self, num_merges: int, min_count: int, progress: bool, max_new_symbols: int | None):
@@ -293,9 +350,15 @@ class _MergeLearner:
                 created += fresh
                 merges.append((self.symbols[key >> _SHIFT], self.symbols[key & _LOW]))
                 self._merge(key, new)
+                if self.likelihood:
+                    self._compact()
                 if bar is not None:
                     bar.update(1)
         finally:
             if bar is not None:
                 bar.close()
         return merges
+
+
+def _xlogx(x: int) -> float:
+    return x * math.log(x) if x > 0 else 0.0

@@ -137,6 +137,30 @@ def test_heap_compaction_keeps_the_result(monkeypatch, score):
     assert learn_merges(wc, 80, score=score) == expected == naive_merges(wc, 80, score=score)
 
 
+def test_parked_rare_pairs_do_not_change_the_result(monkeypatch):
+    """Gain: rare pairs are not re-scored when their symbols' counts fall (see _unpark); the merges
+    equal both the naive recount and a run that re-scores every pair."""
+    from lmlab.tokenizers import merge_trainer
+
+    rng = random.Random(11)  # a few hundred word types drawn with Zipf-like frequencies: big gains
+    types = ["".join(rng.choice("aabcdeeefghiklmnoprstu") for _ in range(rng.randint(1, 8))) for _ in range(300)]
+    wc = words_of(" ".join(rng.choices(types, weights=[1 / (r + 1) for r in range(300)], k=6000)))
+    levels = []
+    unpark = merge_trainer._MergeLearner._unpark
+
+    def recording(self, best):
+        out = unpark(self, best)
+        levels.append(self.parked)
+        return out
+
+    monkeypatch.setattr(merge_trainer._MergeLearner, "_unpark", recording)
+    parked = learn_merges(wc, 120, score="gain")
+    assert max(levels) > 1 and len(set(levels)) > 2  # parking was used and lowered
+    assert parked == naive_merges(wc, 120, score="gain")
+    monkeypatch.setattr(merge_trainer._MergeLearner, "_unpark", lambda self, best: -math.inf)
+    assert learn_merges(wc, 120, score="gain") == parked
+
+
 @settings(max_examples=40, deadline=None)
 @given(st.lists(st.text(alphabet="abc", min_size=1, max_size=6), min_size=1, max_size=40))
 def test_gain_property_equals_naive(word_list):

@@ -45,8 +45,8 @@ another is its true first position computed, and re-queued if the bound was stal
 from __future__ import annotations
 
 import heapq
-import math
 import operator
+from math import log
 from collections.abc import Callable
 
 from lmlab.errors import LmlabError
@@ -128,6 +128,9 @@ class _MergeLearner:
                 self.by_symbol.setdefault(key & _LOW, set()).add(key)
         self.heap = [self._entry(key) for key in pair_count]
         heapq.heapify(self.heap)
+        # Gain only: pairs seen at most ``parked`` times are not re-pushed when their symbols' counts
+        # fall (see _unpark); None until the first pop sets it (all entries are exact until then).
+        self.parked: int | None = None if self.gain else 0
 
     # ------------------------------------------------------------------ heap entries
     def _entry(self, key: int) -> tuple:
@@ -146,12 +149,15 @@ class _MergeLearner:
         # of n_s log(n_s / N) = sum n_s log n_s - N log N, when c occurrences of (a, b) become one
         # new symbol ab: n_a and n_b fall by c, N falls by c. (Summed so that (a, b) and (b, a) with
         # the same counts get the very same float.)
-        flog, count, total = self.flog, self.sym_count, self.total
+        flog, count, rest = self.flog, self.sym_count, self.total - c
         if a == b:  # overlapping runs (a a a) count twice in c, so n_a - 2c may go below 0
-            parts = _xlogx(max(count[a] - 2 * c, 0)) - flog[a]
-        else:
-            parts = (_xlogx(count[a] - c) - flog[a]) + (_xlogx(count[b] - c) - flog[b])
-        return _xlogx(c) + (self.f_total - _xlogx(total - c)) + parts
+            left = count[a] - 2 * c
+            parts = (left * log(left) if left > 0 else 0.0) - flog[a]
+        else:  # x log x written out (no calls): this runs for every pair a merge re-scores
+            left, right = count[a] - c, count[b] - c
+            parts = (((left * log(left)) if left else 0.0) - flog[a]) + (
+                ((right * log(right)) if right else 0.0) - flog[b])
+        return c * log(c) + (self.f_total - rest * log(rest)) + parts
 
     def _first_occurrence(self, key: int) -> tuple[int, int]:
         """True first (word index, position in initial symbols) of a pair; prunes stale words."""
@@ -184,6 +190,8 @@ class _MergeLearner:
                 if -top[0] != s or -top[1] != c:
                     heapq.heapreplace(heap, (-s, -c, top[2], top[3], key))
                     continue
+                if self.parked != 0 and s <= self._unpark(s):
+                    continue
                 prefix = top[:2]
             else:
                 if -top[0] != c:
@@ -207,6 +215,43 @@ class _MergeLearner:
                 continue
             return key
         return None
+
+    def _upper(self, c: int) -> float:
+        """Upper bound on the gain of any pair (a, b), a != b, seen c times, now and later.
+
+        ``f`` is convex, so ``f(n_a) - f(n_a - c) >= f(c)`` for every ``n_a >= c``; hence the gain is
+        at most ``f(N) - f(N - c) - f(c)``, which grows with ``c`` and shrinks as ``N`` falls.
+        """
+        rest = self.total - c
+        return self.f_total - rest * log(rest) - c * log(c) if c else 0.0
+
+    def _unpark(self, best: float) -> float:
+        """Make sure no parked pair can beat ``best``; return the bound that now holds for them.
+
+        A merge lowers the counts of its two symbols, raising the gain of every pair that contains
+        one of them; re-scoring them all is most of the learner's work, and most of them are rare
+        pairs far from winning. So pairs seen at most ``parked`` times are left with their stale
+        (possibly too low) entries: their true gain is at most ``_upper(parked)``. While the best
+        entry beats that bound, it is the true best; when it does not, ``parked`` is halved until
+        the bound is under half the best gain, and the pairs above the new level are re-scored.
+        """
+        level = self.parked
+        fresh = level is None  # before the first merge every entry is exact: nothing to re-score
+        if fresh:
+            level = max(self.pair_count.values(), default=0)
+        bound = self._upper(level)
+        if best > bound and not fresh:
+            return bound
+        new = level
+        while new and self._upper(new) >= best / 2:
+            new //= 2
+        if not fresh:
+            heap, score, first = self.heap, self._score, self.bound
+            for k, c in self.pair_count.items():
+                if new < c <= level:
+                    heapq.heappush(heap, (-score(k, c), -c, *first[k], k))
+        self.parked = new
+        return float("inf")  # re-examine the heap top
 
     # ------------------------------------------------------------------ one merge
     def _merge(self, key: int, new: int) -> None:
@@ -286,13 +331,23 @@ class _MergeLearner:
             heapq.heappush(self.heap, self._entry(k))
         if self.likelihood:
             # count(a) and count(b) fell, so every pair containing a or b now scores higher.
+            score, heap, bound, push = self._score, self.heap, self.bound, heapq.heappush
             for sym in {a, b}:
-                live = self.by_symbol.get(sym, set())
-                for k in list(live):
-                    if pair_count.get(k, 0) > 0:
-                        heapq.heappush(self.heap, self._entry(k))
+                live = self.by_symbol.get(sym)
+                if not live:
+                    continue
+                dead = []
+                parked = self.parked or 0
+                for k in live:
+                    c = pair_count.get(k)
+                    if c:
+                        if c <= parked and k >> _SHIFT != k & _LOW:
+                            continue  # its gain is below _upper(parked): see _unpark
+                        w, pos = bound[k]
+                        push(heap, (-score(k, c), -c, w, pos, k))
                     else:
-                        live.discard(k)
+                        dead.append(k)
+                live.difference_update(dead)
 
     def _compact(self) -> None:
         """Drop stale heap entries once they outnumber the live pairs two to one.
@@ -361,4 +416,4 @@ class _MergeLearner:
 
 
 def _xlogx(x: int) -> float:
-    return x * math.log(x) if x > 0 else 0.0
+    return x * log(x) if x > 0 else 0.0

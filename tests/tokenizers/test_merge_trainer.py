@@ -143,7 +143,8 @@ def test_parked_rare_pairs_do_not_change_the_result(monkeypatch):
     from lmlab.tokenizers import merge_trainer
 
     rng = random.Random(11)  # a few hundred word types drawn with Zipf-like frequencies: big gains
-    types = ["".join(rng.choice("aabcdeeefghiklmnoprstu") for _ in range(rng.randint(1, 8))) for _ in range(300)]
+    letters = "aabcdeeefghiklmnoprstu"
+    types = ["".join(rng.choice(letters) for _ in range(rng.randint(1, 8))) for _ in range(300)]
     wc = words_of(" ".join(rng.choices(types, weights=[1 / (r + 1) for r in range(300)], k=6000)))
     levels = []
     unpark = merge_trainer._MergeLearner._unpark

@@ -46,8 +46,8 @@ from __future__ import annotations
 
 import heapq
 import operator
-from math import log
 from collections.abc import Callable
+from math import log
 
 from lmlab.errors import LmlabError
 

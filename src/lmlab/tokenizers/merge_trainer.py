@@ -33,9 +33,10 @@ Scores:
 Both likelihood scores break ties by pair count, then corpus order. They depend on the symbols'
 own counts, so when a merge lowers ``n_a`` and ``n_b`` every live pair containing ``a`` or ``b``
 is pushed again with its higher score; ``N`` only falls, which lowers every gain, so older
-entries stay upper bounds and are re-scored when they reach the top. Stale entries are dropped
-(keeping each pair's best) once they outnumber the live pairs two to one, so memory follows the
-live pairs.
+entries stay upper bounds and are re-scored when they reach the top. For the gain, rare pairs
+are spared that re-push while a bound proves they cannot win (``_unpark``). Stale entries are
+dropped (keeping each pair's best) once they outnumber the live pairs two to one, so memory
+follows the live pairs.
 
 Corpus order is kept cheaply: a heap entry carries a *lower bound* on the pair's first position
 (positions only move later as occurrences disappear). Only when the top entry is tied with
@@ -231,7 +232,8 @@ class _MergeLearner:
         A merge lowers the counts of its two symbols, raising the gain of every pair that contains
         one of them; re-scoring them all is most of the learner's work, and most of them are rare
         pairs far from winning. So pairs seen at most ``parked`` times are left with their stale
-        (possibly too low) entries: their true gain is at most ``_upper(parked)``. While the best
+        (possibly too low) entries and leave ``by_symbol`` when next visited: their true gain is at
+        most ``_upper(parked)``. While the best
         entry beats that bound, it is the true best; when it does not, ``parked`` is halved until
         the bound is under half the best gain, and the pairs above the new level are re-scored.
         """
@@ -246,10 +248,12 @@ class _MergeLearner:
         while new and self._upper(new) >= best / 2:
             new //= 2
         if not fresh:
-            heap, score, first = self.heap, self._score, self.bound
+            heap, score, first, by_symbol = self.heap, self._score, self.bound, self.by_symbol
             for k, c in self.pair_count.items():
                 if new < c <= level:
                     heapq.heappush(heap, (-score(k, c), -c, *first[k], k))
+                    by_symbol[k >> _SHIFT].add(k)  # re-scored again when a or b is merged
+                    by_symbol[k & _LOW].add(k)
         self.parked = new
         return float("inf")  # re-examine the heap top
 
@@ -340,12 +344,10 @@ class _MergeLearner:
                 parked = self.parked or 0
                 for k in live:
                     c = pair_count.get(k)
-                    if c:
-                        if c <= parked and k >> _SHIFT != k & _LOW:
-                            continue  # its gain is below _upper(parked): see _unpark
+                    if c and (c > parked or k >> _SHIFT == k & _LOW):
                         w, pos = bound[k]
                         push(heap, (-score(k, c), -c, w, pos, k))
-                    else:
+                    else:  # gone, or parked: its gain is below _upper(parked) (_unpark puts it back)
                         dead.append(k)
                 live.difference_update(dead)
 
@@ -354,7 +356,8 @@ class _MergeLearner:
 
         Every rise of a pair's score pushes a fresh entry, and scores only fall between pushes,
         so a pair's best entry is an upper bound on its score: keeping that one is enough (it is
-        re-scored when it reaches the top), and nothing needs re-scoring here.
+        re-scored when it reaches the top), and nothing needs re-scoring here. (Parked pairs are
+        bounded by ``_upper`` instead, whichever of their entries is kept.)
         """
         if len(self.heap) <= 2 * len(self.pair_count) + self.heap_slack:
             return

@@ -48,7 +48,7 @@ from __future__ import annotations
 import heapq
 import operator
 from collections.abc import Callable
-from math import log
+from math import inf, log
 
 from lmlab.errors import LmlabError
 
@@ -129,6 +129,9 @@ class _MergeLearner:
                 self.by_symbol.setdefault(key & _LOW, set()).add(key)
         self.heap = [self._entry(key) for key in pair_count]
         heapq.heapify(self.heap)
+        # Likelihood scores: pair -> the score of its best entry in the heap. A pair whose new score
+        # is no higher needs no new entry (the old one is still an upper bound).
+        self.top: dict[int, float] = {e[-1]: -e[0] for e in self.heap} if self.likelihood else {}
         # Gain only: pairs seen at most ``parked`` times are not re-pushed when their symbols' counts
         # fall (see _unpark); None until the first pop sets it (all entries are exact until then).
         self.parked: int | None = None if self.gain else 0
@@ -189,7 +192,9 @@ class _MergeLearner:
             if lk:
                 s = self._score(key, c)
                 if -top[0] != s or -top[1] != c:
-                    heapq.heapreplace(heap, (-s, -c, top[2], top[3], key))
+                    # the first position of the entry may be out of date: use the pair's own bound
+                    heapq.heapreplace(heap, (-s, -c, *self.bound[key], key))
+                    self.top[key] = s
                     continue
                 if self.parked != 0 and s <= self._unpark(s):
                     continue
@@ -213,6 +218,7 @@ class _MergeLearner:
                     continue
             heapq.heappop(heap)
             if c < min_count:  # likelihood: the best-scoring pair may still be too rare; skip it
+                self.top.pop(key, None)
                 continue
             return key
         return None
@@ -248,10 +254,13 @@ class _MergeLearner:
         while new and self._upper(new) >= best / 2:
             new //= 2
         if not fresh:
-            heap, score, first, by_symbol = self.heap, self._score, self.bound, self.by_symbol
+            heap, score, first, by_symbol, top = self.heap, self._score, self.bound, self.by_symbol, self.top
             for k, c in self.pair_count.items():
                 if new < c <= level:
-                    heapq.heappush(heap, (-score(k, c), -c, *first[k], k))
+                    s = score(k, c)
+                    if s > top.get(k, -inf):
+                        heapq.heappush(heap, (-s, -c, *first[k], k))
+                        top[k] = s
                     by_symbol[k >> _SHIFT].add(k)  # re-scored again when a or b is merged
                     by_symbol[k & _LOW].add(k)
         self.parked = new
@@ -332,10 +341,13 @@ class _MergeLearner:
             if self.likelihood:
                 self.by_symbol.setdefault(k >> _SHIFT, set()).add(k)
                 self.by_symbol.setdefault(k & _LOW, set()).add(k)
-            heapq.heappush(self.heap, self._entry(k))
+            entry = self._entry(k)
+            heapq.heappush(self.heap, entry)
+            if self.likelihood and self.top.get(k, -inf) < -entry[0]:
+                self.top[k] = -entry[0]
         if self.likelihood:
             # count(a) and count(b) fell, so every pair containing a or b now scores higher.
-            score, heap, bound, push = self._score, self.heap, self.bound, heapq.heappush
+            score, heap, bound, push, top = self._score, self.heap, self.bound, heapq.heappush, self.top
             for sym in {a, b}:
                 live = self.by_symbol.get(sym)
                 if not live:
@@ -345,8 +357,11 @@ class _MergeLearner:
                 for k in live:
                     c = pair_count.get(k)
                     if c and (c > parked or k >> _SHIFT == k & _LOW):
-                        w, pos = bound[k]
-                        push(heap, (-score(k, c), -c, w, pos, k))
+                        s = score(k, c)
+                        if s > top.get(k, -inf):  # else its best entry still bounds it from above
+                            w, pos = bound[k]
+                            push(heap, (-s, -c, w, pos, k))
+                            top[k] = s
                     else:  # gone, or parked: its gain is below _upper(parked) (_unpark puts it back)
                         dead.append(k)
                 live.difference_update(dead)
@@ -354,22 +369,15 @@ class _MergeLearner:
     def _compact(self) -> None:
         """Drop stale heap entries once they outnumber the live pairs two to one.
 
-        Every rise of a pair's score pushes a fresh entry, and scores only fall between pushes,
-        so a pair's best entry is an upper bound on its score: keeping that one is enough (it is
-        re-scored when it reaches the top), and nothing needs re-scoring here. (Parked pairs are
-        bounded by ``_upper`` instead, whichever of their entries is kept.)
+        A pair gets a new entry whenever its score rises above its best one (``top``), and scores
+        only fall otherwise, so the entry scored ``top[pair]`` is an upper bound on its score:
+        keeping that one is enough (it is re-scored when it reaches the top), and nothing needs
+        re-scoring here. (Parked pairs are bounded by ``_upper`` instead.)
         """
         if len(self.heap) <= 2 * len(self.pair_count) + self.heap_slack:
             return
-        best: dict[int, tuple] = {}
-        pair_count = self.pair_count
-        for entry in self.heap:
-            key = entry[-1]
-            if key in pair_count:
-                old = best.get(key)
-                if old is None or entry < old:
-                    best[key] = entry
-        self.heap = list(best.values())
+        top = self.top
+        self.heap = [e for e in self.heap if top.get(e[-1]) == -e[0]]
         heapq.heapify(self.heap)
 
     def _drop(self, key: int) -> None:
@@ -377,6 +385,7 @@ class _MergeLearner:
         self.pair_count.pop(key, None)
         self.where.pop(key, None)
         self.bound.pop(key, None)
+        self.top.pop(key, None)
 
     def _new_symbol(self, key: int) -> tuple[int, bool]:
         a, b = key >> _SHIFT, key & _LOW

@@ -47,7 +47,7 @@ from lmlab.adapt.peft_io import (
     read_peft_config,
 )
 from lmlab.adapt.prefix import PrefixEncoder
-from lmlab.adapt.prompt import TOKEN_HEADS, input_embedding
+from lmlab.adapt.prompt import input_embedding, strip_prompt
 from lmlab.errors import LmlabError
 
 #: methods whose variants can share a batch
@@ -353,7 +353,7 @@ class MultiAdapterModel(nn.Module):
             st.ids = st.prefix_len = None
             st.lora, st.prefix_max, self._fill = False, 0, None
         if past is None and p_max:
-            self._strip(out, b, t, p_max, heads)
+            strip_prompt(out, b, t + p_max, min(self._prompt_at, t), p_max, heads or self.head_names)
         if use_cache and out.past_key_values is not None:
             out.past_key_values = (*out.past_key_values, (ids,))
         return out
@@ -439,27 +439,6 @@ class MultiAdapterModel(nn.Module):
         p = prompts.shape[1]
         slots = torch.where(valid[..., None], prompts.to(out.dtype), out[:, at:at + p])
         return torch.cat((out[:, :at], slots, out[:, at + p:]), dim=1)
-
-    def _strip(self, out, b: int, t: int, p_max: int, heads) -> None:
-        """Drop the prompt slots from the token-level outputs (they line up with the caller's tokens)."""
-        at = min(self._prompt_at, t)
-        keep = torch.cat((torch.arange(at), torch.arange(at + p_max, t + p_max)))
-
-        def strip(x):
-            if isinstance(x, Tensor) and x.dim() >= 2 and x.shape[0] == b and x.shape[1] == t + p_max:
-                return x[:, keep.to(x.device)]
-            return x
-
-        heads = heads or self.head_names
-        if heads and heads[0] in TOKEN_HEADS:
-            out.logits = strip(out.logits)
-        out.last_hidden_state = strip(out.last_hidden_state)
-        if out.hidden_states is not None:
-            out.hidden_states = tuple(strip(h) for h in out.hidden_states)
-        for key in list(out.extra):
-            if key in ("start_logits", "end_logits") or key in {f"{h}_logits" for h in TOKEN_HEADS}:
-                out.extra[key] = strip(out.extra[key])
-
 
 def _insert(t: Tensor, at: int, part: Tensor) -> Tensor:
     """``part`` ``[B, P]`` inserted into ``t`` ``[B, T]`` before column ``at``."""

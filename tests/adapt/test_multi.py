@@ -29,16 +29,20 @@ def make_base(preset: str, heads, seed: int = 0, **overrides):
     return build_model(get_preset(preset, vocab_size=97, **overrides), heads=heads).eval()
 
 
-def save_variant(base_factory, method, options, directory, seed):
-    """A variant with random (non-zero) trained weights, saved as an adapter."""
-    model = base_factory()
+def tuned(model, method, options, seed, std=0.3):
+    """``model`` with ``method`` applied and random (non-zero) trained weights."""
     apply_method(model, method, options)
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for p in model.parameters():
             if p.requires_grad:
-                p.copy_(torch.randn(p.shape, generator=g) * 0.3)
-    save_peft(model, directory)
+                p.copy_(torch.randn(p.shape, generator=g) * std)
+    return model
+
+
+def save_variant(base_factory, method, options, directory, seed):
+    """A variant with random trained weights, saved as an adapter."""
+    save_peft(tuned(base_factory(), method, options, seed), directory)
     return directory
 
 

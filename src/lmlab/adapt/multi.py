@@ -53,7 +53,25 @@ from lmlab.errors import LmlabError
 #: methods whose variants can share a batch
 BATCHABLE = ("lora", "prefix", "prompt")
 
-__all__ = ["BATCHABLE", "MultiAdapterModel", "adapter_dir", "generate_variants"]
+__all__ = ["BATCHABLE", "MultiAdapterModel", "adapter_dir", "generate_variants", "parse_variants"]
+
+
+def parse_variants(specs: list[str]) -> dict[str, Path | None]:
+    """``NAME=DIR`` strings (``--variant``) as ``{name: adapter directory}``; ``NAME`` alone is the
+    base model itself (None). Names must be unique and the directories hold adapters (checked)."""
+    out: dict[str, Path | None] = {}
+    for spec in specs:
+        name, sep, path = spec.partition("=")
+        name = name.strip()
+        if not name or (sep and not path.strip()):
+            raise LmlabError(f"--variant {spec!r} is not NAME=DIR", "e.g. --variant sst2=ft/sst2-lora "
+                             "(or --variant NAME alone for the base model)")
+        if name in out:
+            raise LmlabError(f"variant {name!r} is named twice", "give every --variant its own name")
+        if sep:
+            adapter_dir(path.strip())  # holds an adapter (checked now, before any model is loaded)
+        out[name] = Path(path.strip()) if sep else None
+    return out
 
 
 def adapter_dir(path: str | os.PathLike) -> Path:

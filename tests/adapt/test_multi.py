@@ -95,6 +95,16 @@ def test_mixed_decoder_greedy_generation_equals_each_variant_alone(decoder_setup
     assert len({tuple(r[-6:].tolist()) for r in out}) > 3
 
 
+def test_unpadded_batch_without_prompt_variants_generates_as_alone(decoder_setup):
+    """No attention mask at all (equal lengths, no prompt slots): the prefix rows build their own."""
+    multi, alone = decoder_setup
+    names = ["prefix5", "lora4", "prefix3", "base"]
+    ids = torch.tensor([[4, 9, 16, 25]] * 4)
+    out = generate_variants(multi, ids, None, names, max_new_tokens=5, eos_token_id=[])
+    for i, name in enumerate(names):
+        assert out[i].tolist() == generate(alone[name], ids[:1], max_new_tokens=5, eos_token_id=[])[0].tolist()
+
+
 def test_beam_search_keeps_each_rows_variant(decoder_setup):
     multi, alone = decoder_setup
     names = ["prompt4", "prefix3", "lora2"]

@@ -102,9 +102,10 @@ class MultiPrefixAttention(nn.Module):
         dtype = past_kv[0].dtype if past_kv is not None else self.inner.k_proj.weight.dtype
         kv = self.kv[ids, :, :, -p:].to(dtype)  # [B, 2, H, p, D]: the batch's longest prefix
         k, v = kv[:, 0], kv[:, 1]
+        s = t  # keys of real tokens: the cached ones and the new ones
         if past_kv is not None:
             k, v = torch.cat((k, past_kv[0]), dim=2), torch.cat((v, past_kv[1]), dim=2)
-        s = k.shape[2] - p  # keys of real tokens (cached and new)
+            s += past_kv[0].shape[2]
         valid = torch.arange(p, device=x.device)[None] >= (p - st.prefix_len.to(x.device))[:, None]  # [B, p]
         if mask is None:
             real = causal_mask(t, s, x.device) if is_causal else torch.ones(t, s, dtype=torch.bool,

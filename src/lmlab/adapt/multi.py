@@ -24,8 +24,9 @@ Every adapter records a fingerprint of the base it was trained on
 >>> out = model(ids, attention_mask=mask, variant_ids=["pos", "neg", "plain"])          # doctest: +SKIP
 >>> tokens = generate_variants(model, ids, mask, ["pos", "neg", "plain"], max_new_tokens=20)  # doctest: +SKIP
 
-The cache returned with ``use_cache=True`` ends with one extra entry, ``(variant_ids,)``, so the
-rows' variants follow the rows when generation reorders or repeats them (beam search).
+The cache returned with ``use_cache=True`` ends with one extra entry, ``(variant_ids, slots)``
+(``slots``: the prompt slots the cache holds, per row), so the rows' variants follow the rows when
+generation reorders or repeats them (beam search).
 """
 
 from __future__ import annotations
@@ -342,11 +343,12 @@ class MultiAdapterModel(nn.Module):
         b, t = input_ids.shape
         past = None
         if past_key_values is not None:
-            past, ids = tuple(past_key_values[:-1]), past_key_values[-1][0]
+            past, (ids, slots) = tuple(past_key_values[:-1]), past_key_values[-1]
+            p_max = int(slots[0]) if slots.numel() else 0  # as many as the first call made
         else:
             ids = self._rows(variant_ids, b)
+            p_max = int(self.prompt_len[ids].max()) if self.prompts.shape[1] else 0
         pp = self.prompt_len[ids]
-        p_max = int(pp.max()) if self.prompts.shape[1] else 0
         st = self._state
         st.ids, st.lora = ids, bool(self._has_lora.to(ids.device)[ids].any())
         st.prefix_len = self.prefix_len[ids]
@@ -373,7 +375,7 @@ class MultiAdapterModel(nn.Module):
         if past is None and p_max:
             strip_prompt(out, b, t + p_max, min(self._prompt_at, t), p_max, heads or self.head_names)
         if use_cache and out.past_key_values is not None:
-            out.past_key_values = (*out.past_key_values, (ids,))
+            out.past_key_values = (*out.past_key_values, (ids, torch.full_like(ids, p_max)))
         return out
 
     def _decoder_inputs(self, input_ids, attention_mask, position_ids, past, ids, pp, p_max, shift):

@@ -91,78 +91,82 @@ def main(argv=None) -> int:
         return build_model(cfg).eval()
 
     stream = [i for line in text[200_000:400_000].splitlines() if line.strip() for i in tok.encode(line)]
-    names = list(VARIANTS)
-    n = len(names)
-    rows = [stream[k * seq:(k + 1) * seq] for k in range(n * args.rows_per_variant)]
-    score_ids = torch.tensor(rows)
-    score_names = [names[k % n] for k in range(len(rows))]
-    gen_rows = [stream[(500 + k) * 16:(501 + k) * 16] for k in range(n * args.gen_rows_per_variant)]
-    gen_ids = torch.tensor(gen_rows)
-    gen_names = [names[k % n] for k in range(len(gen_rows))]
-
     with tempfile.TemporaryDirectory() as tmp:
         dirs = {}
         for i, (name, spec) in enumerate(VARIANTS.items()):
-            if spec is None:
-                dirs[name] = None
-                continue
             model = base()
-            apply_method(model, *spec)
-            g = torch.Generator().manual_seed(i)
-            with torch.no_grad():
-                for p in model.parameters():
-                    if p.requires_grad:
-                        p.copy_(torch.randn(p.shape, generator=g) * 0.05)
-            dirs[name] = save_peft(model, Path(tmp) / name)
-        multi = MultiAdapterModel(base(), dirs).eval()
+            if spec is not None:
+                apply_method(model, *spec)
+                g = torch.Generator().manual_seed(i)
+                with torch.no_grad():
+                    for p in model.parameters():
+                        if p.requires_grad:
+                            p.copy_(torch.randn(p.shape, generator=g) * 0.05)
+            dirs[name] = None if spec is None else save_peft(model, Path(tmp) / name)
         alone = {k: (base() if d is None else load_peft_model(base(), d)).eval() for k, d in dirs.items()}
+        groups = {"all 8 variants, kinds mixed": list(VARIANTS),
+                  "the 3 LoRA variants": ["lora4", "lora8", "lora16"]}
+        multis = {g: MultiAdapterModel(base(), {k: dirs[k] for k in names}).eval()
+                  for g, names in groups.items()}
     plain = base()
-    own_rows = {k: torch.tensor([i for i, v in enumerate(score_names) if v == k]) for k in names}
-    own_gen = {k: torch.tensor([i for i, v in enumerate(gen_names) if v == k]) for k in names}
+    new = args.new_tokens
 
-    @torch.no_grad()
-    def score_batched():
-        return multi(score_ids, variant_ids=score_names).logits
+    def measure(group: str, names: list[str]) -> list[list]:
+        multi, n = multis[group], len(names)
+        score_ids = torch.tensor([stream[k * seq:(k + 1) * seq] for k in range(n * args.rows_per_variant)])
+        score_names = [names[k % n] for k in range(len(score_ids))]
+        gen_ids = torch.tensor([stream[(500 + k) * 16:(501 + k) * 16]
+                                for k in range(n * args.gen_rows_per_variant)])
+        gen_names = [names[k % n] for k in range(len(gen_ids))]
+        own = {k: torch.tensor([i for i, v in enumerate(score_names) if v == k]) for k in names}
+        own_gen = {k: torch.tensor([i for i, v in enumerate(gen_names) if v == k]) for k in names}
 
-    @torch.no_grad()
-    def score_alone():
-        return {k: alone[k](score_ids[own_rows[k]]).logits for k in names}
+        @torch.no_grad()
+        def score_batched():
+            return multi(score_ids, variant_ids=score_names).logits
 
-    def gen_batched():
-        return generate_variants(multi, gen_ids, None, gen_names, max_new_tokens=args.new_tokens, eos_token_id=[])
+        @torch.no_grad()
+        def score_alone():
+            return {k: alone[k](score_ids[own[k]]).logits for k in names}
 
-    def gen_alone():
-        return {k: generate(alone[k], gen_ids[own_gen[k]], max_new_tokens=args.new_tokens, eos_token_id=[])
-                for k in names}
+        def gen_batched():
+            return generate_variants(multi, gen_ids, None, gen_names, max_new_tokens=new, eos_token_id=[])
 
-    # identity first: the comparison is between equal outputs
-    batched, each = score_batched(), score_alone()
-    for k in names:
-        torch.testing.assert_close(batched[own_rows[k]], each[k], atol=1e-4, rtol=1e-4)
-    out, each = gen_batched(), gen_alone()
-    for k in names:
-        assert torch.equal(out[own_gen[k]], each[k]), k
+        def gen_alone():
+            return {k: generate(alone[k], gen_ids[own_gen[k]], max_new_tokens=new, eos_token_id=[])
+                    for k in names}
 
-    rows_n, new_n = len(rows), len(gen_rows) * args.new_tokens
-    t_sb, t_sa = best_time(score_batched, args.repeats), best_time(score_alone, args.repeats)
-    t_sp = best_time(lambda: plain(score_ids), args.repeats)
-    t_gb, t_ga = best_time(gen_batched, args.repeats), best_time(gen_alone, args.repeats)
-    t_gp = best_time(lambda: generate(plain, gen_ids, max_new_tokens=args.new_tokens, eos_token_id=[]),
-                     args.repeats)
+        # identity first: the comparison is between equal outputs
+        batched, each = score_batched(), score_alone()
+        for k in names:
+            torch.testing.assert_close(batched[own[k]], each[k], atol=1e-4, rtol=1e-4)
+        out, each = gen_batched(), gen_alone()
+        for k in names:
+            assert torch.equal(out[own_gen[k]], each[k]), k
+        rows_n, new_n = len(score_ids), len(gen_ids) * new
+        t_sb, t_sa = best_time(score_batched, args.repeats), best_time(score_alone, args.repeats)
+        t_sp = best_time(lambda: plain(score_ids), args.repeats)
+        t_gb, t_ga = best_time(gen_batched, args.repeats), best_time(gen_alone, args.repeats)
+        t_gp = best_time(lambda: generate(plain, gen_ids, max_new_tokens=new, eos_token_id=[]), args.repeats)
+        return [[group, f"scoring, {seq} tokens per row (rows/s)", rows_n, common.fmt(rows_n / t_sb, 1),
+                 common.fmt(rows_n / t_sa, 1), f"{t_sa / t_sb:.2f}x", common.fmt(rows_n / t_sp, 1)],
+                [group, f"greedy generation, 16-token prompts, {new} new tokens, KV cache (new tokens/s)",
+                 len(gen_ids), common.fmt(new_n / t_gb, 1), common.fmt(new_n / t_ga, 1),
+                 f"{t_ga / t_gb:.2f}x", common.fmt(new_n / t_gp, 1)]]
+
     table = common.markdown_table(
-        ["workload", "rows", "one batch", "one by one", "batch / one-by-one", "plain base (no adapters)"],
-        [[f"scoring, {seq} tokens per row (rows/s)", rows_n, common.fmt(rows_n / t_sb, 1),
-          common.fmt(rows_n / t_sa, 1), f"{t_sa / t_sb:.2f}x", common.fmt(rows_n / t_sp, 1)],
-         [f"greedy generation, 16-token prompts, {args.new_tokens} new tokens, KV cache (new tokens/s)",
-          len(gen_rows), common.fmt(new_n / t_gb, 1), common.fmt(new_n / t_ga, 1), f"{t_ga / t_gb:.2f}x",
-          common.fmt(new_n / t_gp, 1)]])
+        ["variants", "workload", "rows", "one batch", "one by one", "batch / one-by-one",
+         "plain base, same rows"],
+        [row for group, names in groups.items() for row in measure(group, names)])
     body = (f"## Many tuned variants in one batch (`benchmarks/multi_variant.py`)\n\n"
-            f"{n} variants of one {preset} base (d_model {cfg.d_model}, {cfg.n_layers} layers, vocabulary "
-            f"{cfg.vocab_size}): LoRA r=4/8/16, prefix 10/20, prompt 10/20 virtual tokens, and the plain base; "
-            f"rows spread evenly over them. *One batch*: `MultiAdapterModel` (every row its own variant); "
-            f"*one by one*: each variant's own model on its rows, variant after variant. Best of "
-            f"{args.repeats}, {args.threads} thread(s); every batched row checked equal to its variant alone "
-            f"first.\n\n{table}\n\n{common.machine_line()}\n")
+            f"Variants of one {preset} base (d_model {cfg.d_model}, {cfg.n_layers} layers, vocabulary "
+            f"{cfg.vocab_size}): LoRA r=4/8/16 (q, v), prefix 10/20 and prompt 10/20 virtual tokens, and "
+            f"the "
+            f"plain base; rows spread evenly over the variants. *One batch*: `MultiAdapterModel`, every row "
+            f"its own variant; *one by one*: each variant's own model on its rows, variant after variant; "
+            f"*plain base*: the same rows through the base without adapters. Best of {args.repeats}, "
+            f"{args.threads} thread(s); every batched row was first checked equal to its variant alone.\n\n"
+            f"{table}\n\n{common.machine_line()}\n")
     print(body)
     if not args.no_write:
         common.update_section(SECTION, body, args.markdown)

@@ -102,7 +102,8 @@ def test_unpadded_batch_without_prompt_variants_generates_as_alone(decoder_setup
     ids = torch.tensor([[4, 9, 16, 25]] * 4)
     out = generate_variants(multi, ids, None, names, max_new_tokens=5, eos_token_id=[])
     for i, name in enumerate(names):
-        assert out[i].tolist() == generate(alone[name], ids[:1], max_new_tokens=5, eos_token_id=[])[0].tolist()
+        ref = generate(alone[name], ids[:1], max_new_tokens=5, eos_token_id=[])[0]
+        assert out[i].tolist() == ref.tolist()
 
 
 def test_beam_search_keeps_each_rows_variant(decoder_setup):

@@ -40,6 +40,16 @@ def tuned(model, method, options, seed, std=0.3):
     return model
 
 
+def with_head(heads, **overrides):
+    """The pretrained bert-tiny body (``make_base(..., ("mlm",))``) under a new task head, as
+    fine-tuning makes it."""
+    model = make_base("bert-tiny", heads, seed=5, **overrides)
+    pretrained = make_base("bert-tiny", ("mlm",)).state_dict()
+    body = {k: v for k, v in pretrained.items() if not k.startswith("heads.")}
+    model.load_state_dict(body, strict=False)
+    return model
+
+
 def save_variant(base_factory, method, options, directory, seed):
     """A variant with random trained weights, saved as an adapter."""
     save_peft(tuned(base_factory(), method, options, seed), directory)
@@ -120,12 +130,7 @@ def test_beam_search_keeps_each_rows_variant(decoder_setup):
 def encoder_setup(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("bert")
     pretrained = lambda: make_base("bert-tiny", ("mlm",), num_labels=3)  # noqa: E731  (no task head)
-
-    def factory():  # the pretrained body with a new classification head, as fine-tuning makes it
-        model = make_base("bert-tiny", ("seq_cls",), seed=5, num_labels=3)
-        body = {k: v for k, v in pretrained().state_dict().items() if not k.startswith("heads.")}
-        model.load_state_dict(body, strict=False)
-        return model
+    factory = lambda: with_head(("seq_cls",), num_labels=3)  # noqa: E731
 
     variants = {
         "lora": ("lora", {"rank": 4}),
@@ -173,3 +178,47 @@ def test_variant_errors_are_one_line(decoder_setup, tmp_path):
         MultiAdapterModel(make_base("gpt2-tiny", ("lm",)), {"a": ad})
     with pytest.raises(LmlabError, match="no lmlab adapter"):
         MultiAdapterModel(make_base("gpt2-tiny", ("lm",)), {"x": tmp_path})
+
+
+def test_roberta_token_labels_per_row_with_padding_numbered_positions(tmp_path):
+    """RoBERTa numbers positions past the padding id: the unused prompt slots must not count."""
+    factory = lambda: make_base("roberta-tiny", ("token_cls",), num_labels=5)  # noqa: E731
+    assert factory().config.positions_from_padding
+    variants = {"prompt1": ("prompt", {"num_virtual_tokens": 1, "init": "random"}),
+                "prompt3": ("prompt", {"num_virtual_tokens": 3, "init": "random"}),
+                "prefix": ("prefix", {"num_virtual_tokens": 2, "init": "random",
+                                      "positions": "after_prefix"}),
+                "lora": ("lora", {"rank": 2})}
+    dirs = {n: save_variant(factory, m, o, tmp_path / n, seed=20 + i)
+            for i, (n, (m, o)) in enumerate(variants.items())}
+    multi = MultiAdapterModel(factory(), dirs)
+    pad = multi.config.pad_token_id
+    names = ["prompt3", "prefix", "prompt1", "lora", "prompt1"]
+    rows = [[0, 11, 12, 13, 2], [0, 14, 2], [0, 15, 16, 2], [0, 17, 18, 19, 20, 2], [0, 21, 2]]
+    n = max(map(len, rows))
+    ids = torch.tensor([r + [pad] * (n - len(r)) for r in rows])
+    with torch.no_grad():
+        batched = multi(ids, attention_mask=(ids != pad).long(), variant_ids=names).logits
+        assert batched.shape[:2] == ids.shape  # the prompt slots are gone from token outputs
+        for i, (name, row) in enumerate(zip(names, rows)):
+            ref = load_peft_model(factory(), dirs[name]).eval()(torch.tensor([row])).logits[0]
+            torch.testing.assert_close(batched[i, : len(row)], ref, atol=1e-5, rtol=1e-5, msg=name)
+
+
+def test_variants_that_cannot_share_a_batch_are_refused(tmp_path):
+    t5 = lambda: make_base("t5-tiny", None)  # noqa: E731
+    with pytest.raises(LmlabError, match="need an encoder or decoder base, not seq2seq"):
+        MultiAdapterModel(t5(), {"a": save_variant(t5, "lora", {"rank": 2}, tmp_path / "t5", 0)})
+    mlm = lambda: make_base("bert-tiny", ("mlm",))  # noqa: E731
+    a = save_variant(lambda: with_head(("seq_cls",), num_labels=3), "lora", {"rank": 2}, tmp_path / "a", 0)
+    b = save_variant(lambda: with_head(("seq_cls",), num_labels=2), "lora", {"rank": 2}, tmp_path / "b", 1)
+    c = save_variant(lambda: with_head(("token_cls",), num_labels=3), "lora", {"rank": 2}, tmp_path / "c", 2)
+    with pytest.raises(LmlabError, match="heads have the same number of labels"):
+        MultiAdapterModel(mlm(), {"a": a, "b": b})
+    with pytest.raises(LmlabError, match="trained with different heads"):
+        MultiAdapterModel(mlm(), {"a": a, "c": c})
+    with pytest.raises(LmlabError, match="no trained seq_cls head"):
+        MultiAdapterModel(mlm(), {"a": a, "plain": None})
+    with pytest.raises(LmlabError, match="computes no losses"):
+        MultiAdapterModel(mlm(), {"a": a})(torch.tensor([[2, 5, 3]]), labels=torch.tensor([1]),
+                                           variant_ids=["a"])

@@ -36,8 +36,7 @@ EXAMPLES = """\
   lmlab evaluate --checkpoint ft/news --data news/test.csv --predictions news/test.predictions.jsonl
   lmlab evaluate --checkpoint runs/gpt --harness lambada_openai,hellaswag --max-examples 200
   lmlab evaluate --checkpoint runs/gpt --harness my_tasks/quiz.yaml --num-fewshot 5 --out quiz.json
-  lmlab evaluate --checkpoint bert/ --variant lora=ft/sst2-lora --variant prompt=ft/sst2-prompt \
-      --data glue/sst2/dev.tsv"""
+  lmlab evaluate --checkpoint bert/ --variant lora=ft/lora --variant pt=ft/prompt --data sst2/dev.tsv"""
 
 
 #: options that go with --harness only

@@ -53,8 +53,7 @@ EXAMPLES = """\
   lmlab generate --checkpoint ck/ --prompt "Once" --num-samples 5 --seed 1 --format jsonl
   lmlab generate --checkpoint ck/ --json-schema person.json --num-samples 10 --seed 1
   lmlab generate --checkpoint ck/ --json-schema person.json --grammar-backend lmlab
-  lmlab generate --checkpoint gpt/ --variant poem=ft/poem-lora --variant news=ft/news-prefix \
-      --variant base --prompts rows.jsonl --temperature 0"""
+  lmlab generate --checkpoint gpt/ --variant poem=ft/poem --variant plain --prompts rows.jsonl"""
 
 
 def register(sub) -> None:

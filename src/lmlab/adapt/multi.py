@@ -401,7 +401,7 @@ class MultiAdapterModel(nn.Module):
         if past is None:
             slots = (torch.arange(p_max, device=dev)[None] - (p_max - pp)[:, None]).clamp(min=0)
             kw["position_ids"] = torch.cat((slots, position_ids), dim=1)
-            kw["input_ids"] = self._with_slots(input_ids, 0, p_max, valid, self._placeholder)
+            kw["input_ids"] = self._with_slots(input_ids, 0, valid, self._placeholder)
             self._fill = (0, self.prompts[ids, self.prompts.shape[1] - p_max:], valid)
         return kw
 
@@ -421,7 +421,7 @@ class MultiAdapterModel(nn.Module):
         from_padding = getattr(cfg, "positions_from_padding", False)
         if p_max:
             pad_slot = cfg.pad_token_id if from_padding else self._placeholder
-            input_ids = self._with_slots(input_ids, at, p_max, valid, pad_slot)
+            input_ids = self._with_slots(input_ids, at, valid, pad_slot)
             mask = attention_mask
             if mask is None:
                 mask = torch.ones(b, t, dtype=torch.long, device=dev)
@@ -445,11 +445,10 @@ class MultiAdapterModel(nn.Module):
         """``[B, p_max]``: True at the slots that hold a row's prompt (the last ``P_v``)."""
         return torch.arange(p_max, device=pp.device)[None] >= (p_max - pp)[:, None]
 
-    @staticmethod
-    def _with_slots(ids: Tensor, at: int, p_max: int, valid: Tensor, pad_id: int) -> Tensor:
-        placeholder = 0 if pad_id != 0 else 1
-        slots = torch.where(valid, torch.full_like(valid, placeholder, dtype=ids.dtype),
-                            torch.full_like(valid, pad_id, dtype=ids.dtype))
+    def _with_slots(self, ids: Tensor, at: int, valid: Tensor, unused_id: int) -> Tensor:
+        """``ids`` with the slots of ``valid`` ``[B, P]`` inserted at ``at``: the placeholder id
+        (never the padding id) where a row's prompt goes, ``unused_id`` in the slots it leaves empty."""
+        slots = torch.full_like(valid, unused_id, dtype=ids.dtype).masked_fill(valid, self._placeholder)
         return _insert(ids, at, slots)
 
     def _embed_hook(self, module, inputs, out: Tensor):

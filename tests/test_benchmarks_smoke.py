@@ -107,3 +107,13 @@ def test_encoding_quick_produces_the_table(tmp_path):
     assert NUMBER.match(by_algo["unigram"][6])  # sentencepiece measured
     assert by_algo["wordpiece"][6] == "—"  # no sentencepiece analogue of WordPiece
     assert "<!-- tokenizer_encoding:start -->" in md.read_text()
+
+
+def test_multi_variant_quick_produces_the_table(tmp_path):
+    md = tmp_path / "BENCHMARKS.md"
+    out = _run("multi_variant.py", md)
+    rows = [r for r in _table_rows(out, 7) if not r[0].startswith("variants")]
+    assert [r[1].split(",")[0] for r in rows] == ["scoring", "greedy generation"] * 2
+    for _, _, n, batched, alone, ratio, plain in rows:
+        assert all(NUMBER.match(x) for x in (n, batched, alone, plain)) and ratio.endswith("x"), out
+    assert "<!-- multi_variant:start -->" in md.read_text()

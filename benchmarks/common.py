@@ -32,6 +32,10 @@ BENCHMARKS_MD = REPO / "BENCHMARKS.md"
 PRETRAIN_DIRS = ("english-mix", "gutenberg", "tinyshakespeare", "wikitext-2")
 LATIN1_FILES = frozenset({"gutenberg_chesterton-ball.txt", "gutenberg_shakespeare-caesar.txt"})
 
+#: Held-out English for characters per token: the paragraphs of SQuAD v1.1 dev (Wikipedia
+#: articles), which no file of the training corpus contains.
+HELD_OUT = Path("squad") / "squad_v1.1_dev_partA.json"
+
 #: Corpus size and vocabulary used by ``--quick`` (the smoke test): seconds, not minutes.
 QUICK_MB = 0.05
 QUICK_VOCAB = 400
@@ -81,6 +85,15 @@ def load_corpus(max_mb: float | None = None, data_dir: Path | None = None) -> li
         cut = text[:keep].rsplit("\n", 1)[0] if keep < len(text) else text
         lines.extend(line for line in cut.split("\n") if line.strip())
     return lines
+
+
+def held_out_lines(data_dir: Path | None = None) -> list[str]:
+    """The distinct SQuAD dev paragraphs (:data:`HELD_OUT`): English text no learner trained on."""
+    path = Path(data_dir or DATA) / HELD_OUT
+    if not path.is_file():
+        sys.exit(f"error: no held-out text at {path}; set LMLAB_DATA to the shared data directory")
+    data = json.loads(path.read_text(encoding="utf-8"))
+    return list(dict.fromkeys(p["context"] for article in data["data"] for p in article["paragraphs"]))
 
 
 def corpus_mb(lines: Sequence[str]) -> float:

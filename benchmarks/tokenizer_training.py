@@ -32,9 +32,10 @@ SAMPLE_CHARS = 200_000
 def child_train(lib: str, algo: str, vocab_size: int, corpus: Path, threads: int) -> dict:
     """Train one tokenizer in this (fresh) process; time only the training call.
 
-    After the peak memory is read, the new vocabulary encodes a sample of the corpus, so the
-    report can show characters per token next to the time: a learner that is fast because it
-    learns a poorer vocabulary shows up there.
+    After the peak memory is read, the new vocabulary encodes held-out text (SQuAD dev
+    paragraphs, see ``common.HELD_OUT``) and a sample of the training corpus, so the report can
+    show characters per token next to the time: a learner that is fast because it learns a
+    poorer vocabulary shows up there.
     """
     from lmlab.tokenizers import DEFAULT_SPECIAL_TOKENS
 
@@ -65,8 +66,10 @@ def child_train(lib: str, algo: str, vocab_size: int, corpus: Path, threads: int
         size, encode = sp.get_piece_size(), sp.encode
     result = {"seconds": secs, "peak_rss_mb": common.peak_rss_mb(), "baseline_rss_mb": baseline,
               "vocab": size, "worker_peak_rss_mb": common.peak_rss_mb(children=True)}
-    sample = common.sample_lines(lines, SAMPLE_CHARS)
-    result["chars_per_token"] = sum(map(len, sample)) / max(1, sum(len(encode(x)) for x in sample))
+    for name, text in (("held_out", common.held_out_lines()), ("train", lines)):
+        sample = common.sample_lines(text, SAMPLE_CHARS)
+        tokens = sum(len(encode(x)) for x in sample)
+        result[f"{name}_chars_per_token"] = sum(map(len, sample)) / max(1, tokens)
     return result
 
 
@@ -139,13 +142,15 @@ def run(args: argparse.Namespace) -> str:
                 rows.append([
                     algo, vocab, PEER_NAMES[peer], _secs(ours), _secs(theirs),
                     "—" if ratio is None else f"{ratio:.2f}x",
-                    _mem(ours), _mem(theirs), _vocab(ours, theirs), _cpt(ours, theirs),
+                    _mem(ours), _mem(theirs), _vocab(ours, theirs), _cpt(ours, theirs, "held_out"),
+                    _cpt(ours, theirs, "train"),
                     "—" if target is None else f"≤ {target:g}x",
                     "—" if target is None else common.verdict(ratio, target),
                 ])
     table = common.markdown_table(
         ["algorithm", "vocab", "peer", "lmlab s", "peer s", "ratio lmlab/peer", "lmlab peak MB",
-         "peer peak MB", "vocab reached (lmlab / peer)", "chars/token (lmlab / peer)", "target", "verdict"],
+         "peer peak MB", "vocab reached (lmlab / peer)", "held-out chars/token (lmlab / peer)",
+         "training-text chars/token (lmlab / peer)", "target", "verdict"],
         rows)
     errors = sorted({f"- {k[0]} {k[1]} {k[2]}: {r['error']}" for k, r in results.items() if "error" in r})
     return "\n".join([
@@ -158,8 +163,9 @@ def run(args: argparse.Namespace) -> str:
         + (" (fastest kept)" if args.repeats > 1 else "")
         + "; seconds cover the training call only; peak MB is the",
         "process's RSS high-water mark (interpreter and corpus lines included), and in brackets its growth",
-        "during training; with worker processes, the largest worker's peak too. Chars/token: the new",
-        f"vocabulary encoding a {SAMPLE_CHARS // 1000}k-char sample of the corpus (more: fewer tokens).",
+        "during training; with worker processes, the largest worker's peak too. Chars/token (more:",
+        f"fewer tokens): the new vocabulary encoding a {SAMPLE_CHARS // 1000}k-char sample of held-out text",
+        "(SQuAD v1.1 dev paragraphs, Wikipedia, in no training file) and of the training corpus.",
         "",
         table,
         *(["", "Failed runs:", *errors] if errors else []),
@@ -184,8 +190,8 @@ def _mem(r: dict) -> str:
     return cell
 
 
-def _cpt(ours: dict, theirs: dict) -> str:
-    return " / ".join("—" if "error" in r else f"{r['chars_per_token']:.2f}" for r in (ours, theirs))
+def _cpt(ours: dict, theirs: dict, text: str) -> str:
+    return " / ".join("—" if "error" in r else f"{r[text + '_chars_per_token']:.2f}" for r in (ours, theirs))
 
 
 def _vocab(ours: dict, theirs: dict) -> str:

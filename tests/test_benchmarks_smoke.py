@@ -75,14 +75,15 @@ def test_training_quick_produces_the_table(tmp_path):
     md = tmp_path / "BENCHMARKS.md"
     common.update_section("tokenizer_encoding", "other section kept", md)
     out = _run("tokenizer_training.py", md)
-    rows = _table_rows(out, 12)
+    rows = _table_rows(out, 13)
     assert {r[0] for r in rows} == set(ALGOS)
     for algo, _vocab, peer, ours, theirs, ratio, *_rest, _target, verdict in rows:
         assert NUMBER.match(theirs), f"{peer} did not train: {out}"
         assert NUMBER.match(ours), f"lmlab {algo} did not train: {out}"
         assert ratio.endswith("x")
-        lmlab_cpt, peer_cpt = (float(x) for x in _rest[-1].split(" / "))
-        assert 1.0 < lmlab_cpt < 10.0 and 1.0 < peer_cpt < 10.0  # English subwords: a few chars each
+        for cell in _rest[-2:]:  # held-out text, training text
+            lmlab_cpt, peer_cpt = (float(x) for x in cell.split(" / "))
+            assert 1.0 < lmlab_cpt < 10.0 and 1.0 < peer_cpt < 10.0  # English subwords: a few chars each
         assert verdict in ("met", "**missed**", "—")
     targeted = {r[0]: r[2] for r in rows if r[-2] != "—"}
     assert targeted == {"bpe": "HF BPE", "bytelevel": "HF ByteLevelBPE", "wordpiece": "HF WordPiece",
@@ -106,3 +107,13 @@ def test_encoding_quick_produces_the_table(tmp_path):
     assert NUMBER.match(by_algo["unigram"][6])  # sentencepiece measured
     assert by_algo["wordpiece"][6] == "—"  # no sentencepiece analogue of WordPiece
     assert "<!-- tokenizer_encoding:start -->" in md.read_text()
+
+
+def test_multi_variant_quick_produces_the_table(tmp_path):
+    md = tmp_path / "BENCHMARKS.md"
+    out = _run("multi_variant.py", md)
+    rows = [r for r in _table_rows(out, 7) if not r[0].startswith("variants")]
+    assert [r[1].split(",")[0] for r in rows] == ["scoring", "greedy generation"] * 2
+    for _, _, n, batched, alone, ratio, plain in rows:
+        assert all(NUMBER.match(x) for x in (n, batched, alone, plain)) and ratio.endswith("x"), out
+    assert "<!-- multi_variant:start -->" in md.read_text()

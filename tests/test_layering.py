@@ -116,8 +116,9 @@ FORBIDDEN = {
     "lmlab.objectives": {"lmlab.train", "lmlab.finetune", "lmlab.lab", "lmlab.cli"},
     "lmlab.interop": {"lmlab.adapt", "lmlab.train", "lmlab.finetune", "lmlab.lab", "lmlab.loading"},
     "lmlab.adapt": {"lmlab.finetune", "lmlab.lab", "lmlab.loading", "lmlab.cli"},
-    "lmlab.train": {"lmlab.finetune", "lmlab.lab", "lmlab.cli"},
-    "lmlab.finetune": {"lmlab.lab", "lmlab.cli"},
+    "lmlab.train": {"lmlab.finetune", "lmlab.align", "lmlab.lab", "lmlab.cli"},
+    "lmlab.finetune": {"lmlab.align", "lmlab.lab", "lmlab.cli"},
+    "lmlab.align": {"lmlab.lab", "lmlab.cli"},
 }
 
 

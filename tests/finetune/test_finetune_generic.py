@@ -68,6 +68,18 @@ def test_headerless_four_class_news_csv_finetunes_and_evaluates_with_string_labe
     assert {r["prediction"] for r in rows} <= set(saved["labels"])
     assert sum(r["prediction"] == r["label"] for r in rows) / len(rows) == printed["accuracy"]
     assert rows[1]["where"].endswith("dev.csv line 2")
+    # predictions never replace a file of the user's: the data itself, or any file that is not an
+    # earlier predictions file (an earlier one is replaced, as the user asked)
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes\n", encoding="utf-8")
+    for target in (dev, notes, tmp_path):
+        args = ["evaluate", "--checkpoint", str(out), "--data", str(dev), "--predictions", str(target)]
+        assert main(args) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("error: --predictions") and "\n" not in err
+    assert notes.read_text(encoding="utf-8") == "my notes\n" and dev.stat().st_size > 0
+    assert main(["evaluate", "--checkpoint", str(out), "--data", str(dev), "--predictions", str(preds)]) == 0
+    capsys.readouterr()
     # the same rows as JSON Lines: evaluate's data flags override the stored reading settings
     j = tmp_path / "dev.jsonl"
     j.write_text("".join(json.dumps({"topic": y, "body": b}) + "\n" for y, _, b in NEWS), encoding="utf-8")

@@ -14,7 +14,9 @@ from lmlab.finetune.loop import epoch_batches
 from lmlab.loading import load_model
 from lmlab.models import build_model, get_preset
 from lmlab.tasks import make_task
+from lmlab.tasks import metrics as M
 from lmlab.tasks.classification import SST2
+from lmlab.tasks.readers import Example
 from lmlab.tokenizers import load_tokenizer
 from lmlab.train.optim import warmup_decay_lr
 
@@ -241,6 +243,12 @@ def test_text2text_generation_scores_rouge_and_bleu(tok, data_dir, tmp_path):
                    max_target_length=8, prefix="translate German to English: ", **QUIET)
     assert set(res.metrics) == {"rouge1", "rouge2", "rougeL", "rougeLsum", "bleu"}
     assert all(0.0 <= v <= 1.0 for v in res.metrics.values())
+    # --rouge-stemmer: the task scores with stemming, as rouge-score's use_stemmer=True
+    task = make_task("text2text", "seq2seq", rouge_stemmer=True)
+    preds, refs = ["two dogs are running"], ["A dog runs on the grass"]
+    stemmed = task.score(preds, [Example("x", label=r) for r in refs])["rouge1"]
+    assert stemmed == pytest.approx(M.rouge_scores(preds, refs, stem=True)["rouge1"])
+    assert stemmed > M.rouge_scores(preds, refs)["rouge1"]
 
 
 def test_bad_settings_and_mismatched_tokenizer(tok, data_dir, tmp_path):

@@ -55,22 +55,28 @@ def test_bleu_equals_sacrebleu(references):
         assert M.corpus_bleu(preds, refs) == pytest.approx(sacre_bleu(preds, [refs]).score / 100, rel=1e-9)
 
 
-def test_rouge_equals_rouge_score(references):
+@pytest.mark.parametrize("stem", [False, True])
+def test_rouge_equals_rouge_score(references, stem):
     rng = random.Random(1)
     vocab = sorted({w for s in references for w in s.split()})
     # three-sentence "summaries", one sentence per line, for ROUGE-Lsum
     refs = ["\n".join(references[i:i + 3]) for i in range(0, 300, 3)]
     preds = ["\n".join(_corrupt(s, rng, vocab) for s in r.split("\n")[::-1]) for r in refs]
-    scorer = rouge_scorer.RougeScorer(["rouge1", "rouge2", "rougeL", "rougeLsum"], use_stemmer=False)
+    if stem:  # inflect some words, which only stemming matches again
+        preds = [" ".join(w + "s" if len(w) > 4 and rng.random() < 0.3 else w for w in p.split(" "))
+                 for p in preds]
+    scorer = rouge_scorer.RougeScorer(["rouge1", "rouge2", "rougeL", "rougeLsum"], use_stemmer=stem)
     theirs = {k: 0.0 for k in ("rouge1", "rouge2", "rougeL", "rougeLsum")}
     for p, r in zip(preds, refs):
         for k, score in scorer.score(r, p).items():
             theirs[k] += score.fmeasure / len(refs)
-    ours = M.rouge_scores(preds, refs)
+    ours = M.rouge_scores(preds, refs, stem=stem)
     assert ours.keys() == theirs.keys()
     for k in theirs:
         assert ours[k] == pytest.approx(theirs[k], rel=1e-9), k
     assert ours["rougeLsum"] > ours["rougeL"]  # sentences reordered: only the summary-level LCS sees it
+    if stem:
+        assert M.rouge_scores(preds, refs)["rouge1"] < ours["rouge1"] - 0.01  # stemming matters here
 
 
 def test_entity_scores_equal_seqeval(data_dir):

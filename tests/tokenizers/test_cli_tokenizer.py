@@ -110,6 +110,23 @@ def test_bpe_num_merges_reproduces_the_lecture_example(tmp_path, capsys):
     assert stdout.split() == ["newer_", "low", "er_"]
 
 
+def test_wordpiece_score_option(tmp_path, capsys, corpus_file, trained):
+    """--score ratio gives the textbook learner's vocabulary; the default is the likelihood gain."""
+    from lmlab.tokenizers import train_tokenizer
+
+    code, _, err = run(capsys, "tokenizer", "train", "--algo", "wordpiece", "--vocab-size", VOCAB, "--score",
+                       "ratio", "--input", corpus_file, "--out", tmp_path / "ratio")
+    assert code == 0, err
+    text = corpus_file.read_text(encoding="utf-8").splitlines()
+    ratio = train_tokenizer("wordpiece", text, vocab_size=VOCAB, score="ratio")
+    gain = train_tokenizer("wordpiece", text, vocab_size=VOCAB)
+    assert load_tokenizer(tmp_path / "ratio").vocab == ratio.vocab != gain.vocab
+    assert load_tokenizer(trained("wordpiece")).vocab == gain.vocab
+    err = one_line_error(*run(capsys, "tokenizer", "train", "--algo", "bpe", "--vocab-size", VOCAB, "--score",
+                              "gain", "--input", corpus_file, "--out", tmp_path / "bpe")[::2])
+    assert "--score applies only to --algo wordpiece" in err and not (tmp_path / "bpe").exists()
+
+
 # --------------------------------------------------------------------------- bad input
 @pytest.mark.parametrize("algo", list(ALGORITHMS))
 def test_train_bad_inputs(algo, tmp_path, capsys, corpus_file):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 from collections import Counter
 
@@ -28,7 +29,7 @@ def wordpiece_join(a: str, b: str) -> str:
 def naive_merges(word_counts, num_merges, score="frequency", join=lambda a, b: a + b, min_count=1):
     """Recount every pair of the whole corpus before each merge (the lecture's algorithm, slowly).
 
-    Ties: (likelihood: higher count, then) first occurrence = smallest (word index, position in
+    Ties: (ratio and gain: higher count, then) first occurrence = smallest (word index, position in
     initial symbols).
     """
     words = [list(w) for w in word_counts]
@@ -53,9 +54,13 @@ def naive_merges(word_counts, num_merges, score="frequency", join=lambda a, b: a
             break
         if score == "frequency":
             best = min(live, key=lambda p: (-pair_count[p], first[p]))
-        else:
+        elif score == "ratio":
             best = min(live, key=lambda p: (-pair_count[p] / (sym_count[p[0]] * sym_count[p[1]]),
                                             -pair_count[p], first[p]))
+        else:
+            total = sum(sym_count.values())
+            best = min(live, key=lambda p: (-naive_gain(pair_count[p], sym_count[p[0]], sym_count[p[1]],
+                                                        total, p[0] == p[1]), -pair_count[p], first[p]))
         merges.append(best)
         a, b = best
         new = join(a, b)
@@ -67,6 +72,25 @@ def naive_merges(word_counts, num_merges, score="frequency", join=lambda a, b: a
                     word[i:i + 2] = [new]
                 i += 1
     return merges
+
+
+def xlogx(x):
+    return x * math.log(x) if x > 0 else 0.0
+
+
+def naive_gain(c, na, nb, total, same):
+    """Log-likelihood change sum n log n - N log N when c pairs (a, b) become a new symbol."""
+    if same:
+        parts = xlogx(max(na - 2 * c, 0)) - xlogx(na)
+    else:
+        parts = (xlogx(na - c) - xlogx(na)) + (xlogx(nb - c) - xlogx(nb))
+    return xlogx(c) + (xlogx(total) - xlogx(total - c)) + parts
+
+
+def log_likelihood(counts):
+    """Corpus log-likelihood under the maximum-likelihood unigram model of its symbol counts."""
+    total = sum(counts.values())
+    return sum(n * math.log(n / total) for n in counts.values() if n)
 
 
 def random_corpus(rng: random.Random, n_words: int, alphabet: str) -> dict[tuple[str, ...], int]:
@@ -91,15 +115,73 @@ def test_frequency_matches_naive_recount(seed):
     assert learn_merges(wc, 60) == naive_merges(wc, 60)
 
 
+@pytest.mark.parametrize("score", ["ratio", "gain"])
 @pytest.mark.parametrize("seed", range(4))
-def test_likelihood_matches_naive_recount(seed):
+def test_likelihood_scores_match_naive_recount(seed, score):
     rng = random.Random(100 + seed)
     text = " ".join("".join(rng.choice("aabbcdde") for _ in range(rng.randint(1, 6))) for _ in range(250))
     # WordPiece-style symbols: first character plain, the rest with the ## continuation prefix
     wc = {(w[0], *("##" + c for c in w[1:])): n for w, n in Counter(text.split()).items()}
-    got = learn_merges(wc, 40, score="likelihood", join=wordpiece_join)
-    assert got == naive_merges(wc, 40, score="likelihood", join=wordpiece_join)
+    got = learn_merges(wc, 40, score=score, join=wordpiece_join)
+    assert got == naive_merges(wc, 40, score=score, join=wordpiece_join)
     assert any(b.startswith("##") for _, b in got)
+
+
+@pytest.mark.parametrize("score", ["ratio", "gain"])
+def test_heap_compaction_keeps_the_result(monkeypatch, score):
+    from lmlab.tokenizers import merge_trainer
+
+    wc = random_corpus(random.Random(7), 400, "aabbcdeef")
+    expected = learn_merges(wc, 80, score=score)
+    monkeypatch.setattr(merge_trainer._MergeLearner, "heap_slack", 0)  # compact after nearly every merge
+    assert learn_merges(wc, 80, score=score) == expected == naive_merges(wc, 80, score=score)
+
+
+def test_parked_rare_pairs_do_not_change_the_result(monkeypatch):
+    """Gain: rare pairs are not re-scored when their symbols' counts fall (see _unpark); the merges
+    equal both the naive recount and a run that re-scores every pair."""
+    from lmlab.tokenizers import merge_trainer
+
+    rng = random.Random(11)  # a few hundred word types drawn with Zipf-like frequencies: big gains
+    letters = "aabcdeeefghiklmnoprstu"
+    types = ["".join(rng.choice(letters) for _ in range(rng.randint(1, 8))) for _ in range(300)]
+    wc = words_of(" ".join(rng.choices(types, weights=[1 / (r + 1) for r in range(300)], k=6000)))
+    levels = []
+    unpark = merge_trainer._MergeLearner._unpark
+
+    def recording(self, best):
+        out = unpark(self, best)
+        levels.append(self.parked)
+        return out
+
+    monkeypatch.setattr(merge_trainer._MergeLearner, "_unpark", recording)
+    parked = learn_merges(wc, 120, score="gain")
+    assert max(levels) > 1 and len(set(levels)) > 2  # parking was used and lowered
+    assert parked == naive_merges(wc, 120, score="gain")
+    monkeypatch.setattr(merge_trainer._MergeLearner, "_unpark", lambda self, best: -math.inf)
+    assert learn_merges(wc, 120, score="gain") == parked
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.text(alphabet="abc", min_size=1, max_size=6), min_size=1, max_size=40))
+def test_gain_property_equals_naive(word_list):
+    wc = {(*w, "_"): n for w, n in Counter(word_list).items()}
+    assert learn_merges(wc, 30, score="gain") == naive_merges(wc, 30, score="gain")
+
+
+def test_gain_is_the_log_likelihood_change():
+    # 40 x "th", 100 x "t", 2 x "qu": the ratio score prefers the rare pair (2/(2*2) > 40/(140*40)),
+    # the likelihood gain the frequent one; both gains are checked against the corpus likelihood
+    # recomputed from scratch before and after the merge.
+    wc = {("t", "h"): 40, ("t",): 100, ("q", "u"): 2}
+    before = {"t": 140, "h": 40, "q": 2, "u": 2}
+    after_th = log_likelihood({"t": 100, "th": 40, "q": 2, "u": 2}) - log_likelihood(before)
+    after_qu = log_likelihood({"t": 140, "h": 40, "qu": 2}) - log_likelihood(before)
+    assert math.isclose(naive_gain(40, 140, 40, 184, False), after_th)
+    assert math.isclose(naive_gain(2, 2, 2, 184, False), after_qu)
+    assert after_th > after_qu
+    assert learn_merges(wc, 1, score="gain") == [("t", "h")]
+    assert learn_merges(wc, 1, score="ratio") == [("q", "u")]
 
 
 @settings(max_examples=40, deadline=None)
@@ -127,9 +209,10 @@ def test_max_new_symbols_counts_distinct_strings():
     assert learn_merges(wc, 10, max_new_symbols=3) == merges[:4]
 
 
-def test_merges_a_symbol_with_itself():
-    wc = {tuple("aaaa"): 1, tuple("aaa"): 2}
-    assert learn_merges(wc, 3) == naive_merges(wc, 3)
+@pytest.mark.parametrize("score", ["frequency", "ratio", "gain"])
+def test_merges_a_symbol_with_itself(score):
+    wc = {tuple("aaaa"): 1, tuple("aaa"): 2, tuple("ab"): 3}
+    assert learn_merges(wc, 4, score=score) == naive_merges(wc, 4, score=score)
 
 
 def test_bad_arguments():

@@ -92,3 +92,29 @@ def _model_config(run_dir):
     from lmlab.loading import load_model
 
     return load_model(run_dir / "checkpoints" / "step_3").config
+
+
+def test_prefetching_reads_the_next_steps_data_on_a_thread_without_changing_the_run(tiny_config, tmp_path,
+                                                                                    monkeypatch):
+    import threading
+
+    from lmlab.data.packing import PackedWindows
+
+    plain = _rows(_run(pretrain(tiny_config(max_steps=6, grad_accum=2, prefetch=False), tmp_path / "plain",
+                                log=QUIET)))
+    readers = []
+    original = PackedWindows.batch
+
+    def batch(self, position, rows):
+        readers.append((position, threading.current_thread().name))
+        return original(self, position, rows)
+
+    monkeypatch.setattr(PackedWindows, "batch", batch)
+    ahead = _rows(_run(pretrain(tiny_config(max_steps=6, grad_accum=2), tmp_path / "ahead", log=QUIET)))
+    keys = ("step", "loss", "grad_norm", "val_loss", "lr")
+    assert [{k: r.get(k) for k in keys} for r in ahead] == [{k: r.get(k) for k in keys} for r in plain]
+    # 6 steps x 2 micro-batches, each read once; all but the first step's on the background thread
+    assert sorted(p for p, _ in readers) == [4 * i for i in range(12)]
+    on_thread = [p for p, name in readers if name.startswith("lmlab-prefetch")]
+    assert sorted(on_thread) == [4 * i for i in range(2, 12)]
+    assert not any(t.name.startswith("lmlab-prefetch") for t in threading.enumerate())  # closed at the end

@@ -82,8 +82,31 @@ def save_peft(model: nn.Module, directory: str | os.PathLike, base_model: str | 
         "total_parameters": total,
         "trainable_share": share,
         "base_model": base_model,
+        "base_fingerprint": base_fingerprint(model),
     }
     return write_adapter(directory, state, config)
+
+
+def base_fingerprint(model: nn.Module) -> str:
+    """A short hash of the frozen weights no method changes - the token embeddings and the body's
+    norms (a sample of each, rounded to bfloat16 so an fp32 and a bf16 copy agree) - so that
+    adapters can be checked to share one base (:mod:`lmlab.adapt.multi`)."""
+    import hashlib
+
+    from lmlab.adapt.prompt import input_embedding
+    from lmlab.models.blocks import RMSNorm
+
+    h = hashlib.sha256()
+    weights = [("embed", input_embedding(model).weight)]
+    for name, m in model.named_modules():
+        if isinstance(m, (nn.LayerNorm, RMSNorm)) and not name.startswith(("heads.", "pooler.")):
+            weights.append((name.replace(".inner.", "."), m.weight))
+    for name, w in weights:
+        flat = w.detach().flatten()
+        sample = flat[:: max(1, flat.numel() // 4096)][:4096]
+        h.update(f"{name}:{tuple(w.shape)}".encode())
+        h.update(sample.to("cpu", torch.bfloat16).float().numpy().tobytes())
+    return h.hexdigest()[:16]
 
 
 def write_adapter(directory: str | os.PathLike, state: dict[str, torch.Tensor], config: dict[str, Any],
@@ -204,9 +227,6 @@ def load_peft_model(
     """The fine-tuned model from the pretrained ``base_checkpoint`` (directory or model) plus the
     PEFT ``directory``: the body comes from the base, the task head and method from the adapter."""
     from lmlab.interop import load_plain_model
-    from lmlab.models import build_model
-    from lmlab.models.checkpoint import read_safetensors
-    from lmlab.models.config import config_from_dict
 
     d = Path(directory)
     cfg = read_peft_config(d)
@@ -215,11 +235,22 @@ def load_peft_model(
         if isinstance(base_checkpoint, nn.Module)
         else load_plain_model(base_checkpoint, map_location)
     )
-    check_base(base, cfg, str(d))
+    model = model_for_adapter(base, cfg, d)
+    return load_peft(model.to(map_location), d)
+
+
+def model_for_adapter(base: nn.Module, cfg: dict[str, Any], directory: Path) -> nn.Module:
+    """A new model with the adapter's heads and config whose body is ``base`` 's (copied weights;
+    heads ``base`` lacks keep their initialisation, for the adapter's weights to fill)."""
+    from lmlab.models import build_model
+    from lmlab.models.checkpoint import read_safetensors
+    from lmlab.models.config import config_from_dict
+
+    check_base(base, cfg, str(directory))
     model = build_model(
         config_from_dict(cfg["model_config"]), heads=cfg["heads"], architecture=cfg["architecture"]
     )
-    saved = set(read_safetensors(adapter_files(d)[1]))  # small: the method's weights and the head
+    saved = set(read_safetensors(adapter_files(directory)[1]))  # small: the method's weights and the head
     base_state = base.state_dict()
     keep = {}
     for name, t in model.state_dict().items():
@@ -227,14 +258,14 @@ def load_peft_model(
             keep[name] = base_state[name]
         elif not name.startswith(("heads.", "pooler.")) and name not in saved:
             raise LmlabError(
-                f"weight {name} is neither in the base checkpoint nor in the adapter {d}",
+                f"weight {name} is neither in the base checkpoint nor in the adapter {directory}",
                 "load the adapter on the base model it was trained from",
             )
     model.load_state_dict(keep, strict=False)
     if hasattr(model, "tie_weights"):
         model.tie_weights()
     model.tokenizer = getattr(base, "tokenizer", None)
-    return load_peft(model.to(map_location), d)
+    return model
 
 
 # --------------------------------------------------------------------------- plain weights

@@ -45,6 +45,27 @@ INITS = ("vocab", "random")
 TOKEN_HEADS = ("mlm", "discriminator", "token_cls", "span", "lm")
 
 
+def strip_prompt(out, b: int, ext: int, at: int, p: int, heads) -> None:
+    """Remove the ``p`` prompt positions at ``at`` from the token-level outputs in ``out`` (a
+    ModelOutput of a ``b × ext`` input), so that they line up with the caller's tokens."""
+    keep = torch.cat((torch.arange(at), torch.arange(at + p, ext)))
+
+    def strip(t):
+        if isinstance(t, Tensor) and t.dim() >= 2 and t.shape[0] == b and t.shape[1] == ext:
+            return t[:, keep.to(t.device)]
+        return t
+
+    if heads and heads[0] in TOKEN_HEADS:
+        out.logits = strip(out.logits)
+    out.last_hidden_state = strip(out.last_hidden_state)
+    if out.hidden_states is not None:
+        out.hidden_states = tuple(strip(h) for h in out.hidden_states)
+    token_outputs = {"start_logits", "end_logits", "mlm_mask"} | {f"{h}_logits" for h in TOKEN_HEADS}
+    for key in list(out.extra):
+        if key in token_outputs:
+            out.extra[key] = strip(out.extra[key])
+
+
 class SoftPrompt(nn.Module):
     """The ``P × embed_dim`` trainable prompt."""
 
@@ -171,25 +192,8 @@ class _PromptHooks:
         if self.pending is None or out is None:
             return out
         (b, ext), self.pending = self.pending, None
-        at = min(self.at, ext - self.p)
-        keep = torch.cat((torch.arange(at), torch.arange(at + self.p, ext)))
-
-        def strip(t):
-            if isinstance(t, Tensor) and t.dim() >= 2 and t.shape[0] == b and t.shape[1] == ext:
-                return t[:, keep.to(t.device)]
-            return t
-
         heads = kwargs.get("heads") or self.head_names
-        if heads and heads[0] in TOKEN_HEADS:
-            out.logits = strip(out.logits)
-        out.last_hidden_state = strip(out.last_hidden_state)
-        if out.hidden_states is not None:
-            out.hidden_states = tuple(strip(h) for h in out.hidden_states)
-        for key in list(out.extra):
-            if key in ("start_logits", "end_logits", "mlm_mask") or key in {
-                f"{h}_logits" for h in TOKEN_HEADS
-            }:
-                out.extra[key] = strip(out.extra[key])
+        strip_prompt(out, b, ext, min(self.at, ext - self.p), self.p, heads)
         return out
 
     # ------------------------------------------------------------------ encoder-decoder

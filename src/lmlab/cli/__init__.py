@@ -27,6 +27,7 @@ COMMAND_MODULES = [
     "lmlab.cli.generate",
     "lmlab.cli.finetune",
     "lmlab.cli.evaluate",
+    "lmlab.cli.align",
     "lmlab.cli.compress",
     "lmlab.cli.scale",
     "lmlab.cli.compare",

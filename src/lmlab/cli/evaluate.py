@@ -22,14 +22,21 @@ prediction, as a label name for classification.
 newest checkpoint) with EleutherAI's lm-evaluation-harness instead: TASKS is a comma-separated
 list of harness task names (hellaswag, lambada_openai...) and local task YAML files or folders of
 them. The results are written as JSON beside the checkpoint (CHECKPOINT.harness.json, or --out),
-never over an existing file unless --overwrite. Needs pip install 'lmlab[eval]'."""
+never over an existing file unless --overwrite. Needs pip install 'lmlab[eval]'.
+
+--variant NAME=DIR (repeatable) scores several LoRA, prefix- or prompt-tuned variants of one task
+in one pass: --checkpoint is then the base they were fine-tuned from, each DIR an `lmlab finetune
+--method lora|prefix|prompt` output, and every batch runs all variants' rows together (each with
+its own weights and task head). Prints {NAME: metrics}; --predictions rows also name the
+variant. See docs/peft.md ("Many variants in one batch")."""
 
 EXAMPLES = """\
   lmlab evaluate --checkpoint ft/sst2 --task sst2 --data glue/sst2/dev.tsv
   lmlab evaluate --checkpoint ft/squad --task squad --data squad/dev.json --max-examples 500
   lmlab evaluate --checkpoint ft/news --data news/test.csv --predictions news/test.predictions.jsonl
   lmlab evaluate --checkpoint runs/gpt --harness lambada_openai,hellaswag --max-examples 200
-  lmlab evaluate --checkpoint runs/gpt --harness my_tasks/quiz.yaml --num-fewshot 5 --out quiz.json"""
+  lmlab evaluate --checkpoint runs/gpt --harness my_tasks/quiz.yaml --num-fewshot 5 --out quiz.json
+  lmlab evaluate --checkpoint bert/ --variant lora=ft/lora --variant pt=ft/prompt --data sst2/dev.tsv"""
 
 
 #: options that go with --harness only
@@ -54,6 +61,8 @@ def register(sub) -> None:
     h.add_argument("--overwrite", action="store_true", help="replace an existing results file")
     h.add_argument("--log-samples", action="store_true", help="also write every example's prompt and scores")
     h.add_argument("--seed", type=int, default=None, help="few-shot sampling and generation seed (default 0)")
+    p.add_argument("--variant", action="append", default=[], metavar="NAME=DIR",
+                   help="score this fine-tuned variant of the --checkpoint base (repeat: all in one pass)")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda...")
     p.add_argument("--predictions", metavar="FILE", default=None,
                    help='also write one JSON line per example: {"where", "prediction", "label"} '
@@ -78,6 +87,8 @@ def run(args) -> int:
     if args.data is None:
         raise LmlabError("lmlab evaluate needs --data FILE (a fine-tuned checkpoint) or --harness TASKS",
                          "pass one of them")
+    if args.variant:
+        return _run_variants(args)
     metrics = evaluate(args.checkpoint, args.data, args.task, on_bad_line=args.on_bad_line,
                        max_bad_fraction=args.max_bad_fraction, batch_size=args.batch_size or 64,
                        max_examples=args.max_examples, device=args.device, predictions=args.predictions,
@@ -92,12 +103,25 @@ def _run_harness(args) -> int:
     from lmlab.errors import LmlabError
     from lmlab.icl.harness import run_harness
 
-    if args.data is not None or args.task is not None:
-        raise LmlabError("--harness scores harness tasks, not a --data file of a --task",
-                         "drop --data/--task, or drop --harness")
+    if args.data is not None or args.task is not None or args.variant:
+        raise LmlabError("--harness scores harness tasks, not a --data file of a --task or --variant",
+                         "drop --data/--task/--variant, or drop --harness")
     record = run_harness(args.checkpoint, args.harness, out=args.out, overwrite=args.overwrite,
                          num_fewshot=args.num_fewshot, limit=args.max_examples,
                          batch_size=args.batch_size or 16, device=args.device, seed=args.seed or 0,
                          log_samples=args.log_samples, log=lambda m: print(m, file=sys.stderr, flush=True))
     print(json.dumps(record["results"], indent=2))
+    return 0
+
+
+def _run_variants(args) -> int:
+    from lmlab.adapt.multi import parse_variants
+    from lmlab.finetune.variants import evaluate_variants
+
+    variants = parse_variants(args.variant)  # bad names or folders: before any model is loaded
+    metrics = evaluate_variants(args.checkpoint, variants, args.data, args.task, on_bad_line=args.on_bad_line,
+                                max_bad_fraction=args.max_bad_fraction, batch_size=args.batch_size or 64,
+                                max_examples=args.max_examples, device=args.device,
+                                predictions=args.predictions, **data_settings(args))
+    print(json.dumps(metrics, indent=2))
     return 0

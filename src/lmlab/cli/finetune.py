@@ -118,6 +118,9 @@ def register(sub) -> None:
     t.add_argument("--max-target-length", type=int, default=None, metavar="N",
                    help="text-to-text: tokens generated at most (default 32)")
     t.add_argument("--prefix", default=None, help="text2text: text put before every source")
+    t.add_argument("--rouge-stemmer", action="store_true", default=None,
+                   help="text2text: ROUGE with Porter stemming, as published summarisation scores "
+                        "(pip install 'lmlab[metrics]')")
     p.add_argument("--resume", action="store_true",
                    help="continue the interrupted run that was writing --out (stopped by Ctrl-C, SIGTERM or "
                         "a crash), exactly where its last resume state left it")
@@ -194,7 +197,7 @@ def run(args) -> int:
         "max_length": args.max_length, "doc_stride": args.doc_stride,
         "max_answer_length": args.max_answer_length, "lm_weight": args.lm_weight,
         "decoder_style": args.decoder_style, "max_target_length": args.max_target_length,
-        "prefix": args.prefix,
+        "prefix": args.prefix, "rouge_stemmer": args.rouge_stemmer,
     }
     if getattr(args, "lr_sweep", None):
         hparams["lr_sweep"] = tuple(args.lr_sweep)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 
 from lmlab.cli.common import add_command
+from lmlab.cli.generate_variants import add_arguments as add_variant_arguments
+from lmlab.cli.generate_variants import check_arguments as check_variant_arguments
 from lmlab.errors import LmlabError
 
 # = lmlab.generate.json_backend.GRAMMAR_BACKENDS, written out: importing lmlab.generate loads torch
@@ -34,7 +36,14 @@ byte-level or character BPE, else lmlab's own. llguidance supports $ref/$defs, p
 oneOf, allOf and more, but does not force an ending: a document unfinished at --max-new-tokens is
 an error (raise it, or use lmlab). lmlab's engine (object, array, string, number, integer,
 boolean, null, enum, const, anyOf, required, nesting) forces the shortest valid completion when
-the budget runs low. A keyword the engine does not support is refused with an error naming it."""
+the budget runs low. A keyword the engine does not support is refused with an error naming it.
+
+--variant NAME=DIR (repeatable) with --prompts FILE serves several LoRA, prefix- or prompt-tuned
+variants of the --checkpoint base in shared batches: each line of FILE, {"variant": NAME,
+"prompt": TEXT}, is continued by its variant, every row as if its variant ran alone (greedy
+decoding gives the same tokens), and one JSON line {"row", "variant", "sample", "text"} is
+printed per row and sample. --variant NAME without a directory is the base model itself.
+See docs/peft.md ("Many variants in one batch")."""
 
 EXAMPLES = """\
   lmlab generate --checkpoint ck/ --prompt "ROMEO:" --max-new-tokens 60 --top-p 0.9 --seed 0
@@ -43,7 +52,8 @@ EXAMPLES = """\
   lmlab generate --checkpoint t5ck/ --prompt "translate: a house" --num-beams 3 --stop "."
   lmlab generate --checkpoint ck/ --prompt "Once" --num-samples 5 --seed 1 --format jsonl
   lmlab generate --checkpoint ck/ --json-schema person.json --num-samples 10 --seed 1
-  lmlab generate --checkpoint ck/ --json-schema person.json --grammar-backend lmlab"""
+  lmlab generate --checkpoint ck/ --json-schema person.json --grammar-backend lmlab
+  lmlab generate --checkpoint gpt/ --variant poem=ft/poem --variant plain --prompts rows.jsonl"""
 
 
 def register(sub) -> None:
@@ -78,6 +88,7 @@ def register(sub) -> None:
                    help="JSON-schema engine: llguidance (extra 'grammar'), lmlab, or auto (the default: "
                         "llguidance when installed and the tokenizer is byte-level/character BPE)")
     p.add_argument("--device", default=None, help="torch device (default: cuda when available, else cpu)")
+    add_variant_arguments(p)
     p.set_defaults(func=run)
 
 
@@ -126,6 +137,11 @@ def run(args) -> int:
     from lmlab.generate import generate
 
     mode = _decoding_mode(args)
+    check_variant_arguments(args)
+    if args.variant:
+        from lmlab.cli.generate_variants import run_variants
+
+        return run_variants(args, mode, _continuation)
     if args.grammar_backend and not args.json_schema:
         raise LmlabError("--grammar-backend chooses the engine of --json-schema decoding",
                          "add --json-schema FILE or drop --grammar-backend")

@@ -57,6 +57,9 @@ def register(sub) -> None:
     )
     p.add_argument("--sentinels", type=int, default=0, help="also add N T5 sentinels <extra_id_0>..")
     p.add_argument("--lowercase", action="store_true", help="(wordpiece) lower-case and strip accents")
+    p.add_argument("--score", choices=("gain", "ratio"), default=None,
+                   help="(wordpiece) merge score: gain = likelihood gain of the merge (default), "
+                        "ratio = count(ab)/(count(a)*count(b)), the textbook score")
     p.add_argument("--encoding", default="utf-8", help="encoding of the input files (e.g. latin-1)")
     p.set_defaults(func=run_train, out_kind=("tokenizer.json", "tokenizer"))
 
@@ -127,6 +130,8 @@ def run_train(args) -> int:
         )
     if args.num_merges is not None and args.algo != "bpe":
         raise LmlabError("--num-merges applies only to --algo bpe", "use --vocab-size")
+    if args.score is not None and args.algo != "wordpiece":
+        raise LmlabError("--score applies only to --algo wordpiece", "leave it out")
     specials = list(DEFAULT_SPECIAL_TOKENS if args.special_tokens is None else args.special_tokens)
     specials += sentinel_tokens(args.sentinels)
     options = {}
@@ -134,6 +139,8 @@ def run_train(args) -> int:
         options["num_merges"] = args.num_merges
     if args.algo == "wordpiece":
         options["lowercase"] = args.lowercase
+        if args.score is not None:
+            options["score"] = args.score
     texts = chain.from_iterable(iter_text_lines(f, args.encoding) for f in files)
     t0 = time.perf_counter()
     tok = train_tokenizer(

@@ -32,12 +32,22 @@ class TokenBatch:
     #: moved by :meth:`to` from the CPU, so deciding costs no device read. None: not looked at yet.
     single_document: bool | None = None
 
-    def to(self, device) -> TokenBatch:
+    def to(self, device, non_blocking: bool = False) -> TokenBatch:
         single = self.single_document
         if single is None and self.doc_ids.device.type == "cpu":
             single = bool((self.doc_ids == self.doc_ids[:, :1]).all())
-        return TokenBatch(self.input_ids.to(device), self.doc_ids.to(device), self.position_ids.to(device),
-                          None if self.offsets is None else self.offsets.to(device), single)
+
+        def move(t: Tensor | None) -> Tensor | None:
+            return None if t is None else t.to(device, non_blocking=non_blocking)
+
+        return TokenBatch(move(self.input_ids), move(self.doc_ids), move(self.position_ids),
+                          move(self.offsets), single)
+
+    def pin_memory(self) -> TokenBatch:
+        """The same batch in page-locked host memory (its copy to a GPU can then overlap compute)."""
+        pin = [None if t is None else t.pin_memory()
+               for t in (self.input_ids, self.doc_ids, self.position_ids, self.offsets)]
+        return TokenBatch(*pin, self.single_document)
 
     def is_single_document(self) -> bool:
         """Every row holds a single document (read on the device only when not known already)."""

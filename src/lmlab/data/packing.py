@@ -19,6 +19,8 @@ to it instead of replaying batches.
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import torch
 
@@ -67,6 +69,7 @@ class PackedWindows:
         self._epoch: int | None = None
         self._offset_cur = 0
         self._order = np.empty(0, dtype=np.int64)
+        self._lock = threading.Lock()
         self._lengths: dict[int, int] = {}
 
     def _offset(self, epoch: int) -> int:
@@ -83,6 +86,10 @@ class PackedWindows:
         return self._lengths[epoch]
 
     def _layout(self, epoch: int) -> tuple[int, np.ndarray]:
+        with self._lock:  # a prefetching thread and the trainer may both ask
+            return self._layout_unlocked(epoch)
+
+    def _layout_unlocked(self, epoch: int) -> tuple[int, np.ndarray]:
         if epoch != self._epoch:
             rng = np.random.default_rng([self.seed, epoch])
             if epoch > 0:

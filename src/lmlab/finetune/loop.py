@@ -582,6 +582,8 @@ def evaluate(checkpoint: str | os.PathLike, data, task: str | None = None, *, on
     """
     if batch_size < 1:
         raise LmlabError(f"batch size must be at least 1, got {batch_size}", "pass e.g. batch_size=64")
+    if predictions is not None:
+        check_predictions_file(predictions, {"--data": data, "--checkpoint": checkpoint})
     model, saved = load_finetuned(checkpoint)
     if task is not None and task != saved.name:
         raise LmlabError(f"{checkpoint} was fine-tuned for task {saved.name!r}, not {task!r}",
@@ -596,6 +598,30 @@ def evaluate(checkpoint: str | os.PathLike, data, task: str | None = None, *, on
         rows = [{"where": e.where, "prediction": p, "label": e.label} for p, e in zip(preds, examples)]
         atomic_write_text(predictions, "".join(json.dumps(r) + "\n" for r in rows))
     return metrics
+
+
+def check_predictions_file(path: str | os.PathLike, inputs: dict[str, object]) -> None:
+    """Before any work: ``path`` may receive predictions unless that would lose a file: it is one
+    of the inputs (or inside one), or it exists and is not an earlier predictions file (its first
+    line a JSON object with a ``prediction``)."""
+    p = Path(path)
+    for flag, value in inputs.items():
+        if isinstance(value, (str, os.PathLike)) and str(value):
+            given = Path(value).resolve()
+            if p.resolve() == given or given in p.resolve().parents:
+                raise LmlabError(f"--predictions {p} would replace the input {flag} {value}; nothing was "
+                                 "written", "write the predictions to another file")
+    if p.is_dir():
+        raise LmlabError(f"--predictions {p} is a directory", "name a file, e.g. dev.predictions.jsonl")
+    if p.exists() and p.stat().st_size:
+        try:
+            with open(p, encoding="utf-8") as f:
+                first = json.loads(f.readline())
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            first = None
+        if not (isinstance(first, dict) and "prediction" in first):
+            raise LmlabError(f"--predictions {p} exists and is not an earlier predictions file; nothing was "
+                             "written", "choose a new file name (or delete that file yourself)")
 
 
 def reread(task: Task, format: str | None = None, header: bool | None = None, delimiter: str | None = None,

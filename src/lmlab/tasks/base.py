@@ -48,6 +48,8 @@ class TaskOptions:
       classify from the last token's hidden state).
     * ``max_target_length``: text-to-text, tokens generated at most.
     * ``prefix``: text-to-text generation, text put before every source (``"summarize: "``).
+    * ``rouge_stemmer``: text-to-text, ROUGE with Porter stemming (as published summarisation
+      numbers usually are; the ``metrics`` extra).
     * ``format``, ``header``, ``delimiter``, ``fields``: how data files are read
       (:mod:`lmlab.tasks.tables`): the file format (None: from the extension), whether TSV/CSV
       files have a header row (None: decide), the CSV delimiter, and role -> column (name or
@@ -61,6 +63,7 @@ class TaskOptions:
     decoder_style: str = "gpt"
     max_target_length: int = 32
     prefix: str = ""
+    rouge_stemmer: bool = False
     format: str | None = None
     header: bool | None = None
     delimiter: str | None = None

@@ -20,11 +20,14 @@ All scores are fractions in [0, 1] (SQuAD's official script prints EM/F1 x 100; 
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 import string
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+
+from lmlab.errors import LmlabError
 
 # --------------------------------------------------------------------------- classification
 
@@ -195,10 +198,23 @@ def entity_prf(pred_tags: Sequence[Sequence[str]], true_tags: Sequence[Sequence[
 # --------------------------------------------------------------------------- generation
 
 
-def rouge_tokens(text: str) -> list[str]:
-    """ROUGE tokenisation (as the ``rouge-score`` package without stemming): lower-case, every run
-    of characters other than a-z/0-9 is a separator."""
-    return re.sub(r"[^a-z0-9]+", " ", text.lower()).split()
+def rouge_tokens(text: str, stem: Callable[[str], str] | None = None) -> list[str]:
+    """ROUGE tokenisation (as the ``rouge-score`` package): lower-case, every run of characters
+    other than a-z/0-9 is a separator; with ``stem`` (:func:`porter_stemmer`), words longer than
+    three characters are stemmed, so "models" and "model" match."""
+    tokens = re.sub(r"[^a-z0-9]+", " ", text.lower()).split()
+    return tokens if stem is None else [stem(t) if len(t) > 3 else t for t in tokens]
+
+
+def porter_stemmer() -> Callable[[str], str]:
+    """The Porter stemmer the published ROUGE numbers use (NLTK's, as ``rouge-score``'s
+    ``use_stemmer=True``), memoised per word; needs the ``metrics`` extra (``nltk``)."""
+    try:
+        from nltk.stem import porter
+    except ImportError:
+        raise LmlabError("ROUGE with stemming needs the nltk package (the Porter stemmer)",
+                         "pip install 'lmlab[metrics]'") from None
+    return functools.lru_cache(maxsize=65536)(porter.PorterStemmer().stem)
 
 
 def _ngrams(tokens: Sequence[str], n: int) -> Counter:
@@ -212,9 +228,9 @@ def _f(overlap: float, n_pred: int, n_ref: int) -> float:
     return 2 * p * r / (p + r)
 
 
-def rouge_n(prediction: str, reference: str, n: int) -> float:
+def rouge_n(prediction: str, reference: str, n: int, stem: Callable[[str], str] | None = None) -> float:
     """ROUGE-N F-measure: clipped n-gram overlap over prediction and reference n-gram counts."""
-    p, r = _ngrams(rouge_tokens(prediction), n), _ngrams(rouge_tokens(reference), n)
+    p, r = _ngrams(rouge_tokens(prediction, stem), n), _ngrams(rouge_tokens(reference, stem), n)
     return _f(sum((p & r).values()), sum(p.values()), sum(r.values()))
 
 
@@ -229,9 +245,9 @@ def lcs_length(a: Sequence, b: Sequence) -> int:
     return prev[-1]
 
 
-def rouge_l(prediction: str, reference: str) -> float:
+def rouge_l(prediction: str, reference: str, stem: Callable[[str], str] | None = None) -> float:
     """ROUGE-L F-measure: LCS length over prediction and reference lengths."""
-    p, r = rouge_tokens(prediction), rouge_tokens(reference)
+    p, r = rouge_tokens(prediction, stem), rouge_tokens(reference, stem)
     return _f(lcs_length(p, r), len(p), len(r))
 
 
@@ -254,12 +270,12 @@ def _lcs_positions(a: Sequence, b: Sequence) -> list[int]:
     return out[::-1]
 
 
-def rouge_lsum(prediction: str, reference: str) -> float:
+def rouge_lsum(prediction: str, reference: str, stem: Callable[[str], str] | None = None) -> float:
     """ROUGE-Lsum F-measure (Lin 2004, summary-level LCS): prediction and reference are split into
     sentences at newlines; each reference sentence's LCS hits with all prediction sentences are
     united, and a token counts at most as often as it occurs on both sides."""
-    ref = [t for t in (rouge_tokens(s) for s in reference.split("\n")) if t]
-    pred = [t for t in (rouge_tokens(s) for s in prediction.split("\n")) if t]
+    ref = [t for t in (rouge_tokens(s, stem) for s in reference.split("\n")) if t]
+    pred = [t for t in (rouge_tokens(s, stem) for s in prediction.split("\n")) if t]
     m, n = sum(map(len, ref)), sum(map(len, pred))
     if not m or not n:
         return 0.0
@@ -275,17 +291,20 @@ def rouge_lsum(prediction: str, reference: str) -> float:
     return _f(hits, n, m)
 
 
-def rouge_scores(predictions: Sequence[str], references: Sequence[str]) -> dict[str, float]:
-    """Mean ROUGE-1, ROUGE-2, ROUGE-L and ROUGE-Lsum F-measures (no stemming), equal to
-    ``rouge-score``'s ``RougeScorer(use_stemmer=False)`` (tested)."""
+def rouge_scores(predictions: Sequence[str], references: Sequence[str],
+                 stem: bool = False) -> dict[str, float]:
+    """Mean ROUGE-1, ROUGE-2, ROUGE-L and ROUGE-Lsum F-measures, equal to ``rouge-score``'s
+    ``RougeScorer(use_stemmer=stem)`` (tested both ways; published summarisation numbers usually
+    stem)."""
     _same_length(predictions, references)
     n = len(predictions) or 1
     pairs = list(zip(predictions, references))
+    s = porter_stemmer() if stem else None
     return {
-        "rouge1": sum(rouge_n(p, r, 1) for p, r in pairs) / n,
-        "rouge2": sum(rouge_n(p, r, 2) for p, r in pairs) / n,
-        "rougeL": sum(rouge_l(p, r) for p, r in pairs) / n,
-        "rougeLsum": sum(rouge_lsum(p, r) for p, r in pairs) / n,
+        "rouge1": sum(rouge_n(p, r, 1, s) for p, r in pairs) / n,
+        "rouge2": sum(rouge_n(p, r, 2, s) for p, r in pairs) / n,
+        "rougeL": sum(rouge_l(p, r, s) for p, r in pairs) / n,
+        "rougeLsum": sum(rouge_lsum(p, r, s) for p, r in pairs) / n,
     }
 
 

@@ -403,21 +403,26 @@ def read_conll(path: str | os.PathLike, on_bad_line: str | BadLines = "error", w
 # --------------------------------------------------------------------------- source/target pairs
 
 
+def json_lines(path: str | os.PathLike, bad: BadLines) -> Iterator[tuple[str, Any]]:
+    """``("FILE line N", decoded value)`` for each non-blank line of a JSON Lines file; a line that
+    is no JSON goes to ``bad``."""
+    for lineno, line in enumerate(iter_text_lines(path), 1):
+        if not line.strip():
+            continue
+        where = f"{path} line {lineno}"
+        try:
+            yield where, json.loads(line)
+        except json.JSONDecodeError as e:
+            bad(where, f"invalid JSON ({e.msg} at column {e.colno})")
+
+
 def read_pairs(path: str | os.PathLike, on_bad_line: str | BadLines = "error", warn=None) -> list[Example]:
     """Source/target pairs for generation: TSV ``source\\ttarget`` or JSON Lines ``{"source", "target"}``."""
     bad = policy(on_bad_line, warn)
     p = check_input_file(path)
     out: list[Example] = []
     if p.suffix in (".jsonl", ".json"):
-        for lineno, line in enumerate(iter_text_lines(p), 1):
-            if not line.strip():
-                continue
-            where = f"{p} line {lineno}"
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as e:
-                bad(where, f"invalid JSON ({e.msg} at column {e.colno})")
-                continue
+        for where, rec in json_lines(p, bad):
             src = rec.get("source") if isinstance(rec, dict) else None
             tgt = rec.get("target") if isinstance(rec, dict) else None
             if not isinstance(src, str) or not isinstance(tgt, str) or not src.strip() or not tgt.strip():

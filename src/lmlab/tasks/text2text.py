@@ -169,7 +169,8 @@ class Text2Text(Task):
         if self.base is not None:
             return self.base.score(predictions, examples)
         refs = [str(e.label) for e in examples]
-        return {**M.rouge_scores(predictions, refs), "bleu": M.corpus_bleu(predictions, refs)}
+        rouge = M.rouge_scores(predictions, refs, stem=self.options.rouge_stemmer)
+        return {**rouge, "bleu": M.corpus_bleu(predictions, refs)}
 
 
 def _canonical(tokenizer, word: str) -> str:

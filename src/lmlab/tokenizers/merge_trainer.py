@@ -21,9 +21,22 @@ Scores:
 
 * ``"frequency"`` (BPE): the pair with the highest count; ties go to the pair that occurs first
   in the corpus, i.e. the smallest (first word index, character position).
-* ``"likelihood"`` (WordPiece, Schuster & Nakajima 2012 as described for BERT): the pair that
-  most increases the likelihood of the training data under a unigram model,
-  ``count(ab) / (count(a) * count(b))``, with ties broken by pair count, then corpus order.
+* ``"gain"`` (WordPiece's default; Schuster & Nakajima 2012: pick the merge that most increases
+  the likelihood of the training data): the exact change of the corpus log-likelihood under a
+  unigram model, ``L = sum_s n_s log(n_s / N)``, when the ``c`` occurrences of ``(a, b)`` become
+  one new symbol: ``f(c) + f(n_a - c) - f(n_a) + f(n_b - c) - f(n_b) + f(N) - f(N - c)`` with
+  ``f(x) = x log x``. For ``c`` small next to the counts it is about ``c * (log(c N / (n_a n_b)) - 1)``:
+  the pointwise mutual information of the pair weighted by how often it occurs;
+* ``"ratio"`` (the textbook WordPiece score): ``count(ab) / (count(a) * count(b))``, the same
+  mutual information without the weight, so pairs of rare symbols come first.
+
+Both likelihood scores break ties by pair count, then corpus order. They depend on the symbols'
+own counts, so when a merge lowers ``n_a`` and ``n_b`` every live pair containing ``a`` or ``b``
+is pushed again with its higher score; ``N`` only falls, which lowers every gain, so older
+entries stay upper bounds and are re-scored when they reach the top. For the gain, rare pairs
+are spared that re-push while a bound proves they cannot win (``_unpark``). Stale entries are
+dropped (keeping each pair's best) once they outnumber the live pairs two to one, so memory
+follows the live pairs.
 
 Corpus order is kept cheaply: a heap entry carries a *lower bound* on the pair's first position
 (positions only move later as occurrences disappear). Only when the top entry is tied with
@@ -35,12 +48,13 @@ from __future__ import annotations
 import heapq
 import operator
 from collections.abc import Callable
+from math import inf, log
 
 from lmlab.errors import LmlabError
 
 _SHIFT = 32
 _LOW = (1 << _SHIFT) - 1
-SCORES = ("frequency", "likelihood")
+SCORES = ("frequency", "gain", "ratio")
 
 
 def learn_merges(word_counts: dict[tuple[str, ...], int], num_merges: int, *, score: str = "frequency",
@@ -63,8 +77,11 @@ def learn_merges(word_counts: dict[tuple[str, ...], int], num_merges: int, *, sc
 class _MergeLearner:
     """State of one learning run; symbols are ints, a pair (a, b) is the int ``a << 32 | b``."""
 
+    heap_slack = 4096  # stale heap entries tolerated beyond twice the live pairs
+
     def __init__(self, word_counts: dict[tuple[str, ...], int], score: str, join: Callable[[str, str], str]):
-        self.likelihood = score == "likelihood"
+        self.likelihood = score != "frequency"  # the score depends on the symbols' own counts
+        self.gain = score == "gain"
         self.join = join
         self.sym_id: dict[str, int] = {}
         self.symbols: list[str] = []
@@ -100,6 +117,9 @@ class _MergeLearner:
                     pair_count[key] = c + n
                     where[key].add(w)
         self.pair_count = pair_count
+        self.total = sum(self.sym_count)  # N: symbols in the corpus, for the likelihood gain
+        self.f_total = _xlogx(self.total)
+        self.flog = [_xlogx(n) for n in self.sym_count]  # n_s log n_s per symbol
         self.where = where
         self.bound = first  # pair -> lower bound on its first (word, position)
         self.by_symbol: dict[int, set[int]] = {}
@@ -109,6 +129,12 @@ class _MergeLearner:
                 self.by_symbol.setdefault(key & _LOW, set()).add(key)
         self.heap = [self._entry(key) for key in pair_count]
         heapq.heapify(self.heap)
+        # Likelihood scores: pair -> the score of its best entry in the heap. A pair whose new score
+        # is no higher needs no new entry (the old one is still an upper bound).
+        self.top: dict[int, float] = {e[-1]: -e[0] for e in self.heap} if self.likelihood else {}
+        # Gain only: pairs seen at most ``parked`` times are not re-pushed when their symbols' counts
+        # fall (see _unpark); None until the first pop sets it (all entries are exact until then).
+        self.parked: int | None = None if self.gain else 0
 
     # ------------------------------------------------------------------ heap entries
     def _entry(self, key: int) -> tuple:
@@ -120,7 +146,22 @@ class _MergeLearner:
         return (-c, w, pos, key)
 
     def _score(self, key: int, c: int) -> float:
-        return c / (self.sym_count[key >> _SHIFT] * self.sym_count[key & _LOW])
+        a, b = key >> _SHIFT, key & _LOW
+        if not self.gain:
+            return c / (self.sym_count[a] * self.sym_count[b])
+        # The exact change of the corpus log-likelihood under a unigram model, L = sum over symbols
+        # of n_s log(n_s / N) = sum n_s log n_s - N log N, when c occurrences of (a, b) become one
+        # new symbol ab: n_a and n_b fall by c, N falls by c. (Summed so that (a, b) and (b, a) with
+        # the same counts get the very same float.)
+        flog, count, rest = self.flog, self.sym_count, self.total - c
+        if a == b:  # overlapping runs (a a a) count twice in c, so n_a - 2c may go below 0
+            left = count[a] - 2 * c
+            parts = (left * log(left) if left > 0 else 0.0) - flog[a]
+        else:  # x log x written out (no calls): this runs for every pair a merge re-scores
+            left, right = count[a] - c, count[b] - c
+            parts = (((left * log(left)) if left else 0.0) - flog[a]) + (
+                ((right * log(right)) if right else 0.0) - flog[b])
+        return c * log(c) + (self.f_total - rest * log(rest)) + parts
 
     def _first_occurrence(self, key: int) -> tuple[int, int]:
         """True first (word index, position in initial symbols) of a pair; prunes stale words."""
@@ -151,7 +192,11 @@ class _MergeLearner:
             if lk:
                 s = self._score(key, c)
                 if -top[0] != s or -top[1] != c:
-                    heapq.heapreplace(heap, (-s, -c, top[2], top[3], key))
+                    # the first position of the entry may be out of date: use the pair's own bound
+                    heapq.heapreplace(heap, (-s, -c, *self.bound[key], key))
+                    self.top[key] = s
+                    continue
+                if self.parked != 0 and s <= self._unpark(s):
                     continue
                 prefix = top[:2]
             else:
@@ -173,9 +218,53 @@ class _MergeLearner:
                     continue
             heapq.heappop(heap)
             if c < min_count:  # likelihood: the best-scoring pair may still be too rare; skip it
+                self.top.pop(key, None)
                 continue
             return key
         return None
+
+    def _upper(self, c: int) -> float:
+        """Upper bound on the gain of any pair (a, b), a != b, seen c times, now and later.
+
+        ``f`` is convex, so ``f(n_a) - f(n_a - c) >= f(c)`` for every ``n_a >= c``; hence the gain is
+        at most ``f(N) - f(N - c) - f(c)``, which grows with ``c`` and shrinks as ``N`` falls.
+        """
+        rest = self.total - c
+        return self.f_total - rest * log(rest) - c * log(c) if c else 0.0
+
+    def _unpark(self, best: float) -> float:
+        """Make sure no parked pair can beat ``best``; return the bound that now holds for them.
+
+        A merge lowers the counts of its two symbols, raising the gain of every pair that contains
+        one of them; re-scoring them all is most of the learner's work, and most of them are rare
+        pairs far from winning. So pairs seen at most ``parked`` times are left with their stale
+        (possibly too low) entries and leave ``by_symbol`` when next visited: their true gain is at
+        most ``_upper(parked)``. While the best
+        entry beats that bound, it is the true best; when it does not, ``parked`` is halved until
+        the bound is under half the best gain, and the pairs above the new level are re-scored.
+        """
+        level = self.parked
+        fresh = level is None  # before the first merge every entry is exact: nothing to re-score
+        if fresh:
+            level = max(self.pair_count.values(), default=0)
+        bound = self._upper(level)
+        if best > bound and not fresh:
+            return bound
+        new = level
+        while new and self._upper(new) >= best / 2:
+            new //= 2
+        if not fresh:
+            heap, score, first, by_symbol, top = self.heap, self._score, self.bound, self.by_symbol, self.top
+            for k, c in self.pair_count.items():
+                if new < c <= level:
+                    s = score(k, c)
+                    if s > top.get(k, -inf):
+                        heapq.heappush(heap, (-s, -c, *first[k], k))
+                        top[k] = s
+                    by_symbol[k >> _SHIFT].add(k)  # re-scored again when a or b is merged
+                    by_symbol[k & _LOW].add(k)
+        self.parked = new
+        return float("inf")  # re-examine the heap top
 
     # ------------------------------------------------------------------ one merge
     def _merge(self, key: int, new: int) -> None:
@@ -237,6 +326,11 @@ class _MergeLearner:
             self.sym_count[a] -= merged
             self.sym_count[b] -= merged
             self.sym_count[new] += merged
+            self.total -= merged
+            if self.gain:
+                self.f_total = _xlogx(self.total)
+                for sym in (a, b, new):
+                    self.flog[sym] = _xlogx(self.sym_count[sym])
         for k, w in touched.items():
             if k not in pair_count:
                 continue
@@ -247,22 +341,51 @@ class _MergeLearner:
             if self.likelihood:
                 self.by_symbol.setdefault(k >> _SHIFT, set()).add(k)
                 self.by_symbol.setdefault(k & _LOW, set()).add(k)
-            heapq.heappush(self.heap, self._entry(k))
+            entry = self._entry(k)
+            heapq.heappush(self.heap, entry)
+            if self.likelihood and self.top.get(k, -inf) < -entry[0]:
+                self.top[k] = -entry[0]
         if self.likelihood:
             # count(a) and count(b) fell, so every pair containing a or b now scores higher.
+            score, heap, bound, push, top = self._score, self.heap, self.bound, heapq.heappush, self.top
             for sym in {a, b}:
-                live = self.by_symbol.get(sym, set())
-                for k in list(live):
-                    if pair_count.get(k, 0) > 0:
-                        heapq.heappush(self.heap, self._entry(k))
-                    else:
-                        live.discard(k)
+                live = self.by_symbol.get(sym)
+                if not live:
+                    continue
+                dead = []
+                parked = self.parked or 0
+                for k in live:
+                    c = pair_count.get(k)
+                    if c and (c > parked or k >> _SHIFT == k & _LOW):
+                        s = score(k, c)
+                        if s > top.get(k, -inf):  # else its best entry still bounds it from above
+                            w, pos = bound[k]
+                            push(heap, (-s, -c, w, pos, k))
+                            top[k] = s
+                    else:  # gone, or parked: its gain is below _upper(parked) (_unpark puts it back)
+                        dead.append(k)
+                live.difference_update(dead)
+
+    def _compact(self) -> None:
+        """Drop stale heap entries once they outnumber the live pairs two to one.
+
+        A pair gets a new entry whenever its score rises above its best one (``top``), and scores
+        only fall otherwise, so the entry scored ``top[pair]`` is an upper bound on its score:
+        keeping that one is enough (it is re-scored when it reaches the top), and nothing needs
+        re-scoring here. (Parked pairs are bounded by ``_upper`` instead.)
+        """
+        if len(self.heap) <= 2 * len(self.pair_count) + self.heap_slack:
+            return
+        top = self.top
+        self.heap = [e for e in self.heap if top.get(e[-1]) == -e[0]]
+        heapq.heapify(self.heap)
 
     def _drop(self, key: int) -> None:
         """Forget a pair that no longer occurs, so memory follows the live pairs only."""
         self.pair_count.pop(key, None)
         self.where.pop(key, None)
         self.bound.pop(key, None)
+        self.top.pop(key, None)
 
     def _new_symbol(self, key: int) -> tuple[int, bool]:
         a, b = key >> _SHIFT, key & _LOW
@@ -274,6 +397,7 @@ class _MergeLearner:
         self.symbols.append(s)
         self.units.append(self.units[a] + self.units[b])
         self.sym_count.append(0)
+        self.flog.append(0.0)
         return i, True
 
     def run(self, num_merges: int, min_count: int, progress: bool, max_new_symbols: int | None):
@@ -293,9 +417,15 @@ class _MergeLearner:
                 created += fresh
                 merges.append((self.symbols[key >> _SHIFT], self.symbols[key & _LOW]))
                 self._merge(key, new)
+                if self.likelihood:
+                    self._compact()
                 if bar is not None:
                     bar.update(1)
         finally:
             if bar is not None:
                 bar.close()
         return merges
+
+
+def _xlogx(x: int) -> float:
+    return x * log(x) if x > 0 else 0.0

@@ -12,9 +12,10 @@ characters, becomes a single ``[UNK]``. Segmentations are cached per whitespace-
 text, so real text costs little more than a dictionary lookup per word.
 
 Token learner: like BPE, start from characters (the first character of a word plain, the others
-``##c``) and merge adjacent pairs, but pick the pair with the best *likelihood* score
-``count(ab) / (count(a) * count(b))`` (the merge that most increases the likelihood of the
-training data under a unigram model) instead of the most frequent pair; see
+``##c``) and merge adjacent pairs, but pick the pair whose merge most increases the likelihood
+of the training data under a unigram model instead of the most frequent pair: by default the
+exact log-likelihood gain of the merge (``score="gain"``), or the textbook ratio
+``count(ab) / (count(a) * count(b))`` (``score="ratio"``); see
 :mod:`lmlab.tokenizers.merge_trainer`. The vocabulary is the special tokens, every initial
 symbol, then the merged symbols in the order learned. At segmentation time only the vocabulary
 matters (no merge list is kept), exactly as in BERT.
@@ -44,11 +45,30 @@ BERT_SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 _CLEANUP = [(" .", "."), (" ?", "?"), (" !", "!"), (" ,", ","), (" ' ", "'"), (" n't", "n't"),
             (" 'm", "'m"), (" do not", " don't"), (" 's", "'s"), (" 've", "'ve"), (" 're", "'re")]
 _CACHE_LIMIT = 1 << 18
+#: Merge scores of the learner: the likelihood gain of the merge (default) and the plain ratio.
+WORDPIECE_SCORES = ("gain", "ratio")
 
 
-def _words(normalizer: BertNormalizer, text: str) -> list[str]:
-    """Module-level (picklable) splitter for :func:`count_chunks`."""
-    return normalizer.words(text)
+def _chunks(normalizer: BertNormalizer, text: str) -> list[str]:
+    """Module-level (picklable) splitter for :func:`count_chunks`: the whitespace-free chunks."""
+    return normalizer.chunk_pattern.findall(text)
+
+
+def _count_words(texts: Iterable[str], normalizer: BertNormalizer, workers: int) -> dict[str, int]:
+    """Word counts in first-seen order: count whitespace-free chunks, then split each distinct one.
+
+    Each distinct chunk is normalized and split once, with no cache (a cache of every chunk's
+    words and offsets cost more memory than the learner itself); the order of first occurrence
+    is the same as splitting the whole stream.
+    """
+    counts: dict[str, int] = {}
+    for chunk, n in count_chunks(texts, partial(_chunks, normalizer), workers=workers).items():
+        for word, _ in normalizer.split_chunk(chunk):
+            counts[word] = counts.get(word, 0) + n
+    if not counts:
+        raise LmlabError("the training corpus is empty (no words found)",
+                         "pass files or texts that contain text")
+    return counts
 
 
 class WordPieceTokenizer(Tokenizer):
@@ -191,7 +211,8 @@ class WordPieceTokenizer(Tokenizer):
     def train(cls, texts: Iterable[str], vocab_size: int | None, special_tokens: Sequence[str], *,
               lowercase: bool = False, strip_accents: bool | None = None, tokenize_chinese_chars: bool = True,
               clean_text: bool = True, max_input_chars_per_word: int = 100, min_frequency: int = 1,
-              unk_token: str = "[UNK]", progress: bool = False, workers: int = 1) -> WordPieceTokenizer:
+              unk_token: str = "[UNK]", score: str = "gain", progress: bool = False,
+              workers: int = 1) -> WordPieceTokenizer:
         """Learn a WordPiece vocabulary of ``vocab_size`` tokens (special tokens included).
 
         Words come from the BERT basic tokenizer with the given options (``lowercase`` also strips
@@ -201,12 +222,20 @@ class WordPieceTokenizer(Tokenizer):
         ``vocab_size`` is reached or no pair occurs ``min_frequency`` times. Words longer than
         ``max_input_chars_per_word`` are skipped (they always segment to ``[UNK]``). ``workers``
         > 1 counts words in that many processes.
+
+        ``score`` picks the likelihood criterion: ``"gain"`` (default) merges the pair whose merge
+        raises the unigram log-likelihood of the corpus most (frequent, strongly associated pairs:
+        a vocabulary like BERT's); ``"ratio"`` is the textbook ``count(ab) / (count(a) * count(b))``,
+        which ranks pairs of rare symbols first (see docs/tokenizers-wordpiece.md).
         """
         if vocab_size is None:
             raise LmlabError("WordPiece training needs vocab_size", "pass e.g. vocab_size=8000")
+        if score not in WORDPIECE_SCORES:
+            raise LmlabError(f"unknown WordPiece score {score!r}",
+                             f"use one of {', '.join(WORDPIECE_SCORES)}")
         prefix = "##"
         normalizer = BertNormalizer(lowercase, strip_accents, tokenize_chinese_chars, clean_text)
-        counts = count_chunks(texts, partial(_words, normalizer), workers=workers)
+        counts = _count_words(texts, normalizer, workers)
         word_counts = {(w[0], *(prefix + c for c in w[1:])): n for w, n in counts.items()
                        if len(w) <= max_input_chars_per_word}
         alphabet = sorted({s for word in word_counts for s in word}, key=lambda s: (s.startswith(prefix), s))
@@ -223,7 +252,7 @@ class WordPieceTokenizer(Tokenizer):
 
         # Allow a few extra merges: two merges may build the same string (a+##bc, ab+##c), and a
         # merged word may equal a special token; learning stops at ``budget`` new symbols anyway.
-        merges = learn_merges(word_counts, 2 * budget + 16, score="likelihood", join=join,
+        merges = learn_merges(word_counts, 2 * budget + 16, score=score, join=join,
                               min_count=min_frequency, progress=progress, max_new_symbols=budget)
         vocab = list(dict.fromkeys([*base, *(join(a, b) for a, b in merges)]))[:vocab_size]
         return cls(vocab, specials, lowercase=lowercase, strip_accents=strip_accents,

@@ -104,7 +104,9 @@ class TrainConfig:
     block's activations in the backward pass (less memory, ~1/3 more compute); ``peak_tflops``
     is the device's peak for the MFU column (0 = looked up for known GPUs; none on CPUs);
     ``attention`` picks how packed documents are masked: ``flex`` (block-sparse FlexAttention),
-    ``sdpa`` (a dense mask), ``auto`` (flex on CUDA, sdpa on CPUs). ``loggers``: where the
+    ``sdpa`` (a dense mask), ``auto`` (flex on CUDA, sdpa on CPUs); ``prefetch`` reads the next
+    step's windows on a background thread while this step computes (same numbers either way;
+    :mod:`lmlab.train.prefetch`). ``loggers``: where the
     metrics rows also go (``["tensorboard"]``; :mod:`lmlab.train.loggers`).
     """
 
@@ -138,6 +140,7 @@ class TrainConfig:
     activation_checkpointing: bool = False
     peak_tflops: float = 0.0
     attention: str = "auto"
+    prefetch: bool = True
     loggers: list[str] = field(default_factory=list)
 
 

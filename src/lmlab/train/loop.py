@@ -53,11 +53,13 @@ from lmlab.train.loggers import open_loggers
 from lmlab.train.metrics import MetricsLog, perplexity, plot_losses
 from lmlab.train.optim import build_optimizer, load_optimizer_tensors, lr_at, optimizer_tensors
 from lmlab.train.preempt import StopRequests
+from lmlab.train.prefetch import Prefetcher
 from lmlab.train.progress import Progress
 
 #: train.* keys that may change on --resume without changing the run's past or its arithmetic
 RESUME_FREE_KEYS = {
     "max_steps",
+    "prefetch",
     "eval_every",
     "eval_batches",
     "checkpoint_every",
@@ -137,6 +139,7 @@ class Trainer:
         self._print = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
         self.progress: Progress | None = None
         self.loggers: list = []
+        self.prefetcher: Prefetcher | None = None
 
     # ------------------------------------------------------------------ reporting
     def log(self, msg: str) -> None:
@@ -233,6 +236,9 @@ class Trainer:
                              autocast=self.machine.autocast, scaler=self.scaler, wrapped=self.step_module,
                              fix="lower train.lr, raise train.warmup_steps or use train.precision=fp32")
         self.windows = PackedWindows(self.data.train, t.seq_len, t.seed, cfg.data.max_tokens)
+        if t.prefetch:  # the next step's windows are read on a background thread during this one
+            self.prefetcher = Prefetcher(lambda p: self.windows.batch(p, t.batch_size),
+                                         pin=self.machine.device.type == "cuda")
         starts = eval_starts(self.data.val, t.seq_len, t.eval_batches * t.batch_size)
         self.val_starts = starts[self.info.rank :: self.info.world_size]
         # every rank runs as many evaluation batches as rank 0 (which has the most windows): under
@@ -442,9 +448,14 @@ class Trainer:
         t, dev = self.cfg.train, self.machine.device
         gen = torch.Generator(device=dev)
 
+        def read(position: int):
+            if self.prefetcher is None:
+                return self.windows.batch(position, t.batch_size)
+            return self.prefetcher.take(position)
+
         def micro_batch(index: int):
             def run():
-                batch = self.windows.batch(self.position + index * t.batch_size, t.batch_size).to(dev)
+                batch = read(self.position + index * t.batch_size).to(dev, non_blocking=True)
                 seed = micro_seed(t.seed, self.step, index)
                 gen.manual_seed(seed)
                 inputs = self.objective.prepare(batch, gen)
@@ -453,6 +464,9 @@ class Trainer:
             return run
 
         first = self.info.rank * t.grad_accum
+        if self.prefetcher is not None and self.step + 1 < t.max_steps:
+            after = self.position + self.rows_per_step
+            self.prefetcher.ahead([after + (first + m) * t.batch_size for m in range(t.grad_accum)])
         with trusted_inputs():  # ids and lengths were checked once, before the first step
             done = self.engine.step(self.step, [micro_batch(first + m) for m in range(t.grad_accum)])
         self.step += 1
@@ -528,6 +542,8 @@ class Trainer:
                 self.progress.close()
             for logger in self.loggers:
                 logger.close()
+            if self.prefetcher is not None:
+                self.prefetcher.close()
             dist_.shutdown(self.info)
 
     def _run(self) -> dict[str, Any]:

@@ -1,0 +1,24 @@
+"""``align(checkpoint, train, dev, out, method=...)``: one preference-tuning run, by method name."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+from lmlab.align.loop import AlignResult, dpo, setup
+from lmlab.align.rlhf import rlhf
+
+#: method name -> the run (each takes the loop's Setup); AlignConfig.method is checked against it
+METHODS: dict[str, Callable] = {"dpo": dpo, "rlhf": rlhf}
+
+
+def align(checkpoint, train, dev, out: str | os.PathLike | None, *, tokenizer=None,
+          log: Callable[[str], None] | None = None, **hparams) -> AlignResult:
+    """Preference-tune ``checkpoint`` (a directory or a model) on ``train`` pairs, judged on ``dev``.
+
+    ``train``/``dev``: JSON Lines files of ``{prompt, chosen, rejected}`` (or lists of
+    :class:`PreferencePair`). ``hparams``: :class:`AlignConfig` fields (``method``, ``beta``,
+    ``lr``, ``max_steps``, ``batch_size``...). ``out=None`` writes nothing.
+    """
+    run = setup(checkpoint, train, dev, out, hparams, tokenizer, log)
+    return METHODS[run.cfg.method](run)

@@ -17,7 +17,8 @@ from lmlab.errors import LmlabError
 
 #: FinetuneConfig fields that are task options (forwarded to lmlab.tasks.make_task)
 TASK_OPTION_FIELDS = ("max_length", "doc_stride", "max_answer_length", "lm_weight", "decoder_style",
-                      "max_target_length", "prefix", "format", "header", "delimiter", "fields")
+                      "max_target_length", "prefix", "format", "header", "delimiter", "fields", "template",
+                      "packing")
 
 
 #: the learning rates ``lr = "auto"`` tries, each a full fine-tuning run, the best on dev kept (the
@@ -61,6 +62,8 @@ class FinetuneConfig:
     decoder_style: str | None = None
     max_target_length: int | None = None
     prefix: str | None = None
+    template: str | None = None           # instruct: the prompt template text (None = the default)
+    packing: bool | None = None           # instruct: several examples per row (None = on for decoders)
     # how data files are read (lmlab.tasks.tables; None = from the extension / decided / the defaults)
     format: str | None = None
     header: bool | None = None

@@ -76,7 +76,7 @@ def test_loss_only_on_response_tokens_and_eos(tok, tmp_path):
 
 
 def test_packed_loss_and_logits_equal_unpacked(tok, tmp_path):
-    """Identity: packing changes nothing but the layout (same logits per example, same token-weighted loss)."""
+    """Identity: packing changes only the layout (same logits per example, same token-weighted loss)."""
     model = tiny_gpt(tok, "llama-tiny")          # rotary positions: restarting them matters
     path = write(tmp_path / "a.jsonl", RECORDS)
     plain, packed = make_task("instruct", "decoder", packing=False), make_task("instruct", "decoder")
@@ -98,7 +98,8 @@ def test_packed_loss_and_logits_equal_unpacked(tok, tmp_path):
         start = 0
         for f in single:
             alone = model(input_ids=torch.tensor([f["input_ids"]])).logits[0]
-            torch.testing.assert_close(logits[start:start + len(f["input_ids"])], alone, atol=1e-4, rtol=1e-4)
+            here = logits[start:start + len(f["input_ids"])]
+            torch.testing.assert_close(here, alone, atol=1e-4, rtol=1e-4)
             start += len(f["input_ids"])
         # without doc_ids/positions the second example would see the first: the identity is not trivial
         rows[0].pop("doc_ids"), rows[0].pop("position_ids")
@@ -118,7 +119,8 @@ def test_pack_respects_the_row_budget():
 def test_seq2seq_prompt_to_encoder_response_to_decoder(tok, tmp_path):
     task = make_task("instruct", "seq2seq")
     torch.manual_seed(0)
-    model = build_model(get_preset("t5-tiny", vocab_size=tok.vocab_size), heads=("lm",), architecture="seq2seq")
+    cfg = get_preset("t5-tiny", vocab_size=tok.vocab_size)
+    model = build_model(cfg, heads=("lm",), architecture="seq2seq")
     model.tokenizer = tok
     task.prepare_model(model)
     ex = task.read(write(tmp_path / "a.jsonl", RECORDS[:2]))

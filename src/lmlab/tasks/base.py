@@ -93,7 +93,8 @@ class TaskOptions:
                              "0 turns the auxiliary LM loss off")
         if self.packing not in (None, True, False) or not isinstance(self.template, str):
             raise LmlabError(f"packing must be true, false or unset and template a string, got "
-                             f"{self.packing!r}, {type(self.template).__name__}", "pass --no-packing or --template FILE")
+                             f"{self.packing!r}, {type(self.template).__name__}",
+                             "pass --no-packing or --template FILE")
         if self.decoder_style not in ("gpt", "last"):
             raise LmlabError(f"unknown decoder_style {self.decoder_style!r}", "use 'gpt' or 'last'")
         return self

@@ -179,8 +179,8 @@ class Instruct(Task):
     def __init__(self, name=None, options=None, architecture: str = "decoder"):
         super().__init__(name, options)
         if architecture not in self.architectures:
-            raise LmlabError(f"instruction tuning needs a decoder or an encoder-decoder, not a {architecture}",
-                             "use a GPT/Llama or T5/BART checkpoint")
+            raise LmlabError(f"instruction tuning needs a decoder or an encoder-decoder, not a "
+                             f"{architecture}", "use a GPT/Llama or T5/BART checkpoint")
         self.architecture = architecture
         self.template = check_template(self.options.template or DEFAULT_TEMPLATE)
         if self.options.packing and architecture == "seq2seq":
@@ -251,7 +251,8 @@ class Instruct(Task):
             src = tokenizer.encode(e.text)[-(self.options.max_length - len(end)):] + end
             f = {"input_ids": src, "attention_mask": [1] * len(src)}
             if e.label is not None:
-                f["labels"] = tokenizer.encode(str(e.label))[: self.options.max_target_length - len(end)] + end
+                target = tokenizer.encode(str(e.label))
+                f["labels"] = target[: self.options.max_target_length - len(end)] + end
             feats.append(f)
         return feats
 

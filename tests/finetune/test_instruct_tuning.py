@@ -83,8 +83,8 @@ def test_instruct_flags_are_checked(setup, capsys):
     d, ckpt, train, dev = setup
     bad = d / "bad_template.txt"
     bad.write_text("no placeholder here\n", encoding="utf-8")
-    args = ["finetune", "--checkpoint", str(ckpt), "--task", "instruct", "--train", str(train), "--dev", str(dev),
-            "--out", str(d / "never")]
+    args = ["finetune", "--checkpoint", str(ckpt), "--task", "instruct", "--train", str(train),
+            "--dev", str(dev), "--out", str(d / "never")]
     assert main(args + ["--template", str(bad)]) == 2
     assert "no {instruction} placeholder" in capsys.readouterr().err
     args[4] = "sst2"

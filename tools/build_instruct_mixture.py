@@ -25,11 +25,13 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--data", default=os.environ.get("LMLAB_DATA", "../shared/data"), metavar="DIR",
                    help="data directory holding glue/ (default: $LMLAB_DATA)")
-    p.add_argument("--out", required=True, metavar="DIR", help="directory to write (an earlier mixture is replaced)")
+    p.add_argument("--out", required=True, metavar="DIR",
+                   help="directory to write (an earlier mixture is replaced)")
     p.add_argument("--held-out", default="sst2", choices=TASK_NAMES, help="task kept out of training")
     p.add_argument("--tasks", nargs="+", default=None, choices=TASK_NAMES, help="tasks to use (default: all)")
     p.add_argument("--per-task", type=int, default=2000, metavar="N", help="training examples per task")
-    p.add_argument("--eval-per-task", type=int, default=200, metavar="N", help="evaluation examples per task")
+    p.add_argument("--eval-per-task", type=int, default=200, metavar="N",
+                   help="evaluation examples per task")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
     try:

@@ -35,8 +35,9 @@ def main(argv=None) -> int:
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
     try:
-        manifest = build_mixture(args.data, args.out, args.held_out, tuple(args.tasks) if args.tasks else None,
-                                 args.per_task, args.eval_per_task, args.seed)
+        tasks = tuple(args.tasks) if args.tasks else None
+        manifest = build_mixture(args.data, args.out, args.held_out, tasks, args.per_task, args.eval_per_task,
+                                 args.seed)
     except LmlabError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

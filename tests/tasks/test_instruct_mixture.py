@@ -31,7 +31,7 @@ def test_mixture_holds_out_a_task_and_a_template_per_task(data_dir, tmp_path):
     assert "\n" in held_task[0]["input"]              # a pair: premise, then hypothesis
     examples = make_task("instruct", "decoder").read(out / "train.jsonl")   # read back as written
     assert len(examples) == 60 and examples[0].extra["options"] == train[0]["options"]
-    build_mixture(data_dir, out, "rte", tasks=("cola", "rte"), per_task=5, eval_per_task=4)   # replaces a mixture
+    build_mixture(data_dir, out, "rte", tasks=("cola", "rte"), per_task=5, eval_per_task=4)  # replaces it
 
 
 def test_mixture_refuses_bad_settings_and_foreign_directories(data_dir, tmp_path):

@@ -148,7 +148,7 @@ def build_mixture(data_dir: str | os.PathLike, out: str | os.PathLike, held_out_
                 "held_out_templates": {t: SPECS[t].templates[-1] for t in trained},
                 "per_task": per_task, "eval_per_task": eval_per_task, "seed": seed,
                 "counts": {k: len(v) for k, v in files.items()}}
-    with atomic_dir(out, marker=MANIFEST, what="instruction mixture") as tmp:
+    with atomic_dir(out, marker=MANIFEST, what="mixture") as tmp:
         for name, recs in files.items():
             (tmp / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs), encoding="utf-8")
         write_json(tmp / MANIFEST, manifest)

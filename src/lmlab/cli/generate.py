@@ -15,6 +15,9 @@ Continue a text prompt with a saved decoder (GPT-2, Llama), encoder-decoder (T5,
 The prompt is tokenised with the checkpoint's own tokenizer (tokenizer/ inside the checkpoint, or
 --tokenizer); an encoder-decoder reads the prompt as its source text (with the end-of-sequence
 token appended) and prints what its decoder writes. Only the new text is printed.
+--instruction TEXT renders the prompt with the instruction template that `lmlab finetune --task
+instruct` saved with the checkpoint (task.json; else the default template), --prompt being the
+instruction's input.
 
 Decoding: sampling at --temperature (default 1.0) with optional --top-k / --top-p;
 --temperature 0 is greedy decoding (always the most likely token); --num-beams B > 1 is beam

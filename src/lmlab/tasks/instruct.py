@@ -257,6 +257,9 @@ class Instruct(Task):
         return feats
 
     def model_inputs(self, model, batch):
+        if "doc_ids" in batch and (hasattr(model, "prefix_encoder") or hasattr(model, "soft_prompt")):
+            raise LmlabError("packed rows cannot take a prefix or a soft prompt: the examples of a row would "
+                             "share one", "add --no-packing for --method prefix or prompt")
         keys = ("input_ids", "attention_mask", "labels", "doc_ids", "position_ids")
         return {k: batch[k] for k in keys if k in batch}
 

@@ -129,5 +129,10 @@ def test_seq2seq_prompt_to_encoder_response_to_decoder(tok, tmp_path):
     assert f[1]["input_ids"] == tok.encode(ex[1].text) + [task.end] and "labels" in f[1]
     with torch.no_grad():
         assert float(task.loss(model, collate(f, 0))) > 0
+    preds, metrics = task.predict_and_score(model, ex)
+    assert len(preds) == 2 and all(isinstance(p, str) for p in preds)
+    assert set(metrics) == {"response_logprob", "loss", "exact_match", "rouge1", "rouge2", "rougeL",
+                            "rougeLsum"}
+    assert metrics["loss"] == pytest.approx(-metrics["response_logprob"]) and metrics["loss"] > 0
     again = load_task(json.loads(json.dumps(task.state())))
     assert again.architecture == "seq2seq" and again.template == DEFAULT_TEMPLATE and not again.packing

@@ -98,6 +98,24 @@ def zero_shot(model, records: list[dict]) -> dict[str, float]:
     return {t: right[t] / total[t] for t in total}
 
 
+def option_rate(model, path: Path) -> dict[str, float]:
+    """Share of greedy responses (3 tokens at most) whose first word is one of the options named in
+    the instruction, per task: does the model answer the question at all?"""
+    from lmlab.tasks import make_task
+
+    task = make_task("instruct", "decoder", max_length=128, max_target_length=3)
+    examples = task.read(path)
+    with torch.no_grad():
+        answers = task.generate_responses(model.eval(), examples, 64)
+    hits: Counter = Counter()
+    total: Counter = Counter()
+    for e, a in zip(examples, answers):
+        words = a.lower().replace(".", " ").split()
+        hits[e.extra["task"]] += bool(words) and words[0] in e.extra["options"]
+        total[e.extra["task"]] += 1
+    return {t: hits[t] / total[t] for t in total}
+
+
 def majority(train: list[dict], records: list[dict]) -> dict[str, float]:
     """Accuracy of always answering the most frequent training answer of each task (the held-out
     task has no training data: its own evaluation set's most frequent answer)."""
@@ -153,7 +171,9 @@ def main(argv=None) -> int:
             for name in ("heldout_task", "heldout_templates"):
                 recs = read(mix / f"{name}.jsonl")
                 rows[name] = {"n": Counter(r["task"] for r in recs), "majority": majority(train, recs),
-                              "before": zero_shot(base, recs), "after": zero_shot(tuned, recs)}
+                              "before": zero_shot(base, recs), "after": zero_shot(tuned, recs),
+                              "options_before": option_rate(base, mix / f"{name}.jsonl"),
+                              "options_after": option_rate(tuned, mix / f"{name}.jsonl")}
             runs.append({"held_out": held, "trained": manifest["trained_tasks"],
                          "mixture": manifest["counts"],
                          "tuning": {"steps": res.steps, "dev": res.metrics}, "zero_shot": rows})
@@ -183,12 +203,13 @@ def render(r: dict) -> str:
         f"({b['pretrain_tokens']:,} tokens; unlabelled SST-2 train sentences + WikiText-2 valid/test), "
         f"val loss {b['val_loss']:.3f}. Each mixture: the other GLUE tasks, {t['per_task']} examples each, "
         f"4 of 5 templates; instruction tuning {t['epochs']} epochs at lr {t['lr']:g}, packed, "
-        f"response-only loss. Accuracy = label likelihood over the options named in the instruction. "
+        f"response-only loss. Accuracy = label likelihood over the options named in the instruction; "
+        f"answers with an option = share of greedy responses whose first word is one of them. "
         f"Run time {r['seconds']} s (CPU).",
         "",
-        "| mixture (held-out task) | evaluation | task | examples | majority class | before tuning "
-        "| after tuning |",
-        "| --- | --- | --- | ---: | ---: | ---: | ---: |",
+        "| mixture (held-out task) | evaluation | task | examples | majority class | accuracy before tuning "
+        "| accuracy after tuning | answers with an option, before | after |",
+        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     names = {"heldout_task": "**held-out task**", "heldout_templates": "seen task, held-out template"}
     for run in r["runs"]:
@@ -197,7 +218,8 @@ def render(r: dict) -> str:
             for task in sorted(row["before"]):
                 lines.append(f"| {mixture} | {names[key]} | {task} | {row['n'][task]} | "
                              f"{row['majority'][task]:.3f} | {row['before'][task]:.3f} | "
-                             f"{row['after'][task]:.3f} |")
+                             f"{row['after'][task]:.3f} | {row['options_before'][task]:.3f} | "
+                             f"{row['options_after'][task]:.3f} |")
     return "\n".join(lines) + "\n"
 
 

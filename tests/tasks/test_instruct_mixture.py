@@ -17,18 +17,18 @@ def read(path):
 
 def test_mixture_holds_out_a_task_and_a_template_per_task(data_dir, tmp_path):
     out = tmp_path / "mix"
-    manifest = build_mixture(data_dir, out, "rte", tasks=("cola", "rte", "sst2"), per_task=30,
+    manifest = build_mixture(data_dir, out, "stsb", tasks=("cola", "rte", "stsb"), per_task=30,
                              eval_per_task=8)
     names = ("train", "heldout_task", "heldout_templates")
     train, held_task, held_tpl = (read(out / f"{n}.jsonl") for n in names)
     assert manifest["counts"] == {"train": 60, "dev": 4, "heldout_templates": 16, "heldout_task": 8}
-    assert {r["task"] for r in train} == {"cola", "sst2"} and {r["task"] for r in held_task} == {"rte"}
+    assert {r["task"] for r in train} == {"cola", "rte"} and {r["task"] for r in held_task} == {"stsb"}
     assert {r["template"] for r in train} == {0, 1, 2, 3} and {r["template"] for r in held_tpl} == {4}
     assert not {r["instruction"] for r in train} & {r["instruction"] for r in held_tpl + held_task}
     for r in train + held_task:
         assert r["output"] in r["options"] and all(o in r["instruction"] for o in r["options"])
-    assert {r["output"] for r in train if r["task"] == "sst2"} == {"negative", "positive"}
-    assert "\n" in held_task[0]["input"]              # a pair: premise, then hypothesis
+    assert {r["output"] for r in train if r["task"] == "rte"} == {"no", "yes"}
+    assert "\n" in held_task[0]["input"]              # a pair: one sentence per line
     examples = make_task("instruct", "decoder").read(out / "train.jsonl")   # read back as written
     assert len(examples) == 60 and examples[0].extra["options"] == train[0]["options"]
     build_mixture(data_dir, out, "rte", tasks=("cola", "rte"), per_task=5, eval_per_task=4)  # replaces it

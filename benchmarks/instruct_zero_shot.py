@@ -16,7 +16,7 @@
 The mixture and the models live in a temporary directory (derived data is never committed);
 the table goes to ``docs/results/instruct-zero-shot.md`` (and ``.json``).
 
-    OMP_NUM_THREADS=1 python benchmarks/instruct_zero_shot.py            # ~8 CPU-minutes
+    OMP_NUM_THREADS=1 python benchmarks/instruct_zero_shot.py            # ~5 minutes, one core
     python benchmarks/instruct_zero_shot.py --quick --no-write           # smoke run
 """
 

@@ -75,6 +75,16 @@ def test_tiny_decoder_learns_held_out_instances_via_the_cli(setup, capsys):
     assert main(["generate", "--checkpoint", str(out), "--instruction", "Repeat the words.",
                  "--prompt", "cat dog", "--temperature", "0", "--max-new-tokens", "6"]) == 0
     assert capsys.readouterr().out.strip()
+    from types import SimpleNamespace
+
+    from lmlab.cli.generate import _instruction_ids
+
+    tok = model.tokenizer
+    args = SimpleNamespace(checkpoint=str(out), instruction="Repeat the words.", prompt="cat dog")
+    want = [tok.bos_id] + tok.encode("Task: Repeat the words.\n\nWords: cat dog\n\nAnswer:\n")
+    assert _instruction_ids(args, tok, tok.eos_id, False) == want      # the stored template, as trained
+    one = write(d / "one.jsonl", [{"instruction": "Repeat the words.", "input": "cat dog", "output": "x"}])
+    assert want == task.prompt_ids(task.read(one)[0], tok)
     rc = main(["evaluate", "--checkpoint", str(out), "--data", str(dev), "--max-examples", "4"])
     assert rc == 0 and "exact_match" in capsys.readouterr().out
 

@@ -136,3 +136,13 @@ def test_seq2seq_prompt_to_encoder_response_to_decoder(tok, tmp_path):
     assert metrics["loss"] == pytest.approx(-metrics["response_logprob"]) and metrics["loss"] > 0
     again = load_task(json.loads(json.dumps(task.state())))
     assert again.architecture == "seq2seq" and again.template == DEFAULT_TEMPLATE and not again.packing
+
+
+def test_truncation_cuts_the_prompt_from_the_left_and_keeps_the_response(tok, tmp_path):
+    task = make_task("instruct", "decoder", packing=False, max_length=24)
+    task.prepare_model(tiny_gpt(tok))
+    long = {"instruction": "Copy the input.", "input": "the king " * 40, "output": "blue green red"}
+    (f,) = task.features(task.read(write(tmp_path / "a.jsonl", [long])), tok)
+    response = tok.encode("blue green red") + [task.end]
+    assert len(f["input_ids"]) == 24 and f["input_ids"][-len(response):] == response
+    assert [x for x in f["labels"] if x != IGNORE] == response

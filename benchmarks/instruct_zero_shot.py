@@ -117,15 +117,15 @@ def option_rate(model, path: Path) -> dict[str, float]:
 
 
 def majority(train: list[dict], records: list[dict]) -> dict[str, float]:
-    """Accuracy of always answering the most frequent training answer of each task (the held-out
-    task has no training data: its own evaluation set's most frequent answer)."""
+    """Accuracy of always answering the most frequent training class of each task (the held-out
+    task has no training data: its own evaluation set's most frequent class)."""
     out = {}
     for task in sorted({r["task"] for r in records}):
-        pool = [r["output"] for r in train if r["task"] == task] or \
-               [r["output"] for r in records if r["task"] == task]
+        pool = [r["label"] for r in train if r["task"] == task] or \
+               [r["label"] for r in records if r["task"] == task]
         top = Counter(pool).most_common(1)[0][0]
         rows = [r for r in records if r["task"] == task]
-        out[task] = sum(r["output"] == top for r in rows) / len(rows)
+        out[task] = sum(r["label"] == top for r in rows) / len(rows)
     return out
 
 

@@ -27,7 +27,10 @@ def test_mixture_holds_out_a_task_and_a_template_per_task(data_dir, tmp_path):
     assert not {r["instruction"] for r in train} & {r["instruction"] for r in held_tpl + held_task}
     for r in train + held_task:
         assert r["output"] in r["options"] and all(o in r["instruction"] for o in r["options"])
-    assert {r["output"] for r in train if r["task"] == "rte"} == {"no", "yes"}
+        assert r["output"] == SPECS[r["task"]].answer_words(r["template"])[r["label"]]
+    rte_words = {r["output"] for r in train if r["task"] == "rte"}
+    assert rte_words == {"no", "yes", "true", "false", "right", "wrong"}      # varied option words
+    assert {r["output"] for r in held_tpl} == {"no", "yes"}
     assert "\n" in held_task[0]["input"]              # a pair: one sentence per line
     examples = make_task("instruct", "decoder").read(out / "train.jsonl")   # read back as written
     assert len(examples) == 60 and examples[0].extra["options"] == train[0]["options"]

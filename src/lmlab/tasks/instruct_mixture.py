@@ -1,8 +1,10 @@
 """A FLAN-style instruction mixture from labelled tasks (Wei et al. 2022, "Finetuned Language
 Models Are Zero-Shot Learners", sec. 2).
 
-Each task is phrased as instructions by several templates that name the answer options; the last
-template of every task is **held out** (never trained on), and one whole task is **held out**
+Each task is phrased as instructions by several templates that name the answer options, in varied
+words (``yes``/``no``, ``true``/``false``, ``similar``/``different``...: a model must read them
+from the instruction); the last template of every task is **held out** (never trained on), and one
+whole task is **held out**
 (never seen in training) to measure zero-shot transfer, FLAN's evaluation. From the GLUE files
 under ``$LMLAB_DATA/glue`` (read with lmlab's own task readers):
 
@@ -10,13 +12,14 @@ under ``$LMLAB_DATA/glue`` (read with lmlab's own task readers):
 task        input                              options               splits (train / eval)
 ==========  =================================  ====================  ====================
 sst2        a movie-review sentence            negative, positive    train.tsv / dev.tsv
-cola        a sentence                         no, yes (acceptable)  train.tsv / dev_in_domain
-rte         premise + hypothesis               yes, no (entailed)    train.tsv / dev.tsv
-stsb        two sentences                      no, yes (score >= 3)  train.tsv / dev.tsv
+cola        a sentence                         yes/no, correct/...   train.tsv / dev_in_domain
+rte         premise + hypothesis               yes/no, true/false..  train.tsv / dev.tsv
+stsb        two sentences                      yes/no, similar/...   train.tsv / dev.tsv
 ==========  =================================  ====================  ====================
 
 MRPC is left out: it is for research use only (docs/instruct.md). Records are
-``{instruction, input, output, options, task, template}``; :func:`build_mixture` writes
+``{instruction, input, output, options, task, template, label}`` (``label``: the dataset's
+own); :func:`build_mixture` writes
 ``train.jsonl`` / ``dev.jsonl`` (training tasks, training templates; dev from the evaluation
 split), ``heldout_templates.jsonl`` (training tasks, held-out templates, evaluation split),
 ``heldout_task.jsonl`` (the held-out task, every template, evaluation split) and
@@ -26,6 +29,7 @@ committed.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import random
@@ -46,6 +50,11 @@ class TaskSpec:
     templates: tuple[str, ...]              # instructions; the last one is held out
     pair: bool = False                      # input = two texts
     threshold: float | None = None          # regression: label = score >= threshold
+    words: dict[int, dict[str, str]] = dataclasses.field(default_factory=dict)  # template -> other words
+
+    def answer_words(self, template: int) -> dict[str, str]:
+        """label -> answer word under ``template`` (the words its instruction names)."""
+        return self.words.get(template, self.options)
 
 
 SPECS: dict[str, TaskSpec] = {
@@ -59,30 +68,32 @@ SPECS: dict[str, TaskSpec] = {
     "cola": TaskSpec(("train.tsv", "dev_in_domain.tsv"), {"0": "no", "1": "yes"}, (
         "Is the following sentence grammatically acceptable English? Answer yes or no.",
         "Would a native speaker accept this sentence as grammatical? Options: yes, no.",
-        "Check the grammar of the sentence. Is it correct? Answer yes or no.",
-        "Decide whether this sentence is well formed. Reply yes or no.",
+        "Check the grammar of the sentence. Is it correct or incorrect?",
+        "Is this sentence acceptable or unacceptable as English?",
         "Is this a grammatical English sentence? yes or no?",
-    )),
+    ), words={2: {"0": "incorrect", "1": "correct"}, 3: {"0": "unacceptable", "1": "acceptable"}}),
     "rte": TaskSpec(("train.tsv", "dev.tsv"), {"entailment": "yes", "not_entailment": "no"}, (
         "Does the first sentence imply the second one? Answer yes or no.",
-        "Premise and hypothesis follow. Is the hypothesis true given the premise? Options: yes, no.",
+        "Premise and hypothesis follow. Is the hypothesis true or false given the premise?",
         "Read the passage. Can we conclude the last sentence from it? Reply yes or no.",
-        "Is the second statement entailed by the first? Answer yes or no.",
+        "Is the second statement right or wrong, judging by the first?",
         "Given the first text, must the second text be true? yes or no?",
-    ), pair=True),
+    ), pair=True, words={1: {"entailment": "true", "not_entailment": "false"},
+                         3: {"entailment": "right", "not_entailment": "wrong"}}),
     "stsb": TaskSpec(("train.tsv", "dev.tsv"), {"0": "no", "1": "yes"}, (
         "Do these two sentences mean roughly the same thing? Answer yes or no.",
-        "Are the two sentences close in meaning? Options: yes, no.",
+        "Are the two sentences similar or different in meaning?",
         "Read both sentences. Do they say nearly the same? Reply yes or no.",
-        "Is the first sentence a paraphrase of the second? Answer yes or no.",
+        "Do the two sentences say the same thing or something different? Answer same or different.",
         "Do the sentences below express similar meanings? yes or no?",
-    ), pair=True, threshold=3.0),
+    ), pair=True, threshold=3.0, words={1: {"0": "different", "1": "similar"},
+                                        3: {"0": "different", "1": "same"}}),
 }
 TASK_NAMES = tuple(SPECS)
 
 
 def read_task(data_dir: Path, task: str, split: int) -> list[tuple[str, str]]:
-    """``(input text, answer word)`` of every example of one split (0 train, 1 evaluation)."""
+    """``(input text, label)`` of every example of one split (0 train, 1 evaluation)."""
     from lmlab.tasks import make_task
 
     spec = SPECS[task]
@@ -91,19 +102,19 @@ def read_task(data_dir: Path, task: str, split: int) -> list[tuple[str, str]]:
     for e in make_task(task).read(path):
         text = f"{e.text}\n{e.pair}" if spec.pair else e.text
         label = str(int(float(e.label) >= spec.threshold)) if spec.threshold is not None else str(e.label)
-        out.append((text, spec.options[label]))
+        out.append((text, label))
     return out
 
 
 def records(task: str, examples: list[tuple[str, str]], templates: list[int]) -> list[dict[str, Any]]:
     """One record per (example, template) with the template chosen round-robin over ``templates``."""
     spec = SPECS[task]
-    options = sorted(set(spec.options.values()))
     out = []
-    for i, (text, answer) in enumerate(examples):
+    for i, (text, label) in enumerate(examples):
         t = templates[i % len(templates)]
-        out.append({"instruction": spec.templates[t], "input": text, "output": answer, "options": options,
-                    "task": task, "template": t})
+        words = spec.answer_words(t)
+        out.append({"instruction": spec.templates[t], "input": text, "output": words[label],
+                    "options": sorted(set(words.values())), "task": task, "template": t, "label": label})
     return out
 
 

@@ -75,9 +75,10 @@ def test_loss_only_on_response_tokens_and_eos(tok, tmp_path):
     assert tok.decode(f["input_ids"][:-len(want)], skip_special_tokens=True).endswith("### Response:\n")
 
 
-def test_packed_loss_and_logits_equal_unpacked(tok, tmp_path):
+@pytest.mark.parametrize("preset", ["gpt2-tiny", "llama-tiny"])   # learned positions; rotary
+def test_packed_loss_and_logits_equal_unpacked(tok, tmp_path, preset):
     """Identity: packing changes only the layout (same logits per example, same token-weighted loss)."""
-    model = tiny_gpt(tok, "llama-tiny")          # rotary positions: restarting them matters
+    model = tiny_gpt(tok, preset)
     path = write(tmp_path / "a.jsonl", RECORDS)
     plain, packed = make_task("instruct", "decoder", packing=False), make_task("instruct", "decoder")
     for t in (plain, packed):

@@ -18,7 +18,9 @@ columns chosen by name or 0-based index (--text-field, --label-field...); labels
 learned from --train, saved with the model and checked in every other file.
 Presets: sst2, cola (one sentence), rte, mrpc (sentence pairs), stsb (regression) read GLUE TSV
 files with their fixed label sets; squad (extractive QA, SQuAD v1.1 JSON); conll (NER, CoNLL-2003
-files); text2text (source<TAB>target pairs, scored with ROUGE/BLEU). The checkpoint's architecture picks the
+files); text2text (source<TAB>target pairs, scored with ROUGE/BLEU); instruct (instruction tuning
+of a decoder or encoder-decoder on JSON Lines {instruction, input, output} or {messages}, loss on
+the responses only, see docs/instruct.md). The checkpoint's architecture picks the
 formulation: an encoder gets a task head on [CLS] / tokens / spans, a decoder classifies
 GPT-style ([START] a [DELIM] b [EXTRACT], auxiliary LM loss weighted by --lm-weight; or from the
 last token with --decoder-style last), an encoder-decoder writes the answer as text.
@@ -45,11 +47,13 @@ EXAMPLES = """\
   lmlab finetune --checkpoint ck/gpt --task rte --train rte/train.tsv --dev rte/dev.tsv \\
       --out ft/rte-gpt --lm-weight 0.5
   lmlab finetune ... --out ft/sst2 --resume      # continue an interrupted run
-  lmlab finetune --checkpoint ck/t5 --task sst2 --train sst2/train.tsv --dev sst2/dev.tsv --out ft/t5"""
+  lmlab finetune --checkpoint ck/t5 --task sst2 --train sst2/train.tsv --dev sst2/dev.tsv --out ft/t5
+  lmlab finetune --checkpoint ck/gpt --task instruct --train mix/train.jsonl --dev mix/dev.jsonl \
+      --out ft/gpt-instruct --template my_template.txt"""
 
 
 TASK_NAMES = ("classification", "pair-classification", "regression", "tagging", "qa", "sst2", "cola", "rte",
-              "mrpc", "stsb", "squad", "conll", "text2text")
+              "mrpc", "stsb", "squad", "conll", "text2text", "instruct")
 #: --ROLE-field flags: role -> help
 FIELD_FLAGS = {
     "text": "the text column (classification, regression; the first text of a pair)",
@@ -121,6 +125,12 @@ def register(sub) -> None:
     t.add_argument("--rouge-stemmer", action="store_true", default=None,
                    help="text2text: ROUGE with Porter stemming, as published summarisation scores "
                         "(pip install 'lmlab[metrics]')")
+    t.add_argument("--template", default=None, metavar="FILE",
+                   help="instruct: prompt template file with {instruction} and {input} (default: "
+                        "'### Instruction:' / '### Input:' / '### Response:' blocks); saved with the model")
+    t.add_argument("--packing", action=argparse.BooleanOptionalAction, default=None,
+                   help="instruct: pack several examples per row, attention kept inside each "
+                        "(default: on for decoders; --no-packing pads one example per row)")
     p.add_argument("--resume", action="store_true",
                    help="continue the interrupted run that was writing --out (stopped by Ctrl-C, SIGTERM or "
                         "a crash), exactly where its last resume state left it")
@@ -197,8 +207,16 @@ def run(args) -> int:
         "max_length": args.max_length, "doc_stride": args.doc_stride,
         "max_answer_length": args.max_answer_length, "lm_weight": args.lm_weight,
         "decoder_style": args.decoder_style, "max_target_length": args.max_target_length,
-        "prefix": args.prefix, "rouge_stemmer": args.rouge_stemmer,
+        "prefix": args.prefix, "rouge_stemmer": args.rouge_stemmer, "packing": args.packing,
     }
+    if args.packing is not None and args.task != "instruct":
+        raise LmlabError("--packing/--no-packing is for --task instruct", "drop the flag")
+    if args.template is not None:
+        if args.task != "instruct":
+            raise LmlabError("--template is the prompt template of --task instruct", "drop --template")
+        from lmlab.tasks.instruct import read_template
+
+        hparams["template"] = read_template(args.template)
     if getattr(args, "lr_sweep", None):
         hparams["lr_sweep"] = tuple(args.lr_sweep)
     result = finetune(args.checkpoint, args.task, args.train, args.dev, args.out, method=args.method,

@@ -17,6 +17,9 @@ Continue a text prompt with a saved decoder (GPT-2, Llama), encoder-decoder (T5,
 The prompt is tokenised with the checkpoint's own tokenizer (tokenizer/ inside the checkpoint, or
 --tokenizer); an encoder-decoder reads the prompt as its source text (with the end-of-sequence
 token appended) and prints what its decoder writes. Only the new text is printed.
+--instruction TEXT renders the prompt with the instruction template that `lmlab finetune --task
+instruct` saved with the checkpoint (task.json; else the default template), --prompt being the
+instruction's input.
 
 Decoding: sampling at --temperature (default 1.0) with optional --top-k / --top-p;
 --temperature 0 is greedy decoding (always the most likely token); --num-beams B > 1 is beam
@@ -51,6 +54,8 @@ EXAMPLES = """\
   lmlab generate --checkpoint ck/ --prompt "ROMEO:" --num-beams 4 --num-samples 2
   lmlab generate --checkpoint t5ck/ --prompt "translate: a house" --num-beams 3 --stop "."
   lmlab generate --checkpoint ck/ --prompt "Once" --num-samples 5 --seed 1 --format jsonl
+  lmlab generate --checkpoint ft/gpt-instruct --instruction "Is this review positive or negative?" \
+      --prompt "a gorgeous film" --temperature 0
   lmlab generate --checkpoint ck/ --json-schema person.json --num-samples 10 --seed 1
   lmlab generate --checkpoint ck/ --json-schema person.json --grammar-backend lmlab
   lmlab generate --checkpoint gpt/ --variant poem=ft/poem --variant plain --prompts rows.jsonl"""
@@ -62,6 +67,10 @@ def register(sub) -> None:
                    help="an lmlab checkpoint directory (or a Hugging Face model directory)")
     p.add_argument("--prompt", default="", metavar="TEXT",
                    help="text to continue (empty: start from the tokenizer's BOS token, else its EOS)")
+    p.add_argument("--instruction", default=None, metavar="TEXT",
+                   help="render the prompt with the checkpoint's instruction template (task.json of "
+                        "`lmlab finetune --task instruct`; else the default template): this instruction, "
+                        "--prompt as its input")
     p.add_argument("--tokenizer", metavar="PATH", help="tokenizer to use instead of the checkpoint's own")
     p.add_argument("--max-new-tokens", type=int, default=None, metavar="N",
                    help="tokens to generate at most (default 50; 256 with --json-schema)")
@@ -155,8 +164,8 @@ def run(args) -> int:
     model.to(device)
     cfg = model.config
     eos = cfg.eos_token_id if getattr(cfg, "eos_token_id", None) is not None else tok.eos_id
-    ids = tok.encode(args.prompt)
     seq2seq = model.architecture == "seq2seq"
+    ids = tok.encode(args.prompt) if args.instruction is None else _instruction_ids(args, tok, eos, seq2seq)
     if seq2seq and eos is not None:
         ids = ids + [eos]
     if not ids:
@@ -183,6 +192,29 @@ def run(args) -> int:
                 print("-" * 40)
             print(text)
     return 0
+
+
+def _instruction_ids(args, tok, eos, seq2seq: bool) -> list[int]:
+    """The ids of ``--instruction`` (and ``--prompt`` as its input) in the checkpoint's template,
+    as instruction tuning wrote them (BOS first for a decoder whose BOS is no EOS)."""
+    from pathlib import Path
+
+    from lmlab.fileio import read_json
+    from lmlab.tasks.instruct import DEFAULT_TEMPLATE, check_template, render_prompt
+
+    if not args.instruction.strip():
+        raise LmlabError("--instruction is empty", "give the instruction text")
+    template = DEFAULT_TEMPLATE
+    task_file = Path(args.checkpoint) / "task.json"
+    if task_file.is_file():
+        state = read_json(task_file, "task file")
+        if state.get("task") != "instruct":
+            raise LmlabError(f"{args.checkpoint} was fine-tuned for task {state.get('task')!r}, which has no "
+                             "instruction template", "drop --instruction and pass the text as --prompt")
+        template = check_template(state.get("options", {}).get("template") or DEFAULT_TEMPLATE)
+    ids = tok.encode(render_prompt(template, args.instruction, args.prompt))
+    bos = tok.bos_id
+    return ids if seq2seq or bos is None or bos == eos else [bos] + ids
 
 
 def _continuation(tok, new_ids: list[int], eos: int | None, stops: list[str]) -> str:

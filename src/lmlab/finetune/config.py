@@ -18,7 +18,7 @@ from lmlab.errors import LmlabError
 #: FinetuneConfig fields that are task options (forwarded to lmlab.tasks.make_task)
 TASK_OPTION_FIELDS = ("max_length", "doc_stride", "max_answer_length", "lm_weight", "decoder_style",
                       "max_target_length", "prefix", "rouge_stemmer", "format", "header", "delimiter",
-                      "fields")
+                      "fields", "template", "packing")
 
 
 #: the learning rates ``lr = "auto"`` tries, each a full fine-tuning run, the best on dev kept (the
@@ -63,6 +63,8 @@ class FinetuneConfig:
     max_target_length: int | None = None
     prefix: str | None = None
     rouge_stemmer: bool | None = None
+    template: str | None = None           # instruct: the prompt template text (None = the default)
+    packing: bool | None = None           # instruct: several examples per row (None = on for decoders)
     # how data files are read (lmlab.tasks.tables; None = from the extension / decided / the defaults)
     format: str | None = None
     header: bool | None = None

@@ -21,6 +21,7 @@ from lmlab.errors import LmlabError
 from lmlab.tasks.base import Task, TaskOptions, attach_head, check_tokenizer, collate
 from lmlab.tasks.classification import SST2, Classification, CoLA, SequenceClassification
 from lmlab.tasks.decoder_cls import DecoderClassification
+from lmlab.tasks.instruct import Instruct
 from lmlab.tasks.ner import CoNLL, TokenClassification
 from lmlab.tasks.pairs import MRPC, RTE, PairClassification
 from lmlab.tasks.qa import Squad, SquadQA
@@ -45,6 +46,7 @@ TASKS: dict[str, type[Task] | None] = {
     "squad": Squad,
     "conll": CoNLL,
     "text2text": None,
+    "instruct": Instruct,
 }
 
 ARCHITECTURES = ("encoder", "decoder", "seq2seq")
@@ -69,6 +71,8 @@ def make_task(name: str, architecture: str = "encoder", **options: Any) -> Task:
     if unknown:
         raise LmlabError(f"unknown task options {unknown}", f"use some of: {', '.join(sorted(fields))}")
     opts = TaskOptions(**{**defaults, **given}).validate()
+    if cls is Instruct:   # one formulation for decoders and encoder-decoders alike
+        return Instruct(options=opts, architecture=architecture)
     if architecture == "seq2seq":
         if cls is not None and issubclass(cls, TokenClassification):
             raise LmlabError(f"{name} (token classification) is not offered as text-to-text",

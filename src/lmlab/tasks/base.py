@@ -31,9 +31,10 @@ from lmlab.tasks.tables import FORMATS, ROLES, column_choice, read_table
 
 #: feature keys that become tensors; everything else stays per-feature metadata
 TENSOR_KEYS = ("input_ids", "attention_mask", "token_type_ids", "labels", "start_positions", "end_positions",
-               "lm_labels")
+               "lm_labels", "doc_ids", "position_ids")
 #: padding value of each padded key (input_ids use the tokenizer's pad id)
-PAD_VALUES = {"attention_mask": 0, "token_type_ids": 0, "labels": -100, "lm_labels": -100}
+PAD_VALUES = {"attention_mask": 0, "token_type_ids": 0, "labels": -100, "lm_labels": -100, "doc_ids": -1,
+              "position_ids": 0}
 
 
 @dataclass
@@ -54,6 +55,8 @@ class TaskOptions:
       (:mod:`lmlab.tasks.tables`): the file format (None: from the extension), whether TSV/CSV
       files have a header row (None: decide), the CSV delimiter, and role -> column (name or
       0-based index), e.g. ``{"text": 1, "label": 0}``.
+    * ``template``, ``packing``: instruction tuning (:mod:`lmlab.tasks.instruct`): the prompt
+      template ("" = the default) and whether examples are packed into rows (None = decoders).
     """
 
     max_length: int = 128
@@ -68,6 +71,8 @@ class TaskOptions:
     header: bool | None = None
     delimiter: str | None = None
     fields: dict[str, str | int] = dataclasses.field(default_factory=dict)
+    template: str = ""
+    packing: bool | None = None
 
     def validate(self) -> TaskOptions:
         if self.format is not None and self.format not in FORMATS:
@@ -89,6 +94,10 @@ class TaskOptions:
         if self.lm_weight < 0:
             raise LmlabError(f"lm_weight must be >= 0, got {self.lm_weight}",
                              "0 turns the auxiliary LM loss off")
+        if self.packing not in (None, True, False) or not isinstance(self.template, str):
+            raise LmlabError(f"packing must be true, false or unset and template a string, got "
+                             f"{self.packing!r}, {type(self.template).__name__}",
+                             "pass --no-packing or --template FILE")
         if self.decoder_style not in ("gpt", "last"):
             raise LmlabError(f"unknown decoder_style {self.decoder_style!r}", "use 'gpt' or 'last'")
         return self

@@ -110,6 +110,15 @@ def apply_adamix(
     fine-tuning loop; 0 = one pass, no regulariser). ``keep_experts``: ``lmlab finetune`` also saves
     every expert (``experts/``) beside the merged adapter it serves.
     """
+    check_mixture_options(experts, consistency, keep_experts)
+    d, bottleneck, train_norms = check_adapter_options(model, kind, bottleneck, reduction_factor, activation,
+                                                       train_norms)
+    insert_adapters(model, kind, lambda: MixtureAdapter(d, bottleneck, experts, activation), train_norms,
+                    train_head)
+
+
+def check_mixture_options(experts, consistency, keep_experts) -> None:
+    """AdaMix's own options (one-line LmlabError), checked before any model or data is read."""
     if isinstance(experts, bool) or not isinstance(experts, int) or experts < 1:
         raise LmlabError(f"adamix experts must be a positive integer, got {experts!r}",
                          "use e.g. experts=4 (the paper's)")
@@ -119,10 +128,6 @@ def apply_adamix(
     if not isinstance(keep_experts, bool):
         raise LmlabError(f"keep_experts must be true or false, got {keep_experts!r}",
                          "use keep_experts=false")
-    d, bottleneck, train_norms = check_adapter_options(model, kind, bottleneck, reduction_factor, activation,
-                                                       train_norms)
-    insert_adapters(model, kind, lambda: MixtureAdapter(d, bottleneck, experts, activation), train_norms,
-                    train_head)
 
 
 def mixture_modules(model: nn.Module) -> list[MixtureAdapter]:

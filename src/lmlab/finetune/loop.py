@@ -282,6 +282,7 @@ def finetune(checkpoint, task: str | Task, train, dev, out: str | os.PathLike | 
         raise LmlabError("loggers write beside the fine-tuned model, but there is no output directory",
                          "pass an output directory (--out)")
     say = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
+    meth = method_class(method)(**(method_options or {}))  # bad method options fail before any work
     if cfg.lr == "auto":
         if launched_world_size() > 1:
             raise LmlabError("--lr auto runs one fine-tuning per rate and cannot run under torchrun",
@@ -318,7 +319,6 @@ def finetune(checkpoint, task: str | Task, train, dev, out: str | os.PathLike | 
     dev_ex = limit(_read(task, dev, "dev", bad), cfg.max_eval_examples)
     task.check(dev_ex, "dev")
 
-    meth = method_class(method)(**(method_options or {}))
     model = task.prepare_model(model)
     model = meth.apply(model, task).to(device)
     tok = model.tokenizer

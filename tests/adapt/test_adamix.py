@@ -71,6 +71,19 @@ def test_averaged_adapter_equals_the_mean_of_weights_by_hand():
     assert isinstance(merged, BottleneckAdapter) and torch.equal(merged.down.weight, mix.down_weight.mean(0))
 
 
+def test_experts_start_as_copies_of_one_adapter_unless_asked_otherwise():
+    torch.manual_seed(0)
+    same = MixtureAdapter(16, 4, experts=3)
+    torch.manual_seed(0)
+    own = MixtureAdapter(16, 4, experts=3, same_init=False)
+    assert all(torch.equal(same.down_weight[i], same.down_weight[0]) for i in range(3))
+    assert torch.equal(same.down_weight[0], own.down_weight[0])      # the same first draw
+    assert not torch.equal(own.down_weight[1], own.down_weight[0])
+    assert not same.up_weight.any() and not own.up_weight.any()       # identity at the start
+    same.down_weight.data[1] += 1                                     # separate storage per expert
+    assert not torch.equal(same.down_weight[1], same.down_weight[0])
+
+
 def test_training_routes_are_random_and_reproducible_eval_is_deterministic():
     mix = MixtureAdapter(8, 2, experts=4).train()
     torch.manual_seed(5)
@@ -178,7 +191,8 @@ def test_adamix_learns_sst2_and_saves_the_merged_adapter(minilm_dir, data_dir, t
     """The real all-MiniLM-L6-v2, frozen, with AdaMix (Houlsby slots, 4 experts, consistency 1) and
     its head trained for one epoch on 500 SST-2 sentences, beats the majority class on 200 dev
     sentences; the saved model serves the merged adapter with the same predictions, and the
-    experts reload too."""
+    experts reload too. Measured: 0.690 (seed 0), 0.705 (seed 1) against a majority class of
+    0.505 on these 200 sentences, hence the margin of 0.1."""
     g = data_dir / "glue" / "sst2"
     out = tmp_path / "ft"
     res = finetune(minilm_dir, "sst2", g / "train.tsv", g / "dev.tsv", out, method="adamix",
@@ -186,7 +200,8 @@ def test_adamix_learns_sst2_and_saves_the_merged_adapter(minilm_dir, data_dir, t
                    max_length=32, seed=0, **QUIET)
     dev = res.task.read(g / "dev.tsv")[:200]
     majority = max(Counter(e.label for e in dev).values()) / len(dev)
-    assert res.metrics["accuracy"] > majority + 0.05, (res.metrics, majority)
+    assert res.metrics["accuracy"] > majority + 0.1, (res.metrics, majority)
+    assert not res.at_baseline
     summary = json.loads((out / "finetune.json").read_text())
     assert summary["method"] == "adamix" and summary["trainable_parameters"] == res.trainable_parameters
 

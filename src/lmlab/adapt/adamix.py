@@ -23,7 +23,11 @@ project-up matrices.
 
 Each expert starts as a :class:`~lmlab.adapt.adapters.BottleneckAdapter` does (project-down
 random, project-up zero), so the adapted model starts as the base model exactly, and with
-``experts=1`` AdaMix *is* a plain adapter (same initial weights, same forward).
+``experts=1`` AdaMix *is* a plain adapter (same initial weights, same forward). By default
+(``same_init=True``, as the authors' code does) the experts of a slot start as copies of one
+adapter and drift apart only through the routes that train them: averaging weights that began at
+the same point keeps the merged adapter close to each expert. ``same_init=False`` draws each
+expert's project-down on its own (measured worse: docs/results/adamix-glue.md).
 """
 
 from __future__ import annotations
@@ -42,9 +46,11 @@ class MixtureAdapter(nn.Module):
     """``experts`` bottleneck adapters in one slot: a random (down, up) pair per training forward,
     the weight-averaged adapter in eval mode."""
 
-    def __init__(self, d_model: int, bottleneck: int, experts: int = 4, activation: str = "relu"):
+    def __init__(self, d_model: int, bottleneck: int, experts: int = 4, activation: str = "relu",
+                 same_init: bool = True):
         super().__init__()
-        made = [BottleneckAdapter(d_model, bottleneck, activation) for _ in range(experts)]
+        draws = 1 if same_init else experts  # copies of one adapter, or each expert its own draw
+        made = [BottleneckAdapter(d_model, bottleneck, activation) for _ in range(draws)] * (experts // draws)
         self.act = made[0].act
         self.down_weight = nn.Parameter(torch.stack([a.down.weight.detach() for a in made]))  # [M, m, d]
         self.down_bias = nn.Parameter(torch.stack([a.down.bias.detach() for a in made]))      # [M, m]
@@ -102,18 +108,23 @@ def apply_adamix(
     train_head: bool = True,
     consistency: float = 1.0,
     keep_experts: bool = True,
+    same_init: bool = True,
 ) -> None:
     """Freeze ``model`` and insert a :class:`MixtureAdapter` wherever ``--method adapter`` puts an
     adapter (``kind``, ``bottleneck``, ``reduction_factor``, ``activation``, ``train_norms`` as there).
 
     ``consistency``: weight of the symmetric-KL consistency loss between two routes (used by the
     fine-tuning loop; 0 = one pass, no regulariser). ``keep_experts``: ``lmlab finetune`` also saves
-    every expert (``experts/``) beside the merged adapter it serves.
+    every expert (``experts/``) beside the merged adapter it serves. ``same_init``: the experts of a
+    slot start as copies of one adapter (False: independent draws).
     """
     check_mixture_options(experts, consistency, keep_experts)
+    if not isinstance(same_init, bool):
+        raise LmlabError(f"same_init must be true or false, got {same_init!r}", "use same_init=true")
     d, bottleneck, train_norms = check_adapter_options(model, kind, bottleneck, reduction_factor, activation,
                                                        train_norms)
-    insert_adapters(model, kind, lambda: MixtureAdapter(d, bottleneck, experts, activation), train_norms,
+    insert_adapters(model, kind, lambda: MixtureAdapter(d, bottleneck, experts, activation, same_init),
+                    train_norms,
                     train_head)
 
 

@@ -72,7 +72,7 @@ def rows(out):
             for line in (out / "metrics.jsonl").read_text().splitlines()]
 
 
-@pytest.mark.parametrize("method", ["full", "lora"])
+@pytest.mark.parametrize("method", ["full", "lora", "adamix"])  # adamix: random routes resume too
 def test_stopped_and_resumed_run_equals_the_uninterrupted_one(start, sst2, tmp_path, monkeypatch, method):
     hp = {**HP, "method": method}
     whole = tmp_path / "whole"
@@ -90,8 +90,8 @@ def test_stopped_and_resumed_run_equals_the_uninterrupted_one(start, sst2, tmp_p
 
     res = finetune(start, "sst2", *sst2, out, resume=True, **hp, **QUIET)
     assert res.steps == 12 and not resume_dir(out).exists()
-    weights = sorted(p.name for p in whole.glob("*.safetensors"))
-    assert weights and weights == sorted(p.name for p in out.glob("*.safetensors"))
+    weights = sorted(p.relative_to(whole) for p in whole.rglob("*.safetensors"))
+    assert weights and weights == sorted(p.relative_to(out) for p in out.rglob("*.safetensors"))
     for name in weights:
         a, b = load_file(whole / name), load_file(out / name)
         assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)

@@ -1,6 +1,6 @@
 """Parameter-efficient adaptation: train a few new parameters, keep the pretrained ones frozen.
 
-Four methods (lecture "adapting pretrained models"), each applied to an lmlab Transformer *in
+Five methods (lecture "adapting pretrained models"), each applied to an lmlab Transformer *in
 place* by :func:`apply_method`, without touching the model code (modules are wrapped or
 replaced from outside, see each module):
 
@@ -10,7 +10,9 @@ replaced from outside, see each module):
 * ``prefix``  - :mod:`lmlab.adapt.prefix`, trainable key/value prefixes in every self-attention
   (Li & Liang 2021);
 * ``prompt``  - :mod:`lmlab.adapt.prompt`, trainable soft-prompt embeddings in the input
-  (Lester et al. 2021).
+  (Lester et al. 2021);
+* ``adamix``  - :mod:`lmlab.adapt.adamix`, a mixture of adapters per slot, one picked at random per
+  training step, their weights averaged for inference (Wang et al. 2022).
 
 After :func:`apply_method` only the method's parameters and the new task head (``seq_cls``,
 ``token_cls``, ``span``, ``cls`` and the pooler a ``seq_cls`` head reads) have
@@ -42,6 +44,7 @@ METHODS: dict[str, str] = {
     "adapter": "lmlab.adapt.adapters:apply_adapters",
     "prefix": "lmlab.adapt.prefix:apply_prefix",
     "prompt": "lmlab.adapt.prompt:apply_prompt",
+    "adamix": "lmlab.adapt.adamix:apply_adamix",
 }
 
 #: heads a fine-tuning task adds (trained with the method); pretraining heads (mlm, lm, ...) stay frozen

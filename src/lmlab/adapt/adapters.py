@@ -24,6 +24,8 @@ weights move one level down (``layers.0.attn.inner.q_proj.weight``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from torch import Tensor, nn
 
 from lmlab.adapt import freeze_base, transformer_blocks, unfreeze_task_heads
@@ -53,7 +55,7 @@ class BottleneckAdapter(nn.Module):
 class AdaptedAttention(nn.Module):
     """Self-attention followed by an adapter on its output (the KV cache passes through)."""
 
-    def __init__(self, inner: nn.Module, adapter: BottleneckAdapter):
+    def __init__(self, inner: nn.Module, adapter: nn.Module):
         super().__init__()
         self.inner, self.adapter = inner, adapter
 
@@ -65,7 +67,7 @@ class AdaptedAttention(nn.Module):
 class AdaptedFeedForward(nn.Module):
     """The FFN followed by an adapter on its output."""
 
-    def __init__(self, inner: nn.Module, adapter: BottleneckAdapter):
+    def __init__(self, inner: nn.Module, adapter: nn.Module):
         super().__init__()
         self.inner, self.adapter = inner, adapter
 
@@ -87,6 +89,16 @@ def apply_adapters(
     ``bottleneck`` 0 means ``d_model // reduction_factor``; ``train_norms`` None means the
     kind's default (houlsby: True, pfeiffer: False).
     """
+    d, bottleneck, train_norms = check_adapter_options(model, kind, bottleneck, reduction_factor, activation,
+                                                       train_norms)
+    insert_adapters(model, kind, lambda: BottleneckAdapter(d, bottleneck, activation), train_norms,
+                    train_head)
+
+
+def check_adapter_options(model: nn.Module, kind: str, bottleneck: int, reduction_factor: int,
+                          activation: str, train_norms: bool | None) -> tuple[int, int, bool]:
+    """Validate the options shared by every adapter method; ``(d_model, bottleneck, train_norms)``
+    with the defaults filled in (one-line LmlabError on a bad value, before the model changes)."""
     if kind not in KINDS:
         raise LmlabError(f"unknown adapter kind {kind!r}", f"choose one of: {', '.join(KINDS)}")
     get_activation(activation)
@@ -108,12 +120,20 @@ def apply_adapters(
         train_norms = kind == "houlsby"
     if not isinstance(train_norms, bool):
         raise LmlabError(f"train_norms must be true or false, got {train_norms!r}", "use train_norms=false")
+    return d, bottleneck, train_norms
+
+
+def insert_adapters(model: nn.Module, kind: str, make_adapter: Callable[[], nn.Module], train_norms: bool,
+                    train_head: bool) -> None:
+    """Freeze ``model`` and wrap every block's FFN (and, for ``houlsby``, its self-attention) with a
+    new ``make_adapter()`` module, on the model's device and dtype; the adapters train."""
+    blocks = transformer_blocks(model)
     freeze_base(model)
     w = blocks[0][1].ffn.fc_out.weight
     for _, block in blocks:
 
-        def adapter() -> BottleneckAdapter:
-            return BottleneckAdapter(d, bottleneck, activation).to(device=w.device, dtype=w.dtype)
+        def adapter() -> nn.Module:
+            return make_adapter().to(device=w.device, dtype=w.dtype)
 
         if kind == "houlsby":
             block.attn = AdaptedAttention(block.attn, adapter())

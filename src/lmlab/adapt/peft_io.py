@@ -363,3 +363,40 @@ class PrefixFineTuning(PeftFineTuning):
 
 class PromptFineTuning(PeftFineTuning):
     name = "prompt"
+
+
+class AdaMixFineTuning(PeftFineTuning):
+    """AdaMix (:mod:`lmlab.adapt.adamix`): trains a mixture of adapters with random routes and a
+    consistency loss (:meth:`loss`); saves the experts' average as a plain adapter (``adapter/``,
+    what ``load`` and ``load_model`` serve, at one adapter's cost) and, with ``keep_experts``,
+    every expert (``experts/``, loadable with :func:`load_peft`)."""
+
+    name = "adamix"
+
+    def __init__(self, **options):
+        from lmlab.adapt.adamix import check_mixture_options
+
+        super().__init__(**options)
+        o = self.options
+        check_mixture_options(o["experts"], o["consistency"], o["keep_experts"])  # before any data is read
+
+    def apply(self, model: nn.Module, task=None) -> nn.Module:
+        from lmlab.adapt.adamix import consistency_supported
+
+        if self.options["consistency"] and task is not None and not consistency_supported(task):
+            raise LmlabError(f"AdaMix's consistency loss cannot compare the outputs of task {task.name!r}",
+                             "use --method-option consistency=0 for this task")
+        return super().apply(model, task)
+
+    def loss(self, task, model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """One training step's loss (called by the fine-tuning loop instead of ``task.loss``)."""
+        from lmlab.adapt.adamix import two_pass_loss
+
+        return two_pass_loss(task, model, batch, self.options["consistency"])
+
+    def save(self, model: nn.Module, directory: Path, tokenizer) -> None:
+        from lmlab.adapt.adamix import merge_experts
+
+        super().save(merge_experts(model), directory, tokenizer)
+        if self.options["keep_experts"]:
+            save_peft(model, directory / "experts")

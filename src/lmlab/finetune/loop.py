@@ -29,6 +29,8 @@ Methods: ``METHODS`` maps a name to a class or to ``"module:Class"``. A method i
 * ``snapshot(model)`` / ``restore(model, snap)``: keep and bring back the best weights;
 * ``save(model, directory, tokenizer)``: write a directory that ``load(directory)`` (a
   classmethod) reads back; ``full`` uses the ordinary lmlab checkpoint and ``load_model``.
+* optionally ``loss(task, model, batch)``: the training loss of one batch, used instead of
+  ``task.loss(model, batch)`` (AdaMix: two stochastic passes and a consistency term).
 """
 
 from __future__ import annotations
@@ -280,6 +282,7 @@ def finetune(checkpoint, task: str | Task, train, dev, out: str | os.PathLike | 
         raise LmlabError("loggers write beside the fine-tuned model, but there is no output directory",
                          "pass an output directory (--out)")
     say = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
+    meth = method_class(method)(**(method_options or {}))  # bad method options fail before any work
     if cfg.lr == "auto":
         if launched_world_size() > 1:
             raise LmlabError("--lr auto runs one fine-tuning per rate and cannot run under torchrun",
@@ -316,7 +319,6 @@ def finetune(checkpoint, task: str | Task, train, dev, out: str | os.PathLike | 
     dev_ex = limit(_read(task, dev, "dev", bad), cfg.max_eval_examples)
     task.check(dev_ex, "dev")
 
-    meth = method_class(method)(**(method_options or {}))
     model = task.prepare_model(model)
     model = meth.apply(model, task).to(device)
     tok = model.tokenizer
@@ -434,13 +436,14 @@ def finetune(checkpoint, task: str | Task, train, dev, out: str | os.PathLike | 
                         reduce=(lambda ps: dist.average_gradients(ps, info)) if info.enabled else None,
                         fix="lower the learning rate (--lr)")
         stop = exits.enter_context(StopRequests()) if resumable else None
+        step_loss = getattr(meth, "loss", None) or (lambda t, m, b: t.loss(m, b))
         while step < total:
             if not order:
                 order = epoch_batches(lengths, cfg.batch_size, gen, cfg.group_by_length)[::-1]
             idx = order.pop()
             mine, weight = share_of_batch(idx, info)
             batch = collate([feats[i] for i in mine], pad, device)
-            done = engine.step(step, [lambda b=batch, w=weight: task.loss(model, b) * w])
+            done = engine.step(step, [lambda b=batch, w=weight: step_loss(task, model, b) * w])
             lr, loss_v, grad_norm = done.lr, done.loss, done.grad_norm
             step += 1
             seen += len(idx)

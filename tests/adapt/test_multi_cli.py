@@ -133,3 +133,16 @@ def test_evaluate_variant_errors_are_one_line(sst2_variants, capsys):
     code, _, err = run(capsys, "evaluate", "--checkpoint", base, "--variant", f"l={dirs['lora']}",
                        "--data", dev, "--task", "rte")
     assert code == 2 and "not 'rte'" in err
+
+
+def test_evaluate_variants_never_overwrite_a_file_that_is_not_predictions(sst2_variants, tmp_path, capsys):
+    base, dirs, dev = sst2_variants
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes\n")
+    data = tmp_path / "dev.tsv"
+    data.write_bytes(dev.read_bytes())
+    for target, message in ((notes, "is not an earlier predictions file"), (data, "would replace the input")):
+        code, out, err = run(capsys, "evaluate", "--checkpoint", base, "--variant", f"l={dirs['lora']}",
+                             "--data", data, "--max-examples", 8, "--predictions", target)
+        assert code == 2 and message in err and len(err.splitlines()) == 1, err
+    assert notes.read_text() == "my notes\n" and data.read_bytes() == dev.read_bytes()

@@ -71,6 +71,14 @@ def test_sst2_pairs_prefer_the_right_label(data_dir):
     assert {(p.chosen, p.rejected) for p in rte} == {(" True", " False"), (" False", " True")}
 
 
+def test_a_task_file_without_its_columns_suggests_no_flag_align_lacks(tmp_path):
+    f = tmp_path / "pairs.jsonl"
+    f.write_text(json.dumps({"prompt": "Q:", "chosen": " a", "rejected": " b"}) + "\n", encoding="utf-8")
+    with pytest.raises(LmlabError, match="no field for the text") as err:
+        task_pairs("sst2", f)
+    assert "-field" not in str(err.value) and "without --task" in str(err.value)
+
+
 def test_align_cli_writes_a_loadable_model_and_its_numbers(ckpt, tmp_path, capsys):
     train = write_pairs(tmp_path / "train.jsonl", synthetic_pairs(48, 0))
     dev = write_pairs(tmp_path / "dev.jsonl", synthetic_pairs(16, 1))

@@ -11,6 +11,7 @@ from safetensors.torch import load_file
 
 from lmlab.cli import main
 from lmlab.errors import LmlabError
+from lmlab.fileio import directory_lock
 from lmlab.finetune import finetune
 from lmlab.finetune import loop as ft_loop
 from lmlab.finetune.resume import STATE_FILE, resume_dir
@@ -141,6 +142,20 @@ def test_an_interrupted_run_is_never_started_over_silently(start, sst2, tmp_path
 def test_resume_with_nothing_to_resume_starts_from_the_beginning(start, sst2, tmp_path):
     res = finetune(start, "sst2", *sst2, tmp_path / "ft", resume=True, **{**HP, "epochs": 1}, **QUIET)
     assert res.steps == 6 and (tmp_path / "ft" / "eval.json").is_file()
+
+
+def test_a_second_run_into_the_same_output_is_refused_and_keeps_the_first_ones_files(start, sst2, tmp_path):
+    out = tmp_path / "ft"
+    rdir = resume_dir(out)
+    with directory_lock(rdir, "fine-tuning output"):  # a first run, before its first resume state
+        (rdir / "metrics.jsonl").write_text('{"step": 1}\n')
+        with pytest.raises(LmlabError, match="in use"):
+            finetune(start, "sst2", *sst2, out, **{**HP, "epochs": 1}, **QUIET)
+        assert (rdir / "metrics.jsonl").read_text() == '{"step": 1}\n' and not out.exists()
+    (rdir / "metrics.jsonl").unlink()
+    with pytest.raises(LmlabError):  # a run that fails on its input leaves nothing beside the output
+        finetune(start, "sst2", tmp_path / "missing.tsv", sst2[1], out, **HP, **QUIET)
+    assert not rdir.exists() and not out.exists()
 
 
 def test_lr_auto_cannot_be_resumed(start, sst2, tmp_path):

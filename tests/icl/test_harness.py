@@ -161,11 +161,14 @@ def test_cli_prints_and_writes_the_results_and_refuses_bad_input_in_one_line(set
     assert printed == json.loads(out.read_text(encoding="utf-8"))["results"]
     assert printed["lmlab_mc"]["sample_len"] == 3
     fresh = ["--out", str(tmp_path / "new.json")]
+    no_data = tmp_path / "no_data.yaml"  # a task without a dataset_path: lm_eval's TypeError before
+    no_data.write_text("task: lmlab_no_data\noutput_type: loglikelihood\ndoc_to_text: q\ndoc_to_target: a\n")
     cases = [
         (["--harness", str(tmp_path / "missing.yaml"), *fresh], "does not exist"),
         (["--harness", mc, "--out", str(out)], "already exists; pass --overwrite"),
         (["--harness", mc, "--data", mc], "--harness scores harness tasks"),
         (["--out", str(out)], "--out go with --harness"),
+        (["--harness", str(no_data), *fresh], "could not load the task(s) lmlab_no_data"),
     ]
     for extra, needle in cases:
         assert main(["evaluate", "--checkpoint", str(root / "ck"), *extra]) == 2

@@ -85,6 +85,11 @@ def test_squad_bad_json_and_bad_records(tmp_path):
     got = read_squad(q, BadLines("skip", warnings.append, max_fraction=1))
     assert len(got) == 2 and got[0].extra["answers"] == ["France"]
     assert "line 3" in warnings[1] and "not at character 3" in warnings[1]
+    # a negative start that Python's slicing would count from the end, and an empty answer
+    for answer in ({"text": "France", "answer_start": -7}, {"text": "", "answer_start": 0}):
+        q = _write(tmp_path, "neg.jsonl", json.dumps(dict(rec, answers=[answer])) + "\n")
+        with pytest.raises(LmlabError, match=r"neg\.jsonl line 1: answer .* is not at character"):
+            read_squad(q)
 
 
 def test_conll_bad_tag_and_skip_drops_the_sentence(tmp_path):

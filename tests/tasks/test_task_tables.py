@@ -130,6 +130,10 @@ def test_tagging_and_qa_tables(tmp_path):
     bad.write_text('{"tokens": ["a", "b"], "tags": ["X"]}\n', encoding="utf-8")
     with pytest.raises(LmlabError, match=r"bad\.jsonl line 1: 2 tokens but 1 tags"):
         make_task("tagging").read(bad)
+    # conll scores entities: a table's non-IOB tag is a bad line, as in a CoNLL file (it used to
+    # switch the main metric to an accuracy the entity scorer never reports, after training)
+    with pytest.raises(LmlabError, match=r"pos\.jsonl line 1: tag 'DT' is not an IOB tag"):
+        make_task("conll").read(t)
     q = write_csv(tmp_path / "qa.csv", [("Where is Paris?", "Paris is in France.", "France", ""),
                                         ("Who wrote it?", "It was written by Ann, not Bob.", "Ann", "18")],
                   header=("question", "context", "answer", "answer_start"))

@@ -29,6 +29,10 @@ TEMPLATES: dict[str, tuple[str, dict[str, str]]] = {
 }
 
 
+#: the data-reading flags of `lmlab finetune` that task files' errors may suggest
+COLUMN_FLAGS = ("-field", "--header", "--no-header", "--format", "--delimiter")
+
+
 def task_pairs(task: str, path: str | os.PathLike,
                on_bad_line: str | BadLines = "error") -> list[PreferencePair]:
     """The preference pairs of a labelled ``task`` file (``sst2``, ``cola``, ``rte``, ``mrpc``)."""
@@ -38,8 +42,15 @@ def task_pairs(task: str, path: str | os.PathLike,
         raise LmlabError(f"cannot make preference pairs from task {task!r}",
                          f"choose one of: {', '.join(TEMPLATES)}, or write the pairs as JSON Lines")
     template, words = TEMPLATES[task]
+    try:
+        examples = make_task(task, "decoder").read(path, on_bad_line)
+    except LmlabError as e:
+        if e.fix and any(flag in e.fix for flag in COLUMN_FLAGS):  # flags `lmlab align` does not have
+            raise LmlabError(e.problem, f"pass {task}'s own file (a GLUE TSV, or CSV/JSON Lines with its "
+                             "usual column names), or write the pairs as JSON Lines without --task") from None
+        raise
     out = []
-    for e in make_task(task, "decoder").read(path, on_bad_line):
+    for e in examples:
         label = str(e.label)
         if label not in words:
             raise LmlabError(f"{e.where}: label {e.label!r} is not one of {task}'s labels "

@@ -58,6 +58,7 @@ from lmlab.fileio import (
     atomic_dir,
     atomic_write_text,
     check_replaceable_dir,
+    directory_lock,
     read_json,
     replace_dir,
     write_json,
@@ -292,6 +293,21 @@ def finetune(checkpoint, task: str | Task, train, dev, out: str | os.PathLike | 
                              "rerun the sweep, or fine-tune with the chosen --lr and --resume that")
         return _lr_sweep(checkpoint, task, train, dev, out, method, method_options, tokenizer, say, hparams,
                          cfg)
+    if out is None or not _resumable or rank_of_launch() != 0:
+        return _finetune_run(checkpoint, task, train, dev, out, method, method_options, tokenizer, say,
+                             resume, _resumable, cfg, meth)
+    # one run at a time per output: a second would clear or overwrite the first's resume state and logs
+    rdir = resume_state.resume_dir(check_replaceable_dir(out, SUMMARY_FILE, "fine-tuned model"))
+    try:
+        with directory_lock(rdir, "fine-tuning output"):
+            return _finetune_run(checkpoint, task, train, dev, out, method, method_options, tokenizer, say,
+                                 resume, _resumable, cfg, meth)
+    finally:
+        resume_state.remove_if_only_lock(rdir)
+
+
+def _finetune_run(checkpoint, task, train, dev, out, method, method_options, tokenizer, say, resume,
+                  _resumable, cfg: FinetuneConfig, meth) -> FinetuneResult:
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     out_dir = Path(out) if out is not None else None

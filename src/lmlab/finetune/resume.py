@@ -33,6 +33,7 @@ from lmlab.errors import LmlabError
 from lmlab.fileio import atomic_write_bytes
 
 STATE_FILE = "state.pt"
+LOCK = ".lock"  # the file lmlab.fileio.directory_lock holds while a run writes OUT
 LOGS = "logs"  # the loggers' files while the run goes (TensorBoard...), moved into OUT at the end
 
 #: settings that may differ on --resume: they change neither the arithmetic nor the run's past
@@ -86,9 +87,18 @@ def check_start(out_dir: Path, resume: bool, clear: bool = True) -> Path | None:
             raise LmlabError(f"{out_dir} has an interrupted fine-tuning run (its state is in {rdir})",
                              "pass --resume to continue it, or delete that directory to start over")
         return state
-    if rdir.exists() and clear:
-        shutil.rmtree(rdir)
+    if rdir.is_dir() and clear:  # all but the lock file this run may hold (lmlab.fileio.directory_lock)
+        for p in rdir.iterdir():
+            if p.name != LOCK:
+                shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
     return None
+
+
+def remove_if_only_lock(rdir: Path) -> None:
+    """Remove the resume directory when it holds nothing but its lock file (a run that ended, or
+    failed before writing anything there)."""
+    if rdir.is_dir() and {p.name for p in rdir.iterdir()} <= {LOCK}:
+        shutil.rmtree(rdir, ignore_errors=True)
 
 
 def save_state(out_dir: Path, state: dict[str, Any]) -> None:

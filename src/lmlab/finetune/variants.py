@@ -24,7 +24,7 @@ from torch import nn
 
 from lmlab.errors import LmlabError
 from lmlab.fileio import atomic_write_text, read_json
-from lmlab.finetune.loop import TASK_FILE, _read, pick_device, reread
+from lmlab.finetune.loop import TASK_FILE, _read, check_predictions_file, pick_device, reread
 from lmlab.models.output import ModelOutput
 from lmlab.tasks import load_task
 from lmlab.tasks.readers import BadLines, limit
@@ -97,6 +97,9 @@ def evaluate_variants(checkpoint: str | os.PathLike, variants: dict[str, str | o
 
     if batch_size < 1:
         raise LmlabError(f"batch size must be at least 1, got {batch_size}", "pass e.g. batch_size=64")
+    if predictions is not None:
+        check_predictions_file(predictions, {"--data": data, "--checkpoint": checkpoint,
+                                             **{f"--variant {k}": v for k, v in variants.items()}})
     tasks = {}
     for name, d in variants.items():
         if d is None:

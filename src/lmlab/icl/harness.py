@@ -92,6 +92,18 @@ def resolve_tasks(tasks: str | Sequence[str]):
     return names, manager
 
 
+def check_tasks_load(names: list[str], manager) -> None:
+    """Build the tasks (their datasets included) once before the model is loaded: a task YAML
+    the harness cannot build (no dataset_path, a bad field) is a one-line error, not its traceback."""
+    try:
+        manager.load(names)
+    except Exception as e:  # noqa: BLE001 - whatever the harness or datasets raise for a bad task
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise LmlabError(f"the harness could not load the task(s) {', '.join(names)}: {type(e).__name__}: "
+                         f"{first}", "check the task YAML (dataset_path, splits, doc_to_text...) "
+                         "or the task name") from None
+
+
 def check_model(model) -> None:
     """Only a model with next-token probabilities (a decoder or LSTM LM, first head ``lm``)."""
     kind = getattr(model, "architecture", "")
@@ -131,6 +143,7 @@ def run_harness(checkpoint: str | os.PathLike, tasks: str | Sequence[str], *,
     out_path = Path(out) if out is not None else default_output(checkpoint)
     check_output(out_path, overwrite)  # all before the model is loaded
     names, manager = resolve_tasks(tasks)
+    check_tasks_load(names, manager)
     model = load_model(checkpoint)
     check_model(model)
     model = model.to(pick_device(device))

@@ -66,6 +66,10 @@ class TokenClassification(Task):
         if len(words) != len(tags):
             bad(where, f"{len(words)} tokens but {len(tags)} tags")
             return None
+        wrong = next((t for t in tags if not is_iob_tag(t)), None) if self.iob_only else None
+        if wrong is not None:  # as the CoNLL file reader: entity scores need IOB tags
+            bad(where, f"tag {wrong!r} is not an IOB tag (O, B-TYPE, I-TYPE)")
+            return None
         return Example(" ".join(words), None, tags, where, {"words": words})
 
     def fit(self, train: Sequence[Example]) -> None:

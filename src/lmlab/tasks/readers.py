@@ -303,7 +303,7 @@ def squad_example(rec: dict, where: str, bad: BadLines) -> Example | None:
         if not isinstance(t, str) or not isinstance(s, int) or isinstance(s, bool):
             bad(where, "each answer needs 'text' (string) and 'answer_start' (integer)")
             return None
-        if context[s:s + len(t)] != t:
+        if s < 0 or not t or context[s:s + len(t)] != t:  # s < 0: Python would count from the end
             bad(where, f"answer {t!r} is not at character {s} of the context")
             return None
         texts.append(t)

@@ -33,6 +33,8 @@ from lmlab.tokenizers.merge_trainer import learn_merges
 from lmlab.tokenizers.pretokenize import WORD_RE, whitespace_split
 
 END_OF_WORD = "_"
+#: Most words whose ids :meth:`CharBPETokenizer.encode` keeps; the cache is emptied when full.
+IDS_CACHE_LIMIT = 1 << 18
 #: Zero-width match after the last character of every word (Oniguruma and ``regex`` agree on ``\S``).
 _WORD_END_PATTERN = r"(?<=\S)(?!\S)"
 
@@ -75,6 +77,13 @@ class CharBPETokenizer(Tokenizer):
         for r, m in enumerate(self.merges):
             self.ranks.setdefault(m, r)
         self._cache: dict[str, list[str]] = {}
+        self._ids_cache: dict[str, list[int]] = {}
+        self._ids_cache_limit = IDS_CACHE_LIMIT
+
+    def add_special_tokens(self, tokens: Sequence[str]) -> list[int]:
+        ids = super().add_special_tokens(tokens)
+        self._ids_cache.clear()  # a token that was unknown may now have an id
+        return ids
 
     # ------------------------------------------------------------------ learner
     @classmethod
@@ -135,6 +144,26 @@ class CharBPETokenizer(Tokenizer):
                 out.append((tok if tok in vocab or unk is None else unk, *span))
                 pos += n
         return out
+
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        """Text -> ids; the same ids as the base class, with the ids of each word cached (bounded)."""
+        if add_special_tokens:
+            return super().encode(text, add_special_tokens=True)
+        ids: list[int] = []
+        cache = self._ids_cache
+        for piece, _, special in self._split_specials(text):
+            if special:
+                ids.append(self.token_to_id[piece])
+                continue
+            for word in WORD_RE.findall(piece):
+                word_ids = cache.get(word)
+                if word_ids is None:
+                    word_ids = [self.id_of(t) for t, _, _ in self._segment(word)]
+                    if len(cache) >= self._ids_cache_limit:
+                        cache.clear()
+                    cache[word] = word_ids
+                ids += word_ids
+        return ids
 
     def _decode_tokens(self, tokens: list[str]) -> str:
         """Tokens joined; each ``_`` becomes a space, except that the text does not end with one."""

@@ -149,20 +149,14 @@ class CharBPETokenizer(Tokenizer):
         """Text -> ids; the same ids as the base class, with the ids of each word cached (bounded)."""
         if add_special_tokens:
             return super().encode(text, add_special_tokens=True)
-        ids: list[int] = []
-        cache = self._ids_cache
-        for piece, _, special in self._split_specials(text):
-            if special:
-                ids.append(self.token_to_id[piece])
-                continue
-            for word in WORD_RE.findall(piece):
-                word_ids = cache.get(word)
-                if word_ids is None:
-                    word_ids = [self.id_of(t) for t, _, _ in self._segment(word)]
-                    if len(cache) >= self._ids_cache_limit:
-                        cache.clear()
-                    cache[word] = word_ids
-                ids += word_ids
+        return self._cached_ids(text, WORD_RE.findall, self._word_ids, self._ids_cache, self._ids_cache_limit)
+
+    def _word_ids(self, word: str) -> list[int]:
+        """Ids of one whitespace-free word (as ``_segment`` + ``id_of``: unknown tokens -> unk)."""
+        vocab, ids = self.token_to_id, []
+        for tok in bpe_segment([*word, END_OF_WORD], self.ranks):
+            i = vocab.get(tok)
+            ids.append(self.id_of(tok) if i is None else i)
         return ids
 
     def _decode_tokens(self, tokens: list[str]) -> str:

@@ -32,7 +32,7 @@ from typing import Any
 
 from lmlab.errors import LmlabError
 from lmlab.tokenizers.base import Tokenizer, hf_special_tokens, roles_from_config
-from lmlab.tokenizers.metaspace import SPACE, WHITESPACE_RUN, normalize, split_words
+from lmlab.tokenizers.metaspace import SPACE, WHITESPACE_RUN, split_words, word_contents
 
 #: Penalty of the unknown piece below the lowest piece score (the value SentencePiece and HF use).
 UNK_PENALTY = 10.0
@@ -219,24 +219,13 @@ class UnigramTokenizer(Tokenizer):
         return ids
 
     def _encode_ids(self, text: str) -> list[int]:
-        """Viterbi ids of ``text`` with no offsets: the words of :func:`normalize` (the same words
-        as :func:`split_words`), each word's ids cached (bounded)."""
-        ids: list[int] = []
-        cache = self._ids_cache
-        for piece, _, special in self._split_specials(text):
-            if special:
-                ids.append(self.token_to_id[piece])
-                continue
-            for content in normalize(piece).split(SPACE)[1:]:
-                word = SPACE + content
-                word_ids = cache.get(word)
-                if word_ids is None:
-                    word_ids = [self.id_of(t) for t, _, _ in self._viterbi(word)]
-                    if len(cache) >= self._ids_cache_limit:
-                        cache.clear()
-                    cache[word] = word_ids
-                ids += word_ids
-        return ids
+        """Viterbi ids of ``text`` with no offsets: the words of :func:`word_contents` (those of
+        :func:`split_words` without positions), each word's ids cached (bounded)."""
+        return self._cached_ids(text, word_contents, self._word_ids, self._ids_cache, self._ids_cache_limit)
+
+    def _word_ids(self, content: str) -> list[int]:
+        """Ids of the word ``▁`` + ``content``."""
+        return [self.id_of(t) for t, _, _ in self._viterbi(SPACE + content)]
 
     def _decode_tokens(self, tokens: list[str]) -> str:
         text = "".join(tokens).replace(SPACE, " ")

@@ -166,21 +166,10 @@ class WordPieceTokenizer(Tokenizer):
         """Text -> ids; same result as the base class, with ids cached per chunk (the fast path)."""
         if add_special_tokens:
             return super().encode(text, add_special_tokens=True)
-        ids: list[int] = []
-        cache = self._ids_cache
-        for piece, _, special in self._split_specials(text):
-            if special:
-                ids.append(self.token_to_id[piece])
-                continue
-            for chunk in self._chunk_re.findall(piece):
-                chunk_ids = cache.get(chunk)
-                if chunk_ids is None:
-                    chunk_ids = [self.id_of(t) for t, _, _ in self._segment(chunk)]
-                    if len(cache) >= _CACHE_LIMIT:
-                        cache.clear()
-                    cache[chunk] = chunk_ids
-                ids += chunk_ids
-        return ids
+        return self._cached_ids(text, self._chunk_re.findall, self._chunk_ids, self._ids_cache, _CACHE_LIMIT)
+
+    def _chunk_ids(self, chunk: str) -> list[int]:
+        return [self.id_of(t) for t, _, _ in self._segment(chunk)]
 
     def decode(self, ids: Iterable[int], skip_special_tokens: bool = False) -> str:
         """Ids -> text. Special tokens are words like any other (``"[CLS] hello [SEP]"``), as in BERT."""

@@ -137,3 +137,26 @@ def test_loading_an_unsupported_bpe_layout_is_a_clear_error(tmp_path):
     assert json.loads(path.read_text())["model"]["type"] == "BPE"
     with pytest.raises(LmlabError, match="end_of_word_suffix"):
         load_tokenizer(path)
+
+
+def test_cached_encode_equals_the_generic_path_and_the_cache_is_bounded(shakespeare_bpe, shakespeare,
+                                                                       wikitext_valid_lines):
+    lines = (wikitext_valid_lines[:300] + shakespeare[300_000:320_000].splitlines()
+             + ["", "  \t ", "a_b __ x_", "Zß 日本 🤖 é\u3000y\x1cz", "[CLS] low[SEP]er [MASK]"])
+    generic = [[shakespeare_bpe.id_of(t) for t in shakespeare_bpe.tokenize(line)] for line in lines]
+    shakespeare_bpe._ids_cache.clear()
+    assert [shakespeare_bpe.encode(line) for line in lines] == generic  # filling the cache
+    assert [shakespeare_bpe.encode(line) for line in lines] == generic  # hitting it
+    limit = shakespeare_bpe._ids_cache_limit
+    try:
+        shakespeare_bpe._ids_cache_limit = 40
+        shakespeare_bpe._ids_cache.clear()
+        sizes = []
+        for line in lines:
+            sizes.append(len(shakespeare_bpe._ids_cache))
+            assert shakespeare_bpe.encode(line) == [shakespeare_bpe.id_of(t)
+                                                    for t in shakespeare_bpe.tokenize(line)]
+        assert max(sizes) <= 40 and len(set(sizes)) > 10
+    finally:
+        shakespeare_bpe._ids_cache_limit = limit
+        shakespeare_bpe._ids_cache.clear()

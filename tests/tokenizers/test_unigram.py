@@ -285,3 +285,26 @@ def test_segmentations_of_all_pieces_are_consistent(shakes_tok):
                   and shakes_tok.tokenize(p.replace(SPACE, "")) == [p])
     assert singles > 300
     assert list(itertools.islice((p for p in shakes_tok.vocab if SPACE in p[1:]), 1)) == []
+
+
+def test_cached_encode_equals_the_generic_path_and_the_cache_is_bounded(shakes_tok, shakespeare,
+                                                                       wikitext_valid_lines):
+    edge = ["", " \t\n ", "a ▁b", "▁▁x", "a▁", "  ▁a  ", "a \u3000 b\x85c", "x\x1cy", "日本 🤖 ∫",
+            "<s>to be</s> [MASK]or", "[CLS]", " [SEP] a"]
+    lines = wikitext_valid_lines[:300] + shakespeare[100_000:120_000].splitlines() + edge
+    generic = [[shakes_tok.id_of(t) for t in shakes_tok.tokenize(line)] for line in lines]
+    shakes_tok._ids_cache.clear()
+    assert [shakes_tok.encode(line) for line in lines] == generic  # filling the cache
+    assert [shakes_tok.encode(line) for line in lines] == generic  # hitting it
+    limit = shakes_tok._ids_cache_limit
+    try:
+        shakes_tok._ids_cache_limit = 40
+        shakes_tok._ids_cache.clear()
+        sizes = []
+        for line in lines:
+            sizes.append(len(shakes_tok._ids_cache))
+            assert shakes_tok.encode(line) == [shakes_tok.id_of(t) for t in shakes_tok.tokenize(line)]
+        assert max(sizes) <= 40 and len(set(sizes)) > 10
+    finally:
+        shakes_tok._ids_cache_limit = limit
+        shakes_tok._ids_cache.clear()

@@ -356,3 +356,19 @@ def test_no_unknown_token_gives_clear_error():
     assert tok.encode("ab") == [0, 1]
     with pytest.raises(LmlabError, match="no unknown token"):
         tok.encode("zz")
+
+
+@pytest.mark.parametrize("lowercase", [True, False])
+def test_ascii_fast_path_gives_the_words_and_ids_of_the_generic_path(lowercase, trained,
+                                                                      wikitext_valid_lines):
+    norm = BertNormalizer(lowercase=lowercase)
+    printable = "".join(map(chr, range(33, 127)))
+    chunks = [printable, printable[::-1], "Don't-stop!!", "a", "..."] + [
+        c for line in wikitext_valid_lines[:200] for c in line.split() if c.isascii()]
+    for chunk in chunks:
+        assert norm.ascii_words(chunk) == [w for w, _ in norm.split_chunk(chunk)], chunk
+    assert norm.ascii_words("café") is None and norm.ascii_words("a\x7fb") is None
+    tok = trained[lowercase]
+    lines = wikitext_valid_lines[:200] + [printable, "Héllo, WÖRLD!中文 x\x7fy", "[CLS] Don't [MASK]."]
+    generic = [[tok.id_of(t) for t in tok.tokenize(line)] for line in lines]
+    assert [tok.encode(line) for line in lines] == generic

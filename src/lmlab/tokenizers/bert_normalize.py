@@ -43,6 +43,8 @@ _WHITE_SPACE = ("\t\n\x0b\x0c\r \x85\xa0\u1680" + "".join(map(chr, range(0x2000,
 _WHITE_SPACE_CLEAN = "".join(c for c in _WHITE_SPACE if c not in "\x0b\x0c\x85")
 
 _ASCII_PUNCT = frozenset('!"#$%&\'()*+,-./:;<=>?@[\\]^_`{|}~')
+#: Cuts a string around each ASCII punctuation mark, keeping the marks.
+_ASCII_PUNCT_SPLIT = re.compile("([" + re.escape("".join(sorted(_ASCII_PUNCT))) + "])")
 
 #: CJK Unified Ideographs blocks (and compatibility ideographs), as in BERT's ``_is_chinese_char``.
 #: Hangul, Hiragana and Katakana are not included: they are written with spaces. Extension E
@@ -190,6 +192,16 @@ class BertNormalizer:
                     src.append(i)
         flush()
         return words
+
+    def ascii_words(self, chunk: str) -> list[str] | None:
+        """The words of a printable-ASCII chunk (the common case, fast), else None.
+
+        On printable ASCII, BERT's normalisation is lower-casing (when on) and nothing else, and
+        every ASCII punctuation mark is a word of its own: the words of :meth:`split_chunk`.
+        """
+        if not (chunk.isascii() and chunk.isprintable()) or " " in chunk:
+            return None
+        return [w for w in _ASCII_PUNCT_SPLIT.split(chunk.lower() if self.lowercase else chunk) if w]
 
     def words_with_offsets(self, text: str) -> list[tuple[str, int, int]]:
         """``(word, start, end)`` for every word of ``text``; offsets index the original text."""

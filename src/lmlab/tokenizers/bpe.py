@@ -33,6 +33,8 @@ from lmlab.tokenizers.merge_trainer import learn_merges
 from lmlab.tokenizers.pretokenize import WORD_RE, whitespace_split
 
 END_OF_WORD = "_"
+#: Most words whose ids :meth:`CharBPETokenizer.encode` keeps; the cache is emptied when full.
+IDS_CACHE_LIMIT = 1 << 18
 #: Zero-width match after the last character of every word (Oniguruma and ``regex`` agree on ``\S``).
 _WORD_END_PATTERN = r"(?<=\S)(?!\S)"
 
@@ -75,6 +77,13 @@ class CharBPETokenizer(Tokenizer):
         for r, m in enumerate(self.merges):
             self.ranks.setdefault(m, r)
         self._cache: dict[str, list[str]] = {}
+        self._ids_cache: dict[str, list[int]] = {}
+        self._ids_cache_limit = IDS_CACHE_LIMIT
+
+    def add_special_tokens(self, tokens: Sequence[str]) -> list[int]:
+        ids = super().add_special_tokens(tokens)
+        self._ids_cache.clear()  # a token that was unknown may now have an id
+        return ids
 
     # ------------------------------------------------------------------ learner
     @classmethod
@@ -135,6 +144,20 @@ class CharBPETokenizer(Tokenizer):
                 out.append((tok if tok in vocab or unk is None else unk, *span))
                 pos += n
         return out
+
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        """Text -> ids; the same ids as the base class, with the ids of each word cached (bounded)."""
+        if add_special_tokens:
+            return super().encode(text, add_special_tokens=True)
+        return self._cached_ids(text, WORD_RE.findall, self._word_ids, self._ids_cache, self._ids_cache_limit)
+
+    def _word_ids(self, word: str) -> list[int]:
+        """Ids of one whitespace-free word (as ``_segment`` + ``id_of``: unknown tokens -> unk)."""
+        vocab, ids = self.token_to_id, []
+        for tok in bpe_segment([*word, END_OF_WORD], self.ranks):
+            i = vocab.get(tok)
+            ids.append(self.id_of(tok) if i is None else i)
+        return ids
 
     def _decode_tokens(self, tokens: list[str]) -> str:
         """Tokens joined; each ``_`` becomes a space, except that the text does not end with one."""

@@ -32,10 +32,12 @@ from typing import Any
 
 from lmlab.errors import LmlabError
 from lmlab.tokenizers.base import Tokenizer, hf_special_tokens, roles_from_config
-from lmlab.tokenizers.metaspace import SPACE, WHITESPACE_RUN, split_words
+from lmlab.tokenizers.metaspace import SPACE, WHITESPACE_RUN, split_words, word_contents
 
 #: Penalty of the unknown piece below the lowest piece score (the value SentencePiece and HF use).
 UNK_PENALTY = 10.0
+#: Most words whose ids :meth:`UnigramTokenizer.encode` keeps; the cache is emptied when full.
+IDS_CACHE_LIMIT = 1 << 18
 
 
 class UnigramTokenizer(Tokenizer):
@@ -61,6 +63,8 @@ class UnigramTokenizer(Tokenizer):
         self._max_len = max((len(p) for p in self.vocab), default=1)
         self._unk_score = min(self.scores, default=0.0) - UNK_PENALTY
         self._cache: dict[str, list[tuple[str, int, int]]] = {}
+        self._ids_cache: dict[str, list[int]] = {}
+        self._ids_cache_limit = IDS_CACHE_LIMIT
 
     def add_special_tokens(self, tokens: Sequence[str]) -> list[int]:
         ids = super().add_special_tokens(tokens)
@@ -206,13 +210,22 @@ class UnigramTokenizer(Tokenizer):
         """Text -> ids. ``sample=True`` draws a segmentation with probability ~ ``P(x)^alpha``
         (subword regularization; ``seed`` makes it reproducible) instead of the Viterbi one."""
         if not sample:
-            return super().encode(text, add_special_tokens)
+            return super().encode(text, True) if add_special_tokens else self._encode_ids(text)
         ids = [self.id_of(t) for t, _, _ in self._sample_with_offsets(text, alpha, seed)]
         if add_special_tokens:
             layout, _ = self._template(len(ids), None)
             it = iter(ids)
             ids = [next(it) if slot is None else self.token_to_id[slot] for slot in layout]
         return ids
+
+    def _encode_ids(self, text: str) -> list[int]:
+        """Viterbi ids of ``text`` with no offsets: the words of :func:`word_contents` (those of
+        :func:`split_words` without positions), each word's ids cached (bounded)."""
+        return self._cached_ids(text, word_contents, self._word_ids, self._ids_cache, self._ids_cache_limit)
+
+    def _word_ids(self, content: str) -> list[int]:
+        """Ids of the word ``▁`` + ``content``."""
+        return [self.id_of(t) for t, _, _ in self._viterbi(SPACE + content)]
 
     def _decode_tokens(self, tokens: list[str]) -> str:
         text = "".join(tokens).replace(SPACE, " ")

@@ -129,16 +129,20 @@ class WordPieceTokenizer(Tokenizer):
             start = end
         return pieces
 
+    def _cached_word(self, word: str) -> list[tuple[str, int, int]]:
+        pieces = self._word_cache.get(word)
+        if pieces is None:
+            pieces = self.segment_word(word)
+            if len(self._word_cache) >= _CACHE_LIMIT:
+                self._word_cache.clear()
+            self._word_cache[word] = pieces
+        return pieces
+
     def _segment_chunk(self, chunk: str) -> list[tuple[str, int, int]]:
         """Tokens of a whitespace-free chunk with offsets into it (cached by the caller)."""
         out = []
         for word, src in self.normalizer.split_chunk(chunk):
-            pieces = self._word_cache.get(word)
-            if pieces is None:
-                pieces = self.segment_word(word)
-                if len(self._word_cache) >= _CACHE_LIMIT:
-                    self._word_cache.clear()
-                self._word_cache[word] = pieces
+            pieces = self._cached_word(word)
             out.extend((tok, src[a], src[b - 1] + 1) for tok, a, b in pieces)
         return out
 
@@ -166,21 +170,14 @@ class WordPieceTokenizer(Tokenizer):
         """Text -> ids; same result as the base class, with ids cached per chunk (the fast path)."""
         if add_special_tokens:
             return super().encode(text, add_special_tokens=True)
-        ids: list[int] = []
-        cache = self._ids_cache
-        for piece, _, special in self._split_specials(text):
-            if special:
-                ids.append(self.token_to_id[piece])
-                continue
-            for chunk in self._chunk_re.findall(piece):
-                chunk_ids = cache.get(chunk)
-                if chunk_ids is None:
-                    chunk_ids = [self.id_of(t) for t, _, _ in self._segment(chunk)]
-                    if len(cache) >= _CACHE_LIMIT:
-                        cache.clear()
-                    cache[chunk] = chunk_ids
-                ids += chunk_ids
-        return ids
+        return self._cached_ids(text, self._chunk_re.findall, self._chunk_ids, self._ids_cache, _CACHE_LIMIT)
+
+    def _chunk_ids(self, chunk: str) -> list[int]:
+        """Ids of a whitespace-free chunk; printable ASCII skips the offset bookkeeping."""
+        words = self.normalizer.ascii_words(chunk)
+        if words is None:
+            return [self.id_of(t) for t, _, _ in self._segment(chunk)]
+        return [self.id_of(t) for w in words for t, _, _ in self._cached_word(w)]
 
     def decode(self, ids: Iterable[int], skip_special_tokens: bool = False) -> str:
         """Ids -> text. Special tokens are words like any other (``"[CLS] hello [SEP]"``), as in BERT."""

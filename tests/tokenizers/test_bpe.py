@@ -160,3 +160,18 @@ def test_cached_encode_equals_the_generic_path_and_the_cache_is_bounded(shakespe
     finally:
         shakespeare_bpe._ids_cache_limit = limit
         shakespeare_bpe._ids_cache.clear()
+
+
+def test_a_pickled_tokenizer_leaves_its_ids_cache_behind(shakespeare_bpe, wikitext_valid_lines):
+    """encode_many's workers receive the tokenizer pickled: not the words it has cached."""
+    import pickle
+
+    lines = wikitext_valid_lines[:400]
+    shakespeare_bpe._ids_cache.clear()
+    cold = len(pickle.dumps(shakespeare_bpe))
+    expected = [shakespeare_bpe.encode(line) for line in lines]
+    assert len(shakespeare_bpe._ids_cache) > 1000
+    copy = pickle.loads(pickle.dumps(shakespeare_bpe))
+    assert len(pickle.dumps(shakespeare_bpe)) == cold and copy._ids_cache == {}
+    assert [copy.encode(line) for line in lines] == expected
+    assert len(shakespeare_bpe._ids_cache) > 1000  # the original keeps its cache

@@ -246,6 +246,14 @@ class Tokenizer(ABC):
             out.append((text[pos:], pos, False))
         return out
 
+    def __getstate__(self) -> dict:
+        """Pickled (``encode_many``'s worker processes) without the per-word ids cache: a warm
+        tokenizer would otherwise ship up to ``IDS_CACHE_LIMIT`` words to every worker."""
+        state = self.__dict__.copy()
+        if "_ids_cache" in state:
+            state["_ids_cache"] = {}
+        return state
+
     def _cached_ids(self, text: str, split: Callable[[str], Iterable[str]],
                     word_ids: Callable[[str], list[int]], cache: dict[str, list[int]],
                     limit: int) -> list[int]:

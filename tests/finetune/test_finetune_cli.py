@@ -4,21 +4,7 @@ from __future__ import annotations
 
 import json
 
-import pytest
-import torch
-
 from lmlab.cli import main
-from lmlab.models import build_model, get_preset
-from lmlab.tokenizers import load_tokenizer
-
-
-@pytest.fixture(scope="module")
-def ckpt(minilm_dir, tmp_path_factory):
-    torch.manual_seed(0)
-    model = build_model(get_preset("bert-tiny", vocab_size=30522))
-    d = tmp_path_factory.mktemp("ck") / "bert-tiny"
-    model.save(d, tokenizer=load_tokenizer(minilm_dir))
-    return d
 
 
 def test_finetune_then_evaluate_print_the_same_json(ckpt, data_dir, tmp_path, capsys):

@@ -7,7 +7,6 @@ import csv
 import json
 from collections import Counter
 
-import pytest
 import torch
 
 from lmlab.cli import main
@@ -23,15 +22,6 @@ NEWS = [
 ]
 
 LABELS = ["Business", "Sci/Tech", "Sports", "World"]
-
-
-@pytest.fixture(scope="module")
-def ckpt(minilm_dir, tmp_path_factory):
-    torch.manual_seed(0)
-    model = build_model(get_preset("bert-tiny", vocab_size=30522))
-    d = tmp_path_factory.mktemp("ck") / "bert-tiny"
-    model.save(d, tokenizer=load_tokenizer(minilm_dir))
-    return d
 
 
 def write_rows(path, rows, header=None, delimiter=","):

@@ -10,6 +10,7 @@ from tokenizers import Tokenizer as HFTokenizer
 from lmlab.errors import LmlabError
 from lmlab.tokenizers import load_tokenizer, train_tokenizer
 from lmlab.tokenizers.bpe import CharBPETokenizer
+from tests.tokenizers.cache_checks import check_cached_encode
 
 LECTURE = "low low low low lowest lowest newer newer newer newer newer newer wider wider wider new new"
 GOLDEN = [("e", "r"), ("er", "_"), ("n", "e"), ("ne", "w"), ("l", "o"), ("lo", "w"), ("new", "er_"),
@@ -143,23 +144,7 @@ def test_cached_encode_equals_the_generic_path_and_the_cache_is_bounded(shakespe
                                                                        wikitext_valid_lines):
     lines = (wikitext_valid_lines[:300] + shakespeare[300_000:320_000].splitlines()
              + ["", "  \t ", "a_b __ x_", "Zß 日本 🤖 é\u3000y\x1cz", "[CLS] low[SEP]er [MASK]"])
-    generic = [[shakespeare_bpe.id_of(t) for t in shakespeare_bpe.tokenize(line)] for line in lines]
-    shakespeare_bpe._ids_cache.clear()
-    assert [shakespeare_bpe.encode(line) for line in lines] == generic  # filling the cache
-    assert [shakespeare_bpe.encode(line) for line in lines] == generic  # hitting it
-    limit = shakespeare_bpe._ids_cache_limit
-    try:
-        shakespeare_bpe._ids_cache_limit = 40
-        shakespeare_bpe._ids_cache.clear()
-        sizes = []
-        for line in lines:
-            sizes.append(len(shakespeare_bpe._ids_cache))
-            assert shakespeare_bpe.encode(line) == [shakespeare_bpe.id_of(t)
-                                                    for t in shakespeare_bpe.tokenize(line)]
-        assert max(sizes) <= 40 and len(set(sizes)) > 10
-    finally:
-        shakespeare_bpe._ids_cache_limit = limit
-        shakespeare_bpe._ids_cache.clear()
+    check_cached_encode(shakespeare_bpe, lines)
 
 
 def test_a_pickled_tokenizer_leaves_its_ids_cache_behind(shakespeare_bpe, wikitext_valid_lines):

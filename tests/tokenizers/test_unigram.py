@@ -22,6 +22,7 @@ from lmlab.tokenizers import load_tokenizer, train_tokenizer
 from lmlab.tokenizers.metaspace import SPACE, normalize, split_words
 from lmlab.tokenizers.unigram import UnigramTokenizer
 from lmlab.tokenizers.unigram_trainer import Lattices, digamma, script_runs, substring_spans
+from tests.tokenizers.cache_checks import check_cached_encode
 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "<s>", "</s>"]
 
@@ -292,19 +293,4 @@ def test_cached_encode_equals_the_generic_path_and_the_cache_is_bounded(shakes_t
     edge = ["", " \t\n ", "a ▁b", "▁▁x", "a▁", "  ▁a  ", "a \u3000 b\x85c", "x\x1cy", "日本 🤖 ∫",
             "<s>to be</s> [MASK]or", "[CLS]", " [SEP] a"]
     lines = wikitext_valid_lines[:300] + shakespeare[100_000:120_000].splitlines() + edge
-    generic = [[shakes_tok.id_of(t) for t in shakes_tok.tokenize(line)] for line in lines]
-    shakes_tok._ids_cache.clear()
-    assert [shakes_tok.encode(line) for line in lines] == generic  # filling the cache
-    assert [shakes_tok.encode(line) for line in lines] == generic  # hitting it
-    limit = shakes_tok._ids_cache_limit
-    try:
-        shakes_tok._ids_cache_limit = 40
-        shakes_tok._ids_cache.clear()
-        sizes = []
-        for line in lines:
-            sizes.append(len(shakes_tok._ids_cache))
-            assert shakes_tok.encode(line) == [shakes_tok.id_of(t) for t in shakes_tok.tokenize(line)]
-        assert max(sizes) <= 40 and len(set(sizes)) > 10
-    finally:
-        shakes_tok._ids_cache_limit = limit
-        shakes_tok._ids_cache.clear()
+    check_cached_encode(shakes_tok, lines)

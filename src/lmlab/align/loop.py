@@ -220,6 +220,19 @@ class Setup:
     def progress(self, total: int, desc: str) -> Progress:
         return Progress(total, desc=desc, show="auto" if self.cfg.progress else "off", log=self.say)
 
+    def run_steps(self, engine: Engine, total: int, micro_batch: Callable, lengths: list[int], desc: str,
+                  phase: str) -> None:
+        """``total`` engine steps over batches of similar lengths (:meth:`batch_order`), with a
+        progress display and training rows tagged ``phase``; ``micro_batch(indices)`` gives the
+        function the engine runs for one micro-batch."""
+        next_batches = self.batch_order(lengths)
+        progress = self.progress(total, desc)
+        for step in range(total):
+            done = engine.step(step, [micro_batch(idx) for idx in next_batches()])
+            progress.update(step + 1, [f"loss {done.loss:.4f}"], loss=f"{done.loss:.4f}")
+            self.log_train(step + 1, total, done, phase=phase)
+        progress.close()
+
     def write(self, model: nn.Module, metrics: dict[str, Any], summary: dict[str, Any],
               extra: Callable[[Path], None] | None = None) -> None:
         """Write the output directory in one rename (nothing when there is no ``out``)."""

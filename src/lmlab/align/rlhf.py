@@ -69,8 +69,6 @@ def supervised_warmup(run: Setup, train_set: PairSet) -> None:
     """``sft_steps`` steps of maximum likelihood on the chosen responses (the prompt is not scored)."""
     cfg, model = run.cfg, run.model
     engine = run.engine([model], cfg.lr, cfg.sft_steps)
-    next_batches = run.batch_order(train_set.lengths())
-    progress = run.progress(cfg.sft_steps, "supervised warm-up")
     run.say(f"supervised warm-up: {cfg.sft_steps} steps on the chosen responses")
 
     def micro_batch(idx):
@@ -81,11 +79,7 @@ def supervised_warmup(run: Setup, train_set: PairSet) -> None:
         return run_it
 
     model.train(cfg.dropout)
-    for step in range(cfg.sft_steps):
-        done = engine.step(step, [micro_batch(idx) for idx in next_batches()])
-        progress.update(step + 1, [f"loss {done.loss:.4f}"], loss=f"{done.loss:.4f}")
-        run.log_train(step + 1, cfg.sft_steps, done, phase="sft")
-    progress.close()
+    run.run_steps(engine, cfg.sft_steps, micro_batch, train_set.lengths(), "supervised warm-up", "sft")
     model.eval()
 
 
@@ -95,8 +89,6 @@ def train_reward_model(run: Setup, train_set: PairSet, dev_set: PairSet) -> tupl
     rm.train(cfg.dropout)
     before = reward_accuracy(rm, dev_set, cfg.eval_batch_size)
     engine = run.engine([rm], cfg.reward_lr, cfg.reward_steps)
-    next_batches = run.batch_order(train_set.lengths())
-    progress = run.progress(cfg.reward_steps, "reward model")
     run.say(f"reward model: {cfg.reward_steps} Bradley-Terry steps, dev pairwise accuracy "
             f"{before['accuracy']:.4f} before")
 
@@ -108,11 +100,7 @@ def train_reward_model(run: Setup, train_set: PairSet, dev_set: PairSet) -> tupl
             return bradley_terry_loss(c, rj), {"accuracy": float((c > rj).float().mean())}
         return run_it
 
-    for step in range(cfg.reward_steps):
-        done = engine.step(step, [micro_batch(idx) for idx in next_batches()])
-        progress.update(step + 1, [f"loss {done.loss:.4f}"], loss=f"{done.loss:.4f}")
-        run.log_train(step + 1, cfg.reward_steps, done, phase="reward")
-    progress.close()
+    run.run_steps(engine, cfg.reward_steps, micro_batch, train_set.lengths(), "reward model", "reward")
     rm.eval()
     for p in rm.parameters():
         p.requires_grad_(False)

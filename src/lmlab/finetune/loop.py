@@ -189,10 +189,6 @@ def rank_of_launch() -> int:
     return int(os.environ.get("RANK", "0"))
 
 
-def launched_world_size() -> int:
-    return dist.launched_world_size()
-
-
 def share_of_batch(idx: list[int], info) -> tuple[list[int], float]:
     """This process's examples of the global batch ``idx`` and the weight of its mean loss.
 
@@ -285,7 +281,7 @@ def finetune(checkpoint, task: str | Task, train, dev, out: str | os.PathLike | 
     say = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
     meth = method_class(method)(**(method_options or {}))  # bad method options fail before any work
     if cfg.lr == "auto":
-        if launched_world_size() > 1:
+        if dist.launched_world_size() > 1:
             raise LmlabError("--lr auto runs one fine-tuning per rate and cannot run under torchrun",
                              "sweep on one process, then fine-tune with the chosen --lr under torchrun")
         if resume:

@@ -275,6 +275,17 @@ def check_tokenizer(model, tokenizer=None):
     return tokenizer
 
 
+def attach_generation_head(task: Task, model):
+    """``model`` ready for a task that writes its answer as text (text-to-text, instructions):
+    checked against the task, with its LM head, and ``task.end`` set to the token that ends an
+    answer (``task.end_id``)."""
+    check_architecture(task, model)
+    tok = check_tokenizer(model)
+    model = attach_head(model, ("lm",), model.config.num_labels)
+    task.end = task.end_id(tok, model)
+    return model
+
+
 def attach_head(model, heads: tuple[str, ...], num_labels: int, vocab_size: int | None = None):
     """``model`` rebuilt with task ``heads`` (and ``num_labels`` outputs), keeping every weight that fits.
 

@@ -48,9 +48,8 @@ from lmlab.fileio import check_input_file, iter_text_lines, read_text
 from lmlab.tasks import metrics as M
 from lmlab.tasks.base import (
     Task,
-    attach_head,
+    attach_generation_head,
     batches,
-    check_architecture,
     check_tokenizer,
     collate,
     model_device,
@@ -201,11 +200,7 @@ class Instruct(Task):
 
     # ----------------------------------------------------------------- model
     def prepare_model(self, model):
-        check_architecture(self, model)
-        tok = check_tokenizer(model)
-        model = attach_head(model, ("lm",), model.config.num_labels)
-        self.end = self.end_id(tok, model)
-        return model
+        return attach_generation_head(self, model)
 
     def end_id(self, tokenizer, model=None) -> int | None:
         from lmlab.tasks.text2text import Text2Text

@@ -31,9 +31,8 @@ from typing import Any
 from lmlab.tasks import metrics as M
 from lmlab.tasks.base import (
     Task,
-    attach_head,
+    attach_generation_head,
     by_length,
-    check_architecture,
     check_tokenizer,
     collate,
     model_device,
@@ -103,11 +102,7 @@ class Text2Text(Task):
 
     # ----------------------------------------------------------------- model
     def prepare_model(self, model):
-        check_architecture(self, model)
-        tok = check_tokenizer(model)
-        model = attach_head(model, ("lm",), model.config.num_labels)
-        self.end = self.end_id(tok, model)
-        return model
+        return attach_generation_head(self, model)
 
     @staticmethod
     def end_id(tokenizer, model=None) -> int | None:

@@ -121,10 +121,15 @@ class Encoding:
         return len(self.ids)
 
 
+#: Most words whose ids :meth:`Tokenizer._cached_ids` keeps; the cache is emptied when full.
+IDS_CACHE_LIMIT = 1 << 18
+
+
 class Tokenizer(ABC):
     """Base class of all lmlab tokenizers. See the module docstring for the subclass contract."""
 
     algo: ClassVar[str] = ""
+    _ids_cache_limit: int = IDS_CACHE_LIMIT
 
     def __init__(self, vocab: Sequence[str], special_tokens: Sequence[str] = (), roles: dict | None = None):
         self.vocab: list[str] = list(vocab)
@@ -255,11 +260,12 @@ class Tokenizer(ABC):
         return state
 
     def _cached_ids(self, text: str, split: Callable[[str], Iterable[str]],
-                    word_ids: Callable[[str], list[int]], cache: dict[str, list[int]],
-                    limit: int) -> list[int]:
+                    word_ids: Callable[[str], list[int]]) -> list[int]:
         """Ids of ``text`` with no offsets (the fast path of ``encode``): special tokens by id, the
-        rest cut into words by ``split``; each word's ids come from ``cache``, else from
-        ``word_ids(word)`` and are stored (the cache is emptied when it holds ``limit`` words)."""
+        rest cut into words by ``split``; each word's ids come from ``self._ids_cache``, else from
+        ``word_ids(word)`` and are stored (the cache is emptied when it holds
+        ``self._ids_cache_limit`` words)."""
+        cache, limit = self._ids_cache, self._ids_cache_limit
         ids: list[int] = []
         for piece, _, special in self._split_specials(text):
             if special:

@@ -33,8 +33,6 @@ from lmlab.tokenizers.merge_trainer import learn_merges
 from lmlab.tokenizers.pretokenize import WORD_RE, whitespace_split
 
 END_OF_WORD = "_"
-#: Most words whose ids :meth:`CharBPETokenizer.encode` keeps; the cache is emptied when full.
-IDS_CACHE_LIMIT = 1 << 18
 #: Zero-width match after the last character of every word (Oniguruma and ``regex`` agree on ``\S``).
 _WORD_END_PATTERN = r"(?<=\S)(?!\S)"
 
@@ -78,7 +76,6 @@ class CharBPETokenizer(Tokenizer):
             self.ranks.setdefault(m, r)
         self._cache: dict[str, list[str]] = {}
         self._ids_cache: dict[str, list[int]] = {}
-        self._ids_cache_limit = IDS_CACHE_LIMIT
 
     def add_special_tokens(self, tokens: Sequence[str]) -> list[int]:
         ids = super().add_special_tokens(tokens)
@@ -149,7 +146,7 @@ class CharBPETokenizer(Tokenizer):
         """Text -> ids; the same ids as the base class, with the ids of each word cached (bounded)."""
         if add_special_tokens:
             return super().encode(text, add_special_tokens=True)
-        return self._cached_ids(text, WORD_RE.findall, self._word_ids, self._ids_cache, self._ids_cache_limit)
+        return self._cached_ids(text, WORD_RE.findall, self._word_ids)
 
     def _word_ids(self, word: str) -> list[int]:
         """Ids of one whitespace-free word (as ``_segment`` + ``id_of``: unknown tokens -> unk)."""

@@ -36,8 +36,6 @@ from lmlab.tokenizers.metaspace import SPACE, WHITESPACE_RUN, split_words, word_
 
 #: Penalty of the unknown piece below the lowest piece score (the value SentencePiece and HF use).
 UNK_PENALTY = 10.0
-#: Most words whose ids :meth:`UnigramTokenizer.encode` keeps; the cache is emptied when full.
-IDS_CACHE_LIMIT = 1 << 18
 
 
 class UnigramTokenizer(Tokenizer):
@@ -64,7 +62,6 @@ class UnigramTokenizer(Tokenizer):
         self._unk_score = min(self.scores, default=0.0) - UNK_PENALTY
         self._cache: dict[str, list[tuple[str, int, int]]] = {}
         self._ids_cache: dict[str, list[int]] = {}
-        self._ids_cache_limit = IDS_CACHE_LIMIT
 
     def add_special_tokens(self, tokens: Sequence[str]) -> list[int]:
         ids = super().add_special_tokens(tokens)
@@ -221,7 +218,7 @@ class UnigramTokenizer(Tokenizer):
     def _encode_ids(self, text: str) -> list[int]:
         """Viterbi ids of ``text`` with no offsets: the words of :func:`word_contents` (those of
         :func:`split_words` without positions), each word's ids cached (bounded)."""
-        return self._cached_ids(text, word_contents, self._word_ids, self._ids_cache, self._ids_cache_limit)
+        return self._cached_ids(text, word_contents, self._word_ids)
 
     def _word_ids(self, content: str) -> list[int]:
         """Ids of the word ``▁`` + ``content``."""

@@ -170,7 +170,7 @@ class WordPieceTokenizer(Tokenizer):
         """Text -> ids; same result as the base class, with ids cached per chunk (the fast path)."""
         if add_special_tokens:
             return super().encode(text, add_special_tokens=True)
-        return self._cached_ids(text, self._chunk_re.findall, self._chunk_ids, self._ids_cache, _CACHE_LIMIT)
+        return self._cached_ids(text, self._chunk_re.findall, self._chunk_ids)
 
     def _chunk_ids(self, chunk: str) -> list[int]:
         """Ids of a whitespace-free chunk; printable ASCII skips the offset bookkeeping."""

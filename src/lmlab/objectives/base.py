@@ -22,25 +22,22 @@ from lmlab.data.batch import TokenBatch
 from lmlab.errors import LmlabError
 
 
-def most_frequent_share(targets: Tensor, keep: Tensor | None = None, vocab: int | None = None) -> Tensor:
+def most_frequent_share(targets: Tensor, keep: Tensor | None = None, vocab: int = 0) -> Tensor:
     """Share of ``targets`` equal to their most frequent value: the accuracy of always guessing
     that token (the unigram guess, measured on the batch itself, so never below the real one).
 
-    With ``keep`` (a boolean mask shaped like ``targets``) only those positions count, and with
-    ``vocab`` the counts go into a fixed ``[vocab]`` vector: no shape depends on the data, so
-    nothing waits for the device (a 0-d tensor; 0 when nothing counts)."""
-    flat = targets.reshape(-1)
-    weights = None if keep is None else keep.reshape(-1).float()
-    n = flat.numel() if weights is None else weights.sum()
-    if vocab is None:
-        if keep is not None:
-            flat = flat[keep.reshape(-1)]
-        counts = torch.bincount(flat) if flat.numel() else flat.new_zeros(1)
-    else:
-        index = flat.clamp(0, vocab - 1) if keep is None else flat.masked_fill(~keep.reshape(-1), 0)
-        counts = torch.zeros(vocab, device=flat.device).scatter_add_(
-            0, index, torch.ones_like(index, dtype=torch.float) if weights is None else weights)
-    return counts.max().float() / (n.clamp(min=1) if isinstance(n, Tensor) else max(n, 1))
+    With ``keep`` (a boolean mask shaped like ``targets``) only those positions count, and the
+    counts go into a fixed ``[vocab]`` vector: no shape depends on the data, so nothing waits for
+    the device. A 0-d tensor; 0 when nothing counts."""
+    if keep is None:
+        flat = targets.reshape(-1)
+        if flat.numel() == 0:
+            return torch.zeros((), device=targets.device)
+        return torch.bincount(flat).max().float() / flat.numel()
+    keep = keep.reshape(-1)
+    counts = torch.zeros(vocab, device=targets.device).scatter_add_(
+        0, targets.reshape(-1).masked_fill(~keep, 0), keep.float())
+    return counts.max() / keep.sum().clamp(min=1)
 
 
 def binary_auc(scores: Tensor, labels: Tensor) -> float:

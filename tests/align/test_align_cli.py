@@ -127,6 +127,7 @@ def test_align_cli_rejects_bad_settings_before_any_work(ckpt, tmp_path, capsys):
     base = ["align", "--checkpoint", str(ckpt), "--train", str(train), "--dev", str(train),
             "--out", str(tmp_path / "o")]
     for extra, words in [(["--beta", "0"], "beta must be > 0"), (["--batch-size", "0"], "batch_size = 0"),
+                         (["--max-length", "1"], "max_length = 1"),
                          (["--loss", "ipo", "--label-smoothing", "0.1"], "sigmoid loss only")]:
         assert main(base + extra) == 2
         err = capsys.readouterr().err

@@ -72,6 +72,8 @@ class AlignConfig:
             v = getattr(self, name)
             check(isinstance(v, int) and not isinstance(v, bool) and v >= 1, name,
                   f"use a positive integer for {name}")
+        check(self.max_length >= 2, "max_length",
+              "use at least 2 tokens (a prompt token and a response token), e.g. 256")
         check(isinstance(self.sft_steps, int) and self.sft_steps >= 0, "sft_steps",
               "use a non-negative integer (0 = no supervised warm-up)")
         for name in ("max_steps", "eval_every", "max_train_examples", "max_eval_examples", "threads"):

@@ -42,8 +42,7 @@ from lmlab.align.logprobs import check_generative, encode_response, pair_rows, r
 from lmlab.align.pairs import PreferencePair, read_preferences
 from lmlab.errors import LmlabError
 from lmlab.fileio import atomic_dir, check_replaceable_dir, write_json
-from lmlab.finetune.loop import _load as load_for_finetuning
-from lmlab.finetune.loop import autocast_dtype, epoch_batches
+from lmlab.finetune.loop import autocast_dtype, epoch_batches, load_trainable_model
 from lmlab.tasks import collate
 from lmlab.tasks.base import pad_id_of
 from lmlab.tasks.readers import BadLines, limit
@@ -132,7 +131,7 @@ def load_policy(checkpoint, tokenizer=None) -> nn.Module:
     """The starting model (a directory or a model), as fine-tuning opens it, if it writes text."""
     if isinstance(checkpoint, nn.Module):
         check_generative(checkpoint)           # before fine-tuning's more general complaint
-    model = load_for_finetuning(checkpoint, tokenizer)
+    model = load_trainable_model(checkpoint, tokenizer)
     check_generative(model)
     return model
 

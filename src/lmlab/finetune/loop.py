@@ -239,7 +239,8 @@ def _read(task: Task, data, what: str, bad: BadLines) -> list[Example]:
     raise LmlabError(f"{what} must be a file path or a list of Examples", "pass e.g. glue/sst2/train.tsv")
 
 
-def _load(checkpoint, tokenizer):
+def load_trainable_model(checkpoint, tokenizer):
+    """The model to fine-tune or align: a checkpoint path or module, with ``tokenizer`` attached."""
     if isinstance(checkpoint, nn.Module):
         model = checkpoint
     else:
@@ -322,7 +323,7 @@ def _finetune_run(checkpoint, task, train, dev, out, method, method_options, tok
     machine = Machine(device, torch.get_num_threads(), dtype, [])  # its autocast(), as pretraining
     torch.manual_seed(cfg.seed)
 
-    model = _load(checkpoint, tokenizer)
+    model = load_trainable_model(checkpoint, tokenizer)
     if not isinstance(task, Task):
         task = make_task(task, model.architecture, **cfg.task_options())
     bad = BadLines(cfg.on_bad_line, say, cfg.max_bad_fraction)

@@ -306,23 +306,25 @@ class Tokenizer(ABC):
     ) -> list[list[int]]:
         """Encode many texts (no special tokens added), on ``workers`` processes.
 
-        ``workers`` defaults to the CPUs this process may use; small inputs stay in-process. Each
-        worker receives the tokenizer once and then chunks of ``chunk_size`` texts; results keep the
-        input order and equal ``[self.encode(t) for t in texts]``.
+        ``workers`` defaults to the CPUs this process may use; inputs of at most one chunk
+        (``chunk_size`` texts) stay in-process. Every process, this one included, takes the next
+        chunk until none is left; on Linux the workers are forked copies of this process (see
+        :mod:`lmlab.tokenizers.bulk`). The result equals ``[self.encode(t) for t in texts]``.
         """
-        texts = list(texts)
+        if not isinstance(chunk_size, int) or chunk_size < 1:
+            raise LmlabError(f"chunk_size must be a positive integer, got {chunk_size!r}",
+                             "pass e.g. chunk_size=2000")
+        texts = texts if isinstance(texts, list) else list(texts)
         if workers is None:
             workers = (
                 len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
             )
-        workers = max(1, min(workers, len(texts) // chunk_size))
+        workers = max(1, min(workers, -(-len(texts) // chunk_size)))
         if workers == 1:
             return [self.encode(t) for t in texts]
-        from multiprocessing import get_context
+        from lmlab.tokenizers.bulk import encode_parallel
 
-        chunks = [texts[i : i + chunk_size] for i in range(0, len(texts), chunk_size)]
-        with get_context("spawn").Pool(workers, initializer=_set_worker_tokenizer, initargs=(self,)) as pool:
-            return [ids for chunk in pool.imap(_encode_chunk, chunks) for ids in chunk]
+        return encode_parallel(self, texts, workers, chunk_size)
 
     def convert_ids_to_tokens(self, ids: Iterable[int]) -> list[str]:
         ids = list(ids)
@@ -606,15 +608,3 @@ class Tokenizer(ABC):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(vocab_size={self.vocab_size}, special_tokens={self.special_tokens})"
-
-
-_WORKER_TOKENIZER: Tokenizer | None = None
-
-
-def _set_worker_tokenizer(tok: Tokenizer) -> None:
-    global _WORKER_TOKENIZER
-    _WORKER_TOKENIZER = tok
-
-
-def _encode_chunk(texts: list[str]) -> list[list[int]]:
-    return [_WORKER_TOKENIZER.encode(t) for t in texts]

@@ -252,11 +252,13 @@ class Tokenizer(ABC):
         return out
 
     def __getstate__(self) -> dict:
-        """Pickled (``encode_many``'s worker processes) without the per-word ids cache: a warm
-        tokenizer would otherwise ship up to ``IDS_CACHE_LIMIT`` words to every worker."""
+        """Pickled (``encode_many``'s spawned workers) without its per-word caches (every
+        ``..._cache`` dict, emptied): a warm tokenizer would otherwise ship up to hundreds of
+        thousands of cached words to every worker."""
         state = self.__dict__.copy()
-        if "_ids_cache" in state:
-            state["_ids_cache"] = {}
+        for name, value in state.items():
+            if name.endswith("_cache") and isinstance(value, dict):
+                state[name] = {}
         return state
 
     def _cached_ids(self, text: str, split: Callable[[str], Iterable[str]],

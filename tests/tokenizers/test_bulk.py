@@ -67,3 +67,15 @@ def test_spawned_workers_receive_the_tokenizer_without_its_caches(tok, lines):
     assert all(getattr(copy, k) == {} for k in caches)
     assert all(len(v) > 50 for v in caches.values())  # the original keeps them
     assert [copy.encode(line) for line in lines] == [tok.encode(line) for line in lines]
+
+
+def _encode_many_in_a_worker(tok, lines):
+    return tok.encode_many(lines, workers=2, chunk_size=5)
+
+
+def test_inside_a_pool_worker_encode_many_stays_in_process(tok, lines):
+    from multiprocessing import get_context
+
+    with get_context("fork").Pool(1) as pool:  # daemonic: may not start processes of its own
+        got = pool.apply(_encode_many_in_a_worker, (tok, lines[:40]))
+    assert got == [tok.encode(line) for line in lines[:40]]

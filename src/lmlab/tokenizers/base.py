@@ -322,7 +322,9 @@ class Tokenizer(ABC):
                 len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
             )
         workers = max(1, min(workers, -(-len(texts) // chunk_size)))
-        if workers == 1:
+        from multiprocessing import current_process
+
+        if workers == 1 or current_process().daemon:  # a pool's worker may not start processes
             return [self.encode(t) for t in texts]
         from lmlab.tokenizers.bulk import encode_parallel
 

@@ -1,14 +1,14 @@
 """``Tokenizer.encode_many``'s parallel path: many texts encoded on several processes.
 
-The texts are cut into chunks of ``chunk_size`` texts, and every process - the caller's own
-included - takes the next chunk until none is left, so a slow stretch of text never leaves a
-core idle. What makes it fast:
+The texts are cut into chunks of ``chunk_size`` texts. What makes it fast:
 
 * **fork** (Linux, when the caller runs no other Python thread): the workers are copies of the
   caller, made in milliseconds; they already hold the tokenizer, its warm caches, its compiled
-  patterns and the texts, so nothing is pickled on the way in. Elsewhere the workers are
-  *spawned*: each receives the tokenizer once (pickled without its caches) and its chunks.
-* the caller encodes chunks too, so ``workers=2`` starts one extra process, not two;
+  patterns and the texts, so nothing is pickled on the way in. Every process - the caller's own
+  included, so ``workers=2`` starts one extra process, not two - takes the next chunk number
+  from a shared counter until none is left, so a slow stretch of text never leaves a core idle.
+* elsewhere (or with other threads running) the workers are *spawned*: each receives the
+  tokenizer once (pickled without its caches) and then chunks in order from a pool.
 * a worker returns a chunk's ids as two flat ``array('i')`` buffers (all ids, and the number of
   ids of each text), which pickle as raw bytes, instead of one Python list per text.
 

@@ -70,6 +70,16 @@ def read_corpus_file(path: Path) -> str:
     return text.replace("\r\n", "\n")
 
 
+def _cut(text: str, fraction: float) -> int:
+    """Where the leading ``fraction`` of ``text`` ends: after a whole line."""
+    keep = int(len(text) * fraction)
+    return keep if keep >= len(text) else max(0, text.rfind("\n", 0, keep))
+
+
+def _lines(text: str) -> list[str]:
+    return [line for line in text.split("\n") if line.strip()]
+
+
 def load_corpus(max_mb: float | None = None, data_dir: Path | None = None) -> list[str]:
     """Non-empty lines of the pretraining corpus (newline stripped), at most ``max_mb`` MB of UTF-8.
 
@@ -79,12 +89,29 @@ def load_corpus(max_mb: float | None = None, data_dir: Path | None = None) -> li
     texts = [read_corpus_file(f) for f in corpus_files(data_dir)]
     total = sum(len(t.encode("utf-8")) for t in texts)
     fraction = 1.0 if max_mb is None else min(1.0, max_mb * 1e6 / total)
-    lines: list[str] = []
-    for text in texts:
-        keep = int(len(text) * fraction)
-        cut = text[:keep].rsplit("\n", 1)[0] if keep < len(text) else text
-        lines.extend(line for line in cut.split("\n") if line.strip())
-    return lines
+    return [line for text in texts for line in _lines(text[:_cut(text, fraction)])]
+
+
+def split_corpus(train_mb: float, max_mb: float | None = None,
+                 data_dir: Path | None = None) -> tuple[list[str], list[str]]:
+    """``(training lines, held-out lines)``: disjoint parts of the pretraining corpus.
+
+    Training takes the leading ``train_mb`` MB (the same leading fraction of every file, as
+    :func:`load_corpus`); the held-out part is the rest of every file, capped at ``max_mb`` MB
+    in the same way, without any line that also occurs in the training part. Text encoded from
+    the held-out part is therefore text no learner trained on.
+    """
+    texts = [read_corpus_file(f) for f in corpus_files(data_dir)]
+    total = sum(len(t.encode("utf-8")) for t in texts)
+    fraction = min(1.0, train_mb * 1e6 / total)
+    cuts = [_cut(text, fraction) for text in texts]
+    train = [line for text, cut in zip(texts, cuts) for line in _lines(text[:cut])]
+    rests = [text[cut:] for text, cut in zip(texts, cuts)]
+    left = sum(len(r.encode("utf-8")) for r in rests)
+    keep = 1.0 if max_mb is None or left == 0 else min(1.0, max_mb * 1e6 / left)
+    seen = set(train)
+    held = [line for rest in rests for line in _lines(rest[:_cut(rest, keep)]) if line not in seen]
+    return train, held
 
 
 def held_out_lines(data_dir: Path | None = None) -> list[str]:

@@ -96,17 +96,37 @@ def test_training_quick_produces_the_table(tmp_path):
 def test_encoding_quick_produces_the_table(tmp_path):
     md = tmp_path / "BENCHMARKS.md"
     out = _run("tokenizer_encoding.py", md)
-    rows = _table_rows(out, 15)
+    assert "held-out" in out and "disjoint from" in out
+    per_thread, bulk = out.split("Bulk encoding on both cores")
+    rows = _table_rows(per_thread, 14)
     assert [r[0] for r in rows] == list(ALGOS)
     for r in rows:
-        algo, ours, hf_one, hf_batch, ratio, verdict = r[0], r[2], r[4], r[5], r[8], r[10]
+        algo, ours, hf_one, hf_batch, ratio, verdict = r[0], r[2], r[3], r[4], r[7], r[9]
         assert NUMBER.match(hf_one) and NUMBER.match(hf_batch), out
         assert NUMBER.match(ours), f"lmlab {algo} did not encode: {out}"
         assert ratio.endswith("x") and verdict in ("met", "**missed**")
     by_algo = {r[0]: r for r in rows}
-    assert NUMBER.match(by_algo["unigram"][6])  # sentencepiece measured
-    assert by_algo["wordpiece"][6] == "—"  # no sentencepiece analogue of WordPiece
+    assert NUMBER.match(by_algo["unigram"][5])  # sentencepiece measured
+    assert by_algo["wordpiece"][5] == "—"  # no sentencepiece analogue of WordPiece
+    bulk_rows = _table_rows(bulk, 8)
+    assert [r[0] for r in bulk_rows] == list(ALGOS)
+    for algo, _vocab, ours, hf, ratio, target, verdict, same in bulk_rows:
+        assert ours.endswith("(`encode_many`)") and NUMBER.match(ours.split()[0]), f"{algo}: {out}"
+        assert NUMBER.match(hf) and ratio.endswith("x") and target == "≥ 1.5x", out
+        assert verdict in ("met", "**missed**") and same == "100%", out
     assert "<!-- tokenizer_encoding:start -->" in md.read_text()
+
+
+def test_training_and_held_out_parts_are_disjoint(data_dir):
+    train, capped = common.split_corpus(0.3, 0.2, data_dir)
+    assert 0.25 < common.corpus_mb(train) <= 0.33 and 0.1 < common.corpus_mb(capped) <= 0.22
+    train, held = common.split_corpus(0.3, None, data_dir)
+    assert set(capped) <= set(held) and common.corpus_mb(held) > 10 * common.corpus_mb(capped)
+    assert train == common.load_corpus(0.3, data_dir)  # the training part is the usual leading slice
+    assert not set(train) & set(held)
+    held_set = set(held)
+    for f in common.corpus_files(data_dir):  # every source is held out too
+        assert any(line in held_set for line in common.read_corpus_file(f).split("\n")), f.name
 
 
 def test_multi_variant_quick_produces_the_table(tmp_path):

@@ -12,6 +12,7 @@ from lmlab.errors import LmlabError
 from lmlab.tokenizers import load_tokenizer, train_tokenizer
 from lmlab.tokenizers.bytelevel import ByteLevelBPETokenizer
 from lmlab.tokenizers.pretokenize import BYTE_ENCODER, from_byte_symbols, gpt2_split, to_byte_symbols
+from tests.tokenizers.cache_checks import check_cached_encode
 
 # the strings of /work/shared/acceptance/tokenizers-golden
 GOLDEN_STRINGS = ["héllo wörld ✓ 日本語 🤖\t\x00\x7f  spaces  \n\r", "", " ", "a" * 500, "\u200b\ufeff"]
@@ -103,6 +104,7 @@ def test_offsets_in_characters_of_the_original_text(bl, bl_hf):
 def test_fast_encode_equals_the_generic_path(bl, wikitext_valid_lines):
     for line in wikitext_valid_lines[:100] + ["<s>hello</s> [MASK]!"]:
         assert bl.encode(line) == [bl.id_of(t) for t in bl.tokenize(line)]
+    check_cached_encode(bl, wikitext_valid_lines[:300] + ["", "  \t ", "Zß 日本 🤖 é\u3000y", "<s>hi</s>"])
 
 
 def test_tokenizer_json_gives_identical_ids_and_offsets_in_hf(bl, bl_hf, wikitext_valid_lines, shakespeare):

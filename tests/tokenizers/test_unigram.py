@@ -21,7 +21,14 @@ from lmlab.errors import LmlabError
 from lmlab.tokenizers import load_tokenizer, train_tokenizer
 from lmlab.tokenizers.metaspace import SPACE, normalize, split_words
 from lmlab.tokenizers.unigram import UnigramTokenizer
-from lmlab.tokenizers.unigram_trainer import Lattices, digamma, script_runs, substring_spans
+from lmlab.tokenizers.unigram_trainer import (
+    Lattices,
+    _distinct_substrings,
+    _seed,
+    digamma,
+    script_runs,
+    substring_spans,
+)
 from tests.tokenizers.cache_checks import check_cached_encode
 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "<s>", "</s>"]
@@ -162,6 +169,49 @@ def test_forward_backward_and_viterbi_match_brute_force():
     for n, w in enumerate(words):
         got = sorted(pieces[p] for p in lat.piece[rows_e[rows_k == n]])
         assert got == sorted(t for t, _, _ in tok._viterbi(w))
+
+
+def test_distinct_substrings_number_equal_substrings_alike():
+    chunks = [f"{SPACE}abab", "ba", f"{SPACE}ab", "\u00e9\u00e9a"]
+    text, lengths = "".join(chunks), np.array([len(c) for c in chunks])
+    starts = np.cumsum(lengths) - lengths
+    by_length = _distinct_substrings(text, lengths, 3)
+    assert len(by_length) == 3
+    for length, (pos, sub) in enumerate(by_length, 1):
+        want = [p for s, n in zip(starts, lengths) for p in range(s, s + n - length + 1)]
+        assert pos.tolist() == want  # every start inside one chunk, none across a chunk boundary
+        strings = [text[p:p + length] for p in want]
+        assert len(set(strings)) == len(set(sub.tolist())) == int(sub.max()) + 1
+        assert all((a == b) == (x == y) for (a, x), (b, y) in itertools.product(zip(strings, sub), repeat=2))
+
+
+def test_seed_ranks_substrings_by_count_times_length_and_builds_compact_lattices():
+    chunks = [f"{SPACE}abab", "ba", f"{SPACE}ab", "bab"]
+    weights = np.array([2.0, 3.0, 1.0, 1.0])
+    pieces, logp, is_char, lat = _seed(chunks, weights, 4, 1000, set(), target=2)
+    counts: Counter = Counter()
+    for c, w in zip(chunks, weights):
+        for a in range(len(c)):
+            for b in range(a + 1, min(len(c), a + 4) + 1):
+                counts[c[a:b]] += w
+    chars = [p for p in pieces if len(p) == 1]
+    assert set(chars) == {SPACE, "a", "b"} and pieces[:3] == chars
+    assert [counts[p] for p in chars] == sorted((counts[p] for p in chars), reverse=True)
+    multi = pieces[3:]
+    want = sorted((p for p in counts if len(p) > 1 and counts[p] >= 2), key=lambda p: -counts[p] * len(p))
+    assert sorted(multi) == sorted(want)
+    assert [counts[p] * len(p) for p in multi] == sorted((counts[p] * len(p) for p in multi), reverse=True)
+    assert np.allclose(np.exp(logp), [counts[p] * len(p) for p in pieces] / np.sum(
+        [counts[p] * len(p) for p in pieces]))
+    assert is_char.tolist() == [len(p) == 1 for p in pieces]
+    # the lattice holds exactly the seed pieces' occurrences, in 4-byte integers
+    got = sorted((int(k), int(i), int(j)) for k, i, j in zip(lat.k, lat.i, lat.j))
+    want_edges = sorted((n, a, b) for n, c in enumerate(chunks) for a in range(len(c))
+                        for b in range(a + 1, min(len(c), a + 4) + 1) if c[a:b] in pieces)
+    assert got == want_edges
+    assert all(pieces[p] == chunks[k][i:j] for k, i, j, p in zip(lat.k, lat.i, lat.j, lat.piece))
+    arrays = (lat.k, lat.i, lat.j, lat.piece, lat.src, lat.dst, lat.bperm)
+    assert {a.dtype for a in arrays} == {np.dtype(np.int32)}
 
 
 # --------------------------------------------------------------------------- the trained tokenizer

@@ -252,11 +252,13 @@ class Tokenizer(ABC):
         return out
 
     def __getstate__(self) -> dict:
-        """Pickled (``encode_many``'s worker processes) without the per-word ids cache: a warm
-        tokenizer would otherwise ship up to ``IDS_CACHE_LIMIT`` words to every worker."""
+        """Pickled (``encode_many``'s spawned workers) without its per-word caches (every
+        ``..._cache`` dict, emptied): a warm tokenizer would otherwise ship up to hundreds of
+        thousands of cached words to every worker."""
         state = self.__dict__.copy()
-        if "_ids_cache" in state:
-            state["_ids_cache"] = {}
+        for name, value in state.items():
+            if name.endswith("_cache") and isinstance(value, dict):
+                state[name] = {}
         return state
 
     def _cached_ids(self, text: str, split: Callable[[str], Iterable[str]],
@@ -306,23 +308,27 @@ class Tokenizer(ABC):
     ) -> list[list[int]]:
         """Encode many texts (no special tokens added), on ``workers`` processes.
 
-        ``workers`` defaults to the CPUs this process may use; small inputs stay in-process. Each
-        worker receives the tokenizer once and then chunks of ``chunk_size`` texts; results keep the
-        input order and equal ``[self.encode(t) for t in texts]``.
+        ``workers`` defaults to the CPUs this process may use; inputs of at most one chunk
+        (``chunk_size`` texts) stay in-process. Every process, this one included, takes the next
+        chunk until none is left; on Linux the workers are forked copies of this process (see
+        :mod:`lmlab.tokenizers.bulk`). The result equals ``[self.encode(t) for t in texts]``.
         """
-        texts = list(texts)
+        if not isinstance(chunk_size, int) or chunk_size < 1:
+            raise LmlabError(f"chunk_size must be a positive integer, got {chunk_size!r}",
+                             "pass e.g. chunk_size=2000")
+        texts = texts if isinstance(texts, list) else list(texts)
         if workers is None:
             workers = (
                 len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
             )
-        workers = max(1, min(workers, len(texts) // chunk_size))
-        if workers == 1:
-            return [self.encode(t) for t in texts]
-        from multiprocessing import get_context
+        workers = max(1, min(workers, -(-len(texts) // chunk_size)))
+        from multiprocessing import current_process
 
-        chunks = [texts[i : i + chunk_size] for i in range(0, len(texts), chunk_size)]
-        with get_context("spawn").Pool(workers, initializer=_set_worker_tokenizer, initargs=(self,)) as pool:
-            return [ids for chunk in pool.imap(_encode_chunk, chunks) for ids in chunk]
+        if workers == 1 or current_process().daemon:  # a pool's worker may not start processes
+            return [self.encode(t) for t in texts]
+        from lmlab.tokenizers.bulk import encode_parallel
+
+        return encode_parallel(self, texts, workers, chunk_size)
 
     def convert_ids_to_tokens(self, ids: Iterable[int]) -> list[str]:
         ids = list(ids)
@@ -606,15 +612,3 @@ class Tokenizer(ABC):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(vocab_size={self.vocab_size}, special_tokens={self.special_tokens})"
-
-
-_WORKER_TOKENIZER: Tokenizer | None = None
-
-
-def _set_worker_tokenizer(tok: Tokenizer) -> None:
-    global _WORKER_TOKENIZER
-    _WORKER_TOKENIZER = tok
-
-
-def _encode_chunk(texts: list[str]) -> list[list[int]]:
-    return [_WORKER_TOKENIZER.encode(t) for t in texts]

@@ -53,6 +53,7 @@ class ByteLevelBPETokenizer(Tokenizer):
         #: Hugging Face option: a chunk that is itself in the vocabulary is one token, merges or not.
         self.ignore_merges = ignore_merges
         self._cache: dict[str, tuple[list[str], list[int]]] = {}
+        self._ids_cache: dict[str, list[int]] = {}
 
     # ------------------------------------------------------------------ learner
     @classmethod
@@ -120,16 +121,10 @@ class ByteLevelBPETokenizer(Tokenizer):
         """Text -> ids; the fast path (regex scan + cached chunk ids) when no template is added."""
         if add_special_tokens:
             return self.encode_plus(text).ids
-        ids: list[int] = []
-        cache = self._cache
-        for piece, _, special in self._split_specials(text):
-            if special:
-                ids.append(self.token_to_id[piece])
-                continue
-            for chunk in gpt2_regex().findall(piece):
-                hit = cache.get(chunk)
-                ids.extend(hit[1] if hit is not None else self._chunk(chunk)[1])
-        return ids
+        return self._cached_ids(text, gpt2_regex().findall, self._chunk_ids)
+
+    def _chunk_ids(self, chunk: str) -> list[int]:
+        return self._chunk(chunk)[1]
 
     def _decode_tokens(self, tokens: list[str]) -> str:
         return from_byte_symbols("".join(tokens)).decode("utf-8", errors="replace")

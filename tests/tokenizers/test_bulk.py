@@ -1,0 +1,81 @@
+"""encode_many's parallel path (tokenizers/bulk.py): forked and spawned workers give encode's ids."""
+
+from __future__ import annotations
+
+import pytest
+
+from lmlab.errors import LmlabError
+from lmlab.tokenizers import bulk, train_tokenizer
+
+
+@pytest.fixture(scope="module", params=["unigram", "wordpiece"])
+def tok(request, shakespeare):
+    return train_tokenizer(request.param, [shakespeare[:60_000]], vocab_size=400)
+
+
+@pytest.fixture(scope="module")
+def lines(shakespeare, wikitext_valid_lines):
+    # specials written in the text, empty and blank lines, and characters never seen in training
+    extra = ["", "   ", "[CLS] to be [SEP] or not [MASK]", "caf\u00e9 \u2603 \u65e5\u672c", "x" * 300]
+    return [ln for ln in shakespeare[200_000:230_000].splitlines()] + wikitext_valid_lines[:200] + extra
+
+
+def test_forked_workers_and_the_caller_give_encodes_ids(tok, lines, monkeypatch):
+    monkeypatch.setattr(bulk, "can_fork", lambda: True)
+    expected = [tok.encode(line) for line in lines]
+    tok._ids_cache.clear()
+    # 7 texts a chunk: many chunks, shared between the caller and two forked workers
+    assert tok.encode_many(lines, workers=3, chunk_size=7) == expected
+    assert bulk._JOB is None  # the job is not left behind in the caller
+
+
+def test_spawned_workers_give_encodes_ids(tok, lines, monkeypatch):
+    monkeypatch.setattr(bulk, "can_fork", lambda: False)
+    some = lines[:400] + lines[-5:]
+    assert tok.encode_many(some, workers=2, chunk_size=150) == [tok.encode(line) for line in some]
+
+
+def test_packed_ids_round_trip():
+    ids = [[5, 1, 2], [], [7], [], [2**31 - 1, 0]]
+    lengths, flat = bulk._pack(ids)
+    assert lengths.itemsize == flat.itemsize == 4 and list(lengths) == [3, 0, 1, 0, 2]
+    assert bulk._unpack((lengths, flat)) == ids
+    assert bulk._unpack(bulk._pack([])) == []
+
+
+def test_one_chunk_stays_in_process_and_chunk_size_is_checked(tok, lines, monkeypatch):
+    def no_pool(*args):
+        raise AssertionError("a single chunk must not start workers")
+
+    monkeypatch.setattr(bulk, "encode_parallel", no_pool)
+    assert tok.encode_many(lines[:10], workers=2) == [tok.encode(line) for line in lines[:10]]
+    assert tok.encode_many(iter(lines[:3]), workers=2) == [tok.encode(line) for line in lines[:3]]
+    for bad in (0, -1, 2.5):
+        with pytest.raises(LmlabError, match="chunk_size must be a positive integer"):
+            tok.encode_many(lines, workers=2, chunk_size=bad)
+
+
+def test_spawned_workers_receive_the_tokenizer_without_its_caches(tok, lines):
+    import pickle
+
+    for line in lines[:300]:
+        tok.tokenize(line)  # fills the offsets caches
+        tok.encode(line)  # fills the ids cache
+    caches = {k: v for k, v in vars(tok).items() if k.endswith("_cache") and isinstance(v, dict)}
+    assert caches and all(len(v) > 50 for v in caches.values()), caches.keys()
+    copy = pickle.loads(pickle.dumps(tok))
+    assert all(getattr(copy, k) == {} for k in caches)
+    assert all(len(v) > 50 for v in caches.values())  # the original keeps them
+    assert [copy.encode(line) for line in lines] == [tok.encode(line) for line in lines]
+
+
+def _encode_many_in_a_worker(tok, lines):
+    return tok.encode_many(lines, workers=2, chunk_size=5)
+
+
+def test_inside_a_pool_worker_encode_many_stays_in_process(tok, lines):
+    from multiprocessing import get_context
+
+    with get_context("fork").Pool(1) as pool:  # daemonic: may not start processes of its own
+        got = pool.apply(_encode_many_in_a_worker, (tok, lines[:40]))
+    assert got == [tok.encode(line) for line in lines[:40]]

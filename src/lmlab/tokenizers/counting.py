@@ -56,3 +56,19 @@ def count_chunks(
             "the training corpus is empty (no words found)", "pass files or texts that contain text"
         )
     return dict(total)
+
+
+def refine_counts(counts: dict[str, int], split: Splitter) -> dict[str, int]:
+    """Counts of the sub-chunks ``split(chunk)`` of each distinct chunk, weighted by its count.
+
+    For a learner that counts cheap coarse chunks first and splits only the distinct ones. In
+    first-seen order: the first occurrence of a sub-chunk lies in the first occurrence of some
+    chunk, so taking chunks in first-seen order and their sub-chunks left to right keeps the
+    order of splitting the whole stream.
+    """
+    out: dict[str, int] = {}
+    get = out.get
+    for chunk, n in counts.items():
+        for sub in split(chunk):
+            out[sub] = get(sub, 0) + n
+    return out

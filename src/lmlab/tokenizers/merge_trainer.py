@@ -45,9 +45,11 @@ another is its true first position computed, and re-queued if the bound was stal
 
 from __future__ import annotations
 
+import gc
 import heapq
 import operator
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from math import inf, log
 
 from lmlab.errors import LmlabError
@@ -70,8 +72,26 @@ def learn_merges(word_counts: dict[tuple[str, ...], int], num_merges: int, *, sc
         raise LmlabError(f"unknown merge score {score!r}", f"use one of {', '.join(SCORES)}")
     if num_merges < 0:
         raise LmlabError(f"number of merges must be >= 0, got {num_merges}", "pass a non-negative number")
-    learner = _MergeLearner(word_counts, score, join)
-    return learner.run(num_merges, max(1, min_count), progress, max_new_symbols)
+    with gc_paused():
+        learner = _MergeLearner(word_counts, score, join)
+        return learner.run(num_merges, max(1, min_count), progress, max_new_symbols)
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """Pause Python's cyclic garbage collector for the block (restoring its state after).
+
+    The learner allocates millions of small containers (heap entries, index sets) and frees none
+    in cycles, so every collection is wasted work that rescans all live ones: on a 15 MB corpus
+    it was about half of the learning time. Reference counting still frees everything.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 class _MergeLearner:
@@ -272,54 +292,62 @@ class _MergeLearner:
         a, b = key >> _SHIFT, key & _LOW
         pair_count, where, words, counts = self.pair_count, self.where, self.words, self.counts
         touched: dict[int, int] = {}  # pairs that gained occurrences -> first word they gained one in
-        drop = self._drop
+        drop, get = self._drop, pair_count.get
+        b_hi, new_hi, same = b << _SHIFT, new << _SHIFT, a == b
         merged = 0
         for w in sorted(where.pop(key)):
             word = words[w]
+            left = word.count(a)  # occurrences of a still to look at (0: the word lost the pair)
+            if not left:
+                continue
             n = counts[w]
             last = len(word) - 1
-            if last < 1 or a not in word:
-                continue
-            i = word.index(a)
-            while i < last:
-                if word[i] == a and word[i + 1] == b:
-                    if i > 0:
-                        prev = word[i - 1]
-                        k = prev << _SHIFT | a
+            i = 0
+            while left:
+                i = word.index(a, i)  # the next a (a C-level scan, not one Python step per symbol)
+                left -= 1
+                if i < last and word[i + 1] == b:
+                    if i:
+                        prev = word[i - 1] << _SHIFT
+                        k = prev | a
                         c = pair_count[k] - n
                         if c:
                             pair_count[k] = c
                         else:
                             drop(k)
-                        k = prev << _SHIFT | new
-                        pair_count[k] = pair_count.get(k, 0) + n
-                        if k not in touched:
-                            touched[k] = w
-                        s = where.get(k)
-                        if s is None:
+                        k = prev | new
+                        c = get(k)
+                        if c is None:  # a new pair
+                            pair_count[k] = n
                             where[k] = {w}
+                            touched[k] = w
                         else:
-                            s.add(w)
+                            pair_count[k] = c + n
+                            where[k].add(w)
+                            touched.setdefault(k, w)
                     if i + 2 <= last:
                         nxt = word[i + 2]
-                        k = b << _SHIFT | nxt
+                        k = b_hi | nxt
                         c = pair_count[k] - n
                         if c:
                             pair_count[k] = c
                         else:
                             drop(k)
-                        k = new << _SHIFT | nxt
-                        pair_count[k] = pair_count.get(k, 0) + n
-                        if k not in touched:
-                            touched[k] = w
-                        s = where.get(k)
-                        if s is None:
+                        k = new_hi | nxt
+                        c = get(k)
+                        if c is None:  # a new pair
+                            pair_count[k] = n
                             where[k] = {w}
+                            touched[k] = w
                         else:
-                            s.add(w)
+                            pair_count[k] = c + n
+                            where[k].add(w)
+                            touched.setdefault(k, w)
                     word[i:i + 2] = [new]
                     last -= 1
                     merged += n
+                    if same:  # the b just merged was an a too
+                        left -= 1
                 i += 1
         self._drop(key)
         if self.likelihood:
@@ -331,19 +359,26 @@ class _MergeLearner:
                 self.f_total = _xlogx(self.total)
                 for sym in (a, b, new):
                     self.flog[sym] = _xlogx(self.sym_count[sym])
+        bound, heap, push = self.bound, self.heap, heapq.heappush
         for k, w in touched.items():
-            if k not in pair_count:
+            c = pair_count.get(k)
+            if c is None:
                 continue
-            old = self.bound.get(k)
+            old = bound.get(k)
             # A pair made with the new symbol is new (bound: its first word, position 0), unless the
             # merged string already existed as a symbol; then compute its true first position.
-            self.bound[k] = (w, 0) if old is None else min(old, self._first_occurrence(k))
-            if self.likelihood:
-                self.by_symbol.setdefault(k >> _SHIFT, set()).add(k)
-                self.by_symbol.setdefault(k & _LOW, set()).add(k)
+            if old is None:
+                old = bound[k] = (w, 0)
+            else:
+                old = bound[k] = min(old, self._first_occurrence(k))
+            if not self.likelihood:
+                push(heap, (-c, *old, k))
+                continue
+            self.by_symbol.setdefault(k >> _SHIFT, set()).add(k)
+            self.by_symbol.setdefault(k & _LOW, set()).add(k)
             entry = self._entry(k)
-            heapq.heappush(self.heap, entry)
-            if self.likelihood and self.top.get(k, -inf) < -entry[0]:
+            push(heap, entry)
+            if self.top.get(k, -inf) < -entry[0]:
                 self.top[k] = -entry[0]
         if self.likelihood:
             # count(a) and count(b) fell, so every pair containing a or b now scores higher.

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
-from itertools import islice
+from itertools import chain, islice
 from multiprocessing import get_context
 
 from lmlab.errors import LmlabError
@@ -20,10 +20,7 @@ Splitter = Callable[[str], list[str]]
 
 def _count_batch(args: tuple[Splitter, list[str]]) -> Counter:
     split, batch = args
-    c: Counter = Counter()
-    for text in batch:
-        c.update(split(text))
-    return c
+    return Counter(chain.from_iterable(map(split, batch)))
 
 
 def _batches(texts: Iterable[str], size: int) -> Iterator[list[str]]:

@@ -11,7 +11,16 @@ from tokenizers import pre_tokenizers
 from lmlab.errors import LmlabError
 from lmlab.tokenizers import load_tokenizer, train_tokenizer
 from lmlab.tokenizers.bytelevel import ByteLevelBPETokenizer
-from lmlab.tokenizers.pretokenize import BYTE_ENCODER, from_byte_symbols, gpt2_split, to_byte_symbols
+from lmlab.tokenizers.counting import count_chunks, refine_counts
+from lmlab.tokenizers.pretokenize import (
+    BYTE_ENCODER,
+    WORD_RE,
+    from_byte_symbols,
+    gpt2_pieces,
+    gpt2_split,
+    to_byte_symbols,
+    whitespace_split,
+)
 from tests.tokenizers.cache_checks import check_cached_encode
 
 # the strings of /work/shared/acceptance/tokenizers-golden
@@ -57,6 +66,35 @@ def test_pretokenizer_matches_hf_on_every_code_point():
         text = "".join(probe.format(c) for c in points[i:i + (1 << 16)])
         ref = [text[a:b] for _, (a, b) in pre.pre_tokenize_str(text)]
         assert gpt2_split(text) == ref
+
+
+# whitespace of every kind (U+0020, tab, newline, NBSP, ideographic space, U+001C which is no
+# whitespace for GPT-2), letters, digits, apostrophes and symbols: the places the pieces may cut
+PIECE_TEXT = st.lists(st.sampled_from([" ", "  ", "\n", "\t", "\xa0", "\u3000", "\x1c", "a", "s", "t", "é",
+                                       "1", "'", "!", "🤖"]), max_size=30).map("".join)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.one_of(PIECE_TEXT, ANY_TEXT))
+def test_pieces_split_like_the_whole_text(text):
+    """The learner counts cheap pieces and splits each distinct one: the same chunks, in order."""
+    pieces = gpt2_pieces(text)
+    assert "".join(pieces) == text
+    assert [c for p in pieces for c in gpt2_split(p)] == gpt2_split(text)
+
+
+def test_piece_counts_equal_chunk_counts_in_first_seen_order(wikitext_valid_lines):
+    lines = wikitext_valid_lines[:2000] + ["  lead", "trail  ", "\ttab\t\n x", "\xa0nbsp  'll"]
+    direct = count_chunks(lines, gpt2_split)
+    via_pieces = refine_counts(count_chunks(lines, gpt2_pieces), gpt2_split)
+    assert list(via_pieces.items()) == list(direct.items())
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(PIECE_TEXT, ANY_TEXT))
+def test_whitespace_split_is_unicode_white_space(text):
+    """``str.split`` also cuts at U+001C..U+001F; the learner's word splitter must not."""
+    assert whitespace_split(text) == WORD_RE.findall(text)
 
 
 def test_gpt2_pretokenization_rules():

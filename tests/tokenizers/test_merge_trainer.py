@@ -226,3 +226,40 @@ def test_bad_arguments():
 
 def test_progress_bar_does_not_change_result(capsys):
     assert learn_merges(words_of(LECTURE), 8, progress=True) == GOLDEN
+
+
+@pytest.mark.parametrize("algo", ["bpe", "bytelevel"])
+def test_real_text_slice_matches_naive(shakespeare, algo):
+    """The corpus the trainers build from real text (counted through their own pre-tokenizers):
+    word types with Zipf-like counts, shared prefixes and suffixes, many ties on small counts."""
+    from lmlab.tokenizers.counting import count_chunks, refine_counts
+    from lmlab.tokenizers.pretokenize import gpt2_pieces, gpt2_split, to_byte_symbols, whitespace_split
+
+    lines = shakespeare[:6000].splitlines()
+    if algo == "bpe":
+        wc = {(*w, "_"): n for w, n in count_chunks(lines, whitespace_split).items()}
+    else:
+        counts = refine_counts(count_chunks(lines, gpt2_pieces), gpt2_split)
+        wc = {tuple(to_byte_symbols(c)): n for c, n in counts.items()}
+    merges = learn_merges(wc, 150)
+    assert len(merges) == 150 and merges == naive_merges(wc, 150)
+
+
+def test_collector_paused_while_learning_and_restored(monkeypatch):
+    import gc
+
+    from lmlab.tokenizers import merge_trainer
+
+    seen = []
+    run = merge_trainer._MergeLearner.run
+    monkeypatch.setattr(merge_trainer._MergeLearner, "run",
+                        lambda self, *a: seen.append(gc.isenabled()) or run(self, *a))
+    assert gc.isenabled()
+    learn_merges(words_of(LECTURE), 3)
+    assert seen == [False] and gc.isenabled()
+    gc.disable()
+    try:  # a caller's own pause is kept
+        learn_merges(words_of(LECTURE), 3)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()

@@ -24,6 +24,7 @@ decodes.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from itertools import chain
 from typing import Any
 
 from lmlab.errors import LmlabError
@@ -100,7 +101,7 @@ class CharBPETokenizer(Tokenizer):
                              "pass e.g. num_merges=8")
         counts = count_chunks(texts, whitespace_split, workers=workers)
         word_counts = {(*word, END_OF_WORD): n for word, n in counts.items()}
-        alphabet = sorted({ch for word in word_counts for ch in word})
+        alphabet = sorted(set(chain.from_iterable(word_counts)))
         base = list(dict.fromkeys([*special_tokens, *alphabet]))
         max_new = None
         if vocab_size is not None:

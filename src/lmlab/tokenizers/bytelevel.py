@@ -25,11 +25,12 @@ from typing import Any
 from lmlab.errors import LmlabError
 from lmlab.tokenizers.base import Tokenizer
 from lmlab.tokenizers.bpe import bpe_segment, parse_hf_bpe
-from lmlab.tokenizers.counting import count_chunks
+from lmlab.tokenizers.counting import count_chunks, refine_counts
 from lmlab.tokenizers.merge_trainer import learn_merges
 from lmlab.tokenizers.pretokenize import (
     BYTE_ENCODER,
     from_byte_symbols,
+    gpt2_pieces,
     gpt2_regex,
     gpt2_split,
     to_byte_symbols,
@@ -67,7 +68,7 @@ class ByteLevelBPETokenizer(Tokenizer):
             raise LmlabError(f"vocab_size {vocab_size} is too small: the {len(special_tokens)} special "
                              f"tokens and 256 bytes already need {len(base)}",
                              f"use vocab_size >= {len(base)}")
-        counts = count_chunks(texts, gpt2_split, workers=workers)
+        counts = refine_counts(count_chunks(texts, gpt2_pieces, workers=workers), gpt2_split)
         word_counts = {tuple(to_byte_symbols(chunk)): n for chunk, n in counts.items()}
         del counts
         new = vocab_size - len(base)

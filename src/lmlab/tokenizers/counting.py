@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
-from itertools import islice
+from itertools import chain, islice
 from multiprocessing import get_context
 
 from lmlab.errors import LmlabError
@@ -20,10 +20,7 @@ Splitter = Callable[[str], list[str]]
 
 def _count_batch(args: tuple[Splitter, list[str]]) -> Counter:
     split, batch = args
-    c: Counter = Counter()
-    for text in batch:
-        c.update(split(text))
-    return c
+    return Counter(chain.from_iterable(map(split, batch)))
 
 
 def _batches(texts: Iterable[str], size: int) -> Iterator[list[str]]:
@@ -56,3 +53,19 @@ def count_chunks(
             "the training corpus is empty (no words found)", "pass files or texts that contain text"
         )
     return dict(total)
+
+
+def refine_counts(counts: dict[str, int], split: Splitter) -> dict[str, int]:
+    """Counts of the sub-chunks ``split(chunk)`` of each distinct chunk, weighted by its count.
+
+    For a learner that counts cheap coarse chunks first and splits only the distinct ones. In
+    first-seen order: the first occurrence of a sub-chunk lies in the first occurrence of some
+    chunk, so taking chunks in first-seen order and their sub-chunks left to right keeps the
+    order of splitting the whole stream.
+    """
+    out: dict[str, int] = {}
+    get = out.get
+    for chunk, n in counts.items():
+        for sub in split(chunk):
+            out[sub] = get(sub, 0) + n
+    return out

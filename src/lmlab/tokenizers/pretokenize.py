@@ -18,6 +18,7 @@ Learners", and its ``encoder.py``):
 from __future__ import annotations
 
 import functools
+import re
 
 import regex
 
@@ -81,9 +82,33 @@ def gpt2_split(text: str) -> list[str]:
     return gpt2_regex().findall(text)
 
 
+@functools.cache
+def _piece_regex() -> re.Pattern:
+    spaces = "".join(f"\\U{a:08x}-\\U{b:08x}" for a, b in WHITESPACE)
+    return re.compile(f"[{spaces}]*[^{spaces}]+|[{spaces}]+")
+
+
+def gpt2_pieces(text: str) -> list[str]:
+    """``text`` cut into pieces that GPT-2's pattern splits the same alone as in context.
+
+    A piece is a run of whitespace and the run of other characters after it (or the text's
+    trailing whitespace). The pattern never matches across the start of a non-whitespace run
+    except to take the single space before it (`` ?\\p{L}+`` ...), and how it splits the whitespace
+    run depends only on that run and on a non-whitespace character following it; neither sees
+    past the piece. So ``gpt2_split`` of each piece, in order, is ``gpt2_split(text)``, and a
+    learner can count the far fewer distinct pieces with this cheap pattern (about 3x faster
+    than the full one) and split only those.
+    """
+    return _piece_regex().findall(text)
+
+
+#: The characters ``str.split`` treats as whitespace that Unicode White_Space (``WORD_RE``) does not.
+_STR_ONLY_SPACES = re.compile("[\x1c-\x1f]")
+
+
 def whitespace_split(text: str) -> list[str]:
-    """Whitespace-separated words of ``text``."""
-    return WORD_RE.findall(text)
+    """Whitespace-separated words of ``text`` (``str.split``, unless it would cut at U+001C..U+001F)."""
+    return text.split() if _STR_ONLY_SPACES.search(text) is None else WORD_RE.findall(text)
 
 
 def bytes_to_unicode() -> list[str]:

@@ -103,13 +103,14 @@ class EncoderEmbeddings(nn.Module):
         if self.token_type is not None:
             if token_type_ids is None:
                 token_type_ids = torch.zeros_like(input_ids)
-            elif int(token_type_ids.max()) >= self.cfg.type_vocab_size or int(token_type_ids.min()) < 0:
+            elif eager_checks() and (int(token_type_ids.max()) >= self.cfg.type_vocab_size
+                                     or int(token_type_ids.min()) < 0):
                 raise LmlabError(
                     f"token_type_ids must be below type_vocab_size {self.cfg.type_vocab_size}",
                     "use segment ids 0/1 or build with a larger type_vocab_size",
                 )
             x = x + self.token_type(token_type_ids)
-        elif token_type_ids is not None and bool(token_type_ids.any()):
+        elif token_type_ids is not None and eager_checks() and bool(token_type_ids.any()):
             raise LmlabError(
                 "this encoder has no segment embeddings", "drop token_type_ids or set type_vocab_size"
             )

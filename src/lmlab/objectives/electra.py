@@ -97,7 +97,8 @@ class ElectraGenerator(nn.Module):
         mask, _ = self_attention_mask(causal=False, q_len=t, doc_ids=doc_ids, dtype=x.dtype, device=x.device)
         rope = None
         if self.rotary is not None:
-            rope = self.rotary(torch.arange(t, device=x.device)[None] if position_ids is None else position_ids)
+            where = torch.arange(t, device=x.device)[None] if position_ids is None else position_ids
+            rope = self.rotary(where)
         for layer in self.layers:
             x, _ = layer(x, mask=mask, rope=rope)
         h = self.norm(self.act(self.dense(x.reshape(-1, x.shape[-1]).index_select(0, positions))))

@@ -287,7 +287,8 @@ class Trainer:
         if t.compile:
             import torch._dynamo
 
-            # MLM-style heads project only the masked rows: a data-dependent shape the graph can hold
+            # an MLM head given labels but no label_positions (UniLM) selects the masked rows on the
+            # device: a data-dependent shape the graph can hold
             torch._dynamo.config.capture_dynamic_output_shape_ops = True
             self.model.compile(backend=t.compile_backend)
             self.log(f"compile: torch.compile, backend {t.compile_backend} (the first steps, and the "

@@ -163,3 +163,15 @@ def test_a_training_step_reads_the_device_once(tiny_config, tmp_path, objective,
         assert all(isinstance(v, float) and math.isfinite(v) for v in row.values())
     finally:
         trainer.prefetcher.close()
+
+
+def test_segment_id_checks_run_eagerly_but_not_in_the_trainers_steps():
+    from lmlab.errors import LmlabError
+
+    model = build_model(get_preset("bert-tiny", vocab_size=100, max_positions=16))
+    ids = torch.randint(5, 100, (2, 8), generator=torch.Generator().manual_seed(0))
+    with pytest.raises(LmlabError, match="token_type_ids must be below"):
+        model(input_ids=ids, token_type_ids=torch.full_like(ids, 5))
+    with HostReads() as reads, trusted_inputs():
+        model(input_ids=ids, token_type_ids=torch.ones_like(ids))
+    assert not reads.counts, dict(reads.counts)

@@ -162,7 +162,8 @@ def test_a_training_step_reads_the_device_once(tiny_config, tmp_path, objective,
         assert dict(reads.counts) == {"tolist": 1}
         assert all(isinstance(v, float) and math.isfinite(v) for v in row.values())
     finally:
-        trainer.prefetcher.close()
+        if trainer.prefetcher is not None:
+            trainer.prefetcher.close()
 
 
 def test_segment_id_checks_run_eagerly_but_not_in_the_trainers_steps():

@@ -151,3 +151,27 @@ def test_trains_and_lowers_validation_loss(tok, book_paragraphs, wiki_paragraphs
     val = [packer(tok, wiki_paragraphs, 16, 128, start=i * 30) for i in range(2)]
     before, after = trainer(obj, model, train, val, steps=30)
     assert after < before - 0.3, (before, after)
+
+
+def test_label_positions_gather_exactly_what_the_mask_selects(tok, book_paragraphs, packer):
+    """The head given the host-made ``label_positions`` (gathered rows) computes what it computes
+    from the labels alone (rows selected by mask on the device): same logits, loss, gradients."""
+    torch.manual_seed(0)
+    model = build_model(get_preset("bert-tiny", vocab_size=tok.vocab_size, max_positions=128))
+    inputs = MaskedLM(tok).prepare(packer(tok, book_paragraphs, rows=4, seq_len=64),
+                                   torch.Generator().manual_seed(3))
+    positions = inputs["label_positions"]
+    flat = inputs["labels"].reshape(-1)
+    assert positions.tolist() == [i for i, y in enumerate(flat.tolist()) if y != -100]
+    outputs, grads = [], []
+    for given in (inputs, {k: v for k, v in inputs.items() if k != "label_positions"}):
+        model.zero_grad()
+        torch.manual_seed(1)  # the same dropout
+        out = model(**given)
+        out.loss.backward()
+        outputs.append(out)
+        grads.append(model.heads["mlm"].dense.weight.grad.clone())
+    assert outputs[0].logits.shape == (len(positions), model.config.vocab_size)
+    assert torch.equal(outputs[0].logits, outputs[1].logits)
+    assert torch.equal(outputs[0].loss, outputs[1].loss)
+    assert torch.equal(grads[0], grads[1])

@@ -9,6 +9,8 @@ dispatch mode on the CPU: what costs nothing here would stall a GPU step.
 from __future__ import annotations
 
 import collections
+import math
+import threading
 
 import pytest
 import torch
@@ -25,10 +27,14 @@ from tests.objectives.conftest import pack, paragraphs
 #: ops that read a value on the host, or whose output shape depends on the data
 READS = {"_local_scalar_dense", "nonzero", "masked_select", "bincount", "unique", "_unique2", "equal",
          "is_nonzero"}
+#: indexing ops that read the device when an index is a boolean mask (it becomes ``nonzero``)
+MASK_INDEXED = {"index", "index_put", "index_put_", "_index_put_impl_"}
 
 
 class HostReads(TorchDispatchMode):
-    """Counts host reads (by op name) while active; ``tolist`` bypasses dispatch, so it is patched."""
+    """Counts host reads (by op name) while active, in the thread that entered it (dispatch modes
+    are per thread; a prefetch thread's host work is not a read of the device). ``tolist``
+    bypasses dispatch, so it is patched."""
 
     def __init__(self):
         super().__init__()
@@ -36,7 +42,7 @@ class HostReads(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         name = func.__name__.split(".")[0]
-        boolean_index = name == "index" and any(
+        boolean_index = name in MASK_INDEXED and any(
             isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in (args[1] if len(args) > 1 else ()))
         if name in READS or boolean_index:
             self.counts[name] += 1
@@ -44,10 +50,11 @@ class HostReads(TorchDispatchMode):
 
     def __enter__(self):
         self._tolist = torch.Tensor.tolist
-        counts, original = self.counts, self._tolist
+        counts, original, here = self.counts, self._tolist, threading.get_ident()
 
         def tolist(t):
-            counts["tolist"] += 1
+            if threading.get_ident() == here:
+                counts["tolist"] += 1
             return original(t)
 
         torch.Tensor.tolist = tolist
@@ -118,3 +125,54 @@ def test_the_trainer_steps_without_the_models_host_checks(tiny_config, tmp_path,
     training = [checks for is_training, checks in seen if is_training]
     assert training and not any(training)  # checked once up front, not at every step
     assert eager_checks()                  # and back on outside the steps
+
+
+#: every objective whose step read the device before its preparation moved to the host's data path
+#: (masking, span sampling, noising, sentence pairs) or whose loss selected positions by mask
+#: (the MLM head, ELECTRA's generator, sampling and discriminator, SpanBERT's boundary head)
+HOST_PREPARED = [("mlm", "bert-tiny", {}), ("mlm", "bert-tiny", {"masking": "static", "whole_word": True}),
+                 ("electra", "electra-tiny", {}), ("spanbert", "bert-tiny", {}), ("nsp", "bert-tiny", {}),
+                 ("t5", "t5-tiny", {}), ("t5", "t5-tiny", {"variant": "bert"}), ("bart", "bart-tiny", {})]
+
+
+@pytest.mark.parametrize("objective,preset,params", HOST_PREPARED,
+                         ids=[f"{o}-{'-'.join(map(str, p.values())) or 'default'}"
+                              for o, _, p in HOST_PREPARED])
+def test_a_training_step_reads_the_device_once(tiny_config, tmp_path, objective, preset, params):
+    """The trainer's whole step (its micro-batch taken from the prefetch thread, moved to the
+    device, forward, backward, clipping, optimizer step, the step's numbers) reads the device
+    exactly once: the objective's preparation ran in the data path, a step ahead."""
+    from lmlab.train import distributed as dist_
+    from lmlab.train.config import load_config
+    from lmlab.train.loop import Trainer
+
+    cfg = tiny_config(max_steps=2, grad_accum=2, prefetch=True)
+    cfg["model"] = {"preset": preset, "d_model": 32, "n_layers": 1, "n_heads": 2, "d_ff": 64,
+                    "max_positions": 64, "dropout": 0.1, "attn_dropout": 0.0}
+    cfg["objective"] = {"name": objective, **params}
+    trainer = Trainer(load_config(cfg), tmp_path / "run", False, lambda m: None)
+    trainer.info = dist_.DistInfo()
+    try:
+        trainer.setup()
+        trainer.train_step()  # the first step asks for the second one's micro-batches
+        for future in trainer.prefetcher.pending.values():
+            future.result()  # prepared on the prefetch thread before the step begins
+        with HostReads() as reads:
+            row = trainer.train_step()
+        assert dict(reads.counts) == {"tolist": 1}
+        assert all(isinstance(v, float) and math.isfinite(v) for v in row.values())
+    finally:
+        if trainer.prefetcher is not None:
+            trainer.prefetcher.close()
+
+
+def test_segment_id_checks_run_eagerly_but_not_in_the_trainers_steps():
+    from lmlab.errors import LmlabError
+
+    model = build_model(get_preset("bert-tiny", vocab_size=100, max_positions=16))
+    ids = torch.randint(5, 100, (2, 8), generator=torch.Generator().manual_seed(0))
+    with pytest.raises(LmlabError, match="token_type_ids must be below"):
+        model(input_ids=ids, token_type_ids=torch.full_like(ids, 5))
+    with HostReads() as reads, trusted_inputs():
+        model(input_ids=ids, token_type_ids=torch.ones_like(ids))
+    assert not reads.counts, dict(reads.counts)

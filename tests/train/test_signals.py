@@ -16,8 +16,15 @@ def test_auc_is_the_mann_whitney_statistic():
     labels = torch.rand(400, generator=g) < 0.2
     scores = torch.randn(400, generator=g) + labels.float()
     u = mannwhitneyu(scores[labels].numpy(), scores[~labels].numpy()).statistic
-    assert binary_auc(scores, labels.long()) == pytest.approx(u / (labels.sum() * (~labels).sum()).item())
-    assert binary_auc(scores, torch.zeros(400, dtype=torch.long)) == 0.5
+    auc = float(binary_auc(scores, labels.long()))
+    assert auc == pytest.approx(u / (labels.sum() * (~labels).sum()).item())
+    assert float(binary_auc(scores, torch.zeros(400, dtype=torch.long))) == 0.5
+    # over the kept positions only, ranked in place: the same as selecting them first
+    keep = torch.rand(400, generator=g) < 0.5
+    kept = mannwhitneyu(scores[keep & labels].numpy(), scores[keep & ~labels].numpy()).statistic
+    n_pos, n_neg = (keep & labels).sum().item(), (keep & ~labels).sum().item()
+    assert float(binary_auc(scores, labels, keep)) == pytest.approx(kept / (n_pos * n_neg))
+    assert float(binary_auc(scores, labels, keep & ~labels)) == 0.5
 
 
 def test_token_signal_against_the_most_frequent_token():

@@ -103,13 +103,14 @@ class EncoderEmbeddings(nn.Module):
         if self.token_type is not None:
             if token_type_ids is None:
                 token_type_ids = torch.zeros_like(input_ids)
-            elif int(token_type_ids.max()) >= self.cfg.type_vocab_size or int(token_type_ids.min()) < 0:
+            elif eager_checks() and (int(token_type_ids.max()) >= self.cfg.type_vocab_size
+                                     or int(token_type_ids.min()) < 0):
                 raise LmlabError(
                     f"token_type_ids must be below type_vocab_size {self.cfg.type_vocab_size}",
                     "use segment ids 0/1 or build with a larger type_vocab_size",
                 )
             x = x + self.token_type(token_type_ids)
-        elif token_type_ids is not None and bool(token_type_ids.any()):
+        elif token_type_ids is not None and eager_checks() and bool(token_type_ids.any()):
             raise LmlabError(
                 "this encoder has no segment embeddings", "drop token_type_ids or set type_vocab_size"
             )
@@ -258,6 +259,7 @@ class EncoderModel(LmlabModel):
         heads: tuple[str, ...] | None = None,
         first_token_only: bool = False,
         doc_ids: Tensor | None = None,
+        label_positions: Tensor | None = None,
         **kwargs,
     ) -> ModelOutput:
         """Encode and run the heads (``heads`` picks a subset; default all).
@@ -266,7 +268,9 @@ class EncoderModel(LmlabModel):
         and ``end_positions`` for ``span``. Seq2seq/decoder-only arguments are rejected.
         ``first_token_only``: every selected head reads only the first token (``seq_cls``,
         ``nsp``), so the last layer is computed there only (see :meth:`encode`); same logits and
-        loss, ``last_hidden_state`` ``[B, 1, D]``.
+        loss, ``last_hidden_state`` ``[B, 1, D]``. ``label_positions``: the flat indices of the
+        ``mlm`` labels that are not -100 (:func:`lmlab.objectives.masking.label_positions`), made with
+        the labels on the host, so the MLM head gathers its rows without reading the device.
         """
         head_labels = _pop_head_labels(kwargs, self.head_names)
         if first_token_only:
@@ -295,7 +299,10 @@ class EncoderModel(LmlabModel):
             lab = labels if i == 0 and labels is not None else head_labels.get(name)
             if name == "discriminator" and lab is not None and attention_mask is not None:
                 lab = lab.masked_fill(attention_mask == 0, -100)
-            logits, loss = self.heads[name](x, pooled, lab)
+            if name == "mlm" and label_positions is not None and lab is not None:
+                logits, loss = self.heads[name](x, pooled, lab, positions=label_positions)
+            else:
+                logits, loss = self.heads[name](x, pooled, lab)
             if i == 0:
                 out.logits = logits
             out.extra[f"{name}_logits"] = logits

@@ -55,17 +55,27 @@ class MLMHead(nn.Module):
         self.decoder = nn.Linear(embed_dim, vocab_size)
 
     def forward(
-        self, hidden: Tensor, pooled: Tensor | None = None, labels: Tensor | None = None
+        self, hidden: Tensor, pooled: Tensor | None = None, labels: Tensor | None = None,
+        positions: Tensor | None = None,
     ) -> tuple[Tensor, Tensor | None]:
+        """``positions``: the flat indices ``b * T + t`` of ``labels != -100`` in row-major order,
+        when the caller made them with the labels (on the host): the rows are then gathered, not
+        found, and nothing waits for the device. Same logits and loss either way."""
         if labels is None:
             return self.decoder(self.norm(self.act(self.dense(hidden)))), None
-        selected = labels != IGNORE
-        h = hidden[selected]  # [N, D]: only where a loss is taken
+        if positions is None:
+            selected = labels != IGNORE
+            h, targets = hidden[selected], labels[selected]  # [N, D]: only where a loss is taken
+            count = selected.sum().clamp(min=1)
+        else:
+            h = hidden.reshape(-1, hidden.shape[-1]).index_select(0, positions)
+            targets = labels.reshape(-1).index_select(0, positions)
+            count = max(positions.numel(), 1)
         logits = self.decoder(self.norm(self.act(self.dense(h))))
         # the mean over the N selected positions, written so that N = 0 gives a zero loss with a
         # graph and a compiled step needs no branch on N
-        total = F.cross_entropy(logits, labels[selected], reduction="sum")
-        return logits, total / selected.sum().clamp(min=1)
+        total = F.cross_entropy(logits, targets, reduction="sum")
+        return logits, total / count
 
 
 class NSPHead(nn.Module):
@@ -100,7 +110,10 @@ class DiscriminatorHead(nn.Module):
         if labels is None:
             return logits, None
         keep = labels != IGNORE
-        return logits, F.binary_cross_entropy_with_logits(logits[keep], labels[keep].to(logits.dtype))
+        # the mean over the labelled positions as a masked sum: no shape depends on the data
+        targets = labels.clamp(min=0).to(logits.dtype)
+        each = F.binary_cross_entropy_with_logits(logits, targets, reduction="none")
+        return logits, (each * keep).sum() / keep.sum().clamp(min=1)
 
 
 class SequenceClassificationHead(nn.Module):

@@ -168,6 +168,8 @@ class BartDenoising(Objective):
     architectures = ("seq2seq",)
     heads = ("lm",)
     loss_kind = "masked_nll"
+    #: rows of data-dependent length built from host lists: run in the trainer's data path
+    prepare_on_host = True
     signals = (("target_acc", "target_acc_guess", "most frequent token"),)
 
     def __init__(self, tokenizer, noise: list[str] | tuple[str, ...] = DEFAULT_NOISE,

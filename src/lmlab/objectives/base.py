@@ -40,18 +40,23 @@ def most_frequent_share(targets: Tensor, keep: Tensor | None = None, vocab: int 
     return counts.max() / keep.sum().clamp(min=1)
 
 
-def binary_auc(scores: Tensor, labels: Tensor) -> float:
+def binary_auc(scores: Tensor, labels: Tensor, keep: Tensor | None = None) -> Tensor:
     """Area under the ROC curve of ``scores`` for binary ``labels`` (rank statistic; ties averaged
-    only approximately, by stable order). 0.5 when one class is missing (no ranking to judge)."""
-    labels = labels.reshape(-1).bool()
-    n_pos = int(labels.sum())
-    n_neg = labels.numel() - n_pos
-    if n_pos == 0 or n_neg == 0:
-        return 0.5
-    order = torch.argsort(scores.reshape(-1).float(), stable=True)
-    ranks = torch.empty_like(order, dtype=torch.float64)
-    ranks[order] = torch.arange(1, labels.numel() + 1, dtype=torch.float64, device=ranks.device)
-    return float((ranks[labels].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
+    only approximately, by stable order), over the positions ``keep`` marks (all without it). 0.5
+    when one class is missing (no ranking to judge). A 0-d tensor: the kept positions are ranked
+    first rather than selected, so no shape depends on the data and nothing waits for the device."""
+    scores, labels = scores.reshape(-1).float(), labels.reshape(-1).bool()
+    keep = torch.ones_like(labels) if keep is None else keep.reshape(-1).bool()
+    order = torch.argsort(scores, stable=True)
+    order = order[torch.argsort((~keep[order]).to(torch.uint8), stable=True)]  # kept ones first, by score
+    ranks = torch.zeros(order.numel(), dtype=torch.float64, device=order.device).scatter_(
+        0, order, torch.arange(1, order.numel() + 1, dtype=torch.float64, device=order.device))
+    positive = labels & keep
+    n_pos = positive.sum().double()
+    n_neg = keep.sum().double() - n_pos
+    u = (ranks * positive).sum() - n_pos * (n_pos + 1) / 2
+    auc = u / (n_pos * n_neg).clamp(min=1)
+    return torch.where((n_pos > 0) & (n_neg > 0), auc, torch.full_like(auc, 0.5)).float()
 
 
 def token_signal(logits: Tensor, labels: Tensor, prefix: str, ignore: int = -100,
@@ -96,6 +101,12 @@ class Objective(nn.Module):
     #: log-likelihood of every token: perplexity and bits per byte), "masked_nll" (of the predicted
     #: tokens only: perplexity of those, no bits per byte) or "other" (a sum of parts: neither)
     loss_kind: ClassVar[str] = "other"
+    #: :meth:`prepare` does data-dependent work best done on the host (span sampling, variable-length
+    #: rows, positions to predict): the trainer runs it on the CPU batch in its data path, a step
+    #: ahead on the prefetch thread, and moves the prepared inputs to the device like a data
+    #: collator. False: ``prepare`` runs on the device batch (elementwise work, or big tensors
+    #: such as ``[B, T, T]`` attention patterns that are cheaper to build than to copy).
+    prepare_on_host: ClassVar[bool] = False
     #: the objective's own learning signals, each with its trivial baseline: (metric, baseline
     #: metric, what the baseline is); both are metrics that ``loss`` returns
     signals: ClassVar[tuple[tuple[str, str, str], ...]] = ()

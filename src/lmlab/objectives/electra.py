@@ -10,7 +10,10 @@ Two encoders are trained jointly:
 * the **discriminator**, the model being pretrained (``discriminator`` head). Every masked
   position is filled with a token *sampled* from the generator's softmax; the discriminator sees
   this corrupted text and predicts, for **every** non-special token, whether it was replaced
-  (loss ``L_Disc``, binary cross-entropy over all positions, not just 15%).
+  (loss ``L_Disc``, binary cross-entropy over all positions, not just 15%). The sample is drawn
+  on the device without reading it on the host (:func:`sample_tokens`: inverse transform with
+  one hashed uniform number per masked position, keyed by the batch's ``sample_seed``), so a
+  step stays deterministic, resumable and free of host synchronisation.
 
 ``loss = L_MLM + λ · L_Disc`` with ``λ = disc_weight = 50``. Sampling is not differentiable, so no
 gradient flows from the discriminator into the generator (the paper trains them jointly but
@@ -49,7 +52,14 @@ from lmlab.models.blocks import (
     init_weights,
 )
 from lmlab.objectives.base import binary_auc
-from lmlab.objectives.masking import IGNORE, document_ids, randint, special_mask
+from lmlab.objectives.masking import (
+    IGNORE,
+    document_ids,
+    label_positions,
+    randint,
+    seeded_uniforms,
+    special_mask,
+)
 from lmlab.objectives.mlm import MaskedLM
 
 
@@ -78,19 +88,20 @@ class ElectraGenerator(nn.Module):
         self.rotary = RotaryEmbedding(cfg.dim_head, cfg.rope_theta) if cfg.positions == "rotary" else None
         self.apply(lambda m: init_weights(m, cfg.init_std))
 
-    def forward(self, embedded: Tensor, word_weight: Tensor, selected: Tensor,
+    def forward(self, embedded: Tensor, word_weight: Tensor, positions: Tensor,
                 doc_ids: Tensor | None, position_ids: Tensor | None = None) -> Tensor:
-        """Logits ``[N, V]`` at the ``selected`` positions only (the speed path of the MLM head)."""
+        """Logits ``[N, V]`` at the masked ``positions`` only (flat indices ``b * T + t``, the speed
+        path of the MLM head: gathered, so no shape depends on the device's data)."""
         x = self.project(embedded) if self.project is not None else embedded
         t = x.shape[1]
         mask, _ = self_attention_mask(causal=False, q_len=t, doc_ids=doc_ids, dtype=x.dtype, device=x.device)
         rope = None
         if self.rotary is not None:
-            positions = torch.arange(t, device=x.device)[None] if position_ids is None else position_ids
-            rope = self.rotary(positions)
+            where = torch.arange(t, device=x.device)[None] if position_ids is None else position_ids
+            rope = self.rotary(where)
         for layer in self.layers:
             x, _ = layer(x, mask=mask, rope=rope)
-        h = self.norm(self.act(self.dense(x[selected])))
+        h = self.norm(self.act(self.dense(x.reshape(-1, x.shape[-1]).index_select(0, positions))))
         return F.linear(h, word_weight, self.bias)
 
 
@@ -176,9 +187,9 @@ class Electra(MaskedLM):
 
     def prepare(self, batch: TokenBatch, generator: torch.Generator) -> dict[str, Tensor]:
         masked, labels = self.mask(batch.input_ids, batch.doc_ids, generator)
-        inputs = {"input_ids": masked, "labels": labels, "original_ids": batch.input_ids,
-                  "position_ids": batch.position_ids,
-                  # seed of the generator's sampling, so a batch stays a pure function of (tokens, generator)
+        inputs = {"input_ids": masked, "labels": labels, "label_positions": label_positions(labels),
+                  "original_ids": batch.input_ids, "position_ids": batch.position_ids,
+                  # key of the generator's sampling, so a batch stays a pure function of (tokens, generator)
                   "sample_seed": randint(2**62, (1,), generator, batch.input_ids.device)}
         docs = document_ids(batch)
         if docs is not None:
@@ -191,36 +202,51 @@ class Electra(MaskedLM):
             raise LmlabError("the ELECTRA generator was never built",
                              "call objective.setup(model) before training (the trainer does)")
         masked, labels = inputs["input_ids"], inputs["labels"]
-        selected = labels != IGNORE
+        positions = inputs.get("label_positions")
+        if positions is None:  # inputs made elsewhere: find the masked positions (reads the device)
+            positions = label_positions(labels)
+        targets = labels.reshape(-1).index_select(0, positions)
         embedded = shared_embeddings(model, masked, inputs.get("position_ids"))
-        logits = self.generator(embedded, model.embeddings.word.weight, selected, inputs.get("doc_ids"),
+        logits = self.generator(embedded, model.embeddings.word.weight, positions, inputs.get("doc_ids"),
                                 inputs.get("position_ids"))
-        gen_loss = F.cross_entropy(logits, labels[selected]) if logits.shape[0] else logits.sum()
+        gen_loss = F.cross_entropy(logits, targets) if logits.shape[0] else logits.sum()
         with torch.no_grad():  # sampling: no gradient from the discriminator to the generator
-            g = torch.Generator(device=logits.device).manual_seed(int(inputs["sample_seed"].item()))
-            probs = torch.softmax(logits.float() / self.temperature, dim=-1)
-            if logits.shape[0]:
-                sampled = torch.multinomial(probs, 1, generator=g).squeeze(-1)
-            else:
-                sampled = labels[selected]
-        corrupted = masked.clone()
-        corrupted[selected] = sampled
+            sampled = sample_tokens(logits.float() / self.temperature, inputs["sample_seed"])
+        corrupted = masked.reshape(-1).index_copy(0, positions, sampled).view_as(masked)
         return gen_loss, logits, corrupted
 
-    def loss(self, model: nn.Module, inputs: dict[str, Tensor]) -> tuple[Tensor, dict[str, float]]:
+    def loss(self, model: nn.Module, inputs: dict[str, Tensor]) -> tuple[Tensor, dict[str, Tensor]]:
         original = inputs["original_ids"]
         gen_loss, gen_logits, corrupted = self.corrupt(model, inputs)
         disc_labels = replaced_token_labels(original, corrupted, special_mask(original, self.special_ids))
         disc_inputs = {k: v for k, v in inputs.items() if k in ("position_ids", "doc_ids")}
         out = model(input_ids=corrupted, labels=disc_labels, **disc_inputs)
-        scored = disc_labels != IGNORE
+        # every number a 0-d tensor over masks (no selection): the engine reads them once per step
         with torch.no_grad():
-            scores, truth = out.logits[scored].detach(), disc_labels[scored]
-            disc_acc = float(((scores > 0).long() == truth).float().mean())
+            scored = disc_labels != IGNORE
+            truth = disc_labels.clamp(min=0)
+            n = scored.sum().clamp(min=1)
+            disc_acc = (((out.logits > 0).long() == truth) & scored).sum() / n
             gen = self.hidden_token_signal(gen_logits.detach(), inputs, "gen")
-            replaced = float(truth.float().mean())
-        metrics = {"gen_loss": float(gen_loss.detach()), "disc_loss": float(out.loss.detach()), **gen,
+            replaced = (truth * scored).sum() / n
+        metrics = {"gen_loss": gen_loss.detach(), "disc_loss": out.loss.detach(), **gen,
                    "disc_acc": disc_acc, "disc_acc_guess": 1.0 - replaced,
-                   "disc_auc": binary_auc(scores, truth), "disc_auc_guess": 0.5, "replaced": replaced,
-                   "targets": int(truth.numel())}
+                   "disc_auc": binary_auc(out.logits.detach(), truth, scored),
+                   "disc_auc_guess": torch.full((), 0.5, device=replaced.device), "replaced": replaced,
+                   "targets": scored.sum()}
         return gen_loss + self.disc_weight * out.loss, metrics
+
+
+def sample_tokens(logits: Tensor, seed: Tensor) -> Tensor:
+    """One token per row of ``[N, V]`` ``logits`` drawn from their softmax, by inverse transform: a
+    uniform number per row (:func:`lmlab.objectives.masking.seeded_uniforms`, keyed by the 0-d
+    ``seed`` tensor and the row) located in the row's cumulative probabilities. Deterministic
+    given ``(seed, logits)``, and nothing is read on the host (``torch.multinomial`` with a
+    generator seeded from ``seed`` would need the seed as a Python int)."""
+    if logits.shape[0] == 0:
+        return torch.zeros(0, dtype=torch.long, device=logits.device)
+    cdf = torch.softmax(logits, dim=-1).cumsum(-1)
+    u = seeded_uniforms(seed, logits.shape[0]).to(cdf.dtype)
+    # the first token whose cumulative probability exceeds u: never one of probability 0
+    picked = torch.searchsorted(cdf, (u * cdf[:, -1])[:, None], right=True).squeeze(1)
+    return picked.clamp(max=logits.shape[-1] - 1)

@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import hashlib
 
-import numpy as np
 import torch
 from torch import Tensor
 
@@ -60,21 +59,44 @@ def randint(high: int, shape, generator: torch.Generator, device=None) -> Tensor
     return torch.randint(high, shape, generator=generator, device=generator.device).to(device)
 
 
+def splitmix64(x: Tensor) -> Tensor:
+    """The SplitMix64 finaliser of int64 ``x`` (its 64 bits read as unsigned; products wrap), elementwise
+    on ``x``'s device: a counter-based hash, so draws keyed by it need no generator state."""
+    def shift(z: Tensor, k: int) -> Tensor:  # logical right shift (int64's >> copies the sign bit)
+        return (z >> k) & ((1 << (64 - k)) - 1)
+
+    x = (x ^ shift(x, 30)) * _signed(0xBF58476D1CE4E5B9)
+    x = (x ^ shift(x, 27)) * _signed(0x94D049BB133111EB)
+    return x ^ shift(x, 31)
+
+
+def _signed(u: int) -> int:
+    """An unsigned 64-bit constant as the int64 with the same bits."""
+    return u - (1 << 64) if u >= 1 << 63 else u
+
+
+def hashed_uniforms(keys: Tensor, bits: int = 53) -> Tensor:
+    """A uniform ``[0, 1)`` float64 per int64 key, a fixed function of the key (the top ``bits`` of
+    :func:`splitmix64`), computed on the keys' device without reading them on the host."""
+    z = splitmix64(keys)
+    return ((z >> (64 - bits)) & ((1 << bits) - 1)).double() / float(1 << bits)
+
+
 def corpus_uniforms(seed: int, offsets: Tensor, streams: int) -> Tensor:
     """``[streams, *offsets.shape]`` uniform ``[0, 1)`` numbers, each a fixed function of ``(seed,
     stream, offset)``: the same token position always draws the same numbers (SplitMix64 hash)."""
-    mask64 = (1 << 64) - 1
-    x = offsets.detach().cpu().numpy().astype(np.uint64)
-    salt = np.uint64((int(seed) * 0x9E3779B97F4A7C15) & mask64)
-    out = []
-    with np.errstate(over="ignore"):
-        for stream in range(streams):
-            z = x * np.uint64(streams) + np.uint64(stream) + salt
-            z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-            z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-            z = z ^ (z >> np.uint64(31))
-            out.append((z >> np.uint64(11)).astype(np.float64) / float(1 << 53))
-    return torch.from_numpy(np.stack(out)).to(device=offsets.device, dtype=torch.float32)
+    salt = _signed((int(seed) * 0x9E3779B97F4A7C15) & ((1 << 64) - 1))
+    x = offsets.to(torch.int64)
+    return torch.stack([hashed_uniforms(x * streams + stream + salt) for stream in range(streams)]).float()
+
+
+def seeded_uniforms(seed: Tensor, n: int) -> Tensor:
+    """``n`` uniform ``[0, 1)`` float32 numbers keyed by a 0-d (or 1-element) int64 ``seed`` tensor and their
+    index, on the seed's device: random draws after a forward pass (ELECTRA's sampling) that neither
+    read the seed on the host nor keep a generator's state."""
+    counter = torch.arange(1, n + 1, device=seed.device, dtype=torch.int64)
+    keys = seed.reshape(()).to(torch.int64) + counter * _signed(0x9E3779B97F4A7C15)
+    return hashed_uniforms(keys, bits=24).float()  # 24 bits: exact in float32, so always below 1
 
 
 def row_generator(seed: int, row: Tensor) -> torch.Generator:
@@ -219,17 +241,22 @@ def apply_80_10_10(ids: Tensor, selected: Tensor, mask_id: int, draws: Tensor, r
     """The decision of :func:`replace_80_10_10` given its draws: a selected position becomes
     ``[MASK]`` where ``draws < mask_prob``, ``random_tok`` where the draw falls in the next
     ``random_prob``, and stays otherwise (``draws`` uniform ``[0, 1)``, shaped like ``ids``)."""
-    out = ids.clone()
     use_mask = selected & (draws < mask_prob)
     use_random = selected & (draws >= mask_prob) & (draws < mask_prob + random_prob)
-    out[use_mask] = mask_id
-    out[use_random] = random_tok[use_random]
-    return out
+    # masks, not boolean indexing: no shape depends on the data, so a device batch is never read back
+    return torch.where(use_random, random_tok, ids).masked_fill(use_mask, mask_id)
 
 
 def mlm_labels(ids: Tensor, selected: Tensor) -> Tensor:
     """Original ids where selected, ``-100`` (ignored by the loss) elsewhere."""
     return ids.masked_fill(~selected, IGNORE)
+
+
+def label_positions(labels: Tensor) -> Tensor:
+    """Flat indices ``b * T + t`` of the labelled positions of ``[B, T]`` ``labels`` (not ``-100``),
+    in row-major order: made with the labels, on the host, so that the MLM head gathers its rows
+    on the device instead of finding them there (which would make the host wait for the device)."""
+    return (labels.reshape(-1) != IGNORE).nonzero().squeeze(1)
 
 
 # ----------------------------------------------------------------------------- span lengths

@@ -40,6 +40,7 @@ from lmlab.objectives.masking import (
     apply_80_10_10,
     corpus_uniforms,
     document_ids,
+    label_positions,
     mlm_labels,
     replace_80_10_10,
     replacement_pool,
@@ -69,6 +70,9 @@ class MaskedLM(Objective):
     architectures = ("encoder",)
     heads = ("mlm",)
     loss_kind = "masked_nll"
+    #: masking runs in the data path, on the host: the positions to predict (``label_positions``)
+    #: are then known before the step, so the head gathers them without waiting for the device
+    prepare_on_host = True
     #: accuracy at the selected positions whose input is not the answer itself ([MASK] or a random
     #: token): the 10% kept unchanged would let a model that copies its input look as if it learned
     signals = (("mlm_acc", "mlm_acc_guess", "most frequent token"),)
@@ -147,15 +151,22 @@ class MaskedLM(Objective):
 
     @staticmethod
     def hidden_token_signal(logits: Tensor, inputs: dict[str, Tensor],
-                            prefix: str = "mlm") -> dict[str, float]:
+                            prefix: str = "mlm") -> dict[str, Tensor]:
         """:func:`token_signal` on the selected tokens the input hides ([MASK] or a random token):
-        the ones left unchanged would reward a model that copies its input."""
-        return token_signal(logits, inputs["labels"], prefix, shown=inputs["input_ids"] == inputs["labels"])
+        the ones left unchanged would reward a model that copies its input. With the inputs'
+        ``label_positions`` (``logits`` for those rows) the labels are gathered, not selected, so
+        nothing waits for the device."""
+        labels, shown = inputs["labels"], inputs["input_ids"] == inputs["labels"]
+        positions = inputs.get("label_positions")
+        if positions is not None:
+            labels, shown = (x.reshape(-1).index_select(0, positions) for x in (labels, shown))
+        return token_signal(logits, labels, prefix, shown=shown)
 
     # ------------------------------------------------------------------ objective contract
     def prepare(self, batch: TokenBatch, generator: torch.Generator) -> dict[str, Tensor]:
         corrupted, labels = self.mask(batch.input_ids, batch.doc_ids, generator, batch.offsets)
-        inputs = {"input_ids": corrupted, "labels": labels, "position_ids": batch.position_ids}
+        inputs = {"input_ids": corrupted, "labels": labels, "label_positions": label_positions(labels),
+                  "position_ids": batch.position_ids}
         docs = document_ids(batch)
         if docs is not None:
             inputs["doc_ids"] = docs

@@ -28,7 +28,7 @@ from torch import Tensor, nn
 
 from lmlab.data.batch import TokenBatch
 from lmlab.errors import LmlabError
-from lmlab.objectives.masking import rand, require_role
+from lmlab.objectives.masking import label_positions, rand, require_role
 from lmlab.objectives.mlm import MaskedLM, check_probability
 
 IS_NEXT, NOT_NEXT = 0, 1
@@ -93,6 +93,7 @@ class NextSentencePrediction(MaskedLM):
         if self.mlm:
             # one example per row: the pair attends to itself as a whole (positions 0..T-1)
             inputs["input_ids"], inputs["labels"] = self.mask(ids, torch.zeros_like(ids), generator)
+            inputs["label_positions"] = label_positions(inputs["labels"])
         return inputs
 
     def loss(self, model: nn.Module, inputs: dict[str, Tensor]) -> tuple[Tensor, dict[str, float]]:

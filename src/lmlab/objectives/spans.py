@@ -39,6 +39,7 @@ from lmlab.objectives.masking import (
     IGNORE,
     document_ids,
     geometric_lengths,
+    label_positions,
     rand,
     replace_80_10_10,
     special_mask,
@@ -148,7 +149,8 @@ class SpanBERT(MaskedLM):
         selected = spans >= 0
         corrupted = replace_80_10_10(ids, selected, self.mask_id, self.pool, generator, self.mask_token_prob,
                                      self.random_token_prob, units=spans.clamp(min=0))
-        inputs = {"input_ids": corrupted, "labels": ids.masked_fill(~selected, IGNORE),
+        labels = ids.masked_fill(~selected, IGNORE)
+        inputs = {"input_ids": corrupted, "labels": labels, "label_positions": label_positions(labels),
                   "position_ids": batch.position_ids}
         docs = document_ids(batch)
         if docs is not None:
@@ -169,12 +171,18 @@ class SpanBERT(MaskedLM):
         if self.sbo is None:
             raise LmlabError("the SpanBERT span-boundary head was never built",
                              "call objective.setup(model) before training (the trainer does)")
-        selected = labels != IGNORE
+        positions = inputs.get("label_positions")
+        if positions is None:  # inputs made elsewhere: find the masked positions (reads the device)
+            positions = label_positions(labels)
         h = out.last_hidden_state
-        rows = torch.arange(h.shape[0], device=h.device)[:, None].expand_as(labels)[selected]
-        rep = self.sbo(h[rows, left[selected]], h[rows, right[selected]], rel[selected])
+
+        def at_masked(x: Tensor) -> Tensor:
+            return x.reshape(-1).index_select(0, positions)
+
+        rows = torch.div(positions, labels.shape[1], rounding_mode="floor")
+        rep = self.sbo(h[rows, at_masked(left)], h[rows, at_masked(right)], at_masked(rel))
         logits = model.heads["mlm"].decoder(rep)  # the MLM output embeddings, as in the paper
-        sbo_loss = F.cross_entropy(logits, labels[selected]) if rep.shape[0] else logits.sum()
+        sbo_loss = F.cross_entropy(logits, at_masked(labels)) if rep.shape[0] else logits.sum()
         metrics["sbo_loss"] = sbo_loss.detach()
         return out.loss + sbo_loss, metrics
 

@@ -162,6 +162,8 @@ class SpanCorruption(Objective):
     architectures = ("seq2seq",)
     heads = ("lm",)
     loss_kind = "masked_nll"
+    #: rows of data-dependent length built from host lists: run in the trainer's data path
+    prepare_on_host = True
     #: accuracy on the target's content tokens (sentinels left out)
     signals = (("target_acc", "target_acc_guess", "most frequent token"),)
 

@@ -5,8 +5,10 @@ One optimizer step (nanoGPT's loop, with the pieces torchtitan keeps separate):
 1. set the learning rate of this step (:func:`lmlab.train.optim.lr_at`);
 2. for each of ``grad_accum`` micro-batches: read ``batch_size`` packed windows at the current
    data position (this process's slice of the global batch), let the objective turn them into
-   model inputs (:meth:`Objective.prepare`), run forward under autocast if enabled, and
-   backpropagate ``loss / grad_accum`` (the gradient all-reduce of DDP runs on the last one);
+   model inputs (:meth:`Objective.prepare`: on the host, in the data path, for the objectives
+   that say ``prepare_on_host``; on the device otherwise), run forward under autocast if
+   enabled, and backpropagate ``loss / grad_accum`` (the gradient all-reduce of DDP runs on the
+   last one);
 3. clip the global gradient norm, take the AdamW step, advance the data position by the global
    batch;
 4. log, evaluate every ``eval_every`` steps, checkpoint every ``checkpoint_every`` steps.
@@ -31,6 +33,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from lmlab.data.batch import TokenBatch
 from lmlab.data.packing import PackedWindows, eval_starts, read_windows
 from lmlab.errors import LmlabError
 from lmlab.fileio import atomic_write_text, directory_lock, read_json, remove_leftovers, write_json
@@ -236,9 +239,9 @@ class Trainer:
                              autocast=self.machine.autocast, scaler=self.scaler, wrapped=self.step_module,
                              fix="lower train.lr, raise train.warmup_steps or use train.precision=fp32")
         self.windows = PackedWindows(self.data.train, t.seq_len, t.seed, cfg.data.max_tokens)
-        if t.prefetch:  # the next step's windows are read on a background thread during this one
-            self.prefetcher = Prefetcher(lambda p: self.windows.batch(p, t.batch_size),
-                                         pin=self.machine.device.type == "cuda")
+        self.device_generator: torch.Generator | None = None  # device-side preparation's, made once
+        if t.prefetch:  # the next step's micro-batches are read (and prepared) on a background thread
+            self.prefetcher = Prefetcher(self.load_micro_batch)
         starts = eval_starts(self.data.val, t.seq_len, t.eval_batches * t.batch_size)
         self.val_starts = starts[self.info.rank :: self.info.world_size]
         # every rank runs as many evaluation batches as rank 0 (which has the most windows): under
@@ -284,7 +287,8 @@ class Trainer:
         if t.compile:
             import torch._dynamo
 
-            # MLM-style heads project only the masked rows: a data-dependent shape the graph can hold
+            # an MLM head given labels but no label_positions (UniLM) selects the masked rows on the
+            # device: a data-dependent shape the graph can hold
             torch._dynamo.config.capture_dynamic_output_shape_ops = True
             self.model.compile(backend=t.compile_backend)
             self.log(f"compile: torch.compile, backend {t.compile_backend} (the first steps, and the "
@@ -391,6 +395,39 @@ class Trainer:
             f"epoch {self.windows.epoch_of(self.position):.2f})"
         )
 
+    # ------------------------------------------------------------------ data path
+    def host_inputs(self, batch: TokenBatch, seed: int) -> TokenBatch | dict[str, torch.Tensor]:
+        """The host's part of a micro-batch: ``batch`` itself, or, for an objective that prepares
+        on the host (``prepare_on_host``), its inputs prepared from ``batch`` with a CPU generator
+        seeded by ``seed`` (as a data collator would); pinned for a CUDA device."""
+        batch.single_document = batch.is_single_document()  # decided here, off the step's path
+        item = batch
+        if self.objective.prepare_on_host:
+            item = self.objective.prepare(batch, torch.Generator().manual_seed(seed))
+        if self.machine.device.type != "cuda":
+            return item
+        if isinstance(item, TokenBatch):
+            return item.pin_memory()
+        return {k: v.pin_memory() if isinstance(v, torch.Tensor) else v for k, v in item.items()}
+
+    def device_inputs(self, item: TokenBatch | dict[str, torch.Tensor], seed: int) -> dict[str, torch.Tensor]:
+        """The model inputs on the device: prepared inputs copied there (without blocking the host),
+        or a batch copied there and prepared with a device generator seeded by ``seed``."""
+        dev = self.machine.device
+        if not isinstance(item, TokenBatch):
+            return {k: v.to(dev, non_blocking=True) if isinstance(v, torch.Tensor) else v
+                    for k, v in item.items()}
+        if self.device_generator is None:
+            self.device_generator = torch.Generator(device=dev)
+        self.device_generator.manual_seed(seed)
+        return self.objective.prepare(item.to(dev, non_blocking=True), self.device_generator)
+
+    def load_micro_batch(self, key: tuple[int, int]) -> TokenBatch | dict[str, torch.Tensor]:
+        """:meth:`host_inputs` of the training windows at data position ``key[0]``, seed ``key[1]``
+        (what the prefetch thread runs a step ahead)."""
+        position, seed = key
+        return self.host_inputs(self.windows.batch(position, self.cfg.train.batch_size), seed)
+
     # ------------------------------------------------------------------ evaluation
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
@@ -398,14 +435,13 @@ class Trainer:
         t = self.cfg.train
         self.model.eval()
         self.objective.eval()
-        gen = torch.Generator(device=self.machine.device)
         total, weight = 0.0, 0.0
         sums: dict[str, float] = {}  # the objective's metrics, weighted like the loss
         for i in range(0, self.val_batches * t.batch_size, t.batch_size):
             chunk = self.val_starts[i : i + t.batch_size]
             batch = read_windows(self.data.val, chunk or [0], t.seq_len)  # none left: a stand-in, unscored
-            gen.manual_seed(micro_seed(t.seed, -1, i))
-            inputs = self.objective.prepare(batch.to(self.machine.device), gen)
+            seed = micro_seed(t.seed, -1, i)
+            inputs = self.device_inputs(self.host_inputs(batch, seed), seed)
             with self.machine.autocast():  # through the DDP/FSDP wrapper, which gathers sharded weights
                 loss, extra = self.step_module(inputs)
             if not chunk:
@@ -445,28 +481,25 @@ class Trainer:
 
     # ------------------------------------------------------------------ training
     def train_step(self) -> dict[str, float]:
-        t, dev = self.cfg.train, self.machine.device
-        gen = torch.Generator(device=dev)
+        t = self.cfg.train
+        first = self.info.rank * t.grad_accum
 
-        def read(position: int):
-            if self.prefetcher is None:
-                return self.windows.batch(position, t.batch_size)
-            return self.prefetcher.take(position)
+        def key(step: int, position: int, index: int) -> tuple[int, int]:
+            """Data position and seed of micro-batch ``index`` of ``step`` (global batch at ``position``)."""
+            return position + index * t.batch_size, micro_seed(t.seed, step, index)
 
         def micro_batch(index: int):
             def run():
-                batch = read(self.position + index * t.batch_size).to(dev, non_blocking=True)
-                seed = micro_seed(t.seed, self.step, index)
-                gen.manual_seed(seed)
-                inputs = self.objective.prepare(batch, gen)
-                torch.manual_seed(seed)
+                k = key(self.step, self.position, index)
+                item = self.load_micro_batch(k) if self.prefetcher is None else self.prefetcher.take(k)
+                inputs = self.device_inputs(item, k[1])
+                torch.manual_seed(k[1])
                 return self.step_module(inputs)
             return run
 
-        first = self.info.rank * t.grad_accum
         if self.prefetcher is not None and self.step + 1 < t.max_steps:
             after = self.position + self.rows_per_step
-            self.prefetcher.ahead([after + (first + m) * t.batch_size for m in range(t.grad_accum)])
+            self.prefetcher.ahead([key(self.step + 1, after, first + m) for m in range(t.grad_accum)])
         with trusted_inputs():  # ids and lengths were checked once, before the first step
             done = self.engine.step(self.step, [micro_batch(first + m) for m in range(t.grad_accum)])
         self.step += 1

@@ -1,47 +1,44 @@
 """Reading the next step's data while this step computes.
 
 The trainer's batches are windows of memory-mapped token shards: reading one means page faults,
-a copy and packing (document ids, positions) on the CPU. :class:`Prefetcher` runs those reads on
-one background thread, a step ahead, so a GPU never waits for them: the trainer asks for the next
-step's windows (:meth:`Prefetcher.ahead`) before it runs this step, and takes each batch
-(:meth:`Prefetcher.take`) when its micro-batch starts. On CUDA the batch is read into pinned
-memory, and the copy to the GPU does not block the host either.
+a copy and packing (document ids, positions) on the CPU, and for the objectives that prepare
+their inputs on the host (``Objective.prepare_on_host``: masking, span corruption, noising) that
+preparation too. :class:`Prefetcher` runs this work on one background thread, a step ahead, so a
+GPU never waits for it: the trainer asks for the next step's micro-batches
+(:meth:`Prefetcher.ahead`, keyed by data position and seed) before it runs this step, and takes
+each one (:meth:`Prefetcher.take`) when its micro-batch starts. On CUDA the batch is read into
+pinned memory, and the copy to the GPU does not block the host either.
 
-Which windows a step reads depends only on its position, so prefetching changes when the data is
-read, never what: a run's numbers are the same with ``train.prefetch`` on or off (tested).
+What a micro-batch holds depends only on its position and its seed, so prefetching changes when
+the data is read and prepared, never what: a run's numbers are the same with ``train.prefetch``
+on or off (tested).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from concurrent.futures import Future, ThreadPoolExecutor
-
-from lmlab.data.batch import TokenBatch
+from typing import Any
 
 
 class Prefetcher:
-    """``read(position) -> TokenBatch`` on a background thread; ``pin`` for CUDA hosts."""
+    """``load(key)`` on a background thread, for the keys asked for ahead of time."""
 
-    def __init__(self, read: Callable[[int], TokenBatch], pin: bool = False):
-        self.read, self.pin = read, pin
+    def __init__(self, load: Callable[[Hashable], Any]):
+        self.load = load
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lmlab-prefetch")
-        self.pending: dict[int, Future] = {}
+        self.pending: dict[Hashable, Future] = {}
 
-    def _load(self, position: int) -> TokenBatch:
-        batch = self.read(position)
-        batch.single_document = batch.is_single_document()  # decided here, off the step's path
-        return batch.pin_memory() if self.pin else batch
+    def ahead(self, keys: list[Hashable]) -> None:
+        """Start loading these keys' items (those not already on their way)."""
+        for k in keys:
+            if k not in self.pending:
+                self.pending[k] = self.pool.submit(self.load, k)
 
-    def ahead(self, positions: list[int]) -> None:
-        """Start reading these positions' batches (those not already on their way)."""
-        for p in positions:
-            if p not in self.pending:
-                self.pending[p] = self.pool.submit(self._load, p)
-
-    def take(self, position: int) -> TokenBatch:
-        """The batch at ``position``: the one read ahead, or read now if nobody asked for it."""
-        future = self.pending.pop(position, None)
-        return future.result() if future is not None else self._load(position)
+    def take(self, key: Hashable) -> Any:
+        """The item of ``key``: the one loaded ahead, or loaded now if nobody asked for it."""
+        future = self.pending.pop(key, None)
+        return future.result() if future is not None else self.load(key)
 
     def close(self) -> None:
         for future in self.pending.values():

@@ -64,5 +64,5 @@ for step in range(1, steps + 1):
         acc = float((pred[hid] == ids[sel][hid]).float().mean())
         guess = float(torch.bincount(ids[sel][hid]).max()) / int(hid.sum())
         print(json.dumps({"step": step, "gen_loss": round(float(gout.loss), 3), "gen_acc": round(acc, 3), "gen_guess": round(guess, 3),
-                          "disc_loss": round(float(dloss), 3), "disc_auc": round(binary_auc(logit.detach(), yt), 3),
+                          "disc_loss": round(float(dloss), 3), "disc_auc": round(float(binary_auc(logit.detach(), yt)), 3),
                           "disc_acc": round(float(((logit > 0).long() == yt).float().mean()), 3), "all_orig": round(1 - float(yt.float().mean()), 3)}), flush=True)

@@ -21,16 +21,18 @@ and a *certificate*: two thresholds ``w_a``, ``w_b`` such that the cap holds as 
   occurrences (a neighbouring merge took them) gains at most ``max(0, gain)``: caps are never
   negative. A pair that *gains* occurrences (it contains the new symbol) is re-scored at once.
 
-A cap is the exact gain plus a slack of half the distance to the last merge's gain, split
-between the two symbols. After a merge only the pairs whose thresholds the new counts crossed are
-re-scored (a heap of thresholds per symbol finds them). When an entry reaches the top of the heap
-it is re-scored exactly; an entry that is exact there is the best pair, and ties are broken as in
-``merge_trainer`` (higher count, then first occurrence). The merges are therefore the same as the
-reference learner's, which the tests check on a real corpus.
+A cap is the exact gain plus a slack (a share of the distance to the last merge's gain), split
+between the two symbols. No pair seen ``c`` times can ever gain more than ``f(N) - f(N - c) -
+f(c)`` (``D_s(c) >= f(c)``), so a cap at that bound needs no thresholds at all: most rare pairs
+live there. After a merge only the pairs whose thresholds the new counts crossed are re-scored
+(a heap of thresholds per symbol finds them). An entry that reaches the top of the heap is
+re-scored (exactly, if it is close to the last merge's gain); an exact entry at the top is the
+best pair, and ties are broken as in ``merge_trainer`` (higher count, then first occurrence). The
+merges are therefore the same as the reference learner's, which the tests check on a real corpus.
 
-If even the best pair's gain is negative (a tiny corpus learning almost every word whole), caps
-could no longer be kept non-negative, and the learner re-scores every pair for each remaining
-merge instead.
+If even the best pair's gain is negative (only weakly associated symbols left, e.g. a small
+corpus of random two-letter strings), caps of 0 bound nothing, and the learner re-scores every
+pair before each remaining merge instead (slow, but such corpora are tiny).
 """
 
 from __future__ import annotations
@@ -70,8 +72,8 @@ class _GainLearner(_MergeLearner):
     """The shared learner's word index and merge loop (run as for ``"frequency"``), with its own
     heap of gain caps (``gheap``) and per-symbol threshold heaps (``watch``)."""
 
-    ALPHA = 0.3
-    BETA = 0.8
+    slack_share = 0.2  # a new cap: the exact gain plus this share of the distance to the last merge's gain
+    exact_near = 0.9  # entries popped within this fraction of the last merge's gain become exact
     watch_slack = 4096  # stale threshold entries tolerated beyond three per live pair
 
     def __init__(self, word_counts: dict[tuple[str, ...], int], join: Callable[[str, str], str],
@@ -122,10 +124,12 @@ class _GainLearner(_MergeLearner):
             return n
         return min(n, c + int(exp(x) * (1.0 + _SAFETY)) + 1)
 
-    def _schedule(self, key: int, c: int, g: float, slack: float, force: bool) -> None:
+    def _schedule(self, key: int, c: int, g: float, slack: float, force: bool, upper: float = inf) -> None:
         """Give ``key`` (``c`` occurrences, exact gain ``g``) a cap of ``g + slack`` (at least 0) and
         its certificate. Unless ``force``, a valid entry with a higher cap is kept instead of
-        pushing a new one (its count is still an upper bound: only new pairs gain occurrences)."""
+        pushing a new one (its count is still an upper bound: only new pairs gain occurrences).
+        A cap of at least ``upper``, the most a pair seen ``c`` times can ever gain, needs no
+        thresholds."""
         old = None if force else self.cap.get(key)
         if old is not None and old >= g + slack:
             cap = old
@@ -135,6 +139,9 @@ class _GainLearner(_MergeLearner):
             w, pos = self.bound[key]
             heapq.heappush(self.gheap, (-cap, -c, w, pos, key))
         a, b = key >> _SHIFT, key & _LOW
+        if cap >= upper:
+            self.watched[key] = (0, 0)
+            return
         if a == b or cap == g:
             wa, wb = self.sym_count[a], self.sym_count[b]
         else:
@@ -157,14 +164,23 @@ class _GainLearner(_MergeLearner):
             self.watched.pop(key, None)
             return
         g = self._score(key, c)
-        self._schedule(key, c, g, self._slack(c, g), force)
+        upper = self._upper(c)
+        self._schedule(key, c, g, self._slack(g, upper), force, upper)
 
-    def _slack(self, c: int, g: float) -> float:
-        """Half the distance to the last merge's gain, but no more than the pair can ever rise."""
+    def _slack(self, g: float, upper: float) -> float:
+        """A share of the distance to the last merge's gain, but never above ``upper``."""
         if not g < self.best < inf:
             return 0.0
-        rest = self.total - c  # the gain never exceeds f(N) - f(N - c) - f(c) (see _threshold)
-        return min((self.best - g) * self.ALPHA, self.f_total - rest * log(rest) - c * log(c) - g)
+        return min((self.best - g) * self.slack_share, upper - g)
+
+    def _upper(self, c: int) -> float:
+        """The most a pair seen ``c`` times can gain, now or later: ``f(N) - f(N - c) - f(c)``.
+
+        ``f`` is convex, so ``D_s(c) >= f(c)`` whatever ``n_s >= c``; the bound grows with ``c`` and
+        falls with ``N``, so a pair that loses occurrences stays under it.
+        """
+        rest = self.total - c
+        return self.f_total - rest * log(rest) - c * log(c)
 
     # ------------------------------------------------------------------ choosing a pair
     def _pop_best(self, min_count: int) -> int | None:
@@ -182,8 +198,9 @@ class _GainLearner(_MergeLearner):
                     self._rescore_all()  # the best cap is 0 but the gain is negative: no cap holds
                     continue
                 heapq.heappop(heap)
-                slack = self._slack(c, g) if g < self.BETA * self.best else 0.0
-                self._schedule(key, c, g, slack if g + slack < -top[0] else 0.0, True)
+                upper = self._upper(c)
+                slack = self._slack(g, upper) if g < self.exact_near * self.best else 0.0
+                self._schedule(key, c, g, slack if g + slack < -top[0] else 0.0, True, upper)
                 continue
             prefix = top[:2]
             n = len(heap)

@@ -59,12 +59,14 @@ def _count_words(texts: Iterable[str], normalizer: BertNormalizer, workers: int)
     """Word counts in first-seen order: count whitespace-free chunks, then split each distinct one.
 
     Each distinct chunk is normalized and split once, with no cache (a cache of every chunk's
-    words and offsets cost more memory than the learner itself); the order of first occurrence
-    is the same as splitting the whole stream.
+    words and offsets cost more memory than the learner itself), printable ASCII by the fast path
+    of :meth:`BertNormalizer.ascii_words`; the order of first occurrence is the same as splitting
+    the whole stream.
     """
     counts: dict[str, int] = {}
     for chunk, n in count_chunks(texts, partial(_chunks, normalizer), workers=workers).items():
-        for word, _ in normalizer.split_chunk(chunk):
+        words = normalizer.ascii_words(chunk)  # printable ASCII (most chunks): one regex split
+        for word in (w for w, _ in normalizer.split_chunk(chunk)) if words is None else words:
             counts[word] = counts.get(word, 0) + n
     if not counts:
         raise LmlabError("the training corpus is empty (no words found)",

@@ -107,18 +107,17 @@ class _GainLearner(_MergeLearner):
                 ((right * log(right)) if right else 0.0) - flog[b])
         return c * log(c) + (self.f_total - rest * log(rest)) + parts
 
-    def _threshold(self, sym: int, c: int, rise: float) -> int:
-        """Smallest count of ``sym`` down to which the gain of a pair seen ``c`` times rises by at
-        most ``rise`` through ``D_sym`` (``n_sym`` itself when no fall is certified)."""
-        n = self.sym_count[sym]
-        d = self.flog[sym] - _xlogx(n - c)  # D_sym(c) now
+    @staticmethod
+    def _threshold(n: int, d: float, c: int, rise: float) -> int:
+        """Smallest count of a symbol (now ``n``, with ``D(c) = d``) down to which the gain of a pair
+        seen ``c`` times rises by at most ``rise`` through ``D`` (``n`` when no fall is certified)."""
         rise -= _SAFETY * (abs(d) + 1.0)
         if rise <= 0.0:
             return n
         target = d - rise
-        if target <= c * log(c):  # D_sym(c) >= f(c) for every n_sym >= c
+        if target <= c * log(c):  # D(c) >= f(c) for every count >= c
             return c
-        # D_sym(c) >= c (log(n_sym - c) + 1) >= target once n_sym >= c + exp(target / c - 1)
+        # D(c) >= c (log(count - c) + 1) >= target once count >= c + exp(target / c - 1)
         x = target / c - 1.0
         if x > 700.0:
             return n
@@ -142,11 +141,14 @@ class _GainLearner(_MergeLearner):
         if cap >= upper:
             self.watched[key] = (0, 0)
             return
+        count, flog = self.sym_count, self.flog
+        na, nb = count[a], count[b]
         if a == b or cap == g:
-            wa, wb = self.sym_count[a], self.sym_count[b]
+            wa, wb = na, nb
         else:
-            wa = self._threshold(a, c, (cap - g) / 2)
-            wb = self._threshold(b, c, (cap - g) / 2)
+            rise = (cap - g) / 2
+            wa = self._threshold(na, flog[a] - _xlogx(na - c), c, rise)
+            wb = self._threshold(nb, flog[b] - _xlogx(nb - c), c, rise)
         prev = self.watched.get(key)
         self.watched[key] = (wa, wb)
         if prev is None or prev[0] != wa:

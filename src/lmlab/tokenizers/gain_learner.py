@@ -200,6 +200,10 @@ class _GainLearner(_MergeLearner):
                     self._rescore_all()  # the best cap is 0 but the gain is negative: no cap holds
                     continue
                 heapq.heappop(heap)
+                if heap and g > -heap[0][0] and c >= min_count and not self.exhaustive:
+                    del cap[key]  # above every other cap: the best pair, no tie possible
+                    self.best = g
+                    return key
                 upper = self._upper(c)
                 slack = self._slack(g, upper) if g < self.exact_near * self.best else 0.0
                 self._schedule(key, c, g, slack if g + slack < -top[0] else 0.0, True, upper)

@@ -91,21 +91,27 @@ class _GainLearner(_MergeLearner):
         self.gheap: list[tuple] = []
         for key, c in self.pair_count.items():
             if c >= min_count:
-                self._schedule(key, c, self._score(key, c), 0.0, True)
+                g, upper, da, db = self._evaluate(key, c)
+                self._schedule(key, c, g, 0.0, True, upper, da, db)
 
     # ------------------------------------------------------------------ scores and certificates
-    def _score(self, key: int, c: int) -> float:
-        """Exact gain, the very same float as the reference learner's (same operations, same order)."""
+    def _evaluate(self, key: int, c: int) -> tuple[float, float, float, float]:
+        """``(gain, upper, D_a, D_b)``: the exact gain, the most a pair seen ``c`` times can ever gain
+        (:meth:`_upper`) and the two ``D`` terms (0 for ``(a, a)``). The gain is the very same float
+        as the reference learner's ``_score`` (same operations in the same order), so ties stay ties.
+        """
         a, b = key >> _SHIFT, key & _LOW
         flog, count, rest = self.flog, self.sym_count, self.total - c
+        clogc = c * log(c)
+        frest = self.f_total - rest * log(rest)
         if a == b:
             left = count[a] - 2 * c
             parts = (left * log(left) if left > 0 else 0.0) - flog[a]
-        else:
-            left, right = count[a] - c, count[b] - c
-            parts = (((left * log(left)) if left else 0.0) - flog[a]) + (
-                ((right * log(right)) if right else 0.0) - flog[b])
-        return c * log(c) + (self.f_total - rest * log(rest)) + parts
+            return clogc + frest + parts, frest - clogc, 0.0, 0.0
+        left, right = count[a] - c, count[b] - c
+        da = flog[a] - ((left * log(left)) if left else 0.0)
+        db = flog[b] - ((right * log(right)) if right else 0.0)
+        return clogc + frest + (-da + -db), frest - clogc, da, db
 
     @staticmethod
     def _threshold(n: int, d: float, c: int, rise: float) -> int:
@@ -123,12 +129,13 @@ class _GainLearner(_MergeLearner):
             return n
         return min(n, c + int(exp(x) * (1.0 + _SAFETY)) + 1)
 
-    def _schedule(self, key: int, c: int, g: float, slack: float, force: bool, upper: float = inf) -> None:
+    def _schedule(self, key: int, c: int, g: float, slack: float, force: bool, upper: float, da: float,
+                  db: float) -> None:
         """Give ``key`` (``c`` occurrences, exact gain ``g``) a cap of ``g + slack`` (at least 0) and
         its certificate. Unless ``force``, a valid entry with a higher cap is kept instead of
         pushing a new one (its count is still an upper bound: only new pairs gain occurrences).
         A cap of at least ``upper``, the most a pair seen ``c`` times can ever gain, needs no
-        thresholds."""
+        thresholds. ``da``, ``db``: the pair's ``D_a(c)``, ``D_b(c)`` now (see :meth:`_evaluate`)."""
         old = None if force else self.cap.get(key)
         if old is not None and old >= g + slack:
             cap = old
@@ -141,14 +148,14 @@ class _GainLearner(_MergeLearner):
         if cap >= upper:
             self.watched[key] = (0, 0)
             return
-        count, flog = self.sym_count, self.flog
+        count = self.sym_count
         na, nb = count[a], count[b]
         if a == b or cap == g:
             wa, wb = na, nb
         else:
             rise = (cap - g) / 2
-            wa = self._threshold(na, flog[a] - _xlogx(na - c), c, rise)
-            wb = self._threshold(nb, flog[b] - _xlogx(nb - c), c, rise)
+            wa = self._threshold(na, da, c, rise)
+            wb = self._threshold(nb, db, c, rise)
         prev = self.watched.get(key)
         self.watched[key] = (wa, wb)
         if prev is None or prev[0] != wa:
@@ -165,9 +172,8 @@ class _GainLearner(_MergeLearner):
             self.cap.pop(key, None)
             self.watched.pop(key, None)
             return
-        g = self._score(key, c)
-        upper = self._upper(c)
-        self._schedule(key, c, g, self._slack(g, upper), force, upper)
+        g, upper, da, db = self._evaluate(key, c)
+        self._schedule(key, c, g, self._slack(g, upper), force, upper, da, db)
 
     def _slack(self, g: float, upper: float) -> float:
         """A share of the distance to the last merge's gain, but never above ``upper``."""
@@ -194,7 +200,7 @@ class _GainLearner(_MergeLearner):
                 heapq.heappop(heap)  # stale: the pair has a newer entry, or is gone
                 continue
             c = pair_count[key]
-            g = self._score(key, c)
+            g, upper, da, db = self._evaluate(key, c)
             if g != -top[0] or c != -top[1]:
                 if g < 0.0 and top[0] == 0.0 and not self.exhaustive:
                     self._rescore_all()  # the best cap is 0 but the gain is negative: no cap holds
@@ -204,9 +210,8 @@ class _GainLearner(_MergeLearner):
                     del cap[key]  # above every other cap: the best pair, no tie possible
                     self.best = g
                     return key
-                upper = self._upper(c)
                 slack = self._slack(g, upper) if g < self.exact_near * self.best else 0.0
-                self._schedule(key, c, g, slack if g + slack < -top[0] else 0.0, True, upper)
+                self._schedule(key, c, g, slack if g + slack < -top[0] else 0.0, True, upper, da, db)
                 continue
             prefix = top[:2]
             n = len(heap)
@@ -234,7 +239,7 @@ class _GainLearner(_MergeLearner):
         self.watch = [[] for _ in self.symbols]
         for key, c in self.pair_count.items():
             if c >= self.min_count:
-                g = self.cap[key] = self._score(key, c)
+                g = self.cap[key] = self._evaluate(key, c)[0]
                 self.gheap.append((-g, -c, *self.bound[key], key))
         heapq.heapify(self.gheap)
 

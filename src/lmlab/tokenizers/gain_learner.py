@@ -38,9 +38,9 @@ pair before each remaining merge instead (slow, but such corpora are tiny).
 from __future__ import annotations
 
 import gc
-import heapq
 import operator
 from collections.abc import Callable
+from heapq import heapify, heappop, heappush, heapreplace
 from math import exp, inf, log
 
 from lmlab.errors import LmlabError
@@ -143,7 +143,7 @@ class _GainLearner(_MergeLearner):
             cap = g + slack if g + slack > 0.0 else 0.0
             self.cap[key] = cap
             w, pos = self.bound[key]
-            heapq.heappush(self.gheap, (-cap, -c, w, pos, key))
+            heappush(self.gheap, (-cap, -c, w, pos, key))
         a, b = key >> _SHIFT, key & _LOW
         if cap >= upper:
             self.watched[key] = (0, 0)
@@ -159,10 +159,10 @@ class _GainLearner(_MergeLearner):
         prev = self.watched.get(key)
         self.watched[key] = (wa, wb)
         if prev is None or prev[0] != wa:
-            heapq.heappush(self.watch[a], -(wa << _WATCH | key))
+            heappush(self.watch[a], -(wa << _WATCH | key))
             self.watch_entries += 1
         if a != b and (prev is None or prev[1] != wb):
-            heapq.heappush(self.watch[b], -(wb << _WATCH | key))
+            heappush(self.watch[b], -(wb << _WATCH | key))
             self.watch_entries += 1
 
     def _recheck(self, key: int, force: bool = False) -> None:
@@ -173,7 +173,9 @@ class _GainLearner(_MergeLearner):
             self.watched.pop(key, None)
             return
         g, upper, da, db = self._evaluate(key, c)
-        self._schedule(key, c, g, self._slack(g, upper), force, upper, da, db)
+        best = self.best
+        slack = min((best - g) * self.slack_share, upper - g) if g < best < inf else 0.0  # as _slack
+        self._schedule(key, c, g, slack, force, upper, da, db)
 
     def _slack(self, g: float, upper: float) -> float:
         """A share of the distance to the last merge's gain, but never above ``upper``."""
@@ -197,7 +199,7 @@ class _GainLearner(_MergeLearner):
             top = heap[0]
             key = top[-1]
             if cap.get(key) != -top[0]:
-                heapq.heappop(heap)  # stale: the pair has a newer entry, or is gone
+                heappop(heap)  # stale: the pair has a newer entry, or is gone
                 continue
             c = pair_count[key]
             g, upper, da, db = self._evaluate(key, c)
@@ -205,7 +207,7 @@ class _GainLearner(_MergeLearner):
                 if g < 0.0 and top[0] == 0.0 and not self.exhaustive:
                     self._rescore_all()  # the best cap is 0 but the gain is negative: no cap holds
                     continue
-                heapq.heappop(heap)
+                heappop(heap)
                 if heap and g > -heap[0][0] and c >= min_count and not self.exhaustive:
                     del cap[key]  # above every other cap: the best pair, no tie possible
                     self.best = g
@@ -219,9 +221,9 @@ class _GainLearner(_MergeLearner):
                 true_first = self._first_occurrence(key)
                 if true_first != top[2:4]:
                     self.bound[key] = true_first
-                    heapq.heapreplace(heap, (*prefix, *true_first, key))
+                    heapreplace(heap, (*prefix, *true_first, key))
                     continue
-            heapq.heappop(heap)
+            heappop(heap)
             if c < min_count:  # fell below the minimum since it was scheduled: it never wins again
                 del cap[key]
                 self.watched.pop(key, None)
@@ -241,7 +243,7 @@ class _GainLearner(_MergeLearner):
             if c >= self.min_count:
                 g = self.cap[key] = self._evaluate(key, c)[0]
                 self.gheap.append((-g, -c, *self.bound[key], key))
-        heapq.heapify(self.gheap)
+        heapify(self.gheap)
 
     # ------------------------------------------------------------------ one merge
     def _merge(self, key: int, new: int) -> None:
@@ -268,7 +270,7 @@ class _GainLearner(_MergeLearner):
             n, h = count[sym], self.watch[sym]
             limit = -((n + 1) << _WATCH)  # entries up to it have w > n
             while h and h[0] <= limit:
-                e = -heapq.heappop(h)
+                e = -heappop(h)
                 self.watch_entries -= 1
                 k = e & _PAIR
                 t = watched.get(k)
@@ -297,7 +299,7 @@ class _GainLearner(_MergeLearner):
         cap = self.cap
         if len(self.gheap) > 2 * len(cap) + self.heap_slack:
             self.gheap = [e for e in self.gheap if cap.get(e[-1]) == -e[0]]
-            heapq.heapify(self.gheap)
+            heapify(self.gheap)
         if self.watch_entries > 3 * len(self.watched) + self.watch_slack:
             self.watch = [[] for _ in self.symbols]
             for k, (wa, wb) in self.watched.items():
@@ -306,7 +308,7 @@ class _GainLearner(_MergeLearner):
                 if a != b:
                     self.watch[b].append(-(wb << _WATCH | k))
             for h in self.watch:
-                heapq.heapify(h)
+                heapify(h)
             self.watch_entries = sum(map(len, self.watch))
 
     def _drop(self, key: int) -> None:

@@ -94,7 +94,16 @@ def test_merges_a_symbol_with_itself():
     assert learn_gain_merges(wc, 6) == naive_merges(wc, 6, score="gain") == learn_merges(wc, 6, score="gain")
 
 
-@settings(max_examples=40, deadline=None)
+def test_overlapping_runs_and_gains_at_the_count_only_bound():
+    """``aa aa aa _``: (aa, aa) is seen 4 times but aa only 6 times (2c > n: the count-only bound does
+    not hold for a pair of a symbol with itself), and later (aaaa, aa) gains exactly its bound
+    (n_a = n_b = c), tied with (aa, _): rounding must not put its cap under its gain."""
+    wc = {tuple("aaaaaa_"): 2}
+    assert learn_gain_merges(wc, 30) == naive_merges(wc, 30, score="gain") == [
+        ("a", "a"), ("aa", "aa"), ("aaaa", "aa"), ("aaaaaa", "_")]
+
+
+@settings(max_examples=100, deadline=None)
 @given(st.lists(st.text(alphabet="abc", min_size=1, max_size=6), min_size=1, max_size=40),
        st.integers(min_value=1, max_value=3))
 def test_property_equals_naive(word_list, min_count):

@@ -97,7 +97,8 @@ class _GainLearner(_MergeLearner):
     # ------------------------------------------------------------------ scores and certificates
     def _evaluate(self, key: int, c: int) -> tuple[float, float, float, float]:
         """``(gain, upper, D_a, D_b)``: the exact gain, the most a pair seen ``c`` times can ever gain
-        (:meth:`_upper`) and the two ``D`` terms (0 for ``(a, a)``). The gain is the very same float
+        (``inf`` for ``(a, a)``) and the two ``D`` terms (0 for ``(a, a)``, whose certificate is
+        ``n_a`` itself: any occurrence it loses also lowers ``n_a``). The gain is the very same float
         as the reference learner's ``_score`` (same operations in the same order), so ties stay ties.
         """
         a, b = key >> _SHIFT, key & _LOW
@@ -107,11 +108,16 @@ class _GainLearner(_MergeLearner):
         if a == b:
             left = count[a] - 2 * c
             parts = (left * log(left) if left > 0 else 0.0) - flog[a]
-            return clogc + frest + parts, frest - clogc, 0.0, 0.0
+            # no count-only bound: overlapping runs (a a a) count twice in c, so 2c may exceed n_a
+            return clogc + frest + parts, inf, 0.0, 0.0
         left, right = count[a] - c, count[b] - c
         da = flog[a] - ((left * log(left)) if left else 0.0)
         db = flog[b] - ((right * log(right)) if right else 0.0)
-        return clogc + frest + (-da + -db), frest - clogc, da, db
+        # f convex: D_s(c) >= f(c) whatever n_s >= c, so the gain is at most f(N) - f(N - c) - f(c), which
+        # grows with c and falls with N (a pair that loses occurrences stays under it); the margin
+        # covers rounding (the gain, summed differently, may round above it when n_a = n_b = c)
+        upper = (frest - clogc) + _SAFETY * (frest + clogc + 1.0)
+        return clogc + frest + (-da + -db), upper, da, db
 
     @staticmethod
     def _threshold(n: int, d: float, c: int, rise: float) -> int:
@@ -182,15 +188,6 @@ class _GainLearner(_MergeLearner):
         if not g < self.best < inf:
             return 0.0
         return min((self.best - g) * self.slack_share, upper - g)
-
-    def _upper(self, c: int) -> float:
-        """The most a pair seen ``c`` times can gain, now or later: ``f(N) - f(N - c) - f(c)``.
-
-        ``f`` is convex, so ``D_s(c) >= f(c)`` whatever ``n_s >= c``; the bound grows with ``c`` and
-        falls with ``N``, so a pair that loses occurrences stays under it.
-        """
-        rest = self.total - c
-        return self.f_total - rest * log(rest) - c * log(c)
 
     # ------------------------------------------------------------------ choosing a pair
     def _pop_best(self, min_count: int) -> int | None:

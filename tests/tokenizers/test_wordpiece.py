@@ -372,3 +372,21 @@ def test_ascii_fast_path_gives_the_words_and_ids_of_the_generic_path(lowercase, 
     lines = wikitext_valid_lines[:200] + [printable, "Héllo, WÖRLD!中文 x\x7fy", "[CLS] Don't [MASK]."]
     generic = [[tok.id_of(t) for t in tok.tokenize(line)] for line in lines]
     assert [tok.encode(line) for line in lines] == generic
+
+
+@pytest.mark.parametrize("lowercase", [True, False])
+def test_learner_word_counts_equal_the_generic_split(lowercase, wikitext_valid_lines):
+    """The learner counts printable-ASCII chunks through the fast path: same words, same counts and
+    the same first-seen order (ties between merges depend on it) as splitting every chunk."""
+    from collections import Counter
+
+    from lmlab.tokenizers.wordpiece import _count_words
+
+    norm = BertNormalizer(lowercase=lowercase)
+    lines = wikitext_valid_lines[:300] + ["Héllo, WÖRLD!中文 x\x7fy", "naïve café-au-lait", "DON'T stop"]
+    expected: Counter = Counter()
+    for line in lines:
+        for chunk in norm.chunk_pattern.findall(line):
+            expected.update(w for w, _ in norm.split_chunk(chunk))
+    counts = _count_words(lines, norm, 1)
+    assert counts == dict(expected) and list(counts) == list(expected)

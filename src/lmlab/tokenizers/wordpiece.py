@@ -37,6 +37,7 @@ from lmlab.fileio import check_input_file
 from lmlab.tokenizers.base import Tokenizer, hf_special_tokens, hf_vocab_by_id, roles_from_config
 from lmlab.tokenizers.bert_normalize import BertNormalizer
 from lmlab.tokenizers.counting import count_chunks
+from lmlab.tokenizers.gain_learner import learn_gain_merges
 from lmlab.tokenizers.merge_trainer import learn_merges
 
 #: Special tokens of a BERT vocab.txt, recognised when present in the file.
@@ -58,12 +59,14 @@ def _count_words(texts: Iterable[str], normalizer: BertNormalizer, workers: int)
     """Word counts in first-seen order: count whitespace-free chunks, then split each distinct one.
 
     Each distinct chunk is normalized and split once, with no cache (a cache of every chunk's
-    words and offsets cost more memory than the learner itself); the order of first occurrence
-    is the same as splitting the whole stream.
+    words and offsets cost more memory than the learner itself), printable ASCII by the fast path
+    of :meth:`BertNormalizer.ascii_words`; the order of first occurrence is the same as splitting
+    the whole stream.
     """
     counts: dict[str, int] = {}
     for chunk, n in count_chunks(texts, partial(_chunks, normalizer), workers=workers).items():
-        for word, _ in normalizer.split_chunk(chunk):
+        words = normalizer.ascii_words(chunk)  # printable ASCII (most chunks): one regex split
+        for word in (w for w, _ in normalizer.split_chunk(chunk)) if words is None else words:
             counts[word] = counts.get(word, 0) + n
     if not counts:
         raise LmlabError("the training corpus is empty (no words found)",
@@ -249,8 +252,9 @@ class WordPieceTokenizer(Tokenizer):
 
         # Allow a few extra merges: two merges may build the same string (a+##bc, ab+##c), and a
         # merged word may equal a special token; learning stops at ``budget`` new symbols anyway.
-        merges = learn_merges(word_counts, 2 * budget + 16, score=score, join=join,
-                              min_count=min_frequency, progress=progress, max_new_symbols=budget)
+        learn = learn_gain_merges if score == "gain" else partial(learn_merges, score=score)
+        merges = learn(word_counts, 2 * budget + 16, join=join, min_count=min_frequency, progress=progress,
+                       max_new_symbols=budget)
         vocab = list(dict.fromkeys([*base, *(join(a, b) for a, b in merges)]))[:vocab_size]
         return cls(vocab, specials, lowercase=lowercase, strip_accents=strip_accents,
                    tokenize_chinese_chars=tokenize_chinese_chars, clean_text=clean_text, unk_token=unk_token,

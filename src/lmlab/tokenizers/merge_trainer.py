@@ -246,8 +246,8 @@ class _MergeLearner:
         ``f`` is convex, so ``f(n_a) - f(n_a - c) >= f(c)`` for every ``n_a >= c``; hence the gain is
         at most ``f(N) - f(N - c) - f(c)``, which grows with ``c`` and shrinks as ``N`` falls.
         """
-        rest = self.total - c
-        return self.f_total - rest * log(rest) - c * log(c) if c else 0.0
+        # (a parked level may exceed N: runs a a a count more overlapping pairs than symbols)
+        return self.f_total - _xlogx(self.total - c) - _xlogx(c)
 
     def _unpark(self, best: float) -> float:
         """Make sure no parked pair can beat ``best``; return the bound that now holds for them.

@@ -37,14 +37,13 @@ pair before each remaining merge instead (slow, but such corpora are tiny).
 
 from __future__ import annotations
 
-import gc
 import operator
 from collections.abc import Callable
 from heapq import heapify, heappop, heappush, heapreplace
 from math import exp, inf, log
 
 from lmlab.errors import LmlabError
-from lmlab.tokenizers.merge_trainer import _LOW, _SHIFT, _MergeLearner, _xlogx
+from lmlab.tokenizers.merge_trainer import _LOW, _SHIFT, _MergeLearner, _xlogx, gc_paused
 
 _WATCH = 2 * _SHIFT  # a threshold entry packs (w, pair) in one int
 _PAIR = (1 << _WATCH) - 1
@@ -58,14 +57,11 @@ def learn_gain_merges(word_counts: dict[tuple[str, ...], int], num_merges: int, 
     """The merges of ``learn_merges(word_counts, num_merges, score="gain", ...)``, learned faster."""
     if num_merges < 0:
         raise LmlabError(f"number of merges must be >= 0, got {num_merges}", "pass a non-negative number")
-    enabled = gc.isenabled()
-    gc.disable()  # millions of short-lived tuples and no cycles: collections would only rescan them
-    try:
+    with gc_paused():  # millions of short-lived tuples and no cycles: collections would only rescan them
         learner = _GainLearner(word_counts, join, max(1, min_count))
-        return learner.run(num_merges, max(1, min_count), progress, max_new_symbols)
-    finally:
-        if enabled:
-            gc.enable()
+        merges = learner.run(num_merges, max(1, min_count), progress, max_new_symbols)
+        del learner
+    return merges
 
 
 class _GainLearner(_MergeLearner):
@@ -78,7 +74,7 @@ class _GainLearner(_MergeLearner):
 
     def __init__(self, word_counts: dict[tuple[str, ...], int], join: Callable[[str, str], str],
                  min_count: int):
-        super().__init__(word_counts, "frequency", join)
+        super().__init__(word_counts, "frequency", join, count_symbols=True)
         self.heap = []  # the shared merge loop pushes the pairs that gained occurrences here
         self.min_count = min_count
         self.cap: dict[int, float] = {}  # pair -> the value of its valid entry in gheap

@@ -102,7 +102,8 @@ class _MergeLearner:
 
     heap_slack = 4096  # stale heap entries tolerated beyond twice the live pairs
 
-    def __init__(self, word_counts: dict[tuple[str, ...], int], score: str, join: Callable[[str, str], str]):
+    def __init__(self, word_counts: dict[tuple[str, ...], int], score: str, join: Callable[[str, str], str],
+                 count_symbols: bool = False):
         self.likelihood = score != "frequency"  # the score depends on the symbols' own counts
         self.gain = score == "gain"
         self.join = join
@@ -114,7 +115,7 @@ class _MergeLearner:
         self.words: list[list[int]] = [list(map(to_id, word)) for word in word_counts]
         self.counts: list[int] = list(word_counts.values())
         self.sym_count: list[int] = [0] * len(self.symbols)  # kept for the likelihood scores only
-        if self.likelihood:
+        if self.likelihood or count_symbols:  # (the gain learner keeps its own counts: count_symbols)
             for ids, n in zip(self.words, self.counts):
                 for i in ids:
                     self.sym_count[i] += n

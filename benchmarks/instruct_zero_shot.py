@@ -16,7 +16,7 @@
    (packing on, loss on responses only) on each mixture.
 4. **Score** the base and the tuned models zero-shot by rank classification (``lmlab.icl``:
    the summed ``log p(option | prompt)`` of each option named in the instruction; the larger one
-   is the answer) on all 1,500 MRPC evaluation pairs (the five templates in turn) and on the
+   is the answer) on 1,000 of MRPC's 1,500 evaluation pairs (the five templates in turn) and on the
    trained tasks' held-out templates. Reported: accuracy; ROC AUC of the margin
    ``log p(positive word) - log p(negative word)`` (mean over templates; threshold-free, so a
    shift towards one answer word does not count as a gain) with a paired bootstrap 95% interval
@@ -51,8 +51,9 @@ import common  # noqa: E402
 RESULTS = common.REPO / "docs" / "results"
 HELD_OUT = "mrpc"
 MIXTURES = {"all": ("sst2", "cola", "rte", "stsb"), "no-paraphrase": ("sst2", "cola", "rte")}
-CAPS = {"sst2": 400, "cola": 400, "rte": 1244, "stsb": 3000}   # training examples per task
+CAPS = {"sst2": 400, "cola": 400, "rte": 1244, "stsb": 4248}  # training examples per task (RTE, STS-B: all)
 POSITIVE = {"rte": "entailment"}                                 # the positive label (default "1")
+TUNE_BATCH, TUNE_LENGTH = 8, 192                               # packed rows of tokens
 IMDB_BYTES = 12_000_000
 TOKENIZER_CHARS = 4_000_000
 
@@ -117,7 +118,7 @@ def pretrain_base(work: Path, steps: int, quick: bool, log) -> tuple[Path, dict]
                   "d_ff": 4 * width, "max_positions": 256, "dropout": 0.0, "attn_dropout": 0.0},
         "objective": {"name": "clm"},
         "data": {"train": [str(work / "shards")], "doc_separator": "blank-line"},
-        "train": {"max_steps": steps, "batch_size": 16, "seq_len": 256, "lr": 2e-3, "min_lr": 2e-4,
+        "train": {"max_steps": steps, "batch_size": 8, "seq_len": 128, "lr": 2e-3, "min_lr": 2e-4,
                   "warmup_steps": max(1, steps // 20), "decay_steps": steps, "schedule": "cosine",
                   "weight_decay": 0.1, "clip": 1.0, "eval_every": 100, "eval_batches": 4,
                   "checkpoint_every": steps, "keep_checkpoints": 1, "log_every": 25, "seed": 0,
@@ -143,23 +144,18 @@ def positive_word(record: dict) -> str:
     return words[POSITIVE.get(record["task"], "1")]
 
 
-def option_scores(model, records: list[dict], cache: dict | None = None) -> list[dict[str, float]]:
-    """Rank classification: the summed ``log p(option | prompt)`` of every option of each record
-    (``cache``: earlier scores of the same model, by prompt and options)."""
+def option_scores(model, records: list[dict]) -> list[dict[str, float]]:
+    """Rank classification: the summed ``log p(option | prompt)`` of every option of each record."""
     from lmlab.icl import continuation_logprobs
     from lmlab.tasks.instruct import DEFAULT_TEMPLATE, render_prompt
 
-    cache = {} if cache is None else cache
     model.eval()
     out = []
     with torch.no_grad():
         for r in records:
             prompt = render_prompt(DEFAULT_TEMPLATE, r["instruction"], r["input"])
-            key = (prompt, tuple(r["options"]))
-            if key not in cache:
-                scores = continuation_logprobs(model, model.tokenizer, prompt, r["options"])
-                cache[key] = {o: s for o, (s, _) in zip(r["options"], scores)}
-            out.append(cache[key])
+            scores = continuation_logprobs(model, model.tokenizer, prompt, r["options"])
+            out.append({o: s for o, (s, _) in zip(r["options"], scores)})
     return out
 
 
@@ -237,46 +233,68 @@ def majority(train: list[dict], records: list[dict], task: str) -> float:
     return sum(r["label"] == top for r in rows) / len(rows)
 
 
+def first_per_task(records: list[dict], n: int) -> list[dict]:
+    """The first ``n`` records of each task, in their order."""
+    seen: Counter = Counter()
+    out = []
+    for r in records:
+        seen[r["task"]] += 1
+        if seen[r["task"]] <= n:
+            out.append(r)
+    return out
+
+
 def read(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
 
 
-def tune(work: Path, base_dir: Path, name: str, args, log) -> dict:
-    """Build mixture ``name`` and instruction-tune the base on it (both reused when found)."""
+def tag(name: str, seed: int) -> str:
+    """The working-directory name of mixture ``name`` tuned with ``seed``."""
+    return name if seed == 0 else f"{name}-seed{seed}"
+
+
+def tune(work: Path, base_dir: Path, name: str, seed: int, args, log) -> dict:
+    """Build mixture ``name`` and instruction-tune the base on it with ``seed`` (reused when found)."""
     from lmlab.finetune import finetune
     from lmlab.tasks.instruct_mixture import build_mixture
 
-    mix, out = work / f"mixture-{name}", work / f"tuned-{name}"
+    mix, out = work / f"mixture-{name}", work / f"tuned-{tag(name, seed)}"
     done = out / "tuning.json"
     if done.is_file():
-        log(f"{name}: tuned model reused from {out}")
+        log(f"{tag(name, seed)}: tuned model reused from {out}")
         return json.loads(done.read_text(encoding="utf-8"))
     caps = {t: (40 if args.quick else CAPS[t]) for t in MIXTURES[name]}
-    manifest = build_mixture(common.DATA, mix, HELD_OUT, tasks=MIXTURES[name], per_task=caps,
-                             eval_per_task=args.eval_per_task)
+    if (mix / "mixture.json").is_file():        # the same mixture for every tuning seed
+        manifest = json.loads((mix / "mixture.json").read_text(encoding="utf-8"))
+    else:
+        manifest = build_mixture(common.DATA, mix, HELD_OUT, tasks=MIXTURES[name], per_task=caps,
+                                 eval_per_task=args.eval_per_task)
+    small = first_per_task(read(mix / "dev.jsonl"), 40)     # the dev loss during tuning: 40 per task
+    dev = work / f"dev-{tag(name, seed)}.jsonl"
+    dev.write_text("".join(json.dumps(r) + "\n" for r in small), encoding="utf-8")
     t0 = time.perf_counter()
-    res = finetune(base_dir, "instruct", mix / "train.jsonl", mix / "dev.jsonl", out, epochs=args.epochs,
-                   batch_size=16, lr=args.lr, max_length=192, max_target_length=4, seed=args.seed,
-                   progress=False, log=lambda m: None)
+    res = finetune(base_dir, "instruct", mix / "train.jsonl", dev, out, epochs=args.epochs,
+                   batch_size=TUNE_BATCH, lr=args.lr, max_length=TUNE_LENGTH, max_target_length=4,
+                   seed=seed, progress=False, log=lambda m: None)
     info = {"manifest": manifest, "steps": res.steps, "dev": res.metrics,
             "seconds": round(time.perf_counter() - t0)}
     done.write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
-    log(f"{name}: tuned {res.steps} steps in {info['seconds']} s")
+    log(f"{tag(name, seed)}: tuned {res.steps} steps in {info['seconds']} s")
     return info
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--work", type=Path, default=None, help="working directory (default: a temporary one)")
-    p.add_argument("--pretrain-steps", type=int, default=120)
+    p.add_argument("--pretrain-steps", type=int, default=400)
     p.add_argument("--mixtures", nargs="+", default=list(MIXTURES), choices=list(MIXTURES))
-    p.add_argument("--eval-per-task", type=int, default=1500,
-                   help="evaluation examples per task (MRPC dev: 1,500)")
-    p.add_argument("--seen-eval", type=int, default=100,
+    p.add_argument("--eval-per-task", type=int, default=1000,
+                   help="evaluation examples per task (of MRPC's 1,500 dev pairs)")
+    p.add_argument("--seen-eval", type=int, default=60,
                    help="of those, examples per trained task scored on its held-out template")
-    p.add_argument("--epochs", type=int, default=1)
-    p.add_argument("--lr", type=float, default=1e-3)
-    p.add_argument("--seed", type=int, default=0, help="instruction-tuning seed")
+    p.add_argument("--epochs", type=int, default=2)
+    p.add_argument("--lr", type=float, default=2e-3)
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="instruction-tuning seeds")
     p.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples for the intervals")
     p.add_argument("--tune-only", action="store_true", help="pretrain and tune, skip the evaluation")
     p.add_argument("--quick", action="store_true", help="tiny budgets: checks the pipeline, not the claim")
@@ -303,47 +321,58 @@ def main(argv=None) -> int:
 
 
 def run(work: Path, args) -> dict | None:
+    base_dir, pre = pretrain_base(work, args.pretrain_steps, args.quick, print)
+    runs = []
+    for name in args.mixtures:
+        for seed in args.seeds:
+            info = tune(work, base_dir, name, seed, args, print)
+            if not args.tune_only:
+                runs.append(evaluate_mixture(work, base_dir, name, seed, info, args, print))
+    if args.tune_only:
+        return None
+    return {"base": pre, "held_out": HELD_OUT, "caps": CAPS,
+            "tuning": {"epochs": args.epochs, "lr": args.lr, "seeds": args.seeds, "batch_size": TUNE_BATCH,
+                       "max_length": TUNE_LENGTH},
+            "bootstrap": args.bootstrap, "runs": runs}
+
+
+def evaluate_mixture(work: Path, base_dir: Path, name: str, seed: int, info: dict, args, log) -> dict:
+    """Zero-shot scores of the base and of the model tuned on mixture ``name`` with ``seed`` (reused
+    when found)."""
     from lmlab.finetune import load_finetuned
     from lmlab.loading import load_model
 
-    base_dir, pre = pretrain_base(work, args.pretrain_steps, args.quick, print)
-    tunings = {name: tune(work, base_dir, name, args, print) for name in args.mixtures}
-    if args.tune_only:
-        return None
+    done = work / f"eval-{tag(name, seed)}.json"
+    if done.is_file():
+        log(f"{tag(name, seed)}: evaluation reused from {done}")
+        return json.loads(done.read_text(encoding="utf-8"))
     t0 = time.perf_counter()
-    base = load_model(base_dir)
-    base_cache: dict = {}
-    runs = []
-    for name, info in tunings.items():
-        mix = work / f"mixture-{name}"
-        train = read(mix / "train.jsonl")
-        tuned, _ = load_finetuned(work / f"tuned-{name}")
-        rows = []
-        for split in ("heldout_task", "heldout_templates"):
-            recs = read(mix / f"{split}.jsonl")
-            if split == "heldout_templates":
-                seen: Counter = Counter()
-                recs = [r for r in recs if (seen.update([r["task"]]) or seen[r["task"]]) <= args.seen_eval]
-            before = evaluate(recs, option_scores(base, recs, base_cache))
-            after = evaluate(recs, option_scores(tuned, recs))
-            for task in sorted(before):
-                sub = [r for r in recs if r["task"] == task]
-                lo, hi = paired_bootstrap(sub, before[task]["margins"], after[task]["margins"],
-                                          args.bootstrap)
-                rows.append({
-                    "split": split, "task": task, "n": len(sub), "majority": majority(train, recs, task),
-                    "accuracy_before": before[task]["accuracy"], "accuracy_after": after[task]["accuracy"],
-                    "auc_before": before[task]["auc"], "auc_after": after[task]["auc"],
-                    "auc_change_ci95": [lo, hi],
-                    "overlap_auc": template_auc(sub, [overlap(r) for r in sub]) if "\n" in sub[0]["input"]
-                    else None})
-        runs.append({"mixture": name, "trained": list(MIXTURES[name]), "counts": info["manifest"]["counts"],
-                     "tuning_steps": info["steps"], "tuning_seconds": info["seconds"], "rows": rows})
-        print(f"{name}: evaluated ({time.perf_counter() - t0:.0f} s)")
-    return {"base": pre, "held_out": HELD_OUT, "caps": CAPS,
-            "tuning": {"epochs": args.epochs, "lr": args.lr, "seed": args.seed, "batch_size": 16,
-                       "max_length": 192},
-            "bootstrap": args.bootstrap, "runs": runs, "eval_seconds": round(time.perf_counter() - t0)}
+    mix = work / f"mixture-{name}"
+    train = read(mix / "train.jsonl")
+    base, (tuned, _) = load_model(base_dir), load_finetuned(work / f"tuned-{tag(name, seed)}")
+    rows = []
+    for split in ("heldout_task", "heldout_templates"):
+        recs = read(mix / f"{split}.jsonl")
+        if split == "heldout_templates":
+            recs = first_per_task(recs, args.seen_eval)
+        before, after = evaluate(recs, option_scores(base, recs)), evaluate(recs, option_scores(tuned, recs))
+        for task in sorted(before):
+            sub = [r for r in recs if r["task"] == task]
+            lo, hi = paired_bootstrap(sub, before[task]["margins"], after[task]["margins"], args.bootstrap)
+            rows.append({
+                "split": split, "task": task, "n": len(sub), "majority": majority(train, recs, task),
+                "accuracy_before": before[task]["accuracy"], "accuracy_after": after[task]["accuracy"],
+                "auc_before": before[task]["auc"], "auc_after": after[task]["auc"],
+                "auc_change_ci95": [lo, hi],
+                "overlap_auc": template_auc(sub, [overlap(r) for r in sub]) if "\n" in sub[0]["input"]
+                else None})
+    out = {"mixture": name, "seed": seed, "trained": list(MIXTURES[name]),
+           "counts": info["manifest"]["counts"],
+           "tuning_steps": info["steps"], "tuning_seconds": info["seconds"], "rows": rows,
+           "eval_seconds": round(time.perf_counter() - t0)}
+    done.write_text(json.dumps(out, indent=2) + "\n", encoding="utf-8")
+    log(f"{tag(name, seed)}: evaluated in {out['eval_seconds']} s")
+    return out
 
 
 def render(r: dict) -> str:
@@ -353,25 +382,42 @@ def render(r: dict) -> str:
         "(benchmarks/instruct_zero_shot.py)",
         "",
         f"Base: GPT, {b['parameters']:,} parameters ({b['layers']} layers x {b['width']}, byte-level BPE), "
-        "pretrained "
-        f"{b['steps']} steps ({b['tokens']:,} tokens of english-mix, WikiText-2 valid/test and unlabelled "
-        f"IMDB reviews), val loss {b['val_loss']:.3f}. Held out: **{r['held_out'].upper()}** (no example, "
-        f"no template trained on). Instruction tuning: {t['epochs']} epochs, lr {t['lr']:g}, batch "
-        f"{t['batch_size']}, packed rows of {t['max_length']} tokens, response-only loss, seed {t['seed']}; "
-        "4 of 5 templates per trained task. Scoring: rank classification (summed log-probability of each "
-        "option named in the instruction). AUC: ROC AUC of log p(positive word) - log p(negative word), "
-        "mean over templates; the interval is a paired bootstrap 95% interval of the change "
-        f"({r['bootstrap']} resamples of the evaluation examples; one pretraining and one tuning seed, so "
-        "training variance is not in it). Word-overlap AUC: the Jaccard overlap of the pair's words "
-        "as the score, a trivial lexical baseline.",
+        f"pretrained {b['steps']} steps ({b['tokens']:,} tokens of english-mix, WikiText-2 valid/test and "
+        f"unlabelled IMDB reviews), val loss {b['val_loss']:.3f}. Held out: **{r['held_out'].upper()}** (no "
+        f"example, no template trained on). Instruction tuning: {t['epochs']} epochs, lr {t['lr']:g}, batch "
+        f"{t['batch_size']}, packed rows of {t['max_length']} tokens, response-only loss, tuning seeds "
+        f"{', '.join(map(str, t['seeds']))} (one pretraining seed); 4 of 5 templates per trained task. "
+        "Scoring: rank classification (summed log-probability of each option named in the instruction). "
+        "AUC: ROC AUC of log p(positive word) - log p(negative word), mean over templates; the interval is "
+        f"a paired bootstrap 95% interval of the change ({r['bootstrap']} resamples of the evaluation "
+        "examples: evaluation-sample noise only; the spread over tuning seeds is in the summary). "
+        "Word-overlap AUC: the Jaccard overlap of the pair's words as the score, a trivial lexical baseline.",
         "",
-        "| mixture (trained tasks; steps) | evaluation | task | examples | majority class | accuracy before "
-        "| accuracy after | AUC before | AUC after | AUC change (95% CI) | word-overlap AUC |",
+        "Summary, held-out task (AUC change per tuning seed; accuracy after, per seed):",
+        "",
+    ]
+    by_mix: dict[str, list] = {}
+    for run in r["runs"]:
+        row = next(x for x in run["rows"] if x["split"] == "heldout_task")
+        by_mix.setdefault(run["mixture"], []).append((run["seed"], row))
+    for mix, seeds in by_mix.items():
+        changes = [x["auc_after"] - x["auc_before"] for _, x in seeds]
+        first = seeds[0][1]
+        lines.append(f"* {mix} ({first['task']}): AUC {first['auc_before']:.3f} before; change "
+                     + ", ".join(f"{c:+.3f}" for c in changes)
+                     + f" (mean {sum(changes) / len(changes):+.3f}); "
+                     "accuracy " + ", ".join(f"{x['accuracy_after']:.3f}" for _, x in seeds)
+                     + f" (before {first['accuracy_before']:.3f}, majority class {first['majority']:.3f})")
+    lines += [
+        "",
+        "| mixture (trained tasks; seed; steps) | evaluation | task | examples | majority class | accuracy "
+        "before | accuracy after | AUC before | AUC after | AUC change (95% CI) | word-overlap AUC |",
         "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     names = {"heldout_task": "**held-out task**", "heldout_templates": "trained task, held-out template"}
     for run in r["runs"]:
-        mixture = f"{run['mixture']} ({'+'.join(run['trained'])}; {run['tuning_steps']} steps)"
+        trained = "+".join(run["trained"])
+        mixture = f"{run['mixture']} ({trained}; seed {run['seed']}; {run['tuning_steps']} steps)"
         for row in run["rows"]:
             lo, hi = row["auc_change_ci95"]
             ov = "" if row["overlap_auc"] is None else f"{row['overlap_auc']:.3f}"

@@ -26,7 +26,7 @@ Everything derived (text, tokenizer, shards, mixtures, models) lives in ``--work
 directory by default; a finished stage found there is reused); only the table goes to
 ``docs/results/instruct-zero-shot.md`` (and ``.json``).
 
-    OMP_NUM_THREADS=2 python benchmarks/instruct_zero_shot.py --work /tmp/zs     # ~50 CPU-minutes
+    OMP_NUM_THREADS=2 python benchmarks/instruct_zero_shot.py --work /tmp/zs     # ~1 hour, 2 busy cores
     python benchmarks/instruct_zero_shot.py --quick --no-write                    # smoke run
 """
 

@@ -18,7 +18,7 @@ import os
 import sys
 
 from lmlab.errors import LmlabError
-from lmlab.tasks.instruct_mixture import TASK_NAMES, build_mixture
+from lmlab.tasks.instruct_mixture import SPECS, TASK_NAMES, build_mixture
 
 
 def main(argv=None) -> int:
@@ -27,7 +27,8 @@ def main(argv=None) -> int:
                    help="data directory holding glue/ (default: $LMLAB_DATA)")
     p.add_argument("--out", required=True, metavar="DIR",
                    help="directory to write (an earlier mixture is replaced)")
-    p.add_argument("--held-out", default="sst2", choices=TASK_NAMES, help="task kept out of training")
+    p.add_argument("--held-out", default="sst2", choices=list(SPECS),
+                   help="task kept out of training (mrpc: held out only)")
     p.add_argument("--tasks", nargs="+", default=None, choices=TASK_NAMES, help="tasks to use (default: all)")
     p.add_argument("--per-task", type=int, default=2000, metavar="N", help="training examples per task")
     p.add_argument("--eval-per-task", type=int, default=200, metavar="N",

@@ -144,3 +144,19 @@ def test_corpus_bleu_golden():
     got = M.corpus_bleu(["a b c d", "a b x d e"], ["a b c d", "a b c d e"])
     assert got == pytest.approx((8 / 9 * 5 / 7 * 2 / 5 * 1 / 3) ** 0.25)
     assert M.bleu_tokens("Hello, world!") == ["Hello", ",", "world", "!"]
+
+
+def test_roc_auc_matches_the_mann_whitney_statistic_with_ties_and_ignores_shifts():
+    # by hand: positives {0.9, 0.4}, negatives {0.4, 0.1}: pairs 1 + 1 + 0.5 (tie) + 1 of 4
+    assert M.roc_auc([0.9, 0.4, 0.4, 0.1], [True, True, False, False]) == pytest.approx(3.5 / 4)
+    rng = random.Random(3)
+    for _ in range(20):
+        y = [rng.random() < 0.4 for _ in range(60)]
+        s = [round(rng.gauss(1.0 if v else 0.0, 1.0), 1) for v in y]       # rounded: many ties
+        u = stats.mannwhitneyu([a for a, v in zip(s, y) if v], [a for a, v in zip(s, y) if not v]).statistic
+        auc = M.roc_auc(s, y)
+        assert auc == pytest.approx(u / (sum(y) * (len(y) - sum(y))), abs=1e-12)
+        assert M.roc_auc([a - 7.5 for a in s], y) == pytest.approx(auc)    # a constant bias changes nothing
+        assert M.roc_auc([-a for a in s], y) == pytest.approx(1 - auc)
+    with pytest.raises(M.LmlabError, match="positive and negative"):
+        M.roc_auc([0.1, 0.2], [True, True])

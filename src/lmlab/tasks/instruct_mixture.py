@@ -15,9 +15,12 @@ sst2        a movie-review sentence            negative, positive    train.tsv /
 cola        a sentence                         yes/no, correct/...   train.tsv / dev_in_domain
 rte         premise + hypothesis               yes/no, true/false..  train.tsv / dev.tsv
 stsb        two sentences                      yes/no, similar/...   train.tsv / dev.tsv
+mrpc        two news sentences                 yes/no, same/...      (none) / dev.tsv
 ==========  =================================  ====================  ====================
 
-MRPC is left out: it is for research use only (docs/instruct.md). Records are
+MRPC (paraphrase) is for research use only, so it is not in the default task list
+(:data:`TASK_NAMES`) and is offered only as a held-out evaluation task, read from
+``$LMLAB_DATA`` at run time (``build_mixture(..., held_out_task="mrpc")``). Records are
 ``{instruction, input, output, options, task, template, label}`` (``label``: the dataset's
 own); :func:`build_mixture` writes
 ``train.jsonl`` / ``dev.jsonl`` (training tasks, training templates; dev from the evaluation
@@ -51,6 +54,7 @@ class TaskSpec:
     pair: bool = False                      # input = two texts
     threshold: float | None = None          # regression: label = score >= threshold
     words: dict[int, dict[str, str]] = dataclasses.field(default_factory=dict)  # template -> other words
+    held_out_only: bool = False             # no training split here: only a held-out task
 
     def answer_words(self, template: int) -> dict[str, str]:
         """label -> answer word under ``template`` (the words its instruction names)."""
@@ -88,8 +92,17 @@ SPECS: dict[str, TaskSpec] = {
         "Do the sentences below express similar meanings? yes or no?",
     ), pair=True, threshold=3.0, words={1: {"0": "different", "1": "similar"},
                                         3: {"0": "different", "1": "same"}}),
+    "mrpc": TaskSpec(("", "dev.tsv"), {"0": "no", "1": "yes"}, (
+        "Is the second sentence a paraphrase of the first? Answer yes or no.",
+        "Two sentences from news articles follow. Do they report the same fact? yes or no?",
+        "Could one of these sentences replace the other without changing the meaning? Reply yes or no.",
+        "Is the meaning of the two sentences equivalent or different?",
+        "Do these sentences paraphrase each other? Answer paraphrase or different.",
+    ), pair=True, held_out_only=True, words={3: {"0": "different", "1": "equivalent"},
+                                             4: {"0": "different", "1": "paraphrase"}}),
 }
-TASK_NAMES = tuple(SPECS)
+#: the tasks a mixture trains on by default (MRPC is research-only: held out by name only)
+TASK_NAMES = tuple(t for t, spec in SPECS.items() if not spec.held_out_only)
 
 
 def read_task(data_dir: Path, task: str, split: int) -> list[tuple[str, str]]:
@@ -119,11 +132,12 @@ def records(task: str, examples: list[tuple[str, str]], templates: list[int]) ->
 
 
 def build_mixture(data_dir: str | os.PathLike, out: str | os.PathLike, held_out_task: str = "sst2",
-                  tasks: tuple[str, ...] | None = None, per_task: int = 2000, eval_per_task: int = 200,
-                  seed: int = 0) -> dict[str, Any]:
+                  tasks: tuple[str, ...] | None = None, per_task: int | dict[str, int] = 2000,
+                  eval_per_task: int = 200, seed: int = 0) -> dict[str, Any]:
     """Write the mixture into the directory ``out`` (replaced only if it is an earlier mixture);
     returns the manifest. ``per_task`` training examples per task (FLAN caps each task so the
-    large ones do not swamp the rest), ``eval_per_task`` per evaluation file and task."""
+    large ones do not swamp the rest; a dict gives each trained task its own cap),
+    ``eval_per_task`` per evaluation file and task."""
     tasks = tuple(tasks or TASK_NAMES)
     unknown = [t for t in (*tasks, held_out_task) if t not in SPECS]
     if unknown:
@@ -133,16 +147,24 @@ def build_mixture(data_dir: str | os.PathLike, out: str | os.PathLike, held_out_
     trained = [t for t in tasks if t != held_out_task]
     if not trained:
         raise LmlabError("every task is held out: nothing to train on", "name at least two tasks")
-    for n, name in ((per_task, "per_task"), (eval_per_task, "eval_per_task")):
+    eval_only = [t for t in trained if SPECS[t].held_out_only]
+    if eval_only:
+        raise LmlabError(f"task(s) {eval_only} can only be held out (research-use data: no training split)",
+                         f"drop them from the trained tasks, or hold one out: held_out_task={eval_only[0]!r}")
+    caps = per_task if isinstance(per_task, dict) else {t: per_task for t in trained}
+    if sorted(caps) != sorted(trained):
+        raise LmlabError(f"per_task names {sorted(caps)}, but the trained tasks are {sorted(trained)}",
+                         "give one cap for every trained task, or a single number")
+    for n, name in [*((caps[t], f"per_task[{t!r}]") for t in trained), (eval_per_task, "eval_per_task")]:
         if not isinstance(n, int) or n < 1:
             raise LmlabError(f"{name} must be a positive integer, got {n!r}", f"e.g. {name}=200")
     data_dir = Path(data_dir)
-    rng = random.Random(seed)
     files: dict[str, list[dict[str, Any]]] = {k: [] for k in ("train", "dev", "heldout_templates",
                                                               "heldout_task")}
     for task in tasks:
         n_templates = len(SPECS[task].templates)
         seen, unseen = list(range(n_templates - 1)), [n_templates - 1]
+        rng = random.Random(f"{seed}:{task}")      # a task's sample does not depend on the other tasks
         evaluation = read_task(data_dir, task, 1)
         rng.shuffle(evaluation)
         evaluation = evaluation[:eval_per_task]
@@ -151,10 +173,10 @@ def build_mixture(data_dir: str | os.PathLike, out: str | os.PathLike, held_out_
             continue
         train = read_task(data_dir, task, 0)
         rng.shuffle(train)
-        files["train"] += records(task, train[:per_task], seen)
+        files["train"] += records(task, train[:caps[task]], seen)
         files["dev"] += records(task, evaluation[: max(1, eval_per_task // 4)], seen)
         files["heldout_templates"] += records(task, evaluation, unseen)
-    rng.shuffle(files["train"])
+    random.Random(seed).shuffle(files["train"])
     manifest = {"held_out_task": held_out_task, "trained_tasks": trained,
                 "held_out_templates": {t: SPECS[t].templates[-1] for t in trained},
                 "per_task": per_task, "eval_per_task": eval_per_task, "seed": seed,

@@ -109,6 +109,19 @@ def spearman(x: Sequence[float], y: Sequence[float]) -> float:
     return pearson(rank(x), rank(y))
 
 
+def roc_auc(scores: Sequence[float], positive: Sequence[bool]) -> float:
+    """Area under the ROC curve: the chance that a random positive example scores above a random
+    negative one (ties count half), via the Mann-Whitney rank sum. Threshold-free, so a score that
+    only shifts every example (a bias towards one answer word) leaves it unchanged."""
+    _same_length(scores, positive)
+    n_pos = sum(bool(p) for p in positive)
+    n_neg = len(positive) - n_pos
+    if not n_pos or not n_neg:
+        raise LmlabError("ROC AUC needs positive and negative examples", "evaluate on both classes")
+    rank_sum = sum(r for r, p in zip(rank(scores), positive) if p)
+    return (rank_sum - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg)
+
+
 # --------------------------------------------------------------------------- SQuAD
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b", re.UNICODE)

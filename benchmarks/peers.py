@@ -26,7 +26,9 @@ PEERS: dict[str, list[str]] = {
 }
 
 #: The issue's training-time targets: lmlab time / reference time must not exceed this.
-TRAIN_TARGETS: dict[str, float] = {"bpe": 3.0, "bytelevel": 3.0, "wordpiece": 3.0, "unigram": 2.0}
+# issue 14: time against the first peer of each algorithm; peak memory where the issue sets a bound
+TRAIN_TARGETS: dict[str, float] = {"bpe": 1.5, "bytelevel": 1.5, "wordpiece": 1.5, "unigram": 2.0}
+TRAIN_MEMORY_TARGETS: dict[str, float] = {"wordpiece": 2.0, "unigram": 1.2}
 
 PEER_NAMES = {
     "hf-bpe": "HF BPE", "hf-bytelevel": "HF ByteLevelBPE", "hf-wordpiece": "HF WordPiece",

@@ -75,9 +75,15 @@ def test_training_quick_produces_the_table(tmp_path):
     md = tmp_path / "BENCHMARKS.md"
     common.update_section("tokenizer_encoding", "other section kept", md)
     out = _run("tokenizer_training.py", md)
-    rows = _table_rows(out, 13)
+    rows = _table_rows(out, 19)
     assert {r[0] for r in rows} == set(ALGOS)
-    for algo, _vocab, peer, ours, theirs, ratio, *_rest, _target, verdict in rows:
+    for row in rows:
+        algo, _vocab, peer, ours, theirs, ratio, ours_cpu, theirs_cpu, cpu_ratio, *_rest, _target, verdict = \
+            row[:-3]
+        assert NUMBER.match(ours_cpu) and NUMBER.match(theirs_cpu) and cpu_ratio.endswith("x")
+        mem_ratio, mem_target, mem_verdict = row[-3:]
+        assert mem_ratio.endswith("x") and mem_verdict in ("met", "**missed**", "—")
+        assert (mem_target != "—") == (algo in ("wordpiece", "unigram") and peer != "HF Unigram")
         assert NUMBER.match(theirs), f"{peer} did not train: {out}"
         assert NUMBER.match(ours), f"lmlab {algo} did not train: {out}"
         assert ratio.endswith("x")
@@ -85,7 +91,7 @@ def test_training_quick_produces_the_table(tmp_path):
             lmlab_cpt, peer_cpt = (float(x) for x in cell.split(" / "))
             assert 1.0 < lmlab_cpt < 10.0 and 1.0 < peer_cpt < 10.0  # English subwords: a few chars each
         assert verdict in ("met", "**missed**", "—")
-    targeted = {r[0]: r[2] for r in rows if r[-2] != "—"}
+    targeted = {r[0]: r[2] for r in rows if r[-5] != "—"}
     assert targeted == {"bpe": "HF BPE", "bytelevel": "HF ByteLevelBPE", "wordpiece": "HF WordPiece",
                         "unigram": "sentencepiece unigram"}
     text = md.read_text()

@@ -12,7 +12,10 @@ tensor of ``0`` and ``1 / (1 - p)``, saved for the backward pass as PyTorch's ow
 
 Same seed, same masks (``torch.manual_seed`` drives the generator), but not the same masks as
 ``nn.Dropout`` draws: the stream is used differently. Off the CPU (CUDA has a fused dropout
-kernel), in eval mode, at ``p = 0`` or ``p = 1`` it is exactly ``torch.nn.functional.dropout``.
+kernel), for other dtypes than float32, in eval mode, at ``p = 0`` or ``p = 1`` it is exactly
+``torch.nn.functional.dropout``. Under ``torch.compile`` the mask is an opaque operator
+(``lmlab::scaled_keep_mask``: no graph break) that runs this same code, so compiled training
+draws the masks eager training would.
 """
 
 from __future__ import annotations
@@ -82,8 +85,26 @@ class _Dropout(torch.autograd.Function):
 
 def _fast(x: Tensor, p: float) -> bool:
     keep = round((1.0 - p) * _TWO_32)
-    return (x.device.type == "cpu" and 0 < keep < _TWO_32 and x.dtype == torch.float32
-            and not torch.compiler.is_compiling())
+    return x.device.type == "cpu" and 0 < keep < _TWO_32 and x.dtype == torch.float32
+
+
+@torch.library.custom_op("lmlab::scaled_keep_mask", mutates_args=())
+def _mask_op(like: Tensor, p: float) -> Tensor:
+    """:func:`scaled_keep_mask` as an opaque operator for torch.compile: no graph break, and the
+    compiled step runs this very code, so it draws the masks eager training would."""
+    return scaled_keep_mask(like.shape, p, like.dtype, like.device)
+
+
+@_mask_op.register_fake
+def _(like: Tensor, p: float) -> Tensor:
+    return torch.empty(like.shape, dtype=like.dtype, device=like.device)
+
+
+def _apply(x: Tensor, p: float, residual: Tensor | None) -> Tensor:
+    if torch.compiler.is_compiling():
+        mask = _mask_op(x.detach(), p)
+        return x * mask if residual is None else residual + x * mask
+    return _Dropout.apply(x, p, residual)
 
 
 def dropout(x: Tensor, p: float, training: bool = True) -> Tensor:
@@ -92,7 +113,7 @@ def dropout(x: Tensor, p: float, training: bool = True) -> Tensor:
         return x
     if not _fast(x, p):
         return F.dropout(x, p, training)
-    return _Dropout.apply(x, p, None)
+    return _apply(x, p, None)
 
 
 def add_dropout(residual: Tensor, x: Tensor, p: float, training: bool = True) -> Tensor:
@@ -101,7 +122,7 @@ def add_dropout(residual: Tensor, x: Tensor, p: float, training: bool = True) ->
         return residual + x
     if not _fast(x, p) or residual.shape != x.shape or residual.dtype != x.dtype:
         return residual + dropout(x, p, training)
-    return _Dropout.apply(x, p, residual)
+    return _apply(x, p, residual)
 
 
 class Dropout(nn.Dropout):

@@ -37,6 +37,7 @@ from torch import Tensor, nn
 
 from lmlab.errors import LmlabError
 from lmlab.models.attention_masks import causal_mask, flex_attention_for, is_block_mask
+from lmlab.models.dropout import Dropout, dropout
 
 KVCache = tuple[Tensor, ...]
 
@@ -257,6 +258,44 @@ class Packing:
 # ----------------------------------------------------------------------------- attention
 
 
+def projections(
+    layers: tuple[nn.Module, ...], x: Tensor, after: Callable[[Tensor], Tensor]
+) -> tuple[Tensor, ...]:
+    """``after(layer(x))`` for each layer; plain ``nn.Linear`` layers (no hooks, the same bias
+    setting) run as ONE matmul over their concatenated weights, then split: one pass over ``x``
+    and one larger, more efficient GEMM instead of several, and one gradient for ``x`` instead of
+    a sum of several. The parameters (and so the state dict, the optimizer, LoRA's replacement of
+    a projection, which then takes the separate path) stay the separate layers'."""
+    plain = all(type(m) is nn.Linear and not m._forward_hooks and not m._forward_pre_hooks
+                and (m.bias is None) == (layers[0].bias is None) for m in layers)
+    if not plain:
+        return tuple(after(m(x)) for m in layers)
+    weight = torch.cat([m.weight for m in layers])
+    bias = None if layers[0].bias is None else torch.cat([m.bias for m in layers])
+    return after(F.linear(x, weight, bias)).split([m.out_features for m in layers], dim=-1)
+
+
+def attention_with_dropout(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_causal: bool,
+                           scale: float | None, p: float) -> Tensor:
+    """``dropout(softmax(q kᵀ · scale + mask)) v`` written out, for training with attention dropout
+    on the CPU: SDPA falls back to the same unfused math there but draws its dropout mask with the
+    slower ``bernoulli_`` (:mod:`lmlab.models.dropout`). ``mask`` additive (float) or None;
+    grouped-query heads are expanded to the query heads."""
+    if k.shape[1] != q.shape[1]:
+        k = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)
+        v = v.repeat_interleave(q.shape[1] // v.shape[1], dim=1)
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    scores = torch.matmul(q if scale == 1.0 else q * scale, k.transpose(-1, -2))
+    if mask is not None:  # in place when the mask broadcasts onto the scores (a fresh tensor)
+        same = torch.broadcast_shapes(mask.shape, scores.shape) == scores.shape
+        scores = scores.add_(mask) if same else scores + mask
+    if is_causal:
+        t, s = scores.shape[-2:]
+        scores = scores.masked_fill(~causal_mask(t, s, q.device), float("-inf"))
+    probs = torch.softmax(scores, dim=-1)
+    return torch.matmul(dropout(probs, p), v)
+
+
 class Attention(nn.Module):
     """Multi-head attention ``softmax(q kᵀ · scale + bias) v`` on the fused SDPA kernel.
 
@@ -346,21 +385,24 @@ class Attention(nn.Module):
             if self.cross:
                 raise LmlabError("packed inputs are for self-attention", "pass packing=None")
             b, t = packing.batch, packing.length
-        if queries is None:
-            q = self._heads(unpacked(self.q_proj(x)), self.n_heads)
+        src = x if not self.cross else context
+        if src is None and past_kv is None:
+            raise LmlabError("cross-attention needs the encoder output", "pass encoder_outputs or input_ids")
+        if queries is None and not self.cross:  # q, k and v from x: one matmul
+            q, k, v = (self._heads(y, n) for y, n in zip(
+                projections((self.q_proj, self.k_proj, self.v_proj), x, unpacked),
+                (self.n_heads, self.n_kv_heads, self.n_kv_heads)))
         else:
-            rows = x[:, queries] if packing is None else packing.take(x, queries)
-            q = self.q_proj(rows).view(b, -1, self.n_heads, self.head_dim).transpose(1, 2)
-        if self.cross and past_kv is not None:
-            k, v = past_kv[0], past_kv[1]
-        else:
-            src = x if not self.cross else context
-            if src is None:
-                raise LmlabError(
-                    "cross-attention needs the encoder output", "pass encoder_outputs or input_ids"
-                )
-            k = self._heads(unpacked(self.k_proj(src)), self.n_kv_heads)
-            v = self._heads(unpacked(self.v_proj(src)), self.n_kv_heads)
+            if queries is None:
+                q = self._heads(self.q_proj(x), self.n_heads)
+            else:
+                rows = x[:, queries] if packing is None else packing.take(x, queries)
+                q = self.q_proj(rows).view(b, -1, self.n_heads, self.head_dim).transpose(1, 2)
+            if self.cross and past_kv is not None:
+                k, v = past_kv[0], past_kv[1]
+            else:  # k and v from src: one matmul
+                k, v = (self._heads(y, self.n_kv_heads)
+                        for y in projections((self.k_proj, self.v_proj), src, unpacked))
         if rope is not None:
             q = apply_rotary(q, *(rope if queries is None else (r[:, queries] for r in rope)))
             if not self.cross:
@@ -399,16 +441,20 @@ class Attention(nn.Module):
             mask = mask.to(q.dtype)
         if queries is not None and mask is not None and mask.shape[-2] != 1:
             mask = mask[..., queries, :]  # the rows of the queries kept
-        out = F.scaled_dot_product_attention(
-            q,
-            k,
-            v,
-            attn_mask=mask,
-            is_causal=is_causal,
-            scale=self.scale,
-            dropout_p=self.dropout if self.training else 0.0,
-            enable_gqa=self.n_kv_heads != self.n_heads,
-        )
+        p_drop = self.dropout if self.training else 0.0
+        if p_drop and q.device.type == "cpu" and (mask is None or mask.dtype != torch.bool):
+            out = attention_with_dropout(q, k, v, mask, is_causal, self.scale, p_drop)
+        else:
+            out = F.scaled_dot_product_attention(
+                q,
+                k,
+                v,
+                attn_mask=mask,
+                is_causal=is_causal,
+                scale=self.scale,
+                dropout_p=p_drop,
+                enable_gqa=self.n_kv_heads != self.n_heads,
+            )
         out = out.transpose(1, 2).reshape(b, q.shape[2], self.n_heads * self.head_dim)
         if packing is not None:
             out = packing.unpad(out) if queries is None else out.reshape(1, -1, out.shape[-1])
@@ -434,7 +480,7 @@ class FeedForward(nn.Module):
         self.fc_gate = nn.Linear(d_model, d_ff, bias=bias) if gated else None
         self.fc_in = nn.Linear(d_model, d_ff, bias=bias)
         self.fc_out = nn.Linear(d_ff, d_model, bias=bias)
-        self.drop = nn.Dropout(dropout) if dropout else nn.Identity()
+        self.drop = Dropout(dropout) if dropout else nn.Identity()
 
     def forward(self, x: Tensor) -> Tensor:
         if self.fc_gate is not None:
@@ -495,7 +541,7 @@ class TransformerBlock(nn.Module):
         )
         self.ffn = FeedForward(cfg.d_model, cfg.d_ff, cfg.activation, cfg.mlp_bias)
         self.ffn_norm = make_norm(cfg.norm, cfg.d_model, cfg.norm_eps, norm_bias)
-        self.drop = nn.Dropout(cfg.dropout)
+        self.drop = Dropout(cfg.dropout)
 
     def _residual(
         self,
@@ -512,9 +558,16 @@ class TransformerBlock(nn.Module):
             kept = x[:, queries] if packing is None else packing.take(x, queries)
         if self.prenorm:
             out, present = fn(norm(x))
-            return kept + self.drop(out), present
+            return self._add_dropped(kept, out), present
         out, present = fn(x)
-        return norm(kept + self.drop(out)), present
+        return norm(self._add_dropped(kept, out)), present
+
+    def _add_dropped(self, residual: Tensor, out: Tensor) -> Tensor:
+        """``residual + drop(out)``: one pass with lmlab's :class:`Dropout` (``self.drop`` may have
+        been swapped for another module)."""
+        if isinstance(self.drop, Dropout):
+            return self.drop.add_to(residual, out)
+        return residual + self.drop(out)
 
     def forward(
         self,

@@ -1,0 +1,85 @@
+"""lmlab's CPU dropout (models/dropout.py): the distribution of nn.Dropout, a cheaper mask."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from lmlab.models import build_model, get_preset
+from lmlab.models.dropout import CHUNK, Dropout, add_dropout, dropout, scaled_keep_mask
+
+
+@pytest.mark.parametrize("p", [0.1, 0.5, 0.9])
+def test_mask_holds_zero_or_the_scale_with_the_keep_rate(p):
+    torch.manual_seed(0)
+    n = 400_000
+    mask = scaled_keep_mask((n,), p)
+    assert mask.unique().tolist() == [0.0, pytest.approx(1 / (1 - p))]
+    kept = (mask > 0).double().mean().item()
+    assert abs(kept - (1 - p)) < 5 * math.sqrt(p * (1 - p) / n)  # 5 standard deviations
+    # independent elements: a neighbour is kept at the same rate, whatever this one did
+    pairs = (mask[:-1] > 0) & (mask[1:] > 0)
+    assert abs(pairs.double().mean().item() - (1 - p) ** 2) < 0.01
+
+
+def test_seeded_and_slices_differ():
+    torch.manual_seed(3)
+    a = scaled_keep_mask((3, CHUNK + 77), 0.3)  # more than one slice, an odd tail
+    torch.manual_seed(3)
+    b = scaled_keep_mask((3, CHUNK + 77), 0.3)
+    assert torch.equal(a, b)
+    flat = a.reshape(-1)
+    assert not torch.equal(flat[:CHUNK] > 0, flat[CHUNK:2 * CHUNK] > 0)  # each slice draws anew
+
+
+def test_dropout_forward_and_backward_use_one_mask():
+    torch.manual_seed(0)
+    x = torch.randn(64, CHUNK // 32 + 5, requires_grad=True)
+    y = dropout(x, 0.25)
+    (y * 2).sum().backward()
+    kept = y != 0
+    assert 0.7 < kept.float().mean().item() < 0.8
+    torch.testing.assert_close(y[kept], x[kept] / 0.75)
+    torch.testing.assert_close(x.grad, kept.float() * 2 / 0.75)
+
+
+def test_add_dropout_is_residual_plus_dropout_with_the_same_draws():
+    r = torch.randn(6, 50, 70, requires_grad=True)
+    x = torch.randn(6, 50, 70, requires_grad=True)
+    torch.manual_seed(5)
+    fused = add_dropout(r, x, 0.2)
+    fused.square().sum().backward()
+    grads = r.grad.clone(), x.grad.clone()
+    r.grad = x.grad = None
+    torch.manual_seed(5)
+    plain = r + dropout(x, 0.2)
+    plain.square().sum().backward()
+    torch.testing.assert_close(fused, plain)
+    torch.testing.assert_close(grads[0], r.grad)
+    torch.testing.assert_close(grads[1], x.grad)
+
+
+def test_identity_and_fallbacks():
+    x = torch.randn(10, 10)
+    assert dropout(x, 0.5, training=False) is x
+    assert dropout(x, 0.0) is x
+    assert torch.equal(dropout(x, 1.0), torch.zeros_like(x))  # torch's own p = 1
+    half = dropout(x.bfloat16(), 0.5)  # other dtypes: torch's dropout
+    assert half.dtype == torch.bfloat16
+    assert set(half.float().div(x.bfloat16().float()).unique().tolist()) <= {0, 2}
+    module = Dropout(0.5)
+    assert isinstance(module, nn.Dropout)
+    module.eval()
+    assert module(x) is x
+    torch.testing.assert_close(module.add_to(x, x), 2 * x)
+
+
+def test_the_models_use_it():
+    model = build_model(get_preset("t5-tiny", vocab_size=64))
+    drops = [m for m in model.modules() if isinstance(m, nn.Dropout)]
+    assert drops and all(type(m) is Dropout for m in drops)
+    assert F.dropout is not dropout

@@ -125,12 +125,14 @@ def icl_model():
     tok = train_tokenizer("bytelevel", docs[:300], vocab_size=300)
     torch.manual_seed(0)
     model = build_model(get_preset("gpt2-tiny", vocab_size=tok.vocab_size, max_positions=64, dropout=0.0))
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    # lr 3e-3 for 500 steps: induction forms for every init seed tried (0, 1, 2); at lr 1e-2 for 250
+    # steps it formed for one seed in three, so any change to the random stream (dropout's) broke it
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
     seqs = [[tok.bos_id] + tok.encode(d) for d in docs]
     width = max(len(s) for s in seqs)
     data = torch.tensor([s + [tok.pad_id] * (width - len(s)) for s in seqs])
     model.train()
-    for step in range(250):
+    for step in range(500):
         batch = data[torch.randint(0, len(data), (32,), generator=torch.Generator().manual_seed(step))]
         logits = model(input_ids=batch[:, :-1]).logits
         loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),

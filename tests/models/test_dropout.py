@@ -83,3 +83,23 @@ def test_the_models_use_it():
     drops = [m for m in model.modules() if isinstance(m, nn.Dropout)]
     assert drops and all(type(m) is Dropout for m in drops)
     assert F.dropout is not dropout
+
+
+def test_written_out_attention_matches_sdpa_with_a_fully_masked_row():
+    """The CPU attention-dropout path equals SDPA (p = 0), and a query row whose every key is masked
+    (left padding under a causal mask) gives zeros and finite gradients, as SDPA does, not NaN."""
+    from lmlab.models.blocks import attention_with_dropout
+
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 5, 8, requires_grad=True) for _ in range(3))
+    mask = torch.zeros(2, 1, 5, 5)
+    mask[0, :, :, :2] = float("-inf")  # row 0 of batch 0 sees keys 0..1 only: all masked under causal
+    ours = attention_with_dropout(q, k, v, mask, True, None, 0.0)
+    causal = torch.ones(5, 5, dtype=torch.bool).tril()
+    full = mask.masked_fill(~causal, float("-inf"))
+    sdpa = F.scaled_dot_product_attention(q, k, v, attn_mask=full)
+    torch.testing.assert_close(ours, sdpa, rtol=1e-5, atol=1e-6)
+    assert ours[0, :, 0].abs().sum() == 0
+    dropped = attention_with_dropout(q, k, v, mask, True, None, 0.5)
+    dropped.sum().backward()
+    assert torch.isfinite(dropped).all() and all(torch.isfinite(t.grad).all() for t in (q, k, v))

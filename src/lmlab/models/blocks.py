@@ -292,8 +292,19 @@ def attention_with_dropout(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None,
     if is_causal:
         t, s = scores.shape[-2:]
         scores = scores.masked_fill(~causal_mask(t, s, q.device), float("-inf"))
-    probs = torch.softmax(scores, dim=-1)
+    # a row with every key masked attends to nothing (zeros), as in SDPA, not NaN: left padding
+    # under a causal mask has such rows, and a NaN there would reach every gradient
+    probs = _safe_softmax(scores, dim=-1)
     return torch.matmul(dropout(probs, p), v)
+
+
+def _safe_softmax(scores: Tensor, dim: int) -> Tensor:
+    """Softmax, with 0 (and a 0 gradient) for rows that are all ``-inf``."""
+    safe = getattr(torch, "_safe_softmax", None)  # what SDPA's own math path uses
+    if safe is not None:
+        return safe(scores, dim)
+    finite = scores.amax(dim, keepdim=True) > float("-inf")
+    return torch.softmax(scores.masked_fill(~finite, 0.0), dim) * finite
 
 
 class Attention(nn.Module):

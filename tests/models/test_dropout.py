@@ -85,7 +85,7 @@ def test_the_models_use_it():
     assert F.dropout is not dropout
 
 
-def test_written_out_attention_matches_sdpa_with_a_fully_masked_row():
+def test_written_out_attention_matches_sdpa_with_a_fully_masked_row(monkeypatch):
     """The CPU attention-dropout path equals SDPA (p = 0), and a query row whose every key is masked
     (left padding under a causal mask) gives zeros and finite gradients, as SDPA does, not NaN."""
     from lmlab.models.blocks import attention_with_dropout
@@ -103,3 +103,10 @@ def test_written_out_attention_matches_sdpa_with_a_fully_masked_row():
     dropped = attention_with_dropout(q, k, v, mask, True, None, 0.5)
     dropped.sum().backward()
     assert torch.isfinite(dropped).all() and all(torch.isfinite(t.grad).all() for t in (q, k, v))
+    # the path torch.compile takes (no private _safe_softmax) gives the same
+    monkeypatch.delattr(torch, "_safe_softmax", raising=False)
+    again = attention_with_dropout(q, k, v, mask, True, None, 0.0)
+    torch.testing.assert_close(again, sdpa, rtol=1e-5, atol=1e-6)
+    q.grad = None
+    attention_with_dropout(q, k, v, mask, True, None, 0.5).sum().backward()
+    assert torch.isfinite(q.grad).all()

@@ -300,8 +300,8 @@ def attention_with_dropout(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None,
 
 def _safe_softmax(scores: Tensor, dim: int) -> Tensor:
     """Softmax, with 0 (and a 0 gradient) for rows that are all ``-inf``."""
-    safe = getattr(torch, "_safe_softmax", None)  # what SDPA's own math path uses
-    if safe is not None:
+    safe = getattr(torch, "_safe_softmax", None)  # what SDPA's own math path uses (eager only:
+    if safe is not None and not torch.compiler.is_compiling():  # torch.compile skips it, a graph break)
         return safe(scores, dim)
     finite = scores.amax(dim, keepdim=True) > float("-inf")
     return torch.softmax(scores.masked_fill(~finite, 0.0), dim) * finite

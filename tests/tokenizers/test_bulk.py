@@ -53,6 +53,8 @@ def test_one_chunk_stays_in_process_and_chunk_size_is_checked(tok, lines, monkey
     for bad in (0, -1, 2.5):
         with pytest.raises(LmlabError, match="chunk_size must be a positive integer"):
             tok.encode_many(lines, workers=2, chunk_size=bad)
+    with pytest.raises(LmlabError, match="workers must be an integer"):
+        tok.encode_many(lines, workers="2")
 
 
 def test_spawned_workers_receive_the_tokenizer_without_its_caches(tok, lines):

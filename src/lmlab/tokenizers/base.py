@@ -316,6 +316,9 @@ class Tokenizer(ABC):
         if not isinstance(chunk_size, int) or chunk_size < 1:
             raise LmlabError(f"chunk_size must be a positive integer, got {chunk_size!r}",
                              "pass e.g. chunk_size=2000")
+        if workers is not None and (not isinstance(workers, int) or isinstance(workers, bool)):
+            raise LmlabError(f"workers must be an integer or None, got {workers!r}",
+                             "pass e.g. workers=2 (None: the CPUs this process may use)")
         texts = texts if isinstance(texts, list) else list(texts)
         if workers is None:
             workers = (

@@ -40,6 +40,9 @@ def test_one_matmul_for_the_projections_of_the_inputs(cross):
     handle.remove()
     assert mode.calls == 4
     torch.testing.assert_close(fused, separate, atol=1e-6, rtol=0)
+    with torch.no_grad(), LinearCalls() as mode:  # inference (decoding): no weights concatenated per call
+        attn(x, context=ctx if cross else None)
+    assert mode.calls == 4
 
 
 def test_projections_match_the_layers_with_gradients():

@@ -265,9 +265,12 @@ def projections(
     setting) run as ONE matmul over their concatenated weights, then split: one pass over ``x``
     and one larger, more efficient GEMM instead of several, and one gradient for ``x`` instead of
     a sum of several. The parameters (and so the state dict, the optimizer, LoRA's replacement of
-    a projection, which then takes the separate path) stay the separate layers'."""
-    plain = all(type(m) is nn.Linear and not m._forward_hooks and not m._forward_pre_hooks
-                and (m.bias is None) == (layers[0].bias is None) for m in layers)
+    a projection, which then takes the separate path) stay the separate layers'. Only where
+    gradients are recorded (training): without them (generation, evaluation) concatenating the
+    weights at every call, token by token in decoding, would cost more than it saves."""
+    plain = torch.is_grad_enabled() and all(
+        type(m) is nn.Linear and not m._forward_hooks and not m._forward_pre_hooks
+        and (m.bias is None) == (layers[0].bias is None) for m in layers)
     if not plain:
         return tuple(after(m(x)) for m in layers)
     weight = torch.cat([m.weight for m in layers])

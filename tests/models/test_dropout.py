@@ -10,7 +10,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from lmlab.models import build_model, get_preset
-from lmlab.models.dropout import CHUNK, Dropout, add_dropout, dropout, scaled_keep_mask
+from lmlab.models import dropout as dropout_module
+from lmlab.models.dropout import Dropout, add_dropout, dropout, scaled_keep_mask
 
 
 @pytest.mark.parametrize("p", [0.1, 0.5, 0.9])
@@ -26,19 +27,46 @@ def test_mask_holds_zero_or_the_scale_with_the_keep_rate(p):
     assert abs(pairs.double().mean().item() - (1 - p) ** 2) < 0.01
 
 
-def test_seeded_and_slices_differ():
+def test_seeded_calls_repeat_and_successive_calls_differ():
     torch.manual_seed(3)
-    a = scaled_keep_mask((3, CHUNK + 77), 0.3)  # more than one slice, an odd tail
+    a = scaled_keep_mask((3, 50_001), 0.3)  # an odd length: not a whole number of 64-bit words
+    later = scaled_keep_mask((3, 50_001), 0.3)
     torch.manual_seed(3)
-    b = scaled_keep_mask((3, CHUNK + 77), 0.3)
+    b = scaled_keep_mask((3, 50_001), 0.3)
     assert torch.equal(a, b)
-    flat = a.reshape(-1)
-    assert not torch.equal(flat[:CHUNK] > 0, flat[CHUNK:2 * CHUNK] > 0)  # each slice draws anew
+    assert not torch.equal(a > 0, later > 0)  # each call draws anew
+
+
+def test_keep_probability_is_the_16_bit_rounding_of_1_minus_p():
+    assert dropout_module._threshold(0.1) / 2**16 == pytest.approx(0.9, abs=2**-17)
+    x = torch.ones(1000)
+    # a p that rounds to 0 or 1 in 16 bits is left to torch's own dropout
+    assert not dropout_module._fast(x, 1e-7) and not dropout_module._fast(x, 1 - 1e-7)
+    assert dropout_module._fast(x, 0.1)
+
+
+def test_many_threads_use_torch_dropout(monkeypatch):
+    x = torch.randn(100)
+    monkeypatch.setattr(torch, "get_num_threads", lambda: dropout_module.MAX_THREADS + 1)
+    assert not dropout_module._fast(x, 0.1)
+    monkeypatch.setattr(torch.nn.functional, "dropout", lambda x, p, training: x * 0 + 7)
+    monkeypatch.setattr(dropout_module.F, "dropout", lambda x, p, training: x * 0 + 7)
+    assert torch.equal(dropout(x, 0.1), torch.full_like(x, 7.0))
+
+
+def test_double_backward_through_dropout():
+    torch.manual_seed(1)
+    x = torch.randn(40, 30, requires_grad=True)
+    y = dropout(x, 0.5)
+    (g,) = torch.autograd.grad(y.square().sum(), x, create_graph=True)
+    g.sum().backward()
+    kept = (y != 0).float()
+    torch.testing.assert_close(x.grad, kept * 2 / 0.25)
 
 
 def test_dropout_forward_and_backward_use_one_mask():
     torch.manual_seed(0)
-    x = torch.randn(64, CHUNK // 32 + 5, requires_grad=True)
+    x = torch.randn(64, 4101, requires_grad=True)
     y = dropout(x, 0.25)
     (y * 2).sum().backward()
     kept = y != 0
@@ -110,3 +138,38 @@ def test_written_out_attention_matches_sdpa_with_a_fully_masked_row(monkeypatch)
     q.grad = None
     attention_with_dropout(q, k, v, mask, True, None, 0.5).sum().backward()
     assert torch.isfinite(q.grad).all()
+
+
+def test_relu_dropout_is_dropout_of_relu_with_the_same_draws():
+    from lmlab.models.dropout import relu_dropout
+
+    x = torch.randn(7, 300, requires_grad=True)
+    torch.manual_seed(11)
+    fused = relu_dropout(x, 0.3)
+    (fused * torch.arange(300.0)).sum().backward()
+    grad = x.grad.clone()
+    x.grad = None
+    torch.manual_seed(11)
+    plain = dropout(F.relu(x), 0.3)
+    (plain * torch.arange(300.0)).sum().backward()
+    torch.testing.assert_close(fused, plain)
+    torch.testing.assert_close(grad, x.grad)
+    assert (fused[x <= 0] == 0).all() and 0.6 < (fused[x > 0] != 0).float().mean() < 0.8
+
+
+def test_t5_feed_forward_folds_relu_into_dropout(monkeypatch):
+    """The FFN of a ReLU model in training takes the one-mask path; the output is fc_out of the
+    dropped ReLU either way (same seed)."""
+    from lmlab.models.blocks import FeedForward
+
+    ffn = FeedForward(16, 64, activation="relu", bias=False, dropout=0.2).train()
+    x = torch.randn(3, 5, 16)
+    calls = []
+    real = dropout_module._Dropout.apply
+    monkeypatch.setattr(dropout_module._Dropout, "apply", lambda *a: calls.append(a[3:]) or real(*a))
+    torch.manual_seed(2)
+    fused = ffn(x)
+    assert calls == [(True,)]
+    torch.manual_seed(2)
+    plain = ffn.fc_out(dropout(F.relu(ffn.fc_in(x)), 0.2))
+    torch.testing.assert_close(fused, plain)

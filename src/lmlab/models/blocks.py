@@ -297,8 +297,21 @@ def attention_with_dropout(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None,
         scores = scores.masked_fill(~causal_mask(t, s, q.device), float("-inf"))
     # a row with every key masked attends to nothing (zeros), as in SDPA, not NaN: left padding
     # under a causal mask has such rows, and a NaN there would reach every gradient
-    probs = _safe_softmax(scores, dim=-1)
+    t, s = scores.shape[-2:]
+    whole_rows = _may_mask_whole_rows(mask, is_causal, t, s)
+    probs = _safe_softmax(scores, dim=-1) if whole_rows else torch.softmax(scores, dim=-1)
     return torch.matmul(dropout(probs, p), v)
+
+
+def _may_mask_whole_rows(mask: Tensor | None, is_causal: bool, q_len: int, k_len: int) -> bool:
+    """Whether some query row of the scores may have every key at ``-inf``: only where the
+    additive mask holds ``-inf`` (a check over the mask, not the larger scores), or a causal mask
+    has more queries than keys (bottom-right aligned: the first rows see nothing). Masks written
+    with ``finfo.min`` (T5's causal bias) never make a row NaN. Under torch.compile there is no
+    data-dependent branch: always the safe softmax."""
+    if torch.compiler.is_compiling() or (is_causal and q_len > k_len):
+        return True
+    return mask is not None and bool(torch.isneginf(mask).any())
 
 
 def _safe_softmax(scores: Tensor, dim: int) -> Tensor:
@@ -499,6 +512,8 @@ class FeedForward(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         if self.fc_gate is not None:
             h = self.act(self.fc_gate(x)) * self.fc_in(x)
+        elif self.act is F.relu and isinstance(self.drop, Dropout):
+            return self.fc_out(self.drop.after_relu(self.fc_in(x)))  # one pass for ReLU + dropout
         else:
             h = self.act(self.fc_in(x))
         return self.fc_out(self.drop(h))

@@ -1,91 +1,101 @@
-"""Dropout with a cheaper random mask on the CPU (the same distribution as ``torch.nn.Dropout``).
+"""Dropout with a cheaper random mask on the CPU (the distribution of ``torch.nn.Dropout``).
 
 ``torch.nn.functional.dropout`` on the CPU draws a float Bernoulli tensor (``bernoulli_``: one
-random number per element written as a float, then divided by ``1 - p``) and multiplies by it;
-in a T5 training step with the default ``dropout_rate=0.1`` those draws were 14% of the step.
-Here each element gets 32 random bits from the default generator (one 64-bit draw serves two
-elements); read as a signed integer ``u`` it is kept when ``u < (1 - p)·2³² - 2³¹``, a test done
-as ``clamp(threshold - u, 0, 1)`` in float32 (exactly 0 or 1: ``u`` is an integer), because
-float kernels are vectorised and comparisons into a bool tensor are not. The keep probability is
-``1 - p`` to within 2⁻²⁴ (float32 rounding of ``u`` near the threshold). The mask is a float
-tensor of ``0`` and ``1 / (1 - p)``, saved for the backward pass as PyTorch's own mask is.
+Mersenne-Twister number per element, written as a float) and multiplies by it; in a T5 training
+step with the default ``dropout_rate=0.1`` those draws were 14% of the step. Here each call takes
+one 64-bit seed from PyTorch's default generator, then NumPy's SFC64 generator (several times
+faster than the Mersenne Twister) gives 16 random bits per element; an element is kept when its
+bits are below ``round((1 - p)·2¹⁶)``, so the keep probability is ``1 - p`` to within 2⁻¹⁷. The
+comparison, the multiply and the backward pass's multiply run as NumPy loops (vectorised, one
+pass each); the mask saved for the backward pass is a ``bool`` tensor (a quarter of the memory of
+PyTorch's float mask).
 
-Same seed, same masks (``torch.manual_seed`` drives the generator), but not the same masks as
-``nn.Dropout`` draws: the stream is used differently. Off the CPU (CUDA has a fused dropout
-kernel), for other dtypes than float32, in eval mode, at ``p = 0`` or ``p = 1`` it is exactly
-``torch.nn.functional.dropout``. Under ``torch.compile`` the mask is an opaque operator
-(``lmlab::scaled_keep_mask``: no graph break) that runs this same code, so compiled training
-draws the masks eager training would.
+Same seed, same masks (``torch.manual_seed`` drives the seeds), but not the masks ``nn.Dropout``
+draws. NumPy runs on one thread: with more than :data:`MAX_THREADS` intra-op threads, torch's own
+multi-threaded ``F.dropout`` is faster and is used. Off the CPU (CUDA has a fused dropout
+kernel), for other dtypes than float32, in eval mode, at ``p = 0`` or ``p = 1`` (or a ``p`` so
+close to them that it rounds there) it is exactly ``torch.nn.functional.dropout``. Under
+``torch.compile`` the mask is an opaque operator (``lmlab::scaled_keep_mask``: no graph break)
+that draws it the same way, so compiled training uses the masks eager training would.
 """
 
 from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-_TWO_32 = 2**32
+#: random bits per element: the keep probability is a multiple of 2^-BITS
+BITS = 16
+_LEVELS = 1 << BITS
+#: above this many intra-op threads the single-threaded NumPy path loses to torch's dropout
+MAX_THREADS = 4
 
 
-#: elements per slice of the fast path: random words + mask slice + output slice stay in L2
-CHUNK = 1 << 17
+def _threshold(p: float) -> int:
+    return round((1.0 - p) * _LEVELS)
+
+
+def _keep(n: int, p: float) -> np.ndarray:
+    """``n`` independent booleans, each True with probability ``round((1-p)·2¹⁶) / 2¹⁶``."""
+    seed = int(torch.randint(0, 2**62, (), dtype=torch.int64))  # torch.manual_seed decides the draws
+    words = np.random.SFC64(seed).random_raw((n * BITS + 63) // 64)
+    return np.less(words.view(np.uint16)[:n], _threshold(p))
 
 
 def scaled_keep_mask(shape: torch.Size | tuple[int, ...], p: float, dtype: torch.dtype = torch.float32,
                      device: torch.device | str = "cpu") -> Tensor:
     """A tensor of ``shape``: ``1 / (1 - p)`` with probability ``1 - p``, else 0, independently."""
-    n = math.prod(shape)
-    mask = torch.empty(n, dtype=torch.float32, device=device)
-    _fill_masks(mask, None, None, None, p)
-    return mask.view(shape).to(dtype)
+    keep = _keep(math.prod(shape), p)
+    mask = np.multiply(keep, np.float32(1.0 / (1.0 - p)), dtype=np.float32)
+    return torch.from_numpy(mask).view(shape).to(device=device, dtype=dtype)
 
 
-def _fill_masks(
-    mask: Tensor, x: Tensor | None, out: Tensor | None, residual: Tensor | None, p: float
-) -> None:
-    """Fill flat float32 ``mask`` slice by slice (:data:`CHUNK`) and, given ``x``, write
-    ``[residual +] x · mask`` into ``out`` while the slice is still in the cache."""
-    n = mask.numel()
-    words = torch.empty((min(n, CHUNK) + 1) // 2, dtype=torch.int64, device=mask.device)
-    threshold, scale = float(round((1.0 - p) * _TWO_32) - 2**31), 1.0 / (1.0 - p)
-    for start in range(0, n, CHUNK):
-        stop = min(start + CHUNK, n)
-        bits = words[: (stop - start + 1) // 2].random_(-(2**63), None).view(torch.int32)[: stop - start]
-        seg = mask[start:stop]
-        seg.copy_(bits)  # uniform integers in [-2^31, 2^31), exact in float32 up to rounding
-        seg.neg_().add_(threshold).clamp_(0.0, 1.0).mul_(scale)  # 1 where bits < threshold, else 0
-        if x is None:
-            continue
-        if residual is None:
-            torch.mul(x[start:stop], seg, out=out[start:stop])
-        else:
-            torch.addcmul(residual[start:stop], x[start:stop], seg, out=out[start:stop])
+def _scaled(values: np.ndarray, keep: np.ndarray, p: float, residual: np.ndarray | None = None) -> np.ndarray:
+    """``[residual +] values · keep / (1 - p)`` as float32, one NumPy pass per operation."""
+    out = np.multiply(values, keep)
+    out *= np.float32(1.0 / (1.0 - p))
+    if residual is not None:
+        out += residual
+    return out
 
 
 class _Dropout(torch.autograd.Function):
-    """``[residual +] x · mask`` with the mask drawn in the forward pass and saved for the backward."""
+    """``[residual +] x · mask`` with the mask drawn in the forward pass and saved (as bool) for
+    the backward; with ``relu`` the mask also drops the elements ``x <= 0``, which makes it
+    ``dropout(relu(x))`` (the same values and gradient) without the ReLU's own passes."""
 
     @staticmethod
-    def forward(ctx, x: Tensor, p: float, residual: Tensor | None) -> Tensor:
-        flat = x.contiguous().view(-1)
-        mask, out = torch.empty_like(flat), torch.empty_like(flat)
-        res = None if residual is None else residual.contiguous().view(-1)
-        _fill_masks(mask, flat, out, res, p)
-        ctx.save_for_backward(mask)
-        ctx.has_residual = residual is not None
-        return out.view(x.shape)
+    def forward(ctx, x: Tensor, p: float, residual: Tensor | None, relu: bool = False) -> Tensor:
+        values = x.detach().contiguous().view(-1).numpy()
+        keep = _keep(values.size, p)
+        if relu:
+            keep &= values > 0
+        res = None if residual is None else residual.detach().contiguous().view(-1).numpy()
+        out = torch.from_numpy(_scaled(values, keep, p, res)).view(x.shape)
+        ctx.save_for_backward(torch.from_numpy(keep))
+        ctx.p, ctx.has_residual = p, residual is not None
+        return out
 
     @staticmethod
     def backward(ctx, grad: Tensor):
-        (mask,) = ctx.saved_tensors
-        return grad * mask.view(grad.shape), None, (grad if ctx.has_residual else None)
+        (keep,) = ctx.saved_tensors
+        if grad.requires_grad or grad.dtype != torch.float32:  # double backward: stay in autograd
+            scaled = grad * keep.view(grad.shape) / (1.0 - ctx.p)
+        else:
+            scaled = torch.from_numpy(_scaled(grad.contiguous().view(-1).numpy(), keep.numpy(), ctx.p))
+            scaled = scaled.view(grad.shape)
+        return scaled, None, (grad if ctx.has_residual else None), None
 
 
 def _fast(x: Tensor, p: float) -> bool:
-    keep = round((1.0 - p) * _TWO_32)
-    return x.device.type == "cpu" and 0 < keep < _TWO_32 and x.dtype == torch.float32
+    if not (x.device.type == "cpu" and x.dtype == torch.float32 and 0 < _threshold(p) < _LEVELS):
+        return False
+    # (torch.compile cannot trace get_num_threads: compiled steps always take the mask operator)
+    return torch.compiler.is_compiling() or torch.get_num_threads() <= MAX_THREADS
 
 
 @torch.library.custom_op("lmlab::scaled_keep_mask", mutates_args=())
@@ -116,6 +126,13 @@ def dropout(x: Tensor, p: float, training: bool = True) -> Tensor:
     return _apply(x, p, None)
 
 
+def relu_dropout(x: Tensor, p: float, training: bool = True) -> Tensor:
+    """``dropout(relu(x), p, training)``; on the fast path one mask does both (T5's FFN)."""
+    if not training or p <= 0.0 or not _fast(x, p) or torch.compiler.is_compiling():
+        return dropout(F.relu(x), p, training)
+    return _Dropout.apply(x, p, None, True)
+
+
 def add_dropout(residual: Tensor, x: Tensor, p: float, training: bool = True) -> Tensor:
     """``residual + dropout(x, p, training)``, in one pass over the tensors on the fast path."""
     if not training or p <= 0.0:
@@ -134,6 +151,12 @@ class Dropout(nn.Dropout):
         if self.inplace:
             return super().forward(x)
         return dropout(x, self.p, self.training)
+
+    def after_relu(self, x: Tensor) -> Tensor:
+        """``self(relu(x))``, with the ReLU folded into the dropout mask on the fast path."""
+        if self.inplace:
+            return super().forward(F.relu(x))
+        return relu_dropout(x, self.p, self.training)
 
     def add_to(self, residual: Tensor, x: Tensor) -> Tensor:
         if self.inplace:

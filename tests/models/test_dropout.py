@@ -173,3 +173,26 @@ def test_t5_feed_forward_folds_relu_into_dropout(monkeypatch):
     torch.manual_seed(2)
     plain = ffn.fc_out(dropout(F.relu(ffn.fc_in(x)), 0.2))
     torch.testing.assert_close(fused, plain)
+
+
+def test_attention_skips_the_empty_row_guard_only_where_no_row_can_be_empty(monkeypatch):
+    from lmlab.models import blocks
+
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 4, 8) for _ in range(3))
+    guarded = []
+    real = blocks._safe_softmax
+    monkeypatch.setattr(blocks, "_safe_softmax", lambda s, dim: guarded.append(s.shape) or real(s, dim))
+    bias = torch.randn(1, 3, 4, 4)
+    bias[..., 0, :] = torch.finfo(torch.float32).min  # T5's causal bias style: finite, no -inf
+    out = blocks.attention_with_dropout(q, k, v, bias, False, 1.0, 0.0)
+    torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=1.0))
+    blocks.attention_with_dropout(q, k, v, None, True, None, 0.0)  # causal, as many keys as queries
+    assert guarded == []
+    padded = torch.zeros(2, 1, 1, 4)
+    padded[1, ..., :] = float("-inf")  # a row with every key masked
+    out = blocks.attention_with_dropout(q, k, v, padded, False, None, 0.0)
+    assert guarded and out[1].abs().sum() == 0 and torch.isfinite(out).all()
+    guarded.clear()
+    blocks.attention_with_dropout(q, k[:, :, :2], v[:, :, :2], None, True, None, 0.0)  # fewer keys
+    assert guarded

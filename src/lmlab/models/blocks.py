@@ -345,7 +345,11 @@ def _may_mask_whole_rows(mask: Tensor | None, is_causal: bool, q_len: int, k_len
     data-dependent branch: always the safe softmax."""
     if torch.compiler.is_compiling() or (is_causal and q_len > k_len):
         return True
-    return mask is not None and bool(torch.isneginf(mask).any())
+    if mask is None:
+        return False
+    has_inf = torch.isneginf(mask).any()
+    # the model calls this on the CPU only: there the answer is read through NumPy (no device read)
+    return bool(has_inf.numpy() if has_inf.device.type == "cpu" else has_inf)
 
 
 def _safe_softmax(scores: Tensor, dim: int) -> Tensor:

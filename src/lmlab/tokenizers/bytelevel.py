@@ -26,6 +26,7 @@ from lmlab.errors import LmlabError
 from lmlab.tokenizers.base import Tokenizer
 from lmlab.tokenizers.bpe import bpe_segment, parse_hf_bpe
 from lmlab.tokenizers.counting import count_chunks, refine_counts
+from lmlab.tokenizers.ids_cache import IdsCache
 from lmlab.tokenizers.merge_trainer import learn_merges
 from lmlab.tokenizers.pretokenize import (
     BYTE_ENCODER,
@@ -54,7 +55,7 @@ class ByteLevelBPETokenizer(Tokenizer):
         #: Hugging Face option: a chunk that is itself in the vocabulary is one token, merges or not.
         self.ignore_merges = ignore_merges
         self._cache: dict[str, tuple[list[str], list[int]]] = {}
-        self._ids_cache: dict[str, list[int]] = {}
+        self._ids_cache = IdsCache(self._piece_ids)
 
     # ------------------------------------------------------------------ learner
     @classmethod
@@ -119,13 +120,18 @@ class ByteLevelBPETokenizer(Tokenizer):
         return out
 
     def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
-        """Text -> ids; the fast path (regex scan + cached chunk ids) when no template is added."""
+        """Text -> ids; the fast path when no template is added: the text is cut into
+        :func:`gpt2_pieces` (a whitespace run and the word after it; a simple pattern, about 3x
+        faster than GPT-2's) and each piece's ids are cached."""
         if add_special_tokens:
             return self.encode_plus(text).ids
-        return self._cached_ids(text, gpt2_regex().findall, self._chunk_ids)
+        return self._cached_ids(text, gpt2_pieces)
 
-    def _chunk_ids(self, chunk: str) -> list[int]:
-        return self._chunk(chunk)[1]
+    def _piece_ids(self, piece: str) -> list[int]:
+        """Ids of one :func:`gpt2_pieces` piece: those of its GPT-2 chunks (split alone, a piece
+        gives the chunks it gives in context)."""
+        chunk = self._chunk
+        return [i for c in gpt2_split(piece) for i in chunk(c)[1]]
 
     def _decode_tokens(self, tokens: list[str]) -> str:
         return from_byte_symbols("".join(tokens)).decode("utf-8", errors="replace")

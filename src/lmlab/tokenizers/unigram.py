@@ -32,10 +32,13 @@ from typing import Any
 
 from lmlab.errors import LmlabError
 from lmlab.tokenizers.base import Tokenizer, hf_special_tokens, roles_from_config
+from lmlab.tokenizers.ids_cache import IdsCache
 from lmlab.tokenizers.metaspace import SPACE, WHITESPACE_RUN, split_words, word_contents
 
 #: Penalty of the unknown piece below the lowest piece score (the value SentencePiece and HF use).
 UNK_PENALTY = 10.0
+#: What :attr:`UnigramTokenizer._prefix_score` gives a string that starts no piece.
+_NO_PIECE = object()
 
 
 class UnigramTokenizer(Tokenizer):
@@ -46,6 +49,8 @@ class UnigramTokenizer(Tokenizer):
     """
 
     algo = "unigram"
+    #: ``str.split`` also cuts at U+001C..U+001F (no White_Space) and not at a literal ``▁``.
+    _fast_split_unsafe = "\x1c\x1d\x1e\x1f" + SPACE
 
     def __init__(self, vocab: Sequence[str], scores: Sequence[float], special_tokens: Sequence[str] = (),
                  roles: dict | None = None):
@@ -58,10 +63,17 @@ class UnigramTokenizer(Tokenizer):
 
     def _build_index(self) -> None:
         self._score_of: dict[str, float] = dict(zip(self.vocab, self.scores))
+        #: every prefix of a piece -> its score when it is a piece itself, else None: Viterbi stops
+        #: extending a piece as soon as no piece starts that way
+        self._prefix_score: dict[str, float | None] = {}
+        for piece in self.vocab:
+            for k in range(1, len(piece)):
+                self._prefix_score.setdefault(piece[:k], None)
+        self._prefix_score.update(self._score_of)
         self._max_len = max((len(p) for p in self.vocab), default=1)
         self._unk_score = min(self.scores, default=0.0) - UNK_PENALTY
         self._cache: dict[str, list[tuple[str, int, int]]] = {}
-        self._ids_cache: dict[str, list[int]] = {}
+        self._ids_cache = IdsCache(self._word_ids)
 
     def add_special_tokens(self, tokens: Sequence[str]) -> list[int]:
         ids = super().add_special_tokens(tokens)
@@ -95,16 +107,18 @@ class UnigramTokenizer(Tokenizer):
         best = [0.0] + [None] * n
         back = [0] * (n + 1)  # start of the last piece of the best path ending here
         unk = [False] * (n + 1)
-        score_of, max_len, unk_score = self._score_of, self._max_len, self._unk_score
+        prefix_score, pieces, unk_score = self._prefix_score.get, self._score_of, self._unk_score
         for i in range(n):
             base = best[i]
-            for j in range(i + 1, min(n, i + max_len) + 1):
-                s = score_of.get(word[i:j])
+            for j in range(i + 1, n + 1):
+                s = prefix_score(word[i:j], _NO_PIECE)
+                if s is _NO_PIECE:  # no piece starts with word[i:j]
+                    break
                 if s is not None:
                     cand = base + s
                     if best[j] is None or cand > best[j]:
                         best[j], back[j], unk[j] = cand, i, False
-            if word[i] not in score_of:
+            if word[i] not in pieces:
                 cand = base + unk_score
                 if best[i + 1] is None or cand > best[i + 1]:
                     best[i + 1], back[i + 1], unk[i + 1] = cand, i, True
@@ -218,7 +232,7 @@ class UnigramTokenizer(Tokenizer):
     def _encode_ids(self, text: str) -> list[int]:
         """Viterbi ids of ``text`` with no offsets: the words of :func:`word_contents` (those of
         :func:`split_words` without positions), each word's ids cached (bounded)."""
-        return self._cached_ids(text, word_contents, self._word_ids)
+        return self._cached_ids(text, word_contents, str.split)
 
     def _word_ids(self, content: str) -> list[int]:
         """Ids of the word ``▁`` + ``content``."""

@@ -128,8 +128,8 @@ class Tokenizer(ABC):
     """Base class of all lmlab tokenizers. See the module docstring for the subclass contract."""
 
     algo: ClassVar[str] = ""
-    #: Characters on which the ``fast_split`` given to :meth:`_cached_ids` would cut a text
-    #: differently from its exact ``split``.
+    #: The characters (a regular-expression character-class body) with which the ``fast_split``
+    #: given to :meth:`_cached_ids` might cut a text differently from its exact ``split``.
     _fast_split_unsafe: ClassVar[str] = ""
 
     def __init__(self, vocab: Sequence[str], special_tokens: Sequence[str] = (), roles: dict | None = None):
@@ -162,8 +162,8 @@ class Tokenizer(ABC):
             alts = sorted(self.special_tokens, key=len, reverse=True)
             self._special_re = regex.compile("|".join(regex.escape(t) for t in alts))
         # a text with none of these characters holds no special token and may take the fast split
-        starts = "".join(sorted({t[:1] for t in self.special_tokens} | set(self._fast_split_unsafe)))
-        self._slow_path_char = re.compile(f"[{re.escape(starts)}]").search if starts else None
+        unsafe = re.escape("".join(sorted({t[:1] for t in self.special_tokens}))) + self._fast_split_unsafe
+        self._slow_path_char = re.compile(f"[{unsafe}]").search if unsafe else None
 
     # ----------------------------------------------------------------- subclass contract
     @classmethod
@@ -271,7 +271,7 @@ class Tokenizer(ABC):
         rest cut into words by ``split``, each word's ids from ``self._ids_cache`` (an
         :class:`IdsCache`, which computes and stores the words it lacks).
 
-        A text without any character that starts a special token or is ``_fast_split_unsafe``
+        A text without any character that starts a special token or is in ``_fast_split_unsafe``
         (one cheap search) is cut by ``fast_split`` (default ``split``) in one go, and its ids are
         gathered from the cache at C speed."""
         words = self._ids_cache.__getitem__

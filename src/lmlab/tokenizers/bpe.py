@@ -74,7 +74,7 @@ class CharBPETokenizer(Tokenizer):
 
     algo = "bpe"
     #: ``str.split`` cuts words also at U+001C..U+001F, which are no Unicode White_Space.
-    _fast_split_unsafe = "\x1c\x1d\x1e\x1f"
+    _fast_split_unsafe = r"\x1c-\x1f"
 
     def __init__(self, vocab: Sequence[str], merges: Sequence[tuple[str, str]],
                  special_tokens: Sequence[str] = (), roles: dict | None = None):

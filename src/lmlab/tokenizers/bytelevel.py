@@ -31,6 +31,7 @@ from lmlab.tokenizers.merge_trainer import learn_merges
 from lmlab.tokenizers.pretokenize import (
     BYTE_ENCODER,
     from_byte_symbols,
+    gpt2_ascii_regex,
     gpt2_pieces,
     gpt2_regex,
     gpt2_split,
@@ -44,6 +45,8 @@ class ByteLevelBPETokenizer(Tokenizer):
     """GPT-2 style byte-level BPE: no unknown token, exact round trip of any text."""
 
     algo = "bytelevel"
+    #: the fast split (:func:`gpt2_ascii_regex`) is GPT-2's only on ASCII text
+    _fast_split_unsafe = r"\x80-\U0010ffff"
 
     def __init__(self, vocab: Sequence[str], merges: Sequence[tuple[str, str]],
                  special_tokens: Sequence[str] = (), roles: dict | None = None, ignore_merges: bool = False):
@@ -55,7 +58,7 @@ class ByteLevelBPETokenizer(Tokenizer):
         #: Hugging Face option: a chunk that is itself in the vocabulary is one token, merges or not.
         self.ignore_merges = ignore_merges
         self._cache: dict[str, tuple[list[str], list[int]]] = {}
-        self._ids_cache = IdsCache(self._piece_ids)
+        self._ids_cache = IdsCache(self._chunk_ids)
 
     # ------------------------------------------------------------------ learner
     @classmethod
@@ -84,15 +87,18 @@ class ByteLevelBPETokenizer(Tokenizer):
         hit = self._cache.get(chunk)
         if hit is not None:
             return hit
-        symbols = to_byte_symbols(chunk)
-        if self.ignore_merges and symbols in self.token_to_id:
-            toks = [symbols]
-        else:
-            toks = bpe_segment(list(symbols), self.ranks)
+        toks = self._chunk_tokens(chunk)
         hit = (toks, [self.id_of(t) for t in toks])
         if len(self._cache) < _CACHE_LIMIT:
             self._cache[chunk] = hit
         return hit
+
+    def _chunk_tokens(self, chunk: str) -> list[str]:
+        """Tokens of one pre-token (not cached)."""
+        symbols = to_byte_symbols(chunk)
+        if self.ignore_merges and symbols in self.token_to_id:
+            return [symbols]
+        return bpe_segment(list(symbols), self.ranks)
 
     def _segment(self, text: str) -> list[tuple[str, int, int]]:
         out = []
@@ -120,18 +126,17 @@ class ByteLevelBPETokenizer(Tokenizer):
         return out
 
     def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
-        """Text -> ids; the fast path when no template is added: the text is cut into
-        :func:`gpt2_pieces` (a whitespace run and the word after it; a simple pattern, about 3x
-        faster than GPT-2's) and each piece's ids are cached."""
+        """Text -> ids; the fast path when no template is added: GPT-2 chunks (found by the
+        quicker :func:`gpt2_ascii_regex` in ASCII text), each chunk's ids cached."""
         if add_special_tokens:
             return self.encode_plus(text).ids
-        return self._cached_ids(text, gpt2_pieces)
+        return self._cached_ids(text, gpt2_regex().findall, gpt2_ascii_regex().findall)
 
-    def _piece_ids(self, piece: str) -> list[int]:
-        """Ids of one :func:`gpt2_pieces` piece: those of its GPT-2 chunks (split alone, a piece
-        gives the chunks it gives in context)."""
-        chunk = self._chunk
-        return [i for c in gpt2_split(piece) for i in chunk(c)[1]]
+    def _chunk_ids(self, chunk: str) -> list[int]:
+        """Ids of one pre-token (what the ids cache stores)."""
+        toks = self._chunk_tokens(chunk)
+        ids = list(map(self.token_to_id.get, toks))
+        return [self.id_of(t) for t in toks] if None in ids else ids
 
     def _decode_tokens(self, tokens: list[str]) -> str:
         return from_byte_symbols("".join(tokens)).decode("utf-8", errors="replace")

@@ -50,7 +50,7 @@ class UnigramTokenizer(Tokenizer):
 
     algo = "unigram"
     #: ``str.split`` also cuts at U+001C..U+001F (no White_Space) and not at a literal ``▁``.
-    _fast_split_unsafe = "\x1c\x1d\x1e\x1f" + SPACE
+    _fast_split_unsafe = r"\x1c-\x1f" + SPACE
 
     def __init__(self, vocab: Sequence[str], scores: Sequence[float], special_tokens: Sequence[str] = (),
                  roles: dict | None = None):

@@ -30,7 +30,7 @@ class IdsCache(dict):
         self.limit = limit
 
     def __missing__(self, word: str) -> list[int]:
-        ids = self.compute(word)
+        ids = tuple(self.compute(word))
         if len(self) >= self.limit:
             self.clear()
         self[word] = ids

@@ -241,6 +241,11 @@ class Tokenizer(ABC):
         return self.unk_id
 
     # ----------------------------------------------------------------- encoding
+    def _token_ids(self, tokens: list[str]) -> list[int]:
+        """Ids of ``tokens`` as :meth:`id_of` gives them (one C lookup each unless one is unknown)."""
+        ids = list(map(self.token_to_id.get, tokens))
+        return [self.id_of(t) for t in tokens] if None in ids else ids
+
     def _split_specials(self, text: str) -> list[tuple[str, int, bool]]:
         """Split text into (piece, start, is_special) around special tokens written literally."""
         if not self._special_re or not text:

@@ -159,9 +159,7 @@ class CharBPETokenizer(Tokenizer):
 
     def _word_ids(self, word: str) -> list[int]:
         """Ids of one whitespace-free word (as ``_segment`` + ``id_of``: unknown tokens -> unk)."""
-        toks = bpe_segment([*word, END_OF_WORD], self.ranks)
-        ids = list(map(self.token_to_id.get, toks))
-        return [self.id_of(t) for t in toks] if None in ids else ids
+        return self._token_ids(bpe_segment([*word, END_OF_WORD], self.ranks))
 
     def _decode_tokens(self, tokens: list[str]) -> str:
         """Tokens joined; each ``_`` becomes a space, except that the text does not end with one."""

@@ -134,9 +134,7 @@ class ByteLevelBPETokenizer(Tokenizer):
 
     def _chunk_ids(self, chunk: str) -> list[int]:
         """Ids of one pre-token (what the ids cache stores)."""
-        toks = self._chunk_tokens(chunk)
-        ids = list(map(self.token_to_id.get, toks))
-        return [self.id_of(t) for t in toks] if None in ids else ids
+        return self._token_ids(self._chunk_tokens(chunk))
 
     def _decode_tokens(self, tokens: list[str]) -> str:
         return from_byte_symbols("".join(tokens)).decode("utf-8", errors="replace")

@@ -236,7 +236,7 @@ class UnigramTokenizer(Tokenizer):
 
     def _word_ids(self, content: str) -> list[int]:
         """Ids of the word ``▁`` + ``content``."""
-        return [self.id_of(t) for t, _, _ in self._viterbi(SPACE + content)]
+        return self._token_ids([t for t, _, _ in self._viterbi(SPACE + content)])
 
     def _decode_tokens(self, tokens: list[str]) -> str:
         text = "".join(tokens).replace(SPACE, " ")

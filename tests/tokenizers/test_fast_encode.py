@@ -16,6 +16,7 @@ from lmlab.tokenizers import train_tokenizer
 from lmlab.tokenizers.bpe import bpe_segment
 from lmlab.tokenizers.ids_cache import IdsCache
 from lmlab.tokenizers.pretokenize import gpt2_ascii_regex, gpt2_split
+from tests.tokenizers.cache_checks import check_cached_encode
 
 ALGOS = ["bpe", "bytelevel", "wordpiece", "unigram"]
 
@@ -55,6 +56,10 @@ def test_tricky_texts_give_the_generic_ids_cold_and_warm(tok):
     assert [tok.encode(t) for t in TRICKY] == expected
     assert [tok.encode(t) for t in TRICKY] == expected  # from the cache
     assert tok.encode_many(TRICKY * 3, workers=2, chunk_size=7) == expected * 3
+
+
+def test_cache_eviction_keeps_the_ids(tok, wikitext_valid_lines):
+    check_cached_encode(tok, wikitext_valid_lines[:150] + TRICKY)
 
 
 def test_tricky_texts_give_hugging_faces_ids(tok, tok_hf):

@@ -167,3 +167,24 @@ def test_ascii_gpt2_pattern_on_every_ascii_character_in_context():
     for c in map(chr, range(128)):
         for text in (c, f"a{c}b", f" {c}{c} ", f"'{c}s 1{c}2", f"x  {c}\n"):
             assert gpt2_ascii_regex().findall(text) == gpt2_split(text), repr(text)
+
+
+def test_piece_trie_holds_every_piece_and_prefix_and_nothing_else():
+    from lmlab.tokenizers.unigram import _LEAF, piece_trie
+
+    scores = {"\u2581t": -1.0, "\u2581to": -2.0, "\u2581tob": -5.0, "o": -3.0, "b": -4.0, "x": -6.0}
+    trie = piece_trie(scores)
+
+    def walk(s):
+        children, entry = trie, None
+        for ch in s:
+            entry = children.get(ch)
+            if entry is None:
+                return "absent"
+            children = entry[1]
+        return entry[0]
+
+    assert {p: walk(p) for p in scores} == scores
+    assert walk("\u2581") is None  # only starts pieces
+    assert walk("\u2581tobe") == walk("ob") == walk("y") == "absent"
+    assert trie["x"][1] is _LEAF and _LEAF == {}

@@ -37,8 +37,29 @@ from lmlab.tokenizers.metaspace import SPACE, WHITESPACE_RUN, split_words, word_
 
 #: Penalty of the unknown piece below the lowest piece score (the value SentencePiece and HF use).
 UNK_PENALTY = 10.0
-#: What :attr:`UnigramTokenizer._prefix_score` gives a string that starts no piece.
-_NO_PIECE = object()
+#: The children of a trie node that has none (shared, never written).
+_LEAF: dict = {}
+
+
+def piece_trie(score_of: dict[str, float]) -> dict[str, list]:
+    """The pieces as a character trie: ``trie[c]`` is ``[score, children]`` for the string ``c``
+    (score None when it only starts longer pieces), ``children[c2]`` the same for ``c + c2``...
+    Walking a word character by character finds every piece that starts at a position without
+    slicing or hashing a new string per length, and stops where no piece continues."""
+    root: dict[str, list] = {}
+    for piece, score in score_of.items():
+        children, entry = root, None
+        for ch in piece:
+            if entry is not None:
+                if entry[1] is _LEAF:
+                    entry[1] = {}
+                children = entry[1]
+            entry = children.get(ch)
+            if entry is None:
+                entry = children[ch] = [None, _LEAF]
+        if entry is not None:
+            entry[0] = score
+    return root
 
 
 class UnigramTokenizer(Tokenizer):
@@ -63,13 +84,7 @@ class UnigramTokenizer(Tokenizer):
 
     def _build_index(self) -> None:
         self._score_of: dict[str, float] = dict(zip(self.vocab, self.scores))
-        #: every prefix of a piece -> its score when it is a piece itself, else None: Viterbi stops
-        #: extending a piece as soon as no piece starts that way
-        self._prefix_score: dict[str, float | None] = {}
-        for piece in self.vocab:
-            for k in range(1, len(piece)):
-                self._prefix_score.setdefault(piece[:k], None)
-        self._prefix_score.update(self._score_of)
+        self._trie = piece_trie(self._score_of)
         self._max_len = max((len(p) for p in self.vocab), default=1)
         self._unk_score = min(self.scores, default=0.0) - UNK_PENALTY
         self._cache: dict[str, list[tuple[str, int, int]]] = {}
@@ -107,13 +122,16 @@ class UnigramTokenizer(Tokenizer):
         best = [0.0] + [None] * n
         back = [0] * (n + 1)  # start of the last piece of the best path ending here
         unk = [False] * (n + 1)
-        prefix_score, pieces, unk_score = self._prefix_score.get, self._score_of, self._unk_score
+        trie, pieces, max_len, unk_score = self._trie, self._score_of, self._max_len, self._unk_score
         for i in range(n):
             base = best[i]
-            for j in range(i + 1, n + 1):
-                s = prefix_score(word[i:j], _NO_PIECE)
-                if s is _NO_PIECE:  # no piece starts with word[i:j]
+            children, j = trie, i
+            for ch in word[i:i + max_len]:  # the pieces starting at i, shortest first
+                entry = children.get(ch)
+                if entry is None:  # no piece starts with word[i:j + 1]
                     break
+                j += 1
+                s, children = entry
                 if s is not None:
                     cand = base + s
                     if best[j] is None or cand > best[j]:

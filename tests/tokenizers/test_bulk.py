@@ -138,9 +138,15 @@ def test_the_garbage_collector_is_restored(tok, lines, monkeypatch):
     import gc
 
     monkeypatch.setattr(bulk, "can_fork", lambda: True)
+    seen = []
+    encode = tok.encode
+    monkeypatch.setattr(tok, "encode", lambda text: seen.append(gc.isenabled()) or encode(text))
     assert gc.isenabled()
-    tok.encode_many(lines[:100], workers=2, chunk_size=10)
-    assert gc.isenabled()
+    expected = [encode(t) for t in lines[:100]]
+    for chunk_size in (10, 1000):  # workers, and in-process (one chunk)
+        assert tok.encode_many(lines[:100], workers=2, chunk_size=chunk_size) == expected
+        assert gc.isenabled()
+    assert seen and not any(seen)  # paused in the caller while it encoded
     gc.disable()
     try:
         tok.encode_many(lines[:100], workers=2, chunk_size=10)

@@ -317,9 +317,11 @@ class Tokenizer(ABC):
         """Encode many texts (no special tokens added), on ``workers`` processes.
 
         ``workers`` defaults to the CPUs this process may use; inputs of at most one chunk
-        (``chunk_size`` texts) stay in-process. Every process, this one included, takes the next
-        chunk until none is left; on Linux the workers are forked copies of this process (see
-        :mod:`lmlab.tokenizers.bulk`). The result equals ``[self.encode(t) for t in texts]``.
+        (``chunk_size`` texts) stay in-process. Every process, this one included, encodes its own
+        contiguous share of the chunks, then takes chunks left in the others' shares; on Linux the
+        workers are forked copies of this process (see :mod:`lmlab.tokenizers.bulk`). The cyclic
+        garbage collector is paused for the call. The result equals
+        ``[self.encode(t) for t in texts]``.
         """
         if not isinstance(chunk_size, int) or chunk_size < 1:
             raise LmlabError(f"chunk_size must be a positive integer, got {chunk_size!r}",
@@ -335,10 +337,11 @@ class Tokenizer(ABC):
         workers = max(1, min(workers, -(-len(texts) // chunk_size)))
         from multiprocessing import current_process
 
-        if workers == 1 or current_process().daemon:  # a pool's worker may not start processes
-            return [self.encode(t) for t in texts]
-        from lmlab.tokenizers.bulk import encode_parallel
+        from lmlab.tokenizers.bulk import encode_parallel, gc_paused
 
+        if workers == 1 or current_process().daemon:  # a pool's worker may not start processes
+            with gc_paused():
+                return [self.encode(t) for t in texts]
         return encode_parallel(self, texts, workers, chunk_size)
 
     def convert_ids_to_tokens(self, ids: Iterable[int]) -> list[str]:

@@ -135,7 +135,7 @@ def can_fork() -> bool:
 
 
 @contextmanager
-def _gc_paused():
+def gc_paused():
     """Pause the cyclic garbage collector (the caller's, and so the forked workers'), then restore it."""
     was_enabled = gc.isenabled()
     gc.disable()
@@ -149,7 +149,7 @@ def _gc_paused():
 def encode_parallel(tok, texts: Sequence[str], workers: int, chunk_size: int) -> list[list[int]]:
     """``[tok.encode(t) for t in texts]`` on ``workers`` processes (the caller's included)."""
     bounds = [(a, min(a + chunk_size, len(texts))) for a in range(0, len(texts), chunk_size)]
-    with _gc_paused():
+    with gc_paused():
         if can_fork():
             chunks = _forked(tok, texts, bounds, workers)
         else:

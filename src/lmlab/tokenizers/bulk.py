@@ -120,8 +120,11 @@ def _picklable(e: BaseException) -> BaseException:
 
 
 def _set_tokenizer(tok) -> None:
+    """A spawned worker's start: it holds the tokenizer and, like a forked one, runs without the
+    cyclic garbage collector (the pool's processes only encode)."""
     global _JOB
     _JOB = (tok, None, None, None)
+    gc.disable()
 
 
 def _encode_chunk(texts: list[str]) -> Packed:

@@ -78,6 +78,14 @@ def test_the_fast_split_is_refused_where_it_would_cut_differently(tok):
     assert tok._slow_path_char("plain ascii, no specials.") is None
 
 
+def test_a_text_that_is_no_string_is_a_one_line_error(tok):
+    from lmlab.errors import LmlabError
+
+    for bad in (None, b"to be", 5):
+        with pytest.raises(LmlabError, match="encode takes a string, got"):
+            tok.encode(bad)
+
+
 def test_a_returned_list_is_the_callers_own(tok):
     ids = tok.encode("to be or not to be")
     ids.append(-1)

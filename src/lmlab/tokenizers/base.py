@@ -281,7 +281,12 @@ class Tokenizer(ABC):
         gathered from the cache at C speed."""
         words = self._ids_cache.__getitem__
         find = self._slow_path_char
-        if find is None or find(text) is None:
+        try:
+            fast = find is None or find(text) is None
+        except TypeError:
+            raise LmlabError(f"encode takes a string, got {type(text).__name__}",
+                             "pass the text as str (decode bytes first)") from None
+        if fast:
             return list(chain.from_iterable(map(words, (fast_split or split)(text))))
         ids: list[int] = []
         for piece, _, special in self._split_specials(text):

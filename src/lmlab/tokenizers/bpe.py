@@ -48,8 +48,9 @@ def bpe_segment(symbols: list[str], ranks: dict[tuple[str, str], int]) -> list[s
     (the leftmost of equal ones), as Hugging Face's BPE model does.
 
     The ranks of the adjacent pairs are kept in a list that each merge updates in place (only the
-    two pairs around the new symbol change); ``min`` and ``index`` find the next merge in C. Since
-    a rank belongs to one pair and a merge never re-forms its own pair, this merges every
+    two pairs around the new symbol change); ``min`` and ``index`` find the next merge in C. A
+    rank belongs to one pair and a merge never re-forms its own pair, so when every merge ranks
+    below the merges that use its result (as the learner makes them) this merges every
     occurrence of a pair, left to right, before the next pair: the lecture's algorithm."""
     parts = list(symbols)
     rank_of = ranks.get

@@ -10,9 +10,9 @@ def check_cached_encode(tok, lines: list[str]) -> None:
     tok._ids_cache.clear()
     assert [tok.encode(line) for line in lines] == generic  # filling the cache
     assert [tok.encode(line) for line in lines] == generic  # hitting it
-    limit = tok._ids_cache_limit
+    limit = tok._ids_cache.limit
     try:
-        tok._ids_cache_limit = 40
+        tok._ids_cache.limit = 40
         tok._ids_cache.clear()
         sizes = []
         for line, expected in zip(lines, generic):
@@ -20,5 +20,5 @@ def check_cached_encode(tok, lines: list[str]) -> None:
             assert tok.encode(line) == expected
         assert max(sizes) <= 40 and len(set(sizes)) > 10
     finally:
-        tok._ids_cache_limit = limit
+        tok._ids_cache.limit = limit
         tok._ids_cache.clear()

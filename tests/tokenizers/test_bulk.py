@@ -81,3 +81,75 @@ def test_inside_a_pool_worker_encode_many_stays_in_process(tok, lines):
     with get_context("fork").Pool(1) as pool:  # daemonic: may not start processes of its own
         got = pool.apply(_encode_many_in_a_worker, (tok, lines[:40]))
     assert got == [tok.encode(line) for line in lines[:40]]
+
+
+def test_schedule_gives_each_process_its_stretch_then_steals_from_the_largest():
+    from multiprocessing import get_context
+
+    schedule = bulk.Schedule(get_context("fork"), 10, 3)  # stretches 0-2, 3-5, 6-9
+    first = schedule.chunks(0)
+    assert [next(first) for _ in range(3)] == [0, 1, 2]
+    assert next(first) == 9  # own stretch done: the back of the largest (6-9)
+    second = schedule.chunks(1)
+    assert next(second) == 3
+    taken = [0, 1, 2, 9, 3, *first, *second, *schedule.chunks(2)]
+    assert sorted(taken) == list(range(10))  # every chunk exactly once
+    assert list(schedule.chunks(2)) == []
+
+
+def _failing_in_workers(tok, monkeypatch, failure):
+    """Make ``tok.encode`` call ``failure()`` in a forked worker, and take its time in the caller
+    (so that the worker surely gets chunks of its own)."""
+    import os
+    import time
+
+    caller, encode = os.getpid(), tok.encode
+
+    def encode_or_fail(text, *args):
+        if os.getpid() != caller:
+            failure()
+        time.sleep(0.002)
+        return encode(text, *args)
+
+    monkeypatch.setattr(bulk, "can_fork", lambda: True)
+    monkeypatch.setattr(tok, "encode", encode_or_fail)
+
+
+def test_a_workers_error_reaches_the_caller(tok, lines, monkeypatch):
+    def fail():
+        raise LmlabError("token '\u2603' is not in the vocabulary", "train with [UNK]")
+
+    _failing_in_workers(tok, monkeypatch, fail)
+    with pytest.raises(LmlabError, match="is not in the vocabulary"):
+        tok.encode_many(lines[:200], workers=2, chunk_size=20)
+    assert bulk._JOB is None
+
+
+def test_a_dead_worker_is_an_error_not_a_hang(tok, lines, monkeypatch):
+    import os
+
+    monkeypatch.setattr(bulk, "_POLL_S", 0.05)
+    _failing_in_workers(tok, monkeypatch, lambda: os._exit(3))
+    with pytest.raises(RuntimeError, match=r"worker process died \(exit code 3\)"):
+        tok.encode_many(lines[:200], workers=2, chunk_size=20)
+
+
+def test_the_garbage_collector_is_restored(tok, lines, monkeypatch):
+    import gc
+
+    monkeypatch.setattr(bulk, "can_fork", lambda: True)
+    seen = []
+    encode = tok.encode
+    monkeypatch.setattr(tok, "encode", lambda text: seen.append(gc.isenabled()) or encode(text))
+    assert gc.isenabled()
+    expected = [encode(t) for t in lines[:100]]
+    for chunk_size in (10, 1000):  # workers, and in-process (one chunk)
+        assert tok.encode_many(lines[:100], workers=2, chunk_size=chunk_size) == expected
+        assert gc.isenabled()
+    assert seen and not any(seen)  # paused in the caller while it encoded
+    gc.disable()
+    try:
+        tok.encode_many(lines[:100], workers=2, chunk_size=10)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()

@@ -25,9 +25,11 @@ from __future__ import annotations
 
 import numbers
 import os
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from itertools import chain
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -35,6 +37,7 @@ import regex
 
 from lmlab.errors import LmlabError
 from lmlab.fileio import atomic_dir, write_json
+from lmlab.tokenizers.ids_cache import IdsCache
 
 FORMAT_VERSION = 1
 
@@ -121,15 +124,13 @@ class Encoding:
         return len(self.ids)
 
 
-#: Most words whose ids :meth:`Tokenizer._cached_ids` keeps; the cache is emptied when full.
-IDS_CACHE_LIMIT = 1 << 18
-
-
 class Tokenizer(ABC):
     """Base class of all lmlab tokenizers. See the module docstring for the subclass contract."""
 
     algo: ClassVar[str] = ""
-    _ids_cache_limit: int = IDS_CACHE_LIMIT
+    #: The characters (a regular-expression character-class body) with which the ``fast_split``
+    #: given to :meth:`_cached_ids` might cut a text differently from its exact ``split``.
+    _fast_split_unsafe: ClassVar[str] = ""
 
     def __init__(self, vocab: Sequence[str], special_tokens: Sequence[str] = (), roles: dict | None = None):
         self.vocab: list[str] = list(vocab)
@@ -160,6 +161,9 @@ class Tokenizer(ABC):
         if self.special_tokens:
             alts = sorted(self.special_tokens, key=len, reverse=True)
             self._special_re = regex.compile("|".join(regex.escape(t) for t in alts))
+        # a text with none of these characters holds no special token and may take the fast split
+        unsafe = re.escape("".join(sorted({t[:1] for t in self.special_tokens}))) + self._fast_split_unsafe
+        self._slow_path_char = re.compile(f"[{unsafe}]").search if unsafe else None
 
     # ----------------------------------------------------------------- subclass contract
     @classmethod
@@ -237,6 +241,11 @@ class Tokenizer(ABC):
         return self.unk_id
 
     # ----------------------------------------------------------------- encoding
+    def _token_ids(self, tokens: list[str]) -> list[int]:
+        """Ids of ``tokens`` as :meth:`id_of` gives them (one C lookup each unless one is unknown)."""
+        ids = list(map(self.token_to_id.get, tokens))
+        return [self.id_of(t) for t in tokens] if None in ids else ids
+
     def _split_specials(self, text: str) -> list[tuple[str, int, bool]]:
         """Split text into (piece, start, is_special) around special tokens written literally."""
         if not self._special_re or not text:
@@ -253,34 +262,38 @@ class Tokenizer(ABC):
 
     def __getstate__(self) -> dict:
         """Pickled (``encode_many``'s spawned workers) without its per-word caches (every
-        ``..._cache`` dict, emptied): a warm tokenizer would otherwise ship up to hundreds of
-        thousands of cached words to every worker."""
+        ``..._cache`` dict, emptied; an :class:`IdsCache` pickles empty by itself): a warm tokenizer
+        would otherwise ship up to hundreds of thousands of cached words to every worker."""
         state = self.__dict__.copy()
         for name, value in state.items():
-            if name.endswith("_cache") and isinstance(value, dict):
+            if name.endswith("_cache") and isinstance(value, dict) and not isinstance(value, IdsCache):
                 state[name] = {}
         return state
 
     def _cached_ids(self, text: str, split: Callable[[str], Iterable[str]],
-                    word_ids: Callable[[str], list[int]]) -> list[int]:
+                    fast_split: Callable[[str], Iterable[str]] | None = None) -> list[int]:
         """Ids of ``text`` with no offsets (the fast path of ``encode``): special tokens by id, the
-        rest cut into words by ``split``; each word's ids come from ``self._ids_cache``, else from
-        ``word_ids(word)`` and are stored (the cache is emptied when it holds
-        ``self._ids_cache_limit`` words)."""
-        cache, limit = self._ids_cache, self._ids_cache_limit
+        rest cut into words by ``split``, each word's ids from ``self._ids_cache`` (an
+        :class:`IdsCache`, which computes and stores the words it lacks).
+
+        A text without any character that starts a special token or is in ``_fast_split_unsafe``
+        (one cheap search) is cut by ``fast_split`` (default ``split``) in one go, and its ids are
+        gathered from the cache at C speed."""
+        words = self._ids_cache.__getitem__
+        find = self._slow_path_char
+        try:
+            fast = find is None or find(text) is None
+        except TypeError:
+            raise LmlabError(f"encode takes a string, got {type(text).__name__}",
+                             "pass the text as str (decode bytes first)") from None
+        if fast:
+            return list(chain.from_iterable(map(words, (fast_split or split)(text))))
         ids: list[int] = []
         for piece, _, special in self._split_specials(text):
             if special:
                 ids.append(self.token_to_id[piece])
-                continue
-            for word in split(piece):
-                hit = cache.get(word)
-                if hit is None:
-                    hit = word_ids(word)
-                    if len(cache) >= limit:
-                        cache.clear()
-                    cache[word] = hit
-                ids += hit
+            else:
+                ids += chain.from_iterable(map(words, split(piece)))
         return ids
 
     def tokenize_with_offsets(self, text: str) -> list[tuple[str, int, int]]:
@@ -309,9 +322,11 @@ class Tokenizer(ABC):
         """Encode many texts (no special tokens added), on ``workers`` processes.
 
         ``workers`` defaults to the CPUs this process may use; inputs of at most one chunk
-        (``chunk_size`` texts) stay in-process. Every process, this one included, takes the next
-        chunk until none is left; on Linux the workers are forked copies of this process (see
-        :mod:`lmlab.tokenizers.bulk`). The result equals ``[self.encode(t) for t in texts]``.
+        (``chunk_size`` texts) stay in-process. Every process, this one included, encodes its own
+        contiguous share of the chunks, then takes chunks left in the others' shares; on Linux the
+        workers are forked copies of this process (see :mod:`lmlab.tokenizers.bulk`). The cyclic
+        garbage collector is paused for the call. The result equals
+        ``[self.encode(t) for t in texts]``.
         """
         if not isinstance(chunk_size, int) or chunk_size < 1:
             raise LmlabError(f"chunk_size must be a positive integer, got {chunk_size!r}",
@@ -327,10 +342,11 @@ class Tokenizer(ABC):
         workers = max(1, min(workers, -(-len(texts) // chunk_size)))
         from multiprocessing import current_process
 
-        if workers == 1 or current_process().daemon:  # a pool's worker may not start processes
-            return [self.encode(t) for t in texts]
-        from lmlab.tokenizers.bulk import encode_parallel
+        from lmlab.tokenizers.bulk import encode_parallel, gc_paused
 
+        if workers == 1 or current_process().daemon:  # a pool's worker may not start processes
+            with gc_paused():
+                return [self.encode(t) for t in texts]
         return encode_parallel(self, texts, workers, chunk_size)
 
     def convert_ids_to_tokens(self, ids: Iterable[int]) -> list[str]:

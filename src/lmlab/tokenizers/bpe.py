@@ -24,12 +24,13 @@ decodes.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from itertools import chain
+from itertools import chain, repeat
 from typing import Any
 
 from lmlab.errors import LmlabError
 from lmlab.tokenizers.base import Tokenizer, hf_special_tokens, hf_vocab_by_id, roles_from_config
 from lmlab.tokenizers.counting import count_chunks
+from lmlab.tokenizers.ids_cache import IdsCache
 from lmlab.tokenizers.merge_trainer import learn_merges
 from lmlab.tokenizers.pretokenize import WORD_RE, whitespace_split
 
@@ -38,28 +39,34 @@ END_OF_WORD = "_"
 _WORD_END_PATTERN = r"(?<=\S)(?!\S)"
 
 
+#: Rank of a pair that no merge joins (above every real rank).
+_NO_MERGE = 1 << 62
+
+
 def bpe_segment(symbols: list[str], ranks: dict[tuple[str, str], int]) -> list[str]:
-    """Apply merges to ``symbols`` in rank order: merge every occurrence of the lowest-ranked pair, repeat."""
+    """Apply merges to ``symbols`` in rank order: repeatedly merge the lowest-ranked adjacent pair
+    (the leftmost of equal ones), as Hugging Face's BPE model does.
+
+    The ranks of the adjacent pairs are kept in a list that each merge updates in place (only the
+    two pairs around the new symbol change); ``min`` and ``index`` find the next merge in C. A
+    rank belongs to one pair and a merge never re-forms its own pair, so when every merge ranks
+    below the merges that use its result (as the learner makes them) this merges every
+    occurrence of a pair, left to right, before the next pair: the lecture's algorithm."""
     parts = list(symbols)
-    while len(parts) > 1:
-        best, best_rank = None, None
-        for pair in zip(parts, parts[1:]):
-            r = ranks.get(pair)
-            if r is not None and (best_rank is None or r < best_rank):
-                best, best_rank = pair, r
-        if best is None:
+    rank_of = ranks.get
+    pair_ranks = list(map(rank_of, zip(parts, parts[1:]), repeat(_NO_MERGE)))
+    while pair_ranks:
+        best = min(pair_ranks)
+        if best == _NO_MERGE:
             break
-        a, b = best
-        merged = a + b
-        out, i, n = [], 0, len(parts)
-        while i < n:
-            if i < n - 1 and parts[i] == a and parts[i + 1] == b:
-                out.append(merged)
-                i += 2
-            else:
-                out.append(parts[i])
-                i += 1
-        parts = out
+        i = pair_ranks.index(best)
+        merged = parts[i] + parts.pop(i + 1)
+        parts[i] = merged
+        del pair_ranks[i]
+        if i:
+            pair_ranks[i - 1] = rank_of((parts[i - 1], merged), _NO_MERGE)
+        if i < len(pair_ranks):
+            pair_ranks[i] = rank_of((merged, parts[i + 1]), _NO_MERGE)
     return parts
 
 
@@ -67,6 +74,8 @@ class CharBPETokenizer(Tokenizer):
     """Character BPE with end-of-word ``_`` (lecture / Sennrich et al. 2016)."""
 
     algo = "bpe"
+    #: ``str.split`` cuts words also at U+001C..U+001F, which are no Unicode White_Space.
+    _fast_split_unsafe = r"\x1c-\x1f"
 
     def __init__(self, vocab: Sequence[str], merges: Sequence[tuple[str, str]],
                  special_tokens: Sequence[str] = (), roles: dict | None = None):
@@ -76,7 +85,7 @@ class CharBPETokenizer(Tokenizer):
         for r, m in enumerate(self.merges):
             self.ranks.setdefault(m, r)
         self._cache: dict[str, list[str]] = {}
-        self._ids_cache: dict[str, list[int]] = {}
+        self._ids_cache = IdsCache(self._word_ids)
 
     def add_special_tokens(self, tokens: Sequence[str]) -> list[int]:
         ids = super().add_special_tokens(tokens)
@@ -147,15 +156,11 @@ class CharBPETokenizer(Tokenizer):
         """Text -> ids; the same ids as the base class, with the ids of each word cached (bounded)."""
         if add_special_tokens:
             return super().encode(text, add_special_tokens=True)
-        return self._cached_ids(text, WORD_RE.findall, self._word_ids)
+        return self._cached_ids(text, WORD_RE.findall, str.split)
 
     def _word_ids(self, word: str) -> list[int]:
         """Ids of one whitespace-free word (as ``_segment`` + ``id_of``: unknown tokens -> unk)."""
-        vocab, ids = self.token_to_id, []
-        for tok in bpe_segment([*word, END_OF_WORD], self.ranks):
-            i = vocab.get(tok)
-            ids.append(self.id_of(tok) if i is None else i)
-        return ids
+        return self._token_ids(bpe_segment([*word, END_OF_WORD], self.ranks))
 
     def _decode_tokens(self, tokens: list[str]) -> str:
         """Tokens joined; each ``_`` becomes a space, except that the text does not end with one."""

@@ -26,10 +26,12 @@ from lmlab.errors import LmlabError
 from lmlab.tokenizers.base import Tokenizer
 from lmlab.tokenizers.bpe import bpe_segment, parse_hf_bpe
 from lmlab.tokenizers.counting import count_chunks, refine_counts
+from lmlab.tokenizers.ids_cache import IdsCache
 from lmlab.tokenizers.merge_trainer import learn_merges
 from lmlab.tokenizers.pretokenize import (
     BYTE_ENCODER,
     from_byte_symbols,
+    gpt2_ascii_regex,
     gpt2_pieces,
     gpt2_regex,
     gpt2_split,
@@ -43,6 +45,8 @@ class ByteLevelBPETokenizer(Tokenizer):
     """GPT-2 style byte-level BPE: no unknown token, exact round trip of any text."""
 
     algo = "bytelevel"
+    #: the fast split (:func:`gpt2_ascii_regex`) is GPT-2's only on ASCII text
+    _fast_split_unsafe = r"\x80-\U0010ffff"
 
     def __init__(self, vocab: Sequence[str], merges: Sequence[tuple[str, str]],
                  special_tokens: Sequence[str] = (), roles: dict | None = None, ignore_merges: bool = False):
@@ -54,7 +58,7 @@ class ByteLevelBPETokenizer(Tokenizer):
         #: Hugging Face option: a chunk that is itself in the vocabulary is one token, merges or not.
         self.ignore_merges = ignore_merges
         self._cache: dict[str, tuple[list[str], list[int]]] = {}
-        self._ids_cache: dict[str, list[int]] = {}
+        self._ids_cache = IdsCache(self._chunk_ids)
 
     # ------------------------------------------------------------------ learner
     @classmethod
@@ -83,15 +87,18 @@ class ByteLevelBPETokenizer(Tokenizer):
         hit = self._cache.get(chunk)
         if hit is not None:
             return hit
-        symbols = to_byte_symbols(chunk)
-        if self.ignore_merges and symbols in self.token_to_id:
-            toks = [symbols]
-        else:
-            toks = bpe_segment(list(symbols), self.ranks)
+        toks = self._chunk_tokens(chunk)
         hit = (toks, [self.id_of(t) for t in toks])
         if len(self._cache) < _CACHE_LIMIT:
             self._cache[chunk] = hit
         return hit
+
+    def _chunk_tokens(self, chunk: str) -> list[str]:
+        """Tokens of one pre-token (not cached)."""
+        symbols = to_byte_symbols(chunk)
+        if self.ignore_merges and symbols in self.token_to_id:
+            return [symbols]
+        return bpe_segment(list(symbols), self.ranks)
 
     def _segment(self, text: str) -> list[tuple[str, int, int]]:
         out = []
@@ -119,13 +126,15 @@ class ByteLevelBPETokenizer(Tokenizer):
         return out
 
     def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
-        """Text -> ids; the fast path (regex scan + cached chunk ids) when no template is added."""
+        """Text -> ids; the fast path when no template is added: GPT-2 chunks (found by the
+        quicker :func:`gpt2_ascii_regex` in ASCII text), each chunk's ids cached."""
         if add_special_tokens:
             return self.encode_plus(text).ids
-        return self._cached_ids(text, gpt2_regex().findall, self._chunk_ids)
+        return self._cached_ids(text, gpt2_regex().findall, gpt2_ascii_regex().findall)
 
     def _chunk_ids(self, chunk: str) -> list[int]:
-        return self._chunk(chunk)[1]
+        """Ids of one pre-token (what the ids cache stores)."""
+        return self._token_ids(self._chunk_tokens(chunk))
 
     def _decode_tokens(self, tokens: list[str]) -> str:
         return from_byte_symbols("".join(tokens)).decode("utf-8", errors="replace")

@@ -71,6 +71,22 @@ def gpt2_regex() -> regex.Pattern:
                          rf"""|{spaces}+(?!{not_space})|{spaces}+""", regex.V1)
 
 
+def _ascii_class(ranges: tuple[tuple[int, int], ...]) -> str:
+    """The ASCII members of a frozen table as a character-class body."""
+    return "".join(re.escape(chr(c)) for a, b in ranges for c in range(a, min(b, 127) + 1))
+
+
+@functools.cache
+def gpt2_ascii_regex() -> re.Pattern:
+    """GPT-2's pattern for ASCII text only: the frozen classes' ASCII members, compiled by ``re``
+    (about 2x faster than :func:`gpt2_regex`). On a text of ASCII characters it finds exactly the
+    chunks :func:`gpt2_split` finds, since no other character can occur in it."""
+    letters, numbers, spaces = _ascii_class(LETTERS), _ascii_class(NUMBERS), _ascii_class(WHITESPACE)
+    other = f"[^{spaces}{letters}{numbers}]"
+    return re.compile(rf"""'s|'t|'re|'ve|'m|'ll|'d| ?[{letters}]+| ?[{numbers}]+| ?{other}+"""
+                      rf"""|[{spaces}]+(?![^{spaces}])|[{spaces}]+""")
+
+
 #: Whitespace-separated words; ``\s`` here is Unicode White_Space, the same set as Rust's
 #: ``char::is_whitespace`` used by Hugging Face's ``WhitespaceSplit`` (``str.split`` differs: it
 #: also splits on U+001C..U+001F).

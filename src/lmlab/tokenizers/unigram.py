@@ -32,10 +32,34 @@ from typing import Any
 
 from lmlab.errors import LmlabError
 from lmlab.tokenizers.base import Tokenizer, hf_special_tokens, roles_from_config
+from lmlab.tokenizers.ids_cache import IdsCache
 from lmlab.tokenizers.metaspace import SPACE, WHITESPACE_RUN, split_words, word_contents
 
 #: Penalty of the unknown piece below the lowest piece score (the value SentencePiece and HF use).
 UNK_PENALTY = 10.0
+#: The children of a trie node that has none (shared, never written).
+_LEAF: dict = {}
+
+
+def piece_trie(score_of: dict[str, float]) -> dict[str, list]:
+    """The pieces as a character trie: ``trie[c]`` is ``[score, children]`` for the string ``c``
+    (score None when it only starts longer pieces), ``children[c2]`` the same for ``c + c2``...
+    Walking a word character by character finds every piece that starts at a position without
+    slicing or hashing a new string per length, and stops where no piece continues."""
+    root: dict[str, list] = {}
+    for piece, score in score_of.items():
+        children, entry = root, None
+        for ch in piece:
+            if entry is not None:
+                if entry[1] is _LEAF:
+                    entry[1] = {}
+                children = entry[1]
+            entry = children.get(ch)
+            if entry is None:
+                entry = children[ch] = [None, _LEAF]
+        if entry is not None:
+            entry[0] = score
+    return root
 
 
 class UnigramTokenizer(Tokenizer):
@@ -46,6 +70,8 @@ class UnigramTokenizer(Tokenizer):
     """
 
     algo = "unigram"
+    #: ``str.split`` also cuts at U+001C..U+001F (no White_Space) and not at a literal ``▁``.
+    _fast_split_unsafe = r"\x1c-\x1f" + SPACE
 
     def __init__(self, vocab: Sequence[str], scores: Sequence[float], special_tokens: Sequence[str] = (),
                  roles: dict | None = None):
@@ -58,10 +84,11 @@ class UnigramTokenizer(Tokenizer):
 
     def _build_index(self) -> None:
         self._score_of: dict[str, float] = dict(zip(self.vocab, self.scores))
+        self._trie = piece_trie(self._score_of)
         self._max_len = max((len(p) for p in self.vocab), default=1)
         self._unk_score = min(self.scores, default=0.0) - UNK_PENALTY
         self._cache: dict[str, list[tuple[str, int, int]]] = {}
-        self._ids_cache: dict[str, list[int]] = {}
+        self._ids_cache = IdsCache(self._word_ids)
 
     def add_special_tokens(self, tokens: Sequence[str]) -> list[int]:
         ids = super().add_special_tokens(tokens)
@@ -95,16 +122,21 @@ class UnigramTokenizer(Tokenizer):
         best = [0.0] + [None] * n
         back = [0] * (n + 1)  # start of the last piece of the best path ending here
         unk = [False] * (n + 1)
-        score_of, max_len, unk_score = self._score_of, self._max_len, self._unk_score
+        trie, pieces, max_len, unk_score = self._trie, self._score_of, self._max_len, self._unk_score
         for i in range(n):
             base = best[i]
-            for j in range(i + 1, min(n, i + max_len) + 1):
-                s = score_of.get(word[i:j])
+            children, j = trie, i
+            for ch in word[i:i + max_len]:  # the pieces starting at i, shortest first
+                entry = children.get(ch)
+                if entry is None:  # no piece starts with word[i:j + 1]
+                    break
+                j += 1
+                s, children = entry
                 if s is not None:
                     cand = base + s
                     if best[j] is None or cand > best[j]:
                         best[j], back[j], unk[j] = cand, i, False
-            if word[i] not in score_of:
+            if word[i] not in pieces:
                 cand = base + unk_score
                 if best[i + 1] is None or cand > best[i + 1]:
                     best[i + 1], back[i + 1], unk[i + 1] = cand, i, True
@@ -218,11 +250,11 @@ class UnigramTokenizer(Tokenizer):
     def _encode_ids(self, text: str) -> list[int]:
         """Viterbi ids of ``text`` with no offsets: the words of :func:`word_contents` (those of
         :func:`split_words` without positions), each word's ids cached (bounded)."""
-        return self._cached_ids(text, word_contents, self._word_ids)
+        return self._cached_ids(text, word_contents, str.split)
 
     def _word_ids(self, content: str) -> list[int]:
         """Ids of the word ``▁`` + ``content``."""
-        return [self.id_of(t) for t, _, _ in self._viterbi(SPACE + content)]
+        return self._token_ids([t for t, _, _ in self._viterbi(SPACE + content)])
 
     def _decode_tokens(self, tokens: list[str]) -> str:
         text = "".join(tokens).replace(SPACE, " ")

@@ -38,6 +38,7 @@ from lmlab.tokenizers.base import Tokenizer, hf_special_tokens, hf_vocab_by_id, 
 from lmlab.tokenizers.bert_normalize import BertNormalizer
 from lmlab.tokenizers.counting import count_chunks
 from lmlab.tokenizers.gain_learner import learn_gain_merges
+from lmlab.tokenizers.ids_cache import IdsCache
 from lmlab.tokenizers.merge_trainer import learn_merges
 
 #: Special tokens of a BERT vocab.txt, recognised when present in the file.
@@ -100,7 +101,7 @@ class WordPieceTokenizer(Tokenizer):
                             default=1)
         self._chunk_cache: dict[str, list[tuple[str, int, int]]] = {}
         self._word_cache: dict[str, list[tuple[str, int, int]]] = {}
-        self._ids_cache: dict[str, list[int]] = {}
+        self._ids_cache = IdsCache(self._chunk_ids)
 
     @property
     def lowercase(self) -> bool:
@@ -173,7 +174,7 @@ class WordPieceTokenizer(Tokenizer):
         """Text -> ids; same result as the base class, with ids cached per chunk (the fast path)."""
         if add_special_tokens:
             return super().encode(text, add_special_tokens=True)
-        return self._cached_ids(text, self._chunk_re.findall, self._chunk_ids)
+        return self._cached_ids(text, self._chunk_re.findall)
 
     def _chunk_ids(self, chunk: str) -> list[int]:
         """Ids of a whitespace-free chunk; printable ASCII skips the offset bookkeeping."""

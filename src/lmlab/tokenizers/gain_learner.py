@@ -14,8 +14,10 @@ Every live pair has one valid heap entry whose value, its *cap*, is an upper bou
 and a *certificate*: two thresholds ``w_a``, ``w_b`` such that the cap holds as long as
 ``n_a >= w_a`` and ``n_b >= w_b``. The certificate rests on three facts:
 
-* ``D_s(c)`` grows with ``n_s``, so the gain only rises as ``n_a`` or ``n_b`` falls; ``D_s(c) >=
-  c (log(n_s - c) + 1)``, so a threshold for a rise of at most ``h`` has a closed form;
+* ``D_s(c)`` grows with ``n_s``, so the gain only rises as ``n_a`` or ``n_b`` falls; ``D_s(c)``
+  is the integral of ``log x + 1`` over ``[n_s - c, n_s]`` and ``log`` is concave, so ``D_s(c) >=
+  c ((log(n_s - c) + log n_s) / 2 + 1)`` (the trapezoid), and a threshold for a rise of at most
+  ``h`` has a closed form;
 * the gain grows with ``N``, and ``N`` only falls;
 * as a function of ``c`` the gain is convex with value 0 at ``c = 0``, so a pair that loses
   occurrences (a neighbouring merge took them) gains at most ``max(0, gain)``: caps are never

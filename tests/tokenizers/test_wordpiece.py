@@ -377,13 +377,18 @@ def test_ascii_fast_path_gives_the_words_and_ids_of_the_generic_path(lowercase, 
 @pytest.mark.parametrize("lowercase", [True, False])
 def test_learner_word_counts_equal_the_generic_split(lowercase, wikitext_valid_lines):
     """The learner counts printable-ASCII chunks through the fast path: same words, same counts and
-    the same first-seen order (ties between merges depend on it) as splitting every chunk."""
+    the same first-seen order (ties between merges depend on it) as splitting every chunk. Lines
+    of printable ASCII are cut by ``str.split``, others (tabs, U+001C..U+001F, which ``str.split``
+    takes for spaces but BERT drops, NBSP) by the pattern; chunks of ASCII letters and digits are
+    words as they are (lower-cased when asked)."""
     from collections import Counter
 
     from lmlab.tokenizers.wordpiece import _count_words
 
     norm = BertNormalizer(lowercase=lowercase)
-    lines = wikitext_valid_lines[:300] + ["Héllo, WÖRLD!中文 x\x7fy", "naïve café-au-lait", "DON'T stop"]
+    lines = wikitext_valid_lines[:300] + ["Héllo, WÖRLD!中文 x\x7fy", "naïve café-au-lait", "DON'T stop",
+                                          "Tab\tbed  two  Spaces ABC123 abc123", "x\x1cy z\x1fw", "a\xa0b c",
+                                          "  Lead and trail  ", "ÉCOLE école Ecole"]
     expected: Counter = Counter()
     for line in lines:
         for chunk in norm.chunk_pattern.findall(line):

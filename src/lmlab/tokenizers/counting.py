@@ -39,15 +39,13 @@ def count_chunks(
     corpus, which learners use to break ties deterministically. Raises a one-line error when
     the corpus holds no chunk at all.
     """
-    total: Counter = Counter()
-    batches = _batches(texts, batch_size)
     if workers > 1:
+        total: Counter = Counter()
         with get_context("spawn").Pool(workers) as pool:
-            for c in pool.imap(_count_batch, ((split, b) for b in batches)):
+            for c in pool.imap(_count_batch, ((split, b) for b in _batches(texts, batch_size))):
                 total.update(c)
-    else:
-        for b in batches:
-            total.update(_count_batch((split, b)))
+    else:  # one count over the whole stream: merging a counter per batch cost a Python step per chunk
+        total = Counter(chain.from_iterable(map(split, texts)))
     if not total:
         raise LmlabError(
             "the training corpus is empty (no words found)", "pass files or texts that contain text"

@@ -14,8 +14,10 @@ Every live pair has one valid heap entry whose value, its *cap*, is an upper bou
 and a *certificate*: two thresholds ``w_a``, ``w_b`` such that the cap holds as long as
 ``n_a >= w_a`` and ``n_b >= w_b``. The certificate rests on three facts:
 
-* ``D_s(c)`` grows with ``n_s``, so the gain only rises as ``n_a`` or ``n_b`` falls; ``D_s(c) >=
-  c (log(n_s - c) + 1)``, so a threshold for a rise of at most ``h`` has a closed form;
+* ``D_s(c)`` grows with ``n_s``, so the gain only rises as ``n_a`` or ``n_b`` falls; ``D_s(c)``
+  is the integral of ``log x + 1`` over ``[n_s - c, n_s]`` and ``log`` is concave, so ``D_s(c) >=
+  c ((log(n_s - c) + log n_s) / 2 + 1)`` (the trapezoid), and a threshold for a rise of at most
+  ``h`` has a closed form;
 * the gain grows with ``N``, and ``N`` only falls;
 * as a function of ``c`` the gain is convex with value 0 at ``c = 0``, so a pair that loses
   occurrences (a neighbouring merge took them) gains at most ``max(0, gain)``: caps are never
@@ -40,7 +42,7 @@ from __future__ import annotations
 import operator
 from collections.abc import Callable
 from heapq import heapify, heappop, heappush, heapreplace
-from math import exp, inf, log
+from math import exp, inf, log, sqrt
 
 from lmlab.errors import LmlabError
 from lmlab.tokenizers.merge_trainer import _LOW, _SHIFT, _MergeLearner, _xlogx, gc_paused
@@ -48,6 +50,7 @@ from lmlab.tokenizers.merge_trainer import _LOW, _SHIFT, _MergeLearner, _xlogx, 
 _WATCH = 2 * _SHIFT  # a threshold entry packs (w, pair) in one int
 _PAIR = (1 << _WATCH) - 1
 _SAFETY = 1e-9  # relative margin that keeps certificates valid under floating-point rounding
+_FREE = (0, 0)  # the thresholds of a pair whose cap holds whatever the counts: none
 
 
 def learn_gain_merges(word_counts: dict[tuple[str, ...], int], num_merges: int, *,
@@ -125,45 +128,54 @@ class _GainLearner(_MergeLearner):
         target = d - rise
         if target <= c * log(c):  # D(c) >= f(c) for every count >= c
             return c
-        # D(c) >= c (log(count - c) + 1) >= target once count >= c + exp(target / c - 1)
-        x = target / c - 1.0
+        # D(c) at count m is the integral of log x + 1 over [m - c, m]; log is concave, so the integral is
+        # at least the trapezoid c ((log(m - c) + log m) / 2 + 1), which reaches the target once
+        # m (m - c) >= y = exp(2 (target / c - 1)), i.e. from m = (c + sqrt(c^2 + 4 y)) / 2 on. (The
+        # mean-value bound c (log(m - c) + 1) is far looser when m - c is small next to c: on the
+        # benchmark corpus the trapezoid saves 5% of the re-scorings, as many as the exact threshold.)
+        x = 2.0 * (target / c - 1.0)
         if x > 700.0:
             return n
-        return min(n, c + int(exp(x) * (1.0 + _SAFETY)) + 1)
+        m = (c + sqrt(c * c + 4.0 * exp(x) * (1.0 + _SAFETY))) * (0.5 + _SAFETY)
+        return min(n, int(m) + 1)
 
     def _schedule(self, key: int, c: int, g: float, slack: float, force: bool, upper: float, da: float,
-                  db: float) -> None:
+                  db: float, replace_top: bool = False) -> None:
         """Give ``key`` (``c`` occurrences, exact gain ``g``) a cap of ``g + slack`` (at least 0) and
         its certificate. Unless ``force``, a valid entry with a higher cap is kept instead of
         pushing a new one (its count is still an upper bound: only new pairs gain occurrences).
         A cap of at least ``upper``, the most a pair seen ``c`` times can ever gain, needs no
-        thresholds. ``da``, ``db``: the pair's ``D_a(c)``, ``D_b(c)`` now (see :meth:`_evaluate`)."""
-        old = None if force else self.cap.get(key)
-        if old is not None and old >= g + slack:
+        thresholds. ``da``, ``db``: the pair's ``D_a(c)``, ``D_b(c)`` now (see :meth:`_evaluate`).
+        ``replace_top``: the new entry replaces the top of the heap (the pair's own, with ``force``)."""
+        caps = self.cap
+        cap = g + slack
+        old = None if force else caps.get(key)
+        if old is not None and old >= cap:
             cap = old
         else:
-            cap = g + slack if g + slack > 0.0 else 0.0
-            self.cap[key] = cap
+            if cap < 0.0:
+                cap = 0.0
+            caps[key] = cap
             w, pos = self.bound[key]
-            heappush(self.gheap, (-cap, -c, w, pos, key))
-        a, b = key >> _SHIFT, key & _LOW
+            (heapreplace if replace_top else heappush)(self.gheap, (-cap, -c, w, pos, key))
+        watched = self.watched
         if cap >= upper:
-            self.watched[key] = (0, 0)
+            watched[key] = _FREE
             return
+        a, b = key >> _SHIFT, key & _LOW
         count = self.sym_count
-        na, nb = count[a], count[b]
         if a == b or cap == g:
-            wa, wb = na, nb
+            wa, wb = count[a], count[b]
         else:
             rise = (cap - g) / 2
-            wa = self._threshold(na, da, c, rise)
-            wb = self._threshold(nb, db, c, rise)
-        prev = self.watched.get(key)
-        self.watched[key] = (wa, wb)
-        if prev is None or prev[0] != wa:
+            wa = self._threshold(count[a], da, c, rise)
+            wb = self._threshold(count[b], db, c, rise)
+        prev = watched.get(key, _FREE)
+        watched[key] = (wa, wb)
+        if prev[0] != wa:
             heappush(self.watch[a], -(wa << _WATCH | key))
             self.watch_entries += 1
-        if a != b and (prev is None or prev[1] != wb):
+        if prev[1] != wb and a != b:
             heappush(self.watch[b], -(wb << _WATCH | key))
             self.watch_entries += 1
 
@@ -200,13 +212,16 @@ class _GainLearner(_MergeLearner):
                 if g < 0.0 and top[0] == 0.0 and not self.exhaustive:
                     self._rescore_all()  # the best cap is 0 but the gain is negative: no cap holds
                     continue
-                heappop(heap)
-                if heap and g > -heap[0][0] and c >= min_count and not self.exhaustive:
+                n = len(heap)  # the entry under the top is the better of its two children
+                if n > 1 and g > -min(heap[1][0], heap[2][0] if n > 2 else inf) and c >= min_count \
+                        and not self.exhaustive:
+                    heappop(heap)
                     del cap[key]  # above every other cap: the best pair, no tie possible
                     self.best = g
                     return key
                 slack = self._slack(g, upper) if g < self.exact_near * self.best else 0.0
-                self._schedule(key, c, g, slack if g + slack < -top[0] else 0.0, True, upper, da, db)
+                # the new entry takes the top's place (one sift instead of a pop and a push)
+                self._schedule(key, c, g, slack if g + slack < -top[0] else 0.0, True, upper, da, db, True)
                 continue
             prefix = top[:2]
             n = len(heap)

@@ -30,6 +30,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Sequence
 from functools import partial
+from itertools import chain
 from typing import Any
 
 from lmlab.errors import LmlabError
@@ -53,6 +54,8 @@ WORDPIECE_SCORES = ("gain", "ratio")
 
 def _chunks(normalizer: BertNormalizer, text: str) -> list[str]:
     """Module-level (picklable) splitter for :func:`count_chunks`: the whitespace-free chunks."""
+    if text.isascii() and text.isprintable():  # no whitespace but " ": str.split cuts where the pattern does
+        return text.split()
     return normalizer.chunk_pattern.findall(text)
 
 
@@ -60,13 +63,18 @@ def _count_words(texts: Iterable[str], normalizer: BertNormalizer, workers: int)
     """Word counts in first-seen order: count whitespace-free chunks, then split each distinct one.
 
     Each distinct chunk is normalized and split once, with no cache (a cache of every chunk's
-    words and offsets cost more memory than the learner itself), printable ASCII by the fast path
-    of :meth:`BertNormalizer.ascii_words`; the order of first occurrence is the same as splitting
-    the whole stream.
+    words and offsets cost more memory than the learner itself): ASCII letters and digits are one
+    word, other printable ASCII goes through the fast path of :meth:`BertNormalizer.ascii_words`;
+    the order of first occurrence is the same as splitting the whole stream.
     """
     counts: dict[str, int] = {}
+    lower = normalizer.lowercase
     for chunk, n in count_chunks(texts, partial(_chunks, normalizer), workers=workers).items():
-        words = normalizer.ascii_words(chunk)  # printable ASCII (most chunks): one regex split
+        if chunk.isascii() and chunk.isalnum():  # ASCII letters and digits (most chunks): one word
+            word = chunk.lower() if lower else chunk
+            counts[word] = counts.get(word, 0) + n
+            continue
+        words = normalizer.ascii_words(chunk)  # other printable ASCII: one regex split
         for word in (w for w, _ in normalizer.split_chunk(chunk)) if words is None else words:
             counts[word] = counts.get(word, 0) + n
     if not counts:
@@ -237,9 +245,10 @@ class WordPieceTokenizer(Tokenizer):
         prefix = "##"
         normalizer = BertNormalizer(lowercase, strip_accents, tokenize_chinese_chars, clean_text)
         counts = _count_words(texts, normalizer, workers)
-        word_counts = {(w[0], *(prefix + c for c in w[1:])): n for w, n in counts.items()
+        mark = prefix.__add__
+        word_counts = {(w[0], *map(mark, w[1:])): n for w, n in counts.items()
                        if len(w) <= max_input_chars_per_word}
-        alphabet = sorted({s for word in word_counts for s in word}, key=lambda s: (s.startswith(prefix), s))
+        alphabet = sorted(set(chain.from_iterable(word_counts)), key=lambda s: (s.startswith(prefix), s))
         specials = list(dict.fromkeys([*special_tokens, unk_token]))
         base = list(dict.fromkeys([*specials, *alphabet]))
         if vocab_size < len(base):

@@ -24,13 +24,12 @@ decodes.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from itertools import chain
 from typing import Any
 
 from lmlab.errors import LmlabError
 from lmlab.tokenizers.base import Tokenizer, hf_special_tokens, hf_vocab_by_id, roles_from_config
+from lmlab.tokenizers.char_merge_learner import learn_char_merges
 from lmlab.tokenizers.counting import count_chunks
-from lmlab.tokenizers.merge_trainer import learn_merges
 from lmlab.tokenizers.pretokenize import WORD_RE, whitespace_split
 
 END_OF_WORD = "_"
@@ -100,8 +99,8 @@ class CharBPETokenizer(Tokenizer):
             raise LmlabError(f"num_merges must be a non-negative integer, got {num_merges!r}",
                              "pass e.g. num_merges=8")
         counts = count_chunks(texts, whitespace_split, workers=workers)
-        word_counts = {(*word, END_OF_WORD): n for word, n in counts.items()}
-        alphabet = sorted(set(chain.from_iterable(word_counts)))
+        word_counts = {word + END_OF_WORD: n for word, n in counts.items()}
+        alphabet = sorted(set("".join(word_counts)))
         base = list(dict.fromkeys([*special_tokens, *alphabet]))
         max_new = None
         if vocab_size is not None:
@@ -112,8 +111,8 @@ class CharBPETokenizer(Tokenizer):
                                  f"use vocab_size >= {len(base)}")
             max_new = vocab_size - len(base)
         limit = num_merges if num_merges is not None else max_new
-        merges = learn_merges(word_counts, limit, min_count=min_frequency, progress=progress,
-                              max_new_symbols=max_new)
+        merges = learn_char_merges(word_counts, limit, min_count=min_frequency, progress=progress,
+                                   max_new_symbols=max_new)
         vocab = list(dict.fromkeys([*base, *(a + b for a, b in merges)]))
         return cls(vocab, merges, special_tokens)
 

@@ -40,14 +40,12 @@ def count_chunks(
     the corpus holds no chunk at all.
     """
     total: Counter = Counter()
-    batches = _batches(texts, batch_size)
     if workers > 1:
         with get_context("spawn").Pool(workers) as pool:
-            for c in pool.imap(_count_batch, ((split, b) for b in batches)):
+            for c in pool.imap(_count_batch, ((split, b) for b in _batches(texts, batch_size))):
                 total.update(c)
-    else:
-        for b in batches:
-            total.update(_count_batch((split, b)))
+    else:  # one counter updated in C as the chunks stream by (no per-batch counters to merge)
+        total.update(chain.from_iterable(map(split, texts)))
     if not total:
         raise LmlabError(
             "the training corpus is empty (no words found)", "pass files or texts that contain text"

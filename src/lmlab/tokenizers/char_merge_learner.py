@@ -1,0 +1,231 @@
+"""PROTOTYPE v5: exact flags, rec = [count, where, entry, exact]."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterator
+from heapq import heapify, heappop, heappush, heapreplace
+from itertools import repeat
+from operator import add, lshift, or_
+
+from lmlab.errors import LmlabError
+from lmlab.tokenizers.merge_trainer import gc_paused
+
+_B = 21  # bits of a code point
+_SYM = (1 << _B) - 1
+_KEY = 2 * _B  # bits of a pair key
+_PAIR = (1 << _KEY) - 1
+_POS = 32
+_FIRST = 2 * _POS  # bits of (word, position)
+_LOW_FIRST = (1 << _FIRST) - 1
+_LEVEL = _FIRST + _KEY  # heap entry: -count << _LEVEL | first << _KEY | key
+_BELOW = (1 << _LEVEL) - 1
+
+
+def learn_char_merges(word_counts: dict[str, int], num_merges: int, *, min_count: int = 1,
+                      progress: bool = False, max_new_symbols: int | None = None) -> list[tuple[str, str]]:
+    if num_merges < 0:
+        raise LmlabError(f"number of merges must be >= 0, got {num_merges}", "pass a non-negative number")
+    with gc_paused():
+        learner = _CharMergeLearner(word_counts)
+        merges = learner.run(num_merges, max(1, min_count), progress, max_new_symbols)
+        del learner
+    return merges
+
+
+def _new_codes(taken: set[str]) -> Iterator[str]:
+    for cp in range(0x110000):
+        if 0xD800 <= cp < 0xE000:
+            continue
+        ch = chr(cp)
+        if ch not in taken:
+            yield ch
+    raise LmlabError("more than a million merged symbols", "ask for a smaller vocabulary")
+
+
+def _pair_keys(word: str) -> Iterator[int]:
+    codes = list(map(ord, word))
+    return map(or_, map(lshift, codes, repeat(_B)), codes[1:])
+
+
+def _pair_text(key: int) -> str:
+    return chr(key >> _B) + chr(key & _SYM)
+
+
+class _CharMergeLearner:
+    def __init__(self, word_counts: dict[str, int]):
+        words = list(word_counts)
+        self.counts: list[int] = list(word_counts.values())
+        alphabet = set("".join(words))
+        self.text: dict[str, str] = {c: c for c in alphabet}  # symbol char -> its string
+        self.code: dict[str, str] = dict(self.text)  # string -> symbol char
+        self.unit: dict[str, int] = dict.fromkeys(alphabet, 1)
+        self.fresh = _new_codes(alphabet)
+        self.edge = s = next(self.fresh)
+        self.words = [s + word + s for word in words]
+        where: dict[str, list[int]] = {}
+        first: dict[str, int] = {}
+        for w, word in enumerate(words):
+            for p in map(add, word, word[1:]):
+                ws = where.get(p)
+                if ws is None:
+                    where[p] = [w]
+                    first[p] = w << _POS | word.find(p)
+                else:
+                    ws.append(w)
+        weight = self.counts.__getitem__
+        # pair -> [count, words holding it (or once holding it; repeats allowed), live entry, exact]
+        self.pairs: dict[int, list] = {}
+        for p, ws in where.items():
+            c = sum(map(weight, ws))
+            key = ord(p[0]) << _B | ord(p[1])
+            self.pairs[key] = [c, ws, -c << _LEVEL | first[p] << _KEY | key, True]
+        self.heap = [rec[2] for rec in self.pairs.values()]
+        heapify(self.heap)
+
+    def _first_occurrence(self, key: int, rec: list) -> int:
+        ws = sorted(set(rec[1]))
+        words = self.words
+        ab = _pair_text(key)
+        for k, w in enumerate(ws):
+            i = words[w].find(ab)
+            if i >= 0:
+                rec[1] = ws[k:]
+                return w << _POS | sum(map(self.unit.__getitem__, words[w][1:i]))
+        raise AssertionError("pair with a positive count occurs nowhere")  # pragma: no cover
+
+    def _pop_best(self, min_count: int) -> int | None:
+        heap, pairs = self.heap, self.pairs
+        while heap:
+            entry = heap[0]
+            key = entry & _PAIR
+            rec = pairs.get(key)
+            if rec is None or rec[2] != entry:  # the pair is gone, or has a newer entry
+                heappop(heap)
+                continue
+            c = rec[0]
+            level = entry >> _LEVEL
+            if level != -c:
+                if -level < min_count:
+                    return None
+                rec[2] = entry & _BELOW | -c << _LEVEL
+                heapreplace(heap, rec[2])
+                continue
+            if c < min_count:
+                return None
+            if not rec[3]:
+                n = len(heap)
+                if (n > 1 and heap[1] >> _LEVEL == level) or (n > 2 and heap[2] >> _LEVEL == level):
+                    first = self._first_occurrence(key, rec)
+                    rec[3] = True
+                    if first != (entry >> _KEY) & _LOW_FIRST:
+                        rec[2] = level << _LEVEL | first << _KEY | key
+                        heapreplace(heap, rec[2])
+                        continue
+            heappop(heap)
+            return key
+        return None
+
+    def _merge(self, key: int, new: str, fresh: bool) -> None:
+        ab = _pair_text(key)
+        a, b = key >> _B, key & _SYM
+        words, counts, pairs = self.words, self.counts, self.pairs
+        left: defaultdict[str, list[int]] = defaultdict(list)
+        right: defaultdict[str, list[int]] = defaultdict(list)
+        multi = []
+        for w in pairs.pop(key)[1]:
+            word = words[w]
+            i = word.find(ab)
+            if i < 0:
+                continue
+            nw = word.replace(ab, new)
+            words[w] = nw
+            if len(word) - len(nw) == 1:
+                left[word[i - 1]].append(w)
+                right[word[i + 2]].append(w)
+            else:
+                multi.append((w, word, nw))
+        left.pop(self.edge, None)  # the word's start or end: no pair there
+        right.pop(self.edge, None)
+        weight = counts.__getitem__
+        heap = self.heap
+        n_new = ord(new)
+        for side, nbrs in ((0, left), (1, right)):
+            for c, ws in nbrs.items():
+                n = sum(map(weight, ws))
+                if side:
+                    lost, gained = b << _B | ord(c), n_new << _B | ord(c)
+                else:
+                    lost, gained = ord(c) << _B | a, ord(c) << _B | n_new
+                rec = pairs.get(lost)
+                if rec is not None:  # (None: the merged pair itself, a run a a a)
+                    rec[3] = False
+                    rec[0] -= n
+                    if not rec[0]:
+                        del pairs[lost]
+                rec = None if fresh else pairs.get(gained)
+                if rec is None:
+                    entry = -n << _LEVEL | min(ws) << (_POS + _KEY) | gained
+                    pairs[gained] = [n, ws, entry, False]
+                    heappush(heap, entry)
+                else:
+                    self._gain(gained, rec, n, ws)
+        for w, word, nw in multi:
+            self._merge_multi(w, word, nw)
+
+    def _gain(self, key: int, rec: list, n: int, ws: list[int]) -> None:
+        rec[0] += n
+        rec[1].extend(ws)
+        rec[3] = False
+        first = min((rec[2] >> _KEY) & _LOW_FIRST, min(ws) << _POS)
+        rec[2] = -rec[0] << _LEVEL | first << _KEY | key
+        heappush(self.heap, rec[2])
+
+    def _merge_multi(self, w: int, word: str, nw: str) -> None:
+        n = self.counts[w]
+        pairs = self.pairs
+        diff: dict[int, int] = {}
+        for p in _pair_keys(word[1:-1]):
+            diff[p] = diff.get(p, 0) - 1
+        for p in _pair_keys(nw[1:-1]):
+            diff[p] = diff.get(p, 0) + 1
+        for p, k in diff.items():
+            if k <= 0:
+                continue
+            rec = pairs.get(p)
+            if rec is None:
+                entry = -k * n << _LEVEL | w << (_POS + _KEY) | p
+                pairs[p] = [k * n, [w], entry, False]
+                heappush(self.heap, entry)
+            else:
+                self._gain(p, rec, k * n, [w])
+        for p, k in diff.items():
+            if k >= 0:
+                continue
+            rec = pairs.get(p)
+            if rec is not None:
+                rec[3] = False
+                rec[0] += k * n
+                if not rec[0]:
+                    del pairs[p]
+
+    def run(self, num_merges: int, min_count: int, progress: bool, max_new_symbols: int | None):
+        merges: list[tuple[str, str]] = []
+        created = 0
+        text, code, unit = self.text, self.code, self.unit
+        while len(merges) < num_merges and (max_new_symbols is None or created < max_new_symbols):
+            key = self._pop_best(min_count)
+            if key is None:
+                break
+            a, b = text[chr(key >> _B)], text[chr(key & _SYM)]
+            s = a + b
+            new = code.get(s)
+            fresh = new is None
+            if fresh:
+                new = code[s] = next(self.fresh)
+                text[new] = s
+                unit[new] = len(s)
+                created += 1
+            merges.append((a, b))
+            self._merge(key, new, fresh)
+        return merges

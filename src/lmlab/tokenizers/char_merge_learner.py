@@ -63,14 +63,20 @@ class _CharMergeLearner:
         self.fresh = _new_codes(alphabet)
         self.edge = s = next(self.fresh)
         self.words = [s + word + s for word in words]
+        self.floor = 2
+        self._index(self.floor)
+
+    def _index(self, floor: int) -> None:
+        words, unit = self.words, self.unit.__getitem__
         where: dict[str, list[int]] = {}
         first: dict[str, int] = {}
         for w, word in enumerate(words):
-            for p in map(add, word, word[1:]):
+            inner = word[1:-1]
+            for p in map(add, inner, inner[1:]):
                 ws = where.get(p)
                 if ws is None:
                     where[p] = [w]
-                    first[p] = w << _POS | word.find(p)
+                    first[p] = w << _POS | sum(map(unit, word[1:word.find(p)]))
                 else:
                     ws.append(w)
         weight = self.counts.__getitem__
@@ -78,10 +84,13 @@ class _CharMergeLearner:
         self.pairs: dict[int, list] = {}
         for p, ws in where.items():
             c = sum(map(weight, ws))
+            if c < floor:
+                continue
             key = ord(p[0]) << _B | ord(p[1])
             self.pairs[key] = [c, ws, -c << _LEVEL | first[p] << _KEY | key, True]
         self.heap = [rec[2] for rec in self.pairs.values()]
         heapify(self.heap)
+        self.floor = floor
 
     def _first_occurrence(self, key: int, rec: list) -> int:
         ws = sorted(set(rec[1]))
@@ -96,7 +105,13 @@ class _CharMergeLearner:
 
     def _pop_best(self, min_count: int) -> int | None:
         heap, pairs = self.heap, self.pairs
-        while heap:
+        while True:
+            if not heap:
+                if self.floor <= min_count:
+                    return None
+                self._index(1)
+                heap, pairs = self.heap, self.pairs
+                continue
             entry = heap[0]
             key = entry & _PAIR
             rec = pairs.get(key)
@@ -113,6 +128,10 @@ class _CharMergeLearner:
                 continue
             if c < min_count:
                 return None
+            if c < self.floor:  # pairs seen fewer times were not followed: count them all now
+                self._index(1)
+                heap, pairs = self.heap, self.pairs
+                continue
             if not rec[3]:
                 n = len(heap)
                 if (n > 1 and heap[1] >> _LEVEL == level) or (n > 2 and heap[2] >> _LEVEL == level):
@@ -124,7 +143,6 @@ class _CharMergeLearner:
                         continue
             heappop(heap)
             return key
-        return None
 
     def _merge(self, key: int, new: str, fresh: bool) -> None:
         ab = _pair_text(key)
@@ -147,6 +165,10 @@ class _CharMergeLearner:
                 multi.append((w, word, nw))
         left.pop(self.edge, None)  # the word's start or end: no pair there
         right.pop(self.edge, None)
+        for w, word, nw in multi:
+            self._merge_multi(w, word, nw)
+        fresh = fresh and not multi
+        floor = self.floor
         weight = counts.__getitem__
         heap = self.heap
         n_new = ord(new)
@@ -165,13 +187,13 @@ class _CharMergeLearner:
                         del pairs[lost]
                 rec = None if fresh else pairs.get(gained)
                 if rec is None:
+                    if n < floor:
+                        continue
                     entry = -n << _LEVEL | min(ws) << (_POS + _KEY) | gained
                     pairs[gained] = [n, ws, entry, False]
                     heappush(heap, entry)
                 else:
                     self._gain(gained, rec, n, ws)
-        for w, word, nw in multi:
-            self._merge_multi(w, word, nw)
 
     def _gain(self, key: int, rec: list, n: int, ws: list[int]) -> None:
         rec[0] += n
@@ -227,5 +249,7 @@ class _CharMergeLearner:
                 unit[new] = len(s)
                 created += 1
             merges.append((a, b))
+            if not fresh and self.floor > 1:  # pairs with the old symbol may be unfollowed
+                self._index(1)
             self._merge(key, new, fresh)
         return merges

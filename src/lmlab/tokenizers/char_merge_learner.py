@@ -6,10 +6,11 @@ from collections import defaultdict
 from collections.abc import Iterator
 from heapq import heapify, heappop, heappush, heapreplace
 from itertools import repeat
-from operator import add, lshift, or_
+from operator import lshift, or_
 
 from lmlab.errors import LmlabError
 from lmlab.tokenizers.merge_trainer import gc_paused
+from lmlab.tokenizers.pair_index import index_pairs
 
 _B = 21  # bits of a code point
 _SYM = (1 << _B) - 1
@@ -67,27 +68,10 @@ class _CharMergeLearner:
         self._index(self.floor)
 
     def _index(self, floor: int) -> None:
-        words, unit = self.words, self.unit.__getitem__
-        where: dict[str, list[int]] = {}
-        first: dict[str, int] = {}
-        for w, word in enumerate(words):
-            inner = word[1:-1]
-            for p in map(add, inner, inner[1:]):
-                ws = where.get(p)
-                if ws is None:
-                    where[p] = [w]
-                    first[p] = w << _POS | sum(map(unit, word[1:word.find(p)]))
-                else:
-                    ws.append(w)
-        weight = self.counts.__getitem__
         # pair -> [count, words holding it (or once holding it; repeats allowed), live entry, exact]
         self.pairs: dict[int, list] = {}
-        for p, ws in where.items():
-            c = sum(map(weight, ws))
-            if c < floor:
-                continue
-            key = ord(p[0]) << _B | ord(p[1])
-            self.pairs[key] = [c, ws, -c << _LEVEL | first[p] << _KEY | key, True]
+        for key, c, ws, first in index_pairs(self.words, self.counts, self.edge, self.unit, floor):
+            self.pairs[key] = [c, ws, -c << _LEVEL | first << _KEY | key, True]
         self.heap = [rec[2] for rec in self.pairs.values()]
         heapify(self.heap)
         self.floor = floor

@@ -158,24 +158,29 @@ class _CharMergeLearner:
         n_new = ord(new)
         for side, nbrs in ((0, left), (1, right)):
             for c, ws in nbrs.items():
-                n = sum(map(weight, ws))
-                if side:
-                    lost, gained = b << _B | ord(c), n_new << _B | ord(c)
+                if len(ws) == 1:  # most groups, late in learning: one word
+                    w0 = ws[0]
+                    n = counts[w0]
                 else:
-                    lost, gained = ord(c) << _B | a, ord(c) << _B | n_new
+                    w0 = min(ws)
+                    n = sum(map(weight, ws))
+                c = ord(c)
+                if side:
+                    lost, gained = b << _B | c, n_new << _B | c
+                else:
+                    lost, gained = c << _B | a, c << _B | n_new
                 rec = pairs.get(lost)
-                if rec is not None:  # (None: the merged pair itself, a run a a a)
+                if rec is not None:  # (None: a pair not followed, or the merged pair itself: a a a)
                     rec[3] = False
                     rec[0] -= n
                     if not rec[0]:
                         del pairs[lost]
                 rec = None if fresh else pairs.get(gained)
                 if rec is None:
-                    if n < floor:
-                        continue
-                    entry = -n << _LEVEL | min(ws) << (_POS + _KEY) | gained
-                    pairs[gained] = [n, ws, entry, False]
-                    heappush(heap, entry)
+                    if n >= floor:
+                        entry = -n << _LEVEL | w0 << (_POS + _KEY) | gained
+                        pairs[gained] = [n, ws, entry, False]
+                        heappush(heap, entry)
                 else:
                     self._gain(gained, rec, n, ws)
 

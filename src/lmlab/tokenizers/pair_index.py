@@ -46,9 +46,6 @@ def index_pairs(words: list[str], counts: list[int], edge: str, units: dict[str,
     order = np.argsort(pair, kind="stable")
     lengths = np.fromiter(map(len, words), dtype=np.int64, count=len(words))
     word_of = np.repeat(np.arange(len(words)), lengths)
-    width = np.zeros(size, dtype=np.int64)  # initial symbols per dense symbol
-    width[1:] = [units[chr(c)] for c in alphabet.tolist()]
-    before = np.cumsum(width[sym]) - width[sym]  # initial symbols before each position, corpus-wide
     start_of = np.cumsum(lengths) - lengths
     at = inside[order]  # occurrences grouped by pair, each group in corpus order
     owner = word_of[at]
@@ -56,11 +53,14 @@ def index_pairs(words: list[str], counts: list[int], edge: str, units: dict[str,
     starts = np.flatnonzero(np.r_[True, sorted_pairs[1:] != sorted_pairs[:-1]])
     totals = np.add.reduceat(np.asarray(counts, dtype=np.int64)[owner], starts)
     first_at = at[starts]
-    first = (word_of[first_at] << 32) | (before[first_at] - before[start_of[word_of[first_at]]])
+    first_word = word_of[first_at]
+    offset = first_at - start_of[first_word]  # the pair's index in its word (after the edge)
+    unit = units.__getitem__
+    first = [w << 32 | sum(map(unit, words[w][1:i])) for w, i in zip(first_word.tolist(), offset.tolist())]
     keys = (alphabet[sorted_pairs[starts].astype(np.int64) // size - 1].astype(np.int64) << CODE_BITS) | \
         alphabet[sorted_pairs[starts].astype(np.int64) % size - 1]
     holders = owner.tolist()
     ends = [*starts[1:].tolist(), len(holders)]
-    for key, total, lo, hi, f in zip(keys.tolist(), totals.tolist(), starts.tolist(), ends, first.tolist()):
+    for key, total, lo, hi, f in zip(keys.tolist(), totals.tolist(), starts.tolist(), ends, first):
         if total >= floor:
             yield key, total, holders[lo:hi], f

@@ -25,8 +25,8 @@ from typing import Any
 from lmlab.errors import LmlabError
 from lmlab.tokenizers.base import Tokenizer
 from lmlab.tokenizers.bpe import bpe_segment, parse_hf_bpe
+from lmlab.tokenizers.char_merge_learner import learn_char_merges
 from lmlab.tokenizers.counting import count_chunks, refine_counts
-from lmlab.tokenizers.merge_trainer import learn_merges
 from lmlab.tokenizers.pretokenize import (
     BYTE_ENCODER,
     from_byte_symbols,
@@ -69,11 +69,11 @@ class ByteLevelBPETokenizer(Tokenizer):
                              f"tokens and 256 bytes already need {len(base)}",
                              f"use vocab_size >= {len(base)}")
         counts = refine_counts(count_chunks(texts, gpt2_pieces, workers=workers), gpt2_split)
-        word_counts = {tuple(to_byte_symbols(chunk)): n for chunk, n in counts.items()}
+        word_counts = {to_byte_symbols(chunk): n for chunk, n in counts.items()}
         del counts
         new = vocab_size - len(base)
-        merges = learn_merges(word_counts, new, min_count=min_frequency, progress=progress,
-                              max_new_symbols=new)
+        merges = learn_char_merges(word_counts, new, min_count=min_frequency, progress=progress,
+                                   max_new_symbols=new)
         vocab = list(dict.fromkeys([*base, *(a + b for a, b in merges)]))
         return cls(vocab, merges, special_tokens)
 

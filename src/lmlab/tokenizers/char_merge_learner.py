@@ -150,7 +150,7 @@ class _CharMergeLearner:
         left.pop(self.edge, None)  # the word's start or end: no pair there
         right.pop(self.edge, None)
         for w, word, nw in multi:
-            self._merge_multi(w, word, nw)
+            self._merge_multi(w, word, nw, ab)
         fresh = fresh and not multi
         floor = self.floor
         weight = counts.__getitem__
@@ -192,13 +192,16 @@ class _CharMergeLearner:
         rec[2] = -rec[0] << _LEVEL | first << _KEY | key
         heappush(self.heap, rec[2])
 
-    def _merge_multi(self, w: int, word: str, nw: str) -> None:
+    def _merge_multi(self, w: int, word: str, nw: str, ab: str) -> None:
         n = self.counts[w]
         pairs = self.pairs
+        # only the pairs from the first occurrence's left neighbour to the last one's right neighbour
+        # change (the edges excluded: no pair is followed there)
+        lo, hi = max(1, word.find(ab) - 1), min(len(word) - 1, word.rfind(ab) + 3)
         diff: dict[int, int] = {}
-        for p in _pair_keys(word[1:-1]):
+        for p in _pair_keys(word[lo:hi]):
             diff[p] = diff.get(p, 0) - 1
-        for p in _pair_keys(nw[1:-1]):
+        for p in _pair_keys(nw[lo:hi - (len(word) - len(nw))]):
             diff[p] = diff.get(p, 0) + 1
         for p, k in diff.items():
             if k <= 0:

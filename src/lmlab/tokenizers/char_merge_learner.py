@@ -54,6 +54,7 @@ def _pair_text(key: int) -> str:
 
 
 class _CharMergeLearner:
+    first_floor = 8
     def __init__(self, word_counts: dict[str, int]):
         words = list(word_counts)
         self.counts: list[int] = list(word_counts.values())
@@ -64,15 +65,20 @@ class _CharMergeLearner:
         self.fresh = _new_codes(alphabet)
         self.edge = s = next(self.fresh)
         self.words = [s + word + s for word in words]
-        self.floor = 2
-        self._index(self.floor)
+        self.pairs: dict[int, list] = {}
+        self.heap: list[int] = []
+        self._index(self.first_floor)
 
     def _index(self, floor: int) -> None:
-        # pair -> [count, words holding it (or once holding it; repeats allowed), live entry, exact]
-        self.pairs: dict[int, list] = {}
+        """Follow every pair seen ``floor`` or more times (counted afresh from the words)."""
+        pairs = self.pairs
+        added = []
         for key, c, ws, first in index_pairs(self.words, self.counts, self.edge, self.unit, floor):
-            self.pairs[key] = [c, ws, -c << _LEVEL | first << _KEY | key, True]
-        self.heap = [rec[2] for rec in self.pairs.values()]
+            if key not in pairs:  # (a followed pair's count, words and bound are already right)
+                entry = -c << _LEVEL | first << _KEY | key
+                pairs[key] = [c, ws, entry, True]
+                added.append(entry)
+        self.heap += added
         heapify(self.heap)
         self.floor = floor
 
@@ -93,7 +99,7 @@ class _CharMergeLearner:
             if not heap:
                 if self.floor <= min_count:
                     return None
-                self._index(1)
+                self._index(self.floor // 4 or 1)
                 heap, pairs = self.heap, self.pairs
                 continue
             entry = heap[0]
@@ -112,8 +118,8 @@ class _CharMergeLearner:
                 continue
             if c < min_count:
                 return None
-            if c < self.floor:  # pairs seen fewer times were not followed: count them all now
-                self._index(1)
+            if c < self.floor:  # rarer pairs were not followed: follow them now
+                self._index(self.floor // 4 or 1)
                 heap, pairs = self.heap, self.pairs
                 continue
             if not rec[3]:

@@ -161,6 +161,7 @@ class _CharMergeLearner:
         floor = self.floor
         weight = counts.__getitem__
         heap = self.heap
+        unit = self.unit.__getitem__
         n_new = ord(new)
         for side, nbrs in ((0, left), (1, right)):
             for c, ws in nbrs.items():
@@ -170,11 +171,11 @@ class _CharMergeLearner:
                 else:
                     w0 = min(ws)
                     n = sum(map(weight, ws))
-                c = ord(c)
+                code = ord(c)
                 if side:
-                    lost, gained = b << _B | c, n_new << _B | c
+                    lost, gained = b << _B | code, n_new << _B | code
                 else:
-                    lost, gained = c << _B | a, c << _B | n_new
+                    lost, gained = code << _B | a, code << _B | n_new
                 rec = pairs.get(lost)
                 if rec is not None:  # (None: a pair not followed, or the merged pair itself: a a a)
                     rec[3] = False
@@ -183,9 +184,11 @@ class _CharMergeLearner:
                         del pairs[lost]
                 rec = None if fresh else pairs.get(gained)
                 if rec is None:
-                    if n >= floor:
-                        entry = -n << _LEVEL | w0 << (_POS + _KEY) | gained
-                        pairs[gained] = [n, ws, entry, False]
+                    if n >= floor:  # a new pair: its first occurrence is the first in its first word
+                        word = words[w0]
+                        first = w0 << _POS | sum(map(unit, word[1:word.find(new + c if side else c + new)]))
+                        entry = -n << _LEVEL | first << _KEY | gained
+                        pairs[gained] = [n, ws, entry, True]
                         heappush(heap, entry)
                 else:
                     self._gain(gained, rec, n, ws)

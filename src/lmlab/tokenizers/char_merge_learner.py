@@ -111,17 +111,17 @@ class _CharMergeLearner:
             c = rec[0]
             level = entry >> _LEVEL
             if level != -c:
-                if -level < min_count:
+                if -level < min_count and self.floor <= min_count:
                     return None
                 rec[2] = entry & _BELOW | -c << _LEVEL
                 heapreplace(heap, rec[2])
                 continue
-            if c < min_count:
-                return None
-            if c < self.floor:  # rarer pairs were not followed: follow them now
+            if c < self.floor and self.floor > min_count:  # rarer pairs were not followed: follow them now
                 self._index(self.floor // 4 or 1)
                 heap, pairs = self.heap, self.pairs
                 continue
+            if c < min_count:
+                return None
             if not rec[3]:
                 n = len(heap)
                 if (n > 1 and heap[1] >> _LEVEL == level) or (n > 2 and heap[2] >> _LEVEL == level):

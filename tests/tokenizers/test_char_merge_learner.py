@@ -83,6 +83,16 @@ def test_unicode_symbols():
     assert learn_char_merges(wc, 40) == naive_merges(as_tuples(wc), 40)
 
 
+def test_alphabet_of_more_than_255_symbols():
+    """Pair codes no longer fit in 16 bits: the index sorts 64-bit codes instead."""
+    rng = random.Random(5)
+    chars = [chr(0x4E00 + i) for i in range(400)]
+    words = ["".join(rng.choices(chars[:40] if i % 2 else chars, k=rng.randint(1, 6))) for i in range(3000)]
+    wc = {w + "_": n for w, n in Counter(words).items()}
+    assert len(set("".join(wc))) > 300
+    assert learn_char_merges(wc, 300) == learn_merges(as_tuples(wc), 300)
+
+
 def test_symbols_that_coincide_reuse_one_symbol():
     """Two merges that build the same string (``a+bc`` and ``ab+c``) share one symbol, so
     ``max_new_symbols`` counts distinct strings. Char BPE starts from single characters, so the

@@ -34,19 +34,20 @@ def index_pairs(words: list[str], counts: list[int], edge: str, units: dict[str,
                                        dtype=np.uint32))
     # dense symbol numbers 1..A (0: the edge), so that a pair code fits in 16 bits when A is small
     dense = np.zeros(max(int(alphabet[-1]), ord(edge)) + 1, dtype=np.int32)
-    dense[alphabet] = np.arange(1, len(alphabet) + 1)
-    sym = dense[codes].astype(np.int64)
+    dense[alphabet] = np.arange(1, len(alphabet) + 1, dtype=np.int32)
+    sym = dense[codes]
     size = len(alphabet) + 1
     inside = np.flatnonzero((sym[:-1] != 0) & (sym[1:] != 0))  # pair start positions
     if not len(inside):
         return
-    pair = sym[inside] * size + sym[inside + 1]
-    if size * size <= 1 << 16:
-        pair = pair.astype(np.uint16)  # NumPy sorts 16-bit integers by radix: a stable linear sort
+    left, right = sym[inside], sym[inside + 1]
+    if size * size <= 1 << 16:  # NumPy sorts 16-bit integers by radix: a stable linear-time sort
+        pair = (left * size + right).astype(np.uint16)
+    else:
+        pair = left.astype(np.int64) * size + right
     order = np.argsort(pair, kind="stable")
     lengths = np.fromiter(map(len, words), dtype=np.int64, count=len(words))
-    word_of = np.repeat(np.arange(len(words)), lengths)
-    start_of = np.cumsum(lengths) - lengths
+    word_of = np.repeat(np.arange(len(words), dtype=np.int32), lengths)
     at = inside[order]  # occurrences grouped by pair, each group in corpus order
     owner = word_of[at]
     sorted_pairs = pair[order]
@@ -54,11 +55,11 @@ def index_pairs(words: list[str], counts: list[int], edge: str, units: dict[str,
     totals = np.add.reduceat(np.asarray(counts, dtype=np.int64)[owner], starts)
     first_at = at[starts]
     first_word = word_of[first_at]
-    offset = first_at - start_of[first_word]  # the pair's index in its word (after the edge)
+    offset = first_at - (np.cumsum(lengths) - lengths)[first_word]  # its index in the word (edge: 0)
     unit = units.__getitem__
     first = [w << 32 | sum(map(unit, words[w][1:i])) for w, i in zip(first_word.tolist(), offset.tolist())]
-    keys = (alphabet[sorted_pairs[starts].astype(np.int64) // size - 1].astype(np.int64) << CODE_BITS) | \
-        alphabet[sorted_pairs[starts].astype(np.int64) % size - 1]
+    group = sorted_pairs[starts].astype(np.int64)
+    keys = alphabet[group // size - 1].astype(np.int64) << CODE_BITS | alphabet[group % size - 1]
     holders = owner.tolist()
     ends = [*starts[1:].tolist(), len(holders)]
     for key, total, lo, hi, f in zip(keys.tolist(), totals.tolist(), starts.tolist(), ends, first):

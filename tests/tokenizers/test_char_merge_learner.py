@@ -31,6 +31,8 @@ def test_lecture_golden_merges():
     wc = {w + "_": n for w, n in Counter(LECTURE.split()).items()}
     assert learn_char_merges(wc, 8) == GOLDEN
     assert learn_char_merges(wc, 100) == naive_merges(as_tuples(wc), 100)
+    # the end-of-word symbol given apart: the same corpus
+    assert learn_char_merges(dict(Counter(LECTURE.split())), 100, end="_") == learn_char_merges(wc, 100)
 
 
 def test_real_text_matches_the_lecture_learner(shakespeare):
@@ -116,6 +118,8 @@ def test_symbols_that_coincide_reuse_one_symbol():
 def test_bad_and_empty_input():
     with pytest.raises(LmlabError, match=">= 0"):
         learn_char_merges({"ab": 1}, -1)
+    with pytest.raises(LmlabError, match="one character"):
+        learn_char_merges({"ab": 1}, 3, end="</w>")
     assert learn_char_merges({}, 5) == []
     assert learn_char_merges({"a": 3, "b": 2}, 5) == []  # no pairs at all
     assert learn_char_merges({"ab": 3}, 0) == []

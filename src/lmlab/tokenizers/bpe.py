@@ -99,8 +99,7 @@ class CharBPETokenizer(Tokenizer):
             raise LmlabError(f"num_merges must be a non-negative integer, got {num_merges!r}",
                              "pass e.g. num_merges=8")
         counts = count_chunks(texts, whitespace_split, workers=workers)
-        word_counts = {word + END_OF_WORD: n for word, n in counts.items()}
-        alphabet = sorted(set("".join(word_counts)))
+        alphabet = sorted(set("".join(counts)) | {END_OF_WORD})
         base = list(dict.fromkeys([*special_tokens, *alphabet]))
         max_new = None
         if vocab_size is not None:
@@ -111,8 +110,8 @@ class CharBPETokenizer(Tokenizer):
                                  f"use vocab_size >= {len(base)}")
             max_new = vocab_size - len(base)
         limit = num_merges if num_merges is not None else max_new
-        merges = learn_char_merges(word_counts, limit, min_count=min_frequency, progress=progress,
-                                   max_new_symbols=max_new)
+        merges = learn_char_merges(counts, limit, end=END_OF_WORD, min_count=min_frequency,
+                                   progress=progress, max_new_symbols=max_new)
         vocab = list(dict.fromkeys([*base, *(a + b for a, b in merges)]))
         return cls(vocab, merges, special_tokens)
 

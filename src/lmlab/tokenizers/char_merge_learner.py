@@ -61,19 +61,22 @@ _LEVEL = 2 * _POS + _KEY  # heap entry: -count << _LEVEL | first << _KEY | pair
 _BELOW = (1 << _LEVEL) - 1
 
 
-def learn_char_merges(word_counts: dict[str, int], num_merges: int, *, min_count: int = 1,
+def learn_char_merges(word_counts: dict[str, int], num_merges: int, *, end: str = "", min_count: int = 1,
                       progress: bool = False, max_new_symbols: int | None = None) -> list[tuple[str, str]]:
     """Learn up to ``num_merges`` frequency merges from ``word_counts``; return them in the order learned.
 
     ``word_counts`` maps each distinct word, *one character per initial symbol*, to how often it
-    occurs, in the order the words first occur (ties go to the pair seen first). Learning stops
+    occurs, in the order the words first occur (ties go to the pair seen first); ``end`` (at most
+    one character: character BPE's end-of-word ``_``) follows every word. Learning stops
     early when no pair occurs ``min_count`` times, or once ``max_new_symbols`` distinct new
-    symbols exist. The result equals ``learn_merges({tuple(w): n ...}, num_merges, ...)``.
+    symbols exist. The result equals ``learn_merges({(*w, *end): n ...}, num_merges, ...)``.
     """
+    if len(end) > 1:
+        raise LmlabError(f"the end-of-word symbol must be one character, got {end!r}", "pass e.g. end='_'")
     if num_merges < 0:
         raise LmlabError(f"number of merges must be >= 0, got {num_merges}", "pass a non-negative number")
     with gc_paused():  # many small containers and no cycles: collections would only rescan them
-        learner = _CharMergeLearner(word_counts)
+        learner = _CharMergeLearner(word_counts, end)
         merges = learner.run(num_merges, max(1, min_count), progress, max_new_symbols)
         del learner  # freed while the collector is paused
     return merges
@@ -101,16 +104,16 @@ class _CharMergeLearner:
 
     first_floor = 8  # pairs seen fewer times are not followed until the best pair is that rare
 
-    def __init__(self, word_counts: dict[str, int]):
+    def __init__(self, word_counts: dict[str, int], end: str = ""):
         words = list(word_counts)
         self.counts: list[int] = list(word_counts.values())
-        alphabet = set("".join(words))
+        alphabet = set("".join(words)) | set(end)
         self.text: dict[str, str] = {c: c for c in alphabet}  # symbol char -> its string
         self.code: dict[str, str] = dict(self.text)  # string -> symbol char
         self.unit: dict[str, int] = dict.fromkeys(alphabet, 1)
         self.unused = _unused_characters(alphabet)
         self.edge = s = next(self.unused)
-        self.words = [s + word + s for word in words]
+        self.words = [s + word + end + s for word in words]
         self.pairs: dict[int, list] = {}
         self.heap: list[int] = []
         self._index(self.first_floor)

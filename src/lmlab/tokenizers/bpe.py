@@ -3,7 +3,8 @@
 Token learner (Sennrich et al. 2016; lecture "BYTE-PAIR ENCODING(C, k)"): split the corpus on
 whitespace, write each word as its characters followed by the end-of-word symbol ``_``
 (``low`` -> ``l o w _``), then k times merge the most frequent adjacent pair (ties: the pair
-seen first in the corpus), see :mod:`lmlab.tokenizers.merge_trainer`.
+seen first in the corpus), see :mod:`lmlab.tokenizers.char_merge_learner` (words kept as strings,
+one character per symbol; the same merges as the general learner in ``merge_trainer``).
 
 Token segmenter: split a word into characters + ``_`` and apply the learned merges in the order
 they were learned ("first merge all adjacent er, then all adjacent er_, ..."): repeatedly merge

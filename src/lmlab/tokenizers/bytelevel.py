@@ -6,8 +6,9 @@ written as printable characters (``BYTE_ENCODER``: space -> ``Ġ``), and BPE mer
 and applied inside chunks. The base vocabulary is all 256 bytes, so there is never an unknown
 token and ``decode(encode(s)) == s`` for every string.
 
-Learner: count chunks (streamed, first-seen order), then :func:`learn_merges` with the
-frequency score until ``vocab_size`` = specials + 256 bytes + merges.
+Learner: count chunks (streamed, first-seen order), then the string merge learner
+(:func:`~lmlab.tokenizers.char_merge_learner.learn_char_merges`: one character per byte, so each
+chunk is a string of symbols) until ``vocab_size`` = specials + 256 bytes + merges.
 Segmenter: merges in rank order within each chunk, with a per-chunk cache (text -> ids), which
 makes encoding real text mostly a regex scan plus dictionary lookups.
 Offsets are in characters of the original text; a token holding part of a multi-byte character

@@ -301,25 +301,27 @@ class _CharMergeLearner:
             from tqdm.auto import tqdm
 
             bar = tqdm(total=num_merges, desc="merges", unit="merge")
-        while len(merges) < num_merges and (max_new_symbols is None or created < max_new_symbols):
-            key = self._pop_best(min_count)
-            if key is None:
-                break
-            a, b = text[chr(key >> _B)], text[chr(key & _SYM)]
-            s = a + b
-            new = code.get(s)
-            fresh = new is None
-            if fresh:
-                new = code[s] = next(self.unused)
-                text[new] = s
-                unit[new] = len(s)
-                created += 1
-            merges.append((a, b))
-            if not fresh and self.floor > 1:  # pairs with the old symbol may be unfollowed
-                self._index(1)
-            self._merge(key, new, fresh)
+        try:
+            while len(merges) < num_merges and (max_new_symbols is None or created < max_new_symbols):
+                key = self._pop_best(min_count)
+                if key is None:
+                    break
+                a, b = text[chr(key >> _B)], text[chr(key & _SYM)]
+                s = a + b
+                new = code.get(s)
+                fresh = new is None
+                if fresh:
+                    new = code[s] = next(self.unused)
+                    text[new] = s
+                    unit[new] = len(s)
+                    created += 1
+                merges.append((a, b))
+                if not fresh and self.floor > 1:  # pairs with the old symbol may be unfollowed
+                    self._index(1)
+                self._merge(key, new, fresh)
+                if bar is not None:
+                    bar.update(1)
+        finally:
             if bar is not None:
-                bar.update(1)
-        if bar is not None:
-            bar.close()
+                bar.close()
         return merges

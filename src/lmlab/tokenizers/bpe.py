@@ -3,7 +3,8 @@
 Token learner (Sennrich et al. 2016; lecture "BYTE-PAIR ENCODING(C, k)"): split the corpus on
 whitespace, write each word as its characters followed by the end-of-word symbol ``_``
 (``low`` -> ``l o w _``), then k times merge the most frequent adjacent pair (ties: the pair
-seen first in the corpus), see :mod:`lmlab.tokenizers.merge_trainer`.
+seen first in the corpus), see :mod:`lmlab.tokenizers.char_merge_learner` (words kept as strings,
+one character per symbol; the same merges as the general learner in ``merge_trainer``).
 
 Token segmenter: split a word into characters + ``_`` and apply the learned merges in the order
 they were learned ("first merge all adjacent er, then all adjacent er_, ..."): repeatedly merge
@@ -24,14 +25,14 @@ decodes.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from itertools import chain, repeat
+from itertools import repeat
 from typing import Any
 
 from lmlab.errors import LmlabError
 from lmlab.tokenizers.base import Tokenizer, hf_special_tokens, hf_vocab_by_id, roles_from_config
+from lmlab.tokenizers.char_merge_learner import learn_char_merges
 from lmlab.tokenizers.counting import count_chunks
 from lmlab.tokenizers.ids_cache import IdsCache
-from lmlab.tokenizers.merge_trainer import learn_merges
 from lmlab.tokenizers.pretokenize import WORD_RE, whitespace_split
 
 END_OF_WORD = "_"
@@ -109,8 +110,7 @@ class CharBPETokenizer(Tokenizer):
             raise LmlabError(f"num_merges must be a non-negative integer, got {num_merges!r}",
                              "pass e.g. num_merges=8")
         counts = count_chunks(texts, whitespace_split, workers=workers)
-        word_counts = {(*word, END_OF_WORD): n for word, n in counts.items()}
-        alphabet = sorted(set(chain.from_iterable(word_counts)))
+        alphabet = sorted(set("".join(counts)) | {END_OF_WORD})
         base = list(dict.fromkeys([*special_tokens, *alphabet]))
         max_new = None
         if vocab_size is not None:
@@ -121,8 +121,8 @@ class CharBPETokenizer(Tokenizer):
                                  f"use vocab_size >= {len(base)}")
             max_new = vocab_size - len(base)
         limit = num_merges if num_merges is not None else max_new
-        merges = learn_merges(word_counts, limit, min_count=min_frequency, progress=progress,
-                              max_new_symbols=max_new)
+        merges = learn_char_merges(counts, limit, end=END_OF_WORD, min_count=min_frequency,
+                                   progress=progress, max_new_symbols=max_new)
         vocab = list(dict.fromkeys([*base, *(a + b for a, b in merges)]))
         return cls(vocab, merges, special_tokens)
 

@@ -6,8 +6,9 @@ written as printable characters (``BYTE_ENCODER``: space -> ``Ġ``), and BPE mer
 and applied inside chunks. The base vocabulary is all 256 bytes, so there is never an unknown
 token and ``decode(encode(s)) == s`` for every string.
 
-Learner: count chunks (streamed, first-seen order), then :func:`learn_merges` with the
-frequency score until ``vocab_size`` = specials + 256 bytes + merges.
+Learner: count chunks (streamed, first-seen order), then the string merge learner
+(:func:`~lmlab.tokenizers.char_merge_learner.learn_char_merges`: one character per byte, so each
+chunk is a string of symbols) until ``vocab_size`` = specials + 256 bytes + merges.
 Segmenter: merges in rank order within each chunk, with a per-chunk cache (text -> ids), which
 makes encoding real text mostly a regex scan plus dictionary lookups.
 Offsets are in characters of the original text; a token holding part of a multi-byte character
@@ -25,9 +26,9 @@ from typing import Any
 from lmlab.errors import LmlabError
 from lmlab.tokenizers.base import Tokenizer
 from lmlab.tokenizers.bpe import bpe_segment, parse_hf_bpe
+from lmlab.tokenizers.char_merge_learner import learn_char_merges
 from lmlab.tokenizers.counting import count_chunks, refine_counts
 from lmlab.tokenizers.ids_cache import IdsCache
-from lmlab.tokenizers.merge_trainer import learn_merges
 from lmlab.tokenizers.pretokenize import (
     BYTE_ENCODER,
     from_byte_symbols,
@@ -73,11 +74,11 @@ class ByteLevelBPETokenizer(Tokenizer):
                              f"tokens and 256 bytes already need {len(base)}",
                              f"use vocab_size >= {len(base)}")
         counts = refine_counts(count_chunks(texts, gpt2_pieces, workers=workers), gpt2_split)
-        word_counts = {tuple(to_byte_symbols(chunk)): n for chunk, n in counts.items()}
+        word_counts = {to_byte_symbols(chunk): n for chunk, n in counts.items()}
         del counts
         new = vocab_size - len(base)
-        merges = learn_merges(word_counts, new, min_count=min_frequency, progress=progress,
-                              max_new_symbols=new)
+        merges = learn_char_merges(word_counts, new, min_count=min_frequency, progress=progress,
+                                   max_new_symbols=new)
         vocab = list(dict.fromkeys([*base, *(a + b for a, b in merges)]))
         return cls(vocab, merges, special_tokens)
 

@@ -35,9 +35,9 @@ def count_chunks(
     """Count the chunks ``split(text)`` yields over all ``texts``, in first-seen order.
 
     ``split`` must be a module-level function when ``workers > 1`` (it is sent to worker
-    processes). The result's insertion order is the order in which chunks first occur in the
-    corpus, which learners use to break ties deterministically. Raises a one-line error when
-    the corpus holds no chunk at all.
+    processes, ``batch_size`` texts at a time). The result's insertion order is the order in
+    which chunks first occur in the corpus, which learners use to break ties deterministically.
+    Raises a one-line error when the corpus holds no chunk at all.
     """
     if workers > 1:
         total: Counter = Counter()

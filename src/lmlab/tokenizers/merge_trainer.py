@@ -1,4 +1,8 @@
-"""The merge learner shared by BPE, byte-level BPE and WordPiece.
+"""The general merge learner over symbol tuples: WordPiece's scores, and the reference for BPE.
+
+Character and byte-level BPE learn with :mod:`lmlab.tokenizers.char_merge_learner`, which gives
+the same merges as ``learn_merges(score="frequency")`` when every initial symbol is one character,
+faster; this learner takes any symbols (WordPiece's ``##x``) and the likelihood scores.
 
 Byte-pair encoding as a token learner (Sennrich et al. 2016, "Neural Machine Translation of Rare
 Words with Subword Units"; the lecture's BYTE-PAIR ENCODING(C, k)): start from the symbols of

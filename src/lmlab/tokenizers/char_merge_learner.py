@@ -1,0 +1,327 @@
+"""The merge learner for BPE over single-character symbols (character BPE, byte-level BPE).
+
+The same merges as :func:`lmlab.tokenizers.merge_trainer.learn_merges` with the frequency score
+(the most frequent adjacent pair; ties go to the pair that occurs first in the corpus, i.e. the
+smallest (word index, position in initial symbols)), learned faster by letting Python's string
+methods do the per-word work in C. It needs every *initial* symbol to be one character, which
+holds for character BPE (the characters of a word and the end-of-word ``_``) and byte-level BPE
+(one printable character per byte).
+
+Representation:
+
+* every symbol is one character: the initial symbols are themselves, a merged symbol gets an
+  unused code point (``text`` maps it back to its string). A word is then the string of its
+  symbols, so ``word.find(ab)`` tells whether it holds the pair ``ab`` and ``word.replace(ab, x)``
+  merges every occurrence left to right, as BPE does (``a a a`` -> ``aa a``). Each word is wrapped
+  in an ``edge`` character that is no symbol, so its neighbours need no bounds checks;
+* a pair is the int ``ord(a) << 21 | ord(b)``; its record is ``[count, words, entry, exact]``:
+  the weighted count, the words holding it (or that held it once: a merge skips those in C),
+  its live heap entry and whether the entry's first occurrence is exact;
+* a heap entry is one int, ``-count << 106 | first << 42 | pair`` with ``first = word << 32 |
+  position``, so that the smallest entry is the best pair and comparing two entries is one int
+  comparison. Entries go stale (lazy invalidation): one whose count fell is re-queued when it
+  reaches the top; one superseded by a newer entry of its pair is dropped.
+
+A merge visits only the words of the merged pair's list. For each word with one occurrence the
+left and right neighbours are collected in one pass; the count changes are then applied once per
+neighbour symbol, with the summed word counts: ``(prev, a)`` loses and ``(prev, new)`` gains, and
+likewise on the right. Words holding the pair more than once (``abab``, ``aaaa``) are recounted
+around their occurrences.
+
+Pairs seen fewer than ``floor`` times (8 at first) are not followed at all: most pairs are rare
+and are never merged, so neither are they counted, queued nor updated. A pair's count can only
+grow when it is new (it contains the newest symbol) and then all its occurrences are in view,
+so the counts of followed pairs stay exact. When the best followed pair is rarer than ``floor``
+(or none is left), the index is completed from the words (:mod:`lmlab.tokenizers.pair_index`)
+with a lower floor (8 -> 2 -> 1), and learning goes on with the very same merges.
+
+Two merges can build the same string (``a+bc`` and ``ab+c``); the second one reuses the symbol,
+after completing the index (pairs with that symbol may not be followed).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterator
+from heapq import heapify, heappop, heappush, heapreplace
+from itertools import repeat
+from operator import lshift, or_
+
+from lmlab.errors import LmlabError
+from lmlab.tokenizers.merge_trainer import gc_paused
+from lmlab.tokenizers.pair_index import CODE_BITS, index_pairs
+
+_B = CODE_BITS  # bits of a code point in a pair key
+_SYM = (1 << _B) - 1
+_KEY = 2 * _B  # bits of a pair key
+_PAIR = (1 << _KEY) - 1
+_POS = 32  # bits of a position in a word, in the first-occurrence number word << 32 | position
+_FIRST = (1 << (2 * _POS)) - 1
+_LEVEL = 2 * _POS + _KEY  # heap entry: -count << _LEVEL | first << _KEY | pair
+_BELOW = (1 << _LEVEL) - 1
+
+
+def learn_char_merges(word_counts: dict[str, int], num_merges: int, *, end: str = "", min_count: int = 1,
+                      progress: bool = False, max_new_symbols: int | None = None) -> list[tuple[str, str]]:
+    """Learn up to ``num_merges`` frequency merges from ``word_counts``; return them in the order learned.
+
+    ``word_counts`` maps each distinct word, *one character per initial symbol*, to how often it
+    occurs, in the order the words first occur (ties go to the pair seen first); ``end`` (at most
+    one character: character BPE's end-of-word ``_``) follows every word. Learning stops
+    early when no pair occurs ``min_count`` times, or once ``max_new_symbols`` distinct new
+    symbols exist. The result equals ``learn_merges({(*w, *end): n ...}, num_merges, ...)``.
+    """
+    if len(end) > 1:
+        raise LmlabError(f"the end-of-word symbol must be one character, got {end!r}", "pass e.g. end='_'")
+    if num_merges < 0:
+        raise LmlabError(f"number of merges must be >= 0, got {num_merges}", "pass a non-negative number")
+    with gc_paused():  # many small containers and no cycles: collections would only rescan them
+        learner = _CharMergeLearner(word_counts, end)
+        merges = learner.run(num_merges, max(1, min_count), progress, max_new_symbols)
+        del learner  # freed while the collector is paused
+    return merges
+
+
+def _unused_characters(taken: set[str]) -> Iterator[str]:
+    """Code points for new symbols: the lowest first (words stay in the narrowest string kind)."""
+    for cp in range(0x110000):
+        if not 0xD800 <= cp < 0xE000 and chr(cp) not in taken:  # (no lone surrogates)
+            yield chr(cp)
+    raise LmlabError("more than a million distinct symbols", "ask for a smaller vocabulary")
+
+
+def _pair_keys(symbols: str) -> Iterator[int]:
+    codes = list(map(ord, symbols))
+    return map(or_, map(lshift, codes, repeat(_B)), codes[1:])
+
+
+def _pair_text(key: int) -> str:
+    return chr(key >> _B) + chr(key & _SYM)
+
+
+class _CharMergeLearner:
+    """State of one learning run (see the module docstring)."""
+
+    first_floor = 8  # pairs seen fewer times are not followed until the best pair is that rare
+
+    def __init__(self, word_counts: dict[str, int], end: str = ""):
+        words = list(word_counts)
+        self.counts: list[int] = list(word_counts.values())
+        alphabet = set("".join(words)) | set(end)
+        self.text: dict[str, str] = {c: c for c in alphabet}  # symbol char -> its string
+        self.code: dict[str, str] = dict(self.text)  # string -> symbol char
+        self.unit: dict[str, int] = dict.fromkeys(alphabet, 1)
+        self.unused = _unused_characters(alphabet)
+        self.edge = s = next(self.unused)
+        self.words = [s + word + end + s for word in words]
+        self.pairs: dict[int, list] = {}
+        self.heap: list[int] = []
+        self._index(self.first_floor)
+
+    def _index(self, floor: int) -> None:
+        """Follow every pair seen ``floor`` or more times (counted afresh from the words)."""
+        pairs = self.pairs
+        added = []
+        for key, c, ws, first in index_pairs(self.words, self.counts, self.edge, self.unit, floor):
+            if key not in pairs:  # (a followed pair's count, words and bound are already right)
+                entry = -c << _LEVEL | first << _KEY | key
+                pairs[key] = [c, ws, entry, True]
+                added.append(entry)
+        self.heap += added
+        heapify(self.heap)
+        self.floor = floor
+
+    def _first_occurrence(self, key: int, rec: list) -> int:
+        """The pair's exact first occurrence, ``word << 32 | position``; drops the stale words before it."""
+        ws = sorted(set(rec[1]))
+        words = self.words
+        ab = _pair_text(key)
+        for k, w in enumerate(ws):
+            i = words[w].find(ab)
+            if i >= 0:
+                rec[1] = ws[k:]
+                return w << _POS | sum(map(self.unit.__getitem__, words[w][1:i]))
+        raise AssertionError("pair with a positive count occurs nowhere")  # pragma: no cover
+
+    def _pop_best(self, min_count: int) -> int | None:
+        """Remove and return the best pair, or None when no pair occurs ``min_count`` times.
+
+        The top entry wins once its count is current, no unfollowed pair can match it, and its
+        first occurrence is exact whenever another entry has the same count (the tie-break)."""
+        heap, pairs = self.heap, self.pairs
+        while True:
+            if not heap:
+                if self.floor <= min_count:
+                    return None
+                self._index(self.floor // 4 or 1)
+                heap, pairs = self.heap, self.pairs
+                continue
+            entry = heap[0]
+            key = entry & _PAIR
+            rec = pairs.get(key)
+            if rec is None or rec[2] != entry:  # the pair is gone, or has a newer entry
+                heappop(heap)
+                continue
+            c = rec[0]
+            level = entry >> _LEVEL
+            if level != -c:
+                if -level < min_count and self.floor <= min_count:
+                    return None
+                rec[2] = entry & _BELOW | -c << _LEVEL
+                heapreplace(heap, rec[2])
+                continue
+            if c < self.floor and self.floor > min_count:  # rarer pairs were not followed: follow them now
+                self._index(self.floor // 4 or 1)
+                heap, pairs = self.heap, self.pairs
+                continue
+            if c < min_count:
+                return None
+            if not rec[3]:
+                n = len(heap)
+                if (n > 1 and heap[1] >> _LEVEL == level) or (n > 2 and heap[2] >> _LEVEL == level):
+                    first = self._first_occurrence(key, rec)
+                    rec[3] = True
+                    if first != (entry >> _KEY) & _FIRST:
+                        rec[2] = level << _LEVEL | first << _KEY | key
+                        heapreplace(heap, rec[2])
+                        continue
+            heappop(heap)
+            return key
+
+    def _merge(self, key: int, new: str, fresh: bool) -> None:
+        """Replace pair ``key`` by symbol ``new`` in every word holding it and update the pair records.
+
+        ``fresh``: ``new`` is a new symbol, so no pair with it exists yet."""
+        ab = _pair_text(key)
+        a, b = key >> _B, key & _SYM
+        words, counts, pairs = self.words, self.counts, self.pairs
+        left: defaultdict[str, list[int]] = defaultdict(list)
+        right: defaultdict[str, list[int]] = defaultdict(list)
+        multi = []
+        for w in pairs.pop(key)[1]:
+            word = words[w]
+            i = word.find(ab)
+            if i < 0:
+                continue
+            nw = word.replace(ab, new)
+            words[w] = nw
+            if len(word) - len(nw) == 1:
+                left[word[i - 1]].append(w)
+                right[word[i + 2]].append(w)
+            else:
+                multi.append((w, word, nw))
+        left.pop(self.edge, None)  # the word's start or end: no pair there
+        right.pop(self.edge, None)
+        for w, word, nw in multi:
+            self._merge_multi(w, word, nw, ab)
+        fresh = fresh and not multi
+        floor = self.floor
+        weight = counts.__getitem__
+        heap = self.heap
+        unit = self.unit.__getitem__
+        n_new = ord(new)
+        for side, nbrs in ((0, left), (1, right)):
+            for c, ws in nbrs.items():
+                if len(ws) == 1:  # most groups, late in learning: one word
+                    w0 = ws[0]
+                    n = counts[w0]
+                else:
+                    w0 = min(ws)
+                    n = sum(map(weight, ws))
+                code = ord(c)
+                if side:
+                    lost, gained = b << _B | code, n_new << _B | code
+                else:
+                    lost, gained = code << _B | a, code << _B | n_new
+                rec = pairs.get(lost)
+                if rec is not None:  # (None: a pair not followed, or the merged pair itself: a a a)
+                    rec[3] = False
+                    rec[0] -= n
+                    if not rec[0]:
+                        del pairs[lost]
+                rec = None if fresh else pairs.get(gained)
+                if rec is None:
+                    if n >= floor:  # a new pair: its first occurrence is the first in its first word
+                        word = words[w0]
+                        first = w0 << _POS | sum(map(unit, word[1:word.find(new + c if side else c + new)]))
+                        entry = -n << _LEVEL | first << _KEY | gained
+                        pairs[gained] = [n, ws, entry, True]
+                        heappush(heap, entry)
+                else:
+                    self._gain(gained, rec, n, ws)
+
+    def _gain(self, key: int, rec: list, n: int, ws: list[int]) -> None:
+        """A followed pair gained ``n`` occurrences in the words ``ws``: a new entry (count up)."""
+        rec[0] += n
+        rec[1].extend(ws)
+        rec[3] = False
+        first = min((rec[2] >> _KEY) & _FIRST, min(ws) << _POS)
+        rec[2] = -rec[0] << _LEVEL | first << _KEY | key
+        heappush(self.heap, rec[2])
+
+    def _merge_multi(self, w: int, word: str, nw: str, ab: str) -> None:
+        """Count changes of a word that held the merged pair ``ab`` more than once (now ``nw``)."""
+        n = self.counts[w]
+        pairs = self.pairs
+        # only the pairs from the first occurrence's left neighbour to the last one's right neighbour
+        # change (the edges excluded: no pair is followed there)
+        lo, hi = max(1, word.find(ab) - 1), min(len(word) - 1, word.rfind(ab) + 3)
+        diff: dict[int, int] = {}
+        for p in _pair_keys(word[lo:hi]):
+            diff[p] = diff.get(p, 0) - 1
+        for p in _pair_keys(nw[lo:hi - (len(word) - len(nw))]):
+            diff[p] = diff.get(p, 0) + 1
+        for p, k in diff.items():
+            if k <= 0:
+                continue
+            rec = pairs.get(p)
+            if rec is None:
+                entry = -k * n << _LEVEL | w << (_POS + _KEY) | p
+                pairs[p] = [k * n, [w], entry, False]
+                heappush(self.heap, entry)
+            else:
+                self._gain(p, rec, k * n, [w])
+        for p, k in diff.items():
+            if k >= 0:
+                continue
+            rec = pairs.get(p)
+            if rec is not None:
+                rec[3] = False
+                rec[0] += k * n
+                if not rec[0]:
+                    del pairs[p]
+
+    def run(self, num_merges: int, min_count: int, progress: bool,
+            max_new_symbols: int | None) -> list[tuple[str, str]]:
+        merges: list[tuple[str, str]] = []
+        created = 0
+        text, code, unit = self.text, self.code, self.unit
+        bar = None
+        if progress:
+            from tqdm.auto import tqdm
+
+            bar = tqdm(total=num_merges, desc="merges", unit="merge")
+        try:
+            while len(merges) < num_merges and (max_new_symbols is None or created < max_new_symbols):
+                key = self._pop_best(min_count)
+                if key is None:
+                    break
+                a, b = text[chr(key >> _B)], text[chr(key & _SYM)]
+                s = a + b
+                new = code.get(s)
+                fresh = new is None
+                if fresh:
+                    new = code[s] = next(self.unused)
+                    text[new] = s
+                    unit[new] = len(s)
+                    created += 1
+                merges.append((a, b))
+                if not fresh and self.floor > 1:  # pairs with the old symbol may be unfollowed
+                    self._index(1)
+                self._merge(key, new, fresh)
+                if bar is not None:
+                    bar.update(1)
+        finally:
+            if bar is not None:
+                bar.close()
+        return merges

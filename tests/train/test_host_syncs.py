@@ -176,3 +176,46 @@ def test_segment_id_checks_run_eagerly_but_not_in_the_trainers_steps():
     with HostReads() as reads, trusted_inputs():
         model(input_ids=ids, token_type_ids=torch.ones_like(ids))
     assert not reads.counts, dict(reads.counts)
+
+
+#: objectives with their own attention patterns: UniLM (its metrics were device reads, its MLM head
+#: selected by mask), XLNet (the targets were found with nonzero), Transformer-XL
+PATTERN_OBJECTIVES = [("unilm", "bert-tiny"), ("xlnet", "xlnet-tiny"), ("transfo-xl", "transfo-xl-tiny")]
+
+
+@pytest.mark.parametrize("objective,preset", PATTERN_OBJECTIVES)
+def test_a_pattern_objectives_training_step_reads_the_device_once(tiny_config, tmp_path, objective, preset):
+    from lmlab.train import distributed as dist_
+    from lmlab.train.config import load_config
+    from lmlab.train.loop import Trainer
+
+    cfg = tiny_config(max_steps=2, grad_accum=2, prefetch=True)
+    cfg["model"] = {"preset": preset}
+    cfg["objective"] = {"name": objective}
+    trainer = Trainer(load_config(cfg), tmp_path / "run", False, lambda m: None)
+    trainer.info = dist_.DistInfo()
+    try:
+        trainer.setup()
+        trainer.train_step()
+        for future in trainer.prefetcher.pending.values():
+            future.result()
+        with HostReads() as reads:
+            row = trainer.train_step()
+        assert dict(reads.counts) == {"tolist": 1}
+        assert all(isinstance(v, float) and math.isfinite(v) for v in row.values())
+    finally:
+        if trainer.prefetcher is not None:
+            trainer.prefetcher.close()
+
+
+def test_xlnet_targets_are_the_last_places_of_the_order_in_position_order(text):
+    tok, paras = text
+    obj = get_objective("xlnet")(tok)
+    batch = pack(tok, paras, rows=5, seq_len=48)
+    inputs = obj.prepare(batch, torch.Generator().manual_seed(3))
+    from lmlab.objectives.xlnet import permutation_ranks
+
+    ranks = permutation_ranks(5, 48, torch.Generator().manual_seed(3), "cpu")  # the same draws
+    p = obj.num_targets(48)
+    expect = (ranks >= 48 - p).nonzero()[:, 1].view(5, p)
+    assert torch.equal(inputs["target_positions"], expect)

@@ -33,7 +33,7 @@ from torch import Tensor, nn
 
 from lmlab.data.batch import TokenBatch
 from lmlab.errors import LmlabError
-from lmlab.objectives.masking import rand
+from lmlab.objectives.masking import label_positions, rand
 from lmlab.objectives.mlm import MaskedLM
 from lmlab.objectives.prefix_lm import sample_prefix_lengths
 
@@ -97,8 +97,8 @@ class UniLM(MaskedLM):
                              seq2seq_mask(batch, source_len)], dim=1)  # [B, 4, T, T]
         pattern = masks[torch.arange(len(modes), device=device), modes]
         corrupted, labels = self.mask(batch.input_ids, batch.doc_ids, generator)
-        inputs = {"input_ids": corrupted, "labels": labels, "position_ids": batch.position_ids,
-                  "attention_pattern": pattern, "modes": modes}
+        inputs = {"input_ids": corrupted, "labels": labels, "label_positions": label_positions(labels),
+                  "position_ids": batch.position_ids, "attention_pattern": pattern, "modes": modes}
         if self.segment_ids:
             is_target = (batch.position_ids >= source_len) & (modes == SEQ2SEQ)[:, None]
             inputs["token_type_ids"] = is_target.long()
@@ -111,7 +111,8 @@ class UniLM(MaskedLM):
             inputs.pop("token_type_ids", None)  # no segment embeddings (RoBERTa-style): masks only
         out = model(**inputs)
         labels = inputs["labels"]
-        metrics = {**self.hidden_token_signal(out.logits, inputs), "targets": int((labels != -100).sum())}
+        # tensors, read by the engine with the step's other numbers (no device read per metric)
+        metrics = {**self.hidden_token_signal(out.logits, inputs), "targets": (labels != -100).sum()}
         for m, name in enumerate(MODES):
-            metrics[f"rows_{name}"] = int((modes == m).sum())
+            metrics[f"rows_{name}"] = (modes == m).sum()
         return out.loss, metrics

@@ -90,7 +90,9 @@ class PermutationLM(Objective):
         ranks = permutation_ranks(b, t, generator, ids.device)
         content, query = two_stream_masks(ranks, t - p, batch.same_document())
         # the targets, in left-to-right order of position: the last p places of the order
-        target_positions = (ranks >= t - p).nonzero()[:, 1].view(b, p)
+        # (a stable sort puts each row's p targets first, in position order: nonzero() would give the
+        # same, but its output size depends on the data, a read of the device)
+        target_positions = torch.argsort((ranks < t - p).to(torch.uint8), dim=1, stable=True)[:, :p]
         query_pattern = query.gather(1, target_positions[:, :, None].expand(b, p, t))
         labels = ids.gather(1, target_positions)
         labels = labels.masked_fill(self.is_special(labels) | ~query_pattern.any(-1), IGNORE)

@@ -142,14 +142,20 @@ def test_a_training_step_reads_the_device_once(tiny_config, tmp_path, objective,
     """The trainer's whole step (its micro-batch taken from the prefetch thread, moved to the
     device, forward, backward, clipping, optimizer step, the step's numbers) reads the device
     exactly once: the objective's preparation ran in the data path, a step ahead."""
+    model = {"preset": preset, "d_model": 32, "n_layers": 1, "n_heads": 2, "d_ff": 64,
+             "max_positions": 64, "dropout": 0.1, "attn_dropout": 0.0}
+    assert_one_read_per_trainer_step(tiny_config, tmp_path, model, {"name": objective, **params})
+
+
+def assert_one_read_per_trainer_step(tiny_config, tmp_path, model: dict, objective: dict) -> None:
+    """Run a trainer's first step, let the prefetch thread prepare the second, then count the
+    second step's host reads: exactly the one that fetches the step's numbers."""
     from lmlab.train import distributed as dist_
     from lmlab.train.config import load_config
     from lmlab.train.loop import Trainer
 
     cfg = tiny_config(max_steps=2, grad_accum=2, prefetch=True)
-    cfg["model"] = {"preset": preset, "d_model": 32, "n_layers": 1, "n_heads": 2, "d_ff": 64,
-                    "max_positions": 64, "dropout": 0.1, "attn_dropout": 0.0}
-    cfg["objective"] = {"name": objective, **params}
+    cfg["model"], cfg["objective"] = model, objective
     trainer = Trainer(load_config(cfg), tmp_path / "run", False, lambda m: None)
     trainer.info = dist_.DistInfo()
     try:
@@ -185,27 +191,7 @@ PATTERN_OBJECTIVES = [("unilm", "bert-tiny"), ("xlnet", "xlnet-tiny"), ("transfo
 
 @pytest.mark.parametrize("objective,preset", PATTERN_OBJECTIVES)
 def test_a_pattern_objectives_training_step_reads_the_device_once(tiny_config, tmp_path, objective, preset):
-    from lmlab.train import distributed as dist_
-    from lmlab.train.config import load_config
-    from lmlab.train.loop import Trainer
-
-    cfg = tiny_config(max_steps=2, grad_accum=2, prefetch=True)
-    cfg["model"] = {"preset": preset}
-    cfg["objective"] = {"name": objective}
-    trainer = Trainer(load_config(cfg), tmp_path / "run", False, lambda m: None)
-    trainer.info = dist_.DistInfo()
-    try:
-        trainer.setup()
-        trainer.train_step()
-        for future in trainer.prefetcher.pending.values():
-            future.result()
-        with HostReads() as reads:
-            row = trainer.train_step()
-        assert dict(reads.counts) == {"tolist": 1}
-        assert all(isinstance(v, float) and math.isfinite(v) for v in row.values())
-    finally:
-        if trainer.prefetcher is not None:
-            trainer.prefetcher.close()
+    assert_one_read_per_trainer_step(tiny_config, tmp_path, {"preset": preset}, {"name": objective})
 
 
 def test_xlnet_targets_are_the_last_places_of_the_order_in_position_order(text):

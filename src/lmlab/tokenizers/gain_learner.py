@@ -40,7 +40,6 @@ pair before each remaining merge instead (slow, but such corpora are tiny).
 from __future__ import annotations
 
 import operator
-import struct
 from collections.abc import Callable
 from heapq import heapify, heappop, heappush, heapreplace
 from math import exp, inf, log, sqrt
@@ -52,31 +51,6 @@ _WATCH = 2 * _SHIFT  # a threshold entry packs (w, pair) in one int
 _PAIR = (1 << _WATCH) - 1
 _SAFETY = 1e-9  # relative margin that keeps certificates valid under floating-point rounding
 _FREE = (0, 0)  # the thresholds of a pair whose cap holds whatever the counts: none
-# A cap-heap entry is one int, smaller is better: -cap (as _ordered) | -count | first word | position | pair.
-# Ints compare in one C call and sit in one object; tuples of floats cost a call per field and two
-# memory reads (a third of the learner's heap time on the 32k benchmark).
-_POS, _WORD, _COUNT, _CAP = 2 * _SHIFT, 3 * _SHIFT, 4 * _SHIFT, 6 * _SHIFT
-_KEY = (1 << _POS) - 1
-_FIELD = (1 << _SHIFT) - 1
-_MAX_COUNT = 1 << _POS  # a count c is stored as _MAX_COUNT - c (more occurrences first)
-_DOUBLE = struct.Struct("<d")
-_MAGNITUDE = (1 << 63) - 1
-
-
-def _ordered(x: float) -> int:
-    """An int that orders like the float ``x``, equal for equal floats (0.0 and -0.0 alike)."""
-    bits = int.from_bytes(_DOUBLE.pack(x + 0.0), "little", signed=True)
-    return bits ^ _MAGNITUDE if bits < 0 else bits
-
-
-def _float_of(o: int) -> float:
-    """The float that :func:`_ordered` turned into ``o``."""
-    return _DOUBLE.unpack((o ^ _MAGNITUDE if o < 0 else o).to_bytes(8, "little", signed=True))[0]
-
-
-def _packed(o: int, c: int, w: int, pos: int, key: int) -> int:
-    """The cap-heap entry of pair ``key`` with cap ``_float_of(o)``, ``c`` occurrences, first at (w, pos)."""
-    return -o << _CAP | (_MAX_COUNT - c) << _COUNT | w << _WORD | pos << _POS | key
 
 
 def learn_gain_merges(word_counts: dict[tuple[str, ...], int], num_merges: int, *,
@@ -107,14 +81,14 @@ class _GainLearner(_MergeLearner):
         self.heap = []
         self.gained = []  # the shared merge loop appends the pairs that gained occurrences here
         self.min_count = min_count
-        self.cap: dict[int, int] = {}  # pair -> the cap of its valid entry in gheap (as _ordered)
+        self.cap: dict[int, float] = {}  # pair -> the value of its valid entry in gheap
         self.watched: dict[int, tuple[int, int]] = {}  # pair -> (w_a, w_b) of its certificate
         # symbol -> heap of -(w << 64 | pair): the pairs to re-check once its count falls below w
         self.watch: list[list[int]] = [[] for _ in self.symbols]
         self.watch_entries = 0
         self.best = inf  # gain of the last merge: sets the slack of new caps
         self.exhaustive = False  # every pair re-scored before each merge (negative gains only)
-        self.gheap: list[int] = []  # entries made by _packed
+        self.gheap: list[tuple] = []
         for key, c in self.pair_count.items():
             if c >= min_count:
                 g, upper, da, db = self._evaluate(key, c)
@@ -175,18 +149,14 @@ class _GainLearner(_MergeLearner):
         thresholds. ``da``, ``db``: the pair's ``D_a(c)``, ``D_b(c)`` now (see :meth:`_evaluate`).
         ``replace_top``: the new entry replaces the top of the heap (the pair's own, with ``force``)."""
         cap = g + slack
-        if cap < 0.0:
-            cap = 0.0
-        o = _ordered(cap)
         old = None if force else self.cap.get(key)
-        if old is not None and old >= o:
-            cap = _float_of(old)
+        if old is not None and old >= cap:
+            cap = old
         else:
-            self.cap[key] = o
-            w, pos = self.bound[key]
-            # _packed written out: this runs for every re-scored pair
-            entry = -o << _CAP | (_MAX_COUNT - c) << _COUNT | w << _WORD | pos << _POS | key
-            (heapreplace if replace_top else heappush)(self.gheap, entry)
+            if cap < 0.0:
+                cap = 0.0
+            self.cap[key] = cap
+            (heapreplace if replace_top else heappush)(self.gheap, (-cap, -c, *self.bound[key], key))
         watched = self.watched
         if cap >= upper:
             watched[key] = _FREE
@@ -231,36 +201,34 @@ class _GainLearner(_MergeLearner):
         heap, cap, pair_count = self.gheap, self.cap, self.pair_count
         while heap:
             top = heap[0]
-            key = top & _KEY
-            o = -(top >> _CAP)
-            if cap.get(key) != o:
+            key = top[-1]
+            if cap.get(key) != -top[0]:
                 heappop(heap)  # stale: the pair has a newer entry, or is gone
                 continue
             c = pair_count[key]
             g, upper, da, db = self._evaluate(key, c)
-            if _ordered(g) != o or _MAX_COUNT - c != (top >> _COUNT) & _KEY:
-                if g < 0.0 and o == 0 and not self.exhaustive:
+            if g != -top[0] or c != -top[1]:
+                if g < 0.0 and top[0] == 0.0 and not self.exhaustive:
                     self._rescore_all()  # the best cap is 0 but the gain is negative: no cap holds
                     continue
                 n = len(heap)  # the entry under the top is the better of its two children
-                if n > 1 and c >= min_count and not self.exhaustive \
-                        and _ordered(g) > -((min(heap[1], heap[2]) if n > 2 else heap[1]) >> _CAP):
+                if n > 1 and g > -min(heap[1][0], heap[2][0] if n > 2 else inf) and c >= min_count \
+                        and not self.exhaustive:
                     heappop(heap)
                     del cap[key]  # above every other cap: the best pair, no tie possible
                     self.best = g
                     return key
                 slack = self._slack(g, upper) if g < self.exact_near * self.best else 0.0
                 # the new entry takes the top's place (one sift instead of a pop and a push)
-                slack = slack if g + slack < _float_of(o) else 0.0
-                self._schedule(key, c, g, slack, True, upper, da, db, True)
+                self._schedule(key, c, g, slack if g + slack < -top[0] else 0.0, True, upper, da, db, True)
                 continue
-            prefix = top >> _COUNT  # cap and count: an equal one is a tie
+            prefix = top[:2]
             n = len(heap)
-            if (n > 1 and heap[1] >> _COUNT == prefix) or (n > 2 and heap[2] >> _COUNT == prefix):
-                w, pos = true_first = self._first_occurrence(key)
-                if true_first != ((top >> _WORD) & _FIELD, (top >> _POS) & _FIELD):
+            if (n > 1 and heap[1][:2] == prefix) or (n > 2 and heap[2][:2] == prefix):
+                true_first = self._first_occurrence(key)
+                if true_first != top[2:4]:
                     self.bound[key] = true_first
-                    heapreplace(heap, prefix << _COUNT | w << _WORD | pos << _POS | key)
+                    heapreplace(heap, (*prefix, *true_first, key))
                     continue
             heappop(heap)
             if c < min_count:  # fell below the minimum since it was scheduled: it never wins again
@@ -280,8 +248,8 @@ class _GainLearner(_MergeLearner):
         self.watch = [[] for _ in self.symbols]
         for key, c in self.pair_count.items():
             if c >= self.min_count:
-                o = self.cap[key] = _ordered(self._evaluate(key, c)[0])
-                self.gheap.append(_packed(o, c, *self.bound[key], key))
+                g = self.cap[key] = self._evaluate(key, c)[0]
+                self.gheap.append((-g, -c, *self.bound[key], key))
         heapify(self.gheap)
 
     # ------------------------------------------------------------------ one merge
@@ -337,7 +305,7 @@ class _GainLearner(_MergeLearner):
         """Drop stale entries of both heaps once they outnumber the live ones."""
         cap = self.cap
         if len(self.gheap) > 2 * len(cap) + self.heap_slack:
-            self.gheap = [e for e in self.gheap if cap.get(e & _KEY) == -(e >> _CAP)]
+            self.gheap = [e for e in self.gheap if cap.get(e[-1]) == -e[0]]
             heapify(self.gheap)
         if self.watch_entries > 3 * len(self.watched) + self.watch_slack:
             self.watch = [[] for _ in self.symbols]

@@ -250,13 +250,15 @@ class _MergeLearner:
         return None
 
     def _upper(self, c: int) -> float:
-        """Upper bound on the gain of any pair (a, b), a != b, seen c times, now and later.
+        """Upper bound on the gain of any pair (a, b), a != b, seen at most c times, now and later.
 
         ``f`` is convex, so ``f(n_a) - f(n_a - c) >= f(c)`` for every ``n_a >= c``; hence the gain is
-        at most ``f(N) - f(N - c) - f(c)``, which grows with ``c`` and shrinks as ``N`` falls.
+        at most ``u(c) = f(N) - f(N - c) - f(c)``, which shrinks as ``N`` falls and grows with ``c``
+        up to ``c = N / 2`` only (then falls again): so the bound for counts up to ``c`` is
+        ``u(min(c, N / 2))``. (Only tiny corpora have a pair seen more than N / 2 times, e.g. runs
+        a a a, whose overlapping pairs may even outnumber the symbols.)
         """
-        # (a parked level may exceed N: runs a a a count more overlapping pairs than symbols)
-        return self.f_total - _xlogx(self.total - c) - _xlogx(c)
+        return self.f_total - _xlogx(self.total - min(c, self.total / 2)) - _xlogx(min(c, self.total / 2))
 
     def _unpark(self, best: float) -> float:
         """Make sure no parked pair can beat ``best``; return the bound that now holds for them.

@@ -169,6 +169,16 @@ def test_gain_property_equals_naive(word_list):
     assert learn_merges(wc, 30, score="gain") == naive_merges(wc, 30, score="gain")
 
 
+def test_gain_parking_bound_holds_when_a_pair_fills_half_the_corpus():
+    """Runs ``a a a`` make ``(a, a)`` occur 10 times among 16 symbols; the parking bound
+    ``f(N) - f(N - c) - f(c)`` falls again past ``c = N / 2``, and taken at c = 10 it let a parked pair
+    with a higher gain wait (the third merge was ``aaaa + a`` instead of ``aa + _``)."""
+    wc = {(*w, "_"): n for w, n in Counter(["aa", "aaaaa", "aaaaaa"]).items()}
+    merges = learn_merges(wc, 30, score="gain")
+    assert merges == naive_merges(wc, 30, score="gain")
+    assert merges[2] == ("aa", "_")
+
+
 def test_gain_is_the_log_likelihood_change():
     # 40 x "th", 100 x "t", 2 x "qu": the ratio score prefers the rare pair (2/(2*2) > 40/(140*40)),
     # the likelihood gain the frequent one; both gains are checked against the corpus likelihood

@@ -149,7 +149,8 @@ class _MergeLearner:
             for key in pair_count:
                 self.by_symbol.setdefault(key >> _SHIFT, set()).add(key)
                 self.by_symbol.setdefault(key & _LOW, set()).add(key)
-        self.heap = [self._entry(key) for key in pair_count]
+        # (a subclass that keeps its own heap and counts, count_symbols, needs none)
+        self.heap = [] if count_symbols else [self._entry(key) for key in pair_count]
         heapq.heapify(self.heap)
         # Likelihood scores: pair -> the score of its best entry in the heap. A pair whose new score
         # is no higher needs no new entry (the old one is still an upper bound).
@@ -157,6 +158,9 @@ class _MergeLearner:
         # Gain only: pairs seen at most ``parked`` times are not re-pushed when their symbols' counts
         # fall (see _unpark); None until the first pop sets it (all entries are exact until then).
         self.parked: int | None = None if self.gain else 0
+        # A subclass with its own scores sets a list here: _merge then appends the pairs that gained
+        # occurrences to it instead of pushing heap entries.
+        self.gained: list[int] | None = None
 
     # ------------------------------------------------------------------ heap entries
     def _entry(self, key: int) -> tuple:
@@ -246,13 +250,15 @@ class _MergeLearner:
         return None
 
     def _upper(self, c: int) -> float:
-        """Upper bound on the gain of any pair (a, b), a != b, seen c times, now and later.
+        """Upper bound on the gain of any pair (a, b), a != b, seen at most c times, now and later.
 
         ``f`` is convex, so ``f(n_a) - f(n_a - c) >= f(c)`` for every ``n_a >= c``; hence the gain is
-        at most ``f(N) - f(N - c) - f(c)``, which grows with ``c`` and shrinks as ``N`` falls.
+        at most ``u(c) = f(N) - f(N - c) - f(c)``, which shrinks as ``N`` falls and grows with ``c``
+        up to ``c = N / 2`` only (then falls again): so the bound for counts up to ``c`` is
+        ``u(min(c, N / 2))``. (Only tiny corpora have a pair seen more than N / 2 times, e.g. runs
+        a a a, whose overlapping pairs may even outnumber the symbols.)
         """
-        # (a parked level may exceed N: runs a a a count more overlapping pairs than symbols)
-        return self.f_total - _xlogx(self.total - c) - _xlogx(c)
+        return self.f_total - _xlogx(self.total - min(c, self.total / 2)) - _xlogx(min(c, self.total / 2))
 
     def _unpark(self, best: float) -> float:
         """Make sure no parked pair can beat ``best``; return the bound that now holds for them.
@@ -327,22 +333,24 @@ class _MergeLearner:
         change: dict[int, int] = {}
         touched: dict[int, int] = {}
         weight = counts.__getitem__
-        a_lo, b_hi, new_hi = a, b << _SHIFT, new << _SHIFT
+        b_hi, new_hi = b << _SHIFT, new << _SHIFT
+        get = change.get
         for side, nbrs in ((0, left), (1, right)):
             for nbr, ws in nbrs.items():
                 if side:  # (b, nxt) -> (new, nxt)
                     lost, gained = b_hi | nbr, new_hi | nbr
                 else:  # (prev, a) -> (prev, new)
-                    lost, gained = nbr << _SHIFT | a_lo, nbr << _SHIFT | new
+                    hi = nbr << _SHIFT
+                    lost, gained = hi | a, hi | new
                 n = sum(map(weight, ws))
-                change[lost] = change.get(lost, 0) - n
-                change[gained] = change.get(gained, 0) + n
+                change[lost] = get(lost, 0) - n
+                first = min(ws)
+                change[gained] = get(gained, 0) + n
                 s = where.get(gained)
                 if s is None:
                     where[gained] = set(ws)
                 else:
                     s.update(ws)
-                first = min(ws)
                 if touched.get(gained, first) >= first:
                     touched[gained] = first
         drop = self._drop
@@ -364,7 +372,7 @@ class _MergeLearner:
                 self.f_total = _xlogx(self.total)
                 for sym in (a, b, new):
                     self.flog[sym] = _xlogx(self.sym_count[sym])
-        bound, heap, push = self.bound, self.heap, heapq.heappush
+        bound, heap, push, gained = self.bound, self.heap, heapq.heappush, self.gained
         for k, w in touched.items():
             c = pair_count.get(k)
             if c is None:
@@ -376,6 +384,9 @@ class _MergeLearner:
                 old = bound[k] = (w, 0)
             else:
                 old = bound[k] = min(old, self._first_occurrence(k))
+            if gained is not None:  # a subclass re-scores them itself: only the keys
+                gained.append(k)
+                continue
             if not self.likelihood:
                 push(heap, (-c, *old, k))
                 continue

@@ -48,7 +48,7 @@ from itertools import repeat
 from operator import lshift, or_
 
 from lmlab.errors import LmlabError
-from lmlab.tokenizers.merge_trainer import gc_paused
+from lmlab.tokenizers.merge_trainer import gc_paused, merge_progress
 from lmlab.tokenizers.pair_index import CODE_BITS, index_pairs
 
 _B = CODE_BITS  # bits of a code point in a pair key
@@ -296,12 +296,7 @@ class _CharMergeLearner:
         merges: list[tuple[str, str]] = []
         created = 0
         text, code, unit = self.text, self.code, self.unit
-        bar = None
-        if progress:
-            from tqdm.auto import tqdm
-
-            bar = tqdm(total=num_merges, desc="merges", unit="merge")
-        try:
+        with merge_progress(num_merges, progress) as tick:
             while len(merges) < num_merges and (max_new_symbols is None or created < max_new_symbols):
                 key = self._pop_best(min_count)
                 if key is None:
@@ -319,9 +314,5 @@ class _CharMergeLearner:
                 if not fresh and self.floor > 1:  # pairs with the old symbol may be unfollowed
                     self._index(1)
                 self._merge(key, new, fresh)
-                if bar is not None:
-                    bar.update(1)
-        finally:
-            if bar is not None:
-                bar.close()
+                tick()
         return merges

@@ -101,6 +101,22 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
+@contextmanager
+def merge_progress(total: int, enabled: bool) -> Iterator[Callable[[], None]]:
+    """``tick()``, which advances a "merges" progress bar (tqdm) when ``enabled`` and does nothing
+    otherwise; the bar is closed when the block ends, by an error too."""
+    if not enabled:
+        yield lambda: None
+        return
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=total, desc="merges", unit="merge")
+    try:
+        yield lambda: bar.update(1)
+    finally:
+        bar.close()
+
+
 class _MergeLearner:
     """State of one learning run; symbols are ints, a pair (a, b) is the int ``a << 32 | b``."""
 
@@ -483,12 +499,7 @@ class _MergeLearner:
     def run(self, num_merges: int, min_count: int, progress: bool, max_new_symbols: int | None):
         merges: list[tuple[str, str]] = []
         created = 0
-        bar = None
-        if progress:
-            from tqdm.auto import tqdm
-
-            bar = tqdm(total=num_merges, desc="merges", unit="merge")
-        try:
+        with merge_progress(num_merges, progress) as tick:
             while len(merges) < num_merges and (max_new_symbols is None or created < max_new_symbols):
                 key = self._pop_best(min_count)
                 if key is None:
@@ -499,11 +510,7 @@ class _MergeLearner:
                 self._merge(key, new)
                 if self.likelihood:
                     self._compact()
-                if bar is not None:
-                    bar.update(1)
-        finally:
-            if bar is not None:
-                bar.close()
+                tick()
         return merges
 
 

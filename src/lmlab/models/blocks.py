@@ -326,12 +326,11 @@ def attention_with_dropout(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None,
     if mask is not None:  # in place when the mask broadcasts onto the scores (a fresh tensor)
         same = torch.broadcast_shapes(mask.shape, scores.shape) == scores.shape
         scores = scores.add_(mask) if same else scores + mask
+    t, s = scores.shape[-2:]
     if is_causal:
-        t, s = scores.shape[-2:]
         scores = scores.masked_fill(~causal_mask(t, s, q.device), float("-inf"))
     # a row with every key masked attends to nothing (zeros), as in SDPA, not NaN: left padding
     # under a causal mask has such rows, and a NaN there would reach every gradient
-    t, s = scores.shape[-2:]
     whole_rows = _may_mask_whole_rows(mask, is_causal, t, s)
     probs = _safe_softmax(scores, dim=-1) if whole_rows else torch.softmax(scores, dim=-1)
     return torch.matmul(dropout(probs, p), v)

@@ -136,7 +136,8 @@ def relu_dropout(x: Tensor, p: float, training: bool = True) -> Tensor:
 
 
 def add_dropout(residual: Tensor, x: Tensor, p: float, training: bool = True) -> Tensor:
-    """``residual + dropout(x, p, training)``, in one pass over the tensors on the fast path."""
+    """``residual + dropout(x, p, training)``; on the fast path the add is one more NumPy pass of
+    the dropout (no separate torch op, no intermediate tensor for autograd)."""
     if not training or p <= 0.0:
         return residual + x
     if not _fast(x, p) or residual.shape != x.shape or residual.dtype != x.dtype:
@@ -147,7 +148,7 @@ def add_dropout(residual: Tensor, x: Tensor, p: float, training: bool = True) ->
 class Dropout(nn.Dropout):
     """``nn.Dropout`` (same ``p``, same place in ``model.modules()``) drawing its mask as
     :func:`dropout` does; code that finds dropout layers by ``isinstance(m, nn.Dropout)`` still
-    does. :meth:`add_to` is ``residual + self(x)`` in one pass."""
+    does. :meth:`add_to` is ``residual + self(x)`` done by the dropout itself."""
 
     def forward(self, x: Tensor) -> Tensor:
         if self.inplace:

@@ -342,7 +342,8 @@ class Tokenizer(ABC):
         workers = max(1, min(workers, -(-len(texts) // chunk_size)))
         from multiprocessing import current_process
 
-        from lmlab.tokenizers.bulk import encode_parallel, gc_paused
+        from lmlab.tokenizers.bulk import encode_parallel
+        from lmlab.tokenizers.gc_pause import gc_paused
 
         if workers == 1 or current_process().daemon:  # a pool's worker may not start processes
             with gc_paused():

@@ -32,10 +32,11 @@ import sys
 import threading
 from array import array
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
 from itertools import accumulate, chain
 from multiprocessing import get_context
 from typing import Any
+
+from lmlab.tokenizers.gc_pause import gc_paused
 
 #: The work of a forked pool, set by the caller just before the fork: (tokenizer, texts, chunk
 #: bounds, schedule). Spawned workers hold (tokenizer, None, None, None).
@@ -135,18 +136,6 @@ def can_fork() -> bool:
     """Fork is used on Linux while the caller runs a single Python thread (forking a process
     with other threads risks copying a lock that one of them holds)."""
     return sys.platform.startswith("linux") and threading.active_count() == 1
-
-
-@contextmanager
-def gc_paused():
-    """Pause the cyclic garbage collector (the caller's, and so the forked workers'), then restore it."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 def encode_parallel(tok, texts: Sequence[str], workers: int, chunk_size: int) -> list[list[int]]:

@@ -48,7 +48,8 @@ from itertools import repeat
 from operator import lshift, or_
 
 from lmlab.errors import LmlabError
-from lmlab.tokenizers.merge_trainer import gc_paused, merge_progress
+from lmlab.tokenizers.gc_pause import gc_paused
+from lmlab.tokenizers.merge_trainer import merge_progress
 from lmlab.tokenizers.pair_index import CODE_BITS, index_pairs
 
 _B = CODE_BITS  # bits of a code point in a pair key

@@ -45,7 +45,8 @@ from heapq import heapify, heappop, heappush, heapreplace
 from math import exp, inf, log, sqrt
 
 from lmlab.errors import LmlabError
-from lmlab.tokenizers.merge_trainer import _LOW, _SHIFT, _MergeLearner, _xlogx, gc_paused
+from lmlab.tokenizers.gc_pause import gc_paused
+from lmlab.tokenizers.merge_trainer import _LOW, _SHIFT, _MergeLearner, _xlogx
 
 _WATCH = 2 * _SHIFT  # a threshold entry packs (w, pair) in one int
 _PAIR = (1 << _WATCH) - 1

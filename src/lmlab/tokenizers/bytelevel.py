@@ -89,7 +89,7 @@ class ByteLevelBPETokenizer(Tokenizer):
         if hit is not None:
             return hit
         toks = self._chunk_tokens(chunk)
-        hit = (toks, [self.id_of(t) for t in toks])
+        hit = (toks, self._token_ids(toks))
         if len(self._cache) < _CACHE_LIMIT:
             self._cache[chunk] = hit
         return hit

@@ -53,6 +53,9 @@ def index_pairs(words: list[str], counts: list[int], edge: str, units: dict[str,
     sorted_pairs = pair[order]
     starts = np.flatnonzero(np.r_[True, sorted_pairs[1:] != sorted_pairs[:-1]])
     totals = np.add.reduceat(np.asarray(counts, dtype=np.int64)[owner], starts)
+    ends = np.r_[starts[1:], len(at)]
+    kept = totals >= floor  # the rarer pairs are dropped before any per-pair Python work
+    starts, ends, totals = starts[kept], ends[kept], totals[kept]
     first_at = at[starts]
     first_word = word_of[first_at]
     offset = first_at - (np.cumsum(lengths) - lengths)[first_word]  # its index in the word (edge: 0)
@@ -61,7 +64,5 @@ def index_pairs(words: list[str], counts: list[int], edge: str, units: dict[str,
     group = sorted_pairs[starts].astype(np.int64)
     keys = alphabet[group // size - 1].astype(np.int64) << CODE_BITS | alphabet[group % size - 1]
     holders = owner.tolist()
-    ends = [*starts[1:].tolist(), len(holders)]
-    for key, total, lo, hi, f in zip(keys.tolist(), totals.tolist(), starts.tolist(), ends, first):
-        if total >= floor:
-            yield key, total, holders[lo:hi], f
+    yield from zip(keys.tolist(), totals.tolist(),
+                   (holders[lo:hi] for lo, hi in zip(starts.tolist(), ends.tolist())), first)

@@ -31,9 +31,9 @@ class Recording(gain_learner._GainLearner):
         self.seen: Counter = Counter()
         super().__init__(*args)
 
-    def _recheck(self, key, force=False):
+    def _recheck(self, key, rec, force=False):
         self.seen["touched" if force else "crossed threshold"] += 1
-        super()._recheck(key, force)
+        super()._recheck(key, rec, force)
 
     def _rescore_all(self):
         self.seen["exhaustive"] += 1

@@ -72,6 +72,7 @@ _EDGE = "\0"  # wraps every word; no symbol's character
 _SAFETY = 1e-9  # relative margin that keeps certificates valid under floating-point rounding
 # a pair's record (see the module docstring)
 _COUNT, _WORDS, _FIRST, _CAP, _WA, _WB = range(6)
+_PARKED = -1.0  # the cap of a parked pair (caps are never negative): it has no heap entry
 
 
 def learn_gain_merges(word_counts: dict[tuple[str, ...], int], num_merges: int, *,
@@ -120,13 +121,32 @@ class _GainLearner:
         self.gheap: list[tuple] = []
         self.pairs: dict[int, list] = {}
         self.gained: list[int] = []  # pairs that gained occurrences in the merge under way
+        # pairs (a, b), a != b, seen at most ``level`` times are parked: no heap entry, no thresholds
+        # (see _unpark); ``parked`` holds them by their count when parked
+        self.level = 0
+        self.park_bound = -inf  # _upper(level) when it was set: no parked pair gains more
+        self.parked: defaultdict[int, list[int]] = defaultdict(list)
         if not self.text:
             return
         pairs = self.pairs
+        scored = []
         for key, c, ws, first in index_pairs(self.words, self.counts, _EDGE, self.unit, 1):
-            rec = pairs[key] = [c, ws, first, None, 0, 0]
+            pairs[key] = [c, ws, first, None, 0, 0]
             if c >= min_count:
-                g, upper, da, db = self._evaluate(key, c)
+                scored.append((key, c, self._evaluate(key, c)))
+        if scored:  # park the pairs that cannot win while half the best gain is beyond their reach
+            level = max(c for _, c, _ in scored)
+            half = max(e[0] for _, _, e in scored) / 2
+            while level and self._upper(level) >= half:
+                level //= 2
+            self._park_at(level)
+        parked = self.parked
+        for key, c, (g, upper, da, db) in scored:
+            rec = pairs[key]
+            if c <= level and upper < inf:
+                rec[_CAP] = _PARKED
+                parked[c].append(key)
+            else:
                 self._schedule(key, rec, c, g, 0.0, True, upper, da, db)
 
     # ------------------------------------------------------------------ scores and certificates
@@ -214,20 +234,57 @@ class _GainLearner:
                 self.watch_entries += 1
 
     def _recheck(self, key: int, rec: list, force: bool = False) -> None:
-        """Re-score ``key`` with a fresh slack (or retire it: below ``min_count`` it never wins)."""
+        """Re-score ``key`` with a fresh slack (or retire it: below ``min_count`` it never wins; or park
+        it: seen at most ``level`` times, it cannot win yet)."""
         c = rec[_COUNT]
         if c < self.min_count:
             rec[_CAP] = None
             rec[_WA] = rec[_WB] = 0
             return
+        if c <= self.level and key >> _B != key & _SYM:
+            rec[_CAP] = _PARKED
+            rec[_WA] = rec[_WB] = 0
+            self.parked[c].append(key)
+            return
         g, upper, da, db = self._evaluate(key, c)
-        self._schedule(key, rec, c, g, self._slack(g, upper), force, upper, da, db)
+        best = self.best
+        slack = min((best - g) * self.slack_share, upper - g) if g < best < inf else 0.0  # as _slack
+        self._schedule(key, rec, c, g, slack, force, upper, da, db)
 
     def _slack(self, g: float, upper: float) -> float:
         """A share of the distance to the last merge's gain, but never above ``upper``."""
         if not g < self.best < inf:
             return 0.0
         return min((self.best - g) * self.slack_share, upper - g)
+
+    def _upper(self, c: int) -> float:
+        """Upper bound on the gain of any pair (a, b), a != b, seen at most ``c`` times, now and later
+        (``N`` only falls): ``f(N) - f(N - c) - f(c)``, which grows with ``c`` up to ``N / 2`` only,
+        so it is taken at ``min(c, N / 2)`` (see ``merge_trainer._MergeLearner._upper``); the
+        margin covers rounding."""
+        m = min(c, self.total / 2)
+        u = self.f_total - _xlogx(self.total - m) - _xlogx(m)
+        return u + _SAFETY * (abs(u) + 1.0)
+
+    def _park_at(self, level: int) -> None:
+        self.level = level
+        self.park_bound = self._upper(level) if level else -inf
+
+    def _unpark(self, g: float) -> None:
+        """The best entry's gain ``g`` does not beat the parked pairs' bound: lower the level until
+        the bound is under ``g / 2`` and re-score the pairs above it (some are parked again, lower:
+        their counts fell since)."""
+        level = self.level
+        while level and self._upper(level) >= g / 2:
+            level //= 2
+        self._park_at(level)
+        parked, pairs, recheck = self.parked, self.pairs, self._recheck
+        for c in [c for c in parked if c > level]:
+            for key in parked.pop(c):
+                rec = pairs.get(key)
+                if rec is not None and rec[_CAP] == _PARKED:
+                    rec[_CAP] = None
+                    recheck(key, rec, True)
 
     # ------------------------------------------------------------------ choosing a pair
     def _first_occurrence(self, key: int, rec: list) -> int:
@@ -244,7 +301,10 @@ class _GainLearner:
 
     def _pop_best(self, min_count: int) -> int | None:
         heap, pairs = self.gheap, self.pairs
-        while heap:
+        while heap or self.level:
+            if not heap:  # only parked pairs are left
+                self._unpark(-inf)
+                continue
             top = heap[0]
             key = top[-1]
             rec = pairs.get(key)
@@ -259,7 +319,7 @@ class _GainLearner:
                     continue
                 n = len(heap)  # the entry under the top is the better of its two children
                 if n > 1 and g > -min(heap[1][0], heap[2][0] if n > 2 else inf) and c >= min_count \
-                        and not self.exhaustive:
+                        and not self.exhaustive and g > self.park_bound:
                     heappop(heap)  # above every other cap: the best pair, no tie possible
                     self.best = g
                     return key
@@ -276,6 +336,11 @@ class _GainLearner:
                     rec[_FIRST] = true_first
                     heapreplace(heap, (*prefix, true_first, key))
                     continue
+            if g <= self.park_bound:
+                if g <= self._upper(self.level):  # (the bound falls with N: take it now)
+                    self._unpark(g)
+                    continue
+                self.park_bound = self._upper(self.level)
             heappop(heap)
             if c < min_count:  # fell below the minimum since it was scheduled: it never wins again
                 rec[_CAP] = None
@@ -288,6 +353,8 @@ class _GainLearner:
     def _rescore_all(self) -> None:
         """Exact entries for every pair (no certificates: the next merge does this again)."""
         self.exhaustive = True
+        self._park_at(0)
+        self.parked.clear()
         heap = self.gheap
         heap.clear()  # in place: _pop_best holds the list
         self.watch = [[] for _ in self.watch]

@@ -58,10 +58,10 @@ from math import exp, inf, log, sqrt
 import numpy as np
 
 from lmlab.errors import LmlabError
-from lmlab.tokenizers.char_merge_learner import _pair_keys, _unused_characters
 from lmlab.tokenizers.gc_pause import gc_paused
 from lmlab.tokenizers.merge_trainer import _xlogx, merge_progress
 from lmlab.tokenizers.pair_index import CODE_BITS, index_pairs
+from lmlab.tokenizers.string_words import merge_words, neighbour_groups, pair_changes, unused_characters
 
 _B = CODE_BITS  # bits of a symbol's code point in a pair key
 _SYM = (1 << _B) - 1
@@ -102,7 +102,7 @@ class _GainLearner:
                  min_count: int):
         self.join = join
         self.min_count = min_count
-        self.codes = _unused_characters({_EDGE})  # one character per symbol, the lowest free first
+        self.codes = unused_characters({_EDGE})  # one character per symbol, the lowest free first
         self.code: dict[str, str] = dict(zip(dict.fromkeys(chain.from_iterable(word_counts)), self.codes))
         self.text: dict[str, str] = {c: s for s, c in self.code.items()}  # symbol character -> its string
         self.unit: dict[str, int] = dict.fromkeys(self.text, 1)  # initial symbols a symbol spans
@@ -379,60 +379,35 @@ class _GainLearner:
         """
         a, b = key >> _B, key & _SYM
         ab = chr(a) + chr(b)
-        words, counts, pairs = self.words, self.counts, self.pairs
-        left: defaultdict[str, list[int]] = defaultdict(list)  # prev -> the words with that left neighbour
-        right: defaultdict[str, list[int]] = defaultdict(list)
-        multi = []  # words that held the pair more than once
+        counts, pairs = self.counts, self.pairs
         rec = pairs.pop(key)
-        for w in rec[_WORDS]:
-            word = words[w]
-            i = word.find(ab)
-            if i < 0:  # the word lost the pair to another merge (or is listed twice)
-                continue
-            nw = word.replace(ab, new)
-            words[w] = nw
-            if len(word) - len(nw) == 1:
-                left[word[i - 1]].append(w)
-                right[word[i + 2]].append(w)
-            else:
-                multi.append((w, len(word) - len(nw)))
-                self._merge_multi(w, word, nw, ab)
+        left, right, multi = merge_words(self.words, rec[_WORDS], ab, new)
         if a != b:
             merged = rec[_COUNT]
         else:  # runs a a a count twice in the pair count but merge once
-            merged = sum(counts[w] for ws in left.values() for w in ws) + sum(counts[w] * k for w, k in multi)
+            merged = sum(counts[w] for ws in left.values() for w in ws) + sum(
+                counts[w] * (len(word) - len(nw)) for w, word, nw in multi)
         left.pop(_EDGE, None)  # the word's start or end: no pair there
         right.pop(_EDGE, None)
         gained = self.gained
+        for w, word, nw in multi:
+            self._merge_multi(w, word, nw, ab)
         fresh = fresh and not multi
-        weight = counts.__getitem__
+        for lost, gain, n, w0, ws in neighbour_groups(left, right, counts, key, new):
+            r = pairs.get(lost)
+            if r is not None:  # (None: the merged pair itself, in a run a a a)
+                r[_COUNT] -= n
+                if not r[_COUNT]:
+                    del pairs[lost]
+            r = None if fresh else pairs.get(gain)
+            if r is None:  # a new pair: its first occurrence is at least at the start of its first word
+                pairs[gain] = [n, ws, w0 << _POS, None, 0, 0]
+            else:
+                r[_COUNT] += n
+                r[_WORDS].extend(ws)
+                r[_FIRST] = min(r[_FIRST], w0 << _POS)
+            gained.append(gain)
         n_new = ord(new)
-        for side, nbrs in ((0, left), (1, right)):
-            for nbr, ws in nbrs.items():
-                if len(ws) == 1:  # most groups, late in learning: one word
-                    w0 = ws[0]
-                    n = counts[w0]
-                else:
-                    w0 = min(ws)
-                    n = sum(map(weight, ws))
-                code = ord(nbr)
-                if side:  # (b, nxt) -> (new, nxt)
-                    lost, gain = b << _B | code, n_new << _B | code
-                else:  # (prev, a) -> (prev, new)
-                    lost, gain = code << _B | a, code << _B | n_new
-                r = pairs.get(lost)
-                if r is not None:  # (None: the merged pair itself, in a run a a a)
-                    r[_COUNT] -= n
-                    if not r[_COUNT]:
-                        del pairs[lost]
-                r = None if fresh else pairs.get(gain)
-                if r is None:  # a new pair: its first occurrence is at least at the start of its first word
-                    pairs[gain] = [n, ws, w0 << _POS, None, 0, 0]
-                else:
-                    r[_COUNT] += n
-                    r[_WORDS].extend(ws)
-                    r[_FIRST] = min(r[_FIRST], w0 << _POS)
-                gained.append(gain)
         count = self.count
         count[a] -= merged
         count[b] -= merged
@@ -468,15 +443,7 @@ class _GainLearner:
         """Count changes of a word that held the merged pair ``ab`` more than once (now ``nw``)."""
         n = self.counts[w]
         pairs, gained = self.pairs, self.gained
-        # only the pairs from the first occurrence's left neighbour to the last one's right neighbour
-        # change (the edges excluded)
-        lo, hi = max(1, word.find(ab) - 1), min(len(word) - 1, word.rfind(ab) + 3)
-        diff: dict[int, int] = {}
-        for p in _pair_keys(word[lo:hi]):
-            diff[p] = diff.get(p, 0) - 1
-        for p in _pair_keys(nw[lo:hi - (len(word) - len(nw))]):
-            diff[p] = diff.get(p, 0) + 1
-        for p, k in diff.items():
+        for p, k in pair_changes(word, nw, ab).items():
             r = pairs.get(p)
             if k > 0:
                 if r is None:

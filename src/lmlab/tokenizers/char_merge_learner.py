@@ -199,7 +199,7 @@ class _CharMergeLearner:
             if rec is None:
                 if n >= floor:  # a new pair: its first occurrence is the first in its first word
                     word = words[w0]
-                    first = w0 << _POS | sum(map(unit, word[1:word.find(chr(gained >> _B) + chr(gained & _SYM))]))
+                    first = w0 << _POS | sum(map(unit, word[1:word.find(_pair_text(gained))]))
                     entry = -n << _LEVEL | first << _KEY | gained
                     pairs[gained] = [n, ws, entry, True]
                     heappush(heap, entry)

@@ -97,6 +97,7 @@ class _GainLearner:
     exact_near = 0.9  # entries popped within this fraction of the last merge's gain become exact
     heap_slack = 4096  # stale cap entries tolerated beyond twice the live pairs
     watch_slack = 4096  # stale threshold entries tolerated beyond three per live pair
+    park_share = 0.5  # rare pairs are parked while their bound is under this share of the best gain
 
     def __init__(self, word_counts: dict[tuple[str, ...], int], join: Callable[[str, str], str],
                  min_count: int):
@@ -134,11 +135,9 @@ class _GainLearner:
             pairs[key] = [c, ws, first, None, 0, 0]
             if c >= min_count:
                 scored.append((key, c, self._evaluate(key, c)))
-        if scored:  # park the pairs that cannot win while half the best gain is beyond their reach
-            level = max(c for _, c, _ in scored)
-            half = max(e[0] for _, _, e in scored) / 2
-            while level and self._upper(level) >= half:
-                level //= 2
+        level = 0
+        if scored:  # park the pairs that cannot win while a share of the best gain is beyond their reach
+            level = self._level_for(max(e[0] for _, _, e in scored), max(c for _, c, _ in scored))
             self._park_at(level)
         parked = self.parked
         for key, c, (g, upper, da, db) in scored:
@@ -266,6 +265,20 @@ class _GainLearner:
         u = self.f_total - _xlogx(self.total - m) - _xlogx(m)
         return u + _SAFETY * (abs(u) + 1.0)
 
+    def _level_for(self, g: float, most: int) -> int:
+        """The highest level up to ``most`` whose bound is under ``park_share * g`` (0: none)."""
+        target = self.park_share * g
+        if most <= 0 or self._upper(1) >= target:
+            return 0
+        lo, hi = 1, most  # _upper(lo) < target; find the last such count (_upper grows with it)
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if self._upper(mid) < target:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
     def _park_at(self, level: int) -> None:
         self.level = level
         self.park_bound = self._upper(level) if level else -inf
@@ -274,9 +287,7 @@ class _GainLearner:
         """The best entry's gain ``g`` does not beat the parked pairs' bound: lower the level until
         the bound is under ``g / 2`` and re-score the pairs above it (some are parked again, lower:
         their counts fell since)."""
-        level = self.level
-        while level and self._upper(level) >= g / 2:
-            level //= 2
+        level = self._level_for(g, self.level - 1)
         self._park_at(level)
         parked, pairs, recheck = self.parked, self.pairs, self._recheck
         for c in [c for c in parked if c > level]:

@@ -45,9 +45,14 @@ from heapq import heapify, heappop, heappush, heapreplace
 
 from lmlab.errors import LmlabError
 from lmlab.tokenizers.gc_pause import gc_paused
-from lmlab.tokenizers.merge_trainer import merge_progress
 from lmlab.tokenizers.pair_index import CODE_BITS, index_pairs
-from lmlab.tokenizers.string_words import merge_words, neighbour_groups, pair_changes, unused_characters
+from lmlab.tokenizers.string_words import (
+    merge_words,
+    neighbour_groups,
+    pair_changes,
+    run_merges,
+    unused_characters,
+)
 
 _B = CODE_BITS  # bits of a code point in a pair key
 _SYM = (1 << _B) - 1
@@ -242,26 +247,19 @@ class _CharMergeLearner:
 
     def run(self, num_merges: int, min_count: int, progress: bool,
             max_new_symbols: int | None) -> list[tuple[str, str]]:
-        merges: list[tuple[str, str]] = []
-        created = 0
-        text, code, unit = self.text, self.code, self.unit
-        with merge_progress(num_merges, progress) as tick:
-            while len(merges) < num_merges and (max_new_symbols is None or created < max_new_symbols):
-                key = self._pop_best(min_count)
-                if key is None:
-                    break
-                a, b = text[chr(key >> _B)], text[chr(key & _SYM)]
-                s = a + b
-                new = code.get(s)
-                fresh = new is None
-                if fresh:
-                    new = code[s] = next(self.unused)
-                    text[new] = s
-                    unit[new] = len(s)
-                    created += 1
-                merges.append((a, b))
-                if not fresh and self.floor > 1:  # pairs with the old symbol may be unfollowed
-                    self._index(1)
-                self._merge(key, new, fresh)
-                tick()
-        return merges
+        return run_merges(self._pop_best, self._new_symbol, self._merge, num_merges, min_count, progress,
+                          max_new_symbols)
+
+    def _new_symbol(self, key: int) -> tuple[str, str, str, bool]:
+        """The pair's two strings, the merged symbol's character and whether it is new."""
+        a, b = self.text[chr(key >> _B)], self.text[chr(key & _SYM)]
+        s = a + b
+        new = self.code.get(s)
+        if new is None:
+            new = self.code[s] = next(self.unused)
+            self.text[new] = s
+            self.unit[new] = len(s)
+            return a, b, new, True
+        if self.floor > 1:  # pairs with the old symbol may be unfollowed
+            self._index(1)
+        return a, b, new, False

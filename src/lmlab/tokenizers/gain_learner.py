@@ -59,9 +59,15 @@ import numpy as np
 
 from lmlab.errors import LmlabError
 from lmlab.tokenizers.gc_pause import gc_paused
-from lmlab.tokenizers.merge_trainer import _xlogx, merge_progress
+from lmlab.tokenizers.merge_trainer import _xlogx
 from lmlab.tokenizers.pair_index import CODE_BITS, index_pairs
-from lmlab.tokenizers.string_words import merge_words, neighbour_groups, pair_changes, unused_characters
+from lmlab.tokenizers.string_words import (
+    merge_words,
+    neighbour_groups,
+    pair_changes,
+    run_merges,
+    unused_characters,
+)
 
 _B = CODE_BITS  # bits of a symbol's code point in a pair key
 _SYM = (1 << _B) - 1
@@ -490,29 +496,22 @@ class _GainLearner:
 
     def run(self, num_merges: int, min_count: int, progress: bool,
             max_new_symbols: int | None) -> list[tuple[str, str]]:
-        merges: list[tuple[str, str]] = []
-        created = 0
-        text, code, unit = self.text, self.code, self.unit
-        with merge_progress(num_merges, progress) as tick:
-            while len(merges) < num_merges and (max_new_symbols is None or created < max_new_symbols):
-                key = self._pop_best(min_count)
-                if key is None:
-                    break
-                ca, cb = chr(key >> _B), chr(key & _SYM)
-                a, b = text[ca], text[cb]
-                s = self.join(a, b)
-                new = code.get(s)
-                fresh = new is None
-                if fresh:
-                    new = code[s] = next(self.codes)
-                    text[new] = s
-                    unit[new] = unit[ca] + unit[cb]
-                    created += 1
-                    self._grow(ord(new) + 1)
-                merges.append((a, b))
-                self._merge(key, new, fresh)
-                tick()
-        return merges
+        return run_merges(self._pop_best, self._new_symbol, self._merge, num_merges, min_count, progress,
+                          max_new_symbols)
+
+    def _new_symbol(self, key: int) -> tuple[str, str, str, bool]:
+        """The pair's two strings, the merged symbol's character and whether it is new."""
+        ca, cb = chr(key >> _B), chr(key & _SYM)
+        a, b = self.text[ca], self.text[cb]
+        s = self.join(a, b)
+        new = self.code.get(s)
+        if new is not None:
+            return a, b, new, False
+        new = self.code[s] = next(self.codes)
+        self.text[new] = s
+        self.unit[new] = self.unit[ca] + self.unit[cb]
+        self._grow(ord(new) + 1)
+        return a, b, new, True
 
     def _grow(self, size: int) -> None:
         """Room for symbols up to code point ``size - 1`` in the per-symbol lists."""

@@ -5,18 +5,20 @@ BPE's learner (:mod:`lmlab.tokenizers.char_merge_learner`) and WordPiece's
 of its symbols between two ``edge`` characters (no symbol's), and a pair ``(a, b)`` as the int
 ``ord(a) << 21 | ord(b)`` (see :mod:`lmlab.tokenizers.pair_index`). Then ``word.find(ab)`` tells
 whether a word still holds a pair and ``word.replace(ab, new)`` merges its occurrences left to
-right (``a a a`` -> ``aa a``), both in C. The learners differ in what they keep per pair; the
-rewriting of the words and the pair count changes it causes are the same, and live here.
+right (``a a a`` -> ``aa a``), both in C. The learners differ in what they keep per pair and how
+they choose it; their loop, the rewriting of the words and the pair count changes it causes are
+the same, and live here.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from itertools import repeat
 from operator import lshift, or_
 
 from lmlab.errors import LmlabError
+from lmlab.tokenizers.merge_trainer import merge_progress
 from lmlab.tokenizers.pair_index import CODE_BITS
 
 _B = CODE_BITS
@@ -101,3 +103,25 @@ def pair_changes(word: str, nw: str, ab: str) -> dict[int, int]:
     for p in pair_keys(nw[lo:hi - (len(word) - len(nw))]):
         diff[p] = diff.get(p, 0) + 1
     return diff
+
+
+def run_merges(pop_best: Callable[[int], int | None], new_symbol: Callable[[int], tuple[str, str, str, bool]],
+               merge: Callable[[int, str, bool], None], num_merges: int, min_count: int, progress: bool,
+               max_new_symbols: int | None) -> list[tuple[str, str]]:
+    """A learner's loop: ``pop_best(min_count)`` gives the best pair's key (None: no pair left),
+    ``new_symbol(key)`` its two strings, the merged symbol's character and whether that symbol is
+    new, and ``merge(key, new, fresh)`` makes the merge. Up to ``num_merges`` merges, or until
+    ``max_new_symbols`` distinct new symbols exist; returns them as string pairs, in order."""
+    merges: list[tuple[str, str]] = []
+    created = 0
+    with merge_progress(num_merges, progress) as tick:
+        while len(merges) < num_merges and (max_new_symbols is None or created < max_new_symbols):
+            key = pop_best(min_count)
+            if key is None:
+                break
+            a, b, new, fresh = new_symbol(key)
+            created += fresh
+            merges.append((a, b))
+            merge(key, new, fresh)
+            tick()
+    return merges

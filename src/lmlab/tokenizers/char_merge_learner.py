@@ -41,16 +41,18 @@ after completing the index (pairs with that symbol may not be followed).
 
 from __future__ import annotations
 
-from collections import defaultdict
-from collections.abc import Iterator
 from heapq import heapify, heappop, heappush, heapreplace
-from itertools import repeat
-from operator import lshift, or_
 
 from lmlab.errors import LmlabError
 from lmlab.tokenizers.gc_pause import gc_paused
-from lmlab.tokenizers.merge_trainer import merge_progress
 from lmlab.tokenizers.pair_index import CODE_BITS, index_pairs
+from lmlab.tokenizers.string_words import (
+    merge_words,
+    neighbour_groups,
+    pair_changes,
+    run_merges,
+    unused_characters,
+)
 
 _B = CODE_BITS  # bits of a code point in a pair key
 _SYM = (1 << _B) - 1
@@ -83,19 +85,6 @@ def learn_char_merges(word_counts: dict[str, int], num_merges: int, *, end: str 
     return merges
 
 
-def _unused_characters(taken: set[str]) -> Iterator[str]:
-    """Code points for new symbols: the lowest first (words stay in the narrowest string kind)."""
-    for cp in range(0x110000):
-        if not 0xD800 <= cp < 0xE000 and chr(cp) not in taken:  # (no lone surrogates)
-            yield chr(cp)
-    raise LmlabError("more than a million distinct symbols", "ask for a smaller vocabulary")
-
-
-def _pair_keys(symbols: str) -> Iterator[int]:
-    codes = list(map(ord, symbols))
-    return map(or_, map(lshift, codes, repeat(_B)), codes[1:])
-
-
 def _pair_text(key: int) -> str:
     return chr(key >> _B) + chr(key & _SYM)
 
@@ -112,7 +101,7 @@ class _CharMergeLearner:
         self.text: dict[str, str] = {c: c for c in alphabet}  # symbol char -> its string
         self.code: dict[str, str] = dict(self.text)  # string -> symbol char
         self.unit: dict[str, int] = dict.fromkeys(alphabet, 1)
-        self.unused = _unused_characters(alphabet)
+        self.unused = unused_characters(alphabet)
         self.edge = s = next(self.unused)
         self.words = [s + word + end + s for word in words]
         self.pairs: dict[int, list] = {}
@@ -194,62 +183,33 @@ class _CharMergeLearner:
 
         ``fresh``: ``new`` is a new symbol, so no pair with it exists yet."""
         ab = _pair_text(key)
-        a, b = key >> _B, key & _SYM
-        words, counts, pairs = self.words, self.counts, self.pairs
-        left: defaultdict[str, list[int]] = defaultdict(list)
-        right: defaultdict[str, list[int]] = defaultdict(list)
-        multi = []
-        for w in pairs.pop(key)[1]:
-            word = words[w]
-            i = word.find(ab)
-            if i < 0:
-                continue
-            nw = word.replace(ab, new)
-            words[w] = nw
-            if len(word) - len(nw) == 1:
-                left[word[i - 1]].append(w)
-                right[word[i + 2]].append(w)
-            else:
-                multi.append((w, word, nw))
+        words, pairs = self.words, self.pairs
+        left, right, multi = merge_words(words, pairs.pop(key)[1], ab, new)
         left.pop(self.edge, None)  # the word's start or end: no pair there
         right.pop(self.edge, None)
         for w, word, nw in multi:
             self._merge_multi(w, word, nw, ab)
         fresh = fresh and not multi
         floor = self.floor
-        weight = counts.__getitem__
         heap = self.heap
         unit = self.unit.__getitem__
-        n_new = ord(new)
-        for side, nbrs in ((0, left), (1, right)):
-            for c, ws in nbrs.items():
-                if len(ws) == 1:  # most groups, late in learning: one word
-                    w0 = ws[0]
-                    n = counts[w0]
-                else:
-                    w0 = min(ws)
-                    n = sum(map(weight, ws))
-                code = ord(c)
-                if side:
-                    lost, gained = b << _B | code, n_new << _B | code
-                else:
-                    lost, gained = code << _B | a, code << _B | n_new
-                rec = pairs.get(lost)
-                if rec is not None:  # (None: a pair not followed, or the merged pair itself: a a a)
-                    rec[3] = False
-                    rec[0] -= n
-                    if not rec[0]:
-                        del pairs[lost]
-                rec = None if fresh else pairs.get(gained)
-                if rec is None:
-                    if n >= floor:  # a new pair: its first occurrence is the first in its first word
-                        word = words[w0]
-                        first = w0 << _POS | sum(map(unit, word[1:word.find(new + c if side else c + new)]))
-                        entry = -n << _LEVEL | first << _KEY | gained
-                        pairs[gained] = [n, ws, entry, True]
-                        heappush(heap, entry)
-                else:
-                    self._gain(gained, rec, n, ws)
+        for lost, gained, n, w0, ws in neighbour_groups(left, right, self.counts, key, new):
+            rec = pairs.get(lost)
+            if rec is not None:  # (None: a pair not followed, or the merged pair itself: a a a)
+                rec[3] = False
+                rec[0] -= n
+                if not rec[0]:
+                    del pairs[lost]
+            rec = None if fresh else pairs.get(gained)
+            if rec is None:
+                if n >= floor:  # a new pair: its first occurrence is the first in its first word
+                    word = words[w0]
+                    first = w0 << _POS | sum(map(unit, word[1:word.find(_pair_text(gained))]))
+                    entry = -n << _LEVEL | first << _KEY | gained
+                    pairs[gained] = [n, ws, entry, True]
+                    heappush(heap, entry)
+            else:
+                self._gain(gained, rec, n, ws)
 
     def _gain(self, key: int, rec: list, n: int, ws: list[int]) -> None:
         """A followed pair gained ``n`` occurrences in the words ``ws``: a new entry (count up)."""
@@ -264,14 +224,7 @@ class _CharMergeLearner:
         """Count changes of a word that held the merged pair ``ab`` more than once (now ``nw``)."""
         n = self.counts[w]
         pairs = self.pairs
-        # only the pairs from the first occurrence's left neighbour to the last one's right neighbour
-        # change (the edges excluded: no pair is followed there)
-        lo, hi = max(1, word.find(ab) - 1), min(len(word) - 1, word.rfind(ab) + 3)
-        diff: dict[int, int] = {}
-        for p in _pair_keys(word[lo:hi]):
-            diff[p] = diff.get(p, 0) - 1
-        for p in _pair_keys(nw[lo:hi - (len(word) - len(nw))]):
-            diff[p] = diff.get(p, 0) + 1
+        diff = pair_changes(word, nw, ab)
         for p, k in diff.items():
             if k <= 0:
                 continue
@@ -294,26 +247,19 @@ class _CharMergeLearner:
 
     def run(self, num_merges: int, min_count: int, progress: bool,
             max_new_symbols: int | None) -> list[tuple[str, str]]:
-        merges: list[tuple[str, str]] = []
-        created = 0
-        text, code, unit = self.text, self.code, self.unit
-        with merge_progress(num_merges, progress) as tick:
-            while len(merges) < num_merges and (max_new_symbols is None or created < max_new_symbols):
-                key = self._pop_best(min_count)
-                if key is None:
-                    break
-                a, b = text[chr(key >> _B)], text[chr(key & _SYM)]
-                s = a + b
-                new = code.get(s)
-                fresh = new is None
-                if fresh:
-                    new = code[s] = next(self.unused)
-                    text[new] = s
-                    unit[new] = len(s)
-                    created += 1
-                merges.append((a, b))
-                if not fresh and self.floor > 1:  # pairs with the old symbol may be unfollowed
-                    self._index(1)
-                self._merge(key, new, fresh)
-                tick()
-        return merges
+        return run_merges(self._pop_best, self._new_symbol, self._merge, num_merges, min_count, progress,
+                          max_new_symbols)
+
+    def _new_symbol(self, key: int) -> tuple[str, str, str, bool]:
+        """The pair's two strings, the merged symbol's character and whether it is new."""
+        a, b = self.text[chr(key >> _B)], self.text[chr(key & _SYM)]
+        s = a + b
+        new = self.code.get(s)
+        if new is None:
+            new = self.code[s] = next(self.unused)
+            self.text[new] = s
+            self.unit[new] = len(s)
+            return a, b, new, True
+        if self.floor > 1:  # pairs with the old symbol may be unfollowed
+            self._index(1)
+        return a, b, new, False

@@ -35,23 +35,50 @@ merges are therefore the same as the reference learner's, which the tests check 
 If even the best pair's gain is negative (only weakly associated symbols left, e.g. a small
 corpus of random two-letter strings), caps of 0 bound nothing, and the learner re-scores every
 pair before each remaining merge instead (slow, but such corpora are tiny).
+
+The words are kept as BPE's string learner keeps them (:mod:`lmlab.tokenizers.char_merge_learner`):
+every symbol (``low``, ``##s``...) is one character, a word is the string of its symbols between
+two ``edge`` characters, so ``word.find(ab)`` rejects a word that no longer holds the pair and
+``word.replace(ab, x)`` merges its occurrences left to right, both in C. A pair ``(a, b)`` is the
+int ``ord(a) << 21 | ord(b)``; its record is ``[count, words, first, cap, w_a, w_b]``: the weighted
+count (exact), the words that hold it or once did, a lower bound on its first occurrence
+``word << 32 | position`` (in initial symbols), the value of its valid heap entry (``None``: none)
+and its thresholds (0: none), so that one dictionary look-up finds everything about a pair.
 """
 
 from __future__ import annotations
 
 import operator
+from collections import defaultdict
 from collections.abc import Callable
 from heapq import heapify, heappop, heappush, heapreplace
+from itertools import chain
 from math import exp, inf, log, sqrt
+
+import numpy as np
 
 from lmlab.errors import LmlabError
 from lmlab.tokenizers.gc_pause import gc_paused
-from lmlab.tokenizers.merge_trainer import _LOW, _SHIFT, _MergeLearner, _xlogx
+from lmlab.tokenizers.merge_trainer import _xlogx
+from lmlab.tokenizers.pair_index import CODE_BITS, index_pairs
+from lmlab.tokenizers.string_words import (
+    merge_words,
+    neighbour_groups,
+    pair_changes,
+    run_merges,
+    unused_characters,
+)
 
-_WATCH = 2 * _SHIFT  # a threshold entry packs (w, pair) in one int
-_PAIR = (1 << _WATCH) - 1
+_B = CODE_BITS  # bits of a symbol's code point in a pair key
+_SYM = (1 << _B) - 1
+_KEY = 2 * _B  # a threshold entry packs -(w << _KEY | pair) in one int
+_PAIR = (1 << _KEY) - 1
+_POS = 32  # first occurrence: word << _POS | position
+_EDGE = "\0"  # wraps every word; no symbol's character
 _SAFETY = 1e-9  # relative margin that keeps certificates valid under floating-point rounding
-_FREE = (0, 0)  # the thresholds of a pair whose cap holds whatever the counts: none
+# a pair's record (see the module docstring)
+_COUNT, _WORDS, _FIRST, _CAP, _WA, _WB = range(6)
+_PARKED = -1.0  # the cap of a parked pair (caps are never negative): it has no heap entry
 
 
 def learn_gain_merges(word_counts: dict[tuple[str, ...], int], num_merges: int, *,
@@ -68,32 +95,64 @@ def learn_gain_merges(word_counts: dict[tuple[str, ...], int], num_merges: int, 
     return merges
 
 
-class _GainLearner(_MergeLearner):
-    """The shared learner's word index and merge loop (run as for ``"frequency"``), with its own
-    heap of gain caps (``gheap``) and per-symbol threshold heaps (``watch``)."""
+class _GainLearner:
+    """Words as strings, pair records, a heap of gain caps (``gheap``) and per-symbol threshold
+    heaps (``watch``, indexed by code point)."""
 
     slack_share = 0.2  # a new cap: the exact gain plus this share of the distance to the last merge's gain
     exact_near = 0.9  # entries popped within this fraction of the last merge's gain become exact
+    heap_slack = 4096  # stale cap entries tolerated beyond twice the live pairs
     watch_slack = 4096  # stale threshold entries tolerated beyond three per live pair
+    park_share = 0.5  # rare pairs are parked while their bound is under this share of the best gain
 
     def __init__(self, word_counts: dict[tuple[str, ...], int], join: Callable[[str, str], str],
                  min_count: int):
-        super().__init__(word_counts, "frequency", join, count_symbols=True)
-        self.heap = []
-        self.gained = []  # the shared merge loop appends the pairs that gained occurrences here
+        self.join = join
         self.min_count = min_count
-        self.cap: dict[int, float] = {}  # pair -> the value of its valid entry in gheap
-        self.watched: dict[int, tuple[int, int]] = {}  # pair -> (w_a, w_b) of its certificate
-        # symbol -> heap of -(w << 64 | pair): the pairs to re-check once its count falls below w
-        self.watch: list[list[int]] = [[] for _ in self.symbols]
+        self.codes = unused_characters({_EDGE})  # one character per symbol, the lowest free first
+        self.code: dict[str, str] = dict(zip(dict.fromkeys(chain.from_iterable(word_counts)), self.codes))
+        self.text: dict[str, str] = {c: s for s, c in self.code.items()}  # symbol character -> its string
+        self.unit: dict[str, int] = dict.fromkeys(self.text, 1)  # initial symbols a symbol spans
+        to_code = self.code.__getitem__
+        self.words = [_EDGE + "".join(map(to_code, w)) + _EDGE for w in word_counts]
+        self.counts: list[int] = list(word_counts.values())
+        size = max(map(ord, self.text), default=0) + 1
+        self.count: list[int] = _symbol_counts(self.words, self.counts, size)  # n_s by code point
+        self.total = sum(self.count)  # N
+        self.f_total = _xlogx(self.total)
+        self.flog = [_xlogx(n) for n in self.count]  # n_s log n_s
+        self.watch: list[list[int]] = [[] for _ in range(size)]
         self.watch_entries = 0
         self.best = inf  # gain of the last merge: sets the slack of new caps
         self.exhaustive = False  # every pair re-scored before each merge (negative gains only)
         self.gheap: list[tuple] = []
-        for key, c in self.pair_count.items():
+        self.pairs: dict[int, list] = {}
+        self.gained: list[int] = []  # pairs that gained occurrences in the merge under way
+        # pairs (a, b), a != b, seen at most ``level`` times are parked: no heap entry, no thresholds
+        # (see _unpark); ``parked`` holds them by their count when parked
+        self.level = 0
+        self.park_bound = -inf  # _upper(level) when it was set: no parked pair gains more
+        self.parked: defaultdict[int, list[int]] = defaultdict(list)
+        if not self.text:
+            return
+        pairs = self.pairs
+        scored = []
+        for key, c, ws, first in index_pairs(self.words, self.counts, _EDGE, self.unit, 1):
+            pairs[key] = [c, ws, first, None, 0, 0]
             if c >= min_count:
-                g, upper, da, db = self._evaluate(key, c)
-                self._schedule(key, c, g, 0.0, True, upper, da, db)
+                scored.append((key, c, self._evaluate(key, c)))
+        level = 0
+        if scored:  # park the pairs that cannot win while a share of the best gain is beyond their reach
+            level = self._level_for(max(e[0] for _, _, e in scored), max(c for _, c, _ in scored))
+            self._park_at(level)
+        parked = self.parked
+        for key, c, (g, upper, da, db) in scored:
+            rec = pairs[key]
+            if c <= level and upper < inf:
+                rec[_CAP] = _PARKED
+                parked[c].append(key)
+            else:
+                self._schedule(key, rec, c, g, 0.0, True, upper, da, db)
 
     # ------------------------------------------------------------------ scores and certificates
     def _evaluate(self, key: int, c: int) -> tuple[float, float, float, float]:
@@ -102,8 +161,8 @@ class _GainLearner(_MergeLearner):
         ``n_a`` itself: any occurrence it loses also lowers ``n_a``). The gain is the very same float
         as the reference learner's ``_score`` (same operations in the same order), so ties stay ties.
         """
-        a, b = key >> _SHIFT, key & _LOW
-        flog, count, rest = self.flog, self.sym_count, self.total - c
+        a, b = key >> _B, key & _SYM
+        flog, count, rest = self.flog, self.count, self.total - c
         clogc = c * log(c)
         frest = self.f_total - rest * log(rest)
         if a == b:
@@ -141,55 +200,61 @@ class _GainLearner(_MergeLearner):
         m = (c + sqrt(c * c + 4.0 * exp(x) * (1.0 + _SAFETY))) * (0.5 + _SAFETY)
         return min(n, int(m) + 1)
 
-    def _schedule(self, key: int, c: int, g: float, slack: float, force: bool, upper: float, da: float,
-                  db: float, replace_top: bool = False) -> None:
-        """Give ``key`` (``c`` occurrences, exact gain ``g``) a cap of ``g + slack`` (at least 0) and
-        its certificate. Unless ``force``, a valid entry with a higher cap is kept instead of
-        pushing a new one (its count is still an upper bound: only new pairs gain occurrences).
+    def _schedule(self, key: int, rec: list, c: int, g: float, slack: float, force: bool, upper: float,
+                  da: float, db: float, replace_top: bool = False) -> None:
+        """Give ``key`` (record ``rec``, ``c`` occurrences, exact gain ``g``) a cap of ``g + slack`` (at
+        least 0) and its certificate. Unless ``force``, a valid entry with a higher cap is kept instead
+        of pushing a new one (its count is still an upper bound: only new pairs gain occurrences).
         A cap of at least ``upper``, the most a pair seen ``c`` times can ever gain, needs no
         thresholds. ``da``, ``db``: the pair's ``D_a(c)``, ``D_b(c)`` now (see :meth:`_evaluate`).
         ``replace_top``: the new entry replaces the top of the heap (the pair's own, with ``force``)."""
         cap = g + slack
-        old = None if force else self.cap.get(key)
+        old = None if force else rec[_CAP]
         if old is not None and old >= cap:
             cap = old
         else:
             if cap < 0.0:
                 cap = 0.0
-            self.cap[key] = cap
-            (heapreplace if replace_top else heappush)(self.gheap, (-cap, -c, *self.bound[key], key))
-        watched = self.watched
+            rec[_CAP] = cap
+            (heapreplace if replace_top else heappush)(self.gheap, (-cap, -c, rec[_FIRST], key))
         if cap >= upper:
-            watched[key] = _FREE
+            rec[_WA] = rec[_WB] = 0
             return
-        a, b = key >> _SHIFT, key & _LOW
-        count = self.sym_count
+        a, b = key >> _B, key & _SYM
+        count = self.count
         if a == b or cap == g:
             wa, wb = count[a], count[b]
         else:
             rise, threshold = (cap - g) / 2, self._threshold
             wa = threshold(count[a], da, c, rise)
             wb = threshold(count[b], db, c, rise)
-        prev = watched.get(key, _FREE)
-        watched[key] = (wa, wb)
-        if prev[0] != wa:
-            heappush(self.watch[a], -(wa << _WATCH | key))
+        if rec[_WA] != wa:
+            rec[_WA] = wa
+            heappush(self.watch[a], -(wa << _KEY | key))
             self.watch_entries += 1
-        if prev[1] != wb and a != b:
-            heappush(self.watch[b], -(wb << _WATCH | key))
-            self.watch_entries += 1
+        if rec[_WB] != wb:
+            rec[_WB] = wb
+            if a != b:
+                heappush(self.watch[b], -(wb << _KEY | key))
+                self.watch_entries += 1
 
-    def _recheck(self, key: int, force: bool = False) -> None:
-        """Re-score ``key`` with a fresh slack (or retire it: below ``min_count`` it never wins)."""
-        c = self.pair_count[key]
+    def _recheck(self, key: int, rec: list, force: bool = False) -> None:
+        """Re-score ``key`` with a fresh slack (or retire it: below ``min_count`` it never wins; or park
+        it: seen at most ``level`` times, it cannot win yet)."""
+        c = rec[_COUNT]
         if c < self.min_count:
-            self.cap.pop(key, None)
-            self.watched.pop(key, None)
+            rec[_CAP] = None
+            rec[_WA] = rec[_WB] = 0
+            return
+        if c <= self.level and key >> _B != key & _SYM:
+            rec[_CAP] = _PARKED
+            rec[_WA] = rec[_WB] = 0
+            self.parked[c].append(key)
             return
         g, upper, da, db = self._evaluate(key, c)
         best = self.best
         slack = min((best - g) * self.slack_share, upper - g) if g < best < inf else 0.0  # as _slack
-        self._schedule(key, c, g, slack, force, upper, da, db)
+        self._schedule(key, rec, c, g, slack, force, upper, da, db)
 
     def _slack(self, g: float, upper: float) -> float:
         """A share of the distance to the last merge's gain, but never above ``upper``."""
@@ -197,16 +262,73 @@ class _GainLearner(_MergeLearner):
             return 0.0
         return min((self.best - g) * self.slack_share, upper - g)
 
+    def _upper(self, c: int) -> float:
+        """Upper bound on the gain of any pair (a, b), a != b, seen at most ``c`` times, now and later
+        (``N`` only falls): ``f(N) - f(N - c) - f(c)``, which grows with ``c`` up to ``N / 2`` only,
+        so it is taken at ``min(c, N / 2)`` (see ``merge_trainer._MergeLearner._upper``); the
+        margin covers rounding."""
+        m = min(c, self.total / 2)
+        u = self.f_total - _xlogx(self.total - m) - _xlogx(m)
+        return u + _SAFETY * (abs(u) + 1.0)
+
+    def _level_for(self, g: float, most: int) -> int:
+        """The highest level up to ``most`` whose bound is under ``park_share * g`` (0: none)."""
+        target = self.park_share * g
+        if most <= 0 or self._upper(1) >= target:
+            return 0
+        lo, hi = 1, most  # _upper(lo) < target; find the last such count (_upper grows with it)
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if self._upper(mid) < target:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+    def _park_at(self, level: int) -> None:
+        self.level = level
+        self.park_bound = self._upper(level) if level else -inf
+
+    def _unpark(self, g: float) -> None:
+        """The best entry's gain ``g`` does not beat the parked pairs' bound: lower the level until
+        the bound is under ``g / 2`` and re-score the pairs above it (some are parked again, lower:
+        their counts fell since)."""
+        level = self._level_for(g, self.level - 1)
+        self._park_at(level)
+        parked, pairs, recheck = self.parked, self.pairs, self._recheck
+        for c in [c for c in parked if c > level]:
+            for key in parked.pop(c):
+                rec = pairs.get(key)
+                if rec is not None and rec[_CAP] == _PARKED:
+                    rec[_CAP] = None
+                    recheck(key, rec, True)
+
     # ------------------------------------------------------------------ choosing a pair
+    def _first_occurrence(self, key: int, rec: list) -> int:
+        """The pair's exact first occurrence, ``word << 32 | position``; drops the stale words before it."""
+        ws = sorted(set(rec[_WORDS]))
+        words = self.words
+        ab = chr(key >> _B) + chr(key & _SYM)
+        for k, w in enumerate(ws):
+            i = words[w].find(ab)
+            if i >= 0:
+                rec[_WORDS] = ws[k:]
+                return w << _POS | sum(map(self.unit.__getitem__, words[w][1:i]))
+        raise AssertionError("pair with a positive count occurs nowhere")  # pragma: no cover
+
     def _pop_best(self, min_count: int) -> int | None:
-        heap, cap, pair_count = self.gheap, self.cap, self.pair_count
-        while heap:
+        heap, pairs = self.gheap, self.pairs
+        while heap or self.level:
+            if not heap:  # only parked pairs are left
+                self._unpark(-inf)
+                continue
             top = heap[0]
             key = top[-1]
-            if cap.get(key) != -top[0]:
+            rec = pairs.get(key)
+            if rec is None or rec[_CAP] != -top[0]:
                 heappop(heap)  # stale: the pair has a newer entry, or is gone
                 continue
-            c = pair_count[key]
+            c = rec[_COUNT]
             g, upper, da, db = self._evaluate(key, c)
             if g != -top[0] or c != -top[1]:
                 if g < 0.0 and top[0] == 0.0 and not self.exhaustive:
@@ -214,27 +336,32 @@ class _GainLearner(_MergeLearner):
                     continue
                 n = len(heap)  # the entry under the top is the better of its two children
                 if n > 1 and g > -min(heap[1][0], heap[2][0] if n > 2 else inf) and c >= min_count \
-                        and not self.exhaustive:
-                    heappop(heap)
-                    del cap[key]  # above every other cap: the best pair, no tie possible
+                        and not self.exhaustive and g > self.park_bound:
+                    heappop(heap)  # above every other cap: the best pair, no tie possible
                     self.best = g
                     return key
                 slack = self._slack(g, upper) if g < self.exact_near * self.best else 0.0
                 # the new entry takes the top's place (one sift instead of a pop and a push)
-                self._schedule(key, c, g, slack if g + slack < -top[0] else 0.0, True, upper, da, db, True)
+                self._schedule(key, rec, c, g, slack if g + slack < -top[0] else 0.0, True, upper, da, db,
+                               True)
                 continue
             prefix = top[:2]
             n = len(heap)
             if (n > 1 and heap[1][:2] == prefix) or (n > 2 and heap[2][:2] == prefix):
-                true_first = self._first_occurrence(key)
-                if true_first != top[2:4]:
-                    self.bound[key] = true_first
-                    heapreplace(heap, (*prefix, *true_first, key))
+                true_first = self._first_occurrence(key, rec)
+                if true_first != top[2]:
+                    rec[_FIRST] = true_first
+                    heapreplace(heap, (*prefix, true_first, key))
                     continue
+            if g <= self.park_bound:
+                if g <= self._upper(self.level):  # (the bound falls with N: take it now)
+                    self._unpark(g)
+                    continue
+                self.park_bound = self._upper(self.level)
             heappop(heap)
             if c < min_count:  # fell below the minimum since it was scheduled: it never wins again
-                del cap[key]
-                self.watched.pop(key, None)
+                rec[_CAP] = None
+                rec[_WA] = rec[_WB] = 0
                 continue
             self.best = g
             return key
@@ -243,92 +370,163 @@ class _GainLearner(_MergeLearner):
     def _rescore_all(self) -> None:
         """Exact entries for every pair (no certificates: the next merge does this again)."""
         self.exhaustive = True
-        self.gheap.clear()  # in place: _pop_best holds the list
-        self.cap.clear()
-        self.watched.clear()
-        self.watch = [[] for _ in self.symbols]
-        for key, c in self.pair_count.items():
+        self._park_at(0)
+        self.parked.clear()
+        heap = self.gheap
+        heap.clear()  # in place: _pop_best holds the list
+        self.watch = [[] for _ in self.watch]
+        self.watch_entries = 0
+        for key, rec in self.pairs.items():
+            rec[_CAP] = None
+            rec[_WA] = rec[_WB] = 0
+            c = rec[_COUNT]
             if c >= self.min_count:
-                g = self.cap[key] = self._evaluate(key, c)[0]
-                self.gheap.append((-g, -c, *self.bound[key], key))
-        heapify(self.gheap)
+                g = rec[_CAP] = self._evaluate(key, c)[0]
+                heap.append((-g, -c, rec[_FIRST], key))
+        heapify(heap)
 
     # ------------------------------------------------------------------ one merge
-    def _merge(self, key: int, new: int) -> None:
-        a, b = key >> _SHIFT, key & _LOW
-        merged = self.pair_count[key] if a != b else self._self_merges(key)
-        super()._merge(key, new)  # words, pair counts, where, bounds; new pairs land in self.heap
-        count = self.sym_count
+    def _merge(self, key: int, new: str, fresh: bool) -> None:
+        """Replace pair ``key`` by symbol ``new`` in every word holding it, update the pair records
+        and symbol counts, and re-score the pairs that gained occurrences or crossed a threshold.
+
+        Each occurrence ``prev a b nxt`` turns ``(prev, a)`` into ``(prev, new)`` and ``(b, nxt)`` into
+        ``(new, nxt)``; the words are grouped by neighbour and the counts change once per neighbour,
+        with the summed word counts. ``fresh``: ``new`` is a new symbol, so no pair with it exists yet.
+        """
+        a, b = key >> _B, key & _SYM
+        ab = chr(a) + chr(b)
+        counts, pairs = self.counts, self.pairs
+        rec = pairs.pop(key)
+        left, right, multi = merge_words(self.words, rec[_WORDS], ab, new)
+        if a != b:
+            merged = rec[_COUNT]
+        else:  # runs a a a count twice in the pair count but merge once
+            merged = sum(counts[w] for ws in left.values() for w in ws) + sum(
+                counts[w] * (len(word) - len(nw)) for w, word, nw in multi)
+        left.pop(_EDGE, None)  # the word's start or end: no pair there
+        right.pop(_EDGE, None)
+        gained = self.gained
+        for w, word, nw in multi:
+            self._merge_multi(w, word, nw, ab)
+        fresh = fresh and not multi
+        for lost, gain, n, w0, ws in neighbour_groups(left, right, counts, key, new):
+            r = pairs.get(lost)
+            if r is not None:  # (None: the merged pair itself, in a run a a a)
+                r[_COUNT] -= n
+                if not r[_COUNT]:
+                    del pairs[lost]
+            r = None if fresh else pairs.get(gain)
+            if r is None:  # a new pair: its first occurrence is at least at the start of its first word
+                pairs[gain] = [n, ws, w0 << _POS, None, 0, 0]
+            else:
+                r[_COUNT] += n
+                r[_WORDS].extend(ws)
+                r[_FIRST] = min(r[_FIRST], w0 << _POS)
+            gained.append(gain)
+        n_new = ord(new)
+        count = self.count
         count[a] -= merged
         count[b] -= merged
-        count[new] += merged
+        count[n_new] += merged
         self.total -= merged
         self.f_total = _xlogx(self.total)
-        for sym in (a, b, new):
-            self.flog[sym] = _xlogx(count[sym])
-        gained, self.gained = self.gained, []
+        flog = self.flog
+        flog[a], flog[b], flog[n_new] = _xlogx(count[a]), _xlogx(count[b]), _xlogx(count[n_new])
+        self.gained = []
         if self.exhaustive:
             self._rescore_all()
             return
-        for k in gained:  # pairs that gained occurrences: their old caps are void
-            self._recheck(k, force=True)
-        watched, recheck, popped = self.watched, self._recheck, 0
+        recheck = self._recheck
+        for k in (gained if fresh else dict.fromkeys(gained)):  # their old caps are void
+            r = pairs.get(k)
+            if r is not None:
+                recheck(k, r, True)
+        popped = 0
         for sym in {a, b}:
             n, h = count[sym], self.watch[sym]
-            limit = -((n + 1) << _WATCH)  # entries up to it have w > n
+            limit = -((n + 1) << _KEY)  # entries up to it have w > n
             while h and h[0] <= limit:
                 e = -heappop(h)
                 popped += 1
                 k = e & _PAIR
-                t = watched.get(k)
-                if t is not None and t[k >> _SHIFT != sym] == e >> _WATCH:
-                    recheck(k)
+                r = pairs.get(k)
+                if r is not None and r[_WA if k >> _B == sym else _WB] == e >> _KEY:
+                    recheck(k, r)
         self.watch_entries -= popped
         self._compact()
 
-    def _self_merges(self, key: int) -> int:
-        """Occurrences of ``(a, a)`` a merge replaces: runs ``a a a`` count twice in the pair count
-        but merge once (left to right, as the merge loop does)."""
-        a = key >> _SHIFT
-        merged = 0
-        for w in self.where[key]:
-            word, i, m = self.words[w], 0, 0
-            while i < len(word) - 1:
-                if word[i] == a and word[i + 1] == a:
-                    m += 1
-                    i += 2
+    def _merge_multi(self, w: int, word: str, nw: str, ab: str) -> None:
+        """Count changes of a word that held the merged pair ``ab`` more than once (now ``nw``)."""
+        n = self.counts[w]
+        pairs, gained = self.pairs, self.gained
+        for p, k in pair_changes(word, nw, ab).items():
+            r = pairs.get(p)
+            if k > 0:
+                if r is None:
+                    pairs[p] = [k * n, [w], w << _POS, None, 0, 0]
                 else:
-                    i += 1
-            merged += m * self.counts[w]
-        return merged
+                    r[_COUNT] += k * n
+                    r[_WORDS].append(w)
+                    r[_FIRST] = min(r[_FIRST], w << _POS)
+                gained.append(p)
+            elif k < 0 and r is not None:  # (None: the merged pair itself)
+                r[_COUNT] += k * n
+                if not r[_COUNT]:
+                    del pairs[p]
 
     def _compact(self) -> None:
         """Drop stale entries of both heaps once they outnumber the live ones."""
-        cap = self.cap
-        if len(self.gheap) > 2 * len(cap) + self.heap_slack:
-            self.gheap = [e for e in self.gheap if cap.get(e[-1]) == -e[0]]
+        pairs = self.pairs
+        if len(self.gheap) > 2 * len(pairs) + self.heap_slack:
+            live = [e for e in self.gheap if (r := pairs.get(e[-1])) is not None and r[_CAP] == -e[0]]
+            self.gheap[:] = live  # in place, like _rescore_all
             heapify(self.gheap)
-        if self.watch_entries > 3 * len(self.watched) + self.watch_slack:
-            self.watch = [[] for _ in self.symbols]
-            for k, (wa, wb) in self.watched.items():
-                a, b = k >> _SHIFT, k & _LOW
-                self.watch[a].append(-(wa << _WATCH | k))
-                if a != b:
-                    self.watch[b].append(-(wb << _WATCH | k))
-            for h in self.watch:
+        if self.watch_entries > 3 * len(pairs) + self.watch_slack:
+            watch = self.watch = [[] for _ in self.watch]
+            for k, r in pairs.items():
+                a, b = k >> _B, k & _SYM
+                if r[_WA]:
+                    watch[a].append(-(r[_WA] << _KEY | k))
+                if r[_WB] and a != b:
+                    watch[b].append(-(r[_WB] << _KEY | k))
+            for h in watch:
                 heapify(h)
-            self.watch_entries = sum(map(len, self.watch))
+            self.watch_entries = sum(map(len, watch))
 
-    def _drop(self, key: int) -> None:
-        # the shared learner's pops written out (a call fewer for each of the ~60k dropped pairs)
-        self.pair_count.pop(key, None)
-        self.where.pop(key, None)
-        self.bound.pop(key, None)
-        self.cap.pop(key, None)
-        self.watched.pop(key, None)
+    def run(self, num_merges: int, min_count: int, progress: bool,
+            max_new_symbols: int | None) -> list[tuple[str, str]]:
+        return run_merges(self._pop_best, self._new_symbol, self._merge, num_merges, min_count, progress,
+                          max_new_symbols)
 
-    def _new_symbol(self, key: int) -> tuple[int, bool]:
-        out = super()._new_symbol(key)
-        while len(self.watch) < len(self.symbols):
+    def _new_symbol(self, key: int) -> tuple[str, str, str, bool]:
+        """The pair's two strings, the merged symbol's character and whether it is new."""
+        ca, cb = chr(key >> _B), chr(key & _SYM)
+        a, b = self.text[ca], self.text[cb]
+        s = self.join(a, b)
+        new = self.code.get(s)
+        if new is not None:
+            return a, b, new, False
+        new = self.code[s] = next(self.codes)
+        self.text[new] = s
+        self.unit[new] = self.unit[ca] + self.unit[cb]
+        self._grow(ord(new) + 1)
+        return a, b, new, True
+
+    def _grow(self, size: int) -> None:
+        """Room for symbols up to code point ``size - 1`` in the per-symbol lists."""
+        while len(self.count) < size:
+            self.count.append(0)
+            self.flog.append(0.0)
             self.watch.append([])
-        return out
+
+
+def _symbol_counts(words: list[str], counts: list[int], size: int) -> list[int]:
+    """How often each symbol occurs (weighted), by code point (the edge's count 0)."""
+    total = np.zeros(size, dtype=np.int64)
+    if words:
+        flat = np.frombuffer("".join(words).encode("utf-32-le"), dtype=np.uint32)
+        lengths = np.fromiter(map(len, words), dtype=np.int64, count=len(words))
+        np.add.at(total, flat, np.repeat(np.asarray(counts, dtype=np.int64), lengths))
+    total[ord(_EDGE)] = 0
+    return total.tolist()

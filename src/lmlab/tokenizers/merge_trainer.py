@@ -1,8 +1,10 @@
-"""The general merge learner over symbol tuples: WordPiece's scores, and the reference for BPE.
+"""The general merge learner over symbol tuples: the reference for BPE's and WordPiece's learners.
 
 Character and byte-level BPE learn with :mod:`lmlab.tokenizers.char_merge_learner`, which gives
 the same merges as ``learn_merges(score="frequency")`` when every initial symbol is one character,
-faster; this learner takes any symbols (WordPiece's ``##x``) and the likelihood scores.
+and WordPiece with :mod:`lmlab.tokenizers.gain_learner`, the same merges as
+``learn_merges(score="gain")``; both are faster, and the tests compare them with this learner.
+WordPiece's textbook ``"ratio"`` score learns with this one.
 
 Byte-pair encoding as a token learner (Sennrich et al. 2016, "Neural Machine Translation of Rare
 Words with Subword Units"; the lecture's BYTE-PAIR ENCODING(C, k)): start from the symbols of
@@ -105,8 +107,7 @@ class _MergeLearner:
 
     heap_slack = 4096  # stale heap entries tolerated beyond twice the live pairs
 
-    def __init__(self, word_counts: dict[tuple[str, ...], int], score: str, join: Callable[[str, str], str],
-                 count_symbols: bool = False):
+    def __init__(self, word_counts: dict[tuple[str, ...], int], score: str, join: Callable[[str, str], str]):
         self.likelihood = score != "frequency"  # the score depends on the symbols' own counts
         self.gain = score == "gain"
         self.join = join
@@ -118,7 +119,7 @@ class _MergeLearner:
         self.words: list[list[int]] = [list(map(to_id, word)) for word in word_counts]
         self.counts: list[int] = list(word_counts.values())
         self.sym_count: list[int] = [0] * len(self.symbols)  # kept for the likelihood scores only
-        if self.likelihood or count_symbols:  # (the gain learner keeps its own counts: count_symbols)
+        if self.likelihood:
             for ids, n in zip(self.words, self.counts):
                 for i in ids:
                     self.sym_count[i] += n
@@ -148,8 +149,7 @@ class _MergeLearner:
             for key in pair_count:
                 self.by_symbol.setdefault(key >> _SHIFT, set()).add(key)
                 self.by_symbol.setdefault(key & _LOW, set()).add(key)
-        # (a subclass that keeps its own heap and counts, count_symbols, needs none)
-        self.heap = [] if count_symbols else [self._entry(key) for key in pair_count]
+        self.heap = [self._entry(key) for key in pair_count]
         heapq.heapify(self.heap)
         # Likelihood scores: pair -> the score of its best entry in the heap. A pair whose new score
         # is no higher needs no new entry (the old one is still an upper bound).
@@ -157,9 +157,6 @@ class _MergeLearner:
         # Gain only: pairs seen at most ``parked`` times are not re-pushed when their symbols' counts
         # fall (see _unpark); None until the first pop sets it (all entries are exact until then).
         self.parked: int | None = None if self.gain else 0
-        # A subclass with its own scores sets a list here: _merge then appends the pairs that gained
-        # occurrences to it instead of pushing heap entries.
-        self.gained: list[int] | None = None
 
     # ------------------------------------------------------------------ heap entries
     def _entry(self, key: int) -> tuple:
@@ -371,7 +368,7 @@ class _MergeLearner:
                 self.f_total = _xlogx(self.total)
                 for sym in (a, b, new):
                     self.flog[sym] = _xlogx(self.sym_count[sym])
-        bound, heap, push, gained = self.bound, self.heap, heapq.heappush, self.gained
+        bound, heap, push = self.bound, self.heap, heapq.heappush
         for k, w in touched.items():
             c = pair_count.get(k)
             if c is None:
@@ -383,9 +380,6 @@ class _MergeLearner:
                 old = bound[k] = (w, 0)
             else:
                 old = bound[k] = min(old, self._first_occurrence(k))
-            if gained is not None:  # a subclass re-scores them itself: only the keys
-                gained.append(k)
-                continue
             if not self.likelihood:
                 push(heap, (-c, *old, k))
                 continue

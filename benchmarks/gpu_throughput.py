@@ -295,6 +295,7 @@ def run_group(group: str, s: Shape, args) -> dict[str, Any]:
         try:
             warm_up(r, args.warmup)
             live.append(r)
+            print(f"  {group} / {name}: first step {r.first_step:.1f} s", flush=True)
         except Exception as err:  # one broken row costs its row, not the group
             result["rows"][name] = {"error": f"{type(err).__name__}: {err}"[:300]}
             r.optimizer.zero_grad(set_to_none=True)  # what it holds goes back to the allocator

@@ -251,6 +251,24 @@ def machine_line() -> str:
             f"at start; Python {platform.python_version()}; {'; '.join(versions)}")
 
 
+def add_output_options(ap) -> None:
+    """``--markdown``, ``--no-write`` and ``--json``: where a model benchmark's results go."""
+    ap.add_argument("--markdown", type=Path, default=BENCHMARKS_MD, help="report file")
+    ap.add_argument("--no-write", action="store_true", help="print the report only")
+    ap.add_argument("--json", type=Path, default=None, help="also write the raw results here")
+
+
+def rerun_command(script: str, argv: Sequence[str] | None) -> str:
+    """The command line that repeats a run, for its report: ``--json`` and ``--markdown`` dropped
+    (where results go does not change what is measured)."""
+    given = list(argv if argv is not None else sys.argv[1:])
+    for opt in ("--json", "--markdown"):
+        if opt in given:
+            i = given.index(opt)
+            del given[i:i + 2]
+    return " ".join([f"python benchmarks/{script}", *given])
+
+
 def update_section(name: str, body: str, path: Path = BENCHMARKS_MD) -> Path:
     """Replace the text between ``<!-- name:start -->`` and ``<!-- name:end -->`` in ``path``.
 

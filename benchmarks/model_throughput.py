@@ -147,21 +147,50 @@ class Runner:
     model: torch.nn.Module
     batch: dict[str, torch.Tensor]
     autocast: torch.dtype | None = None
+    #: where model and batch live ("cpu" or "cuda"): the autocast device; CUDA steps are timed
+    #: between two ``torch.cuda.synchronize()`` calls (kernels run asynchronously)
+    device: str = "cpu"
+    fused: bool = False  # AdamW's fused kernel (one pass over all parameters)
     times: list[float] = field(default_factory=list)
     first_step: float | None = None
 
     def __post_init__(self):
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=1e-4)
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=1e-4, fused=self.fused or None)
 
     def step(self) -> float:
+        sync = torch.cuda.synchronize if self.device == "cuda" else _no_sync
+        sync()
         t0 = time.perf_counter()
         self.optimizer.zero_grad(set_to_none=True)
-        ctx = torch.autocast("cpu", dtype=self.autocast) if self.autocast else contextlib.nullcontext()
+        ctx = torch.autocast(self.device, dtype=self.autocast) if self.autocast else contextlib.nullcontext()
         with ctx:
             loss = self.model(**self.batch).loss
         loss.backward()
         self.optimizer.step()
+        sync()
         return time.perf_counter() - t0
+
+
+def _no_sync() -> None:
+    """CPU kernels finish before they return: nothing to wait for."""
+
+
+def warm_up(r: Runner, steps: int) -> None:
+    """``steps`` untimed steps; the first one's time is kept (it includes any compiling)."""
+    for i in range(steps):
+        dt = r.step()
+        if i == 0:
+            r.first_step = dt
+
+
+def interleaved_rounds(runners: list[Runner], steps: int, before_round=None) -> None:
+    """``steps`` timed rounds, every runner once per round, the order reversed every other round
+    (load drift on a shared machine hits every side alike); ``before_round()`` runs before each."""
+    for rnd in range(steps):
+        if before_round is not None:
+            before_round()
+        for r in (runners if rnd % 2 == 0 else runners[::-1]):
+            r.times.append(r.step())
 
 
 def peak_step_memory(r: Runner) -> float:
@@ -201,14 +230,22 @@ def eval_loss(model, batch) -> float:
     return loss
 
 
-def run_family(family: str, s: Shape, args) -> dict[str, Any]:
+def same_weight_models(family: str, s: Shape, dropout: float | None):
+    """``(transformers model, lmlab model)`` holding identical weights: lmlab loads the very
+    directory the transformers model was saved to."""
     from lmlab.loading import load_model
-    from lmlab.models.flops import training_flops
 
-    hf = hf_model(family, s, args.dropout)
+    hf = hf_model(family, s, dropout)
     with tempfile.TemporaryDirectory() as tmp:
         hf.save_pretrained(tmp, safe_serialization=True)
         lm = load_model(tmp)
+    return hf, lm
+
+
+def run_family(family: str, s: Shape, args) -> dict[str, Any]:
+    from lmlab.models.flops import training_flops
+
+    hf, lm = same_weight_models(family, s, args.dropout)
     batch, dec_len, head_positions = make_batch(family, s)
     n_hf, n_lm = sum(p.numel() for p in hf.parameters()), lm.num_parameters()
     loss_hf, loss_lm = eval_loss(hf, batch), eval_loss(lm, batch)
@@ -221,15 +258,10 @@ def run_family(family: str, s: Shape, args) -> dict[str, Any]:
     if args.compile:
         runners.append(Runner("lmlab compiled", torch.compile(copy.deepcopy(lm)), batch))
     for r in runners:  # warm-up (compile happens in the first step)
-        for i in range(args.warmup):
-            dt = r.step()
-            if i == 0:
-                r.first_step = dt
+        warm_up(r, args.warmup)
     round_peaks = []  # fp32 matmul rate measured in every round: MFU per round, robust to load swings
-    for rnd in range(args.steps):  # interleaved rounds, order reversed every other round
-        round_peaks.append(matmul_peak(args.peak_sizes, seconds=args.peak_seconds, repeats=1)["flops"])
-        for r in (runners if rnd % 2 == 0 else runners[::-1]):
-            r.times.append(r.step())
+    interleaved_rounds(runners, args.steps, lambda: round_peaks.append(
+        matmul_peak(args.peak_sizes, seconds=args.peak_seconds, repeats=1)["flops"]))
 
     tokens = s.batch * (s.seq + dec_len)
     cfg = lm.config
@@ -364,16 +396,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--bf16", action="store_true", help="add an lmlab bfloat16-autocast row")
     ap.add_argument("--no-memory", dest="memory", action="store_false", help="skip the profiled memory step")
     ap.add_argument("--profile", action="store_true", help="print the top ops of one step per row")
-    ap.add_argument("--markdown", type=Path, default=common.BENCHMARKS_MD, help="report file")
-    ap.add_argument("--no-write", action="store_true", help="print the report only")
-    ap.add_argument("--json", type=Path, default=None, help="also write the raw results here")
+    common.add_output_options(ap)
     args = ap.parse_args(argv)
-    given = list(argv if argv is not None else sys.argv[1:])
-    for opt in ("--json", "--markdown"):  # where results go does not change what is measured
-        if opt in given:
-            i = given.index(opt)
-            del given[i:i + 2]
-    args.command = " ".join(["python benchmarks/model_throughput.py", *given])
+    args.command = common.rerun_command("model_throughput.py", argv)
     args.steps = args.steps or (2 if args.quick else 6)
     args.warmup = args.warmup or (1 if args.quick else 2)
     return args

@@ -35,6 +35,20 @@ def test_token_signal_against_the_most_frequent_token():
     assert most_frequent_share(torch.tensor([1, 2, 2, 3])) == 0.5
 
 
+def test_token_signal_breaks_ties_as_argmax_does():
+    # a model whose logits are all equal predicts the first token, as argmax does: it must not be
+    # scored right wherever the label merely shares the maximum (that would report accuracy 1.0)
+    labels = torch.tensor([[0, 3, 3, 1]])
+    assert token_signal(torch.zeros(1, 4, 6), labels, "lm")["lm_acc"] == pytest.approx(0.25)
+    tied = torch.zeros(1, 4, 6)
+    tied[..., 1] = tied[..., 3] = 2.0  # two maxima: the first, 1, is the prediction
+    assert token_signal(tied, labels, "lm")["lm_acc"] == pytest.approx(0.25)
+    logits = torch.randn(3, 16, 50, generator=torch.Generator().manual_seed(0))
+    targets = torch.randint(0, 50, (3, 16), generator=torch.Generator().manual_seed(1))
+    expected = (logits.argmax(-1) == targets).float().mean()
+    assert token_signal(logits, targets, "lm")["lm_acc"] == pytest.approx(float(expected))
+
+
 def _run(tiny_data, tmp_path, preset, objective, **model):
     cfg = {"model": {"preset": preset, "d_model": 32, "n_layers": 1, "n_heads": 2, "d_ff": 64,
                      "max_positions": 64, "dropout": 0.0, "attn_dropout": 0.0, **model},

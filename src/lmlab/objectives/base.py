@@ -72,7 +72,9 @@ def token_signal(logits: Tensor, labels: Tensor, prefix: str, ignore: int = -100
     nothing here waits for it (the training engine reads all of a step's numbers at once).
     """
     keep = labels != ignore
-    pred = logits.argmax(-1)
+    # max(-1).indices is argmax (the first maximum on ties, NaN wins) at half the cost on the CPU:
+    # over [8, 256, 8192] logits 10 ms against 20 ms on 2 threads, 2.5% of a small CLM step
+    pred = logits.max(-1).indices
     if pred.shape == labels.shape:  # every position: masks instead of selections (no data-dependent shape)
         if shown is not None:
             keep = keep & ~shown

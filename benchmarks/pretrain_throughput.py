@@ -400,7 +400,7 @@ def report(results: list[dict], peak: float, header: str) -> str:
             if res.get("dropout") == 0:
                 notes.append("- t5 at dropout 0: both sides run the same matmuls at the same speed (op-level "
                              "profile), so this ratio is the data path and the non-matmul remainder; "
-                             "lmlab's T5 advantage in `model_throughput.py` (1.2x) is mostly its cheaper "
+                             "lmlab's T5 lead in `model_throughput.py` is mostly its cheaper "
                              "dropout masks, which dropout 0 turns off")
     table = common.markdown_table(headers, rows)
     return "\n".join(["## Pretraining step throughput (`benchmarks/pretrain_throughput.py`)", "", header, "",

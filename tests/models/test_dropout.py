@@ -74,6 +74,19 @@ def test_dropout_forward_and_backward_use_one_mask():
     torch.testing.assert_close(x.grad, kept.float() * 2 / 0.75)
 
 
+def test_dropped_values_are_zero_even_where_scaling_overflows():
+    # x / (1 - p) overflows float32 here: a dropped element must still be 0 (as F.dropout gives),
+    # not inf · 0 = NaN, in the forward pass and in the gradient
+    torch.manual_seed(0)
+    x = torch.full((1000,), 3e38, requires_grad=True)
+    y = dropout(x, 0.5)
+    y.backward(torch.full((1000,), 3e38))
+    dropped = y == 0
+    assert 300 < int(dropped.sum()) < 700
+    assert not y.isnan().any() and not x.grad.isnan().any()
+    assert (x.grad[dropped] == 0).all() and x.grad[~dropped].isinf().all()
+
+
 def test_add_dropout_is_residual_plus_dropout_with_the_same_draws():
     r = torch.randn(6, 50, 70, requires_grad=True)
     x = torch.randn(6, 50, 70, requires_grad=True)

@@ -150,8 +150,6 @@ def self_attention_mask(*, causal: bool, q_len: int, k_len: int | None = None, d
 
 def block_mask(causal: bool, doc_ids: Tensor | None, prefix_mask: Tensor | None, length: int):
     """A FlexAttention BlockMask for packed documents of ``[B, length]`` tokens."""
-    from torch.nn.attention.flex_attention import create_block_mask
-
     ref = doc_ids if doc_ids is not None else prefix_mask
     b = ref.shape[0]
     docs = doc_ids if doc_ids is not None else torch.zeros_like(ref, dtype=torch.long)
@@ -163,9 +161,17 @@ def block_mask(causal: bool, doc_ids: Tensor | None, prefix_mask: Tensor | None,
             return ok & ((ki <= qi) | prefix[bi, ki])
         return ok & (ki <= qi) if causal else ok
 
-    # compiled on CUDA, so the mask is built block by block, never as a dense [B, 1, T, T] tensor
-    return create_block_mask(allowed, b, None, length, length, device=ref.device,
-                             _compile=ref.device.type == "cuda")
+    return _block_mask_builder(ref.device.type)(allowed, b, None, length, length, device=ref.device)
+
+
+@functools.cache
+def _block_mask_builder(device_type: str):
+    """``create_block_mask``, compiled once per process on CUDA so the mask is built block by block,
+    never as a dense ``[B, 1, T, T]`` tensor (what the deprecated ``_compile=True`` flag did by
+    wrapping it in ``torch.compile`` at every call); eager elsewhere."""
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    return torch.compile(create_block_mask) if device_type == "cuda" else create_block_mask
 
 
 @functools.cache

@@ -58,10 +58,10 @@ def scaled_keep_mask(shape: torch.Size | tuple[int, ...], p: float, dtype: torch
 
 def _scaled(values: np.ndarray, keep: np.ndarray, p: float, residual: np.ndarray | None = None) -> np.ndarray:
     """``[residual +] values · keep / (1 - p)`` as float32, one NumPy pass per operation."""
-    # scale first (a float-by-scalar loop), then the mask as uint8 in place: NumPy casts a bool
-    # operand through a slower loop; either order gives the same values (a factor of 0 or 1)
-    out = np.multiply(values, np.float32(1.0 / (1.0 - p)))
-    out *= keep.view(np.uint8)
+    # mask first, then scale: a value so large that scaling overflows must still become 0 where it
+    # is dropped (inf · 0 would be NaN); the mask as uint8, since NumPy's bool-operand loop is slower
+    out = np.multiply(values, keep.view(np.uint8), dtype=np.float32)
+    out *= np.float32(1.0 / (1.0 - p))
     if residual is not None:
         out += residual
     return out

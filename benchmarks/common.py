@@ -260,13 +260,29 @@ def add_output_options(ap) -> None:
 
 def rerun_command(script: str, argv: Sequence[str] | None) -> str:
     """The command line that repeats a run, for its report: ``--json`` and ``--markdown`` dropped
-    (where results go does not change what is measured)."""
-    given = list(argv if argv is not None else sys.argv[1:])
-    for opt in ("--json", "--markdown"):
-        if opt in given:
-            i = given.index(opt)
-            del given[i:i + 2]
-    return " ".join([f"python benchmarks/{script}", *given])
+    in both spellings, ``--json PATH`` and ``--json=PATH`` (where results go does not change what
+    is measured)."""
+    dropped = ("--json", "--markdown")
+    kept: list[str] = []
+    skip_next = False
+    for arg in (argv if argv is not None else sys.argv[1:]):
+        if skip_next:
+            skip_next = False
+        elif arg in dropped:
+            skip_next = True
+        elif not arg.startswith(tuple(f"{opt}=" for opt in dropped)):
+            kept.append(arg)
+    return " ".join([f"python benchmarks/{script}", *kept])
+
+
+def static_bytes(model, optimizer, grads: bool = False) -> int:
+    """Bytes a training row holds between steps: ``model``'s parameters and ``optimizer``'s state
+    tensors (AdamW: step, exp_avg, exp_avg_sq), plus the parameters' gradients when ``grads``."""
+    import torch
+
+    tensors = [t for p in model.parameters() for t in ((p, p.grad) if grads else (p,)) if t is not None]
+    tensors += [t for st in optimizer.state.values() for t in st.values() if torch.is_tensor(t)]
+    return sum(t.numel() * t.element_size() for t in tensors)
 
 
 def update_section(name: str, body: str, path: Path = BENCHMARKS_MD) -> Path:

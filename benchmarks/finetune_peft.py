@@ -196,9 +196,7 @@ def peak_step_memory(r: Runner) -> float:
 
     from torch.profiler import ProfilerActivity, profile
 
-    static = sum(p.numel() * p.element_size() for p in r.model.parameters())
-    state = [t for st in r.optimizer.state.values() for t in st.values() if torch.is_tensor(t)]
-    static += sum(t.numel() * t.element_size() for t in state)
+    static = common.static_bytes(r.model, r.optimizer)
     r.optimizer.zero_grad(set_to_none=True)
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         r.step()

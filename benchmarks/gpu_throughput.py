@@ -26,9 +26,13 @@ lmlab and transformers hold the same weights (``save_pretrained`` -> ``lmlab.loa
 as ``model_throughput.py``; the nanoGPT-style model gets the same GPT-2 weights copied in): the
 report lists each side's float32 eval loss on the benchmark batch, which must agree.
 MFU = model FLOPs per step (``lmlab.models.flops.training_flops``) / median step time / the bf16
-matmul rate measured in the same run (``matmul_peak.py``, before and after the groups, the best).
-Peak GB = ``torch.cuda.max_memory_allocated`` during one extra step of the row, less what the
-other rows hold. Compile time (first step minus a steady step) is listed below the table.
+matmul rate measured in the same run (``matmul_peak.py``, before and after the groups, the best):
+the issue's definition, not the card's rated peak. Peak GB = ``torch.cuda.max_memory_allocated``
+during one extra step of the row, less what the other rows hold. Compile time (first step minus a
+steady step) is listed below the table. A row that fails (out of memory, say) in its warm-up or
+timed steps shows its error and lets go of its model and AdamW state; the other rows keep their
+figures. ``--dropout`` above 0 is refused with the packed group: FlexAttention has no attention
+dropout, so the model would run the dense kernel under FlexAttention's name.
 
 Default shapes need a CUDA device. ``--quick`` runs tiny shapes, 1 warm-up + 2 timed steps per
 row, on CUDA when there is one, else on the CPU: a smoke run that proves every row runs end to
@@ -47,6 +51,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import functools
 import gc
 import statistics
 import sys
@@ -118,6 +123,11 @@ def skip_reason(group: str, spec: Row, args) -> str | None:
     if not args.compiled:
         return COMPILE_SKIPPED
     return PACKED_COMPILE_SKIPPED if group == "packed" and not args.packed_compiled else None
+
+
+def spec_of(group: str, name: str) -> Row:
+    """The row of ``group`` called ``name`` (KeyError for a name ``ROWS`` does not list)."""
+    return {spec.name: spec for spec in ROWS[group]}[name]
 
 
 ONE_DOC, PACKED = "one document per row", "packed documents"
@@ -200,15 +210,14 @@ def on_device(batch: dict[str, torch.Tensor], device: str) -> dict[str, torch.Te
 
 
 def build_group(group: str, s: Shape, args) -> tuple[dict[str, Runner], dict[str, Any]]:
-    """The runners of ``group`` (compiled ones only when ``args.compiled``) and what the report
-    needs: losses (same weights), tokens and model FLOPs per step, parameters."""
+    """The runners of ``group`` (the rows ``skip_reason`` lets run in this call) and what the
+    report needs: losses (same weights), tokens and model FLOPs per step, parameters."""
     from lmlab.models.flops import training_flops
     from lmlab.objectives.masking import label_positions
 
     device = args.device
     family = "gpt2" if group == "packed" else group
     hf, lm = same_weight_models(family, s, args.dropout)
-    hf.to(device)
     lm.to(device)
     batch, dec_len, head_positions = make_batch(family, s)
     info: dict[str, Any] = {"params": lm.num_parameters(),
@@ -220,11 +229,14 @@ def build_group(group: str, s: Shape, args) -> tuple[dict[str, Runner], dict[str
                                                                    logit_positions=head_positions)}
     wanted: dict[str, tuple[nn.Module, dict]] = {}
 
-    def add(name: str, model: nn.Module, inputs: dict) -> None:
-        wanted[name] = (model, inputs)
+    def add(name: str, model, inputs: dict) -> None:
+        """Row ``name`` on ``model`` (a module, or a function that makes one: called only when the
+        row runs, so a skipped compiled row costs no copy of the model)."""
+        if skip_reason(group, spec_of(group, name), args) is None:
+            wanted[name] = (model if isinstance(model, nn.Module) else model(), inputs)
 
-    def compiled(model: nn.Module) -> nn.Module:
-        return torch.compile(copy.deepcopy(model))
+    def compiled(model: nn.Module):
+        return lambda: torch.compile(copy.deepcopy(model))
 
     if group == "packed":
         packed, single, docs = packed_batches(s, MEAN_DOC[args.quick])
@@ -240,40 +252,31 @@ def build_group(group: str, s: Shape, args) -> tuple[dict[str, Runner], dict[str
         del dense
         add(f"lmlab, {ONE_DOC}", lm, single)
         add(f"lmlab, {PACKED}", lm, packed)
-        if args.compiled and args.packed_compiled:  # one module, two graphs (with, without doc_ids)
-            lm_c = compiled(lm)
-            add(f"lmlab compiled, {ONE_DOC}", lm_c, single)
-            add(f"lmlab compiled, {PACKED}", lm_c, packed)
+        lm_c = functools.cache(compiled(lm))  # one module, two graphs (with, without doc_ids)
+        add(f"lmlab compiled, {ONE_DOC}", lm_c, single)
+        add(f"lmlab compiled, {PACKED}", lm_c, packed)
         return runners(wanted, args), info
 
+    hf.to(device)  # only the groups that time transformers move it to the device
     hf_batch = on_device(batch, device)
     lm_batch = dict(hf_batch)
     if group == "bert":  # made with the labels on the host, as lmlab's MLM objective does
         lm_batch["label_positions"] = label_positions(batch["labels"]).to(device)
     info["losses"] = {"lmlab": eval_loss(lm, lm_batch), "transformers": eval_loss(hf, hf_batch)}
     add("lmlab", lm, lm_batch)
-    if args.compiled:
-        add("lmlab compiled", compiled(lm), lm_batch)
+    add("lmlab compiled", compiled(lm), lm_batch)
     add("transformers", hf, hf_batch)
     if group == "gpt2":
         nano = NanoGPTStep(nanogpt_from(hf).to(device))
         info["losses"]["nanoGPT-style"] = eval_loss(nano, hf_batch)
         add("nanoGPT-style", nano, hf_batch)
-        if args.compiled:
-            add("nanoGPT-style compiled", NanoGPTStep(torch.compile(copy.deepcopy(nano.gpt))), hf_batch)
+        add("nanoGPT-style compiled", lambda: NanoGPTStep(torch.compile(copy.deepcopy(nano.gpt))), hf_batch)
     return runners(wanted, args), info
 
 
 def runners(wanted: dict[str, tuple[nn.Module, dict]], args) -> dict[str, Runner]:
     return {name: Runner(name, model, inputs, autocast=torch.bfloat16, device=args.device, fused=True)
             for name, (model, inputs) in wanted.items()}
-
-
-def own_bytes(r: Runner) -> int:
-    """Parameters, gradients and AdamW state of one row."""
-    tensors = [t for p in r.model.parameters() for t in (p, p.grad) if t is not None]
-    tensors += [t for st in r.optimizer.state.values() for t in st.values() if torch.is_tensor(t)]
-    return sum(t.numel() * t.element_size() for t in tensors)
 
 
 def cuda_peak_gb(r: Runner) -> float:
@@ -283,35 +286,73 @@ def cuda_peak_gb(r: Runner) -> float:
     base = torch.cuda.memory_allocated()
     torch.cuda.reset_peak_memory_stats()
     r.step()
-    return (own_bytes(r) + torch.cuda.max_memory_allocated() - base) / 1e9
+    own = common.static_bytes(r.model, r.optimizer, grads=True)
+    return (own + torch.cuda.max_memory_allocated() - base) / 1e9
+
+
+def error_text(err: BaseException) -> str:
+    return f"{type(err).__name__}: {err}"
+
+
+def free_memory(device: str) -> None:
+    """Collect what is unreferenced (a traceback's frames sit in cycles) and, on CUDA, hand the
+    cached blocks back so the next row starts from what the live rows really hold."""
+    gc.collect()
+    if device == "cuda":
+        torch.cuda.empty_cache()
+
+
+def drop_row(rows: dict[str, dict], r: Runner, error: str, device: str, label: str = "") -> None:
+    """Record ``r`` as failed with ``error`` and let go of what it holds: its AdamW state, and its
+    model unless another row shares it. Called after the ``except`` block, once the traceback
+    (which holds the failed step's activations) is gone."""
+    rows[r.name] = {"error": error[:300]}
+    r.model = r.optimizer = None
+    free_memory(device)
+    print(f"  {label}{r.name}: failed: {rows[r.name]['error']}", flush=True)
+
+
+def timed_rounds(runners: list[Runner], steps: int, rows: dict[str, dict], device: str,
+                 label: str = "") -> list[Runner]:
+    """``interleaved_rounds`` where a row whose step raises (out of memory, say) is recorded in
+    ``rows`` as failed and leaves the rounds; the other rows keep their times. Returns those."""
+    return interleaved_rounds(runners, steps,
+                              on_error=lambda r, error: drop_row(rows, r, error, device, label))
 
 
 def run_group(group: str, s: Shape, args) -> dict[str, Any]:
     result: dict[str, Any] = {"group": group, "shape": vars(s).copy(), "rows": {}}
     built, info = build_group(group, s, args)
     result.update(info)
+    label = f"{group} / "
     live = []
-    for name, r in built.items():
+    for r in built.values():  # one broken row costs its row, not the group
+        error = None
         try:
             warm_up(r, args.warmup)
+        except Exception as err:
+            error = error_text(err)
+        if error is None:
             live.append(r)
-            print(f"  {group} / {name}: first step {r.first_step:.1f} s", flush=True)
-        except Exception as err:  # one broken row costs its row, not the group
-            result["rows"][name] = {"error": f"{type(err).__name__}: {err}"[:300]}
-            r.optimizer.zero_grad(set_to_none=True)  # what it holds goes back to the allocator
-            if args.device == "cuda":
-                torch.cuda.empty_cache()
-            print(f"  {group} / {name}: failed: {result['rows'][name]['error']}", flush=True)
-    interleaved_rounds(live, args.steps)
+            print(f"  {label}{r.name}: first step {r.first_step:.1f} s", flush=True)
+        else:
+            drop_row(result["rows"], r, error, args.device, label)
+    live = timed_rounds(live, args.steps, result["rows"], args.device, label)
     tokens, flops = info["tokens_per_step"], info["model_flops_per_step"]
     for r in live:
         med = statistics.median(r.times)
         row = {"step_s": med, "tokens_per_s": tokens / med, "model_flops_per_s": flops / med,
                "times": r.times, "first_step_s": r.first_step,
                "compile_s": max(0.0, r.first_step - med) if "compiled" in r.name else None}
-        if args.device == "cuda":
-            row["peak_gb"] = cuda_peak_gb(r)
         result["rows"][r.name] = row
+        if args.device == "cuda":  # the timed figures stand whether or not the extra step fits
+            try:
+                row["peak_gb"] = cuda_peak_gb(r)
+            except Exception as err:
+                row["peak_error"] = error_text(err)[:300]
+            if "peak_error" in row:
+                free_memory(args.device)
+                print(f"  {label}{r.name}: peak GB step failed: {row['peak_error']}", flush=True)
     for spec in ROWS[group]:
         why = skip_reason(group, spec, args)
         if why:
@@ -370,8 +411,11 @@ def report(results: list[dict], header: str) -> str:
                 notes.append(f"- {group} / {spec.name}: {why}")
                 continue
             ratio = "—" if row.get("ratio") is None else f"{row['ratio']:.2f}x {spec.ref}"
+            peak = "failed" if "peak_error" in row else common.fmt(row.get("peak_gb"), 1)
             rows.append([model, impl, f"{row['tokens_per_s']:,.0f}", ratio, f"{row['mfu']:.0%}",
-                         target_text(spec), row.get("verdict", "—"), common.fmt(row.get("peak_gb"), 1)])
+                         target_text(spec), row.get("verdict", "—"), peak])
+            if "peak_error" in row:
+                notes.append(f"- {group} / {spec.name}: peak GB step failed: {row['peak_error']}")
         losses = ", ".join(f"{k} {v:.4f}" for k, v in res["losses"].items())
         notes.append(f"- {group}: float32 eval loss on the benchmark batch (same weights): {losses}")
         compiles = [f"{name} {row['compile_s']:.0f} s" for name, row in res["rows"].items()
@@ -394,9 +438,11 @@ LEGEND = """
 `zero_grad -> forward (bf16 autocast) -> backward -> fused AdamW.step`, CUDA synchronised around
 each step; **ratio** = tokens/s over the named row's in the same run; **MFU** = model FLOPs per
 step (`lmlab.models.flops`: 6 x matmul parameters per token + attention, the MLM head only at the
-15% labelled positions) / step time / the bf16 matmul rate measured in this run; **peak GB** =
-one step's allocator high-water mark plus the row's own parameters, gradients and AdamW state
-(`torch.cuda.max_memory_allocated`; — on a CPU).
+15% labelled positions) / step time / the bf16 matmul rate measured in this run (the issue's
+definition, and what the MFU targets are judged on: not the card's rated peak, which is higher, so
+this MFU reads higher than one against the datasheet); **peak GB** = one step's allocator
+high-water mark plus the row's own parameters, gradients and AdamW state
+(`torch.cuda.max_memory_allocated`; — on a CPU; "failed" when that extra step did not fit).
 """
 
 
@@ -452,6 +498,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             raise LmlabError(f"--{opt} must be at least 1", f"got {getattr(args, opt)}")
     if not 0.0 <= args.dropout < 1.0:
         raise LmlabError(f"--dropout must be in [0, 1), got {args.dropout}", "pass e.g. --dropout 0")
+    if args.dropout > 0 and "packed" in args.groups:
+        raise LmlabError(f"--dropout {args.dropout} with the packed group: FlexAttention has no attention "
+                         "dropout, so its rows would time the dense kernel under FlexAttention's name",
+                         "pass --dropout 0, or leave packed out of --models")
     for opt, path in (("--markdown", None if args.no_write else args.markdown), ("--json", args.json)):
         if path is not None and (path.is_dir() or not path.parent.is_dir()):
             raise LmlabError(f"{opt} {path} is a directory or has no parent directory",
@@ -486,11 +536,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
         t0 = time.time()
         try:
             res = run_group(group, args.shapes[group], args)
-        except Exception as err:  # one broken group costs its rows, not the run
-            res = {"group": group, "error": f"{type(err).__name__}: {err}"[:300]}
-        gc.collect()
-        if args.device == "cuda":
-            torch.cuda.empty_cache()
+        except Exception as err:  # a group that cannot be built costs its rows, not the run
+            res = {"group": group, "error": error_text(err)[:300]}
+        free_memory(args.device)
         rates = {k: round(v["tokens_per_s"]) for k, v in res.get("rows", {}).items() if "tokens_per_s" in v}
         print(f"{group}: {rates or res.get('error')} ({time.time() - t0:.0f} s)", flush=True)
         results.append(res)

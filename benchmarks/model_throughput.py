@@ -183,23 +183,35 @@ def warm_up(r: Runner, steps: int) -> None:
             r.first_step = dt
 
 
-def interleaved_rounds(runners: list[Runner], steps: int, before_round=None) -> None:
+def interleaved_rounds(runners: list[Runner], steps: int, before_round=None, on_error=None) -> list[Runner]:
     """``steps`` timed rounds, every runner once per round, the order reversed every other round
-    (load drift on a shared machine hits every side alike); ``before_round()`` runs before each."""
+    (load drift on a shared machine hits every side alike); ``before_round()`` runs before each.
+
+    Without ``on_error`` a step's exception propagates. With it, a runner whose step raises leaves
+    the rounds and ``on_error(runner, "Type: message")`` is called once the exception (and the
+    traceback that holds the step's activations) is gone. Returns the runners that finished."""
+    live = list(runners)
     for rnd in range(steps):
         if before_round is not None:
             before_round()
-        for r in (runners if rnd % 2 == 0 else runners[::-1]):
-            r.times.append(r.step())
+        for r in (list(live) if rnd % 2 == 0 else live[::-1]):
+            try:
+                r.times.append(r.step())
+                continue
+            except Exception as err:
+                if on_error is None:
+                    raise
+                error = f"{type(err).__name__}: {err}"
+            live.remove(r)
+            on_error(r, error)
+    return live
 
 
 def peak_step_memory(r: Runner) -> float:
     """MB: parameters + AdamW state + the allocator high-water mark of one profiled step."""
     from torch.profiler import ProfilerActivity, profile
 
-    static = sum(p.numel() * p.element_size() for p in r.model.parameters())
-    static += sum(t.numel() * t.element_size() for st in r.optimizer.state.values()
-                  for t in st.values() if torch.is_tensor(t))
+    static = common.static_bytes(r.model, r.optimizer)
     r.optimizer.zero_grad(set_to_none=True)
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         r.step()

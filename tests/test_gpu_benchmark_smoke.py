@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -18,6 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "benchmarks"
 sys.path.insert(0, str(BENCH))
 
+import common  # noqa: E402
 import gpu_throughput as gt  # noqa: E402
 from model_throughput import QUICK  # noqa: E402
 
@@ -87,6 +89,9 @@ def test_report_lists_every_row(quick_run):
         else:
             assert rate.replace(",", "").isdigit() and mfu.endswith("%")
     assert "**CPU smoke run**" in stdout and "compile-on-cpu" in stdout
+    legend = " ".join(stdout.split())  # MFU's denominator, said where its targets are read
+    assert "the bf16 matmul rate measured in this run (the issue's definition" in legend
+    assert "not the card's rated peak" in legend
 
 
 def test_packed_rows_are_what_the_clm_objective_makes():
@@ -123,3 +128,93 @@ def test_full_shapes_without_cuda_are_refused_before_any_work():
     assert proc.stderr.strip() == "error: no CUDA device; run with --quick for a CPU smoke run"
     proc = run("--quick", "--models", "gpt2,llama", "--no-write", timeout=120)
     assert proc.returncode == 2 and proc.stderr.strip().startswith("error: unknown model group 'llama'")
+
+
+def test_dropout_with_the_packed_group_is_refused_before_any_work():
+    proc = run("--quick", "--dropout", "0.1", "--no-write", timeout=120)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
+    assert proc.stderr.startswith("error: --dropout 0.1 with the packed group: FlexAttention has no "
+                                  "attention dropout")
+    assert proc.stderr.strip().endswith("; pass --dropout 0, or leave packed out of --models")
+    args = gt.parse_args(["--quick", "--models", "gpt2,bert", "--dropout", "0.1", "--no-write"])
+    assert args.dropout == 0.1  # the dense groups take dropout
+
+
+class FakeRunner:
+    """A row whose ``step`` raises from its ``fail_at``-th call on (an out-of-memory error, say)."""
+
+    def __init__(self, name: str, fail_at: int | None = None):
+        self.name, self.fail_at, self.calls, self.times = name, fail_at, 0, []
+        self.model, self.optimizer = torch.nn.Linear(2, 2), object()
+
+    def step(self) -> float:
+        self.calls += 1
+        if self.fail_at is not None and self.calls >= self.fail_at:
+            raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return 0.01 * self.calls
+
+
+def test_a_row_failing_in_the_timed_rounds_costs_only_that_row():
+    first, last = FakeRunner("lmlab"), FakeRunner("transformers")
+    broken = FakeRunner("lmlab compiled", fail_at=2)
+    rows: dict = {}
+    survivors = gt.timed_rounds([first, broken, last], 4, rows, "cpu")
+    assert survivors == [first, last]
+    oom = "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB"
+    assert rows == {"lmlab compiled": {"error": oom}}
+    assert len(first.times) == len(last.times) == 4 and first.calls == last.calls == 4
+    assert broken.calls == 2  # left the rounds at its failure
+    assert broken.model is None and broken.optimizer is None  # its weights and AdamW state let go
+    assert first.model is not None and first.optimizer is not None
+
+
+def test_report_shows_failed_rows_and_a_failed_peak_step():
+    res = {"group": "bert", "params": 1e6, "params_hf": 1e6, "hf_attention": "sdpa", "losses": {"lmlab": 1.0},
+           "rows": {"lmlab": {"tokens_per_s": 10.0, "model_flops_per_s": 5.0,
+                              "peak_error": "OutOfMemoryError: x"},
+                    "lmlab compiled": {"error": "RuntimeError: CUDA out of memory"},
+                    "transformers": {"tokens_per_s": 8.0, "model_flops_per_s": 4.0, "peak_gb": 3.25}}}
+    gt.judge([res], peak=10.0, judged=True)
+    text = gt.report([res], "header")
+    lines = [line for line in text.splitlines() if line.startswith("| BERT")]
+    assert [line.split("|")[-2].strip() for line in lines] == ["failed", "—", "3.2"]
+    assert "- bert / lmlab: peak GB step failed: OutOfMemoryError: x" in text
+    assert "- bert / lmlab compiled: failed: RuntimeError: CUDA out of memory" in text
+    assert res["rows"]["lmlab"]["ratio"] == pytest.approx(1.25)  # its timed figures stand
+
+
+def test_build_group_builds_exactly_the_rows_skip_reason_lets_run(monkeypatch):
+    """One home for the rule: a row is built when ``skip_reason`` is None, whatever it decides."""
+    def only(*names):
+        return lambda group, spec, args: None if spec.name in names else "left out"
+
+    args = SimpleNamespace(device="cpu", dropout=0.0, quick=True, compiled=False, packed_compiled=False)
+    wanted = [spec.name for spec in gt.ROWS["packed"] if spec.name != f"lmlab, {gt.ONE_DOC}"]
+    monkeypatch.setattr(gt, "skip_reason", only(*wanted))  # compiled rows in, though compiled=False
+    built, _ = gt.build_group("packed", QUICK, args)
+    assert list(built) == wanted  # and an eager row out
+    compiled = built[f"lmlab compiled, {gt.ONE_DOC}"].model
+    assert compiled is built[f"lmlab compiled, {gt.PACKED}"].model  # one compiled module, two graphs
+    assert compiled is not built[f"lmlab, {gt.PACKED}"].model
+
+
+def test_rerun_command_drops_where_results_go_in_both_spellings():
+    argv = ["--quick", "--json=/tmp/a.json", "--models", "gpt2", "--markdown", "/tmp/B.md",
+            "--markdown=/tmp/C.md", "--json", "/tmp/b.json", "--steps", "3"]
+    assert common.rerun_command("gpu_throughput.py", argv) == (
+        "python benchmarks/gpu_throughput.py --quick --models gpt2 --steps 3")
+
+
+def test_static_bytes_is_the_sum_the_memory_figures_used():
+    model = torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.Linear(5, 3, bias=False))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    assert common.static_bytes(model, optimizer) == 4 * (6 * 5 + 5 + 5 * 3)  # before a step: no state
+    model(torch.randn(4, 6)).sum().backward()
+    optimizer.step()
+    params = sum(p.numel() * p.element_size() for p in model.parameters())
+    state = sum(t.numel() * t.element_size() for st in optimizer.state.values()
+                for t in st.values() if torch.is_tensor(t))
+    grads = sum(p.grad.numel() * p.grad.element_size() for p in model.parameters())
+    assert common.static_bytes(model, optimizer) == params + state  # model/finetune benchmarks' sum
+    assert common.static_bytes(model, optimizer, grads=True) == params + grads + state  # the GPU rows'
+    assert state == 2 * params + 4 * 3  # exp_avg, exp_avg_sq and a float32 step per parameter

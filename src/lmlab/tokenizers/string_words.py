@@ -7,8 +7,8 @@ of its symbols between two ``edge`` characters (no symbol's), and a pair ``(a, b
 ``SYMBOL_MASK``, ``pair_text``). Then ``word.find(ab)`` tells
 whether a word still holds a pair and ``word.replace(ab, new)`` merges its occurrences left to
 right (``a a a`` -> ``aa a``), both in C. The learners differ in what they keep per pair and how
-they choose it; their loop, the rewriting of the words and the pair count changes it causes are
-the same, and live here.
+they choose it; their loop, the rewriting of the words, the pair count changes it causes and the
+search for a tied pair's first occurrence are the same, and live here.
 """
 
 from __future__ import annotations

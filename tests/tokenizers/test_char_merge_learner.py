@@ -110,9 +110,9 @@ def test_symbols_that_coincide_reuse_one_symbol():
         state.text["Z"], state.code["bc"], state.unit["Z"] = "bc", "Z", 2
         return state
 
-    assert learner().run(10, 1, False, None) == expected
-    assert learner().run(10, 1, False, 2) == expected[:2]
-    assert learner().run(10, 1, False, 3) == expected[:4]  # ab, aby, (bc exists), abc, (abc again)
+    assert learner().run(10, False, None) == expected
+    assert learner().run(10, False, 2) == expected[:2]
+    assert learner().run(10, False, 3) == expected[:4]  # ab, aby, (bc exists), abc, (abc again)
 
 
 def test_bad_and_empty_input():

@@ -46,7 +46,7 @@ class Recording(gain_learner._GainLearner):
 
 def recorded_merges(wc, num_merges, join=lambda a, b: a + b, min_count=1):
     learner = Recording(wc, join, min_count)
-    return learner.run(num_merges, min_count, False, None), learner.seen
+    return learner.run(num_merges, False, None), learner.seen
 
 
 def test_same_merges_as_the_reference_learner_on_wikitext(wikitext_valid_lines):

@@ -8,8 +8,9 @@ from collections import Counter
 import pytest
 
 from lmlab.errors import LmlabError
-from lmlab.tokenizers.pair_index import CODE_BITS
+from lmlab.tokenizers.pair_index import CODE_BITS, POSITION_BITS, SYMBOL_MASK, pair_text
 from lmlab.tokenizers.string_words import (
+    first_occurrence,
     merge_words,
     neighbour_groups,
     pair_changes,
@@ -33,12 +34,13 @@ def pair_counts(words: list[str], counts: list[int]) -> Counter:
     return total
 
 
-def test_merge_words_groups_single_occurrences_by_neighbour():
-    words = [EDGE + w + EDGE for w in ["xab", "abab", "cy", "aby", "xaby"]]
-    left, right, multi = merge_words(words, [0, 1, 2, 3, 4, 0], "ab", "N")
-    assert words == [EDGE + w + EDGE for w in ["xN", "NN", "cy", "Ny", "xNy"]]
-    assert dict(left) == {"x": [0, 4], EDGE: [3]}  # word 0 is listed twice: merged once
-    assert dict(right) == {EDGE: [0], "y": [3, 4]}
+def test_merge_words_groups_single_occurrences_by_neighbour_and_drops_the_edges():
+    words = [EDGE + w + EDGE for w in ["xab", "abab", "cy", "aby", "xaby", "ab"]]
+    left, right, multi, starts = merge_words(words, [0, 1, 2, 3, 4, 0, 5], "ab", "N", EDGE)
+    assert words == [EDGE + w + EDGE for w in ["xN", "NN", "cy", "Ny", "xNy", "N"]]
+    assert dict(left) == {"x": [0, 4]}  # word 0 is listed twice: merged once
+    assert dict(right) == {"y": [3, 4]}  # no group at the edge: no pair spans it
+    assert starts == [3, 5]  # the words the pair opened, left out of ``left``
     assert multi == [(1, EDGE + "abab" + EDGE, EDGE + "NN" + EDGE)]
 
 
@@ -51,6 +53,15 @@ def test_neighbour_groups_sum_the_word_counts():
                    (key("b", "y"), key("N", "y"), 2, 3, [3])]
 
 
+def test_first_occurrence_counts_initial_symbols_and_drops_stale_words():
+    words = [EDGE + w + EDGE for w in ["xab", "Nab", "ab", "cab"]]
+    unit = {"x": 1, "a": 1, "b": 1, "c": 1, "N": 3}  # N spans three initial symbols
+    # the holders in word order, each once
+    assert first_occurrence(words, [3, 1, 0, 0], "ab", unit) == (0 << POSITION_BITS | 1, [0, 1, 3])
+    words[0] = EDGE + "xN" + EDGE  # merged since: a stale holder, dropped from the list
+    assert first_occurrence(words, [3, 1, 0], "ab", unit) == (1 << POSITION_BITS | 3, [1, 3])
+
+
 @pytest.mark.parametrize("seed", range(5))
 def test_a_merge_changes_pair_counts_as_a_recount_does(seed):
     """merge_words + neighbour_groups + pair_changes give the exact change of every pair's count,
@@ -60,15 +71,13 @@ def test_a_merge_changes_pair_counts_as_a_recount_does(seed):
     counts = [rng.randint(1, 4) for _ in words]
     for ab in ("aa", "ab", "ba"):
         before = pair_counts(words, counts)
-        left, right, multi = merge_words(words, range(len(words)), ab, "N")
+        left, right, multi, _ = merge_words(words, range(len(words)), ab, "N", EDGE)
         expected = pair_counts(words, counts) - before
         expected.subtract(before - pair_counts(words, counts))
         change: Counter = Counter()
         for w, word, nw in multi:
             for p, k in pair_changes(word, nw, ab).items():
                 change[p] += k * counts[w]
-        left.pop(EDGE, None)
-        right.pop(EDGE, None)
         for lost, gained, n, _, _ in neighbour_groups(left, right, counts, key(*ab), "N"):
             change[lost] -= n
             change[gained] += n
@@ -77,8 +86,11 @@ def test_a_merge_changes_pair_counts_as_a_recount_does(seed):
         words = [w.replace("N", "c") for w in words]  # the next merge makes a new N
 
 
-def test_pair_keys_and_unused_characters():
+def test_pair_keys_pair_text_and_unused_characters():
     assert list(pair_keys("abc")) == [key("a", "b"), key("b", "c")]
+    wide = key("\U0010fffd", "\0")  # the highest code point a symbol may take, and the lowest
+    assert [pair_text(k) for k in (key("a", "b"), wide)] == ["ab", "\U0010fffd\0"]
+    assert wide & SYMBOL_MASK == 0 and key("\0", "\U0010fffd") & SYMBOL_MASK == 0x10FFFD
     free = unused_characters({"\0", "\x01", "\x03"})
     assert [next(free), next(free)] == ["\x02", "\x04"]
     codes = unused_characters(set())

@@ -45,8 +45,9 @@ from heapq import heapify, heappop, heappush, heapreplace
 
 from lmlab.errors import LmlabError
 from lmlab.tokenizers.gc_pause import gc_paused
-from lmlab.tokenizers.pair_index import CODE_BITS, index_pairs
+from lmlab.tokenizers.pair_index import CODE_BITS, POSITION_BITS, index_pairs, pair_text
 from lmlab.tokenizers.string_words import (
+    first_occurrence,
     merge_words,
     neighbour_groups,
     pair_changes,
@@ -54,13 +55,10 @@ from lmlab.tokenizers.string_words import (
     unused_characters,
 )
 
-_B = CODE_BITS  # bits of a code point in a pair key
-_SYM = (1 << _B) - 1
-_KEY = 2 * _B  # bits of a pair key
+_KEY = 2 * CODE_BITS  # bits of a pair key
 _PAIR = (1 << _KEY) - 1
-_POS = 32  # bits of a position in a word, in the first-occurrence number word << 32 | position
-_FIRST = (1 << (2 * _POS)) - 1
-_LEVEL = 2 * _POS + _KEY  # heap entry: -count << _LEVEL | first << _KEY | pair
+_FIRST = (1 << (2 * POSITION_BITS)) - 1
+_LEVEL = 2 * POSITION_BITS + _KEY  # heap entry: -count << _LEVEL | first << _KEY | pair
 _BELOW = (1 << _LEVEL) - 1
 
 
@@ -79,14 +77,10 @@ def learn_char_merges(word_counts: dict[str, int], num_merges: int, *, end: str 
     if num_merges < 0:
         raise LmlabError(f"number of merges must be >= 0, got {num_merges}", "pass a non-negative number")
     with gc_paused():  # many small containers and no cycles: collections would only rescan them
-        learner = _CharMergeLearner(word_counts, end)
-        merges = learner.run(num_merges, max(1, min_count), progress, max_new_symbols)
+        learner = _CharMergeLearner(word_counts, end, min_count)
+        merges = learner.run(num_merges, progress, max_new_symbols)
         del learner  # freed while the collector is paused
     return merges
-
-
-def _pair_text(key: int) -> str:
-    return chr(key >> _B) + chr(key & _SYM)
 
 
 class _CharMergeLearner:
@@ -94,7 +88,8 @@ class _CharMergeLearner:
 
     first_floor = 8  # pairs seen fewer times are not followed until the best pair is that rare
 
-    def __init__(self, word_counts: dict[str, int], end: str = ""):
+    def __init__(self, word_counts: dict[str, int], end: str = "", min_count: int = 1):
+        self.min_count = max(1, min_count)  # no pair seen fewer times is merged
         words = list(word_counts)
         self.counts: list[int] = list(word_counts.values())
         alphabet = set("".join(words)) | set(end)
@@ -121,24 +116,12 @@ class _CharMergeLearner:
         heapify(self.heap)
         self.floor = floor
 
-    def _first_occurrence(self, key: int, rec: list) -> int:
-        """The pair's exact first occurrence, ``word << 32 | position``; drops the stale words before it."""
-        ws = sorted(set(rec[1]))
-        words = self.words
-        ab = _pair_text(key)
-        for k, w in enumerate(ws):
-            i = words[w].find(ab)
-            if i >= 0:
-                rec[1] = ws[k:]
-                return w << _POS | sum(map(self.unit.__getitem__, words[w][1:i]))
-        raise AssertionError("pair with a positive count occurs nowhere")  # pragma: no cover
-
-    def _pop_best(self, min_count: int) -> int | None:
+    def _pop_best(self) -> int | None:
         """Remove and return the best pair, or None when no pair occurs ``min_count`` times.
 
         The top entry wins once its count is current, no unfollowed pair can match it, and its
         first occurrence is exact whenever another entry has the same count (the tie-break)."""
-        heap, pairs = self.heap, self.pairs
+        heap, pairs, min_count = self.heap, self.pairs, self.min_count
         while True:
             if not heap:
                 if self.floor <= min_count:
@@ -169,7 +152,8 @@ class _CharMergeLearner:
             if not rec[3]:
                 n = len(heap)
                 if (n > 1 and heap[1] >> _LEVEL == level) or (n > 2 and heap[2] >> _LEVEL == level):
-                    first = self._first_occurrence(key, rec)
+                    # the exact first occurrence; the stale words before it leave the record
+                    first, rec[1] = first_occurrence(self.words, rec[1], pair_text(key), self.unit)
                     rec[3] = True
                     if first != (entry >> _KEY) & _FIRST:
                         rec[2] = level << _LEVEL | first << _KEY | key
@@ -182,11 +166,9 @@ class _CharMergeLearner:
         """Replace pair ``key`` by symbol ``new`` in every word holding it and update the pair records.
 
         ``fresh``: ``new`` is a new symbol, so no pair with it exists yet."""
-        ab = _pair_text(key)
+        ab = pair_text(key)
         words, pairs = self.words, self.pairs
-        left, right, multi = merge_words(words, pairs.pop(key)[1], ab, new)
-        left.pop(self.edge, None)  # the word's start or end: no pair there
-        right.pop(self.edge, None)
+        left, right, multi, _ = merge_words(words, pairs.pop(key)[1], ab, new, self.edge)
         for w, word, nw in multi:
             self._merge_multi(w, word, nw, ab)
         fresh = fresh and not multi
@@ -204,7 +186,7 @@ class _CharMergeLearner:
             if rec is None:
                 if n >= floor:  # a new pair: its first occurrence is the first in its first word
                     word = words[w0]
-                    first = w0 << _POS | sum(map(unit, word[1:word.find(_pair_text(gained))]))
+                    first = w0 << POSITION_BITS | sum(map(unit, word[1:word.find(pair_text(gained))]))
                     entry = -n << _LEVEL | first << _KEY | gained
                     pairs[gained] = [n, ws, entry, True]
                     heappush(heap, entry)
@@ -216,7 +198,7 @@ class _CharMergeLearner:
         rec[0] += n
         rec[1].extend(ws)
         rec[3] = False
-        first = min((rec[2] >> _KEY) & _FIRST, min(ws) << _POS)
+        first = min((rec[2] >> _KEY) & _FIRST, min(ws) << POSITION_BITS)
         rec[2] = -rec[0] << _LEVEL | first << _KEY | key
         heappush(self.heap, rec[2])
 
@@ -230,7 +212,7 @@ class _CharMergeLearner:
                 continue
             rec = pairs.get(p)
             if rec is None:
-                entry = -k * n << _LEVEL | w << (_POS + _KEY) | p
+                entry = -k * n << _LEVEL | w << (POSITION_BITS + _KEY) | p
                 pairs[p] = [k * n, [w], entry, False]
                 heappush(self.heap, entry)
             else:
@@ -245,14 +227,14 @@ class _CharMergeLearner:
                 if not rec[0]:
                     del pairs[p]
 
-    def run(self, num_merges: int, min_count: int, progress: bool,
-            max_new_symbols: int | None) -> list[tuple[str, str]]:
-        return run_merges(self._pop_best, self._new_symbol, self._merge, num_merges, min_count, progress,
+    def run(self, num_merges: int, progress: bool, max_new_symbols: int | None) -> list[tuple[str, str]]:
+        return run_merges(self._pop_best, self._new_symbol, self._merge, num_merges, progress,
                           max_new_symbols)
 
     def _new_symbol(self, key: int) -> tuple[str, str, str, bool]:
         """The pair's two strings, the merged symbol's character and whether it is new."""
-        a, b = self.text[chr(key >> _B)], self.text[chr(key & _SYM)]
+        ca, cb = pair_text(key)
+        a, b = self.text[ca], self.text[cb]
         s = a + b
         new = self.code.get(s)
         if new is None:

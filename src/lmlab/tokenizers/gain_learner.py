@@ -60,8 +60,9 @@ import numpy as np
 from lmlab.errors import LmlabError
 from lmlab.tokenizers.gc_pause import gc_paused
 from lmlab.tokenizers.merge_trainer import _xlogx
-from lmlab.tokenizers.pair_index import CODE_BITS, index_pairs
+from lmlab.tokenizers.pair_index import CODE_BITS, POSITION_BITS, SYMBOL_MASK, index_pairs, pair_text
 from lmlab.tokenizers.string_words import (
+    first_occurrence,
     merge_words,
     neighbour_groups,
     pair_changes,
@@ -69,11 +70,8 @@ from lmlab.tokenizers.string_words import (
     unused_characters,
 )
 
-_B = CODE_BITS  # bits of a symbol's code point in a pair key
-_SYM = (1 << _B) - 1
-_KEY = 2 * _B  # a threshold entry packs -(w << _KEY | pair) in one int
+_KEY = 2 * CODE_BITS  # a threshold entry packs -(w << _KEY | pair) in one int
 _PAIR = (1 << _KEY) - 1
-_POS = 32  # first occurrence: word << _POS | position
 _EDGE = "\0"  # wraps every word; no symbol's character
 _SAFETY = 1e-9  # relative margin that keeps certificates valid under floating-point rounding
 # a pair's record (see the module docstring)
@@ -89,8 +87,8 @@ def learn_gain_merges(word_counts: dict[tuple[str, ...], int], num_merges: int, 
     if num_merges < 0:
         raise LmlabError(f"number of merges must be >= 0, got {num_merges}", "pass a non-negative number")
     with gc_paused():  # millions of short-lived tuples and no cycles: collections would only rescan them
-        learner = _GainLearner(word_counts, join, max(1, min_count))
-        merges = learner.run(num_merges, max(1, min_count), progress, max_new_symbols)
+        learner = _GainLearner(word_counts, join, min_count)
+        merges = learner.run(num_merges, progress, max_new_symbols)
         del learner
     return merges
 
@@ -108,7 +106,7 @@ class _GainLearner:
     def __init__(self, word_counts: dict[tuple[str, ...], int], join: Callable[[str, str], str],
                  min_count: int):
         self.join = join
-        self.min_count = min_count
+        self.min_count = max(1, min_count)  # no pair seen fewer times is merged
         self.codes = unused_characters({_EDGE})  # one character per symbol, the lowest free first
         self.code: dict[str, str] = dict(zip(dict.fromkeys(chain.from_iterable(word_counts)), self.codes))
         self.text: dict[str, str] = {c: s for s, c in self.code.items()}  # symbol character -> its string
@@ -139,7 +137,7 @@ class _GainLearner:
         scored = []
         for key, c, ws, first in index_pairs(self.words, self.counts, _EDGE, self.unit, 1):
             pairs[key] = [c, ws, first, None, 0, 0]
-            if c >= min_count:
+            if c >= self.min_count:
                 scored.append((key, c, self._evaluate(key, c)))
         level = 0
         if scored:  # park the pairs that cannot win while a share of the best gain is beyond their reach
@@ -161,7 +159,7 @@ class _GainLearner:
         ``n_a`` itself: any occurrence it loses also lowers ``n_a``). The gain is the very same float
         as the reference learner's ``_score`` (same operations in the same order), so ties stay ties.
         """
-        a, b = key >> _B, key & _SYM
+        a, b = key >> CODE_BITS, key & SYMBOL_MASK
         flog, count, rest = self.flog, self.count, self.total - c
         clogc = c * log(c)
         frest = self.f_total - rest * log(rest)
@@ -220,7 +218,7 @@ class _GainLearner:
         if cap >= upper:
             rec[_WA] = rec[_WB] = 0
             return
-        a, b = key >> _B, key & _SYM
+        a, b = key >> CODE_BITS, key & SYMBOL_MASK
         count = self.count
         if a == b or cap == g:
             wa, wb = count[a], count[b]
@@ -246,15 +244,13 @@ class _GainLearner:
             rec[_CAP] = None
             rec[_WA] = rec[_WB] = 0
             return
-        if c <= self.level and key >> _B != key & _SYM:
+        if c <= self.level and key >> CODE_BITS != key & SYMBOL_MASK:
             rec[_CAP] = _PARKED
             rec[_WA] = rec[_WB] = 0
             self.parked[c].append(key)
             return
         g, upper, da, db = self._evaluate(key, c)
-        best = self.best
-        slack = min((best - g) * self.slack_share, upper - g) if g < best < inf else 0.0  # as _slack
-        self._schedule(key, rec, c, g, slack, force, upper, da, db)
+        self._schedule(key, rec, c, g, self._slack(g, upper), force, upper, da, db)
 
     def _slack(self, g: float, upper: float) -> float:
         """A share of the distance to the last merge's gain, but never above ``upper``."""
@@ -304,20 +300,9 @@ class _GainLearner:
                     recheck(key, rec, True)
 
     # ------------------------------------------------------------------ choosing a pair
-    def _first_occurrence(self, key: int, rec: list) -> int:
-        """The pair's exact first occurrence, ``word << 32 | position``; drops the stale words before it."""
-        ws = sorted(set(rec[_WORDS]))
-        words = self.words
-        ab = chr(key >> _B) + chr(key & _SYM)
-        for k, w in enumerate(ws):
-            i = words[w].find(ab)
-            if i >= 0:
-                rec[_WORDS] = ws[k:]
-                return w << _POS | sum(map(self.unit.__getitem__, words[w][1:i]))
-        raise AssertionError("pair with a positive count occurs nowhere")  # pragma: no cover
-
-    def _pop_best(self, min_count: int) -> int | None:
-        heap, pairs = self.gheap, self.pairs
+    def _pop_best(self) -> int | None:
+        """Remove and return the best pair, or None when no pair occurs ``min_count`` times."""
+        heap, pairs, min_count = self.gheap, self.pairs, self.min_count
         while heap or self.level:
             if not heap:  # only parked pairs are left
                 self._unpark(-inf)
@@ -348,7 +333,8 @@ class _GainLearner:
             prefix = top[:2]
             n = len(heap)
             if (n > 1 and heap[1][:2] == prefix) or (n > 2 and heap[2][:2] == prefix):
-                true_first = self._first_occurrence(key, rec)
+                # the exact first occurrence; the stale words before it leave the record
+                true_first, rec[_WORDS] = first_occurrence(self.words, rec[_WORDS], pair_text(key), self.unit)
                 if true_first != top[2]:
                     rec[_FIRST] = true_first
                     heapreplace(heap, (*prefix, true_first, key))
@@ -394,18 +380,16 @@ class _GainLearner:
         ``(new, nxt)``; the words are grouped by neighbour and the counts change once per neighbour,
         with the summed word counts. ``fresh``: ``new`` is a new symbol, so no pair with it exists yet.
         """
-        a, b = key >> _B, key & _SYM
-        ab = chr(a) + chr(b)
+        a, b = key >> CODE_BITS, key & SYMBOL_MASK
+        ab = pair_text(key)
         counts, pairs = self.counts, self.pairs
         rec = pairs.pop(key)
-        left, right, multi = merge_words(self.words, rec[_WORDS], ab, new)
+        left, right, multi, starts = merge_words(self.words, rec[_WORDS], ab, new, _EDGE)
         if a != b:
             merged = rec[_COUNT]
-        else:  # runs a a a count twice in the pair count but merge once
-            merged = sum(counts[w] for ws in left.values() for w in ws) + sum(
+        else:  # runs a a a count twice in the pair count but merge once: count the words merged once
+            merged = sum(counts[w] for ws in chain(left.values(), (starts,)) for w in ws) + sum(
                 counts[w] * (len(word) - len(nw)) for w, word, nw in multi)
-        left.pop(_EDGE, None)  # the word's start or end: no pair there
-        right.pop(_EDGE, None)
         gained = self.gained
         for w, word, nw in multi:
             self._merge_multi(w, word, nw, ab)
@@ -418,11 +402,11 @@ class _GainLearner:
                     del pairs[lost]
             r = None if fresh else pairs.get(gain)
             if r is None:  # a new pair: its first occurrence is at least at the start of its first word
-                pairs[gain] = [n, ws, w0 << _POS, None, 0, 0]
+                pairs[gain] = [n, ws, w0 << POSITION_BITS, None, 0, 0]
             else:
                 r[_COUNT] += n
                 r[_WORDS].extend(ws)
-                r[_FIRST] = min(r[_FIRST], w0 << _POS)
+                r[_FIRST] = min(r[_FIRST], w0 << POSITION_BITS)
             gained.append(gain)
         n_new = ord(new)
         count = self.count
@@ -451,7 +435,7 @@ class _GainLearner:
                 popped += 1
                 k = e & _PAIR
                 r = pairs.get(k)
-                if r is not None and r[_WA if k >> _B == sym else _WB] == e >> _KEY:
+                if r is not None and r[_WA if k >> CODE_BITS == sym else _WB] == e >> _KEY:
                     recheck(k, r)
         self.watch_entries -= popped
         self._compact()
@@ -464,11 +448,11 @@ class _GainLearner:
             r = pairs.get(p)
             if k > 0:
                 if r is None:
-                    pairs[p] = [k * n, [w], w << _POS, None, 0, 0]
+                    pairs[p] = [k * n, [w], w << POSITION_BITS, None, 0, 0]
                 else:
                     r[_COUNT] += k * n
                     r[_WORDS].append(w)
-                    r[_FIRST] = min(r[_FIRST], w << _POS)
+                    r[_FIRST] = min(r[_FIRST], w << POSITION_BITS)
                 gained.append(p)
             elif k < 0 and r is not None:  # (None: the merged pair itself)
                 r[_COUNT] += k * n
@@ -485,7 +469,7 @@ class _GainLearner:
         if self.watch_entries > 3 * len(pairs) + self.watch_slack:
             watch = self.watch = [[] for _ in self.watch]
             for k, r in pairs.items():
-                a, b = k >> _B, k & _SYM
+                a, b = k >> CODE_BITS, k & SYMBOL_MASK
                 if r[_WA]:
                     watch[a].append(-(r[_WA] << _KEY | k))
                 if r[_WB] and a != b:
@@ -494,14 +478,13 @@ class _GainLearner:
                 heapify(h)
             self.watch_entries = sum(map(len, watch))
 
-    def run(self, num_merges: int, min_count: int, progress: bool,
-            max_new_symbols: int | None) -> list[tuple[str, str]]:
-        return run_merges(self._pop_best, self._new_symbol, self._merge, num_merges, min_count, progress,
+    def run(self, num_merges: int, progress: bool, max_new_symbols: int | None) -> list[tuple[str, str]]:
+        return run_merges(self._pop_best, self._new_symbol, self._merge, num_merges, progress,
                           max_new_symbols)
 
     def _new_symbol(self, key: int) -> tuple[str, str, str, bool]:
         """The pair's two strings, the merged symbol's character and whether it is new."""
-        ca, cb = chr(key >> _B), chr(key & _SYM)
+        ca, cb = pair_text(key)
         a, b = self.text[ca], self.text[cb]
         s = self.join(a, b)
         new = self.code.get(s)

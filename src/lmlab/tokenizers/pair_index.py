@@ -20,8 +20,17 @@ from collections.abc import Iterator
 
 import numpy as np
 
-#: Bits of one code point in a pair key.
+#: Bits of one code point in a pair key: the key of ``(a, b)`` is ``ord(a) << CODE_BITS | ord(b)``.
 CODE_BITS = 21
+#: The second symbol's bits of a pair key: ``ord(b) == key & SYMBOL_MASK``.
+SYMBOL_MASK = (1 << CODE_BITS) - 1
+#: Bits of the position in a first occurrence ``word << POSITION_BITS | position``.
+POSITION_BITS = 32
+
+
+def pair_text(key: int) -> str:
+    """The two symbol characters of the pair ``key``, as one string (what a word holding it contains)."""
+    return chr(key >> CODE_BITS) + chr(key & SYMBOL_MASK)
 
 
 def index_pairs(words: list[str], counts: list[int], edge: str, units: dict[str, int],
@@ -60,7 +69,8 @@ def index_pairs(words: list[str], counts: list[int], edge: str, units: dict[str,
     first_word = word_of[first_at]
     offset = first_at - (np.cumsum(lengths) - lengths)[first_word]  # its index in the word (edge: 0)
     unit = units.__getitem__
-    first = [w << 32 | sum(map(unit, words[w][1:i])) for w, i in zip(first_word.tolist(), offset.tolist())]
+    first = [w << POSITION_BITS | sum(map(unit, words[w][1:i]))
+             for w, i in zip(first_word.tolist(), offset.tolist())]
     group = sorted_pairs[starts].astype(np.int64)
     keys = alphabet[group // size - 1].astype(np.int64) << CODE_BITS | alphabet[group % size - 1]
     holders = owner.tolist()

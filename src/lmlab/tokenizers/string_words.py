@@ -3,11 +3,12 @@
 BPE's learner (:mod:`lmlab.tokenizers.char_merge_learner`) and WordPiece's
 (:mod:`lmlab.tokenizers.gain_learner`) keep every symbol as one character, a word as the string
 of its symbols between two ``edge`` characters (no symbol's), and a pair ``(a, b)`` as the int
-``ord(a) << 21 | ord(b)`` (see :mod:`lmlab.tokenizers.pair_index`). Then ``word.find(ab)`` tells
+``ord(a) << 21 | ord(b)`` (its layout lives in :mod:`lmlab.tokenizers.pair_index`: ``CODE_BITS``,
+``SYMBOL_MASK``, ``pair_text``). Then ``word.find(ab)`` tells
 whether a word still holds a pair and ``word.replace(ab, new)`` merges its occurrences left to
 right (``a a a`` -> ``aa a``), both in C. The learners differ in what they keep per pair and how
-they choose it; their loop, the rewriting of the words and the pair count changes it causes are
-the same, and live here.
+they choose it; their loop, the rewriting of the words, the pair count changes it causes and the
+search for a tied pair's first occurrence are the same, and live here.
 """
 
 from __future__ import annotations
@@ -19,9 +20,7 @@ from operator import lshift, or_
 
 from lmlab.errors import LmlabError
 from lmlab.tokenizers.merge_trainer import merge_progress
-from lmlab.tokenizers.pair_index import CODE_BITS
-
-_B = CODE_BITS
+from lmlab.tokenizers.pair_index import CODE_BITS, POSITION_BITS, SYMBOL_MASK
 
 
 def unused_characters(taken: set[str]) -> Iterator[str]:
@@ -35,17 +34,33 @@ def unused_characters(taken: set[str]) -> Iterator[str]:
 def pair_keys(symbols: str) -> Iterator[int]:
     """The keys of the adjacent pairs of ``symbols``, left to right."""
     codes = list(map(ord, symbols))
-    return map(or_, map(lshift, codes, repeat(_B)), codes[1:])
+    return map(or_, map(lshift, codes, repeat(CODE_BITS)), codes[1:])
 
 
-def merge_words(words: list[str], holders: Iterable[int], ab: str,
-                new: str) -> tuple[defaultdict[str, list[int]], defaultdict[str, list[int]], list[tuple]]:
+def first_occurrence(words: list[str], holders: list[int], ab: str,
+                     unit: dict[str, int]) -> tuple[int, list[int]]:
+    """The first occurrence of the pair ``ab`` in the words ``holders`` (some may no longer hold it),
+    as ``word << POSITION_BITS | position``, the position counted in initial symbols (``unit[c]``
+    per symbol ``c``); and the holders from that word on, ascending, each once."""
+    ws = sorted(set(holders))
+    for k, w in enumerate(ws):
+        i = words[w].find(ab)
+        if i >= 0:
+            return w << POSITION_BITS | sum(map(unit.__getitem__, words[w][1:i])), ws[k:]
+    raise AssertionError("pair with a positive count occurs nowhere")  # pragma: no cover
+
+
+def merge_words(words: list[str], holders: Iterable[int], ab: str, new: str, edge: str
+                ) -> tuple[defaultdict[str, list[int]], defaultdict[str, list[int]], list[tuple], list[int]]:
     """Replace the pair ``ab`` by the symbol ``new`` in the words ``holders`` (those that no longer
-    hold it, or are listed twice, are skipped).
+    hold it, or are listed twice, are skipped); every word is wrapped in the ``edge`` character.
 
-    Returns ``(left, right, multi)``: for the words that held the pair once, their indices grouped
-    by the symbol before the pair (``left``) and after it (``right``), the edge included; and
-    ``(w, old word, new word)`` for each word that held it more than once (see :func:`pair_changes`).
+    Returns ``(left, right, multi, starts)``. For the words that held the pair once, ``left`` and
+    ``right`` group their indices by the symbol before the pair and after it; a word whose pair
+    touched its start or end is left out of that side's groups (no pair spans the edge): ``starts``
+    lists the words dropped from ``left`` (the pair opened the word), those dropped from ``right``
+    are not kept. ``multi`` has ``(w, old word, new word)`` for each word that held the pair more
+    than once (see :func:`pair_changes`).
     """
     left: defaultdict[str, list[int]] = defaultdict(list)
     right: defaultdict[str, list[int]] = defaultdict(list)
@@ -62,16 +77,18 @@ def merge_words(words: list[str], holders: Iterable[int], ab: str,
             right[word[i + 2]].append(w)
         else:
             multi.append((w, word, nw))
-    return left, right, multi
+    starts = left.pop(edge, [])
+    right.pop(edge, None)
+    return left, right, multi, starts
 
 
 def neighbour_groups(left: dict[str, list[int]], right: dict[str, list[int]], counts: list[int], key: int,
                      new: str) -> list[tuple[int, int, int, int, list[int]]]:
-    """For each group of :func:`merge_words` (edges removed), ``(lost, gained, n, w0, ws)``: the
-    pair that lost occurrences (``(prev, a)`` or ``(b, nxt)``), the one that gained them
+    """For each group of :func:`merge_words` (which holds no edge group), ``(lost, gained, n, w0,
+    ws)``: the pair that lost occurrences (``(prev, a)`` or ``(b, nxt)``), the one that gained them
     (``(prev, new)`` or ``(new, nxt)``), how many (``n``, the group's summed word counts), its
     first word and its words."""
-    a, b = key >> _B, key & ((1 << _B) - 1)
+    a, b = key >> CODE_BITS, key & SYMBOL_MASK
     weight = counts.__getitem__
     n_new = ord(new)
     out = []
@@ -86,9 +103,9 @@ def neighbour_groups(left: dict[str, list[int]], right: dict[str, list[int]], co
                 n = sum(map(weight, ws))
             code = ord(nbr)
             if side:  # (b, nxt) -> (new, nxt)
-                add((b << _B | code, n_new << _B | code, n, w0, ws))
+                add((b << CODE_BITS | code, n_new << CODE_BITS | code, n, w0, ws))
             else:  # (prev, a) -> (prev, new)
-                add((code << _B | a, code << _B | n_new, n, w0, ws))
+                add((code << CODE_BITS | a, code << CODE_BITS | n_new, n, w0, ws))
     return out
 
 
@@ -105,10 +122,11 @@ def pair_changes(word: str, nw: str, ab: str) -> dict[int, int]:
     return diff
 
 
-def run_merges(pop_best: Callable[[int], int | None], new_symbol: Callable[[int], tuple[str, str, str, bool]],
-               merge: Callable[[int, str, bool], None], num_merges: int, min_count: int, progress: bool,
+def run_merges(pop_best: Callable[[], int | None], new_symbol: Callable[[int], tuple[str, str, str, bool]],
+               merge: Callable[[int, str, bool], None], num_merges: int, progress: bool,
                max_new_symbols: int | None) -> list[tuple[str, str]]:
-    """A learner's loop: ``pop_best(min_count)`` gives the best pair's key (None: no pair left),
+    """A learner's loop: ``pop_best()`` gives the best pair's key (None: no pair left, or none as
+    frequent as the learner's ``min_count``),
     ``new_symbol(key)`` its two strings, the merged symbol's character and whether that symbol is
     new, and ``merge(key, new, fresh)`` makes the merge. Up to ``num_merges`` merges, or until
     ``max_new_symbols`` distinct new symbols exist; returns them as string pairs, in order."""
@@ -116,7 +134,7 @@ def run_merges(pop_best: Callable[[int], int | None], new_symbol: Callable[[int]
     created = 0
     with merge_progress(num_merges, progress) as tick:
         while len(merges) < num_merges and (max_new_symbols is None or created < max_new_symbols):
-            key = pop_best(min_count)
+            key = pop_best()
             if key is None:
                 break
             a, b, new, fresh = new_symbol(key)

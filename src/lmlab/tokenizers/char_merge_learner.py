@@ -47,11 +47,11 @@ from lmlab.errors import LmlabError
 from lmlab.tokenizers.gc_pause import gc_paused
 from lmlab.tokenizers.pair_index import CODE_BITS, POSITION_BITS, index_pairs, pair_text
 from lmlab.tokenizers.string_words import (
+    StringMergeLearner,
     first_occurrence,
     merge_words,
     neighbour_groups,
     pair_changes,
-    run_merges,
     unused_characters,
 )
 
@@ -83,7 +83,7 @@ def learn_char_merges(word_counts: dict[str, int], num_merges: int, *, end: str 
     return merges
 
 
-class _CharMergeLearner:
+class _CharMergeLearner(StringMergeLearner):
     """State of one learning run (see the module docstring)."""
 
     first_floor = 8  # pairs seen fewer times are not followed until the best pair is that rare
@@ -226,10 +226,6 @@ class _CharMergeLearner:
                 rec[0] += k * n
                 if not rec[0]:
                     del pairs[p]
-
-    def run(self, num_merges: int, progress: bool, max_new_symbols: int | None) -> list[tuple[str, str]]:
-        return run_merges(self._pop_best, self._new_symbol, self._merge, num_merges, progress,
-                          max_new_symbols)
 
     def _new_symbol(self, key: int) -> tuple[str, str, str, bool]:
         """The pair's two strings, the merged symbol's character and whether it is new."""

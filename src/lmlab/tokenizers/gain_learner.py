@@ -62,11 +62,11 @@ from lmlab.tokenizers.gc_pause import gc_paused
 from lmlab.tokenizers.merge_trainer import _xlogx
 from lmlab.tokenizers.pair_index import CODE_BITS, POSITION_BITS, SYMBOL_MASK, index_pairs, pair_text
 from lmlab.tokenizers.string_words import (
+    StringMergeLearner,
     first_occurrence,
     merge_words,
     neighbour_groups,
     pair_changes,
-    run_merges,
     unused_characters,
 )
 
@@ -93,7 +93,7 @@ def learn_gain_merges(word_counts: dict[tuple[str, ...], int], num_merges: int, 
     return merges
 
 
-class _GainLearner:
+class _GainLearner(StringMergeLearner):
     """Words as strings, pair records, a heap of gain caps (``gheap``) and per-symbol threshold
     heaps (``watch``, indexed by code point)."""
 
@@ -477,10 +477,6 @@ class _GainLearner:
             for h in watch:
                 heapify(h)
             self.watch_entries = sum(map(len, watch))
-
-    def run(self, num_merges: int, progress: bool, max_new_symbols: int | None) -> list[tuple[str, str]]:
-        return run_merges(self._pop_best, self._new_symbol, self._merge, num_merges, progress,
-                          max_new_symbols)
 
     def _new_symbol(self, key: int) -> tuple[str, str, str, bool]:
         """The pair's two strings, the merged symbol's character and whether it is new."""

@@ -143,3 +143,12 @@ def run_merges(pop_best: Callable[[], int | None], new_symbol: Callable[[int], t
             merge(key, new, fresh)
             tick()
     return merges
+
+
+class StringMergeLearner:
+    """Base of the string learners: :meth:`run` is :func:`run_merges` over the subclass's own
+    ``_pop_best()``, ``_new_symbol(key)`` and ``_merge(key, new, fresh)``."""
+
+    def run(self, num_merges: int, progress: bool, max_new_symbols: int | None) -> list[tuple[str, str]]:
+        return run_merges(self._pop_best, self._new_symbol, self._merge, num_merges, progress,
+                          max_new_symbols)

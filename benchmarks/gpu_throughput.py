@@ -495,7 +495,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                          f"choose from {','.join(GROUPS)}")
     for opt in ("steps", "warmup"):
         if getattr(args, opt) is not None and getattr(args, opt) < 1:
-            raise LmlabError(f"--{opt} must be at least 1", f"got {getattr(args, opt)}")
+            raise LmlabError(f"--{opt} must be at least 1, got {getattr(args, opt)}",
+                             f"pass e.g. --{opt} {10 if opt == 'steps' else 3}, or leave it out")
     if not 0.0 <= args.dropout < 1.0:
         raise LmlabError(f"--dropout must be in [0, 1), got {args.dropout}", "pass e.g. --dropout 0")
     if args.dropout > 0 and "packed" in args.groups:

@@ -383,7 +383,8 @@ def header_lines(args, threads_reason: str, dtype_reason: str, peaks: list[dict]
         f"{s.heads // 2} kv heads), vocab {s.vocab}; no padding; dropout "
         f"{'as in each transformers config' if args.dropout is None else args.dropout}; "
         f"{args.warmup} warm-up + {args.steps} timed steps per row, interleaved.",
-        f"Threads: {threads_reason}. Precision: float32 rows ({dtype_reason}).",
+        f"Threads: {threads_reason}. Precision: float32 rows ({dtype_reason}). "
+        f"lmlab's CPU dropout: {dropout_engine()}.",
         f"fp32 matmul rate (same process, same threads): {peak / 1e9:.1f} GFLOP/s at best "
         f"(square {best_size}; {before_after} before / after the models; "
         f"{min(round_peaks, default=0) / 1e9:.1f}-{max(round_peaks, default=0) / 1e9:.1f} GFLOP/s in the "
@@ -392,6 +393,15 @@ def header_lines(args, threads_reason: str, dtype_reason: str, peaks: list[dict]
         f"Re-run on a quiet machine: `{args.command}`",
     ]
     return "\n".join(lines)
+
+
+def dropout_engine() -> str:
+    """Which of lmlab's two CPU dropout implementations this run used."""
+    from lmlab.models import dropout
+
+    if dropout._kernels() is not None:
+        return "the C kernel (`lmlab.native`)"
+    return "the NumPy twin (no C kernel: no compiler, or LMLAB_NATIVE=0)"
 
 
 # --------------------------------------------------------------------------- main

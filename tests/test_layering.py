@@ -126,3 +126,11 @@ def test_lower_layers_do_not_reach_up():
     packages = package_graph(import_graph())
     reaching_up = {low: sorted(packages.get(low, set()) & high) for low, high in FORBIDDEN.items()}
     assert {k: v for k, v in reaching_up.items() if v} == {}
+
+
+def test_native_kernels_are_a_leaf():
+    """lmlab.native (C kernels and their loader) sits below everything: it imports no lmlab module."""
+    graph = import_graph()
+    assert "lmlab.native" in graph and "lmlab.models.dropout" in graph
+    assert "lmlab.native" in graph["lmlab.models.dropout"]
+    assert {m: sorted(deps) for m, deps in graph.items() if m.startswith("lmlab.native") and deps} == {}

@@ -208,3 +208,57 @@ def test_attention_skips_the_empty_row_guard_only_where_no_row_can_be_empty(monk
     guarded.clear()
     blocks.attention_with_dropout(q, k[:, :, :2], v[:, :, :2], None, True, None, 0.0)  # fewer keys
     assert guarded
+
+
+def _native_or_skip():
+    library = dropout_module._kernels()
+    if library is None:
+        pytest.skip("the C kernel is not built on this machine (no C compiler): only the NumPy twin runs")
+    return library
+
+
+@pytest.mark.parametrize("n", [1, 3, 4, 5, 4095, 4096, 4097, 3 * 4096 + 7, 50_001])
+@pytest.mark.parametrize("relu, with_residual", [(False, False), (True, False), (False, True)])
+def test_c_kernel_gives_the_numpy_twins_masks_and_values(monkeypatch, n, relu, with_residual):
+    """Same seed, same bits, same float32 values to the last bit, forward and backward, whether
+    the C kernel or the NumPy twin runs (lengths around the kernel's 4096-element blocks and not
+    a whole number of 64-bit words)."""
+    library = _native_or_skip()
+    gen = torch.Generator().manual_seed(n)
+    x = torch.randn(n, generator=gen) * 3
+    residual = torch.randn(n, generator=gen) if with_residual else None
+    grad = torch.randn(n, generator=gen)
+    results = {}
+    for name, kernels in (("c", library), ("numpy", None)):
+        monkeypatch.setattr(dropout_module, "_kernels", lambda kernels=kernels: kernels)
+        torch.manual_seed(7)
+        out, keep = dropout_module._forward(x, 0.3, residual, relu)
+        results[name] = out, keep, dropout_module._backward(grad, keep, 0.3)
+    (out_c, keep_c, back_c), (out_np, keep_np, back_np) = results["c"], results["numpy"]
+    assert torch.equal(keep_c, keep_np)
+    assert torch.equal(out_c.view(torch.int32), out_np.view(torch.int32))  # bit for bit, -0.0 too
+    assert torch.equal(back_c.view(torch.int32), back_np.view(torch.int32))
+    if relu:
+        assert not keep_c[x <= 0].any()
+
+
+def test_a_t5_training_step_is_the_same_with_or_without_the_c_kernel(monkeypatch):
+    """A seed gives the same training run on a machine without a C compiler: loss and every
+    gradient of a T5 step with dropout agree exactly between the kernel and the NumPy twin."""
+    library = _native_or_skip()
+    torch.manual_seed(0)
+    model = build_model(get_preset("t5-tiny", vocab_size=64, dropout=0.2)).train()
+    src, tgt = torch.randint(0, 64, (2, 24)), torch.randint(0, 64, (2, 9))
+    runs = []
+    for kernels in (library, None):
+        monkeypatch.setattr(dropout_module, "_kernels", lambda kernels=kernels: kernels)
+        model.zero_grad()
+        torch.manual_seed(3)
+        loss = model(src, decoder_input_ids=tgt[:, :-1], labels=tgt[:, 1:]).loss
+        loss.backward()
+        runs.append((loss.detach(), [p.grad.clone() for p in model.parameters() if p.grad is not None]))
+    assert torch.equal(runs[0][0], runs[1][0])
+    torch.manual_seed(4)  # another seed, other masks: the dropout is really on in this step
+    assert not torch.equal(model(src, decoder_input_ids=tgt[:, :-1], labels=tgt[:, 1:]).loss, runs[0][0])
+    assert len(runs[0][1]) == len(runs[1][1]) > 10
+    assert all(torch.equal(a, b) for a, b in zip(runs[0][1], runs[1][1]))

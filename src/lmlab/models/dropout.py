@@ -3,16 +3,21 @@
 ``torch.nn.functional.dropout`` on the CPU draws a float Bernoulli tensor (``bernoulli_``: one
 Mersenne-Twister number per element, written as a float) and multiplies by it; in a T5 training
 step with the default ``dropout_rate=0.1`` those draws were 14% of the step. Here each call takes
-one 64-bit seed from PyTorch's default generator, then NumPy's SFC64 generator (several times
-faster than the Mersenne Twister) gives 16 random bits per element; an element is kept when its
-bits are below ``round((1 - p)·2¹⁶)``, so the keep probability is ``1 - p`` to within 2⁻¹⁷. The
-comparison, the multiply and the backward pass's multiply run as NumPy loops (vectorised, one
-pass each); the mask saved for the backward pass is a ``bool`` tensor (a quarter of the memory of
-PyTorch's float mask).
+one 64-bit seed from PyTorch's default generator, then the SFC64 generator (several times faster
+than the Mersenne Twister) gives 16 random bits per element; an element is kept when its bits are
+below ``round((1 - p)·2¹⁶)``, so the keep probability is ``1 - p`` to within 2⁻¹⁷. The mask saved
+for the backward pass is a ``bool`` tensor (a quarter of the memory of PyTorch's float mask).
+
+The work runs in a C kernel (``lmlab/native/dropout.c``, built on first use by
+:mod:`lmlab.native`): the bits, the mask, the rescale and the residual add in one pass over the
+tensor, the gradient in one more; that halved the dropout's share of a T5 step again. Where no C
+compiler is available (or ``LMLAB_NATIVE=0``) the same masks and the same float32 values come from
+NumPy (NumPy's SFC64 and vectorised loops, one pass per operation): a seed gives the same training
+run either way.
 
 Same seed, same masks (``torch.manual_seed`` drives the seeds), but not the masks ``nn.Dropout``
-draws. NumPy runs on one thread: with more than :data:`MAX_THREADS` intra-op threads, torch's own
-multi-threaded ``F.dropout`` is faster and is used. Off the CPU (CUDA has a fused dropout
+draws. The kernels run on one thread: with more than :data:`MAX_THREADS` intra-op threads, torch's
+own multi-threaded ``F.dropout`` is faster and is used. Off the CPU (CUDA has a fused dropout
 kernel), for other dtypes than float32, in eval mode, at ``p = 0`` or ``p = 1`` (or a ``p`` so
 close to them that it rounds there) it is exactly ``torch.nn.functional.dropout``. Under
 ``torch.compile`` the mask is an opaque operator (``lmlab::scaled_keep_mask``: no graph break)
@@ -21,17 +26,21 @@ that draws it the same way, so compiled training uses the masks eager training w
 
 from __future__ import annotations
 
+import ctypes
 import math
+from functools import cache
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from lmlab import native
+
 #: random bits per element: the keep probability is a multiple of 2^-BITS
 BITS = 16
 _LEVELS = 1 << BITS
-#: above this many intra-op threads the single-threaded NumPy path loses to torch's dropout
+#: above this many intra-op threads the single-threaded kernels lose to torch's dropout
 MAX_THREADS = 4
 
 
@@ -39,13 +48,66 @@ def _threshold(p: float) -> int:
     return round((1.0 - p) * _LEVELS)
 
 
-def _keep(n: int, p: float) -> np.ndarray:
+def _seed() -> int:
+    """One 64-bit seed from PyTorch's default generator: ``torch.manual_seed`` decides the draws."""
+    # read through NumPy (the tensor is on the host already), not int(), which the host-sync
+    # checks count as a device read
+    return int(torch.randint(0, 2**62, (1,), dtype=torch.int64).numpy()[0])
+
+
+def _keep(n: int, p: float, seed: int | None = None) -> np.ndarray:
     """``n`` independent booleans, each True with probability ``round((1-p)·2¹⁶) / 2¹⁶``."""
-    # torch.manual_seed decides the draws; read through NumPy (the tensor is on the host already),
-    # not int(), which the host-sync checks count as a device read
-    seed = int(torch.randint(0, 2**62, (1,), dtype=torch.int64).numpy()[0])
-    words = np.random.SFC64(seed).random_raw((n * BITS + 63) // 64)
+    words = np.random.SFC64(_seed() if seed is None else seed).random_raw((n * BITS + 63) // 64)
     return np.less(words.view(np.uint16)[:n], _threshold(p))
+
+
+@cache
+def _kernels() -> ctypes.CDLL | None:
+    """The C kernels with their signatures, or None (then the NumPy twin below)."""
+    library = native.load("dropout")
+    if library is not None:
+        ptr, i64 = ctypes.c_void_p, ctypes.c_int64
+        library.lmlab_dropout_forward.argtypes = [ptr, ptr, ptr, ptr, i64, ptr, ctypes.c_uint32,
+                                                  ctypes.c_float, ctypes.c_int]
+        library.lmlab_dropout_forward.restype = None
+        library.lmlab_dropout_backward.argtypes = [ptr, ptr, ptr, i64, ctypes.c_float]
+        library.lmlab_dropout_backward.restype = None
+    return library
+
+
+def _forward(x: Tensor, p: float, residual: Tensor | None, relu: bool) -> tuple[Tensor, Tensor]:
+    """``([residual +] x · keep / (1 - p), keep)`` for a float32 CPU ``x``; ``keep`` drawn with
+    :func:`_keep`'s rule (and ``x > 0`` with ``relu``), in the C kernel or its NumPy twin."""
+    flat = x.detach().contiguous().view(-1)
+    res = None if residual is None else residual.detach().contiguous().view(-1)
+    seed, scale = _seed(), 1.0 / (1.0 - p)
+    library = _kernels()
+    if library is None:
+        values = flat.numpy()
+        keep = _keep(values.size, p, seed)
+        if relu:
+            keep &= values > 0
+        out = _scaled(values, keep, p, None if res is None else res.numpy())
+        return torch.from_numpy(out), torch.from_numpy(keep)
+    # the generator state NumPy derives from the seed: the kernel continues NumPy's very stream
+    state = np.array(np.random.SFC64(seed).state["state"]["state"], dtype=np.uint64)
+    out, keep = torch.empty_like(flat), torch.empty(flat.shape, dtype=torch.bool)
+    library.lmlab_dropout_forward(flat.data_ptr(), None if res is None else res.data_ptr(),
+                                  out.data_ptr(), keep.data_ptr(), flat.numel(), state.ctypes.data,
+                                  _threshold(p), scale, int(relu))
+    return out, keep
+
+
+def _backward(grad: Tensor, keep: Tensor, p: float) -> Tensor:
+    """``grad · keep / (1 - p)`` for a float32 CPU ``grad``."""
+    flat = grad.contiguous().view(-1)
+    library = _kernels()
+    if library is None:
+        return torch.from_numpy(_scaled(flat.numpy(), keep.numpy(), p))
+    out = torch.empty_like(flat)
+    library.lmlab_dropout_backward(flat.data_ptr(), keep.data_ptr(), out.data_ptr(), flat.numel(),
+                                   1.0 / (1.0 - p))
+    return out
 
 
 def scaled_keep_mask(shape: torch.Size | tuple[int, ...], p: float, dtype: torch.dtype = torch.float32,
@@ -74,15 +136,10 @@ class _Dropout(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x: Tensor, p: float, residual: Tensor | None, relu: bool = False) -> Tensor:
-        values = x.detach().contiguous().view(-1).numpy()
-        keep = _keep(values.size, p)
-        if relu:
-            keep &= values > 0
-        res = None if residual is None else residual.detach().contiguous().view(-1).numpy()
-        out = torch.from_numpy(_scaled(values, keep, p, res)).view(x.shape)
-        ctx.save_for_backward(torch.from_numpy(keep))
+        out, keep = _forward(x, p, residual, relu)
+        ctx.save_for_backward(keep)
         ctx.p, ctx.has_residual = p, residual is not None
-        return out
+        return out.view(x.shape)
 
     @staticmethod
     def backward(ctx, grad: Tensor):
@@ -90,8 +147,7 @@ class _Dropout(torch.autograd.Function):
         if grad.requires_grad or grad.dtype != torch.float32:  # double backward: stay in autograd
             scaled = grad * keep.view(grad.shape) / (1.0 - ctx.p)
         else:
-            scaled = torch.from_numpy(_scaled(grad.contiguous().view(-1).numpy(), keep.numpy(), ctx.p))
-            scaled = scaled.view(grad.shape)
+            scaled = _backward(grad, keep, ctx.p).view(grad.shape)
         return scaled, None, (grad if ctx.has_residual else None), None
 
 

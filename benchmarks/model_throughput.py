@@ -355,7 +355,10 @@ fp32 matmul rate measured in the same round (1024² and 2048² matmuls, just bef
 steps; median over rounds, so a load swing moves both); **HFU** = the FLOPs the implementation really performs
 (transformers computes the MLM vocabulary projection at every position) over the same rate
 (the bf16 row is measured against the same fp32 rate, so its MFU can exceed 100%);
-**peak MB** = parameters + AdamW state + allocator high-water mark of one step (`torch.profiler`);
+**peak MB** = parameters + AdamW state + allocator high-water mark of one step (`torch.profiler`:
+what PyTorch's allocator hands out; lmlab's dropout outputs and masks are such tensors with the C
+kernel, but were NumPy arrays, which it does not see, with the NumPy twin: lmlab's figures for models
+with dropout before the C kernel were low by 120-300 MB);
 **loss lmlab / HF** = both models on the benchmark batch in eval mode: equal = same weights, same math.
 """
 

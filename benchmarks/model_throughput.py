@@ -402,6 +402,8 @@ def dropout_engine() -> str:
     """Which of lmlab's two CPU dropout implementations this run used."""
     from lmlab.models import dropout
 
+    if torch.get_num_threads() > dropout.MAX_THREADS:
+        return f"torch's own (more than {dropout.MAX_THREADS} intra-op threads)"
     if dropout._kernels() is not None:
         return "the C kernel (`lmlab.native`)"
     return "the NumPy twin (no C kernel: no compiler, or LMLAB_NATIVE=0)"

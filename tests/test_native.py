@@ -37,7 +37,7 @@ def test_builds_once_into_the_cache_then_loads_it_without_a_compiler(fresh, monk
     def no_compiling(*args, **kwargs):
         raise AssertionError("compiled again although the cache holds the library")
 
-    monkeypatch.setattr(subprocess, "run", no_compiling)
+    monkeypatch.setattr(subprocess, "Popen", no_compiling)
     assert native.load("dropout") is not None
     assert sorted(p.name for p in fresh.iterdir()) == built
 
@@ -54,7 +54,8 @@ def test_an_edited_kernel_is_built_anew(fresh, tmp_path_factory, monkeypatch):
     assert len(list(fresh.glob("answer-*.so"))) == 2
 
 
-def test_a_failed_build_falls_back_and_leaves_nothing(fresh, monkeypatch, caplog, tmp_path_factory):
+def test_a_failed_build_falls_back_is_remembered_and_leaves_no_partial_file(fresh, monkeypatch, caplog,
+                                                                            tmp_path_factory):
     needs_compiler()
     sources = tmp_path_factory.mktemp("sources")
     (sources / "broken.c").write_text("this is not C\n")
@@ -62,7 +63,53 @@ def test_a_failed_build_falls_back_and_leaves_nothing(fresh, monkeypatch, caplog
     with caplog.at_level(logging.INFO, logger="lmlab.native"):
         assert native.load("broken") is None
     assert "not built" in caplog.text and "using NumPy" in caplog.text
-    assert list(fresh.iterdir()) == []  # the partial output is removed
+    (marker,) = fresh.iterdir()  # no library, no partial output: only the note of the failure
+    assert marker.suffix == ".failed" and "failed" in marker.read_text()
+    native.load.cache_clear()
+
+    def no_compiling(*args, **kwargs):
+        raise AssertionError("tried again although an earlier build failed")
+
+    monkeypatch.setattr(subprocess, "Popen", no_compiling)
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="lmlab.native"):
+        assert native.load("broken") is None
+    assert "delete it to try again" in caplog.text
+
+
+def test_a_hanging_compiler_is_stopped(fresh, monkeypatch, tmp_path_factory):
+    bin_dir = tmp_path_factory.mktemp("bin")
+    slow = bin_dir / "slowcc"
+    slow.write_text("#!/bin/sh\nsleep 30\n")
+    slow.chmod(0o755)
+    monkeypatch.setenv("CC", str(slow))
+    monkeypatch.setattr(native, "BUILD_TIMEOUT", 0.5)
+    assert native.load("dropout") is None
+    assert [p.suffix for p in fresh.iterdir()] == [".failed"]
+
+
+def test_no_home_folder_is_no_error(fresh, monkeypatch):
+    """A container user without HOME or a passwd entry: Path.home() raises; dropout must not."""
+    needs_compiler()
+    monkeypatch.delenv("LMLAB_NATIVE_DIR")
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+
+    def no_home():
+        raise RuntimeError("Could not determine home directory.")
+
+    monkeypatch.setattr(native.Path, "home", staticmethod(no_home))
+    assert native.load("dropout") is None
+
+
+def test_a_library_others_may_write_is_not_loaded(fresh, caplog):
+    needs_compiler()
+    assert native.load("dropout") is not None
+    (library,) = fresh.glob("dropout-*.so")
+    library.chmod(0o777)
+    native.load.cache_clear()
+    with caplog.at_level(logging.INFO, logger="lmlab.native"):
+        assert native.load("dropout") is None
+    assert "may be written by other users" in caplog.text
 
 
 @pytest.mark.parametrize("setting, reason", [

@@ -194,8 +194,8 @@ def relu_dropout(x: Tensor, p: float, training: bool = True) -> Tensor:
 
 
 def add_dropout(residual: Tensor, x: Tensor, p: float, training: bool = True) -> Tensor:
-    """``residual + dropout(x, p, training)``; on the fast path the add is one more NumPy pass of
-    the dropout (no separate torch op, no intermediate tensor for autograd)."""
+    """``residual + dropout(x, p, training)``; on the fast path the add is part of the dropout's own
+    pass (no separate torch op, no intermediate tensor for autograd)."""
     if not training or p <= 0.0:
         return residual + x
     if not _fast(x, p) or residual.shape != x.shape or residual.dtype != x.dtype:

@@ -1,7 +1,7 @@
 /* lmlab's CPU dropout in one pass per direction (loaded by lmlab.native, used by
  * lmlab.models.dropout). It draws exactly the masks of that module's NumPy path: the same
  * SFC64 stream (the generator state NumPy derives from the call's seed is passed in), 16 bits
- * per element in the order of a little-endian uint16 view of the 64-bit words, an element kept
+ * per element in the order of a (native-endian) uint16 view of the 64-bit words, an element kept
  * where its bits are below the threshold; and it computes the same float32 values, x times the
  * rescale where kept, +0 or -0 where dropped (built with -ffp-contract=off: no fused
  * multiply-add, so the residual sum rounds as NumPy's separate add does).
@@ -12,6 +12,7 @@
 #include <string.h>
 
 #define BLOCK 4096
+_Static_assert(BLOCK % 4 == 0, "a block must use whole 64-bit words");
 
 /* SFC64 (Chris Doty-Humphrey's small fast chaotic generator): state a, b, c and a counter. */
 static inline uint64_t sfc64_next(uint64_t *state)
@@ -25,7 +26,7 @@ static inline uint64_t sfc64_next(uint64_t *state)
 }
 
 static void draw_keep(const uint16_t *restrict bits, const float *restrict x, uint8_t *restrict keep,
-                      int64_t m, uint16_t threshold, int relu)
+                      int64_t m, uint32_t threshold, int relu)
 {
     if (relu)
         for (int64_t i = 0; i < m; i++)
@@ -62,7 +63,7 @@ void lmlab_dropout_forward(const float *x, const float *residual, float *out, ui
             uint64_t word = sfc64_next(state);
             memcpy(bits + 4 * w, &word, sizeof word);
         }
-        draw_keep(bits, x + start, keep + start, m, (uint16_t)threshold, relu);
+        draw_keep(bits, x + start, keep + start, m, threshold, relu);
         if (residual)
             rescale_kept_add(x + start, keep + start, residual + start, out + start, m, scale);
         else

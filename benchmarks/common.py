@@ -258,6 +258,18 @@ def add_output_options(ap) -> None:
     ap.add_argument("--json", type=Path, default=None, help="also write the raw results here")
 
 
+def require_counts(args, defaults: dict[str, int]) -> None:
+    """``--steps``-like options: each given one at least 1, else an ``LmlabError`` naming a value
+    to pass (``defaults``: option name -> the example)."""
+    from lmlab.errors import LmlabError
+
+    for opt, example in defaults.items():
+        value = getattr(args, opt)
+        if value is not None and value < 1:
+            raise LmlabError(f"--{opt} must be at least 1, got {value}",
+                             f"pass e.g. --{opt} {example}, or leave it out")
+
+
 def rerun_command(script: str, argv: Sequence[str] | None) -> str:
     """The command line that repeats a run, for its report: ``--json`` and ``--markdown`` dropped
     in both spellings, ``--json PATH`` and ``--json=PATH`` (where results go does not change what

@@ -493,10 +493,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if unknown or not args.groups:
         raise LmlabError(f"unknown model group {unknown[0]!r}" if unknown else "--models names no group",
                          f"choose from {','.join(GROUPS)}")
-    for opt in ("steps", "warmup"):
-        if getattr(args, opt) is not None and getattr(args, opt) < 1:
-            raise LmlabError(f"--{opt} must be at least 1, got {getattr(args, opt)}",
-                             f"pass e.g. --{opt} {10 if opt == 'steps' else 3}, or leave it out")
+    common.require_counts(args, {"steps": 10, "warmup": 3})
     if not 0.0 <= args.dropout < 1.0:
         raise LmlabError(f"--dropout must be in [0, 1), got {args.dropout}", "pass e.g. --dropout 0")
     if args.dropout > 0 and "packed" in args.groups:

@@ -45,6 +45,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
 from matmul_peak import QUICK_SIZES, SIZES, matmul_peak  # noqa: E402
 
+from lmlab.errors import LmlabError  # noqa: E402
+
 SECTION = "model_throughput"
 FAMILIES = ("bert", "gpt2", "llama", "t5", "bart")
 #: issue 3 targets: lmlab tokens/s over transformers tokens/s
@@ -426,6 +428,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     common.add_output_options(ap)
     args = ap.parse_args(argv)
     args.command = common.rerun_command("model_throughput.py", argv)
+    common.require_counts(args, {"steps": 6, "warmup": 2, "batch": 8})
     args.steps = args.steps or (2 if args.quick else 6)
     args.warmup = args.warmup or (1 if args.quick else 2)
     return args
@@ -470,4 +473,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     return results
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except LmlabError as e:  # bad input: one line, exit 2
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(e.exit_code)

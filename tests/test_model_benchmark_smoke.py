@@ -84,3 +84,15 @@ def test_mlm_batch_labels_exactly_fifteen_percent():
     t5, dec, k = mt.make_batch("t5", s)
     assert dec == k == s.dec and t5["labels"].shape == (3, s.dec)
     assert torch.equal(mt.make_batch("gpt2", s)[0]["labels"], mt.make_batch("gpt2", s)[0]["input_ids"])
+
+
+@pytest.mark.parametrize("option, value, message", [
+    ("--steps", "0", "error: --steps must be at least 1, got 0; pass e.g. --steps 6, or leave it out"),
+    ("--warmup", "-1", "error: --warmup must be at least 1, got -1; pass e.g. --warmup 2, or leave it out"),
+    ("--threads", "0", "error: thread count must be positive, got 0; pass e.g. --threads 2"),
+])
+def test_bad_counts_are_one_line_errors_before_any_work(option, value, message):
+    """(Before: --steps 0 ran every family into an empty median, --threads 0 ended in a traceback.)"""
+    proc = subprocess.run([sys.executable, str(BENCH / "model_throughput.py"), "--quick", "--no-write",
+                           option, value], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and proc.stderr.strip() == message and proc.stdout == ""

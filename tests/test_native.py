@@ -128,3 +128,10 @@ def test_no_compiler_or_switched_off_means_numpy(fresh, monkeypatch, caplog, set
 def test_cc_may_carry_arguments(monkeypatch):
     monkeypatch.setenv("CC", "env cc")  # like "ccache gcc": the first word must exist
     assert native.compiler() == ["env", "cc"]
+
+
+def test_a_cc_that_is_not_a_command_line_means_numpy(fresh, monkeypatch, caplog):
+    monkeypatch.setenv("CC", "gcc '-O2")  # an unclosed quote
+    with caplog.at_level(logging.INFO, logger="lmlab.native"):
+        assert native.load("dropout") is None
+    assert "is not a command line" in caplog.text and "fix CC" in caplog.text

@@ -54,7 +54,11 @@ def compiler() -> list[str] | None:
     """The C compiler command: ``$CC`` (may hold arguments, e.g. ``ccache gcc``), else the first
     of ``cc``, ``gcc``, ``clang`` on the PATH; ``None`` when there is none."""
     if os.environ.get("CC"):
-        command = shlex.split(os.environ["CC"])
+        try:
+            command = shlex.split(os.environ["CC"])
+        except ValueError as exc:  # an unclosed quote: not a command line (the caller says why not)
+            log.info("CC=%r is not a command line (%s); fix CC", os.environ["CC"], exc)
+            return None
         return command if command and shutil.which(command[0]) else None
     for name in ("cc", "gcc", "clang"):
         found = shutil.which(name)
@@ -128,6 +132,15 @@ def _library(name: str, command: list[str]) -> ctypes.CDLL:
     return ctypes.CDLL(str(target))
 
 
+def _command_line_tools(command: list[str]) -> bool:
+    """macOS: whether the compiler is real. ``/usr/bin/cc`` and its siblings are stubs that open an
+    installer while Apple's Command Line Tools are missing (``xcode-select -p`` then fails)."""
+    if command[0] not in ("/usr/bin/cc", "/usr/bin/clang", "/usr/bin/gcc"):
+        return True
+    tool = shutil.which("xcode-select")
+    return tool is not None and subprocess.run([tool, "-p"], capture_output=True).returncode == 0
+
+
 @cache
 def load(name: str) -> ctypes.CDLL | None:
     """The kernel library ``<name>.c`` of this folder, built on first use; ``None`` (reason
@@ -140,8 +153,7 @@ def load(name: str) -> ctypes.CDLL | None:
         reason = "not built on Windows"
     elif (command := compiler()) is None:
         reason = "no C compiler (set CC or install cc)"
-    elif sys.platform == "darwin" and command[0] in ("/usr/bin/cc", "/usr/bin/clang", "/usr/bin/gcc") \
-            and subprocess.run(["xcode-select", "-p"], capture_output=True).returncode != 0:
+    elif sys.platform == "darwin" and not _command_line_tools(command):
         reason = "no Command Line Tools (xcode-select --install)"  # cc would open an installer
     else:
         try:

@@ -45,7 +45,7 @@ def _intact(thesis):
 
 def test_model_save_refuses_an_unrelated_non_empty_directory(thesis, ckpt):
     model = load_model(ckpt)
-    with pytest.raises(LmlabError, match="is not a model directory"):
+    with pytest.raises(LmlabError, match="was not written by lmlab"):
         model.save(thesis)
     _intact(thesis)
     model.save(ckpt)  # an earlier model is replaced
@@ -63,7 +63,7 @@ def test_import_refuses_an_unrelated_directory(thesis, ckpt, tmp_path, capsys):
     assert main(["export", "--checkpoint", str(ckpt), "--format", "hf", "--out", str(hf)]) == 0
     capsys.readouterr()
     assert main(["import", "--hf", str(hf), "--out", str(thesis)]) == 2
-    _one_line_error(capsys, "is not a model directory")
+    _one_line_error(capsys, "was not written by lmlab", "thesis.tex")
     _intact(thesis)
 
 
@@ -107,10 +107,10 @@ def test_finetune_and_compress_refuse_an_unrelated_directory(thesis, ckpt, data_
     assert main(["finetune", "--checkpoint", str(ckpt), "--task", "sst2", "--train", str(sst2),
                  "--dev", str(sst2), "--out", str(thesis), "--max-steps", "1", "--max-train-examples", "8",
                  "--max-eval-examples", "8", "--no-progress"]) == 2
-    _one_line_error(capsys, "is not a fine-tuned model directory")
+    _one_line_error(capsys, "was not written by lmlab")
     _intact(thesis)
     assert main(["compress", "quantize", "--checkpoint", str(ckpt), "--out", str(thesis)]) == 2
-    _one_line_error(capsys, "is not a model directory")
+    _one_line_error(capsys, "was not written by lmlab")
     _intact(thesis)
 
 
@@ -118,16 +118,22 @@ def test_a_new_output_cleans_what_dead_writers_left_beside_it(ckpt, tmp_path):
     import subprocess
     import sys
 
+    from lmlab import ownership
+
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     out = tmp_path / "model"
-    left = tmp_path / f".model.tmp-{dead.pid}-abcd"
-    live = tmp_path / f".model.tmp-{os.getpid()}-efgh"  # a writer still running: never touched
-    for d in (left, live):
-        d.mkdir()
+    left = ownership.make_temporary(tmp_path, "model", "model")  # marked as lmlab's, by a process...
+    left = left.rename(tmp_path / f".model.tmp-{dead.pid}-abcd")
+    ownership.write_manifest(left, {**ownership.read_manifest(left), "pid": dead.pid})  # ...that has ended
+    live = ownership.make_temporary(tmp_path, "model", "model")  # a writer still running: never touched
+    lookalike = tmp_path / f".model.tmp-{dead.pid}-draft"  # the user's, only named like one: kept
+    lookalike.mkdir()
+    for d in (left, live, lookalike):
         (d / "model.safetensors").write_bytes(b"\0" * 100)
     load_model(ckpt).save(out)
     assert not left.exists() and live.is_dir() and (out / "model.safetensors").is_file()
+    assert (lookalike / "model.safetensors").read_bytes() == b"\0" * 100
 
 
 @pytest.mark.parametrize("code, needle", [("ENOSPC", "the disk is full while writing"),
@@ -138,16 +144,18 @@ def test_disk_full_read_only_or_forbidden_is_one_line(ckpt, tmp_path, capsys, mo
 
     import safetensors.torch
 
-    (tmp_path / "hf").mkdir()  # an earlier export, which must survive
-    (tmp_path / "hf" / "config.json").write_text("{}")
+    hf = tmp_path / "hf"  # an earlier export, which must survive
+    assert main(["export", "--checkpoint", str(ckpt), "--out", str(hf)]) == 0
+    capsys.readouterr()
+    before = {p.name: p.read_bytes() for p in hf.iterdir()}
 
     def fail(*a, **k):
-        raise OSError(getattr(errno, code), "simulated", str(tmp_path / "hf" / "model.safetensors"))
+        raise OSError(getattr(errno, code), "simulated", str(hf / "model.safetensors"))
 
     monkeypatch.setattr(safetensors.torch, "save_file", fail)
-    assert main(["export", "--checkpoint", str(ckpt), "--out", str(tmp_path / "hf")]) == 2
+    assert main(["export", "--checkpoint", str(ckpt), "--out", str(hf)]) == 2
     _one_line_error(capsys, needle)
-    assert os.listdir(tmp_path / "hf") == ["config.json"] and not list(tmp_path.glob(".hf.*"))
+    assert {p.name: p.read_bytes() for p in hf.iterdir()} == before and not list(tmp_path.glob(".hf.*"))
 
 
 def test_written_model_files_are_readable_by_the_group_like_the_rest(ckpt, tmp_path):

@@ -13,11 +13,12 @@ import json
 import os
 import re
 import shutil
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from lmlab import ownership
 from lmlab.errors import LmlabError
+from lmlab.text_input import SURROGATE, surrogate_problem
 
 
 def check_input_file(path: str | os.PathLike) -> Path:
@@ -76,6 +77,10 @@ def iter_text_lines(path: str | os.PathLike, encoding: str = "utf-8") -> Iterato
     try:
         with _open(p, "rt", encoding=enc, newline="") as f:
             for lineno, line in enumerate(f, 1):  # noqa: B007
+                if enc != "utf-8-sig" and SURROGATE.search(line):  # utf-7, unicode_escape... can decode to one
+                    raise LmlabError(f"{p} line {lineno} is not text in {encoding} "
+                                     f"({surrogate_problem(line, escaped_bytes=False)})",
+                                     "convert the file to UTF-8 or pass its encoding (e.g. --encoding latin-1)")
                 yield line
     except (gzip.BadGzipFile, EOFError) as e:
         raise LmlabError(f"{p} is not a complete gzip file ({e})",
@@ -112,92 +117,55 @@ def read_text(path: str | os.PathLike, encoding: str = "utf-8") -> str:
 
 
 def check_replaceable_dir(dest: str | os.PathLike, marker: str, what: str) -> Path:
-    """``dest`` as a Path, or a one-line error when writing a ``what`` there would lose files.
+    """``dest`` (resolved), or a one-line error when writing a ``what`` there would lose files.
 
-    An existing non-empty directory may be replaced only when it already holds ``marker`` (a file
-    every such artifact holds: ``tokenizer.json``, ``model.safetensors``...), i.e. when it is an
-    earlier output of the same kind: a mistyped ``--out`` (a folder of theses, the current
-    directory) is refused, never wiped. A file at ``dest`` is refused too.
-    """
-    given = Path(dest)
-    dest = given.resolve()
-    if dest.exists() and not dest.is_dir():
-        raise LmlabError(f"output {given} is a file", "pass a directory path to --out")
-    if dest == dest.parent:
-        raise LmlabError(f"output {given} is the root of the file system", "choose a new directory for --out")
-    if dest.is_dir() and any(dest.iterdir()) and not (dest / marker).is_file():
-        raise LmlabError(f"output directory {given} exists, is not empty and is not a {what} directory "
-                         f"(it has no {marker}); nothing was written",
-                         "choose a new --out, or empty that directory first")
-    return dest
+    Ownership is decided in one place, :mod:`lmlab.ownership`: an existing folder is replaced only
+    when its manifest proves it is an earlier ``what`` that lmlab wrote and it holds nothing else.
+    ``marker`` (the file every such output holds) is kept for callers; it proves nothing."""
+    return ownership.check_replaceable_dir(dest, what)
 
 
 @contextlib.contextmanager
 def atomic_dir(dest: str | os.PathLike, marker: str, what: str = "lmlab") -> Iterator[Path]:
-    """Yield a temporary directory that replaces ``dest`` only if the block completes.
+    """Yield a temporary folder that replaces ``dest`` only if the block completes.
 
     An existing ``dest`` survives untouched if anything fails while writing, and is replaced at
-    all only when it is an earlier ``what`` (it holds ``marker``; see
-    :func:`check_replaceable_dir`): unrelated files are never deleted.
-    """
-    dest = check_replaceable_dir(dest, marker, what)
+    all only when lmlab provably wrote it as an earlier ``what`` (:mod:`lmlab.ownership`). The new
+    folder gets a manifest listing every file in it, so the next run may replace it in turn."""
+    dest = ownership.check_replaceable_dir(dest, what)
     dest.parent.mkdir(parents=True, exist_ok=True)
-    remove_leftovers(dest.parent, dest.name, only_dead=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.tmp-{os.getpid()}-", dir=dest.parent))
-    try:
-        os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes it private; give it the usual permissions
+    ownership.remove_leftovers(dest.parent, dest.name)
+    with ownership.temporary_dir(dest.parent, dest.name, what) as tmp:
         yield tmp
         if not (tmp / marker).is_file():
             raise RuntimeError(f"atomic_dir({dest}): the {what} written has no {marker}")  # a bug, not input
         _usual_permissions(tmp)
-        replace_dir(tmp, dest)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        ownership.seal(tmp, what)
+        replace_dir(tmp, dest, what)
 
 
-_LEFTOVER = re.compile(r"\.(?P<name>.+)\.(?:tmp|old|prune)-(?P<pid>\d+)(?:-.*)?")
+def remove_leftovers(directory: Path, name: str | None = None, only_dead: bool = True) -> list[Path]:
+    """Remove the temporaries that ended lmlab processes left in ``directory`` (see
+    :func:`lmlab.ownership.remove_leftovers`: only folders whose manifest proves they are lmlab's
+    and whose process has ended; a user's file named like one is kept). ``only_dead`` is accepted
+    for older callers: a leftover is always one whose process has ended."""
+    return ownership.remove_leftovers(Path(directory), name)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's live process
-        return True
-    return True
-
-
-def remove_leftovers(directory: Path, name: str | None = None, only_dead: bool = False) -> list[Path]:
-    """Delete what interrupted writes left in ``directory``: ``.NAME.tmp-PID-*`` (an output being
-    written), ``.NAME.old-PID`` (one being replaced) and ``.NAME.prune-PID`` (an old checkpoint being
-    deleted), for every NAME or just ``name``. ``only_dead``: only those whose process has ended
-    (without it, the caller must hold the directory's lock). Returns what was deleted."""
-    removed = []
-    if not directory.is_dir():
-        return removed
-    for p in directory.iterdir():
-        m = _LEFTOVER.fullmatch(p.name)
-        if not m or (name is not None and m["name"] != name):
-            continue
-        if only_dead and _alive(int(m["pid"])):
-            continue
-        if p.is_dir() and not p.is_symlink():
-            shutil.rmtree(p, ignore_errors=True)
-        else:
-            with contextlib.suppress(FileNotFoundError):
-                p.unlink()
-        removed.append(p)
-    return removed
-
-
-def replace_dir(src: Path, dest: Path) -> None:
-    """Move the finished directory ``src`` to ``dest`` (same file system), replacing an old ``dest``
-    (already checked to be replaceable) with two renames, never a moment without a complete one."""
-    if dest.exists():
+def replace_dir(src: Path, dest: Path, kind: str) -> None:
+    """Move the finished folder ``src`` to ``dest`` (same file system), replacing an old ``dest``
+    with two renames, never a moment without a complete one. The old one is checked again once it
+    is moved aside: a file that appeared in it while lmlab was writing makes it the user's, and it
+    is put back untouched (a one-line error; ``src`` is left for the caller to remove)."""
+    if dest.exists() or dest.is_symlink():
         old = dest.with_name(f".{dest.name}.old-{os.getpid()}")
         os.replace(dest, old)
+        verdict = ownership.may_replace_dir(old, kind)
+        if not verdict.ok:
+            os.replace(old, dest)
+            raise LmlabError(f"output folder {dest} changed while lmlab was writing: it {verdict.reason}; "
+                             "it was left as it is",
+                             "choose a new --out, or move those files away and run again")
         os.replace(src, dest)
         shutil.rmtree(old, ignore_errors=True)
     else:
@@ -263,21 +231,30 @@ def _umask() -> int:
 
 
 def atomic_write_bytes(dest: str | os.PathLike, data: bytes) -> None:
-    """Write ``data`` to ``dest`` via a temporary file and rename."""
+    """Write ``data`` to ``dest`` via a temporary file and rename. The temporary file lives in a
+    marked temporary folder beside ``dest`` (:func:`lmlab.ownership.temporary_dir`), so a kill
+    mid-write leaves nothing a later run could mistake for, or that looks like, a user's file."""
     dest = Path(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.tmp-{os.getpid()}-", dir=dest.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
+    with ownership.temporary_dir(dest.parent, dest.name, "file") as tmp:
+        part = tmp / dest.name
+        with open(part, "wb") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes it private; give it the usual permissions
-        os.replace(tmp, dest)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
+        os.chmod(part, 0o666 & ~_umask())
+        os.replace(part, dest)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def write_output_file(dest: str | os.PathLike, data: bytes | str, kind: str, flag: str = "--out") -> Path:
+    """Write a single-file output (``--predictions``, ``fit.json``) the user named: refused in one
+    line when ``dest`` holds a file lmlab did not write (:mod:`lmlab.ownership`), then written
+    atomically and recorded in its folder's manifest so a later run may replace it."""
+    dest = ownership.check_replaceable_file(dest, kind, flag)
+    atomic_write_bytes(dest, data.encode("utf-8") if isinstance(data, str) else data)
+    ownership.record_file(dest, kind)
+    return dest
 
 
 def atomic_write_text(dest: str | os.PathLike, text: str) -> None:

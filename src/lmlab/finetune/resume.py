@@ -29,6 +29,7 @@ from typing import Any
 
 import torch
 
+from lmlab import ownership
 from lmlab.errors import LmlabError
 from lmlab.fileio import atomic_write_bytes
 
@@ -43,6 +44,29 @@ FREE_SETTINGS = ("progress", "threads", "save_every", "loggers", "device")
 def resume_dir(out_dir: Path) -> Path:
     """Where the resume state of a run writing ``out_dir`` lives (a hidden sibling)."""
     return out_dir.with_name(f".{out_dir.name}.resume")
+
+
+#: what a run writes in its resume folder
+ENTRIES = (STATE_FILE, LOGS, "metrics.jsonl")
+KIND = "fine-tuning resume state"
+
+
+def claim(out_dir: Path) -> Path:
+    """The resume folder of ``out_dir``, claimed for lmlab (:func:`lmlab.ownership.claim_dir`): a
+    folder of that name that lmlab did not make is refused, never cleared."""
+    return ownership.claim_dir(resume_dir(out_dir), KIND, ENTRIES)
+
+
+def discard(out_dir: Path) -> None:
+    """Remove the resume folder of ``out_dir``: what lmlab wrote there, then the folder itself if
+    nothing else is left in it."""
+    rdir = resume_dir(out_dir)
+    if not rdir.is_dir() or ownership.read_manifest(rdir) is None:
+        return
+    for name in ENTRIES:
+        ownership.remove_owned_tree(rdir, name)
+    if {p.name for p in rdir.iterdir()} <= ownership.BOOKKEEPING:
+        shutil.rmtree(rdir, ignore_errors=True)
 
 
 def input_identity(data) -> Any:
@@ -87,17 +111,16 @@ def check_start(out_dir: Path, resume: bool, clear: bool = True) -> Path | None:
             raise LmlabError(f"{out_dir} has an interrupted fine-tuning run (its state is in {rdir})",
                              "pass --resume to continue it, or delete that directory to start over")
         return state
-    if rdir.is_dir() and clear:  # all but the lock file this run may hold (lmlab.fileio.directory_lock)
-        for p in rdir.iterdir():
-            if p.name != LOCK:
-                shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
+    if rdir.is_dir() and clear and ownership.read_manifest(rdir) is not None:
+        for name in ENTRIES:  # only what lmlab wrote there; anything else in the folder stays
+            ownership.remove_owned_tree(rdir, name)
     return None
 
 
 def remove_if_only_lock(rdir: Path) -> None:
     """Remove the resume directory when it holds nothing but its lock file (a run that ended, or
     failed before writing anything there)."""
-    if rdir.is_dir() and {p.name for p in rdir.iterdir()} <= {LOCK}:
+    if rdir.is_dir() and {p.name for p in rdir.iterdir()} <= ownership.BOOKKEEPING:
         shutil.rmtree(rdir, ignore_errors=True)
 
 
@@ -108,13 +131,63 @@ def save_state(out_dir: Path, state: dict[str, Any]) -> None:
     atomic_write_bytes(resume_dir(out_dir) / STATE_FILE, buf.getvalue())
 
 
-def load_state(path: Path, identity: dict[str, Any]) -> dict[str, Any]:
-    """The saved state, after checking that this run is the one that saved it."""
+def read_state(path: Path) -> dict[str, Any]:
+    """``state.pt`` read (tensors, numbers and containers only: nothing in it can run code) and
+    checked whole against :class:`lmlab.file_schemas.FinetuneStateFile`; an unreadable or damaged
+    file is one line."""
+    from lmlab import values
+    from lmlab.file_schemas import FinetuneStateFile
+
+    fix = f"delete {path.parent} to start the run over"
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # noqa: BLE001 - any unreadable file is the same problem for the user
-        raise LmlabError(f"cannot read the resume state {path}: {e}",
-                         "delete that directory to start the run over") from None
+        raise LmlabError(f"{path}: is not a readable resume state ({_load_failure(e)})", fix) from None
+    values.check(FinetuneStateFile, state, where=str(path), fix=fix)
+    return state
+
+
+def _load_failure(error: Exception) -> str:
+    """What ``torch.load`` could not read, in a few words (torch's own text runs to several lines,
+    with advice to unpickle the file unsafely)."""
+    text = str(error)
+    if "Weights only load failed" in text:
+        return "it holds Python objects besides tensors, numbers and containers, which lmlab does not load"
+    first = text.strip().splitlines()[0] if text.strip() else type(error).__name__
+    return first if len(first) <= 100 else first[:97] + "..."
+
+
+def check_fits(state: dict[str, Any], path: Path, model, optimizer, examples: int) -> None:
+    """The saved weights, optimizer state, generators and batch order fit the model, optimizer
+    and training examples this run built (else loading them fails inside torch, mid-run)."""
+    from lmlab.train.checkpoint import check_moments, check_param_groups, check_rng_state
+
+    fix = f"resume with the same command, or delete {path.parent} to start over"
+    own = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    saved = {k: tuple(v.shape) for k, v in state["model"].items()}
+    if set(own) != set(saved):
+        missing, unexpected = sorted(set(own) - set(saved)), sorted(set(saved) - set(own))
+        raise LmlabError(f"{path}: model: must hold this run's weights (missing {missing[:3]}, "
+                         f"unexpected {unexpected[:3]})", fix)
+    for k, shape in saved.items():
+        if shape != own[k]:
+            raise LmlabError(f"{path}: model.{k}: must have shape {own[k]} (got {shape})", fix)
+    groups = state["optimizer"]["param_groups"]
+    check_param_groups(groups, optimizer, f"{path}: optimizer", fix)
+    check_moments(state["optimizer"]["state"], groups, optimizer, f"{path}: optimizer.state", fix)
+    check_rng_state(state["generator"], f"{path}: generator", fix)
+    if "rng.torch" in state["rng"]:
+        check_rng_state(state["rng"]["rng.torch"], f"{path}: rng.rng.torch", fix)
+    worst = max((i for batch in state["order"] for i in batch), default=-1)
+    if worst >= examples:
+        raise LmlabError(f"{path}: order: must number the {examples} training examples (got {worst})", fix)
+
+
+def load_state(path: Path, identity: dict[str, Any], model=None, optimizer=None,
+               examples: int | None = None) -> dict[str, Any]:
+    """The saved state, after checking that this run is the one that saved it and, given the
+    run's ``model``, ``optimizer`` and number of training ``examples``, that it fits them."""
+    state = read_state(path)
     saved = state.get("identity", {})
     changed = sorted(k for k in set(saved) | set(identity) if saved.get(k) != identity.get(k))
     if changed:
@@ -129,5 +202,7 @@ def load_state(path: Path, identity: dict[str, Any]) -> dict[str, Any]:
         raise LmlabError(f"--resume with other settings than the interrupted run: {'; '.join(detail)}",
                          "resume with the same command, or delete "
                          f"{path.parent} to start over")
+    if model is not None and optimizer is not None and examples is not None:
+        check_fits(state, path, model, optimizer, examples)
     return state
 

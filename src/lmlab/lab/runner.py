@@ -34,6 +34,7 @@ from lmlab.finetune import finetune
 from lmlab.lab.grid import FinetuneRun, Grid, PretrainRun
 from lmlab.lab.layout import checkpoint_of, finetune_dir, finetune_done, pretrain_dir, pretrain_done
 from lmlab.lab.report import collect_records, write_report
+from lmlab.ownership import claim_dir
 from lmlab.train import pretrain
 
 __all__ = ["GridRun", "finetune_done", "pretrain_done", "run_grid"]
@@ -97,6 +98,12 @@ def _run_log(path: Path, display: _Display, prefix: str) -> Callable[[str], None
         display.status(f"{prefix}: {msg.strip().splitlines()[-1] if msg.strip() else ''}")
 
     return log
+
+
+#: what ``lmlab compare`` writes in its folder (lmlab.ownership.claim_dir); nothing else there is touched
+GRID_KIND = "comparison"
+GRID_ENTRIES = ("plan.json", "pretrain", "finetune", "logs", "cache", "results.md", "results.csv",
+                "results.json", "runs.csv", "loss_vs_compute.png", "downstream.png")
 
 
 def _cache_dir(grid: Grid, out: Path) -> str:
@@ -209,12 +216,13 @@ def run_grid(
             raise LmlabError(
                 f"{out} holds no runs of this grid", "run the grid first (without --report-only)"
             )
+        claim_dir(out, GRID_KIND, GRID_ENTRIES)  # the report overwrites only a comparison's own files
         records = collect_records(grid, out)
         paths = write_report(records, grid, out)
         say(f"report from {n_done} finished run(s); wrote {', '.join(str(p) for p in paths.values())}")
         return GridRun([], [r.label for r in runs if done[id(r)]], records, out, paths)
 
-    out.mkdir(parents=True, exist_ok=True)
+    claim_dir(out, GRID_KIND, GRID_ENTRIES)  # new, empty or an earlier comparison's: never a user's folder
     write_json(out / "plan.json", plan_json(grid))
     cache = _cache_dir(grid, out)
     show = sys.stderr.isatty() if progress is None else progress

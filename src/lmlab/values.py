@@ -1,0 +1,320 @@
+"""One validator for every value lmlab reads: flags, recipe TOML, ``--set``, grids and the files a
+command loads back (checkpoints, resume states, indexes, metrics).
+
+Each kind of value is a type here, written once as a pydantic ``Annotated`` type with its range
+(finite numbers, integer bounds, non-empty text, a fixed set of choices) and, as its description,
+the words that tell a user what to write instead. :func:`check` validates a value (or a whole dict
+against a schema: a pydantic model or dataclass) and turns a failure into one line,
+``error: <where>: <what is wrong> (got <value>); <fix>``, raised as :class:`LmlabError` before any
+work is done. :func:`flag` makes an argparse ``type=`` from the same types, so a flag and the file
+key it mirrors accept exactly the same values (``--seed`` and ``train.seed`` are both :data:`Seed`).
+
+A number is never a boolean (``seed = true`` is an error, not 1), and no number is NaN or infinite.
+"""
+
+from __future__ import annotations
+
+import codecs
+import difflib
+import math
+import re
+import typing
+from collections.abc import Callable
+from typing import Annotated, Any, TypeVar
+
+from pydantic import AfterValidator, BeforeValidator, Field, StrictBool, TypeAdapter, ValidationError
+from pydantic.fields import FieldInfo
+
+from lmlab.errors import LmlabError
+
+T = TypeVar("T")
+
+#: the largest seed torch, NumPy and Python all accept
+SEED_MAX = 2**63 - 1
+#: the largest count of steps, examples or tokens (far beyond any run; 2**63 is refused)
+COUNT_MAX = 2**40
+#: the largest number of rows held at once (batch sizes, beams, samples)
+BATCH_MAX = 2**20
+
+
+def _finite(x: float) -> float:
+    if not math.isfinite(x):
+        raise ValueError("must be a finite number")
+    return x
+
+
+def _not_boolean(x: Any) -> Any:
+    if isinstance(x, bool):
+        raise ValueError("must be a number, not true or false")
+    return x
+
+
+def _finite_input(x: Any) -> Any:
+    """Refuse NaN and infinities (also as text: "nan", "1e999") before any range is compared."""
+    x = _not_boolean(x)
+    try:
+        number = float(x) if isinstance(x, str) else x
+    except ValueError:
+        return x  # not a number at all: pydantic says so
+    if isinstance(number, float) and not math.isfinite(number):
+        raise ValueError("must be a finite number")
+    return x
+
+
+def _no_surrogates(s: str) -> str:
+    if any("\ud800" <= c <= "\udfff" for c in s):
+        raise ValueError("is not valid UTF-8 text")
+    return s
+
+
+def number(low: float | None = None, high: float | None = None, *, low_open: bool = False,
+           high_open: bool = False, hint: str) -> Any:
+    """A finite float type in ``[low, high]`` (an end left open with ``low_open``/``high_open``),
+    never a boolean; ``hint`` says what to write (it ends every error about such a value)."""
+    bounds: dict[str, float] = {}
+    if low is not None:
+        bounds["gt" if low_open else "ge"] = low
+    if high is not None:
+        bounds["lt" if high_open else "le"] = high
+    return Annotated[float, BeforeValidator(_finite_input), Field(allow_inf_nan=False, description=hint,
+                                                                  **bounds), AfterValidator(_finite)]
+
+
+def whole(low: int, high: int, *, hint: str) -> Any:
+    """An int type in ``[low, high]``, never a boolean nor a number with a fraction."""
+    return Annotated[int, BeforeValidator(_not_boolean), Field(ge=low, le=high, description=hint)]
+
+
+def choice(*options: str, hint: str | None = None) -> Any:
+    """A text type that must be one of ``options`` (the error suggests the closest one)."""
+
+    def one_of(value: str) -> str:
+        if value not in options:
+            close = difflib.get_close_matches(value, options, n=1, cutoff=0.5)
+            guess = f" (did you mean {close[0]}?)" if close else ""
+            raise ValueError(f"must be one of {', '.join(options)}{guess}")
+        return value
+
+    return Annotated[str, AfterValidator(one_of), Field(description=hint or f"one of {', '.join(options)}")]
+
+
+# ---------------------------------------------------------------------------------------------
+# the value types: each says its range once
+Finite = number(hint="a finite number, e.g. 1.0")
+Positive = number(0, low_open=True, hint="a finite number greater than 0")
+NonNegative = number(0, hint="a finite number of at least 0 (0 = off)")
+Probability = number(0, 1, hint="a number from 0 to 1")
+Fraction = number(0, 1, high_open=True, hint="a fraction from 0 up to (not including) 1, e.g. 0.1")
+#: a learning rate: AdamW diverges long before 10
+LearningRate = number(0, 10, low_open=True, hint="a learning rate greater than 0 and at most 10, e.g. 3e-4")
+#: a softmax temperature (distillation, RLHF sampling)
+Temperature = number(0, 1000, low_open=True, hint="a temperature greater than 0 and at most 1000, e.g. 1.0")
+#: a sampling temperature of `lmlab generate`: 0 is greedy decoding
+SamplingTemperature = number(0, 1000, hint="0 (greedy) or a temperature up to 1000, e.g. 0.7")
+#: a multiplicative penalty (CTRL's repetition penalty: 1 = off)
+Penalty = number(0, 1000, low_open=True, hint="a penalty greater than 0 and at most 1000 (1.0 = off), "
+                 "e.g. 1.2")
+#: the exponent of beam search's length normalisation, log p / length**A
+LengthPenalty = number(-100, 100, hint="an exponent from -100 to 100 (1.0 = average log-probability)")
+WeightDecay = number(0, 10, hint="a weight decay from 0 (off) to 10, e.g. 0.01")
+#: the weight of one loss term beside another (an auxiliary LM loss, DPO's beta...)
+LossWeight = number(0, 1e6, hint="a weight from 0 to 1e6, e.g. 0.5")
+#: a positive weight (DPO's beta: 0 would divide by zero in IPO)
+PositiveWeight = number(0, 1e6, low_open=True, hint="a weight greater than 0 and at most 1e6, e.g. 0.1")
+#: conservative DPO's assumed share of flipped preferences (at 0.5 the pairs say nothing)
+LabelSmoothing = number(0, 0.5, high_open=True, hint="a share from 0 up to (not including) 0.5, e.g. 0.1")
+#: a training budget in FLOPs
+Flops = number(0, 1e40, low_open=True, hint="a number of FLOPs greater than 0, e.g. 1e18")
+#: a positive ratio (tokens per parameter, width per layer)
+Ratio = number(0, 1e9, low_open=True, hint="a ratio greater than 0, e.g. 20")
+
+Seed = whole(0, SEED_MAX, hint="a whole number from 0 to 2**63 - 1, e.g. 0")
+Count = whole(1, COUNT_MAX, hint="a whole number of at least 1")  # how many of something: at least one
+Size = whole(0, COUNT_MAX, hint="a whole number of at least 0")  # 0 allowed (often "all" or "off")
+#: rows held in memory at once: batch sizes, beams, samples per prompt
+BatchSize = whole(1, BATCH_MAX, hint=f"a whole number from 1 to {BATCH_MAX}")
+Threads = whole(0, 4096, hint="a number of threads from 0 (automatic) to 4096")
+Workers = whole(1, 1024, hint="a number of processes from 1 to 1024")
+Text = Annotated[str, Field(min_length=1, description="non-empty text"), AfterValidator(_no_surrogates)]
+Flag = StrictBool
+#: layer numbers (``--student-layers 0,2,4``), at least one
+Layers = Annotated[list[Size], Field(min_length=1, description="comma-separated layer numbers, e.g. 0,2,4")]
+
+
+def comma_ints(text: str) -> list[int]:
+    """``"0, 2,4"`` -> ``[0, 2, 4]`` (a ValueError for anything else)."""
+    return [int(part) for part in text.split(",") if part.strip()]
+
+
+#: where torch runs: auto, cpu, cuda, cuda:N or mps (``meta`` and the like hold no numbers)
+DEVICE_PATTERN = re.compile(r"auto|cpu|cuda(:\d{1,4})?|mps")
+
+
+def _device(value: str) -> str:
+    if not DEVICE_PATTERN.fullmatch(value):
+        raise ValueError("is not a device lmlab runs on")
+    return value
+
+
+Device = Annotated[str, AfterValidator(_device), Field(description="auto, cpu, cuda, cuda:N or mps")]
+
+#: names a CSV delimiter may be given by
+DELIMITER_NAMES = {"tab": "\t", "\\t": "\t", "comma": ",", "semicolon": ";", "pipe": "|"}
+
+
+def delimiter_char(text: str) -> str:
+    """The character a valid ``Delimiter`` text stands for (``tab`` -> a tab)."""
+    return DELIMITER_NAMES.get(text, text)
+
+
+def _delimiter(value: str) -> str:
+    d = delimiter_char(value)
+    if len(d) != 1:
+        raise ValueError("must be one character or one of tab, comma, semicolon, pipe")
+    if d == '"':
+        raise ValueError("is CSV's quote character, which cannot also separate the fields")
+    if d in "\r\n":
+        raise ValueError("is a line break, which ends a CSV row and cannot separate its fields")
+    return value  # kept as written ("tab"): it is saved with the model and keys cached runs
+
+
+Delimiter = Annotated[str, AfterValidator(_delimiter),
+                      Field(description="one character other than '\"' or a line break, or tab, comma, "
+                                        "semicolon, pipe, e.g. ';'")]
+
+
+def _encoding(value: str) -> str:
+    try:
+        codecs.lookup(value)
+    except LookupError:
+        raise ValueError("is not a text encoding Python knows") from None
+    return value
+
+
+Encoding = Annotated[str, AfterValidator(_encoding), Field(description="a Python codec name such as utf-8 "
+                                                                        "or latin-1")]
+
+
+def _path(value: str) -> str:
+    if "\x00" in value:
+        raise ValueError("holds a NUL character, which no file name may hold")
+    return value
+
+
+#: a file or folder name as given (non-empty: "" would mean the current folder)
+PathText = Annotated[str, Field(min_length=1, description="a file or folder path"), AfterValidator(_path)]
+
+_ADAPTERS: dict[Any, TypeAdapter] = {}
+
+
+def _adapter(kind: Any) -> TypeAdapter:
+    try:
+        return _ADAPTERS[kind]
+    except (KeyError, TypeError):
+        adapter = TypeAdapter(kind)
+        try:
+            _ADAPTERS[kind] = adapter
+        except TypeError:  # an unhashable type expression: do not cache
+            pass
+        return adapter
+
+
+#: pydantic's words for a problem -> ours
+_WORDS = {
+    "int_parsing": "must be a whole number",
+    "int_from_float": "must be a whole number",
+    "float_parsing": "must be a number",
+    "int_parsing_size": "must be a whole number of at most 2**63 - 1",
+    "string_too_short": "must not be empty",
+}
+
+
+def describe(error: ValidationError) -> str:
+    """The first problem of a pydantic error as plain words: ``field.sub: message (got X)``."""
+    first = error.errors(include_url=False)[0]
+    loc = ".".join(str(p) for p in first.get("loc", ()))
+    msg = _WORDS.get(first.get("type", ""), first.get("msg", "is not valid"))
+    msg = msg.removeprefix("Value error, ").replace("Input should be", "must be")
+    msg = msg.replace("String should have", "must have").replace("List should have", "must have")
+    got = first.get("input")
+    shown = repr(got)
+    if len(shown) > 60:
+        shown = shown[:57] + "..."
+    text = f"{loc}: {msg}" if loc else msg
+    if first.get("type") not in ("missing",):
+        text += f" (got {shown})"
+    return text
+
+
+def hint(kind: Any) -> str:
+    """What a valid ``kind`` is, in words (its description), or ""."""
+    for part in typing.get_args(kind):
+        if isinstance(part, FieldInfo) and part.description:
+            return part.description
+    for part in typing.get_args(kind):
+        if not isinstance(part, FieldInfo):
+            found = hint(part)
+            if found:
+                return found
+    return ""
+
+
+def check(kind: Any, value: Any, where: str, fix: str = "") -> Any:
+    """``value`` validated (and converted) as ``kind``, or a one-line :class:`LmlabError` naming
+    ``where`` (a flag, ``FILE key``), the value and ``fix`` (by default: what ``kind`` accepts)."""
+    try:
+        return _adapter(kind).validate_python(value)
+    except ValidationError as e:
+        words = hint(kind)
+        fix = fix or (f"use {words}" if words else "see --help for the valid values")
+        raise LmlabError(f"{where}: {describe(e)}", fix) from None
+
+
+def flag(kind: Any, parse: Callable[[str], Any] | None = None, *, keep: tuple[str, ...] = ()
+         ) -> Callable[[str], Any]:
+    """An argparse ``type=`` that validates the text as ``kind`` (after ``parse``, when given); a
+    failure becomes argparse's one-line usage error, ``error: argument --x: <what is wrong>
+    (got <text>); use <what kind accepts>``. A text in ``keep`` (e.g. ``auto``) is returned as is."""
+    import argparse
+
+    words = hint(kind)
+    use = f"; use {words}" if words else ""
+
+    def convert(text: str):
+        if text in keep:
+            return text
+        try:
+            raw = text if parse is None else parse(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"cannot read {text!r}{use}") from None
+        try:
+            return _adapter(kind).validate_python(raw)
+        except ValidationError as e:
+            raise argparse.ArgumentTypeError(describe(e).lstrip(": ") + use + (
+                f" or {' or '.join(keep)}" if keep else "")) from None
+
+    convert.__name__ = getattr(parse, "__name__", None) or "value"
+    return convert
+
+
+# ready-made flag types for the common cases
+seed_flag = flag(Seed)
+count_flag = flag(Count)
+size_flag = flag(Size)
+batch_flag = flag(BatchSize)
+threads_flag = flag(Threads)
+workers_flag = flag(Workers)
+finite_flag = flag(Finite)
+positive_flag = flag(Positive)
+nonnegative_flag = flag(NonNegative)
+probability_flag = flag(Probability)
+fraction_flag = flag(Fraction)
+lr_flag = flag(LearningRate)
+temperature_flag = flag(Temperature)
+weight_decay_flag = flag(WeightDecay)
+loss_weight_flag = flag(LossWeight)
+text_flag = flag(Text)
+path_flag = flag(PathText)
+device_flag = flag(Device)
+encoding_flag = flag(Encoding)
+delimiter_flag = flag(Delimiter)

@@ -9,11 +9,14 @@
 
 from __future__ import annotations
 
-import shutil
 import time
 from importlib import resources
 from pathlib import Path
 
+from lmlab.ownership import claim_dir, remove_owned_tree
+
+#: what the demo writes in its folder; nothing else there is ever touched
+DEMO_ENTRIES = ("tokenizer", "train.txt", "val.txt", "run")
 
 def builtin_corpus_path() -> Path:
     """Path of the built-in corpus (tiny Shakespeare, public domain; see assets/ATTRIBUTION.md)."""
@@ -56,16 +59,19 @@ def run_demo(
     sample_tokens: int = 60,
 ) -> dict:
     from lmlab.fileio import atomic_write_text, read_text
+    from lmlab.text_input import check_text
     from lmlab.tokenizers import train_tokenizer
     from lmlab.train import pretrain
 
+    check_text(prompt, "the prompt (--prompt)")  # before minutes of training, not after
     t_all = time.perf_counter()
     corpus_path = builtin_corpus_path()
     text = read_text(corpus_path)
     lines = text.splitlines(keepends=True)
     held_out = "".join(lines[-2000:])
     train = lines[:-2000]
-    out = Path(out)
+    # the demo's folder: new or an earlier demo's (lmlab.ownership); a folder of other files is refused
+    out = claim_dir(out, "demo", DEMO_ENTRIES)
     print(
         f"[1/3] training a {algo} tokenizer ({vocab_size} tokens) on {corpus_path.name} "
         f"({len(text) / 1e6:.2f} MB, {len(lines)} lines)"
@@ -94,7 +100,7 @@ def run_demo(
     atomic_write_text(out / "train.txt", "".join(train))
     atomic_write_text(out / "val.txt", held_out)
     run_dir = out / "run"
-    shutil.rmtree(run_dir, ignore_errors=True)  # the demo always starts fresh
+    remove_owned_tree(out, "run")  # the demo always starts fresh (only the run an earlier demo wrote)
     summary = pretrain(demo_config(out, steps), run_dir, log=lambda m: print(f"  {m}", flush=True))
     print(
         f"  val loss {summary['initial_val_loss']:.3f} -> {summary['val_loss']:.3f} "

@@ -5,7 +5,8 @@ Each kind of value is a type here, written once as a pydantic ``Annotated`` type
 (finite numbers, integer bounds, non-empty text, a fixed set of choices) and, as its description,
 the words that tell a user what to write instead. :func:`check` validates a value (or a whole dict
 against a schema: a pydantic model or dataclass) and turns a failure into one line,
-``error: <where>: <what is wrong> (got <value>); <fix>``, raised as :class:`LmlabError` before any
+``error: <where> <what is wrong> (got <value>); <fix>`` (``<where>: <key>: ...`` for a key of a
+dict), raised as :class:`LmlabError` before any
 work is done. :func:`flag` makes an argparse ``type=`` from the same types, so a flag and the file
 key it mirrors accept exactly the same values (``--seed`` and ``train.seed`` are both :data:`Seed`).
 
@@ -22,10 +23,19 @@ import typing
 from collections.abc import Callable
 from typing import Annotated, Any, TypeVar
 
-from pydantic import AfterValidator, BeforeValidator, Field, StrictBool, TypeAdapter, ValidationError
+from pydantic import (
+    AfterValidator,
+    BeforeValidator,
+    Field,
+    PlainValidator,
+    StrictBool,
+    TypeAdapter,
+    ValidationError,
+)
 from pydantic.fields import FieldInfo
 
 from lmlab.errors import LmlabError
+from lmlab.text_input import surrogate_problem
 
 T = TypeVar("T")
 
@@ -61,9 +71,11 @@ def _finite_input(x: Any) -> Any:
     return x
 
 
-def _no_surrogates(s: str) -> str:
-    if any("\ud800" <= c <= "\udfff" for c in s):
-        raise ValueError("is not valid UTF-8 text")
+def _no_surrogates(s: Any) -> Any:
+    """Before pydantic's own str check, which refuses a lone surrogate as 'raw data': say which byte."""
+    problem = surrogate_problem(s) if isinstance(s, str) else None
+    if problem:
+        raise ValueError(f"is not valid UTF-8 ({problem})")
     return s
 
 
@@ -107,6 +119,8 @@ Probability = number(0, 1, hint="a number from 0 to 1")
 Fraction = number(0, 1, high_open=True, hint="a fraction from 0 up to (not including) 1, e.g. 0.1")
 #: a learning rate: AdamW diverges long before 10
 LearningRate = number(0, 10, low_open=True, hint="a learning rate greater than 0 and at most 10, e.g. 3e-4")
+#: nucleus sampling's probability mass (0 would keep no token)
+TopP = number(0, 1, low_open=True, hint="a probability greater than 0 and at most 1, e.g. 0.9")
 #: a softmax temperature (distillation, RLHF sampling)
 Temperature = number(0, 1000, low_open=True, hint="a temperature greater than 0 and at most 1000, e.g. 1.0")
 #: a sampling temperature of `lmlab generate`: 0 is greedy decoding
@@ -123,6 +137,16 @@ LossWeight = number(0, 1e6, hint="a weight from 0 to 1e6, e.g. 0.5")
 PositiveWeight = number(0, 1e6, low_open=True, hint="a weight greater than 0 and at most 1e6, e.g. 0.1")
 #: conservative DPO's assumed share of flipped preferences (at 0.5 the pairs say nothing)
 LabelSmoothing = number(0, 0.5, high_open=True, hint="a share from 0 up to (not including) 0.5, e.g. 0.1")
+
+
+def _small_positive(x: float) -> float:
+    if not 0 < x < 1:
+        raise ValueError("must be a small positive number")
+    return x
+
+
+#: a term added to avoid a division by zero (AdamW's eps): in (0, 1)
+Epsilon = Annotated[number(hint="a small positive number, e.g. 1e-8"), AfterValidator(_small_positive)]
 #: a training budget in FLOPs
 Flops = number(0, 1e40, low_open=True, hint="a number of FLOPs greater than 0, e.g. 1e18")
 #: a positive ratio (tokens per parameter, width per layer)
@@ -133,12 +157,19 @@ Count = whole(1, COUNT_MAX, hint="a whole number of at least 1")  # how many of 
 Size = whole(0, COUNT_MAX, hint="a whole number of at least 0")  # 0 allowed (often "all" or "off")
 #: rows held in memory at once: batch sizes, beams, samples per prompt
 BatchSize = whole(1, BATCH_MAX, hint=f"a whole number from 1 to {BATCH_MAX}")
+#: the seeds of a series of runs (a grid's): one or more
+Seeds = Annotated[list[Seed], Field(min_length=1, description="a list of seeds, e.g. [0, 1, 2]")]
 Threads = whole(0, 4096, hint="a number of threads from 0 (automatic) to 4096")
 Workers = whole(1, 1024, hint="a number of processes from 1 to 1024")
-Text = Annotated[str, Field(min_length=1, description="non-empty text"), AfterValidator(_no_surrogates)]
+Text = Annotated[str, BeforeValidator(_no_surrogates), Field(min_length=1, description="non-empty text")]
 Flag = StrictBool
 #: layer numbers (``--student-layers 0,2,4``), at least one
 Layers = Annotated[list[Size], Field(min_length=1, description="comma-separated layer numbers, e.g. 0,2,4")]
+
+#: token ids as given on a command line (``--ids 12,7 301``)
+TokenIds = Annotated[list[Size], Field(min_length=1, description="token ids (whole numbers of at least 0), "
+                                                                "e.g. 12 7 301")]
+
 
 
 def comma_ints(text: str) -> list[int]:
@@ -162,13 +193,13 @@ Device = Annotated[str, AfterValidator(_device), Field(description="auto, cpu, c
 DELIMITER_NAMES = {"tab": "\t", "\\t": "\t", "comma": ",", "semicolon": ";", "pipe": "|"}
 
 
-def delimiter_char(text: str) -> str:
+def delimiter_character(text: str) -> str:
     """The character a valid ``Delimiter`` text stands for (``tab`` -> a tab)."""
     return DELIMITER_NAMES.get(text, text)
 
 
 def _delimiter(value: str) -> str:
-    d = delimiter_char(value)
+    d = delimiter_character(value)
     if len(d) != 1:
         raise ValueError("must be one character or one of tab, comma, semicolon, pipe")
     if d == '"':
@@ -195,14 +226,19 @@ Encoding = Annotated[str, AfterValidator(_encoding), Field(description="a Python
                                                                         "or latin-1")]
 
 
-def _path(value: str) -> str:
+def _path(value: Any) -> str:
+    if not isinstance(value, str):
+        raise ValueError("must be a file or folder path (text)")
+    if not value:
+        raise ValueError("must not be empty")
     if "\x00" in value:
         raise ValueError("holds a NUL character, which no file name may hold")
     return value
 
 
-#: a file or folder name as given (non-empty: "" would mean the current folder)
-PathText = Annotated[str, Field(min_length=1, description="a file or folder path"), AfterValidator(_path)]
+#: a file or folder name as given (non-empty: "" would mean the current folder). Not pydantic's str,
+#: which refuses a name that is not UTF-8 (bytes Python keeps as lone surrogates): a valid file name
+PathText = Annotated[str, PlainValidator(_path), Field(description="a file or folder path")]
 
 _ADAPTERS: dict[Any, TypeAdapter] = {}
 
@@ -226,24 +262,34 @@ _WORDS = {
     "float_parsing": "must be a number",
     "int_parsing_size": "must be a whole number of at most 2**63 - 1",
     "string_too_short": "must not be empty",
+    "missing": "is missing",
 }
+
+
+def _problem(error: ValidationError) -> tuple[str, str]:
+    """``(where inside the value, what is wrong with the value it found)`` for the first problem."""
+    first = error.errors(include_url=False)[0]
+    loc = ".".join(str(p) for p in first.get("loc", ()))
+    msg = _WORDS.get(first.get("type", ""), first.get("msg", "is not valid"))
+    if first.get("type") == "too_short":
+        n = first.get("ctx", {}).get("min_length", 1)
+        msg = "must not be empty" if n == 1 else f"must have at least {n} items"
+    elif first.get("type") == "too_long":
+        n = first.get("ctx", {}).get("max_length")
+        msg = f"must have at most {n} items"
+    msg = msg.removeprefix("Value error, ").replace("Input should be", "must be")
+    msg = msg.replace("String should have", "must have").replace("List should have", "must have")
+    msg = msg.replace("greater than or equal to", "at least").replace("less than or equal to", "at most")
+    if first.get("type") not in ("missing",):
+        shown = repr(first.get("input"))
+        msg += f" (got {shown[:57] + '...' if len(shown) > 60 else shown})"
+    return loc, msg
 
 
 def describe(error: ValidationError) -> str:
     """The first problem of a pydantic error as plain words: ``field.sub: message (got X)``."""
-    first = error.errors(include_url=False)[0]
-    loc = ".".join(str(p) for p in first.get("loc", ()))
-    msg = _WORDS.get(first.get("type", ""), first.get("msg", "is not valid"))
-    msg = msg.removeprefix("Value error, ").replace("Input should be", "must be")
-    msg = msg.replace("String should have", "must have").replace("List should have", "must have")
-    got = first.get("input")
-    shown = repr(got)
-    if len(shown) > 60:
-        shown = shown[:57] + "..."
-    text = f"{loc}: {msg}" if loc else msg
-    if first.get("type") not in ("missing",):
-        text += f" (got {shown})"
-    return text
+    loc, msg = _problem(error)
+    return f"{loc}: {msg}" if loc else msg
 
 
 def hint(kind: Any) -> str:
@@ -267,7 +313,8 @@ def check(kind: Any, value: Any, where: str, fix: str = "") -> Any:
     except ValidationError as e:
         words = hint(kind)
         fix = fix or (f"use {words}" if words else "see --help for the valid values")
-        raise LmlabError(f"{where}: {describe(e)}", fix) from None
+        loc, msg = _problem(e)
+        raise LmlabError(f"{where}: {loc}: {msg}" if loc else f"{where} {msg}", fix) from None
 
 
 def flag(kind: Any, parse: Callable[[str], Any] | None = None, *, keep: tuple[str, ...] = ()
@@ -295,6 +342,25 @@ def flag(kind: Any, parse: Callable[[str], Any] | None = None, *, keep: tuple[st
 
     convert.__name__ = getattr(parse, "__name__", None) or "value"
     return convert
+
+
+def either(kind: Any, *words: str) -> Any:
+    """``kind``, or one of the texts ``words`` as they are (a learning rate, or ``"auto"``)."""
+
+    def validate(value: Any) -> Any:
+        if isinstance(value, str) and value in words:
+            return value
+        return _adapter(kind).validate_python(value)
+
+    words_too = f"{hint(kind)}, or {' or '.join(words)}"
+    return Annotated[Any, BeforeValidator(validate), Field(description=words_too)]
+
+
+#: a learning rate, or "auto": fine-tuning sweeps the rates of lr_sweep and keeps the best on dev
+LearningRateOrAuto = either(LearningRate, "auto")
+#: the rates an lr = "auto" sweep tries, at least one
+LearningRates = Annotated[tuple[LearningRate, ...],
+                          Field(min_length=1, description="learning rates greater than 0, e.g. [1e-4, 3e-4]")]
 
 
 # ready-made flag types for the common cases

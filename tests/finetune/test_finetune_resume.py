@@ -14,7 +14,7 @@ from lmlab.errors import LmlabError
 from lmlab.fileio import directory_lock
 from lmlab.finetune import finetune
 from lmlab.finetune import loop as ft_loop
-from lmlab.finetune.resume import STATE_FILE, resume_dir
+from lmlab.finetune.resume import STATE_FILE, claim, resume_dir
 from lmlab.models import build_model, get_preset, save_checkpoint
 from lmlab.tokenizers import load_tokenizer
 from lmlab.train.engine import Engine
@@ -147,6 +147,7 @@ def test_resume_with_nothing_to_resume_starts_from_the_beginning(start, sst2, tm
 def test_a_second_run_into_the_same_output_is_refused_and_keeps_the_first_ones_files(start, sst2, tmp_path):
     out = tmp_path / "ft"
     rdir = resume_dir(out)
+    claim(out)  # a first run claims its resume folder (lmlab.ownership), then locks it
     with directory_lock(rdir, "fine-tuning output"):  # a first run, before its first resume state
         (rdir / "metrics.jsonl").write_text('{"step": 1}\n')
         with pytest.raises(LmlabError, match="in use"):

@@ -8,14 +8,18 @@ Adding a subcommand is one module plus one line in ``COMMAND_MODULES``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import os
+import signal
 import sys
+import threading
 
 from safetensors import SafetensorError
 
 from lmlab import __version__
-from lmlab.errors import LmlabError
+from lmlab.errors import LmlabError, one_line
+from lmlab.text_input import check_argument_text
 
 # Order here is the order shown in `lmlab --help`.
 COMMAND_MODULES = [
@@ -78,6 +82,41 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class Stopped(KeyboardInterrupt):
+    """SIGTERM or SIGINT arrived while a command ran: raised in the main thread so that every
+    ``with`` block unwinds (temporaries removed, locks released) before the one-line message."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _stop(signum, frame) -> None:
+    raise Stopped(signum)
+
+
+@contextlib.contextmanager
+def _stop_signals_unwind():
+    """While a command runs, SIGTERM (and SIGINT) unwind it like Ctrl-C does, in every command:
+    what it was writing is removed, nothing of the user's is touched. Pretraining and fine-tuning
+    install their own handlers while they train (finish the step, save, then stop)."""
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        for s in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(ValueError, OSError):
+                previous[s] = signal.signal(s, _stop)
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+def _fail(message: str, code: int = 2) -> int:
+    print(f"error: {one_line(message)}", file=sys.stderr)
+    return code
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -86,25 +125,40 @@ def main(argv: list[str] | None = None) -> int:
         (getattr(args, "_parser", None) or parser).print_help()
         return 0 if args.command is None else 2
     try:
-        _resolve_run_directories(args)
-        _check_output_keeps_inputs(args)
-        result = args.func(args)
+        with _stop_signals_unwind():
+            check_argument_text(parser, args)  # text values (--prompt, --text...) that are not UTF-8
+            _resolve_run_directories(args)
+            _check_output_keeps_inputs(args)
+            result = args.func(args)
     except LmlabError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return e.exit_code
+        return _fail(str(e), e.exit_code)
+    except Stopped as e:
+        name = signal.Signals(e.signum).name
+        return _fail(f"stopped by {name}; what this command was writing was removed, nothing else was "
+                     "touched", 128 + e.signum)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `lmlab ... | head`: the reader has all it wanted; no message, as Unix tools do
+        with contextlib.suppress(OSError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except OSError as e:  # a full disk, a read-only or forbidden path: what was there stays intact
-        print(f"error: {describe_os_error(e)}", file=sys.stderr)
-        return 2
+        return _fail(describe_os_error(e))
     except RecursionError:
-        print("error: the input is nested too deeply to process; flatten it (fewer levels of nesting)",
-              file=sys.stderr)
-        return 2
+        return _fail("the input is nested too deeply to process; flatten it (fewer levels of nesting)")
     except SafetensorError as e:  # safetensors' own I/O errors (no errno attribute)
-        print(f"error: {describe_safetensors_error(e)}", file=sys.stderr)
-        return 2
+        return _fail(describe_safetensors_error(e))
+    except MemoryError:
+        return _fail("this machine ran out of memory; use smaller sizes (batch, samples, lengths, "
+                     "vocabulary) or a machine with more memory")
+    except Exception as e:  # noqa: BLE001 - the last line of defence: never a traceback for a user
+        if os.environ.get("LMLAB_DEBUG"):
+            raise
+        first = (str(e).strip().splitlines() or [""])[0][:200]
+        return _fail(f"{args.command} failed on input lmlab does not check yet "
+                     f"({type(e).__name__}: {first}); check the files and values given, and rerun with "
+                     "LMLAB_DEBUG=1 for the traceback to report")
     return int(result or 0)
 
 
@@ -138,7 +192,7 @@ def describe_safetensors_error(e: Exception) -> str:
 
 #: arguments that name something a command reads: ``--out`` may never be (or hold) one of them
 INPUT_ARGS = ("checkpoint", "input", "train", "dev", "test", "hf", "tokenizer", "teacher",
-              "base", "adapter", "json_schema")
+              "base", "adapter", "json_schema", "runs", "data", "prompts_file")
 
 
 def _resolve_run_directories(args: argparse.Namespace) -> None:
@@ -172,10 +226,10 @@ def _check_output_keeps_inputs(args: argparse.Namespace) -> None:
     out = getattr(args, "out", None)
     if isinstance(out, str) and out:
         inputs = {f"--{k.replace('_', '-')}": getattr(args, k) for k in INPUT_ARGS if hasattr(args, k)}
+        check_output_keeps_inputs(out, inputs)
         kind = getattr(args, "out_kind", None)
         if kind:
             check_replaceable_dir(out, *(kind(args) if callable(kind) else kind))
-        check_output_keeps_inputs(out, inputs)
 
 
 if __name__ == "__main__":  # pragma: no cover

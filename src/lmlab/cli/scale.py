@@ -5,6 +5,17 @@ from __future__ import annotations
 import math
 
 from lmlab.cli.common import add_command, add_group
+from lmlab.values import (
+    Flops,
+    Ratio,
+    count_flag,
+    flag,
+    nonnegative_flag,
+    path_flag,
+    seed_flag,
+    size_flag,
+    text_flag,
+)
 
 PLAN_DESCRIPTION = """\
 Compute-optimal model size N and training tokens D for a FLOPs budget C, by C = 6·N·D with
@@ -51,33 +62,33 @@ def register(sub) -> None:
         PLAN_EXAMPLES,
     )
     p.add_argument(
-        "--flops", type=float, required=True, metavar="C", help="training budget in FLOPs, e.g. 1e18"
+        "--flops", type=flag(Flops), required=True, metavar="C", help="training budget in FLOPs, e.g. 1e18"
     )
     p.add_argument("--arch", choices=ARCHS, default="gpt2", help="model family of the concrete shape")
     p.add_argument(
         "--tokens-per-param",
-        type=float,
+        type=flag(Ratio),
         default=20.0,
         metavar="R",
         help="training tokens per parameter (Chinchilla: ~20)",
     )
     p.add_argument(
         "--vocab-size",
-        type=int,
+        type=count_flag,
         default=None,
         metavar="V",
         help="vocabulary of the shape (default: the family's -base preset's)",
     )
     p.add_argument(
         "--seq-len",
-        type=int,
+        type=count_flag,
         default=None,
         metavar="T",
         help="training context (default: the family's -base preset's positions)",
     )
     p.add_argument(
         "--aspect-ratio",
-        type=float,
+        type=flag(Ratio),
         default=None,
         metavar="R",
         help="d_model / n_layers of the shape (default: the family's -base preset's, 64)",
@@ -95,10 +106,12 @@ def register(sub) -> None:
     f.add_argument(
         "runs",
         nargs="*",
+        type=path_flag,
         metavar="RUN_DIR",
         help="run directories of lmlab pretrain (a directory of run directories stands for all)",
     )
-    f.add_argument("--out", default="scaling-fit", metavar="DIR", help="where fit.json and fit.png go")
+    f.add_argument("--out", type=path_flag, default="scaling-fit", metavar="DIR",
+                   help="where fit.json and fit.png go")
     f.add_argument(
         "--form",
         choices=("auto", *FORMS),
@@ -114,21 +127,22 @@ def register(sub) -> None:
     )
     f.add_argument(
         "--holdout",
+        type=text_flag,
         default=None,
         metavar="WHICH",
         help="leave out of the fit every run of one size and predict it: largest, smallest or a RUN_DIR",
     )
     f.add_argument(
-        "--bootstrap", type=int, default=100, metavar="B", help="bootstrap refits for spreads (0 = off)"
+        "--bootstrap", type=size_flag, default=100, metavar="B", help="bootstrap refits for spreads (0 = off)"
     )
     f.add_argument(
         "--huber-delta",
-        type=float,
+        type=nonnegative_flag,
         default=1e-3,
         metavar="DELTA",
         help="Huber loss threshold on log-loss residuals (Chinchilla: 1e-3; 0 = plain least squares)",
     )
-    f.add_argument("--seed", type=int, default=0, help="seed of the bootstrap resampling")
+    f.add_argument("--seed", type=seed_flag, default=0, help="seed of the bootstrap resampling")
     f.set_defaults(func=run_fit)
 
 
@@ -213,16 +227,14 @@ def run_plan(args) -> int:
 def run_fit(args) -> int:
     from pathlib import Path
 
-    from lmlab.errors import LmlabError
     from lmlab.fileio import write_json
+    from lmlab.ownership import claim_dir
     from lmlab.scaling.fit import fit_runs
     from lmlab.scaling.plot import plot_fit
     from lmlab.scaling.runs import read_runs
 
-    if args.bootstrap < 0:
-        raise LmlabError(
-            f"--bootstrap must be >= 0, got {args.bootstrap}", "e.g. --bootstrap 100, or 0 for none"
-        )
+    # OUT holds fit.json and fit.png: new, empty or an earlier fit's folder, never a user's or a run's
+    claim_dir(args.out, "scaling fit", ("fit.json", "fit.png"))
     runs, count = read_runs(args.runs, args.params)
     result = fit_runs(
         runs,
@@ -281,7 +293,7 @@ def run_fit(args) -> int:
             )
         data["held_out_within_5_percent"] = data["held_out_max_relative_error"] <= 0.05
     out = Path(args.out)
-    write_json(out / "fit.json", data)
+    write_json(out / "fit.json", data)  # into the folder claimed before the fit (run_fit)
     plot_fit(result, out / "fit.png")
     print(f"wrote {out / 'fit.json'} and {out / 'fit.png'}")
     return 0

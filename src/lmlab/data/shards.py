@@ -29,7 +29,9 @@ from typing import Any
 
 import numpy as np
 
+from lmlab import values
 from lmlab.errors import LmlabError
+from lmlab.file_schemas import ShardIndexFile
 from lmlab.fileio import inside, read_json, write_json
 
 FORMAT_NAME = "lmlab-token-shards"
@@ -37,6 +39,8 @@ FORMAT_VERSION = 1
 INDEX_FILE = "index.json"
 TOKENIZER_DIR = "tokenizer"
 SPLITS = ("train", "val")
+#: what to do about damaged shards
+SHARDS_FIX = "re-create the shards with `lmlab data prepare`"
 
 
 def dtype_for_vocab(vocab_size: int) -> np.dtype:
@@ -59,8 +63,10 @@ def docs_name(split: str) -> str:
 def tokenizer_sha256(directory: str | os.PathLike) -> str:
     """SHA-256 over the files of a saved tokenizer directory (names and bytes, in name order)."""
     h = hashlib.sha256()
+    from lmlab.ownership import BOOKKEEPING
+
     for f in sorted(Path(directory).iterdir()):
-        if f.is_file():
+        if f.is_file() and f.name not in BOOKKEEPING:  # the manifest records times, not what it does
             h.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0")
     return h.hexdigest()
 
@@ -150,6 +156,21 @@ def write_index(directory: str | os.PathLike, dtype: np.dtype, vocab_size: int,
 
 
 # --------------------------------------------------------------------------- reading
+def read_index(directory: str | os.PathLike) -> dict[str, Any]:
+    """``index.json`` of a shards directory, checked whole against
+    :class:`lmlab.file_schemas.ShardIndexFile` (types, ranges, and shard lists that hold their
+    split's tokens): a damaged or crafted index is a one-line error before any shard is opened."""
+    path = Path(directory) / INDEX_FILE
+    index = read_json(path, "shards index")
+    if not isinstance(index, dict) or index.get("format") != FORMAT_NAME \
+            or index.get("format_version") != FORMAT_VERSION:
+        version = index.get("format_version") if isinstance(index, dict) else None
+        raise LmlabError(f"{path} is not an lmlab token-shards index "
+                         f"(format version {version!r}, want {FORMAT_VERSION})", SHARDS_FIX)
+    values.check(ShardIndexFile, index, where=str(path), fix=SHARDS_FIX)
+    return index
+
+
 class ConcatenatedTokens:
     """Read-only view of several memory-mapped shards as one 1-D token array.
 
@@ -225,12 +246,8 @@ class TokenShards:
         if not self.directory.is_dir():
             raise LmlabError(f"token shards directory {self.directory} does not exist",
                              "create it with `lmlab data prepare --out DIR`")
-        self.index: dict[str, Any] = read_json(self.directory / INDEX_FILE, "shards index")
-        if self.index.get("format") != FORMAT_NAME or self.index.get("format_version") != FORMAT_VERSION:
-            raise LmlabError(f"{self.directory / INDEX_FILE} is not an lmlab token-shards index "
-                             f"(format version {self.index.get('format_version')!r}, want {FORMAT_VERSION})",
-                             "re-create the shards with `lmlab data prepare`")
-        splits = self.index.get("splits", {})
+        self.index: dict[str, Any] = read_index(self.directory)
+        splits = self.index["splits"]
         if split not in splits:
             raise LmlabError(f"unknown split {split!r}", f"use one of {', '.join(splits)}")
         self.split = split
@@ -271,6 +288,18 @@ class TokenShards:
 
     def __len__(self) -> int:
         return self.num_tokens
+
+    def check_token_ids(self, vocab_size: int, chunk: int = 1 << 24) -> None:
+        """Every token id below ``vocab_size`` (the model's), read once, ``chunk`` ids at a time:
+        an id beyond the vocabulary is a one-line error naming the shard, before training (the
+        training steps themselves do not check their ids)."""
+        maps = self.tokens.maps if isinstance(self.tokens, ConcatenatedTokens) else [self.tokens]
+        for shard, ids in zip(self.index["splits"][self.split]["shards"], maps):
+            top = max((int(ids[i:i + chunk].max()) for i in range(0, len(ids), chunk)), default=0)
+            if top >= vocab_size:
+                raise LmlabError(f"{self.directory / shard['file']}: holds token ids beyond the model's "
+                                 f"vocabulary of {vocab_size} (got {top})",
+                                 f"{SHARDS_FIX} and the tokenizer the model is trained with")
 
     def __repr__(self) -> str:
         return (f"TokenShards({str(self.directory)!r}, split={self.split!r}: {self.num_tokens:,} tokens, "

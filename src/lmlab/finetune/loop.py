@@ -53,24 +53,25 @@ from typing import Any
 import torch
 from torch import nn
 
+from lmlab import ownership
 from lmlab.errors import LmlabError
 from lmlab.fileio import (
     atomic_dir,
-    atomic_write_text,
     check_replaceable_dir,
     directory_lock,
     read_json,
     replace_dir,
     write_json,
+    write_output_file,
 )
 from lmlab.finetune import resume as resume_state
 from lmlab.finetune.config import FinetuneConfig
+from lmlab.runtime import pick_device, resolve
 from lmlab.tasks import Task, check_tokenizer, collate, load_task, make_task
 from lmlab.tasks.base import pad_id_of
 from lmlab.tasks.readers import BadLines, Example, limit
 from lmlab.train import distributed as dist
 from lmlab.train.checkpoint import restore_rng, rng_tensors
-from lmlab.train.device import Machine
 from lmlab.train.engine import Engine
 from lmlab.train.loggers import logger_dirs, open_loggers
 from lmlab.train.optim import warmup_decay_lr
@@ -213,24 +214,6 @@ def at_trivial_baseline(metrics: dict[str, float], baseline, select: str, margin
     return bool(metrics[select] <= baseline[1][select] + margin)
 
 
-def pick_device(name: str, local_rank: int = 0) -> torch.device:
-    from lmlab.train.device import pick_device as _pick
-
-    return _pick(name, local_rank)
-
-
-def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
-    """bf16 autocast for ``auto`` on a CUDA GPU with bfloat16 (as pretraining), else float32: on a
-    CPU a whole fine-tuning step gains nothing from it (docs/training.md, threads and precision)."""
-    if precision == "fp32" or (precision == "auto" and device.type != "cuda"):
-        return None
-    if device.type == "cuda" and not torch.cuda.is_bf16_supported():
-        if precision == "bf16":
-            raise LmlabError("precision bf16 was asked for but this GPU has no bfloat16", "use fp32")
-        return None
-    return torch.bfloat16
-
-
 def _read(task: Task, data, what: str, bad: BadLines) -> list[Example]:
     if isinstance(data, (str, os.PathLike)):
         return task.read(data, bad)
@@ -294,7 +277,7 @@ def finetune(checkpoint, task: str | Task, train, dev, out: str | os.PathLike | 
         return _finetune_run(checkpoint, task, train, dev, out, method, method_options, tokenizer, say,
                              resume, _resumable, cfg, meth)
     # one run at a time per output: a second would clear or overwrite the first's resume state and logs
-    rdir = resume_state.resume_dir(check_replaceable_dir(out, SUMMARY_FILE, "fine-tuned model"))
+    rdir = resume_state.claim(check_replaceable_dir(out, SUMMARY_FILE, "fine-tuned model"))
     try:
         with directory_lock(rdir, "fine-tuning output"):
             return _finetune_run(checkpoint, task, train, dev, out, method, method_options, tokenizer, say,
@@ -305,8 +288,6 @@ def finetune(checkpoint, task: str | Task, train, dev, out: str | os.PathLike | 
 
 def _finetune_run(checkpoint, task, train, dev, out, method, method_options, tokenizer, say, resume,
                   _resumable, cfg: FinetuneConfig, meth) -> FinetuneResult:
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
     out_dir = Path(out) if out is not None else None
     resumable = out_dir is not None and _resumable
     resume_from = None
@@ -314,13 +295,13 @@ def _finetune_run(checkpoint, task, train, dev, out, method, method_options, tok
         out_dir = check_replaceable_dir(out_dir, SUMMARY_FILE, "fine-tuned model")  # before any work
         if resumable:
             resume_from = resume_state.check_start(out_dir, resume, clear=rank_of_launch() == 0)
-    device = pick_device(cfg.device, int(os.environ.get("LOCAL_RANK", "0")))
+    machine = resolve(cfg.device, cfg.threads, cfg.precision, int(os.environ.get("LOCAL_RANK", "0")),
+                      int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    device, dtype = machine.device, machine.dtype
     owns_group = not (torch.distributed.is_available() and torch.distributed.is_initialized())
     info = dist.init(device.type)  # torchrun: every process takes its share of each batch
     if not info.is_main:  # one voice and one writer: rank 0
         say = lambda msg: None  # noqa: E731
-    dtype = autocast_dtype(cfg.precision, device)
-    machine = Machine(device, torch.get_num_threads(), dtype, [])  # its autocast(), as pretraining
     torch.manual_seed(cfg.seed)
 
     model = load_trainable_model(checkpoint, tokenizer)
@@ -347,11 +328,12 @@ def _finetune_run(checkpoint, task, train, dev, out, method, method_options, tok
     select = cfg.select_metric or task.main_metric
     identity = resume_state.run_identity(cfg.to_dict(), task.name, method, method_options or {}, checkpoint,
                                          train, dev)
-    saved = None if resume_from is None else resume_state.load_state(resume_from, identity)
+    saved = None if resume_from is None else resume_state.load_state(resume_from, identity, model, optimizer,
+                                                                     len(feats))
     say(f"finetune: task {task.name} ({type(task).__name__}), method {method}, {len(train_ex)} train / "
         f"{len(dev_ex)} dev examples, {total} steps, device {device} "
-        f"({'bf16 autocast' if dtype is not None else 'fp32'}), trainable parameters "
-        f"{trainable:,} of {total_params:,} ({100 * trainable / max(1, total_params):.2f}%)")
+        f"({'bf16 autocast' if dtype is not None else 'fp32'}, {machine.threads} thread(s)), trainable "
+        f"parameters {trainable:,} of {total_params:,} ({100 * trainable / max(1, total_params):.2f}%)")
 
     baseline = task.baseline(train_ex, dev_ex)
     if baseline is not None:
@@ -367,19 +349,20 @@ def _finetune_run(checkpoint, task, train, dev, out, method, method_options, tok
         if resumable:
             log_path = resume_state.resume_dir(out_dir) / METRICS_FILE
             log_path.parent.mkdir(exist_ok=True)
-        else:
-            log_path = out_dir.with_name(f".{out_dir.name}.{METRICS_FILE}.live-{os.getpid()}")
+        else:  # a marked temporary folder beside the output: the next run removes it if this one dies
+            live_dir = ownership.make_temporary(out_dir.parent, out_dir.name, "fine-tuning logs", "live-")
+            log_path = live_dir / METRICS_FILE
         log_path.write_text("", encoding="utf-8")
     # TensorBoard & co. write beside the output too (in the resume directory when the run can be
     # resumed, so a resumed run continues them), and move into it at the end
     live_logs = None
+    live_dir = None if not writes or resumable else log_path.parent
     if not writes:
         pass
     elif resumable:
         live_logs = resume_state.resume_dir(out_dir) / resume_state.LOGS
     else:
-        live_logs = out_dir.with_name(f".{out_dir.name}.tmp-{os.getpid()}-logs")
-        shutil.rmtree(live_logs, ignore_errors=True)  # a failed earlier attempt of this process
+        live_logs = live_dir / resume_state.LOGS
     loggers = (open_loggers(cfg.loggers, live_logs, resume_after=saved["step"] if saved else None,
                             name=out_dir.name, config={"task": task.name, "method": method, **cfg.to_dict()})
                if cfg.loggers and writes else [])
@@ -501,7 +484,8 @@ def _finetune_run(checkpoint, task, train, dev, out, method, method_options, tok
                    "at_baseline": at_baseline,
                    "trainable_parameters": trainable, "total_parameters": total_params,
                    "train_examples": len(train_ex), "dev_examples": len(dev_ex),
-                   "elapsed_s": time.perf_counter() - t0, "config": cfg.to_dict()}
+                   "elapsed_s": time.perf_counter() - t0, "config": cfg.to_dict(),
+                   "machine": machine.record()}
         for logger in loggers:
             logger.close()
         if writes:
@@ -522,10 +506,12 @@ def _finetune_run(checkpoint, task, train, dev, out, method, method_options, tok
         for logger in loggers:
             logger.close()
         exits.close()
-        if resumable and finished:
-            shutil.rmtree(resume_state.resume_dir(out_dir), ignore_errors=True)
-        elif live_logs is not None and not resumable:
-            shutil.rmtree(live_logs, ignore_errors=True)
+        state_file = resume_state.resume_dir(out_dir) / resume_state.STATE_FILE if resumable else None
+        if resumable and (finished or not state_file.exists()):
+            # done, or failed before a state worth resuming was written (a non-finite loss at the start)
+            resume_state.discard(out_dir)
+        elif live_dir is not None:
+            shutil.rmtree(live_dir, ignore_errors=True)
         if owns_group:
             dist.shutdown(info)
     return FinetuneResult(metrics, model, task, out_dir, best["step"], total, trainable, total_params,
@@ -542,7 +528,9 @@ def _lr_sweep(checkpoint, task, train, dev, out, method, method_options, tokeniz
     try:
         for i, lr in enumerate(cfg.lr_sweep):
             say(f"lr auto: run {i + 1}/{len(cfg.lr_sweep)}, lr {lr:g}")
-            tmp = None if target is None else target.with_name(f".{target.name}.lr-{lr:g}-{os.getpid()}")
+            # a marked temporary: if the sweep is killed, the next run into ``out`` removes it
+            tmp = None if target is None else ownership.make_temporary(target.parent, target.name,
+                                                                         "fine-tuned model", f"lr-{lr:g}-")
             start = checkpoint if isinstance(checkpoint, (str, os.PathLike)) else copy.deepcopy(checkpoint)
             res = finetune(start, task, train, dev, tmp, method, method_options, tokenizer=tokenizer, log=say,
                            _resumable=False, **{**hparams, "lr": lr})
@@ -556,13 +544,16 @@ def _lr_sweep(checkpoint, task, train, dev, out, method, method_options, tokeniz
             summary = read_json(best_dir / SUMMARY_FILE, "fine-tuning summary")
             summary["lr_sweep"] = {"select_metric": select, "dev": scores, "chosen": best_lr}
             write_json(best_dir / SUMMARY_FILE, summary)
-            replace_dir(best_dir, target)
+            ownership.seal(best_dir, "fine-tuned model")
+            replace_dir(best_dir, target, "fine-tuned model")
             best.out = target
         return best
     finally:
         for _, _, d in runs:
             if d is not None and d.exists():
                 shutil.rmtree(d, ignore_errors=True)
+        if target is not None:  # the arms never run (a failure before the first)
+            ownership.remove_leftovers(target.parent, target.name)
 
 
 # --------------------------------------------------------------------------- evaluation
@@ -612,14 +603,18 @@ def evaluate(checkpoint: str | os.PathLike, data, task: str | None = None, *, on
     preds, metrics = saved.predict_and_score(model, examples, batch_size)
     if predictions is not None:
         rows = [{"where": e.where, "prediction": p, "label": e.label} for p, e in zip(preds, examples)]
-        atomic_write_text(predictions, "".join(json.dumps(r) + "\n" for r in rows))
+        write_output_file(predictions, "".join(json.dumps(r) + "\n" for r in rows), PREDICTIONS_KIND,
+                          "--predictions")
     return metrics
+
+
+PREDICTIONS_KIND = "predictions"
 
 
 def check_predictions_file(path: str | os.PathLike, inputs: dict[str, object]) -> None:
     """Before any work: ``path`` may receive predictions unless that would lose a file: it is one
-    of the inputs (or inside one), or it exists and is not an earlier predictions file (its first
-    line a JSON object with a ``prediction``)."""
+    of the inputs (or inside one), or it exists and lmlab did not write it there as predictions
+    (:mod:`lmlab.ownership`: the folder's manifest records every predictions file lmlab wrote)."""
     p = Path(path)
     for flag, value in inputs.items():
         if isinstance(value, (str, os.PathLike)) and str(value):
@@ -629,15 +624,7 @@ def check_predictions_file(path: str | os.PathLike, inputs: dict[str, object]) -
                                  "written", "write the predictions to another file")
     if p.is_dir():
         raise LmlabError(f"--predictions {p} is a directory", "name a file, e.g. dev.predictions.jsonl")
-    if p.exists() and p.stat().st_size:
-        try:
-            with open(p, encoding="utf-8") as f:
-                first = json.loads(f.readline())
-        except (UnicodeDecodeError, json.JSONDecodeError):
-            first = None
-        if not (isinstance(first, dict) and "prediction" in first):
-            raise LmlabError(f"--predictions {p} exists and is not an earlier predictions file; nothing was "
-                             "written", "choose a new file name (or delete that file yourself)")
+    ownership.check_replaceable_file(p, PREDICTIONS_KIND, "--predictions")
 
 
 def reread(task: Task, format: str | None = None, header: bool | None = None, delimiter: str | None = None,

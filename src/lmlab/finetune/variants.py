@@ -23,9 +23,16 @@ import torch
 from torch import nn
 
 from lmlab.errors import LmlabError
-from lmlab.fileio import atomic_write_text, read_json
-from lmlab.finetune.loop import TASK_FILE, _read, check_predictions_file, pick_device, reread
+from lmlab.fileio import read_json, write_output_file
+from lmlab.finetune.loop import (
+    PREDICTIONS_KIND,
+    TASK_FILE,
+    _read,
+    check_predictions_file,
+    reread,
+)
 from lmlab.models.output import ModelOutput
+from lmlab.runtime import pick_device
 from lmlab.tasks import load_task
 from lmlab.tasks.readers import BadLines, limit
 
@@ -132,5 +139,6 @@ def evaluate_variants(checkpoint: str | os.PathLike, variants: dict[str, str | o
         rows += [{"variant": name, "where": e.where, "prediction": p, "label": e.label}
                  for p, e in zip(preds, examples)]
     if predictions is not None:
-        atomic_write_text(predictions, "".join(json.dumps(r) + "\n" for r in rows))
+        write_output_file(predictions, "".join(json.dumps(r) + "\n" for r in rows), PREDICTIONS_KIND,
+                          "--predictions")
     return metrics

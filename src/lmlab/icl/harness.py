@@ -18,6 +18,7 @@ Needs ``pip install 'lmlab[eval]'``.
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import importlib.util
 import json
@@ -92,6 +93,129 @@ def resolve_tasks(tasks: str | Sequence[str]):
     return names, manager
 
 
+ALLOW_CODE_FIX = "pass --allow-code (allow_code=True) to run it, only for task files you trust"
+
+
+def check_task_code(names: list[str], manager, allow_code: bool = False) -> None:
+    """Refuse local task files that would run Python code (``!function``: doc processing, metrics,
+    a task class), unless ``allow_code``: the error names the Python file that would have run.
+    Everything ``names`` reaches is read (included YAMLs, a group's tasks, a tag's); the harness'
+    own task files are installed code and are not refused."""
+    if allow_code:
+        return
+    found = next(iter(_task_functions(names, manager)), None)
+    if found is not None:
+        yaml_file, spec = found
+        raise LmlabError(f"task file {yaml_file} runs Python code: its `!function {spec}` would run "
+                         f"{_function_source(yaml_file, spec)}", ALLOW_CODE_FIX)
+
+
+def _task_functions(names: list[str], manager):
+    """``(task YAML, function spec)`` of every ``!function`` in the local task files that loading
+    ``names`` reads, in the order they are reached."""
+    import lm_eval.tasks
+
+    builtin = Path(lm_eval.tasks.__file__).parent.resolve()
+    index = manager.task_index
+    todo, seen = list(names), set()
+    while todo:
+        name = todo.pop(0)
+        entry = index.get(name) if isinstance(name, str) else None
+        if name in seen or entry is None:
+            continue
+        seen.add(name)
+        if entry.kind.name == "TAG":
+            todo += sorted(entry.tags)
+        path = entry.yaml_path.resolve() if entry.yaml_path is not None else None
+        if path is None or builtin in path.parents:  # the harness' own tasks: only what they name
+            todo += _task_names(entry.cfg or {})
+            continue
+        for yaml_file, cfg in _yaml_with_includes(path):
+            todo += _task_names(cfg)
+            yield from ((yaml_file, spec) for spec in _function_specs(cfg))
+
+
+class _Function(str):
+    """The text of a ``!function`` tag, kept apart from plain strings."""
+
+
+@functools.cache
+def _code_finder():
+    """A YAML loader that reads a task file as the harness does but keeps ``!function`` tags as
+    :class:`_Function` text (nothing imported) and any other tag as its plain data."""
+    import yaml
+
+    class CodeFinder(yaml.SafeLoader):
+        pass
+
+    def plain(loader, suffix, node):
+        if isinstance(node, yaml.ScalarNode):
+            return loader.construct_scalar(node)
+        if isinstance(node, yaml.SequenceNode):
+            return loader.construct_sequence(node)
+        return loader.construct_mapping(node)
+
+    CodeFinder.add_constructor("!function", lambda loader, node: _Function(loader.construct_scalar(node)))
+    CodeFinder.add_multi_constructor("", plain)
+    return CodeFinder
+
+
+def _yaml_with_includes(path: Path, seen: set[Path] | None = None):
+    """``(file, its parsed YAML)`` for ``path`` and every file it includes (``include:``)."""
+    seen = set() if seen is None else seen
+    if path in seen or not path.is_file():
+        return
+    seen.add(path)
+    import yaml
+
+    try:
+        cfg = yaml.load(path.read_text(encoding="utf-8"), Loader=_code_finder())  # noqa: S506 - no code runs
+    except (yaml.YAMLError, UnicodeDecodeError) as e:
+        raise LmlabError(f"task file {path} is not valid YAML ({type(e).__name__})",
+                         "fix the file") from None
+    yield path, cfg
+    includes = cfg.get("include") if isinstance(cfg, dict) else None
+    for inc in [includes] if isinstance(includes, str) else includes if isinstance(includes, list) else []:
+        if isinstance(inc, str):
+            yield from _yaml_with_includes((path.parent / inc).resolve(), seen)
+
+
+def _walk(value):
+    """Every value inside a parsed YAML document, depth first, each container once (YAML aliases
+    may repeat one, or make it hold itself)."""
+    todo, seen = [value], set()
+    while todo:
+        v = todo.pop()
+        if isinstance(v, (dict, list)):
+            if id(v) in seen:
+                continue
+            seen.add(id(v))
+            todo += list(v.values()) if isinstance(v, dict) else v
+        yield v
+
+
+def _function_specs(cfg) -> list[str]:
+    return [str(v) for v in _walk(cfg) if isinstance(v, _Function)]
+
+
+def _task_names(cfg) -> list[str]:
+    """The task, group and tag names a (group) config refers to: ``task: [name, {task: name}...]``."""
+    out = []
+    for v in _walk(cfg):
+        task = v.get("task") if isinstance(v, dict) else None
+        items = task if isinstance(task, list) else [task]
+        out += [t for t in items if isinstance(t, str)]
+    return out
+
+
+def _function_source(yaml_file: Path, spec: str) -> str:
+    """The Python file the harness runs for ``!function utils.process_docs`` in ``yaml_file``: the
+    file beside the YAML when there is one, else the module it would import."""
+    module = spec.rpartition(".")[0]
+    beside = (yaml_file.parent / f"{module.replace('.', '/')}.py").resolve()
+    return str(beside) if beside.is_file() or not module else f"the Python module {module!r}"
+
+
 def check_tasks_load(names: list[str], manager) -> None:
     """Build the tasks (their datasets included) once before the model is loaded: a task YAML
     the harness cannot build (no dataset_path, a bad field) is a one-line error, not its traceback."""
@@ -126,16 +250,18 @@ def check_model(model) -> None:
 def run_harness(checkpoint: str | os.PathLike, tasks: str | Sequence[str], *,
                 out: str | os.PathLike | None = None, overwrite: bool = False, num_fewshot: int | None = None,
                 limit: int | None = None, batch_size: int = 16, device: str = "auto", seed: int = 0,
-                log_samples: bool = False, log: Callable[[str], None] | None = None) -> dict[str, Any]:
+                log_samples: bool = False, allow_code: bool = False,
+                log: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Run the harness ``tasks`` on ``checkpoint`` and write the results to ``out`` (default:
     :func:`default_output`). Returns what was written, plus the per-example ``samples`` (written
-    too with ``log_samples``) and the file's ``path``."""
+    too with ``log_samples``) and the file's ``path``. A local task file that brings Python code
+    (``!function``) is refused unless ``allow_code`` (:func:`check_task_code`)."""
     check_installed()
     import lm_eval
 
     from lmlab.icl.harness_lm import LmlabLM
     from lmlab.loading import load_model
-    from lmlab.train.device import pick_device
+    from lmlab.runtime import pick_device
 
     if batch_size < 1 or (limit is not None and limit < 1) or (num_fewshot is not None and num_fewshot < 0):
         raise LmlabError("batch size and limit must be positive, num_fewshot not negative",
@@ -143,6 +269,7 @@ def run_harness(checkpoint: str | os.PathLike, tasks: str | Sequence[str], *,
     out_path = Path(out) if out is not None else default_output(checkpoint)
     check_output(out_path, overwrite)  # all before the model is loaded
     names, manager = resolve_tasks(tasks)
+    check_task_code(names, manager, allow_code)  # before the harness imports any of it
     check_tasks_load(names, manager)
     model = load_model(checkpoint)
     check_model(model)

@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from lmlab.budget import require_weights_fit
 from lmlab.errors import LmlabError
 from lmlab.fileio import read_json
 from lmlab.models.checkpoint import (
@@ -88,6 +89,7 @@ __all__ = [
     "config_from_dict",
     "get_preset",
     "load_checkpoint",
+    "read_checkpoint_meta",
     "model_class",
     "save_checkpoint",
 ]
@@ -103,16 +105,10 @@ def model_class(architecture: str):
     return getattr(importlib.import_module(module), attr)
 
 
-def physical_memory_bytes() -> int | None:
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return None
-
-
 def check_fits_in_memory(config, architecture: str) -> None:
     """A one-line error, before any allocation, for a model whose float32 weights alone exceed
-    this machine's memory (a vocabulary of 10^12, a width of 10^6): an estimate from the config."""
+    this machine's memory (a vocabulary of 10^12, a width of 10^6, 10^12 positions): an estimate
+    from the config, checked by :mod:`lmlab.budget`."""
     if architecture == "rnn":
         return
     from lmlab.models.flops import count_parameters
@@ -121,13 +117,11 @@ def check_fits_in_memory(config, architecture: str) -> None:
         n = count_parameters(config, heads=()).total
     except LmlabError:
         return
-    total = physical_memory_bytes()
-    if total is not None and n * 4 > total:
-        family = getattr(config, "family", architecture)
-        raise LmlabError(f"a {family} model of this config has about {n:.3g} parameters, "
-                         f"{n * 4 / 2**30:,.0f} GiB in float32, more than this machine's "
-                         f"{total / 2**30:,.0f} GiB of memory",
-                         "choose a smaller vocab_size, d_model, d_ff or n_layers")
+    table = (getattr(config, "max_positions", 0), getattr(config, "d_model", 0))
+    if getattr(config, "positions", None) == "sinusoidal" and all(isinstance(x, int) for x in table):
+        n += table[0] * table[1]  # a fixed table, not a parameter
+    require_weights_fit(n, getattr(config, "family", architecture),
+                        "choose a smaller vocab_size, d_model, d_ff, n_layers or max_positions")
 
 
 def build_model(config, heads=None, architecture: str | None = None):
@@ -151,12 +145,17 @@ def build_model(config, heads=None, architecture: str | None = None):
     return make(config, heads=heads)
 
 
-def load_checkpoint(directory: str | os.PathLike, map_location: str | torch.device = "cpu") -> LmlabModel:
-    """Load an lmlab checkpoint directory written by :func:`save_checkpoint`."""
+def read_checkpoint_meta(directory: str | os.PathLike) -> dict[str, Any]:
+    """A checkpoint's ``config.json``, checked whole against its file schema
+    (:func:`lmlab.file_schemas.checkpoint_schema`): a value of the wrong type or range anywhere in
+    it is a one-line error naming the file and the key, before any weight is read."""
+    from lmlab import values
+    from lmlab.file_schemas import checkpoint_schema, model_config_fields
+    from lmlab.models.config import FILE_FIX, check_known_fields
+
     directory = Path(directory)
-    if not directory.is_dir():
-        raise LmlabError(f"checkpoint {directory} does not exist", "check the path")
-    meta: Any = read_json(directory / CONFIG_NAME, "model config")
+    path = directory / CONFIG_NAME
+    meta: Any = read_json(path, "model config")
     version = meta.get("lmlab_format_version") if isinstance(meta, dict) else None
     if version != FORMAT_VERSION:
         raise LmlabError(
@@ -166,9 +165,29 @@ def load_checkpoint(directory: str | os.PathLike, map_location: str | torch.devi
         )
     for key in ("architecture", "family", "config"):
         if key not in meta:
-            raise LmlabError(
-                f"checkpoint config {directory / CONFIG_NAME} lacks {key!r}", "save the model again"
-            )
+            raise LmlabError(f"checkpoint config {path} lacks {key!r}", "save the model again")
+    config = meta["config"]
+    family = config.get("family", meta["family"]) if isinstance(config, dict) else meta["family"]
+    if not isinstance(family, str) or family not in FAMILY_CONFIGS:
+        raise LmlabError(f"{path}: unknown model family {family!r}",
+                         f"expected one of: {', '.join(FAMILY_CONFIGS)}")
+    config_class = FAMILY_CONFIGS[family]
+    if isinstance(config, dict):  # a newer lmlab's field is named as such, before the types are judged
+        check_known_fields(config_class, config, str(path), key="config: ")
+    values.check(checkpoint_schema(model_config_fields(config_class)), meta, where=str(path), fix=FILE_FIX)
+    architecture = CONFIG_ARCHITECTURE.get(config_class)
+    if meta["architecture"] != architecture:
+        raise LmlabError(f"{path}: architecture: must be {architecture!r} for a {family} model "
+                         f"(got {meta['architecture']!r})", FILE_FIX)
+    return meta
+
+
+def load_checkpoint(directory: str | os.PathLike, map_location: str | torch.device = "cpu") -> LmlabModel:
+    """Load an lmlab checkpoint directory written by :func:`save_checkpoint`."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise LmlabError(f"checkpoint {directory} does not exist", "check the path")
+    meta = read_checkpoint_meta(directory)
     if meta.get("quantization"):  # int8 weights: the adapt package reads them, above this layer
         raise LmlabError(f"{directory} holds int8 weights (lmlab compress quantize), which this reader "
                          "does not take",
@@ -176,7 +195,7 @@ def load_checkpoint(directory: str | os.PathLike, map_location: str | torch.devi
                          "lmlab.loading.load_model opens int8 checkpoints too)")
     config_dict = dict(meta["config"])
     config_dict.setdefault("family", meta["family"])
-    config = config_from_dict(config_dict)
+    config = config_from_dict(config_dict, where=str(directory / CONFIG_NAME))
     model = build_model(config, heads=meta.get("heads"), architecture=meta["architecture"])
     state = read_safetensors(directory / WEIGHTS_NAME)
     load_state(model, state, str(directory))
@@ -192,3 +211,16 @@ def load_checkpoint(directory: str | os.PathLike, map_location: str | torch.devi
                              "tokens): its ids would mean other words to the model",
                              "restore the checkpoint's own tokenizer/ or save the model with the right one")
     return model.eval()
+
+
+def __getattr__(name: str):
+    """``lmlab.models.load_model``: the README's path until 0.1, now :func:`lmlab.loading.load_model`
+    (which sits above this package). The alias keeps working for one release, with a warning."""
+    if name == "load_model":
+        import warnings
+
+        warnings.warn("lmlab.models.load_model moved to lmlab.loading.load_model; the old path will be "
+                      "removed in the next release", DeprecationWarning, stacklevel=2)
+        # looked up by name at call time: a deprecated alias, not a dependency of this package
+        return importlib.import_module("lmlab.loading").load_model
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -56,6 +56,7 @@ from lmlab.tasks.base import (
     pad_id_of,
 )
 from lmlab.tasks.readers import BadLines, Example, finish, policy
+from lmlab.text_input import parse_json
 
 DEFAULT_TEMPLATE = "### Instruction:\n{instruction}\n\n### Input:\n{input}\n\n### Response:\n"
 ROLES = ("system", "user", "assistant")
@@ -70,11 +71,32 @@ def check_template(template: str) -> str:
         raise LmlabError("the prompt template has no {instruction} placeholder",
                          "write e.g. '### Instruction:\\n{instruction}\\n\\n### Response:\\n'")
     try:
+        _check_plain_fields(template)
         template.format(instruction="", input="")
     except (KeyError, IndexError, ValueError) as e:
         raise LmlabError(f"the prompt template cannot be filled in ({type(e).__name__}: {e})",
                          "use only {instruction} and {input}; write literal braces as {{ and }}") from None
     return template
+
+
+def _check_plain_fields(template: str) -> None:
+    """Refuse a field other than ``{instruction}`` and ``{input}``, and one with a format spec or a
+    conversion: ``{input:>2000000000}`` pads every prompt to two billion characters and
+    ``{input:{instruction}}`` lets the data choose the width; the size of a prompt is its texts'."""
+    import string
+
+    fix = "write the fields as {instruction} and {input}; write literal braces as {{ and }}"
+    for _, field, spec, conversion in string.Formatter().parse(template):
+        if field is None:
+            continue
+        written = field + (f"!{conversion}" if conversion else "") + (f":{spec}" if spec else "")
+        shown = "{" + written[:40] + "}"
+        if field not in ("instruction", "input"):
+            raise LmlabError(f"the prompt template has a field {shown}, which is neither {{instruction}} "
+                             "nor {input}", fix)
+        if spec or conversion:
+            raise LmlabError(f"the prompt template's field {shown} has a format width or conversion, which "
+                             "would set the size of every prompt", fix)
 
 
 def read_template(path: str | os.PathLike) -> str:
@@ -145,7 +167,7 @@ def read_instructions(path: str | os.PathLike, template: str, on_bad_line: str |
             continue
         where = f"{p} line {lineno}"
         try:
-            rec = json.loads(line)
+            rec = parse_json(line)
         except json.JSONDecodeError as e:
             bad(where, f"invalid JSON ({e.msg} at column {e.colno})")
             continue

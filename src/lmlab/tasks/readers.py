@@ -28,6 +28,7 @@ from typing import Any
 
 from lmlab.errors import LmlabError
 from lmlab.fileio import check_input_file, iter_text_lines, read_text
+from lmlab.text_input import parse_json
 
 ON_BAD_LINE = ("error", "skip")
 #: the share of a file's rows that may be skipped as malformed before the file counts as misread
@@ -233,7 +234,7 @@ def read_squad(path: str | os.PathLike, on_bad_line: str | BadLines = "error", w
     records: list[tuple[str, Any]] = []
     doc, error = None, None
     try:
-        doc = json.loads(text)
+        doc = parse_json(text)
     except json.JSONDecodeError as e:
         error = e
     lines = [ln for ln in text.splitlines() if ln.strip()]
@@ -265,7 +266,7 @@ def read_squad(path: str | os.PathLike, on_bad_line: str | BadLines = "error", w
             if not line.strip():
                 continue
             try:
-                rec = json.loads(line)
+                rec = parse_json(line)
             except json.JSONDecodeError as e:
                 bad(f"{p} line {lineno}", f"invalid JSON ({e.msg} at column {e.colno})")
                 continue
@@ -411,7 +412,7 @@ def json_lines(path: str | os.PathLike, bad: BadLines) -> Iterator[tuple[str, An
             continue
         where = f"{path} line {lineno}"
         try:
-            yield where, json.loads(line)
+            yield where, parse_json(line)
         except json.JSONDecodeError as e:
             bad(where, f"invalid JSON ({e.msg} at column {e.colno})")
 

@@ -36,24 +36,28 @@ from torch import nn
 from lmlab.data.batch import TokenBatch
 from lmlab.data.packing import PackedWindows, eval_starts, read_windows
 from lmlab.errors import LmlabError
-from lmlab.fileio import atomic_write_text, directory_lock, read_json, remove_leftovers, write_json
+from lmlab.fileio import atomic_write_text, directory_lock, remove_leftovers, write_json
 from lmlab.models.checkpoint import trusted_inputs
+from lmlab.ownership import claim_dir, start_temporary
+from lmlab.runtime import resolve
 from lmlab.train import distributed as dist_
 from lmlab.train.checkpoint import (
     CHECKPOINTS,
     SHARDED,
+    check_train_tensors,
     latest_checkpoint,
     load_train_checkpoint,
+    read_train_state,
     restore_rng,
     rng_tensors,
     save_train_checkpoint,
 )
 from lmlab.train.config import RunConfig, load_config, override_items, read_toml, to_toml
 from lmlab.train.data import prepare_run_data
-from lmlab.train.device import peak_tflops, setup_machine
+from lmlab.train.device import peak_tflops
 from lmlab.train.engine import Engine
 from lmlab.train.loggers import open_loggers
-from lmlab.train.metrics import MetricsLog, perplexity, plot_losses
+from lmlab.train.metrics import MetricsLog, perplexity, plot_losses, read_metrics
 from lmlab.train.optim import build_optimizer, load_optimizer_tensors, lr_at, optimizer_tensors
 from lmlab.train.preempt import StopRequests
 from lmlab.train.prefetch import Prefetcher
@@ -92,6 +96,12 @@ class TrainStep(nn.Module):
         return self.objective.loss(self.model, inputs)
 
 
+#: what a pretraining run writes in its folder (lmlab.ownership.claim_dir): nothing else there is touched
+RUN_KIND = "pretraining run"
+RUN_ENTRIES = ("config.toml", "metrics.jsonl", "summary.json", "loss.png", CHECKPOINTS, "data",
+               "tensorboard", "wandb")
+
+
 def micro_seed(seed: int, step: int, index: int) -> int:
     """Seed of micro-batch ``index`` (in the global batch) of optimizer step ``step``."""
     return (seed * 1_000_003 + step * 7919 + index * 104_729 + 12_345) % (2**63 - 1)
@@ -127,6 +137,8 @@ def pretrain(
             "set data.val too (or data.val=[] with data.val_fraction) if that is not what you want")
     if int(os.environ.get("RANK", "0")) != 0:  # the ranks of one job share the run: rank 0 holds the lock
         return Trainer(cfg, run_dir, resume, log).run()
+    # a new or empty folder becomes the run's; an earlier run's is continued; anything else is refused
+    claim_dir(run_dir, RUN_KIND, RUN_ENTRIES)
     with directory_lock(run_dir, "run directory"):  # two runs into one directory would mix their files
         # holding the lock, whatever an earlier, killed process left half-written here is dead
         for leftover_dir in (run_dir / "checkpoints", run_dir / "data", run_dir):
@@ -143,10 +155,14 @@ class Trainer:
         self.progress: Progress | None = None
         self.loggers: list = []
         self.prefetcher: Prefetcher | None = None
+        self._held: list[str] | None = None  # setup's messages, printed once it succeeded
 
     # ------------------------------------------------------------------ reporting
     def log(self, msg: str) -> None:
         if not self.info.is_main:
+            return
+        if self._held is not None:
+            self._held.append(msg)
             return
         if self.progress is not None:
             self.progress.write(msg)
@@ -173,12 +189,7 @@ class Trainer:
         if saved:  # resume: keep the run's own automatic choices (numerics must not change mid-run)
             threads = threads or saved.get("threads", 0)
             precision = saved.get("precision", precision) if precision == "auto" else precision
-        width = int(cfg.model.overrides.get("d_model", getattr(PRESETS[cfg.model.preset](), "d_model", 256)))
-        self.machine = setup_machine(
-            t.device, threads, precision, self.info.local_rank, self.info.local_world_size, width
-        )
-        for note in self.machine.notes:
-            self.log(note)
+        self.machine = resolve(t.device, threads, precision, self.info.local_rank, self.info.local_world_size)
 
         # cheap checks first: nothing is tokenised or trained for a recipe that cannot run
         objective_cls = get_objective(cfg.objective.name)
@@ -217,6 +228,11 @@ class Trainer:
         self.objective = objective_cls(tok, **cfg.objective.params)
         # the objective may have added tokens (T5 sentinels) to the tokenizer the shards were made with
         self.model_config = self._model_config(tok, max(self.data.train.vocab_size, tok.vocab_size))
+        for split in (self.data.train, self.data.val):
+            split.check_token_ids(self.model_config.vocab_size)
+        # what the rest of the setup reports is printed once it succeeded: a resume state that does
+        # not fit the model built now is then the only line
+        self._held = list(self.machine.notes)
         from lmlab.models import build_model
 
         torch.manual_seed(t.seed)
@@ -261,11 +277,15 @@ class Trainer:
             f"data: train {self.windows.num_tokens:,} tokens "
             f"{f'(the first of {self.data.train.num_tokens:,}) ' if cfg.data.max_tokens else ''}"
             f"({self.windows.windows_per_epoch:,} windows of {t.seq_len}), "
-            f"val {self.data.val.num_tokens:,} tokens ({len(starts)} eval windows); "
+            f"val {self.data.val.num_tokens:,} tokens ({len(starts)} eval windows) from "
+            f"{self.data.val_source}; "
             f"global batch {self.rows_per_step} x {t.seq_len} = {self.rows_per_step * t.seq_len:,} tokens"
         )
         if self.ckpt is not None:
             self._restore(self.ckpt)
+        held, self._held = self._held, None
+        for msg in held:
+            self.log(msg)
 
     def _speed_options(self, objective_cls) -> None:
         """Activation checkpointing, torch.compile, and the FLOPs and peak behind the MFU column."""
@@ -308,14 +328,20 @@ class Trainer:
                      "train.peak_tflops); the tflops column shows the achieved model TFLOP/s")
 
     def _saved_machine(self) -> dict | None:
+        """On resume, the machine choices saved in the newest checkpoint, once the files a resume
+        reads back (its train state and model config, the run's metrics log) are checked whole,
+        each against its file schema: before any work."""
         if not self.resume:
             return None
         path = latest_checkpoint(self.run_dir)
         if path is None:
             return None
-        from lmlab.fileio import read_json
+        from lmlab.models import read_checkpoint_meta
 
-        return read_json(path / "train_state.json", "train state").get("machine")
+        state = read_train_state(path)
+        read_checkpoint_meta(path)
+        read_metrics(self.run_dir / "metrics.jsonl")
+        return state.get("machine")
 
     def _model_config(self, tok, vocab_size: int):
         return model_config(self.cfg.model.preset, self.cfg.model.overrides, tok, vocab_size)
@@ -363,21 +389,24 @@ class Trainer:
         from lmlab.models.checkpoint import load_state
 
         tensors, meta, weights = load_train_checkpoint(path)
+        self.windows.check_position(meta["data_position"], str(path / "train_state.json"))  # before any walk
         sharded = path / SHARDED
         if (self.info.mode == "fsdp") != sharded.is_dir():
             saved_as = "FSDP (sharded)" if sharded.is_dir() else "a single process or DDP"
             raise LmlabError(f"{path} was written by a run with {saved_as}, this one runs "
                              f"{self.info.mode}",
                              "resume with the run's own train.distributed (and torchrun for FSDP)")
+        from lmlab.models import read_checkpoint_meta
         from lmlab.models.checkpoint import tokenizer_matches
 
-        if not tokenizer_matches(read_json(path / "config.json", "model config"), self.model.tokenizer):
+        if not tokenizer_matches(read_checkpoint_meta(path), self.model.tokenizer):
             raise LmlabError(f"{path} was trained with another tokenizer than the one the data gives now "
                              "(same size, other tokens): resuming would feed it ids that mean other words",
                              "resume with the run's own data and tokenizer, or start a new run")
         if self.info.mode == "fsdp":  # weights, objective and optimizer state, each rank its shards
             dist_.load_sharded(self.step_module, self.optimizer, sharded)
         else:
+            check_train_tensors(path, tensors, meta, self.optimizer, self.objective)
             load_state(self.model, weights, str(path))
             obj_state = {k[len("objective.") :]: v for k, v in tensors.items() if k.startswith("objective.")}
             if obj_state:
@@ -518,6 +547,10 @@ class Trainer:
         else:  # every rank writes its shards beside the checkpoint; rank 0 moves them in
             opt_meta = {"param_groups": []}
             sharded = self.run_dir / CHECKPOINTS / f".step_{self.step}.tmp-{self.rank0_pid}-sharded"
+            if self.info.is_main:  # marked as this process's, so a killed run's shards are removed next start
+                sharded.mkdir(parents=True, exist_ok=True)
+                start_temporary(sharded, "checkpoint shards")
+            dist_.barrier(self.info)
             dist_.save_sharded(self.step_module, self.optimizer, sharded)
             dist_.barrier(self.info)
         tensors.update(rng_tensors())
@@ -660,6 +693,7 @@ class Trainer:
             "world_size": self.info.world_size,
             "threads": self.machine.threads,
             "precision": self.machine.precision,
+            "machine": self.machine.record(),
         }
         if self.info.is_main:
             write_json(self.run_dir / "summary.json", summary)

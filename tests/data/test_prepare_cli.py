@@ -11,8 +11,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from assertions import exit_code
 
-from lmlab.cli import main
 from lmlab.data import TokenShards, val_score
 from lmlab.tokenizers import load_tokenizer, train_tokenizer
 
@@ -45,14 +45,15 @@ def expected_documents(path: Path) -> list[str]:
 
 
 def prepare(capsys, tok, inputs, out, *extra) -> tuple[int, str, str]:
-    code = main(["data", "prepare", "--tokenizer", str(tok), "--input", *map(str, inputs), "--out", str(out),
-                 *map(str, extra)])
+    code = exit_code(["data", "prepare", "--tokenizer", str(tok), "--input", *map(str, inputs), "--out",
+                      str(out), *map(str, extra)])  # a refused flag value: argparse's SystemExit(2)
     cap = capsys.readouterr()
     return code, cap.out, cap.err
 
 
 def all_files(directory: Path) -> dict[str, bytes]:
-    files = sorted(p for p in directory.rglob("*") if p.is_file())
+    """Every file's bytes; lmlab's manifests aside (they record when each file was written)."""
+    files = sorted(p for p in directory.rglob("*") if p.is_file() and p.name != ".lmlab-manifest.json")
     return {str(p.relative_to(directory)): p.read_bytes() for p in files}
 
 
@@ -241,10 +242,10 @@ def test_bad_inputs_are_one_line_errors(tmp_path, capsys, bytelevel_dir, corpus)
         ([empty], [], "empty.txt is empty"),
         ([blank], [], "blank.txt holds only whitespace"),
         ([latin], [], "latin.txt line 3"),
-        ([corpus[0]], ["--val-fraction", "1.0"], "val fraction must be in [0, 1)"),
-        ([corpus[0]], ["--val-fraction", "-0.1"], "val fraction must be in [0, 1)"),
-        ([corpus[0]], ["--workers", "0"], "workers must be at least 1"),
-        ([corpus[0]], ["--encoding", "klingon"], "unknown encoding"),
+        ([corpus[0]], ["--val-fraction", "1.0"], "argument --val-fraction: must be less than 1 (got '1.0')"),
+        ([corpus[0]], ["--val-fraction", "-0.1"], "argument --val-fraction: must be at least 0 (got '-0.1')"),
+        ([corpus[0]], ["--workers", "0"], "argument --workers: must be at least 1 (got '0')"),
+        ([corpus[0]], ["--encoding", "klingon"], "is not a text encoding Python knows (got 'klingon')"),
     ]
     for inputs, extra, needle in cases:
         err = one_line_error(*prepare(capsys, bytelevel_dir, inputs, out, *extra)[::2])
@@ -258,7 +259,7 @@ def test_bad_inputs_are_one_line_errors(tmp_path, capsys, bytelevel_dir, corpus)
         assert not out.exists()
 
     err = one_line_error(*prepare(capsys, bytelevel_dir, [corpus[0]], not_shards)[::2])
-    assert "not a token-shards directory" in err
+    assert "was not written by lmlab" in err
     assert (not_shards / "notes.txt").read_text() == "keep me"
 
     tiny = tmp_path / "tiny.txt"

@@ -16,7 +16,7 @@ import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
-from lmlab import ownership
+from lmlab import budget, ownership
 from lmlab.errors import LmlabError
 from lmlab.text_input import SURROGATE, surrogate_problem
 
@@ -76,11 +76,11 @@ def iter_text_lines(path: str | os.PathLike, encoding: str = "utf-8") -> Iterato
     lineno = 0
     try:
         with _open(p, "rt", encoding=enc, newline="") as f:
-            for lineno, line in enumerate(f, 1):  # noqa: B007
-                if enc != "utf-8-sig" and SURROGATE.search(line):  # utf-7, unicode_escape... can decode to one
+            for lineno, line in enumerate(_bounded_lines(f, p), 1):  # noqa: B007
+                if enc != "utf-8-sig" and SURROGATE.search(line):  # utf-7, unicode_escape... may make one
                     raise LmlabError(f"{p} line {lineno} is not text in {encoding} "
                                      f"({surrogate_problem(line, escaped_bytes=False)})",
-                                     "convert the file to UTF-8 or pass its encoding (e.g. --encoding latin-1)")
+                                     "convert the file to UTF-8 or pass its encoding (--encoding latin-1...)")
                 yield line
     except (gzip.BadGzipFile, EOFError) as e:
         raise LmlabError(f"{p} is not a complete gzip file ({e})",
@@ -95,19 +95,40 @@ def iter_text_lines(path: str | os.PathLike, encoding: str = "utf-8") -> Iterato
 
 
 def _open(path: Path, mode: str, **kwargs):
-    """``open``, or ``gzip.open`` for a ``.gz`` file."""
+    """``open``, or ``gzip.open`` for a ``.gz`` file (a stream: it is decompressed as it is read)."""
     return gzip.open(path, mode, **kwargs) if path.suffix == ".gz" else open(path, mode, **kwargs)
 
 
+def _bounded_lines(f, path: Path) -> Iterator[str]:
+    """The lines of the open text file ``f``, each refused beyond :data:`lmlab.budget.MAX_LINE_CHARS`
+    characters (a file without line breaks, a compressed file that expands without end) before it
+    is held whole: only a plain file too small to have such a line is read without the check."""
+    limit = budget.MAX_LINE_CHARS
+    if path.suffix != ".gz" and path.stat().st_size <= limit:
+        yield from f
+        return
+    read, lineno = f.readline, 0
+    while line := read(limit + 1):
+        lineno += 1
+        if len(line) > limit and line[-1] not in "\r\n":
+            raise LmlabError(f"{path} line {lineno} is longer than {limit:,} characters (a file without "
+                             "line breaks, or a compressed file that expands without end)",
+                             "split the text into lines, or pass another file")
+        yield line
+
+
 def _locate_decode_error(path: Path, encoding: str) -> tuple[int, bytes] | None:
-    """(1-based line number, offending byte) of the first undecodable byte in ``path``, if found."""
+    """(1-based line number, offending byte) of the first undecodable byte in ``path``, if found
+    (read in pieces of at most 1 MB: a line is never held whole)."""
     decoder = codecs.getincrementaldecoder(encoding)()
+    lineno = 1
     with _open(path, "rb") as f:
-        for lineno, raw in enumerate(f, 1):
+        while raw := f.readline(1 << 20):
             try:
                 decoder.decode(raw)
             except UnicodeDecodeError as e:
                 return lineno, e.object[e.start:e.start + 1]
+            lineno += raw.endswith(b"\n")
     return None
 
 

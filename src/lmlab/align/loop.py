@@ -42,11 +42,11 @@ from lmlab.align.logprobs import check_generative, encode_response, pair_rows, r
 from lmlab.align.pairs import PreferencePair, read_preferences
 from lmlab.errors import LmlabError
 from lmlab.fileio import atomic_dir, check_replaceable_dir, write_json
-from lmlab.finetune.loop import autocast_dtype, epoch_batches, load_trainable_model
+from lmlab.finetune.loop import epoch_batches, load_trainable_model
+from lmlab.runtime import Machine, resolve
 from lmlab.tasks import collate
 from lmlab.tasks.base import pad_id_of
 from lmlab.tasks.readers import BadLines, limit
-from lmlab.train.device import Machine, pick_device
 from lmlab.train.engine import Engine
 from lmlab.train.metrics import MetricsLog
 from lmlab.train.optim import adamw, warmup_decay_lr
@@ -243,7 +243,7 @@ class Setup:
         with atomic_dir(self.out, marker=SUMMARY_FILE, what="aligned model") as tmp:
             save_checkpoint(model, tmp, tokenizer=model.tokenizer)
             write_json(tmp / EVAL_FILE, metrics)
-            write_json(tmp / SUMMARY_FILE, summary)
+            write_json(tmp / SUMMARY_FILE, {**summary, "machine": self.machine.record()})
             (tmp / METRICS_FILE).write_text(rows, encoding="utf-8")
             if extra is not None:
                 extra(tmp)
@@ -255,10 +255,8 @@ def setup(checkpoint, train, dev, out, hparams: dict[str, Any], tokenizer, log) 
     cfg = AlignConfig.from_dict(hparams)
     say = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
     out_dir = None if out is None else check_replaceable_dir(out, SUMMARY_FILE, "aligned model")
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
-    device = pick_device(cfg.device)
-    machine = Machine(device, torch.get_num_threads(), autocast_dtype(cfg.precision, device), [])
+    machine = resolve(cfg.device, cfg.threads, cfg.precision)
+    device = machine.device
     torch.manual_seed(cfg.seed)
     bad = BadLines(cfg.on_bad_line, say)
     train_pairs = limit(read_pairs(train, "train", bad, cfg.task), cfg.max_train_examples)

@@ -183,11 +183,28 @@ def rollout_numbers(rm: RewardModel, sampler: Sampler, pairs: PairSet, batch_siz
             "chosen_rate": hits / len(pairs)}
 
 
+def check_policy_batch_fits(model: nn.Module, cfg, device) -> None:
+    """Refuse, before any training, a policy micro-batch that cannot fit (:mod:`lmlab.budget`):
+    ``batch_size x samples`` rows of up to ``max_length`` tokens, trained through the policy (its
+    activations) and read by the frozen reference (its logits)."""
+    from lmlab import budget
+
+    mc = model.config
+    rows, length = cfg.batch_size * cfg.samples, position_limit(model, cfg.max_length)
+    vocab, width, layers = int(mc.vocab_size), int(mc.d_model), int(mc.n_layers)
+    need = budget.activation_bytes(rows * length, vocab, width, layers)  # the policy, trained
+    need += budget.tensor_bytes(rows, length, vocab)                      # the reference's logits
+    budget.require_fits(need, f"an RLHF micro-batch of {cfg.batch_size:,} prompts x {cfg.samples:,} samples "
+                        f"of up to {length:,} tokens", "lower --samples or --batch-size (raise --grad-accum "
+                        "to keep the batch), or --max-length", device)
+
+
 def rlhf(run: Setup) -> AlignResult:
     cfg, model, say = run.cfg, run.model, run.say
     if model.architecture != "decoder":
         raise LmlabError("rlhf samples responses from a decoder; this checkpoint is an encoder-decoder",
                          "use --method dpo for T5 and BART checkpoints")
+    check_policy_batch_fits(model, cfg, run.machine.device)
     t0 = time.perf_counter()
     train_set, dev_set = PairSet(run.train, model, cfg), PairSet(run.dev, model, cfg)
     prompts = sorted({p.prompt for p in run.train})

@@ -24,6 +24,7 @@ import threading
 import numpy as np
 import torch
 
+from lmlab.budget import MAX_EPOCHS
 from lmlab.data.batch import TokenBatch
 from lmlab.data.shards import TokenShards
 from lmlab.errors import LmlabError
@@ -102,8 +103,19 @@ class PackedWindows:
     def windows_per_epoch(self) -> int:
         return self.num_tokens // self.seq_len
 
+    def check_position(self, position: int, where: str) -> None:
+        """Refuse a data position (read from ``where``, a resume state) that stands for more than
+        :data:`lmlab.budget.MAX_EPOCHS` passes over the data: finding its window walks every epoch."""
+        epochs = position // max(1, self.windows_per_epoch)
+        if epochs > MAX_EPOCHS:
+            raise LmlabError(f"{where}: data position {position:,} is {epochs:,} passes over the training "
+                             f"data ({self.windows_per_epoch:,} windows), more than the {MAX_EPOCHS:,} a run "
+                             "may make",
+                             "resume from an earlier checkpoint (delete this one) or start a new run")
+
     def start_of(self, position: int) -> int:
         """Token offset of the window at sampling ``position`` (0, 1, 2, ... across epochs)."""
+        self.check_position(position, "the training data")
         epoch, i = 0, position
         while i >= self._length(epoch):  # epochs can differ by one window (offset)
             i -= self._length(epoch)

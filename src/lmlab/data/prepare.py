@@ -15,7 +15,10 @@ The pipeline (one pass over the input, bounded memory):
    leakage.
 3. **Encode.** Batches of documents (about 256 KB of text) go to ``workers`` processes; each
    loads the tokenizer once and runs ``tokenizer.encode`` on every document. Results come back
-   in input order, so any worker count writes byte-identical shards.
+   in input order, so any worker count writes byte-identical shards. The workers are spawned, or
+   forked when the caller is a script calling from its top level without a ``__main__`` guard
+   (a spawned worker would run that script again); where neither is safe the work runs in the
+   caller, with a note (:mod:`lmlab.processes`).
 4. **Write.** :class:`~lmlab.data.shards.ShardWriter` appends ids to the split's shards
    (uint16 or uint32) and records document starts. Everything is built in a temporary directory
    next to ``out`` and renamed into place only at the end (:func:`lmlab.fileio.atomic_dir`).
@@ -23,20 +26,20 @@ The pipeline (one pass over the input, bounded memory):
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import signal
 import sys
 import time
-from collections import deque
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from lmlab.budget import cap_workers
 from lmlab.data.records import input_bytes, is_dataset_dir, is_record_file, iter_record_texts
 from lmlab.data.shards import (
     INDEX_FILE,
@@ -49,6 +52,7 @@ from lmlab.data.shards import (
 )
 from lmlab.errors import LmlabError
 from lmlab.fileio import atomic_dir, check_encoding, check_input_file, iter_text_lines
+from lmlab.processes import ordered_results, start_method, worker_pool
 from lmlab.tokenizers import load_tokenizer
 
 DOC_SEPARATORS = ("blank-line", "line", "file")
@@ -178,20 +182,33 @@ class PrepareSummary:
     input_bytes: int
     workers: int
     inputs: list[dict[str, Any]] = field(default_factory=list)
+    val_fraction: float = 0.0
+    replaced: bool = False  # ``out`` held earlier shards, which these replaced
+    workers_note: str | None = None  # why ``workers`` is fewer than were asked for
 
     @property
     def mb_per_s(self) -> float:
         return self.input_bytes / 1e6 / max(self.seconds, 1e-9)
 
-    def report(self) -> str:
+    def report(self, split_names: dict[str, str] | None = None) -> str:
+        """A few lines for people: what was written, then one line per split. The val split is left
+        out when no val fraction was asked for (it is empty by design); ``split_names`` renames
+        splits in the lines, e.g. ``{"train": "val"}`` for a folder that holds validation text only."""
+        names = split_names or {}
         docs = sum(s["documents"] for s in self.splits.values())
-        lines = [f"prepared {self.out}/: {docs:,} documents, {self.input_bytes / 1e6:.2f} MB of text in "
+        what = "replaced the earlier shards in" if self.replaced else "prepared"
+        lines = [f"{what} {self.out}/: {docs:,} documents, {self.input_bytes / 1e6:.2f} MB of text in "
                  f"{self.seconds:.1f}s ({self.mb_per_s:.2f} MB/s, {self.workers} worker"
                  f"{'s' if self.workers != 1 else ''}), {self.dtype} ids, vocabulary {self.vocab_size:,}"]
+        if self.workers_note:
+            lines.append(f"  note: {self.workers_note}")
         for name, s in self.splits.items():
+            if name == "val" and not s["documents"] and not self.val_fraction:
+                continue
             bpt = s["bytes"] / s["tokens"] if s["tokens"] else 0.0
             n = len(s["shards"])
-            lines.append(f"  {name + ':':6} {s['documents']:>9,} documents {s['tokens']:>13,} tokens "
+            label = names.get(name, name) + ":"
+            lines.append(f"  {label:6} {s['documents']:>9,} documents {s['tokens']:>13,} tokens "
                          f"{bpt:5.2f} bytes/token  {n} shard{'s' if n != 1 else ''}")
         return "\n".join(lines)
 
@@ -223,6 +240,7 @@ def prepare_shards(tokenizer: str | os.PathLike, inputs: Sequence[str | os.PathL
     workers = default_workers() if workers is None else workers
     if workers < 1:
         raise LmlabError(f"workers must be at least 1, got {workers}", "pass e.g. --workers 2")
+    workers, workers_note = cap_workers(workers)  # each worker is a process with its own tokenizer
     if shard_tokens < 1:
         raise LmlabError(f"shard size must be at least 1 token, got {shard_tokens}",
                          "pass e.g. --shard-tokens 100000000")
@@ -242,7 +260,13 @@ def prepare_shards(tokenizer: str | os.PathLike, inputs: Sequence[str | os.PathL
     _check_out(out, files)
     if progress is None:
         progress = sys.stderr.isatty()
+    # spawn (the parent may hold threads that a fork would copy mid-lock), unless that would run an
+    # unguarded script again; then fork, or this process (lmlab.processes)
+    method = None if workers == 1 else start_method("data preparation", workers)
+    if method is None:
+        workers = 1
 
+    replaced = (out / INDEX_FILE).is_file()  # atomic_dir refuses an ``out`` that is not earlier shards
     with atomic_dir(out, marker=INDEX_FILE, what="token-shards") as tmp:
         tok_dir = tok.save(tmp / TOKENIZER_DIR)
         writers = {s: ShardWriter(tmp, s, dtype, shard_tokens) for s in SPLITS}
@@ -259,18 +283,21 @@ def prepare_shards(tokenizer: str | os.PathLike, inputs: Sequence[str | os.PathL
                 per_file.append({"path": str(f.resolve()), "bytes": input_bytes(f), "documents": n})
 
         init_args = (str(tok_dir), dtype.str, seed, val_fraction, eos_id)
-        bar = _progress_bar(sum(input_bytes(f) for f in files), progress)
         try:
-            for result in _run_batches(_batches(documents()), workers, init_args):
-                for split, (ids, lengths, nbytes) in result.items():
-                    writers[split].add(ids, lengths, nbytes)
-                    bar.update(nbytes)
+            # the workers start before the progress bar's thread does (a fork copies no thread)
+            with _encoder(method, workers, init_args) as encode:
+                bar = _progress_bar(sum(input_bytes(f) for f in files), progress)
+                try:
+                    for result in encode(_batches(documents())):
+                        for split, (ids, lengths, nbytes) in result.items():
+                            writers[split].add(ids, lengths, nbytes)
+                            bar.update(nbytes)
+                finally:
+                    bar.close()
         except BaseException:
             for w in writers.values():
                 w.abort()
             raise
-        finally:
-            bar.close()
         splits = {s: w.close() for s, w in writers.items()}
         if splits["train"]["tokens"] == 0:
             raise LmlabError("no document went to the train split", "lower --val-fraction or add more text")
@@ -288,7 +315,8 @@ def prepare_shards(tokenizer: str | os.PathLike, inputs: Sequence[str | os.PathL
         )
     seconds = time.perf_counter() - t0
     total = sum(s["bytes"] for s in splits.values())
-    return PrepareSummary(out, dtype.name, tok.vocab_size, splits, seconds, total, workers, per_file)
+    return PrepareSummary(out, dtype.name, tok.vocab_size, splits, seconds, total, workers, per_file,
+                          val_fraction, replaced, workers_note)
 
 
 def _progress_bar(total: int, enabled: bool):
@@ -298,23 +326,16 @@ def _progress_bar(total: int, enabled: bool):
                 dynamic_ncols=True, leave=False)
 
 
-def _run_batches(batches: Iterable[list[str]], workers: int, init_args: tuple) -> Iterator[dict]:
-    """Encode batches in order, in-process (1 worker) or in a pool with bounded look-ahead."""
-    if workers == 1:
+@contextlib.contextmanager
+def _encoder(method: str | None, workers: int, init_args: tuple) -> Iterator[Callable[[Iterable], Iterator]]:
+    """A function from batches to their encodings, in order: in this process (``method`` None), or
+    on a pool of ``workers`` processes with bounded look-ahead, started before the block runs."""
+    if method is None:
         _init_worker(*init_args)
         try:
-            for batch in batches:
-                yield _encode_batch(batch)
+            yield lambda batches: map(_encode_batch, batches)
         finally:
             _STATE.clear()
         return
-    # spawn, not fork: the parent may hold threads (torch, tqdm) that fork would copy mid-lock.
-    ctx = get_context("spawn")
-    with ctx.Pool(workers, initializer=_init_pool_worker, initargs=init_args) as pool:
-        pending: deque = deque()
-        for batch in batches:
-            pending.append(pool.apply_async(_encode_batch, (batch,)))
-            if len(pending) >= 2 * workers:
-                yield pending.popleft().get()
-        while pending:
-            yield pending.popleft().get()
+    with worker_pool(method, workers, "data preparation", _init_pool_worker, init_args) as pool:
+        yield lambda batches: ordered_results(pool, _encode_batch, batches, ahead=2 * workers)

@@ -32,6 +32,7 @@ from collections.abc import Sequence
 
 import torch
 
+from lmlab import budget
 from lmlab.errors import LmlabError
 from lmlab.generate.sampling import (
     LogitsProcessor,
@@ -242,6 +243,11 @@ def generate(model, input_ids: torch.Tensor, attention_mask: torch.Tensor | None
             raise LmlabError("the model config has no decoder_start_token_id",
                              "pass decoder_start_token_id=...")
     _check_length(model, input_ids.shape[1] if kind != "seq2seq" else 1, max_new_tokens)
+    rows = input_ids.shape[0] * (num_beams if num_beams > 1 else num_return_sequences)
+    need = generation_bytes(model, rows, input_ids.shape[1], max_new_tokens, use_cache, num_beams)
+    budget.require_fits(need, f"generating {rows:,} sequence(s) of up to {max_new_tokens:,} new tokens",
+                        "generate fewer samples or beams at once (--num-samples, --num-beams), or fewer "
+                        "tokens (--max-new-tokens)", input_ids.device)
 
     if generator is None and seed is not None:
         generator = torch.Generator(device=input_ids.device).manual_seed(seed)
@@ -262,6 +268,25 @@ def generate(model, input_ids: torch.Tensor, attention_mask: torch.Tensor | None
                                 pad_token_id=pad_token_id, generator=generator)
     finally:
         model.train(was_training)
+
+
+def generation_bytes(model, rows: int, prompt_len: int, max_new_tokens: int, use_cache: bool = True,
+                     num_beams: int = 1) -> int:
+    """Coarse memory of generating ``rows`` sequences (prompts x samples, or x beams) from prompts
+    of ``prompt_len`` tokens (:mod:`lmlab.budget`): the largest logits of one forward pass (the
+    whole prompt, or the whole sequence without a cache), a few copies of one step's scores, the
+    KV cache (the LSTM's state is smaller) and the token rows (three more for beam search)."""
+    cfg = model.config
+    vocab, width = int(cfg.vocab_size), int(getattr(cfg, "d_model", 0) or 0)
+    layers = int(getattr(cfg, "decoder_layers", None) or getattr(cfg, "n_layers", 0) or 0)
+    seq2seq = getattr(model, "architecture", "") == "seq2seq"
+    length = (1 if seq2seq else prompt_len) + max_new_tokens
+    fed = (1 if seq2seq else prompt_len) if use_cache else length
+    logits = budget.tensor_bytes(rows, fed, vocab) + budget.tensor_bytes(4, rows, vocab)
+    cache = budget.tensor_bytes(rows, length + (prompt_len if seq2seq else 0), layers, 2, width)
+    hidden = budget.tensor_bytes(rows, fed, width, 8)  # a forward pass's activations, kept briefly
+    tokens = budget.tensor_bytes(rows, length, 4 if num_beams > 1 else 1, itemsize=8)
+    return logits + (cache if use_cache else 0) + hidden + tokens
 
 
 def _check_prompt(model, input_ids) -> torch.Tensor:

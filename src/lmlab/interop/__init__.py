@@ -110,17 +110,31 @@ class _HFConfig(dict):
             f"{self.path} lacks {key!r}", "the config.json is incomplete: re-save it with transformers")
 
 
+def check_hf_config(hf_config: dict, path: Path) -> None:
+    """The keys of a Hugging Face ``config.json`` that lmlab's converters read, checked against
+    its model type's file schema (:data:`lmlab.file_schemas.HF_CONFIG_FIELDS`): a string where a
+    number belongs (``"layer_norm_epsilon": "1e-5"``), a negative epsilon or a null size is one line
+    naming the key, before any weight is read."""
+    from lmlab import values
+    from lmlab.file_schemas import HF_CONFIG_FIELDS, HFConfigHead
+
+    fix = "correct that value in config.json (or save the model again with transformers)"
+    values.check(HFConfigHead, hf_config, where=str(path), fix=fix)
+    converter(hf_config["model_type"])  # an unsupported type is named before its keys are judged
+    values.check(HF_CONFIG_FIELDS[hf_config["model_type"]], hf_config, where=str(path), fix=fix)
+
+
 def hf_import(directory: str | os.PathLike):
     """Load a Hugging Face model directory as an lmlab model (eval mode, float32 as stored)."""
     d = Path(directory)
     hf_config = read_json(d / "config.json", "model config")
-    if isinstance(hf_config, dict):
-        hf_config = _HFConfig(hf_config, d / "config.json")
     model_type = hf_config.get("model_type") if isinstance(hf_config, dict) else None
     if not model_type:
         raise LmlabError(
             f"{d / 'config.json'} has no model_type", "pass an lmlab checkpoint or an HF model dir"
         )
+    check_hf_config(hf_config, d / "config.json")
+    hf_config = _HFConfig(hf_config, d / "config.json")
     module = converter(model_type)
     state = read_hf_weights(d)
     model = module.from_hf(hf_config, state, list(hf_config.get("architectures") or []))

@@ -14,6 +14,7 @@ from __future__ import annotations
 import torch
 
 from lmlab.errors import LmlabError
+from lmlab.models import check_fits_in_memory
 from lmlab.models.checkpoint import load_state
 from lmlab.models.config import DecoderConfig
 from lmlab.models.decoder import DecoderModel
@@ -310,7 +311,8 @@ def from_hf(hf_config: dict, state: dict, architectures: list[str]) -> DecoderMo
         p = _gpt2_prefix(state)
         if not bool((state["lm_head.weight"] == state[p + "wte.weight"]).all()):
             cfg.tie_embeddings = False
-    model = DecoderModel(cfg.validate(), heads=heads)
+    check_fits_in_memory(cfg.validate(), "decoder")  # before the tables of a huge config are allocated
+    model = DecoderModel(cfg, heads=heads)
     if family == "gpt2":
         own, used = _gpt2_to_lmlab(model, state, _gpt2_prefix(state))
     else:

@@ -15,6 +15,7 @@ Supported HF classes: ``<Family>Model``, ``BertForMaskedLM``/``RobertaForMaskedL
 from __future__ import annotations
 
 from lmlab.errors import LmlabError
+from lmlab.models import check_fits_in_memory
 from lmlab.models.config import EncoderConfig
 from lmlab.models.encoder import EncoderModel
 
@@ -326,7 +327,8 @@ def from_hf(hf_config: dict, state: dict, architectures: list[str]) -> EncoderMo
         )
         if dec is not None and not bool((dec == word).all()):
             cfg.tie_embeddings = False  # a checkpoint whose head was trained apart from the embeddings
-    model = EncoderModel(cfg.validate(), heads=heads)
+    check_fits_in_memory(cfg.validate(), "encoder")  # before the tables of a huge config are allocated
+    model = EncoderModel(cfg, heads=heads)
     names = name_map(model, prefix)
     tied = {n for n in names if model.config.tie_embeddings and n == "heads.mlm.decoder.weight"}
     own, used, missing = {}, set(), []

@@ -39,6 +39,7 @@ import torch
 from torch import Tensor
 
 from lmlab.errors import LmlabError
+from lmlab.models import check_fits_in_memory
 from lmlab.models.config import Seq2SeqConfig
 from lmlab.models.seq2seq import Seq2SeqModel
 
@@ -265,6 +266,7 @@ def from_hf(hf_config: dict, state: dict[str, Tensor],
     head = state.get("lm_head.weight")
     tied = head is None or (head.shape == shared.shape and torch.equal(head, shared))
     cfg = _t5_config(hf_config, tied) if model_type == "t5" else _bart_config(hf_config, tied)
+    check_fits_in_memory(cfg, "seq2seq")  # before the tables of a huge config are allocated
     model = Seq2SeqModel(cfg)
     name = _namer(model, prefix)
     new_state, used = {}, set()

@@ -32,15 +32,16 @@ import copy
 import difflib
 import hashlib
 import json
-import math
 import os
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lmlab import values
 from lmlab.errors import LmlabError
 from lmlab.fileio import check_name
+from lmlab.values import Flops, Seed, Seeds
 
 __all__ = [
     "MIN_STEPS",
@@ -63,6 +64,8 @@ __all__ = [
 NONE = "none"
 #: a budget that buys fewer optimizer steps than this is refused
 MIN_STEPS = 10
+#: a budget in tokens or FLOPs: finite and positive
+BudgetAmount = Flops
 
 GRID_KEYS = (
     "name",
@@ -281,6 +284,20 @@ def steps_for_budget(budget: Budget, tokens_per_step: int, step_flops: float) ->
     return int(budget.amount // step_flops) if step_flops > 0 else 0
 
 
+def _check_not_endless(steps: int, budget: Budget, arm: Arm, tokens_per_step: int, step_flops: float) -> None:
+    """Refuse a budget that buys more than :data:`lmlab.budget.MAX_STEPS` optimizer steps: a run
+    that would never end (``budget.flops = 1e300``), refused before anything is planned."""
+    from lmlab.budget import MAX_STEPS
+
+    if steps <= MAX_STEPS:
+        return
+    where = f"arms.{arm.name}.budget" if arm.budget else "budget"
+    per_step = tokens_per_step if budget.kind == "tokens" else step_flops
+    raise LmlabError(f"budget {budget} buys {steps:.3g} optimizer steps for arm {arm.name!r}, more than "
+                     f"the {MAX_STEPS:,} a run may take", f"lower {where}.{budget.kind} to at most "
+                     f"{MAX_STEPS * per_step:.3g}")
+
+
 def _parse_budget(value) -> Budget:
     fix = "write budget = {tokens = 1000000} or budget = {flops = 1e13}"
     if not isinstance(value, dict) or len(value) != 1:
@@ -288,14 +305,7 @@ def _parse_budget(value) -> Budget:
     ((kind, amount),) = value.items()
     if kind not in ("tokens", "flops"):
         raise LmlabError(f"unknown budget kind {kind!r}", f"{_suggest(kind, ['tokens', 'flops'])}; {fix}")
-    if (
-        isinstance(amount, bool)
-        or not isinstance(amount, (int, float))
-        or not math.isfinite(amount)
-        or amount <= 0
-    ):
-        raise LmlabError(f"budget.{kind} must be a positive number, got {amount!r}", fix)
-    return Budget(kind, float(amount))
+    return Budget(kind, values.check(BudgetAmount, amount, f"budget.{kind}", fix))
 
 
 # --------------------------------------------------------------------------- loading
@@ -329,24 +339,44 @@ def load_grid(source: str | os.PathLike | dict[str, Any], overrides: list[str] |
             raise LmlabError(f"grid file {path} is not UTF-8 (byte {bad!r} at offset {e.start})",
                              "save it as UTF-8 (TOML files always are)") from None
         where = str(path)
+    if not isinstance(raw, dict):
+        raise LmlabError(f"{where} must be a TOML table of grid keys, got {raw!r}", "see configs/grids/")
+    try:
+        return _plan(raw, where, overrides)
+    except LmlabError as e:  # every value of the grid is named with the file it came from
+        if where == "grid":
+            raise
+        raise LmlabError(f"{where}: {e.problem}", e.fix) from None
+
+
+def _grid_name(raw: dict[str, Any], where: str) -> str:
+    """The grid's ``name`` (default: the file's stem), which names its output folder: a file name."""
+    name = raw.get("name")
+    if name is None:
+        return check_name(Path(where).stem if where != "grid" else "grid", "grid name (the file's stem)")
+    if not isinstance(name, str):
+        raise LmlabError(f"the grid's name must be text, got {name!r}", 'write e.g. name = "objectives"')
+    return check_name(name, "grid name")
+
+
+def _seeds(raw: dict[str, Any]) -> list[int]:
+    seeds = raw.get("seeds", [0])
+    if isinstance(seeds, int) and not isinstance(seeds, bool):
+        seeds = [seeds]
+    seeds = values.check(Seeds, seeds, "seeds", "write e.g. seeds = [0, 1, 2]")
+    if len(set(seeds)) != len(seeds):
+        raise LmlabError(f"seeds must be distinct, got {seeds!r}", "write e.g. seeds = [0, 1, 2]")
+    return seeds
+
+
+def _plan(raw: dict[str, Any], where: str, overrides: list[str] | None) -> Grid:
+    """The checked grid of ``raw`` (read from ``where``) with its runs planned."""
     for item in overrides or []:
         _apply_override(raw, item)
     _check_keys(raw, GRID_KEYS, "the grid")
 
-    name = str(raw.get("name") or (Path(where).stem if where != "grid" else "grid"))
-    seeds = raw.get("seeds", [0])
-    if isinstance(seeds, int) and not isinstance(seeds, bool):
-        seeds = [seeds]
-    if (
-        not isinstance(seeds, list)
-        or not seeds
-        or len(set(seeds)) != len(seeds)
-        or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds)
-    ):
-        raise LmlabError(
-            f"seeds must be a list of distinct non-negative integers, got {seeds!r}",
-            "write e.g. seeds = [0, 1, 2]",
-        )
+    name = _grid_name(raw, where)
+    seeds = _seeds(raw)
     if "budget" not in raw:
         raise LmlabError(
             "the grid has no budget", "add budget = {tokens = 1000000} or budget = {flops = 1e13}"
@@ -379,6 +409,10 @@ def load_grid(source: str | os.PathLike | dict[str, Any], overrides: list[str] |
     sizes = {check_name(str(k), "size name"): _table(v, f"sizes.{k}") for k, v in sizes_raw.items()}
 
     arms = _parse_arms(raw.get("arms"))
+    for arm in arms:  # a run takes its seed from the grid's seeds; one written here must still be a seed
+        if "seed" in {**shared_train, **arm.train}:
+            values.check(Seed, {**shared_train, **arm.train}["seed"], f"arm {arm.name!r}: train.seed",
+                         "remove it: every run takes its seed from the grid's seeds")
     tasks = _parse_tasks(raw.get("tasks"), _table(raw.get("finetune"), "finetune"))
 
     from lmlab.train.config import load_config
@@ -427,6 +461,7 @@ def load_grid(source: str | os.PathLike | dict[str, Any], overrides: list[str] |
                         else _try_flops(model_config, arm, t.seq_len, rows)
                     )
                     steps = steps_for_budget(run_budget, tokens_per_step, step_flops)
+                    _check_not_endless(steps, run_budget, arm, tokens_per_step, step_flops)
                     if steps < MIN_STEPS:
                         need = MIN_STEPS * (tokens_per_step if run_budget.kind == "tokens" else step_flops)
                         where = f"arms.{arm.name}.budget" if arm.budget else "budget"
@@ -633,7 +668,7 @@ def _parse_tasks(value, shared: dict[str, Any]) -> list[TaskSpec]:
                 settings[cap] = entry[cap]
         settings["progress"] = False
         try:
-            FinetuneConfig.from_dict({**settings, "seed": 0})
+            FinetuneConfig.from_dict({**settings, "seed": 0}, where="finetune.")
         except (LmlabError, TypeError) as e:
             raise LmlabError(f"task {name!r}: {e}") from None
         if any(t.name == name for t in tasks):
@@ -653,7 +688,8 @@ def _check_task(task: TaskSpec, arm: Arm) -> None:
             "use encoder, decoder or encoder-decoder presets, or drop [[tasks]]",
         )
     try:
-        make_task(task.task, arm.architecture, **FinetuneConfig.from_dict(task.settings).task_options())
+        options = FinetuneConfig.from_dict(task.settings, where="finetune.").task_options()
+        make_task(task.task, arm.architecture, **options)
     except LmlabError as e:
         raise LmlabError(f"arm {arm.name!r}, task {task.name!r}: {e}") from None
 

@@ -45,6 +45,7 @@ from typing import Any, TypeVar
 import torch
 from torch import Tensor, nn
 
+from lmlab import budget
 from lmlab.data.batch import TokenBatch
 from lmlab.errors import LmlabError
 from lmlab.objectives.base import Objective, token_signal
@@ -58,9 +59,11 @@ from lmlab.objectives.masking import (
 )
 from lmlab.objectives.mlm import check_probability
 from lmlab.tokenizers.base import sentinel_tokens
+from lmlab.values import Count, Positive, Probability, choice
 
 T = TypeVar("T")
 VARIANTS = ("spans", "drop", "bert", "prefix_lm")
+Variant = choice(*VARIANTS)
 
 
 def corrupt_spans(tokens: Sequence[T], spans: Sequence[tuple[int, int]],
@@ -155,6 +158,14 @@ def padding_inputs(rows: list[list[int]], mask: Tensor) -> dict[str, Tensor]:
     return {"attention_mask": mask} if len({len(r) for r in rows}) > 1 else {}
 
 
+def _check_sentinel_count(n) -> None:
+    """Refuse, before the token list is made, a sentinel count that is no count or cannot fit."""
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise LmlabError(f"objective.num_sentinels must be a whole number >= 0, got {n!r}", "T5 uses 100")
+    budget.require_fits(n * budget.TOKEN_TABLE_BYTES, f"{n:,} sentinel tokens",
+                        "lower objective.num_sentinels (T5 uses 100)")
+
+
 class SpanCorruption(Objective):
     """T5 span corruption for encoder-decoders (see the module docstring)."""
 
@@ -188,8 +199,8 @@ class SpanCorruption(Objective):
             source, target = seq_len // 2 + 1, seq_len - seq_len // 2 + 1
         return float(training_flops(model_config, source, rows, decoder_len=target))
 
-    def __init__(self, tokenizer, noise_density: float = 0.15, mean_span_length: float = 3.0,
-                 variant: str = "spans", num_sentinels: int = 100, add_eos: bool = True):
+    def __init__(self, tokenizer, noise_density: Probability = 0.15, mean_span_length: Positive = 3.0,
+                 variant: Variant = "spans", num_sentinels: Count = 100, add_eos: bool = True):
         if variant not in VARIANTS:
             raise LmlabError(f"unknown T5 objective variant {variant!r}",
                              f"choose one of: {', '.join(VARIANTS)}")
@@ -198,6 +209,7 @@ class SpanCorruption(Objective):
             raise LmlabError(f"objective.mean_span_length must be at least 1, got {mean_span_length!r}",
                              "T5 uses 3")
         if variant == "spans":
+            _check_sentinel_count(num_sentinels)
             missing = [t for t in sentinel_tokens(num_sentinels) if t not in tokenizer.token_to_id]
             if missing:
                 tokenizer.add_special_tokens(missing)

@@ -19,7 +19,10 @@ The texts are cut into chunks of ``chunk_size`` texts. What makes it fast:
   cached word and every list of ids made so far, about a tenth of the time; it has nothing to
   free here) and restored afterwards.
 * elsewhere (or with other threads running) the workers are *spawned*: each receives the
-  tokenizer once (pickled without its caches) and then chunks in order from a pool.
+  tokenizer once (pickled without its caches) and then chunks in order from a pool. A spawned
+  worker runs the caller's main module again, so a script that calls ``encode_many`` from its
+  top level without a ``__main__`` guard gets no spawned workers: the texts are encoded in the
+  caller, after a note on stderr (:mod:`lmlab.processes`), and nothing hangs.
 
 The result equals ``[tok.encode(t) for t in texts]``, in input order.
 """
@@ -28,14 +31,13 @@ from __future__ import annotations
 
 import gc
 import queue
-import sys
-import threading
 from array import array
 from collections.abc import Iterator, Sequence
 from itertools import accumulate, chain
 from multiprocessing import get_context
 from typing import Any
 
+from lmlab.processes import fork_is_safe, ordered_results, start_method, worker_pool
 from lmlab.tokenizers.gc_pause import gc_paused
 
 #: The work of a forked pool, set by the caller just before the fork: (tokenizer, texts, chunk
@@ -135,14 +137,17 @@ def _encode_chunk(texts: list[str]) -> Packed:
 def can_fork() -> bool:
     """Fork is used on Linux while the caller runs a single Python thread (forking a process
     with other threads risks copying a lock that one of them holds)."""
-    return sys.platform.startswith("linux") and threading.active_count() == 1
+    return fork_is_safe()
 
 
 def encode_parallel(tok, texts: Sequence[str], workers: int, chunk_size: int) -> list[list[int]]:
     """``[tok.encode(t) for t in texts]`` on ``workers`` processes (the caller's included)."""
     bounds = [(a, min(a + chunk_size, len(texts))) for a in range(0, len(texts), chunk_size)]
+    method = "fork" if can_fork() else start_method("encode_many", workers)
     with gc_paused():
-        if can_fork():
+        if method is None:
+            return [tok.encode(t) for t in texts]
+        if method == "fork":
             chunks = _forked(tok, texts, bounds, workers)
         else:
             chunks = _spawned(tok, texts, bounds, workers)
@@ -202,6 +207,6 @@ def _collect(results, chunks: list, procs: list, block: bool) -> int:
 
 
 def _spawned(tok, texts: Sequence[str], bounds: list[tuple[int, int]], workers: int) -> list[list[list[int]]]:
-    ctx = get_context("spawn")
-    with ctx.Pool(workers, initializer=_set_tokenizer, initargs=(tok,)) as pool:
-        return [_unpack(packed) for packed in pool.imap(_encode_chunk, (texts[a:b] for a, b in bounds))]
+    with worker_pool("spawn", workers, "encode_many", _set_tokenizer, (tok,)) as pool:
+        chunks = (texts[a:b] for a, b in bounds)
+        return [_unpack(packed) for packed in ordered_results(pool, _encode_chunk, chunks, 2 * workers)]

@@ -29,8 +29,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lmlab import values
 from lmlab.errors import LmlabError
-from lmlab.fileio import check_encoding
+from lmlab.values import (
+    Count,
+    Device,
+    Encoding,
+    Epsilon,
+    Fraction,
+    LearningRate,
+    NonNegative,
+    PathText,
+    Seed,
+    Size,
+    Text,
+    Threads,
+    WeightDecay,
+    Workers,
+    choice,
+)
 
 SECTIONS = ("model", "objective", "data", "train")
 SCHEDULES = ("cosine", "linear", "constant")
@@ -38,6 +55,17 @@ PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 DISTRIBUTED = ("auto", "ddp", "fsdp")
 COMPILE_BACKENDS = ("inductor", "aot_eager", "eager")
 ATTENTION = ("auto", "sdpa", "flex")
+PROGRESS = ("auto", "on", "off")
+#: = lmlab.data.prepare.DOC_SEPARATORS (written out: that module loads the tokenizers)
+DOC_SEPARATORS = ("blank-line", "line", "file")
+# the enumerated keys, as value types (lmlab.values)
+Schedule = choice(*SCHEDULES)
+Precision = choice(*PRECISIONS)
+Distributed = choice(*DISTRIBUTED)
+CompileBackend = choice(*COMPILE_BACKENDS)
+Attention = choice(*ATTENTION)
+Progress = choice(*PROGRESS)
+DocSeparator = choice(*DOC_SEPARATORS)
 
 
 @dataclass
@@ -77,16 +105,16 @@ class DataConfig:
     over the same data (a grid, the recipe tests) tokenise it once; stale entries are rebuilt.
     """
 
-    train: list[str] = field(default_factory=list)
-    val: list[str] = field(default_factory=list)
+    train: list[PathText] = field(default_factory=list)
+    val: list[PathText] = field(default_factory=list)
     tokenizer: str | dict[str, Any] = ""
-    val_fraction: float = 0.0
-    max_tokens: int = 0
-    doc_separator: str = "blank-line"
-    encoding: str = "utf-8"
+    val_fraction: Fraction = 0.0
+    max_tokens: Size = 0
+    doc_separator: DocSeparator = "blank-line"
+    encoding: Encoding = "utf-8"
     append_eos: bool = False
-    text_field: str = "text"
-    workers: int = 1
+    text_field: Text = "text"
+    workers: Workers = 1
     cache_dir: str = ""
 
 
@@ -110,38 +138,38 @@ class TrainConfig:
     metrics rows also go (``["tensorboard"]``; :mod:`lmlab.train.loggers`).
     """
 
-    max_steps: int = 1000
-    batch_size: int = 16
-    seq_len: int = 128
-    lr: float = 1e-3
-    min_lr: float = 1e-4
-    warmup_steps: int = 100
-    decay_steps: int = 0
-    schedule: str = "cosine"
-    weight_decay: float = 0.1
-    betas: list[float] = field(default_factory=lambda: [0.9, 0.95])
-    eps: float = 1e-8
-    grad_accum: int = 1
-    clip: float = 1.0
-    eval_every: int = 100
-    eval_batches: int = 20
+    max_steps: Count = 1000
+    batch_size: Count = 16  # a batch too large for the memory: _check_batch_fits
+    seq_len: Count = 128
+    lr: LearningRate = 1e-3
+    min_lr: NonNegative = 1e-4
+    warmup_steps: Size = 100
+    decay_steps: Size = 0
+    schedule: Schedule = "cosine"
+    weight_decay: WeightDecay = 0.1
+    betas: list[Fraction] = field(default_factory=lambda: [0.9, 0.95])
+    eps: Epsilon = 1e-8
+    grad_accum: Count = 1
+    clip: NonNegative = 1.0
+    eval_every: Count = 100
+    eval_batches: Size = 20
     eval_at_start: bool = True
-    checkpoint_every: int = 500
-    keep_checkpoints: int = 3
-    log_every: int = 1
-    seed: int = 0
-    threads: int = 0
-    precision: str = "auto"
-    device: str = "auto"
-    distributed: str = "auto"
-    progress: str = "auto"
+    checkpoint_every: Count = 500
+    keep_checkpoints: Size = 3
+    log_every: Count = 1
+    seed: Seed = 0
+    threads: Threads = 0
+    precision: Precision = "auto"
+    device: Device = "auto"
+    distributed: Distributed = "auto"
+    progress: Progress = "auto"
     compile: bool = False
-    compile_backend: str = "inductor"
+    compile_backend: CompileBackend = "inductor"
     activation_checkpointing: bool = False
-    peak_tflops: float = 0.0
-    attention: str = "auto"
+    peak_tflops: NonNegative = 0.0
+    attention: Attention = "auto"
     prefetch: bool = True
-    loggers: list[str] = field(default_factory=list)
+    loggers: list[Text] = field(default_factory=list)
 
 
 @dataclass
@@ -165,16 +193,40 @@ class RunConfig:
 def load_config(
     source: str | os.PathLike | dict | RunConfig, overrides: list[str] | dict[str, Any] | None = None
 ) -> RunConfig:
-    """Read a recipe (TOML path, TOML-shaped dict or RunConfig), apply overrides, check it."""
+    """Read a recipe (TOML path, TOML-shaped dict or RunConfig), apply overrides, check it.
+
+    Every value is checked against its field's type (:mod:`lmlab.values`) before anything else
+    happens; an error names the file and key, or the ``--set`` that gave the value."""
     if isinstance(source, RunConfig):
         raw = source.to_dict()
     elif isinstance(source, dict):
         raw = {k: dict(v) if isinstance(v, dict) else v for k, v in source.items()}
     else:
         raw = read_toml(source)
-    for key, value in override_items(overrides):
-        _apply_override(raw, key, value)
-    return _build(raw)
+    items = override_items(overrides)
+    origin = Origin("" if isinstance(source, (dict, RunConfig)) else str(source),
+                    frozenset(k for k, _ in items))
+    for key, value in items:
+        _apply_override(raw, key, value, origin)
+    return _build(raw, origin)
+
+
+@dataclass(frozen=True)
+class Origin:
+    """Where a recipe's values came from, to name it in errors: its file ("" for a dict) and the
+    keys that ``--set`` gave."""
+
+    file: str = ""
+    set_keys: frozenset[str] = frozenset()
+
+    def of(self, key: str) -> str:
+        """Where ``key``'s value was written: ``--set train.lr``, ``FILE: train.lr`` or ``train.lr``."""
+        if key in self.set_keys or any(k.startswith(f"{key}.") for k in self.set_keys):
+            return f"--set {key}"
+        return f"{self.file}: {key}" if self.file else key
+
+    def section(self, name: str) -> str:
+        return f"{self.file}: [{name}]" if self.file else f"[{name}]"
 
 
 def read_toml(path: str | os.PathLike) -> dict[str, Any]:
@@ -217,7 +269,7 @@ def parse_value(text: str) -> Any:
         return text
 
 
-def _apply_override(raw: dict, key: str, value: Any) -> None:
+def _apply_override(raw: dict, key: str, value: Any, origin: Origin = Origin()) -> None:
     parts = key.split(".")
     if len(parts) < 2 or not all(parts):
         raise LmlabError(
@@ -228,6 +280,9 @@ def _apply_override(raw: dict, key: str, value: Any) -> None:
     if section not in SECTIONS:
         raise LmlabError(f"unknown config section {section!r} in {key!r}", _suggest(section, SECTIONS))
     node = raw.setdefault(section, {})
+    if not isinstance(node, dict):
+        raise LmlabError(f"{origin.section(section)} must be a table, got {node!r}, so --set {key} has "
+                         "nowhere to go", f"write [{section}] with key = value lines")
     for p in parts[1:-1]:
         if not isinstance(node.get(p), dict):
             node[p] = {}
@@ -241,67 +296,73 @@ def _suggest(name: str, choices, prefix: str = "") -> str:
     return f"did you mean {prefix}{close[0]}? (valid: {valid})" if close else f"valid: {valid}"
 
 
-def _build(raw: dict[str, Any]) -> RunConfig:
+def _build(raw: dict[str, Any], origin: Origin = Origin()) -> RunConfig:
     unknown = [s for s in raw if s not in SECTIONS]
     if unknown:
-        raise LmlabError(f"unknown config section [{unknown[0]}]", _suggest(unknown[0], SECTIONS))
+        raise LmlabError(f"unknown config section {origin.section(unknown[0])}",
+                         _suggest(unknown[0], SECTIONS))
     for s in SECTIONS:
         if not isinstance(raw.get(s, {}), dict):
-            raise LmlabError(f"config section {s!r} must be a table", f"write [{s}] with key = value lines")
-    model = _build_model(dict(raw.get("model", {})))
-    objective = _build_objective(dict(raw.get("objective", {})))
-    data = _build_dataclass(DataConfig, dict(raw.get("data", {})), "data")
-    train = _build_dataclass(TrainConfig, dict(raw.get("train", {})), "train")
+            raise LmlabError(f"{origin.section(s)} must be a table, got {raw[s]!r}",
+                             f"write [{s}] with key = value lines")
+    model = _build_model(dict(raw.get("model", {})), origin)
+    objective = _build_objective(dict(raw.get("objective", {})), origin)
+    data = _build_dataclass(DataConfig, dict(raw.get("data", {})), "data", origin)
+    train = _build_dataclass(TrainConfig, dict(raw.get("train", {})), "train", origin)
     cfg = RunConfig(model, objective, data, train)
     validate(cfg)
     return cfg
 
 
-def _build_dataclass(cls, values: dict[str, Any], section: str):
-    hints = typing.get_type_hints(cls)
+def _build_dataclass(cls, table: dict[str, Any], section: str, origin: Origin = Origin()):
+    hints = typing.get_type_hints(cls, include_extras=True)
     names = [f.name for f in dataclasses.fields(cls)]
     kwargs = {}
-    for key, value in values.items():
+    for key, value in table.items():
         if key not in hints:
-            raise LmlabError(f"unknown config key {section}.{key}", _suggest(key, names, f"{section}."))
-        kwargs[key] = coerce(value, hints[key], f"{section}.{key}")
+            raise LmlabError(f"unknown config key {origin.of(f'{section}.{key}')}",
+                             _suggest(key, names, f"{section}."))
+        kwargs[key] = coerce(value, hints[key], f"{section}.{key}", origin.of(f"{section}.{key}"))
     return cls(**kwargs)
 
 
-def _build_model(values: dict[str, Any]) -> ModelConfig:
+def _build_model(table: dict[str, Any], origin: Origin = Origin()) -> ModelConfig:
     from lmlab.models import PRESETS
 
-    preset = values.pop("preset", ModelConfig.preset)
+    preset = table.pop("preset", ModelConfig.preset)
     if not isinstance(preset, str) or preset not in PRESETS:
-        raise LmlabError(f"unknown model preset {preset!r}", _suggest(str(preset), list(PRESETS), ""))
+        raise LmlabError(f"unknown model preset {preset!r} ({origin.of('model.preset')})",
+                         _suggest(str(preset), list(PRESETS), ""))
     base = PRESETS[preset]()
-    hints = typing.get_type_hints(type(base))
+    hints = typing.get_type_hints(type(base), include_extras=True)
     names = [f.name for f in dataclasses.fields(base)]
     overrides = {}
-    for key, value in values.items():
+    for key, value in table.items():
         if key not in hints:
             raise LmlabError(
-                f"unknown config key model.{key} for preset {preset}",
+                f"unknown config key {origin.of(f'model.{key}')} for preset {preset}",
                 _suggest(key, ["preset", *names], "model."),
             )
-        overrides[key] = coerce(value, hints[key], f"model.{key}")
+        overrides[key] = coerce(value, hints[key], f"model.{key}", origin.of(f"model.{key}"))
     return ModelConfig(preset, overrides)
 
 
-def _build_objective(values: dict[str, Any]) -> ObjectiveConfig:
+def _build_objective(table: dict[str, Any], origin: Origin = Origin()) -> ObjectiveConfig:
     from lmlab.objectives import get_objective
 
-    name = values.pop("name", ObjectiveConfig.name)
+    name = table.pop("name", ObjectiveConfig.name)
     if not isinstance(name, str):
-        raise LmlabError(f"objective.name must be a string, got {name!r}", 'write e.g. name = "clm"')
+        raise LmlabError(f"{origin.of('objective.name')} must be a string, got {name!r}",
+                         'write e.g. name = "clm"')
     cls = get_objective(name)
     hints = _objective_parameters(cls)
-    for key in values:
+    for key in table:
         if key not in hints:
             fix = _suggest(key, ["name", *hints], "objective.") if hints else "it takes no parameters"
-            raise LmlabError(f"unknown config key objective.{key} for objective {name!r}", fix)
-    values = {k: coerce(v, hints[k], f"objective.{k}") for k, v in values.items()}
-    return ObjectiveConfig(name, values)
+            raise LmlabError(f"unknown config key {origin.of(f'objective.{key}')} for objective {name!r}",
+                             fix)
+    params = {k: coerce(v, hints[k], f"objective.{k}", origin.of(f"objective.{k}")) for k, v in table.items()}
+    return ObjectiveConfig(name, params)
 
 
 def _objective_parameters(cls) -> dict[str, Any]:
@@ -312,7 +373,7 @@ def _objective_parameters(cls) -> dict[str, Any]:
         init = klass.__dict__.get("__init__")
         if init is None:
             continue
-        hints = typing.get_type_hints(init)
+        hints = typing.get_type_hints(init, include_extras=True)
         params = inspect.signature(init).parameters
         for n, p in params.items():
             if n not in ("self", "tokenizer") and p.kind in (
@@ -325,9 +386,19 @@ def _objective_parameters(cls) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------- types
-def coerce(value: Any, hint, key: str) -> Any:
-    """Convert ``value`` to the type ``hint`` of config field ``key``, or a one-line error."""
+def coerce(value: Any, hint, key: str, where: str | None = None) -> Any:
+    """Convert ``value`` to the type ``hint`` of config field ``key`` and check its range (an
+    ``Annotated`` type of :mod:`lmlab.values`), or a one-line error naming ``where`` (the file and
+    key, or the ``--set``; default: ``key``)."""
+    where = where or key
     origin = typing.get_origin(hint)
+    if origin is typing.Annotated:  # a value type of lmlab.values: it says the range and the message
+        base = typing.get_args(hint)[0]
+        if base in (int, float):
+            value = parse_value(value) if isinstance(value, str) else value
+        else:
+            value = coerce(value, base, key, where)
+        return values.check(hint, value, where)
     if origin in (typing.Union, types.UnionType):
         args = typing.get_args(hint)
         if value is None or (isinstance(value, str) and value.lower() in ("none", "null")):
@@ -336,7 +407,7 @@ def coerce(value: Any, hint, key: str) -> Any:
         errors = []
         for arg in (a for a in args if a is not type(None)):
             try:
-                return coerce(value, arg, key)
+                return coerce(value, arg, key, where)
             except LmlabError as e:
                 errors.append(e)
         raise errors[0]
@@ -344,23 +415,19 @@ def coerce(value: Any, hint, key: str) -> Any:
         return value
     if origin is list:
         (inner,) = typing.get_args(hint) or (Any,)
+        text = _base_type(inner) is str
         if isinstance(value, str):
-            value = (
-                [v.strip() for v in value.split(",") if v.strip()]
-                if inner is not str or "," in value
-                else [value]
-            )
+            split = not text or "," in value
+            value = [v.strip() for v in value.split(",") if v.strip()] if split else [value]
         if isinstance(value, tuple):
             value = list(value)
         if not isinstance(value, list):
-            raise LmlabError(f"{key} must be a list, got {value!r}", f"write e.g. {key}=[...]")
-        return [
-            coerce(v if inner is str else parse_value(v) if isinstance(v, str) else v, inner, key)
-            for v in value
-        ]
+            raise LmlabError(f"{where} must be a list, got {value!r}", f"write e.g. {key}=[...]")
+        return [coerce(v if text else parse_value(v) if isinstance(v, str) else v, inner, key, where)
+                for v in value]
     if origin is dict or hint is dict:
         if not isinstance(value, dict):
-            raise LmlabError(f"{key} must be a table, got {value!r}", f"write {key} as a TOML table")
+            raise LmlabError(f"{where} must be a table, got {value!r}", f"write {key} as a TOML table")
         return dict(value)
     if hint is bool:
         if isinstance(value, bool):
@@ -369,35 +436,44 @@ def coerce(value: Any, hint, key: str) -> Any:
             return value.lower() in ("true", "yes", "on", "1")
         if isinstance(value, int) and value in (0, 1):
             return bool(value)
-        raise LmlabError(f"{key} must be true or false, got {value!r}", f"write {key}=true or {key}=false")
+        raise LmlabError(f"{where} must be true or false, got {value!r}", f"write {key}=true or {key}=false")
     if hint is int:
         if isinstance(value, str):
             value = parse_value(value)
         if isinstance(value, float) and value.is_integer():
             value = int(value)
         if isinstance(value, bool) or not isinstance(value, int):
-            raise LmlabError(f"{key} must be an integer, got {value!r}", f"write e.g. {key}=100")
+            raise LmlabError(f"{where} must be an integer, got {value!r}", f"write e.g. {key}=100")
         return value
     if hint is float:
         if isinstance(value, str):
             value = parse_value(value)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-            raise LmlabError(f"{key} must be a number, got {value!r}", f"write e.g. {key}=0.001")
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise LmlabError(f"{where} must be a number, got {value!r}", f"write e.g. {key}=0.001")
+        if not math.isfinite(value):
+            raise LmlabError(f"{where} must be a finite number, got {value!r}", f"write e.g. {key}=0.001")
         return float(value)
     if hint is str:
         if isinstance(value, str):
             return value
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return str(value)
-        raise LmlabError(f"{key} must be a string, got {value!r}", f'write {key}="..."')
+        raise LmlabError(f"{where} must be a string, got {value!r}", f'write {key}="..."')
     return value
 
 
+def _base_type(hint):
+    """``str`` for ``Annotated[str, ...]``; any other hint as it is."""
+    return typing.get_args(hint)[0] if typing.get_origin(hint) is typing.Annotated else hint
+
+
 def _check_batch_fits(cfg: RunConfig) -> None:
-    """Refuse, before any data is read, a micro-batch whose activations cannot fit in this
-    machine's memory (a coarse estimate: logits and their gradient, plus ~20 floats per token per
-    layer and width unit), with the way out: a smaller batch_size and a larger grad_accum."""
-    from lmlab.models import CONFIG_ARCHITECTURE, check_fits_in_memory, get_preset, physical_memory_bytes
+    """Refuse, before any data is read, a model or micro-batch that cannot fit in this machine's
+    memory (:mod:`lmlab.budget`): the weights, the tokens the objective adds to the vocabulary
+    (T5's sentinels), and the activations of one micro-batch (a coarse estimate: logits and their
+    gradient, plus ~20 floats per token per layer and width unit), each with its way out."""
+    from lmlab import budget
+    from lmlab.models import CONFIG_ARCHITECTURE, check_fits_in_memory, get_preset
 
     try:
         base = get_preset(cfg.model.preset)
@@ -412,19 +488,32 @@ def _check_batch_fits(cfg: RunConfig) -> None:
         model_cfg = dataclasses.replace(base, **sized)
     except (TypeError, ValueError, LmlabError):
         return  # a bad model setting is reported later, with its own message
-    check_fits_in_memory(model_cfg, CONFIG_ARCHITECTURE.get(type(model_cfg), ""))  # weights first
     width, layers = getattr(model_cfg, "d_model", 0), getattr(model_cfg, "n_layers", 0)
+    _check_added_tokens(cfg, width if isinstance(width, int) else 0)
+    check_fits_in_memory(model_cfg, CONFIG_ARCHITECTURE.get(type(model_cfg), ""))  # weights first
     vocab = getattr(model_cfg, "vocab_size", 0)
     if not all(isinstance(x, int) for x in (width, layers, vocab)):
         return
     tokens = cfg.train.batch_size * cfg.train.seq_len
-    need = tokens * 4 * (2 * vocab + 20 * width * layers)
-    total = physical_memory_bytes()
-    if total is not None and need > total:
-        raise LmlabError(f"a micro-batch of {cfg.train.batch_size:,} x {cfg.train.seq_len} tokens needs "
-                         f"about {need / 2**30:,.0f} GiB for activations, more than this machine's "
-                         f"{total / 2**30:,.0f} GiB",
-                         "lower train.batch_size and raise train.grad_accum (same global batch)")
+    what = f"the activations of a micro-batch of {cfg.train.batch_size:,} x {cfg.train.seq_len} tokens"
+    budget.require_fits(budget.activation_bytes(tokens, vocab, width, layers), what,
+                        "lower train.batch_size and raise train.grad_accum (same global batch)")
+
+
+def _check_added_tokens(cfg: RunConfig, width: int) -> None:
+    """Tokens the objective adds to the tokenizer (T5's ``num_sentinels``): each is a tokenizer entry
+    and a row of the model's embedding and output tables."""
+    from lmlab import budget
+    from lmlab.objectives import get_objective
+
+    try:
+        added = get_objective(cfg.objective.name).added_tokens(cfg.objective.params)
+    except (LmlabError, TypeError, ValueError):
+        return  # a bad objective setting is reported when the objective is built
+    if added > 0:
+        budget.require_fits(added * (budget.TOKEN_TABLE_BYTES + 2 * budget.FLOAT32 * width),
+                            f"objective {cfg.objective.name!r} adding {added:,} tokens to the vocabulary",
+                            "lower the objective's num_sentinels (T5 uses 100)")
 
 
 def _cuda_for(device: str) -> bool:
@@ -434,78 +523,30 @@ def _cuda_for(device: str) -> bool:
 
 
 def validate(cfg: RunConfig) -> None:
-    """Range checks that need no data or model (those come later, before training starts)."""
+    """What no single value says (each value's own range was checked as it was read, by its type):
+    relations between keys, the machine, and what needs no data or model (those come later,
+    before training starts)."""
     t = cfg.train
-    for name in (
-        "max_steps",
-        "batch_size",
-        "seq_len",
-        "grad_accum",
-        "eval_every",
-        "checkpoint_every",
-        "log_every",
-    ):
-        if getattr(t, name) < 1:
-            raise LmlabError(
-                f"train.{name} must be at least 1, got {getattr(t, name)}",
-                f"set train.{name} to a positive integer",
-            )
     if t.seq_len < 2:
         raise LmlabError(f"train.seq_len {t.seq_len} is too short", "use at least 2 tokens")
-    for name in ("warmup_steps", "decay_steps", "eval_batches", "keep_checkpoints", "threads"):
-        if getattr(t, name) < 0:
-            raise LmlabError(f"train.{name} must be >= 0, got {getattr(t, name)}", f"set train.{name} >= 0")
-    if t.lr <= 0 or t.min_lr < 0 or t.min_lr > t.lr:
+    if t.min_lr > t.lr:
         raise LmlabError(
             f"need 0 <= train.min_lr <= train.lr and lr > 0, got lr={t.lr}, min_lr={t.min_lr}",
             "e.g. lr=1e-3, min_lr=1e-4",
         )
-    if t.schedule not in SCHEDULES:
-        raise LmlabError(f"unknown train.schedule {t.schedule!r}", _suggest(t.schedule, SCHEDULES))
-    if t.precision not in PRECISIONS:
-        raise LmlabError(f"unknown train.precision {t.precision!r}", _suggest(t.precision, PRECISIONS))
-    if t.distributed not in DISTRIBUTED:
-        raise LmlabError(f"unknown train.distributed {t.distributed!r}", _suggest(t.distributed, DISTRIBUTED))
-    if t.progress not in ("auto", "on", "off"):
-        raise LmlabError(
-            f"train.progress must be auto, on or off, got {t.progress!r}", "set train.progress=off"
-        )
     from lmlab.train.loggers import check_loggers
 
     check_loggers(t.loggers, "train.loggers")
-    if t.attention not in ATTENTION:
-        raise LmlabError(f"unknown train.attention {t.attention!r}", _suggest(t.attention, ATTENTION))
     if t.attention == "flex" and not _cuda_for(t.device):
         raise LmlabError("train.attention=flex trains on CUDA only (FlexAttention has no backward pass "
                          "on CPUs)", "use train.attention=auto or sdpa on this machine")
-    if t.compile_backend not in COMPILE_BACKENDS:
-        raise LmlabError(f"unknown train.compile_backend {t.compile_backend!r}",
-                         _suggest(t.compile_backend, COMPILE_BACKENDS))
-    if not (isinstance(t.peak_tflops, (int, float)) and t.peak_tflops >= 0):
-        raise LmlabError(f"train.peak_tflops must be >= 0, got {t.peak_tflops!r}",
-                         "e.g. train.peak_tflops=989 for an H100's bf16 peak (0 = look it up)")
-    if len(t.betas) != 2 or not all(0 <= b < 1 for b in t.betas):
+    if len(t.betas) != 2:
         raise LmlabError(
             f"train.betas must be two numbers in [0, 1), got {t.betas}", "e.g. betas=[0.9, 0.95]"
         )
-    if t.weight_decay < 0 or t.clip < 0:
-        raise LmlabError("train.weight_decay and train.clip must be >= 0", "use 0 to turn them off")
-    if not (isinstance(t.eps, (int, float)) and 0 < t.eps < 1):
-        raise LmlabError(f"train.eps must be a small positive number, got {t.eps!r}", "e.g. train.eps=1e-8")
     _check_batch_fits(cfg)
-    if not re.fullmatch(r"auto|cpu|cuda(:\d+)?|mps", t.device):
-        raise LmlabError(f"unknown train.device {t.device!r}", "use auto, cpu, cuda, cuda:N or mps")
-    d = cfg.data
-    if not d.train:
+    if not cfg.data.train:
         raise LmlabError("data.train is empty", "set data.train to token shards or text files")
-    if not isinstance(d.max_tokens, int) or isinstance(d.max_tokens, bool) or d.max_tokens < 0:
-        raise LmlabError(f"data.max_tokens must be a whole number >= 0, got {d.max_tokens!r}",
-                         "e.g. data.max_tokens=500000 (0 reads all the training tokens)")
-    if not 0.0 <= d.val_fraction < 1.0:
-        raise LmlabError(f"data.val_fraction must be in [0, 1), got {d.val_fraction}", "e.g. 0.01")
-    if d.workers < 1:
-        raise LmlabError(f"data.workers must be at least 1, got {d.workers}", "set data.workers=1")
-    check_encoding(d.encoding)  # before any tokenising
 
 
 # --------------------------------------------------------------------------- writing

@@ -165,12 +165,12 @@ def atomic_dir(dest: str | os.PathLike, marker: str, what: str = "lmlab") -> Ite
         replace_dir(tmp, dest, what)
 
 
-def remove_leftovers(directory: Path, name: str | None = None, only_dead: bool = True) -> list[Path]:
-    """Remove the temporaries that ended lmlab processes left in ``directory`` (see
-    :func:`lmlab.ownership.remove_leftovers`: only folders whose manifest proves they are lmlab's
-    and whose process has ended; a user's file named like one is kept). ``only_dead`` is accepted
-    for older callers: a leftover is always one whose process has ended."""
-    return ownership.remove_leftovers(Path(directory), name)
+def remove_leftovers(directory: Path, name: str | None = None, only_dead: bool = False) -> list[Path]:
+    """Remove the temporaries lmlab left in ``directory`` (see :func:`lmlab.ownership.remove_leftovers`:
+    only folders whose manifest proves they are lmlab's; a user's file named like one is kept).
+    Without ``only_dead`` the caller holds the directory's lock, so no lmlab process is writing
+    there; with it, only those whose process has ended are removed."""
+    return ownership.remove_leftovers(Path(directory), name, locked=not only_dead)
 
 
 def replace_dir(src: Path, dest: Path, kind: str) -> None:

@@ -286,15 +286,19 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def is_dead_leftover(path: Path) -> bool:
+def is_dead_leftover(path: Path, locked: bool = False) -> bool:
     """Whether ``path`` is a temporary that an lmlab process made and that process has ended: a
-    folder named like one, holding a manifest that names its process, on this host."""
+    folder named like one, holding a manifest that names its process, on this host. ``locked``: the
+    caller holds the lock of the folder ``path`` is in, so no lmlab process is writing there and
+    the manifest's proof is enough."""
     m = _TEMPORARY.fullmatch(path.name)
     if not m or path.is_symlink() or not path.is_dir():
         return False
     manifest = read_manifest(path)
     if manifest is None:
         return False
+    if locked:
+        return True
     if m["what"] == "tmp" and manifest.get("state") == "writing":
         pid = manifest.get("pid")
         if pid != int(m["pid"]) or manifest.get("host") != _HOST:
@@ -304,16 +308,17 @@ def is_dead_leftover(path: Path) -> bool:
     return not _alive(int(m["pid"]))
 
 
-def remove_leftovers(directory: Path, name: str | None = None) -> list[Path]:
+def remove_leftovers(directory: Path, name: str | None = None, locked: bool = False) -> list[Path]:
     """Remove what ended lmlab processes left in ``directory`` (for every output name, or just
     ``name``): their temporaries, and outputs they were replacing or pruning. An output caught
-    between the two renames of a replacement (``.NAME.old-PID`` with no ``NAME``) is put back."""
+    between the two renames of a replacement (``.NAME.old-PID`` with no ``NAME``) is put back.
+    ``locked``: the caller holds the folder's lock (see :func:`is_dead_leftover`)."""
     removed: list[Path] = []
     if not Path(directory).is_dir():
         return removed
     for p in Path(directory).iterdir():
         m = _TEMPORARY.fullmatch(p.name)
-        if not m or (name is not None and m["name"] != name) or not is_dead_leftover(p):
+        if not m or (name is not None and m["name"] != name) or not is_dead_leftover(p, locked):
             continue
         final = p.with_name(m["name"])
         if m["what"] == "old" and not (final.exists() or final.is_symlink()):

@@ -130,13 +130,19 @@ def test_what_a_killed_run_left_is_cleaned_at_the_next_start(tiny_config, tmp_pa
     pid = _dead_pid()
     junk = [run / "checkpoints" / f".step_4.tmp-{pid}-abc", run / "checkpoints" / f".step_2.prune-{pid}",
             run / "data" / f".train.tmp-{pid}-xyz"]
-    for d in junk:
+    from lmlab.ownership import start_temporary
+
+    for d in junk:  # lmlab's temporaries carry a manifest naming their process
         d.mkdir(parents=True)
+        start_temporary(d, "checkpoint")
         (d / "model.safetensors").write_bytes(b"\0" * 1000)
-    (run / f".config.toml.tmp-{pid}-q").write_text("half")
+    config_tmp = run / f".config.toml.tmp-{pid}-q"
+    config_tmp.mkdir()
+    start_temporary(config_tmp, "file")
+    (config_tmp / "config.toml").write_text("half")
     s = pretrain(tiny_config(max_steps=4, checkpoint_every=2), run, resume=True, log=lambda m: None)
     assert s["steps"] == 4
-    assert not [p for p in run.rglob(".*") if p.name != ".lock"]
+    assert not [p for p in run.rglob(".*") if p.name not in (".lock", ".lmlab-manifest.json")]
 
 
 def test_pruning_never_leaves_a_checkpoint_that_looks_complete(tiny_config, tmp_path, monkeypatch):
@@ -159,7 +165,8 @@ def test_pruning_never_leaves_a_checkpoint_that_looks_complete(tiny_config, tmp_
     assert [s for s, _ in list_checkpoints(run)] == [4]  # step_2 is gone as a whole, not half
     s = pretrain(tiny_config(max_steps=6, checkpoint_every=2, keep_checkpoints=1), run, resume=True,
                  log=lambda m: None)
-    assert s["steps"] == 6 and not list((run / "checkpoints").glob(".*"))
+    hidden = [p for p in (run / "checkpoints").glob(".*") if p.name != ".lmlab-manifest.json"]
+    assert s["steps"] == 6 and not hidden
 
 
 def test_sigterm_writes_a_checkpoint_and_resume_loses_no_step(tiny_config, tmp_path):
@@ -186,7 +193,7 @@ def test_sigterm_writes_a_checkpoint_and_resume_loses_no_step(tiny_config, tmp_p
     s = pretrain(tiny_config(max_steps=step + 1, checkpoint_every=100000), run, resume=True,
                  log=lambda m: None)
     assert s["steps"] == step + 1
-    assert not [p for p in run.rglob(".*") if p.name != ".lock"]
+    assert not [p for p in run.rglob(".*") if p.name not in (".lock", ".lmlab-manifest.json")]
 
 
 def test_overriding_the_training_text_warns_that_validation_is_the_recipes(tiny_config, tiny_data, tmp_path):
@@ -237,7 +244,7 @@ def test_a_crafted_train_state_is_one_line_not_a_traceback(tiny_config, tmp_path
     data = json.loads(state.read_text())
     data[field] = value
     state.write_text(json.dumps(data))
-    with pytest.raises(LmlabError, match=f"train_state.json is damaged: bad {field}"):
+    with pytest.raises(LmlabError, match=f"train_state.json: {field}: "):
         pretrain(tiny_config(max_steps=4, checkpoint_every=2), run, resume=True, log=lambda m: None)
 
 

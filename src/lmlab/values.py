@@ -121,6 +121,16 @@ Fraction = number(0, 1, high_open=True, hint="a fraction from 0 up to (not inclu
 LearningRate = number(0, 10, low_open=True, hint="a learning rate greater than 0 and at most 10, e.g. 3e-4")
 #: nucleus sampling's probability mass (0 would keep no token)
 TopP = number(0, 1, low_open=True, hint="a probability greater than 0 and at most 1, e.g. 0.9")
+#: the floor a learning-rate schedule decays to (0 allowed)
+MinLearningRate = number(0, 10, hint="a learning rate from 0 to 10, e.g. 1e-4")
+#: the largest gradient norm kept (0 = no clipping)
+GradClip = number(0, 1e6, hint="a gradient norm from 0 (no clipping) to 1e6, e.g. 1.0")
+#: the Huber loss's threshold between squared and absolute residuals (0 = plain least squares)
+HuberDelta = number(0, 1e6, hint="a threshold from 0 (plain least squares) to 1e6, e.g. 1e-3")
+#: a device's peak TFLOP/s (0 = looked up)
+Tflops = number(0, 1e9, hint="TFLOP/s from 0 (look it up) to 1e9, e.g. 989")
+#: the mean of a length distribution, in tokens (T5's span length, BART's Poisson lambda)
+MeanLength = number(0, 1e6, low_open=True, hint="a mean length greater than 0 and at most 1e6, e.g. 3")
 #: a softmax temperature (distillation, RLHF sampling)
 Temperature = number(0, 1000, low_open=True, hint="a temperature greater than 0 and at most 1000, e.g. 1.0")
 #: a sampling temperature of `lmlab generate`: 0 is greedy decoding
@@ -266,8 +276,9 @@ _WORDS = {
 }
 
 
-def _problem(error: ValidationError) -> tuple[str, str]:
-    """``(where inside the value, what is wrong with the value it found)`` for the first problem."""
+def _problem(error: ValidationError, shown: Any = None) -> tuple[str, str]:
+    """``(where inside the value, what is wrong with the value it found)`` for the first problem;
+    ``shown``: the value to name instead (a flag's text as typed), else the value pydantic saw."""
     first = error.errors(include_url=False)[0]
     loc = ".".join(str(p) for p in first.get("loc", ()))
     msg = _WORDS.get(first.get("type", ""), first.get("msg", "is not valid"))
@@ -281,7 +292,7 @@ def _problem(error: ValidationError) -> tuple[str, str]:
     msg = msg.replace("String should have", "must have").replace("List should have", "must have")
     msg = msg.replace("greater than or equal to", "at least").replace("less than or equal to", "at most")
     if first.get("type") not in ("missing",):
-        shown = repr(first.get("input"))
+        shown = repr(first.get("input") if shown is None else shown)
         msg += f" (got {shown[:57] + '...' if len(shown) > 60 else shown})"
     return loc, msg
 
@@ -317,30 +328,28 @@ def check(kind: Any, value: Any, where: str, fix: str = "") -> Any:
         raise LmlabError(f"{where}: {loc}: {msg}" if loc else f"{where} {msg}", fix) from None
 
 
-def flag(kind: Any, parse: Callable[[str], Any] | None = None, *, keep: tuple[str, ...] = ()
-         ) -> Callable[[str], Any]:
+def flag(kind: Any, parse: Callable[[str], Any] | None = None) -> Callable[[str], Any]:
     """An argparse ``type=`` that validates the text as ``kind`` (after ``parse``, when given); a
     failure becomes argparse's one-line usage error, ``error: argument --x: <what is wrong>
-    (got <text>); use <what kind accepts>``. A text in ``keep`` (e.g. ``auto``) is returned as is."""
+    (got <text>); use <what kind accepts>``. The callable's ``kind`` is ``kind``."""
     import argparse
 
     words = hint(kind)
     use = f"; use {words}" if words else ""
 
     def convert(text: str):
-        if text in keep:
-            return text
         try:
             raw = text if parse is None else parse(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"cannot read {text!r}{use}") from None
+            raise argparse.ArgumentTypeError(f"cannot be read (got {text!r}){use}") from None
         try:
             return _adapter(kind).validate_python(raw)
         except ValidationError as e:
-            raise argparse.ArgumentTypeError(describe(e).lstrip(": ") + use + (
-                f" or {' or '.join(keep)}" if keep else "")) from None
+            loc, msg = _problem(e, shown=text)
+            raise argparse.ArgumentTypeError(f"{loc}: {msg}{use}" if loc else f"{msg}{use}") from None
 
     convert.__name__ = getattr(parse, "__name__", None) or "value"
+    convert.kind = kind  # type: ignore[attr-defined]
     return convert
 
 
@@ -373,6 +382,7 @@ workers_flag = flag(Workers)
 finite_flag = flag(Finite)
 positive_flag = flag(Positive)
 nonnegative_flag = flag(NonNegative)
+grad_clip_flag = flag(GradClip)
 probability_flag = flag(Probability)
 fraction_flag = flag(Fraction)
 lr_flag = flag(LearningRate)

@@ -30,6 +30,7 @@ from pathlib import Path
 
 from lmlab.errors import LmlabError
 from lmlab.fileio import inside, iter_text_lines, read_json
+from lmlab.text_input import parse_json
 
 JSONL_SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst")
 PARQUET_SUFFIXES = (".parquet",)
@@ -100,7 +101,7 @@ def iter_json_lines(path: str | os.PathLike) -> Iterator[tuple[int, object]]:
         if not line.strip():
             continue
         try:
-            yield lineno, json.loads(line)
+            yield lineno, parse_json(line)
         except json.JSONDecodeError as e:
             yield lineno, e
 
@@ -187,23 +188,23 @@ class _Rows:
 
 
 def _dataset_texts(p: Path, field: str) -> Iterator[str]:
-    import json as _json
+    from lmlab import values
+    from lmlab.file_schemas import DatasetDictFile, DatasetStateFile
 
+    fix = "save the dataset again with save_to_disk"
     if (p / "dataset_dict.json").is_file():
-        splits = _json.loads((p / "dataset_dict.json").read_text(encoding="utf-8")).get("splits", [])
+        where = p / "dataset_dict.json"
+        splits = values.check(DatasetDictFile, read_json(where, "datasets splits"), str(where), fix)["splits"]
         raise LmlabError(f"{p} holds several splits ({', '.join(splits)}), not one",
-                         f"pass one of them, e.g. {p / (splits[0] if splits else 'train')}")
+                         f"pass one of them, e.g. {p / splits[0]}")
     try:
         import pyarrow as pa
     except ImportError:
         raise LmlabError(f"reading {p} needs pyarrow", INSTALL) from None
 
-    state = read_json(p / "state.json", "datasets state")
-    files = [inside(p, f.get("filename") if isinstance(f, dict) else f, f"{p / 'state.json'}")
-             for f in (state.get("_data_files") or [] if isinstance(state, dict) else [])]
-    if not files:
-        raise LmlabError(f"{p / 'state.json'} lists no Arrow files",
-                         "save the dataset again with save_to_disk")
+    where = p / "state.json"
+    state = values.check(DatasetStateFile, read_json(where, "datasets state"), str(where), fix)
+    files = [inside(p, f["filename"] if isinstance(f, dict) else f, str(where)) for f in state["_data_files"]]
     rows = _Rows(p, field)
     for arrow in files:
         try:

@@ -66,6 +66,7 @@ from lmlab.fileio import (
 )
 from lmlab.finetune import resume as resume_state
 from lmlab.finetune.config import FinetuneConfig
+from lmlab.finetune.selection import ROW_PREFIX, carve_selection, selection_record
 from lmlab.runtime import pick_device, resolve
 from lmlab.tasks import Task, check_tokenizer, collate, load_task, make_task
 from lmlab.tasks.base import pad_id_of
@@ -139,7 +140,7 @@ def method_class(name: str):
 
 @dataclass
 class FinetuneResult:
-    metrics: dict[str, float]                 # best dev metrics (= eval.json)
+    metrics: dict[str, float]                 # the chosen model's dev metrics (= eval.json)
     model: nn.Module                          # the model with the best weights
     task: Task
     out: Path | None
@@ -150,6 +151,8 @@ class FinetuneResult:
     history: list[dict[str, Any]] = field(default_factory=list)
     baseline: dict[str, float] | None = None  # the trivial answer's dev metrics (majority class...)
     at_baseline: bool = False                 # the best dev score is no better than that
+    selected_on: str = "dev"                  # the data that chose the step (and the --lr auto rate)
+    selection: dict[str, float] | None = None  # the chosen step's scores on that data
 
 
 # --------------------------------------------------------------------------- helpers
@@ -312,6 +315,7 @@ def _finetune_run(checkpoint, task, train, dev, out, method, method_options, tok
     task.fit(train_ex)  # the label set, before dev is read: a dev file's header is told from its labels
     dev_ex = limit(_read(task, dev, "dev", bad), cfg.max_eval_examples)
     task.check(dev_ex, "dev")
+    train_ex, choose_ex = _selection_data(train_ex, dev_ex, cfg)
 
     model = task.prepare_model(model)
     model = meth.apply(model, task).to(device)
@@ -330,8 +334,9 @@ def _finetune_run(checkpoint, task, train, dev, out, method, method_options, tok
                                          train, dev)
     saved = None if resume_from is None else resume_state.load_state(resume_from, identity, model, optimizer,
                                                                      len(feats))
+    chooser = "dev" if cfg.select_on == "dev" else f"a {len(choose_ex)}-example slice of train (held out)"
     say(f"finetune: task {task.name} ({type(task).__name__}), method {method}, {len(train_ex)} train / "
-        f"{len(dev_ex)} dev examples, {total} steps, device {device} "
+        f"{len(dev_ex)} dev examples, the best step chosen on {chooser}, {total} steps, device {device} "
         f"({'bf16 autocast' if dtype is not None else 'fp32'}, {machine.threads} thread(s)), trainable "
         f"parameters {trainable:,} of {total_params:,} ({100 * trainable / max(1, total_params):.2f}%)")
 
@@ -339,6 +344,9 @@ def _finetune_run(checkpoint, task, train, dev, out, method, method_options, tok
     if baseline is not None:
         shown = ", ".join(f"{k} {v:.4f}" for k, v in baseline[1].items())
         say(f"baseline ({baseline[0]}, no model): {shown}")
+    # what the scores that choose are compared with (on the slice: the same answer scored there)
+    choose_baseline = baseline if choose_ex is dev_ex else task.baseline(train_ex, choose_ex)
+    prefix = ROW_PREFIX[cfg.select_on]
 
     log_path = None
     writes = out_dir is not None and info.is_main
@@ -383,15 +391,16 @@ def _finetune_run(checkpoint, task, train, dev, out, method, method_options, tok
 
         def evaluate(step: int, epoch: float) -> None:
             with machine.autocast():
-                metrics = task.evaluate(model, dev_ex, cfg.eval_batch_size)
+                metrics = task.evaluate(model, choose_ex, cfg.eval_batch_size)
             if select not in metrics:
                 raise LmlabError(f"select_metric {select!r} is not a metric of task {task.name}",
                                  f"choose one of: {', '.join(metrics)}")
-            record({"step": step, "epoch": round(epoch, 3), **{f"dev_{k}": v for k, v in metrics.items()}})
+            record({"step": step, "epoch": round(epoch, 3),
+                    **{f"{prefix}_{k}": v for k, v in metrics.items()}})
             shown = ", ".join(f"{k} {v:.4f}" for k, v in metrics.items())
-            if baseline and select in baseline[1]:
-                shown += f" (baseline {select} {baseline[1][select]:.4f})"
-            progress.write(f"step {step} epoch {epoch:.2f}: {shown}")
+            if choose_baseline and select in choose_baseline[1]:
+                shown += f" (baseline {select} {choose_baseline[1][select]:.4f})"
+            progress.write(f"step {step} epoch {epoch:.2f}: {'' if prefix == 'dev' else prefix + ' '}{shown}")
             if metrics[select] > best["score"]:
                 best.update(score=metrics[select], metrics=metrics, step=step, snap=meth.snapshot(model))
 
@@ -414,7 +423,7 @@ def _finetune_run(checkpoint, task, train, dev, out, method, method_options, tok
             history.extend(saved["history"])
             if log_path is not None:
                 log_path.write_text("".join(json.dumps(r) + "\n" for r in history), encoding="utf-8")
-            say(f"resumed at step {step} of {total} (best dev {select} so far "
+            say(f"resumed at step {step} of {total} (best {prefix} {select} so far "
                 f"{best['score']:.4f}, step {best['step']})")
             progress.update(step, [])
 
@@ -473,15 +482,24 @@ def _finetune_run(checkpoint, task, train, dev, out, method, method_options, tok
         meth.restore(model, best["snap"])
         model.eval()
         metrics = best["metrics"]
+        if choose_ex is not dev_ex:  # the dev file's first and only use: scoring the chosen model
+            with machine.autocast():
+                metrics = task.evaluate(model, dev_ex, cfg.eval_batch_size)
+            record({"step": total, "epoch": round(seen / len(feats), 3), "chosen_step": best["step"],
+                    **{f"dev_{k}": v for k, v in metrics.items()}})
+            say(f"the step chosen on the slice ({best['step']}) scores on dev: "
+                + ", ".join(f"{k} {v:.4f}" for k, v in metrics.items()))
         at_baseline = at_trivial_baseline(metrics, baseline, select)
         if at_baseline:
             say(f"warning: the best dev {select} {metrics[select]:.4f} is at the trivial baseline "
                 f"({baseline[0]}: {baseline[1][select]:.4f}): the model learned nothing usable; try another "
-                "learning rate (--lr auto picks one on dev), more steps, or check the labels")
+                f"learning rate (--lr auto picks one on {cfg.select_on}), more steps, or check the labels")
         summary = {"task": task.name, "method": method, "method_options": method_options or {},
                    "best_step": best["step"], "steps": total, "select_metric": select, "dev": metrics,
                    "baseline": None if baseline is None else {"answer": baseline[0], "dev": baseline[1]},
                    "at_baseline": at_baseline,
+                   "selection": selection_record(cfg.select_on, cfg.select_fraction, len(choose_ex), select,
+                                                 best["metrics"]),
                    "trainable_parameters": trainable, "total_parameters": total_params,
                    "train_examples": len(train_ex), "dev_examples": len(dev_ex),
                    "elapsed_s": time.perf_counter() - t0, "config": cfg.to_dict(),
@@ -500,7 +518,8 @@ def _finetune_run(checkpoint, task, train, dev, out, method, method_options, tok
                     os.replace(live_logs / folder, tmp / folder)
             log_path.unlink(missing_ok=True)
             finished = True
-            say(f"saved the best model (step {best['step']}, {select} {best['score']:.4f}) to {out_dir}")
+            say(f"saved the best model (step {best['step']}, {prefix} {select} {best['score']:.4f}) to "
+                f"{out_dir}")
         dist.barrier(info)  # the other processes return once the output is in place
     finally:  # also when training fails: no open event files, nothing left beside the output
         for logger in loggers:
@@ -515,13 +534,24 @@ def _finetune_run(checkpoint, task, train, dev, out, method, method_options, tok
         if owns_group:
             dist.shutdown(info)
     return FinetuneResult(metrics, model, task, out_dir, best["step"], total, trainable, total_params,
-                          history, None if baseline is None else baseline[1], at_baseline)
+                          history, None if baseline is None else baseline[1], at_baseline, cfg.select_on,
+                          best["metrics"])
+
+
+def _selection_data(train_ex: list[Example], dev_ex: list[Example],
+                    cfg: FinetuneConfig) -> tuple[list[Example], list[Example]]:
+    """``(what is trained on, what chooses the step)``: all of train and the dev file, or train less a
+    validation slice and that slice (:mod:`lmlab.finetune.selection`)."""
+    if cfg.select_on == "dev":
+        return train_ex, dev_ex
+    return carve_selection(train_ex, cfg.select_fraction, cfg.seed)
 
 
 def _lr_sweep(checkpoint, task, train, dev, out, method, method_options, tokenizer, say, hparams,
               cfg: FinetuneConfig) -> FinetuneResult:
     """``lr = "auto"``: one full fine-tuning run per rate of ``cfg.lr_sweep`` (each written to a
-    temporary sibling of ``out``), the best on the dev metric kept (ties: the smaller rate) and
+    temporary sibling of ``out``), the best on the selection data kept (``select_on``: the dev file,
+    or the validation slice of train, the same slice for every rate; ties: the smaller rate) and
     renamed into ``out``; the others are deleted. Every arm of a comparison gets the same sweep."""
     target = None if out is None else check_replaceable_dir(out, SUMMARY_FILE, "fine-tuned model")
     runs: list[tuple[float, FinetuneResult, Path | None]] = []
@@ -536,13 +566,14 @@ def _lr_sweep(checkpoint, task, train, dev, out, method, method_options, tokeniz
                            _resumable=False, **{**hparams, "lr": lr})
             runs.append((lr, res, tmp))
         select = cfg.select_metric or runs[0][1].task.main_metric
-        best_lr, best, best_dir = max(runs, key=lambda r: (r[1].metrics[select], -r[0]))
-        scores = {f"{lr:g}": r.metrics[select] for lr, r, _ in runs}
-        say(f"lr auto: dev {select} " + ", ".join(f"{k} -> {v:.4f}" for k, v in scores.items())
-            + f"; keeping lr {best_lr:g}")
+        best_lr, best, best_dir = max(runs, key=lambda r: (r[1].selection[select], -r[0]))
+        scores = {f"{lr:g}": r.selection[select] for lr, r, _ in runs}
+        shown = ", ".join(f"{k} -> {v:.4f}" for k, v in scores.items())
+        say(f"lr auto: {ROW_PREFIX[cfg.select_on]} {select} {shown}; keeping lr {best_lr:g}")
         if target is not None:
             summary = read_json(best_dir / SUMMARY_FILE, "fine-tuning summary")
-            summary["lr_sweep"] = {"select_metric": select, "dev": scores, "chosen": best_lr}
+            summary["lr_sweep"] = {"select_metric": select, "selected_on": cfg.select_on, "scores": scores,
+                                   "chosen": best_lr}
             write_json(best_dir / SUMMARY_FILE, summary)
             ownership.seal(best_dir, "fine-tuned model")
             replace_dir(best_dir, target, "fine-tuned model")

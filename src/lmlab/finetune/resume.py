@@ -173,8 +173,8 @@ def check_fits(state: dict[str, Any], path: Path, model, optimizer, examples: in
         if shape != own[k]:
             raise LmlabError(f"{path}: model.{k}: must have shape {own[k]} (got {shape})", fix)
     groups = state["optimizer"]["param_groups"]
-    check_param_groups(groups, optimizer, f"{path}: optimizer", fix)
-    check_moments(state["optimizer"]["state"], groups, optimizer, f"{path}: optimizer.state", fix)
+    check_param_groups(groups, optimizer, str(path), fix)
+    check_moments(state["optimizer"]["state"], groups, optimizer, str(path), fix, key="optimizer.state")
     check_rng_state(state["generator"], f"{path}: generator", fix)
     if "rng.torch" in state["rng"]:
         check_rng_state(state["rng"]["rng.torch"], f"{path}: rng.rng.torch", fix)

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import math
 import statistics
 from pathlib import Path
@@ -439,19 +438,12 @@ def plot_downstream(
 
 
 def _curve(run_dir: Path, flops_per_step: float, initial: float | None) -> list[list[float]]:
-    path = run_dir / "metrics.jsonl"
+    from lmlab.train.metrics import read_metrics
+
     points = [[0.0, initial]] if initial is not None else []
-    if path.is_file():
-        with open(path, encoding="utf-8") as f:
-            for line in f:
-                if not line.strip():
-                    continue
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError:
-                    continue
-                if "val_loss" in row:
-                    points.append([float(row["step"]) * flops_per_step, float(row["val_loss"])])
+    for row in read_metrics(run_dir / "metrics.jsonl"):
+        if row.get("val_loss") is not None:
+            points.append([float(row["step"]) * flops_per_step, float(row["val_loss"])])
     return points
 
 

@@ -37,7 +37,6 @@ from torch import Tensor, nn
 
 from lmlab.errors import LmlabError
 from lmlab.models.attention_masks import causal_mask, flex_attention_for, is_block_mask
-from lmlab.models.dropout import Dropout, dropout
 
 KVCache = tuple[Tensor, ...]
 
@@ -96,44 +95,9 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: Tensor) -> Tensor:
-        if (x.dtype == torch.float32 == self.weight.dtype and torch.is_grad_enabled()
-                and not torch.compiler.is_compiling()):
-            return _RMSNormFunction.apply(x, self.weight, self.eps)
-        return _rms_norm(x, self.weight, self.eps)
-
-
-def _rms_norm(x: Tensor, weight: Tensor, eps: float) -> Tensor:
-    dtype = x.dtype
-    x32 = x.float()
-    x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
-    return weight * x32.to(dtype)
-
-
-class _RMSNormFunction(torch.autograd.Function):
-    """RMSNorm in float32 with a written-out backward: about 30% less time in eager training than
-    autograd's chain of six recorded ops (the same forward values; gradients equal to rounding).
-    Backward of ``y = w · x · r`` with ``r = (mean(x²) + eps)^-½`` and ``x̂ = x · r``:
-    ``dw = Σ g · x̂`` and ``dx = r · (g·w - x̂ · mean(g·w · x̂))``."""
-
-    @staticmethod
-    def forward(ctx, x: Tensor, weight: Tensor, eps: float) -> Tensor:
-        r = torch.rsqrt(x.square().mean(-1, keepdim=True).add_(eps))
-        ctx.save_for_backward(x, weight, r)
-        ctx.eps = eps
-        return (x * r).mul_(weight)
-
-    @staticmethod
-    def backward(ctx, grad: Tensor):
-        x, weight, r = ctx.saved_tensors
-        if grad.requires_grad:  # create_graph (second derivatives): differentiate the formula itself
-            wanted = [t for t, need in zip((x, weight), ctx.needs_input_grad) if need]
-            found = iter(torch.autograd.grad(_rms_norm(x, weight, ctx.eps), wanted, grad, create_graph=True))
-            return (*(next(found) if need else None for need in ctx.needs_input_grad[:2]), None)
-        x_hat = x * r
-        grad_weight = (grad * x_hat).sum(dim=tuple(range(grad.dim() - 1)))
-        gw = grad * weight
-        mean = (gw * x_hat).mean(-1, keepdim=True)
-        return torch.addcmul(gw, x_hat, mean, value=-1).mul_(r), grad_weight, None
+        x32 = x.float()
+        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x32.to(x.dtype)
 
 
 def make_norm(kind: str, dim: int, eps: float, bias: bool = True) -> nn.Module:
@@ -314,54 +278,6 @@ def projections(
     return after(F.linear(x, weight, bias)).split([m.out_features for m in layers], dim=-1)
 
 
-def attention_with_dropout(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_causal: bool,
-                           scale: float | None, p: float) -> Tensor:
-    """``dropout(softmax(q kᵀ · scale + mask)) v`` written out, for training with attention dropout
-    on the CPU: SDPA falls back to the same unfused math there but draws its dropout mask with the
-    slower ``bernoulli_`` (:mod:`lmlab.models.dropout`). ``mask`` additive (float) or None;
-    grouped-query heads are expanded to the query heads."""
-    if k.shape[1] != q.shape[1]:
-        k = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)
-        v = v.repeat_interleave(q.shape[1] // v.shape[1], dim=1)
-    scale = q.shape[-1] ** -0.5 if scale is None else scale
-    scores = torch.matmul(q if scale == 1.0 else q * scale, k.contiguous().transpose(-1, -2))
-    if mask is not None:  # in place when the mask broadcasts onto the scores (a fresh tensor)
-        same = torch.broadcast_shapes(mask.shape, scores.shape) == scores.shape
-        scores = scores.add_(mask) if same else scores + mask
-    t, s = scores.shape[-2:]
-    if is_causal:
-        scores = scores.masked_fill(~causal_mask(t, s, q.device), float("-inf"))
-    # a row with every key masked attends to nothing (zeros), as in SDPA, not NaN: left padding
-    # under a causal mask has such rows, and a NaN there would reach every gradient
-    whole_rows = _may_mask_whole_rows(mask, is_causal, t, s)
-    probs = _safe_softmax(scores, dim=-1) if whole_rows else torch.softmax(scores, dim=-1)
-    return torch.matmul(dropout(probs, p), v)
-
-
-def _may_mask_whole_rows(mask: Tensor | None, is_causal: bool, q_len: int, k_len: int) -> bool:
-    """Whether some query row of the scores may have every key at ``-inf``: only where the
-    additive mask holds ``-inf`` (a check over the mask, not the larger scores), or a causal mask
-    has more queries than keys (bottom-right aligned: the first rows see nothing). Masks written
-    with ``finfo.min`` (T5's causal bias) never make a row NaN. Under torch.compile there is no
-    data-dependent branch: always the safe softmax."""
-    if torch.compiler.is_compiling() or (is_causal and q_len > k_len):
-        return True
-    if mask is None:
-        return False
-    has_inf = torch.isneginf(mask).any()
-    # the model calls this on the CPU only: there the answer is read through NumPy (no device read)
-    return bool(has_inf.numpy() if has_inf.device.type == "cpu" else has_inf)
-
-
-def _safe_softmax(scores: Tensor, dim: int) -> Tensor:
-    """Softmax, with 0 (and a 0 gradient) for rows that are all ``-inf``."""
-    safe = getattr(torch, "_safe_softmax", None)  # what SDPA's own math path uses (eager only:
-    if safe is not None and not torch.compiler.is_compiling():  # torch.compile skips it, a graph break)
-        return safe(scores, dim)
-    finite = scores.amax(dim, keepdim=True) > float("-inf")
-    return torch.softmax(scores.masked_fill(~finite, 0.0), dim) * finite
-
-
 class Attention(nn.Module):
     """Multi-head attention ``softmax(q kᵀ · scale + bias) v`` on the fused SDPA kernel.
 
@@ -507,20 +423,16 @@ class Attention(nn.Module):
             mask = mask.to(q.dtype)
         if queries is not None and mask is not None and mask.shape[-2] != 1:
             mask = mask[..., queries, :]  # the rows of the queries kept
-        p_drop = self.dropout if self.training else 0.0
-        if p_drop and q.device.type == "cpu" and (mask is None or mask.dtype != torch.bool):
-            out = attention_with_dropout(q, k, v, mask, is_causal, self.scale, p_drop)
-        else:
-            out = F.scaled_dot_product_attention(
-                q,
-                k,
-                v,
-                attn_mask=mask,
-                is_causal=is_causal,
-                scale=self.scale,
-                dropout_p=p_drop,
-                enable_gqa=self.n_kv_heads != self.n_heads,
-            )
+        out = F.scaled_dot_product_attention(
+            q,
+            k,
+            v,
+            attn_mask=mask,
+            is_causal=is_causal,
+            scale=self.scale,
+            dropout_p=self.dropout if self.training else 0.0,
+            enable_gqa=self.n_kv_heads != self.n_heads,
+        )
         out = out.transpose(1, 2).reshape(b, q.shape[2], self.n_heads * self.head_dim)
         if packing is not None:
             out = packing.unpad(out) if queries is None else out.reshape(1, -1, out.shape[-1])
@@ -546,13 +458,11 @@ class FeedForward(nn.Module):
         self.fc_gate = nn.Linear(d_model, d_ff, bias=bias) if gated else None
         self.fc_in = nn.Linear(d_model, d_ff, bias=bias)
         self.fc_out = nn.Linear(d_ff, d_model, bias=bias)
-        self.drop = Dropout(dropout) if dropout else nn.Identity()
+        self.drop = nn.Dropout(dropout) if dropout else nn.Identity()
 
     def forward(self, x: Tensor) -> Tensor:
         if self.fc_gate is not None:
             h = self.act(self.fc_gate(x)) * self.fc_in(x)
-        elif self.act is F.relu and isinstance(self.drop, Dropout):
-            return self.fc_out(self.drop.after_relu(self.fc_in(x)))  # one pass for ReLU + dropout
         else:
             h = self.act(self.fc_in(x))
         return self.fc_out(self.drop(h))
@@ -609,7 +519,7 @@ class TransformerBlock(nn.Module):
         )
         self.ffn = FeedForward(cfg.d_model, cfg.d_ff, cfg.activation, cfg.mlp_bias)
         self.ffn_norm = make_norm(cfg.norm, cfg.d_model, cfg.norm_eps, norm_bias)
-        self.drop = Dropout(cfg.dropout)
+        self.drop = nn.Dropout(cfg.dropout)
 
     def _residual(
         self,
@@ -626,16 +536,9 @@ class TransformerBlock(nn.Module):
             kept = x[:, queries] if packing is None else packing.take(x, queries)
         if self.prenorm:
             out, present = fn(norm(x))
-            return self._add_dropped(kept, out), present
+            return kept + self.drop(out), present
         out, present = fn(x)
-        return norm(self._add_dropped(kept, out)), present
-
-    def _add_dropped(self, residual: Tensor, out: Tensor) -> Tensor:
-        """``residual + drop(out)``: one pass with lmlab's :class:`Dropout` (``self.drop`` may have
-        been swapped for another module)."""
-        if isinstance(self.drop, Dropout):
-            return self.drop.add_to(residual, out)
-        return residual + self.drop(out)
+        return norm(kept + self.drop(out)), present
 
     def forward(
         self,

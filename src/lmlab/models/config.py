@@ -23,9 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lmlab.errors import LmlabError
-
-NORMS = ("layernorm", "rmsnorm")
-POSITIONS = ("learned", "sinusoidal", "rotary", "relative", "none")
+from lmlab.file_schemas import NORMS, POSITIONS  # the choices live with the file schemas
 
 
 @dataclass
@@ -70,6 +68,7 @@ class TransformerConfig:
 
         for name in ("vocab_size", "d_model", "n_layers", "n_heads", "d_ff", "max_positions", "num_labels"):
             positive(name)
+        check_fields(self, ("norm_eps", "rope_theta", "attn_scale", "init_std"))
         if self.head_dim is None and self.d_model % self.n_heads:
             raise LmlabError(f"n_heads {self.n_heads} does not divide d_model {self.d_model}",
                              f"choose n_heads among the divisors of {self.d_model} (e.g. "
@@ -117,18 +116,43 @@ class TransformerConfig:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> TransformerConfig:
-        """Build from ``to_dict()`` output; unknown keys are an error (a config from a newer lmlab?)."""
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - names)
-        if unknown:
-            raise LmlabError(f"{cls.__name__} has no fields {unknown}",
-                             "the checkpoint was written by a different lmlab version; upgrade lmlab")
+    def from_dict(cls, data: dict[str, Any], where: str = "model config") -> TransformerConfig:
+        """Build from ``to_dict()`` output (a file's: ``where`` names it in errors); unknown keys are
+        an error (a config from a newer lmlab?), and so is a value of the wrong type or range."""
+        from lmlab import values
+        from lmlab.file_schemas import model_config_fields
+
+        check_known_fields(cls, data, where)
+        values.check(model_config_fields(cls), data, where=where, fix=FILE_FIX)
         return cls(**data).validate()
 
     def replace(self, **changes) -> TransformerConfig:
         """A validated copy with some fields changed."""
         return dataclasses.replace(self, **changes).validate()
+
+
+#: what to do about a model config file with a bad value
+FILE_FIX = "the model's config.json is damaged: restore it, or save (or import) the model again"
+
+
+def check_known_fields(config_class: type, data: dict[str, Any], where: str, key: str = "") -> None:
+    """``data`` (a ``config_class``'s dict read from the file ``where``, at ``key`` in it) names
+    only fields of that class (another field: a config from a newer lmlab)."""
+    unknown = sorted(set(data) - {f.name for f in dataclasses.fields(config_class)})
+    if unknown:
+        raise LmlabError(f"{where}: {key}{config_class.__name__} has no fields {unknown}",
+                         "the checkpoint was written by a different lmlab version; upgrade lmlab")
+
+
+def check_fields(config, names: tuple[str, ...]) -> None:
+    """``config``'s fields ``names`` checked against its file schema (lmlab.file_schemas): the
+    values that the constructor's own checks do not look at (a norm epsilon of -1 or NaN)."""
+    from lmlab import values
+    from lmlab.file_schemas import model_config_fields
+
+    values.check(model_config_fields(type(config)), {n: getattr(config, n) for n in names},
+                 where="model config", fix=f"set {' / '.join(names)} to finite positive numbers "
+                 f"(e.g. norm_eps=1e-5)")
 
 
 def _divisor_near(n: int, k: int) -> int:
@@ -438,12 +462,14 @@ def get_preset(name: str, **overrides) -> TransformerConfig:
     return dataclasses.replace(cfg, **overrides).validate()
 
 
-def config_from_dict(data: dict[str, Any]) -> TransformerConfig | RNNConfig:
-    """Rebuild a config from its dict; the ``family`` field picks the class."""
+def config_from_dict(data: dict[str, Any], where: str = "model config") -> TransformerConfig | RNNConfig:
+    """Rebuild a config from its dict (read from the file ``where``); the ``family`` field picks
+    the class."""
     family = data.get("family")
-    if family not in FAMILY_CONFIGS:
-        raise LmlabError(f"unknown model family {family!r}", f"expected one of: {', '.join(FAMILY_CONFIGS)}")
-    return FAMILY_CONFIGS[family].from_dict(data)
+    if not isinstance(family, str) or family not in FAMILY_CONFIGS:
+        raise LmlabError(f"{where}: unknown model family {family!r}",
+                         f"expected one of: {', '.join(FAMILY_CONFIGS)}")
+    return FAMILY_CONFIGS[family].from_dict(data, where)
 
 
 # ----------------------------------------------------------------------------- recurrent presets (helper C)

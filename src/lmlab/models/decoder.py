@@ -32,7 +32,6 @@ from lmlab.models.blocks import (
 )
 from lmlab.models.checkpoint import LmlabModel, eager_checks
 from lmlab.models.config import DecoderConfig
-from lmlab.models.dropout import Dropout
 from lmlab.models.heads import DECODER_HEADS, LastTokenClassificationHead, LMHead, check_heads
 from lmlab.models.output import ModelOutput
 
@@ -60,7 +59,7 @@ class DecoderModel(LmlabModel):
             self.pos_embed = SinusoidalPositions(cfg.max_positions, cfg.d_model)
         elif cfg.positions == "rotary":
             self.rotary = RotaryEmbedding(cfg.dim_head, cfg.rope_theta)
-        self.drop = Dropout(cfg.dropout)
+        self.drop = nn.Dropout(cfg.dropout)
         self.layers = nn.ModuleList(TransformerBlock(cfg) for _ in range(cfg.n_layers))
         self.final_norm = make_norm(cfg.norm, cfg.d_model, cfg.norm_eps, cfg.norm_bias)
         heads_ = {}

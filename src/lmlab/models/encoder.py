@@ -39,7 +39,6 @@ from lmlab.models.blocks import (
 )
 from lmlab.models.checkpoint import LmlabModel, eager_checks
 from lmlab.models.config import EncoderConfig
-from lmlab.models.dropout import Dropout
 from lmlab.models.heads import (
     ENCODER_HEADS,
     DiscriminatorHead,
@@ -73,7 +72,7 @@ class EncoderEmbeddings(nn.Module):
             self.position = SinusoidalPositions(cfg.max_positions, e)
         self.token_type = nn.Embedding(cfg.type_vocab_size, e) if cfg.type_vocab_size else None
         self.norm = LayerNorm(e, cfg.norm_eps) if cfg.embedding_norm else None
-        self.drop = Dropout(cfg.dropout)
+        self.drop = nn.Dropout(cfg.dropout)
         # ALBERT always maps E -> H (even when equal); ELECTRA only when the widths differ
         self.project = nn.Linear(e, cfg.d_model) if e != cfg.d_model or cfg.family == "albert" else None
 

@@ -48,7 +48,6 @@ from lmlab.models.blocks import (
 )
 from lmlab.models.checkpoint import LmlabModel, eager_checks
 from lmlab.models.config import Seq2SeqConfig
-from lmlab.models.dropout import Dropout
 from lmlab.models.output import ModelOutput
 
 #: per decoder layer (self_k, self_v, cross_k, cross_v), each [B, H, S, D]
@@ -94,9 +93,9 @@ class Seq2SeqStack(nn.Module):
         self.layers = nn.ModuleList(TransformerBlock(cfg, cross_attention=decoder) for _ in range(n_layers))
         if cfg.family == "t5" and cfg.dropout:  # T5 also drops out the FFN's hidden activations
             for layer in self.layers:
-                layer.ffn.drop = Dropout(cfg.dropout)
+                layer.ffn.drop = nn.Dropout(cfg.dropout)
         self.final_norm = make_norm(cfg.norm, d, cfg.norm_eps, cfg.norm_bias) if cfg.prenorm else None
-        self.drop = Dropout(cfg.dropout)
+        self.drop = nn.Dropout(cfg.dropout)
         if share_with is not None:
             self._share(share_with)
 

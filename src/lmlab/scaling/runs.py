@@ -14,7 +14,6 @@ non-embedding when every run has a checkpoint config to count it from, else tota
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,21 +46,10 @@ def _is_run_dir(p: Path) -> bool:
 
 
 def _last_val_row(path: Path) -> dict | None:
-    last = None
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
-                raise LmlabError(
-                    f"{path} line {lineno} is not JSON",
-                    "the run's metrics log is corrupt; re-run or --resume the run",
-                ) from None
-            if isinstance(row, dict) and row.get("val_loss") is not None:
-                last = row
-    return last
+    from lmlab.train.metrics import read_metrics
+
+    rows = [r for r in read_metrics(path) if r.get("val_loss") is not None]
+    return rows[-1] if rows else None
 
 
 def _checkpoint_config(run: Path, summary: dict) -> dict | None:

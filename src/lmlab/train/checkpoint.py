@@ -108,38 +108,141 @@ def save_train_checkpoint(
     return dest
 
 
+#: what to do about a damaged train state
+STATE_FIX = "resume from an earlier checkpoint (move this one aside) or start a new run"
+_MOMENT_RE = re.compile(r"state\.(\d+)\.(\w+)")
+_OTHER_TENSOR_RE = re.compile(r"objective\..+|rng\.torch|rng\.cuda\.\d+")
+
+
+def read_train_state(path: str | Path) -> dict[str, Any]:
+    """``train_state.json`` of the checkpoint directory ``path``, checked whole against
+    :class:`lmlab.file_schemas.TrainStateFile`, and the names of the tensors beside it against
+    its optimizer groups (a hand-edited or crafted state is a one-line error before any work,
+    not a traceback mid-run)."""
+    from lmlab import values
+    from lmlab.file_schemas import TrainStateFile
+
+    path = Path(path)
+    where = f"{path / STATE_JSON}"
+    meta = read_json(path / STATE_JSON, "train state")
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT or meta.get("version") != VERSION:
+        raise LmlabError(
+            f"{where} is not an lmlab train state (version {VERSION})",
+            "resume from a checkpoint written by this lmlab version",
+        )
+    values.check(TrainStateFile, meta, where=where, fix=STATE_FIX)
+    m = _STEP_RE.fullmatch(path.name)
+    if m and int(m.group(1)) != meta["step"]:
+        raise LmlabError(f"{where}: step: must be {m.group(1)}, the step of its directory "
+                         f"(got {meta['step']})", STATE_FIX)
+    groups = meta["optimizer"]["param_groups"]
+    ids = [i for g in groups for i in g["params"]]
+    if sorted(ids) != list(range(len(ids))):
+        shown = f"{ids[:8]}{' ...' if len(ids) > 8 else ''}"
+        raise LmlabError(f"{where}: optimizer.param_groups: the params lists must number the parameters "
+                         f"0 to {len(ids) - 1}, each once (got {shown})", STATE_FIX)
+    if (path / STATE_TENSORS).is_file():
+        moments = _moment_names(_tensor_names(path / STATE_TENSORS), path / STATE_TENSORS)
+        stray = sorted(set(moments) - set(ids))
+        if stray:
+            raise LmlabError(f"{path / STATE_TENSORS}: state.{stray[0]}: is the moment of no parameter in "
+                             f"{STATE_JSON}'s optimizer groups (got ids up to {max(moments)}, the groups "
+                             f"list {len(ids)})", STATE_FIX)
+    return meta
+
+
+def _tensor_names(path: Path) -> list[str]:
+    """The tensor names of a safetensors file, from its header alone."""
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            return list(f.keys())
+    except (SafetensorError, OSError, ValueError, RuntimeError) as e:
+        first = str(e).splitlines()[0] if str(e) else e.__class__.__name__
+        raise LmlabError(f"{path}: is corrupt or truncated ({first})", STATE_FIX) from None
+
+
+def _moment_names(names: list[str], where: Path) -> dict[int, list[str]]:
+    """Parameter id -> its moment names (``state.{id}.{name}``); any name lmlab does not write
+    in a train state is an error."""
+    moments: dict[int, list[str]] = {}
+    for key in names:
+        m = _MOMENT_RE.fullmatch(key)
+        if m:
+            moments.setdefault(int(m.group(1)), []).append(m.group(2))
+        elif not _OTHER_TENSOR_RE.fullmatch(key):
+            raise LmlabError(f"{where}: {key}: is not a tensor lmlab writes there (got that name)", STATE_FIX)
+    return moments
+
+
 def load_train_checkpoint(path: str | Path) -> tuple[dict[str, torch.Tensor], dict[str, Any], dict]:
     """``(train-state tensors, train-state JSON, model weights)`` of a checkpoint directory."""
     from lmlab.models.checkpoint import WEIGHTS_NAME, read_safetensors
 
     path = Path(path)
-    meta = read_json(path / STATE_JSON, "train state")
-    if not isinstance(meta, dict) or meta.get("format") != FORMAT or meta.get("version") != VERSION:
-        raise LmlabError(
-            f"{path / STATE_JSON} is not an lmlab train state (version {VERSION})",
-            "resume from a checkpoint written by this lmlab version",
-        )
-    _check_state(path, meta)
+    meta = read_train_state(path)
     return read_safetensors(path / STATE_TENSORS), meta, read_safetensors(path / WEIGHTS_NAME)
 
 
-def _check_state(path: Path, meta: dict[str, Any]) -> None:
-    """The fields resuming relies on have the types and ranges lmlab writes (a hand-edited or
-    crafted train_state.json is a one-line error, not a traceback mid-run)."""
-    def count(v) -> bool:
-        return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+def check_param_groups(groups: list[dict[str, Any]], optimizer: torch.optim.Optimizer, where: str,
+                       fix: str) -> None:
+    """The saved optimizer ``groups`` list as many parameters, group by group, as ``optimizer``
+    (the one this run built): else loading them fails inside torch, or pairs moments with the
+    wrong weights."""
+    own = optimizer.param_groups
+    if len(groups) != len(own):
+        raise LmlabError(f"{where}: optimizer.param_groups: must hold {len(own)} groups, as this run's "
+                         f"optimizer does (got {len(groups)})", fix)
+    for i, (saved, mine) in enumerate(zip(groups, own)):
+        if len(saved["params"]) != len(mine["params"]):
+            raise LmlabError(f"{where}: optimizer.param_groups.{i}.params: must list {len(mine['params'])} "
+                             f"parameters, as this run's group does (got {len(saved['params'])})", fix)
 
-    problems = [k for k in ("step", "tokens", "data_position") if not count(meta.get(k))]
-    if not isinstance(meta.get("optimizer"), dict):
-        problems.append("optimizer")
-    if not isinstance(meta.get("elapsed_s", 0.0), (int, float)):
-        problems.append("elapsed_s")
-    m = _STEP_RE.fullmatch(path.name)
-    if not problems and m and int(m.group(1)) != meta["step"]:
-        problems.append(f"step ({meta['step']}, in directory {path.name})")
-    if problems:
-        raise LmlabError(f"{path / STATE_JSON} is damaged: bad {', '.join(problems)}",
-                         "resume from an earlier checkpoint (delete this one) or start a new run")
+
+def check_moments(moments: dict[int, dict[str, torch.Tensor]], groups: list[dict[str, Any]],
+                  optimizer: torch.optim.Optimizer, where: str, fix: str, key: str = "state") -> None:
+    """Each saved moment (``{key}.{id}.{name}`` in the file ``where``) belongs to a parameter of
+    ``groups`` and has that parameter's shape."""
+    shapes = {i: tuple(p.shape) for saved, mine in zip(groups, optimizer.param_groups)
+              for i, p in zip(saved["params"], mine["params"])}
+    for idx, state in moments.items():
+        if idx not in shapes:
+            raise LmlabError(f"{where}: {key}.{idx}: is the moment of no parameter of this run's optimizer "
+                             f"(got id {idx}, it has {len(shapes)} parameters)", fix)
+        for name, t in state.items():
+            if name != "step" and tuple(t.shape) != shapes[idx]:
+                raise LmlabError(f"{where}: {key}.{idx}.{name}: must have the parameter's shape "
+                                 f"{shapes[idx]} (got {tuple(t.shape)})", fix)
+
+
+def check_rng_state(state: torch.Tensor, where: str, fix: str) -> None:
+    """``state`` is a CPU random generator's state, as ``torch.get_rng_state()`` gives one."""
+    own = torch.get_rng_state()
+    if state.dtype != own.dtype or state.shape != own.shape:
+        raise LmlabError(f"{where}: must be a random generator state, a {own.dtype} tensor of shape "
+                         f"{tuple(own.shape)} (got {state.dtype}, shape {tuple(state.shape)})", fix)
+
+
+def check_train_tensors(path: str | Path, tensors: dict[str, torch.Tensor], meta: dict[str, Any],
+                        optimizer: torch.optim.Optimizer, objective: torch.nn.Module) -> None:
+    """``train_state.safetensors`` (and the JSON's optimizer groups) fit the optimizer and
+    objective this run built, before anything is loaded into them."""
+    path = Path(path)
+    where = str(path / STATE_TENSORS)
+    groups = meta["optimizer"]["param_groups"]
+    check_param_groups(groups, optimizer, str(path / STATE_JSON), STATE_FIX)
+    moments: dict[int, dict[str, torch.Tensor]] = {}
+    for idx, names in _moment_names(list(tensors), path / STATE_TENSORS).items():
+        moments[idx] = {name: tensors[f"state.{idx}.{name}"] for name in names}
+    check_moments(moments, groups, optimizer, where, STATE_FIX)
+    if "rng.torch" in tensors:
+        check_rng_state(tensors["rng.torch"], f"{where}: rng.torch", STATE_FIX)
+    saved = {k[len("objective."):]: tuple(t.shape) for k, t in tensors.items() if k.startswith("objective.")}
+    expected = {k: tuple(v.shape) for k, v in objective.state_dict().items()}
+    if saved and saved != expected:
+        raise LmlabError(f"{where}: objective.*: must be this run's objective state "
+                         f"{sorted(expected)[:3]} (got {sorted(saved)[:3]})", STATE_FIX)
 
 
 def rng_tensors() -> dict[str, torch.Tensor]:

@@ -37,12 +37,14 @@ from lmlab.values import (
     Encoding,
     Epsilon,
     Fraction,
+    GradClip,
     LearningRate,
-    NonNegative,
+    MinLearningRate,
     PathText,
     Seed,
     Size,
     Text,
+    Tflops,
     Threads,
     WeightDecay,
     Workers,
@@ -142,7 +144,7 @@ class TrainConfig:
     batch_size: Count = 16  # a batch too large for the memory: _check_batch_fits
     seq_len: Count = 128
     lr: LearningRate = 1e-3
-    min_lr: NonNegative = 1e-4
+    min_lr: MinLearningRate = 1e-4
     warmup_steps: Size = 100
     decay_steps: Size = 0
     schedule: Schedule = "cosine"
@@ -150,7 +152,7 @@ class TrainConfig:
     betas: list[Fraction] = field(default_factory=lambda: [0.9, 0.95])
     eps: Epsilon = 1e-8
     grad_accum: Count = 1
-    clip: NonNegative = 1.0
+    clip: GradClip = 1.0
     eval_every: Count = 100
     eval_batches: Size = 20
     eval_at_start: bool = True
@@ -166,7 +168,7 @@ class TrainConfig:
     compile: bool = False
     compile_backend: CompileBackend = "inductor"
     activation_checkpointing: bool = False
-    peak_tflops: NonNegative = 0.0
+    peak_tflops: Tflops = 0.0
     attention: Attention = "auto"
     prefetch: bool = True
     loggers: list[Text] = field(default_factory=list)

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from lmlab.data.records import input_stat, is_dataset_dir, is_record_file
-from lmlab.data.shards import INDEX_FILE, TokenShards
+from lmlab.data.shards import INDEX_FILE, TokenShards, read_index
 from lmlab.errors import LmlabError
 from lmlab.fileio import read_json, write_json
 from lmlab.train.config import DataConfig
@@ -34,6 +34,7 @@ class RunData:
     train: TokenShards
     val: TokenShards
     tokenizer: Any
+    val_source: str = ""  # where the val text comes from, in words (describe_val)
 
 
 def expand(entry: str) -> str:
@@ -134,12 +135,12 @@ def prepare_run_data(
             train.directory, "val", "data.train shards have an empty val split; set data.val"
         )
     elif _kind(val_paths, "data.val") == "shards":
-        index = read_json(val_paths[0] / INDEX_FILE, "shards index")
-        split = "val" if index.get("splits", {}).get("val", {}).get("tokens") else "train"
+        index = read_index(val_paths[0])
+        split = "val" if index["splits"].get("val", {}).get("tokens") else "train"
         val = TokenShards(val_paths[0], split)
     else:
-        out = _prepare_text(val_paths, data_dir / "val", tok_dir, cfg, 0.0, log, build)
-        val = TokenShards(out, "train")
+        out = _prepare_text(val_paths, data_dir / "val", tok_dir, cfg, 0.0, log, build, {"train": "val"})
+        val = TokenShards(out, "train")  # a folder of validation text: all of it in its one split
 
     sha_t = train.index.get("tokenizer", {}).get("sha256")
     sha_v = val.index.get("tokenizer", {}).get("sha256")
@@ -150,7 +151,20 @@ def prepare_run_data(
             "prepare both with the same tokenizer",
         )
     tokenizer = train.tokenizer()
-    return RunData(train, val, tokenizer)
+    train_is_shards = _kind(train_paths, "data.train") == "shards"
+    return RunData(train, val, tokenizer, describe_val(cfg, train_is_shards))
+
+
+def describe_val(cfg: DataConfig, train_is_shards: bool = False) -> str:
+    """Where a run's validation text comes from, in words for its log: held out of the training
+    data, or named files (whose domain the reader can then judge)."""
+    if cfg.val:
+        names = [Path(expand(v)).name or v for v in cfg.val[:3]]
+        return "data.val " + ", ".join(names) + (f" and {len(cfg.val) - 3} more" if len(cfg.val) > 3 else "")
+    if train_is_shards:
+        return "the val split of the data.train shards"
+    return (f"{cfg.val_fraction * 100:g}% of the data.train documents, held out (picked by a hash of "
+            "their text, never trained on)")
 
 
 def _data_dir(cfg: DataConfig, run_dir: Path) -> Path:
@@ -169,8 +183,8 @@ def _data_dir(cfg: DataConfig, run_dir: Path) -> Path:
 
 
 def _split_or_fail(directory: Path, split: str, message: str) -> TokenShards:
-    index = read_json(directory / INDEX_FILE, "shards index")
-    if not index.get("splits", {}).get(split, {}).get("tokens"):
+    index = read_index(directory)
+    if not index["splits"].get(split, {}).get("tokens"):
         raise LmlabError(message, "or re-run `lmlab data prepare` with --val-fraction")
     return TokenShards(directory, split)
 
@@ -268,7 +282,10 @@ def _prepare_text(
     val_fraction: float,
     log: Callable[[str], None],
     build: bool,
+    split_names: dict[str, str] | None = None,
 ) -> Path:
+    """Tokenise ``files`` into ``out`` unless it already holds them; ``split_names`` renames the
+    splits in the lines logged (a folder of validation text keeps it in its "train" split)."""
     from lmlab.data.prepare import prepare_shards
     from lmlab.data.shards import tokenizer_sha256
 
@@ -300,7 +317,7 @@ def _prepare_text(
         progress=False,
         text_field=cfg.text_field,
     )
-    for line in summary.report().splitlines():
+    for line in summary.report(split_names).splitlines():
         log(line)
     write_json(_manifest_path(out), manifest)
     return out

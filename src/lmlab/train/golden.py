@@ -14,13 +14,13 @@ Record (or re-record after an intended change) with::
 
 from __future__ import annotations
 
-import json
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
 from lmlab.fileio import read_json, write_json
+from lmlab.train.metrics import read_metrics
 
 GOLDEN_DIR = Path("configs") / "golden"
 DEFAULT_OVERRIDES = [
@@ -45,7 +45,7 @@ def run_curve(recipe: str | Path, overrides: list[str], run_dir: str | Path) -> 
     from lmlab.train import pretrain
 
     summary = pretrain(recipe, run_dir, overrides=overrides, log=lambda m: None)
-    rows = [json.loads(line) for line in (Path(run_dir) / "metrics.jsonl").read_text().splitlines()]
+    rows = read_metrics(Path(run_dir) / "metrics.jsonl")
     return {
         "loss": [round(r["loss"], 6) for r in rows],
         "val_loss": {str(r["step"]): round(r["val_loss"], 6) for r in rows if "val_loss" in r}

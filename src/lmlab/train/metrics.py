@@ -17,7 +17,45 @@ import os
 from pathlib import Path
 from typing import Any
 
+from lmlab import values
+from lmlab.errors import LmlabError
+from lmlab.file_schemas import MetricsRow
 from lmlab.fileio import atomic_write_text
+
+#: what to do about a damaged metrics log
+METRICS_FIX = ("the run's metrics log is damaged: restore it, or remove the bad line (a resume "
+               "rewrites the log from its checkpoint's step)")
+
+
+def read_metrics(path: str | os.PathLike) -> list[dict[str, Any]]:
+    """The rows of a ``metrics.jsonl``, each checked against :class:`lmlab.file_schemas.MetricsRow`
+    (a JSON object with a ``step`` and numbers): text that is not UTF-8, a line that is not JSON or
+    a row of the wrong shape is a one-line error naming the file and the line. A last line without
+    its newline that is not JSON was cut off by a kill mid-write, and is skipped."""
+    path = Path(path)
+    if not path.is_file():
+        return []
+    data = path.read_bytes()
+    rows = []
+    lines = data.split(b"\n")
+    for lineno, raw in enumerate(lines, 1):
+        if not raw.strip():
+            continue
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise LmlabError(f"{path}: line {lineno} is not UTF-8 text (got {raw[:40]!r})",
+                             METRICS_FIX) from None
+        try:
+            row = json.loads(line)
+        except (json.JSONDecodeError, RecursionError):
+            if lineno == len(lines):  # no newline after it: cut off by a kill
+                continue
+            shown = line if len(line) <= 40 else line[:37] + "..."
+            raise LmlabError(f"{path}: line {lineno} is not JSON (got {shown!r})", METRICS_FIX) from None
+        values.check(MetricsRow, row, where=f"{path}: line {lineno}", fix=METRICS_FIX)
+        rows.append(row)
+    return rows
 
 
 class MetricsLog:
@@ -27,15 +65,8 @@ class MetricsLog:
         self.path = Path(path)
 
     def rows(self) -> list[dict[str, Any]]:
-        if not self.path.is_file():
-            return []
-        out = []
-        for line in self.path.read_text(encoding="utf-8").splitlines():
-            try:
-                out.append(json.loads(line))
-            except json.JSONDecodeError:  # a line cut off by a kill: ignore it
-                continue
-        return out
+        """The rows logged so far (:func:`read_metrics`)."""
+        return read_metrics(self.path)
 
     def truncate_after(self, step: int) -> list[dict[str, Any]]:
         """Drop rows logged after ``step`` (work lost since the checkpoint); return the kept rows."""

@@ -172,11 +172,12 @@ def check_replaceable_dir(dest: str | os.PathLike, kind: str) -> Path:
     return resolved
 
 
-def claim_dir(dest: str | os.PathLike, kind: str, entries: tuple[str, ...]) -> Path:
+def claim_dir(dest: str | os.PathLike, kind: str, entries: tuple[str, ...], create: bool = True) -> Path:
     """Take ``dest`` as a folder that this ``kind`` of command fills over time, writing the top-level
     ``entries`` (files or folders) there. A new or empty folder is claimed (its manifest records the
     entries as lmlab's); a folder claimed earlier by the same kind is reused as it is (a resumed
-    run, a re-run demo); anything else is refused in one line. Returns the resolved path."""
+    run, a re-run demo); anything else is refused in one line. Returns the resolved path.
+    ``create=False``: only check, before the work, that the claim will succeed (nothing is made)."""
     given = Path(dest)
     resolved = given.resolve()
     if resolved == resolved.parent:
@@ -187,7 +188,7 @@ def claim_dir(dest: str | os.PathLike, kind: str, entries: tuple[str, ...]) -> P
     if manifest is not None and manifest.get("kind") == kind and manifest.get("state") == "claimed":
         recorded = manifest.get("entries", {})
         missing = [e for e in entries if e not in recorded]
-        if missing:  # a newer lmlab writes more entries: claim those not already there
+        if missing and create:  # a newer lmlab writes more entries: claim those not already there
             clash = [e for e in missing if (resolved / e).exists()]
             if clash:
                 raise LmlabError(f"output folder {given} holds {clash[0]}, which lmlab did not write there",
@@ -202,6 +203,8 @@ def claim_dir(dest: str | os.PathLike, kind: str, entries: tuple[str, ...]) -> P
             what = f"is a {manifest.get('kind')}, not a {kind}"
         raise LmlabError(f"output folder {given} exists and {what}; nothing was written",
                          "choose a new --out, or move or delete that folder yourself")
+    if not create:
+        return resolved
     resolved.mkdir(parents=True, exist_ok=True)
     owned = {e: {"tree": True} for e in entries}
     write_manifest(resolved, {"kind": kind, "state": "claimed", "entries": owned})

@@ -7,10 +7,10 @@ import math
 from lmlab.cli.common import add_command, add_group
 from lmlab.values import (
     Flops,
+    HuberDelta,
     Ratio,
     count_flag,
     flag,
-    nonnegative_flag,
     path_flag,
     seed_flag,
     size_flag,
@@ -137,7 +137,7 @@ def register(sub) -> None:
     )
     f.add_argument(
         "--huber-delta",
-        type=nonnegative_flag,
+        type=flag(HuberDelta),
         default=1e-3,
         metavar="DELTA",
         help="Huber loss threshold on log-loss residuals (Chinchilla: 1e-3; 0 = plain least squares)",
@@ -224,8 +224,12 @@ def run_plan(args) -> int:
 # ----------------------------------------------------------------------------- fit
 
 
+#: what `lmlab scale fit` writes in its --out folder (lmlab.ownership.claim_dir)
+FIT_KIND = "scaling fit"
+FIT_ENTRIES = ("fit.json", "fit.png")
+
+
 def run_fit(args) -> int:
-    from pathlib import Path
 
     from lmlab.fileio import write_json
     from lmlab.ownership import claim_dir
@@ -234,7 +238,7 @@ def run_fit(args) -> int:
     from lmlab.scaling.runs import read_runs
 
     # OUT holds fit.json and fit.png: new, empty or an earlier fit's folder, never a user's or a run's
-    claim_dir(args.out, "scaling fit", ("fit.json", "fit.png"))
+    claim_dir(args.out, FIT_KIND, FIT_ENTRIES, create=False)  # checked now, made when there is a fit
     runs, count = read_runs(args.runs, args.params)
     result = fit_runs(
         runs,
@@ -292,8 +296,8 @@ def run_fit(args) -> int:
                 f"actual {h['loss']:.4f}, error {_pct(h['relative_error'])} ({ok})"
             )
         data["held_out_within_5_percent"] = data["held_out_max_relative_error"] <= 0.05
-    out = Path(args.out)
-    write_json(out / "fit.json", data)  # into the folder claimed before the fit (run_fit)
+    out = claim_dir(args.out, FIT_KIND, FIT_ENTRIES)
+    write_json(out / "fit.json", data)
     plot_fit(result, out / "fit.png")
     print(f"wrote {out / 'fit.json'} and {out / 'fit.png'}")
     return 0

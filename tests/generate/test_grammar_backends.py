@@ -1,5 +1,6 @@
 """The llguidance JSON-schema backend: the same allowed tokens as lmlab's engine at every step where
-both support the schema, the schema features only llguidance has, and the backend choice."""
+both support the schema, the schema features only llguidance has, and the backend choice: ``auto``
+always gives a whole valid document within ``max_new_tokens``, or refuses before generating."""
 
 from __future__ import annotations
 
@@ -18,7 +19,14 @@ from lmlab.generate.json_backend import (
     json_schema_constraint,
     resolve_backend,
 )
-from lmlab.generate.llguidance_json import bounded_schema, fixed_token_bytes, llguidance_module
+from lmlab.generate.json_schema import compile_schema
+from lmlab.generate.llguidance_json import (
+    LlguidanceJsonConstraint,
+    bounded_schema,
+    fixed_token_bytes,
+    llguidance_module,
+    longest_document_bytes,
+)
 from lmlab.models import build_model, get_preset
 from lmlab.tokenizers import train_tokenizer
 
@@ -67,6 +75,26 @@ EXTENDED = [
       "required": ["day", "addr", "color"]}, "format"),
 ]
 
+
+# the schema of /work/shared/acceptance/structured-output: an integer and a number without bounds
+ACCEPTANCE = {"type": "object", "properties": {
+    "name": {"type": "string", "maxLength": 20}, "age": {"type": "integer", "minimum": 0},
+    "mood": {"enum": ["good", "bad"]}, "tags": {"type": "array", "items": {"type": "string"}, "maxItems": 3},
+    "ok": {"type": "boolean"}, "score": {"type": "number"}}, "required": ["name", "age", "mood", "ok"]}
+
+# schemas whose llguidance documents have a longest form (longest_document_bytes is not None)
+BOUNDED = [
+    {"type": "boolean"},
+    {"enum": [1, -20, "abc", None, True]},
+    {"type": "integer", "exclusiveMinimum": -1000.5, "maximum": 7},
+    {"type": ["string", "null", "integer"], "maxLength": 3, "minimum": 0, "maximum": 5},
+    {"type": "array", "maxItems": 3, "items": {"anyOf": [{"type": "integer", "minimum": -5, "maximum": 30},
+                                                         {"type": "null"}, {"const": "\u00e9"}]}},
+    {"type": "object", "properties": {"k": {"type": "string", "maxLength": 6}, "e": {"type": "object"},
+                                      "t": {"type": "array", "items": {"type": "string", "maxLength": 2}}}},
+    EXTENDED[0][0],                                                         # $ref
+    EXTENDED[2][0],                                                         # oneOf
+]
 
 @pytest.fixture(scope="module")
 def tokenizers(shakespeare):
@@ -173,7 +201,7 @@ def test_llguidance_features_give_valid_documents(tokenizers, model, schema, fea
     tok = tokenizers["bytelevel"]
     with pytest.raises(LmlabError, match="lmlab\\[grammar\\]|llguidance grammar backend"):
         check_json_schema(schema, "lmlab")                     # lmlab's engine refuses, naming the backend
-    c = json_schema_constraint(schema, tok, prompt_len=1, max_new_tokens=120)
+    c = json_schema_constraint(schema, tok, backend="llguidance", prompt_len=1, max_new_tokens=120)
     assert c.backend == "llguidance"
     out = generate(model, torch.tensor([[tok.bos_id]]), max_new_tokens=120, do_sample=True,
                    num_return_sequences=6, seed=1, eos_token_id=c.eos, logits_processors=[c])
@@ -192,7 +220,7 @@ def test_encoder_decoder_with_character_bpe_through_llguidance(tokenizers):
     model = build_model(get_preset("t5-tiny", vocab_size=tok.vocab_size, eos_token_id=tok.eos_id,
                                    decoder_start_token_id=tok.pad_id, pad_token_id=tok.pad_id)).eval()
     schema = EXTENDED[2][0]                                            # oneOf
-    c = json_schema_constraint(schema, tok, prompt_len=1, max_new_tokens=40)
+    c = json_schema_constraint(schema, tok, backend="llguidance", prompt_len=1, max_new_tokens=40)
     assert c.backend == "llguidance"
     out = generate(model, torch.tensor([[tok.eos_id]]), max_new_tokens=40, do_sample=True,
                    num_return_sequences=8, seed=0, eos_token_id=c.eos, logits_processors=[c])
@@ -202,16 +230,22 @@ def test_encoder_decoder_with_character_bpe_through_llguidance(tokenizers):
     assert len({json.dumps(d) for d in docs}) > 1
 
 
-def test_auto_backend_follows_the_tokenizer(tokenizers):
+def test_auto_backend_is_llguidance_only_where_every_document_fits(tokenizers):
     schema = SHARED[0]
-    for algo, want in (("bytelevel", "llguidance"), ("bpe", "llguidance"), ("unigram", "lmlab")):
-        c = json_schema_constraint(schema, tokenizers[algo], prompt_len=1, max_new_tokens=100)
-        assert (resolve_backend("auto", tokenizers[algo]), c.backend) == (want, want)
+    longest = longest_document_bytes(schema)
+    assert longest is not None
+    for algo, budget, want in (("bytelevel", longest + 1, "llguidance"), ("bytelevel", longest, "lmlab"),
+                               ("bpe", 10_000, "lmlab"), ("unigram", 10_000, "lmlab")):
+        c = json_schema_constraint(schema, tokenizers[algo], prompt_len=1, max_new_tokens=budget)
+        assert (resolve_backend("auto", tokenizers[algo], schema, max_new_tokens=budget), c.backend) \
+            == (want, want), (algo, budget)
+    # an integer without maximum has no longest document: lmlab's engine, whatever the budget
+    assert resolve_backend("auto", tokenizers["bytelevel"], ACCEPTANCE, max_new_tokens=100_000) == "lmlab"
     with pytest.raises(LmlabError, match="fixed bytes"):
         json_schema_constraint(schema, tokenizers["unigram"], backend="llguidance", prompt_len=1,
                                max_new_tokens=100)
     with pytest.raises(LmlabError, match="unknown grammar backend 'xgrammar'"):
-        resolve_backend("xgrammar", tokenizers["bpe"])
+        resolve_backend("xgrammar", tokenizers["bpe"], schema, max_new_tokens=100)
     from lmlab.cli.generate import GRAMMAR_BACKENDS as CLI_CHOICES
 
     assert CLI_CHOICES == GRAMMAR_BACKENDS      # written out there: importing generate loads torch
@@ -221,7 +255,7 @@ def test_without_llguidance_auto_is_lmlab_and_asking_for_it_names_the_extra(toke
     monkeypatch.setitem(sys.modules, "llguidance", None)          # import llguidance -> ImportError
     with pytest.raises(LmlabError, match=r"pip install 'lmlab\[grammar\]'"):
         llguidance_module()
-    assert resolve_backend("auto", tokenizers["bytelevel"]) == "lmlab"
+    assert resolve_backend("auto", tokenizers["bytelevel"], SHARED[0], max_new_tokens=10_000) == "lmlab"
     with pytest.raises(LmlabError, match=r"'pattern'.*pip install 'lmlab\[grammar\]'"):
         check_json_schema(EXTENDED[1][0], "auto")
     with pytest.raises(LmlabError, match=r"lmlab\[grammar\]"):
@@ -282,7 +316,9 @@ def test_cli_auto_backend_writes_ref_schema_documents(checkpoint, tmp_path, caps
 
 @pytest.mark.parametrize("extra,message", [
     (("--grammar-backend", "lmlab"), r"'\$defs'.*llguidance grammar backend supports it"),
-    (("--max-new-tokens", "3"), "did not finish within max_new_tokens=3"),
+    (("--max-new-tokens", "3"), r"longest document needs \d+ tokens, more than max_new_tokens=3; "
+                                r"use max_new_tokens >= \d+"),
+    (("--max-new-tokens", "3", "--grammar-backend", "llguidance"), "did not finish within max_new_tokens=3"),
     (("--grammar-backend", "llguidance", "--json-schema"), "add --json-schema FILE"),
 ])
 def test_cli_errors_are_one_line(checkpoint, tmp_path, capsys, extra, message):
@@ -296,3 +332,111 @@ def test_cli_errors_are_one_line(checkpoint, tmp_path, capsys, extra, message):
         code = _cli(checkpoint, tmp_path, EXTENDED[0][0], *extra)
     err = capsys.readouterr().err
     assert code == 2 and err.startswith("error: ") and err.count("\n") == 1 and re.search(message, err), err
+
+
+# --------------------------------------------------------------------------- auto keeps the promise
+def test_auto_ends_every_acceptance_document_within_a_small_budget(tokenizers, model):
+    """Whole documents, valid against the schema, however small the budget: the shortest fits exactly."""
+    tok = tokenizers["bytelevel"]
+    shortest = compile_schema(ACCEPTANCE).min_cost
+    for budget in (shortest + 1, 50, 64):
+        c = json_schema_constraint(ACCEPTANCE, tok, prompt_len=1, max_new_tokens=budget)
+        out = generate(model, torch.tensor([[tok.bos_id]]), max_new_tokens=budget, do_sample=True,
+                       num_return_sequences=12, seed=budget, eos_token_id=c.eos, logits_processors=[c])
+        for row in out:
+            gen = row[1:].tolist()
+            assert c.eos in gen and len(gen) <= budget          # the document ended, within the budget
+            jsonschema.validate(json.loads(c.text(gen)), ACCEPTANCE)
+
+
+def test_auto_refuses_a_budget_below_the_shortest_document(tokenizers):
+    shortest = compile_schema(ACCEPTANCE).min_cost
+    with pytest.raises(LmlabError, match=f"needs up to {shortest + 1} tokens, more than "
+                                         f"max_new_tokens={shortest}; use max_new_tokens >= {shortest + 1}"):
+        json_schema_constraint(ACCEPTANCE, tokenizers["bytelevel"], prompt_len=1, max_new_tokens=shortest)
+
+
+def _longest_walk_bytes(tok, schema, walks: int, seed: int) -> int:
+    """Random walks through llguidance's masks that never stop while they may go on; the longest text."""
+    c = LlguidanceJsonConstraint(schema, tok, prompt_len=1, max_new_tokens=10_000)
+    surfaces = fixed_token_bytes(tok)
+    rng, longest = random.Random(seed), 0
+    for _ in range(walks):
+        gen: list[int] = []
+        while not gen or gen[-1] != c.eos:
+            go_on = sorted(_allowed(c, gen, tok.vocab_size) - {c.eos})
+            gen.append(rng.choice(go_on) if go_on else c.eos)
+        jsonschema.validate(json.loads(c.text(gen)), schema)
+        longest = max(longest, len(b"".join(surfaces[t] for t in gen[:-1])))
+    return longest
+
+
+def test_longest_document_bound_holds_for_everything_llguidance_lets_through(tokenizers):
+    tok = tokenizers["bytelevel"]
+    for i, schema in enumerate(BOUNDED):
+        bound = longest_document_bytes(schema)
+        assert bound is not None, schema
+        assert _longest_walk_bytes(tok, schema, walks=12, seed=i) <= bound, schema
+    assert [longest_document_bytes(s) for s in BOUNDED[:3]] == [7, 7, 7]     # " false ", " 'abc' ", " -1000 "
+
+
+@pytest.mark.parametrize("schema", [
+    ACCEPTANCE, {"type": "number", "minimum": 0, "maximum": 1}, {"type": "integer", "minimum": 0},
+    {"$defs": {"t": {"type": "object", "properties": {"kid": {"$ref": "#/$defs/t"}}}}, "$ref": "#/$defs/t"},
+    {"allOf": [{"type": "boolean"}]}, {"type": "string", "maxLength": 3, "pattern": "a+"},
+    {"type": "object", "properties": {}, "additionalProperties": True}, {"enum": [1.5]}, {"type": "array"},
+], ids=["acceptance", "number", "no-maximum", "recursive-ref", "allOf", "pattern", "extra-keys", "float-enum",
+        "any-items"])
+def test_no_longest_document_where_none_can_be_shown(schema):
+    assert longest_document_bytes(schema) is None
+    assert longest_document_bytes({"type": "string"}, max_string_length=None) is None
+
+
+def test_auto_through_llguidance_ends_every_row_when_the_longest_document_fits(tokenizers, model):
+    tok = tokenizers["bytelevel"]
+    for schema in (EXTENDED[0][0], BOUNDED[5]):
+        budget = longest_document_bytes(schema) + 1
+        c = json_schema_constraint(schema, tok, prompt_len=1, max_new_tokens=budget)
+        assert c.backend == "llguidance"
+        out = generate(model, torch.tensor([[tok.bos_id]]), max_new_tokens=budget, do_sample=True,
+                       num_return_sequences=8, seed=3, eos_token_id=c.eos, logits_processors=[c])
+        for row in out:
+            jsonschema.validate(json.loads(c.text(row[1:].tolist())), schema)   # .text: error if unfinished
+
+
+def test_auto_refuses_a_schema_only_llguidance_supports_unless_it_provably_fits(tokenizers):
+    with pytest.raises(LmlabError, match=r"'pattern' .* not supported by lmlab's grammar engine.*no length "
+                                         r"bound.*pass --grammar-backend llguidance"):
+        check_json_schema(EXTENDED[1][0], "auto")                   # before any model is loaded
+    check_json_schema(EXTENDED[0][0], "auto")                       # $ref, bounded: depends on the budget
+    longest = longest_document_bytes(EXTENDED[0][0]) + 1
+    with pytest.raises(LmlabError, match=f"longest document needs {longest} tokens, more than "
+                                         f"max_new_tokens=20; use max_new_tokens >= {longest}"):
+        json_schema_constraint(EXTENDED[0][0], tokenizers["bytelevel"], prompt_len=1, max_new_tokens=20)
+    with pytest.raises(LmlabError, match="the bpe tokenizer is not byte-level BPE"):
+        json_schema_constraint(EXTENDED[0][0], tokenizers["bpe"], prompt_len=1, max_new_tokens=10_000)
+
+
+def test_cli_acceptance_schema_with_a_small_budget_prints_valid_documents(checkpoint, tmp_path, capsys):
+    assert _cli(checkpoint, tmp_path, ACCEPTANCE, "--max-new-tokens", "48", "--num-samples", "16",
+                "--seed", "1") == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 16
+    for line in lines:
+        jsonschema.validate(json.loads(line), ACCEPTANCE)
+
+
+def test_cli_refuses_before_generating_when_the_shortest_document_cannot_fit(checkpoint, tmp_path, capsys,
+                                                                             monkeypatch):
+    import lmlab.generate
+
+    def no_generation(*args, **kwargs):
+        raise AssertionError("generation started")
+
+    monkeypatch.setattr(lmlab.generate, "generate", no_generation)
+    shortest = compile_schema(ACCEPTANCE).min_cost
+    code = _cli(checkpoint, tmp_path, ACCEPTANCE, "--max-new-tokens", str(shortest))
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1, err
+    assert err.startswith(f"error: the shortest document valid against the schema needs up to {shortest + 1} "
+                          f"tokens, more than max_new_tokens={shortest}"), err

@@ -141,15 +141,15 @@ class JsonSchemaConstraint:
             raise LmlabError("constrained decoding needs an end-of-sequence token and the tokenizer has none",
                              "use a tokenizer trained with an EOS special token (e.g. </s>)")
         self.prompt_len, self.max_new_tokens = prompt_len, max_new_tokens
+        need = self.root.min_cost + 1          # refused before any work: a byte per token, then EOS
+        if need > max_new_tokens:
+            raise LmlabError(f"the shortest document valid against the schema needs up to {need} tokens, "
+                             f"more than max_new_tokens={max_new_tokens}", f"use max_new_tokens >= {need}")
         self.vocab_size = tokenizer.vocab_size
         self.surfaces = token_surfaces(tokenizer)
         self.tries = (_Trie(self.surfaces[0]), _Trie(self.surfaces[1]))
         self._check_alphabet()
         self.start = initial_state(self.root)
-        need = self.root.min_cost + 1
-        if need > max_new_tokens:
-            raise LmlabError(f"the shortest document valid against the schema needs up to {need} tokens, "
-                             f"more than max_new_tokens={max_new_tokens}", f"use max_new_tokens >= {need}")
         self._walks: dict = {}
         self._tables: dict = {}
         self._rows: dict[tuple, object] = {}

@@ -1,13 +1,19 @@
-"""Which grammar engine runs a JSON-schema constraint: llguidance where it can, lmlab's own elsewhere.
+"""Which grammar engine runs a JSON-schema constraint, so that every output is a whole document.
 
-* ``"llguidance"`` - :class:`lmlab.generate.llguidance_json.LlguidanceJsonConstraint`: the
-  maintained engine (``pip install 'lmlab[grammar]'``), the larger schema vocabulary (``$ref``,
-  ``pattern``, ``format``, ``oneOf``, ``allOf``...), for tokenizers whose tokens are fixed bytes
-  (byte-level and character BPE); no forced ending within the token budget.
 * ``"lmlab"`` - :class:`lmlab.generate.constrained.JsonSchemaConstraint`: every lmlab tokenizer,
-  a schema subset, and a document that always ends within ``max_new_tokens``.
-* ``"auto"`` (the default) - llguidance when it is installed and the tokenizer's tokens are fixed
-  bytes, else lmlab.
+  a schema subset, and a document that always ends within ``max_new_tokens``: it knows the
+  shortest completion and forces it as the budget runs out (a schema whose shortest document
+  cannot fit is refused before generating).
+* ``"llguidance"`` - :class:`lmlab.generate.llguidance_json.LlguidanceJsonConstraint`: the
+  maintained, faster engine (``pip install 'lmlab[grammar]'``), the larger schema vocabulary
+  (``$ref``, ``pattern``, ``format``, ``oneOf``, ``allOf``...), for tokenizers whose tokens are
+  fixed bytes; it knows no budget: a document unfinished at ``max_new_tokens`` is an error.
+* ``"auto"`` (the default) keeps lmlab's promise - a whole document within ``max_new_tokens``,
+  or a refusal before generating - and uses llguidance where that promise holds anyway: when
+  every document llguidance can write for the schema fits in the budget
+  (:func:`~lmlab.generate.llguidance_json.longest_document_bytes`) and every byte is a token of
+  the tokenizer (byte-level BPE), so no row can run out of tokens or get stuck. Otherwise lmlab's
+  engine; a schema beyond lmlab's engine whose longest document does not fit is refused.
 """
 
 from __future__ import annotations
@@ -15,9 +21,18 @@ from __future__ import annotations
 from typing import Any
 
 from lmlab.errors import LmlabError
-from lmlab.generate.llguidance_json import INSTALL, llguidance_grammar, llguidance_installed
+from lmlab.generate.json_schema import DEFAULT_MAX_ARRAY_ITEMS, DEFAULT_MAX_STRING_LENGTH
+from lmlab.generate.llguidance_json import (
+    INSTALL,
+    fixed_token_bytes,
+    llguidance_grammar,
+    llguidance_installed,
+    longest_document_bytes,
+)
 
 GRAMMAR_BACKENDS = ("auto", "llguidance", "lmlab")
+EXPLICIT_LLGUIDANCE = ("pass --grammar-backend llguidance (backend='llguidance'), which supports it but "
+                       "does not force an ending: a document unfinished at max_new_tokens is an error")
 
 
 def _check_name(backend: str) -> None:
@@ -25,26 +40,92 @@ def _check_name(backend: str) -> None:
         raise LmlabError(f"unknown grammar backend {backend!r}", f"use one of {', '.join(GRAMMAR_BACKENDS)}")
 
 
-def resolve_backend(backend: str, tokenizer) -> str:
-    """The engine ``backend`` means for ``tokenizer``: ``"llguidance"`` or ``"lmlab"``."""
+def resolve_backend(backend: str, tokenizer, schema: Any, *, max_new_tokens: int,
+                    max_string_length: int | None = DEFAULT_MAX_STRING_LENGTH,
+                    max_array_items: int | None = DEFAULT_MAX_ARRAY_ITEMS) -> str:
+    """The engine ``backend`` means for ``schema``, ``tokenizer`` and the budget: ``"llguidance"`` or
+    ``"lmlab"``; for ``"auto"``, a one-line error when neither can keep the promise (module docstring)."""
     _check_name(backend)
-    if backend == "auto":
-        ok = llguidance_installed() and getattr(tokenizer, "algo", "") in ("bytelevel", "bpe")
-        return "llguidance" if ok else "lmlab"
-    return backend
+    if backend != "auto":
+        return backend
+    caps = {"max_string_length": max_string_length, "max_array_items": max_array_items}
+    tokens = llguidance_tokens_needed(schema, tokenizer, **caps)
+    if tokens is not None and tokens <= max_new_tokens:
+        return "llguidance"
+    try:
+        _compile_lmlab(schema, **caps)
+    except LmlabError as e:
+        if "is not supported by" not in e.problem or not llguidance_installed():
+            raise
+        raise _auto_refusal(_lmlab_named(e.problem), tokenizer, tokens, max_new_tokens) from None
+    return "lmlab"
 
 
-def check_json_schema(schema: Any, backend: str = "auto") -> None:
+def llguidance_tokens_needed(schema: Any, tokenizer, **caps) -> int | None:
+    """Tokens (EOS included) that every llguidance row fits in, for a tokenizer with every byte as a
+    token; None when llguidance is not installed or refuses the schema, the tokenizer lacks a byte,
+    or the documents have no known length bound."""
+    if not llguidance_installed() or not _every_byte_is_a_token(tokenizer):
+        return None
+    longest = longest_document_bytes(schema, **caps)
+    if longest is None:
+        return None
+    try:
+        llguidance_grammar(schema, **caps)
+    except LmlabError:
+        return None
+    return longest + 1
+
+
+def _every_byte_is_a_token(tokenizer) -> bool:
+    surfaces = fixed_token_bytes(tokenizer)
+    return surfaces is not None and len({s for s in surfaces if s is not None and len(s) == 1}) == 256
+
+
+# why the default engine can give llguidance a schema only lmlab's engine would otherwise refuse
+AUTO_RULE = ("the default engine (auto) hands such a schema to llguidance only with a byte-level BPE "
+             "tokenizer and when every document it allows fits in max_new_tokens")
+UNBOUNDED = ("this schema's documents have no length bound (every number must be an integer with a minimum "
+             "and a maximum; no pattern, format, allOf or recursive $ref)")
+
+
+def _auto_refusal(problem: str, tokenizer, tokens: int | None, max_new_tokens: int) -> LmlabError:
+    """Why ``auto`` takes a schema beyond lmlab's engine neither way, and the ways out."""
+    more = ""
+    if not _every_byte_is_a_token(tokenizer):
+        why = f"the {getattr(tokenizer, 'algo', 'given')} tokenizer is not byte-level BPE"
+    elif tokens is None:
+        why = UNBOUNDED
+    else:
+        why = f"its longest document needs {tokens} tokens, more than max_new_tokens={max_new_tokens}"
+        more = f"use max_new_tokens >= {tokens}, "
+    return LmlabError(f"{problem}; {AUTO_RULE}, and {why}",
+                      f"{more}remove the keyword, or {EXPLICIT_LLGUIDANCE}")
+
+
+def check_json_schema(schema: Any, backend: str = "auto", **caps) -> None:
     """Refuse, before a model is loaded, a schema that ``backend`` cannot use (one-line errors).
 
-    ``auto`` checks with llguidance when installed (the tokenizer is not known yet; a tokenizer
-    llguidance cannot take is checked against lmlab's engine when the constraint is built).
+    ``auto``: lmlab's engine takes it, or llguidance does and its documents have a length bound
+    (whether they fit is decided with the tokenizer and the budget, by :func:`resolve_backend`).
     """
     _check_name(backend)
-    if backend == "lmlab" or (backend == "auto" and not llguidance_installed()):
-        _compile_lmlab(schema)
-    else:
-        llguidance_grammar(schema)
+    if backend == "llguidance":
+        llguidance_grammar(schema, **caps)
+        return
+    try:
+        _compile_lmlab(schema, **caps)
+    except LmlabError as e:
+        if backend == "lmlab" or "is not supported by" not in e.problem or not llguidance_installed():
+            raise
+        llguidance_grammar(schema, **caps)          # invalid for llguidance too: its own error
+        if longest_document_bytes(schema, **caps) is None:
+            raise LmlabError(f"{_lmlab_named(e.problem)}; {AUTO_RULE}, and {UNBOUNDED}",
+                             f"remove the keyword, or {EXPLICIT_LLGUIDANCE}") from None
+
+
+def _lmlab_named(problem: str) -> str:
+    return problem.replace("not supported by constrained decoding", "not supported by lmlab's grammar engine")
 
 
 def _compile_lmlab(schema: Any, **options):
@@ -66,8 +147,9 @@ def json_schema_constraint(schema: Any, tokenizer, *, backend: str = "auto", pro
 
     ``options``: ``max_string_length`` / ``max_array_items`` (caps where the schema sets none).
     The result has ``.backend`` (``"llguidance"`` or ``"lmlab"``), ``.eos`` and ``.text(ids)``.
+    With ``backend="auto"`` every row ends, valid, within ``max_new_tokens``, or this raises first.
     """
-    chosen = resolve_backend(backend, tokenizer)
+    chosen = resolve_backend(backend, tokenizer, schema, max_new_tokens=max_new_tokens, **options)
     if chosen == "llguidance":
         from lmlab.generate.llguidance_json import LlguidanceJsonConstraint
 

@@ -20,12 +20,15 @@ What llguidance adds: ``$ref``/``$defs``, ``pattern``, ``format`` (date, time, d
 duration, email, hostname, ipv4, ipv6, uuid, uri), ``oneOf``, ``allOf``, ``multipleOf``,
 ``patternProperties``, ``additionalProperties`` schemas, ``prefixItems``, ``minProperties``...
 What it lacks: a budget. Nothing forces a document to end within ``max_new_tokens``; a row that
-has not finished by then is an error in :meth:`LlguidanceJsonConstraint.text`.
+has not finished by then is an error in :meth:`LlguidanceJsonConstraint.text`. So the default
+backend (:mod:`lmlab.generate.json_backend`, ``auto``) gives llguidance a schema only when
+:func:`longest_document_bytes` shows that every document it allows fits in the budget.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections import Counter
 from collections.abc import Sequence
@@ -34,7 +37,7 @@ from typing import Any
 import torch
 
 from lmlab.errors import LmlabError
-from lmlab.generate.json_schema import DEFAULT_MAX_ARRAY_ITEMS, DEFAULT_MAX_STRING_LENGTH
+from lmlab.generate.json_schema import ANNOTATIONS, DEFAULT_MAX_ARRAY_ITEMS, DEFAULT_MAX_STRING_LENGTH
 
 INSTALL = "pip install 'lmlab[grammar]'"
 # lmlab's JSON text conventions, as llguidance compile options (see the module docstring)
@@ -105,6 +108,132 @@ def bounded_schema(schema: Any, max_string_length: int | None, max_array_items: 
 
 def _int(v) -> int:
     return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else 0
+
+
+# --------------------------------------------------------------------------- the longest document
+# keywords whose documents :func:`longest_document_bytes` can bound (anything else: no bound)
+_BOUNDABLE = {"type", "enum", "const", "anyOf", "oneOf", "$ref", "properties", "required",
+              "additionalProperties", "items", "minItems", "maxItems", "minLength", "maxLength",
+              "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"}
+_CONTAINERS = {"$defs", "definitions", "x-guidance"}
+_BYTES_PER_CHAR = 4             # a string character: UTF-8 up to 4 bytes, a one-letter escape 2
+_STRUCTURAL = 3                 # { } [ ] : , with at most one space on each side
+
+
+def longest_document_bytes(schema: Any, *, max_string_length: int | None = DEFAULT_MAX_STRING_LENGTH,
+                           max_array_items: int | None = DEFAULT_MAX_ARRAY_ITEMS) -> int | None:
+    """An upper bound on the bytes of any text llguidance lets through for ``schema`` (the space
+    before and after the document included), or None when we cannot bound it.
+
+    A bound exists when every string and array is bounded (``maxLength``/``maxItems`` or the
+    default caps), every number is an integer with a minimum and a maximum, enum/const values are
+    strings, integers, booleans or null, and the schema uses only ``type``, ``properties``/
+    ``required`` (no other keys), ``items``, ``anyOf``/``oneOf``, local ``$ref`` without recursion
+    and the bounds keywords. Generous by design: 4 bytes per string character, a space on both
+    sides of every ``{ } [ ] : ,``. Since a token holds at least one byte, a document through
+    llguidance never takes more tokens than this, whatever the model writes.
+    """
+    bounded = bounded_schema(schema, max_string_length, max_array_items)
+    n = _Longest(bounded).of(bounded, ())
+    return None if n is None else n + 2
+
+
+class _Longest:
+    """The longest-document bound of each subschema of ``root`` (None: unbounded or unknown)."""
+
+    def __init__(self, root: Any):
+        self.root = root
+
+    def of(self, schema: Any, refs: tuple) -> int | None:
+        if not isinstance(schema, dict):
+            return None                              # true/false: any value, or none
+        keys = set(schema) - ANNOTATIONS - _CONTAINERS
+        if not keys or keys - _BOUNDABLE:
+            return None
+        if "enum" in schema or "const" in schema:
+            return _longest_literal(schema)
+        for key in ("$ref", "anyOf", "oneOf"):
+            if key in schema:
+                if keys != {key}:                    # merged with siblings: not bounded here
+                    return None
+                if key == "$ref":
+                    return self.ref(schema["$ref"], refs)
+                options = schema[key]
+                return _max([self.of(o, refs) for o in options]) if isinstance(options, list) else None
+        types = schema.get("type")
+        types = types if isinstance(types, list) else [types]
+        return _max([self.typed(t, schema, refs) for t in types])
+
+    def ref(self, ref: Any, refs: tuple) -> int | None:
+        if not isinstance(ref, str) or not ref.startswith("#") or ref in refs:
+            return None                              # not local, or recursive
+        target = self.root
+        for part in [p for p in ref[1:].split("/") if p]:
+            part = part.replace("~1", "/").replace("~0", "~")
+            if not isinstance(target, dict) or part not in target:
+                return None
+            target = target[part]
+        return self.of(target, refs + (ref,))
+
+    def typed(self, t: Any, schema: dict, refs: tuple) -> int | None:
+        if t == "string":
+            n = schema.get("maxLength")
+            return 2 + _BYTES_PER_CHAR * n if _count(n) else None
+        if t == "integer":
+            return _longest_integer(schema)
+        if t in ("boolean", "null"):
+            return 5 if t == "boolean" else 4
+        if t == "array":
+            n, items = schema.get("maxItems"), schema.get("items")
+            if not _count(n) or not isinstance(items, dict):
+                return None
+            item = self.of(items, refs) if n else 0
+            return None if item is None else n * item + _STRUCTURAL * (n + 1)
+        if t == "object":
+            return self.object(schema, refs)
+        return None                                  # number: digits without end; a missing type
+
+    def object(self, schema: dict, refs: tuple) -> int | None:
+        props, required = schema.get("properties", {}), schema.get("required", [])
+        if schema.get("additionalProperties") is not False or not isinstance(props, dict) \
+                or not isinstance(required, list) or not set(required) <= set(props):
+            return None
+        values = [self.of(v, refs) for v in props.values()]
+        if None in values:
+            return None
+        keys = sum(len(json.dumps(k, ensure_ascii=False).encode()) for k in props)
+        return keys + sum(values) + _STRUCTURAL * max(2 * len(props) + 1, 2)
+
+
+def _max(parts: list) -> int | None:
+    return None if not parts or None in parts else max(parts)
+
+
+def _count(n: Any) -> bool:
+    return isinstance(n, int) and not isinstance(n, bool) and n >= 0
+
+
+def _longest_literal(schema: dict) -> int | None:
+    values = [schema["const"]] if "const" in schema else schema["enum"]
+    if not isinstance(values, list) or not values:
+        return None
+    if not all(v is None or isinstance(v, (str, bool, int)) for v in values):
+        return None                                  # a float or a structure: spelt more than one way
+    return max(len(json.dumps(v, ensure_ascii=False).encode()) for v in values)
+
+
+def _longest_integer(schema: dict) -> int | None:
+    bounds = {k: schema.get(k) for k in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")}
+    if any(v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v))
+           for v in bounds.values()):
+        return None
+    lows = [math.ceil(bounds["minimum"])] if bounds["minimum"] is not None else []
+    lows += [math.floor(bounds["exclusiveMinimum"]) + 1] if bounds["exclusiveMinimum"] is not None else []
+    highs = [math.floor(bounds["maximum"])] if bounds["maximum"] is not None else []
+    highs += [math.ceil(bounds["exclusiveMaximum"]) - 1] if bounds["exclusiveMaximum"] is not None else []
+    if not lows or not highs:
+        return None
+    return max(len(str(max(lows))), len(str(min(highs))))
 
 
 def llguidance_grammar(schema: Any, *, max_string_length: int | None = DEFAULT_MAX_STRING_LENGTH,

@@ -26,8 +26,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import torch
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import common  # noqa: E402
@@ -60,7 +58,9 @@ def main(argv=None) -> int:
     if args.quick:
         args.steps, args.distill_steps, args.prune_steps = 20, 10, 5
         args.train_examples, args.dev_examples = 640, args.dev_examples or 128
-    torch.set_num_threads(args.threads)
+    from lmlab.runtime import set_threads
+
+    set_threads(args.threads)
 
     from lmlab.adapt.distill import distill, make_student
     from lmlab.adapt.prune import prune_model

@@ -388,7 +388,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--steps", type=int, default=None, help="timed steps per row (default 4; quick 2)")
     ap.add_argument("--warmup", type=int, default=None, help="warm-up steps per row (default 1)")
     ap.add_argument("--dropout", type=float, default=0.1, help="model dropout on both sides")
-    ap.add_argument("--threads", type=int, default=None, help="intra-op threads (default: physical cores)")
+    ap.add_argument("--threads", type=int, default=None, help="intra-op threads (default: auto)")
     ap.add_argument("--no-memory", dest="memory", action="store_false", help="skip the profiled memory step")
     ap.add_argument("--markdown", type=Path, default=common.BENCHMARKS_MD, help="report file")
     ap.add_argument("--no-write", action="store_true", help="print the report only")
@@ -406,10 +406,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
     started, load_start = time.time(), os.getloadavg()
-    from lmlab.runtime import choose_threads
+    from lmlab.runtime import choose_threads, set_threads
 
     threads, threads_reason = choose_threads(args.threads)
-    torch.set_num_threads(threads)
+    set_threads(threads)
     res = run(args)
     text = report(res, header_lines(args, res, threads_reason, load_start, started))
     print(text)

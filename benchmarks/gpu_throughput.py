@@ -481,7 +481,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--steps", type=int, default=None, help="timed steps per row (default 10; quick 2)")
     ap.add_argument("--warmup", type=int, default=None, help="warm-up steps per row (default 3; quick 1)")
     ap.add_argument("--dropout", type=float, default=0.0, help="every dropout, every side (default 0)")
-    ap.add_argument("--threads", type=int, default=None, help="CPU threads (default: physical cores)")
+    ap.add_argument("--threads", type=int, default=None, help="CPU threads (default: auto)")
     ap.add_argument("--compile-on-cpu", action="store_true", help="run the compiled rows on a CPU too")
     ap.add_argument("--packed-compiled", action="store_true",
                     help="add the compiled rows of the packed group (two more compiled graphs)")
@@ -518,9 +518,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
     args = parse_args(argv)
     started = time.time()
     if args.device == "cpu":
-        from lmlab.runtime import choose_threads
+        from lmlab.runtime import choose_threads, set_threads
 
-        torch.set_num_threads(choose_threads(args.threads)[0])
+        set_threads(choose_threads(args.threads)[0])
     sizes = QUICK_SIZES if args.quick else PEAK_SIZES
     seconds = 0.05 if args.quick else 0.3
 

@@ -71,7 +71,9 @@ def main() -> None:
     import importlib.metadata as md
 
     machine = f"{common.machine_line()}; llguidance {md.version('llguidance')}; torch {torch.__version__}"
-    torch.set_num_threads(1)
+    from lmlab.runtime import set_threads
+
+    set_threads(1)
     lines = common.load_corpus(common.QUICK_MB if args.quick else 1.0)
     tok = train_tokenizer("bytelevel", lines, vocab_size=args.vocab_size)
     torch.manual_seed(0)

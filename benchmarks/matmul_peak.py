@@ -13,16 +13,49 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from lmlab.runtime import matmul_flops  # noqa: E402
-
 SIZES = (1024, 2048)
 QUICK_SIZES = (256,)
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def matmul_flops(dtype: torch.dtype = torch.float32, n: int = 512, device: str | torch.device = "cpu",
+                 min_seconds: float = 0.05, repeats: int = 3, max_seconds: float = 2.0) -> float:
+    """Best measured FLOP/s of ``n x n`` matmuls in ``dtype`` (``2 n^3`` FLOPs each).
+
+    Each of ``repeats`` rounds multiplies until ``min_seconds`` have passed; the best round wins
+    (other processes only ever slow a round down). ``max_seconds`` bounds the total, so a dtype
+    that is emulated (very slow) costs one call, not a minute.
+    """
+    device = torch.device(device)
+    a = torch.randn(n, n, device=device).to(dtype)
+    b = torch.randn(n, n, device=device).to(dtype)
+    torch.mm(a, b)  # warm-up: kernel selection, page faults
+    _sync(device)
+    best, start = 0.0, time.perf_counter()
+    for _ in range(max(1, repeats)):
+        t0, calls = time.perf_counter(), 0
+        while True:
+            torch.mm(a, b)
+            calls += 1
+            _sync(device)
+            elapsed = time.perf_counter() - t0
+            if elapsed >= min_seconds or time.perf_counter() - start > max_seconds:
+                break
+        best = max(best, 2 * n**3 * calls / elapsed)
+        if time.perf_counter() - start > max_seconds:
+            break
+    return best
 
 
 def matmul_peak(sizes=SIZES, dtype: torch.dtype = torch.float32, seconds: float = 0.4,
@@ -36,13 +69,13 @@ def matmul_peak(sizes=SIZES, dtype: torch.dtype = torch.float32, seconds: float 
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--threads", type=int, default=None, help="intra-op threads (default: physical cores)")
+    ap.add_argument("--threads", type=int, default=None, help="intra-op threads (default: auto)")
     ap.add_argument("--sizes", default=",".join(map(str, SIZES)), help="square sizes, comma separated")
     args = ap.parse_args(argv)
-    from lmlab.runtime import choose_threads
+    from lmlab.runtime import choose_threads, set_threads
 
     threads, reason = choose_threads(args.threads)
-    torch.set_num_threads(threads)
+    set_threads(threads)
     print(f"threads: {reason}")
     sizes = tuple(int(s) for s in args.sizes.split(","))
     for dtype in (torch.float32, torch.bfloat16):

@@ -73,7 +73,9 @@ def main(argv=None) -> int:
     if args.quick:
         preset, seq, args.rows_per_variant, args.gen_rows_per_variant = "gpt2-tiny", 16, 2, 1
         args.new_tokens, args.repeats = 4, 1
-    torch.set_num_threads(args.threads)
+    from lmlab.runtime import set_threads
+
+    set_threads(args.threads)
 
     from lmlab.adapt import apply_method
     from lmlab.adapt.multi import MultiAdapterModel, generate_variants

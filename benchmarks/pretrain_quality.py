@@ -259,11 +259,12 @@ def train_hf(s: Settings, corpus: Corpus, steps: int, vocab_size: int, init: str
     """Train ``GPT2LMHeadModel`` on lmlab's windows with lmlab's optimizer settings; evaluate."""
     from lmlab.data.packing import PackedWindows
     from lmlab.data.shards import TokenShards
+    from lmlab.runtime import set_threads
     from lmlab.train.config import TrainConfig
     from lmlab.train.loop import micro_seed
     from lmlab.train.optim import build_optimizer, lr_at, set_lr
 
-    torch.set_num_threads(s.threads)
+    set_threads(s.threads)
     model = hf_gpt2(s, vocab_size, init)
     tc = TrainConfig(max_steps=steps, batch_size=s.batch, seq_len=s.seq_len, lr=s.lr, min_lr=s.min_lr,
                      warmup_steps=s.warmup_steps, decay_steps=steps, schedule="cosine",

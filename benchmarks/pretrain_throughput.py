@@ -62,7 +62,8 @@ from pretrain_quality import prepare_corpus  # noqa: E402
 SECTION = "pretrain_throughput"
 OBJECTIVES = ("mlm", "clm", "t5")
 #: issue 4 targets: lmlab text tokens/s over the reference's
-TARGETS = {("mlm", "transformers"): 1.2, ("t5", "transformers"): 1.2, ("clm", "plain PyTorch"): 1.0}
+#: at least as fast as the reference (issue 26: 1.0x, not 1.2x; plain PyTorch models, simplicity first)
+TARGETS = {("mlm", "transformers"): 1.0, ("t5", "transformers"): 1.0, ("clm", "plain PyTorch"): 1.0}
 MFU_TARGET = 0.70
 NUM_SENTINELS = 100
 NOISE, MEAN_SPAN = 0.15, 3.0
@@ -457,7 +458,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--steps", type=int, default=None, help="timed steps per side (default 5; quick 2)")
     ap.add_argument("--warmup", type=int, default=None, help="warm-up steps per side (default 2; quick 1)")
     ap.add_argument("--batch", type=int, default=None)
-    ap.add_argument("--threads", type=int, default=None, help="intra-op threads (default: physical cores)")
+    ap.add_argument("--threads", type=int, default=None, help="intra-op threads (default: auto)")
     ap.add_argument("--dropout", type=float, default=0.0, help="every dropout, all sides (default 0)")
     ap.add_argument("--no-stream-row", dest="stream_row", action="store_false",
                     help="skip the extra lmlab CLM row on one-stream data (saves tokenising the text twice)")
@@ -476,10 +477,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> list[dict]:
     args = parse_args(argv)
     started, load_start = time.time(), os.getloadavg()
-    from lmlab.runtime import choose_threads
+    from lmlab.runtime import choose_threads, set_threads
 
     threads, threads_reason = choose_threads(args.threads)
-    torch.set_num_threads(threads)
+    set_threads(threads)
     s = dataclasses.replace(QUICK if args.quick else FULL)
     if args.batch:
         s.batch = args.batch

@@ -2,26 +2,18 @@
 
 from __future__ import annotations
 
-import atexit
 import os
-import shutil
-import tempfile
 from pathlib import Path
 
 import pytest
-import torch
+
+from lmlab.runtime import set_threads
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(os.environ.get("LMLAB_DATA", ROOT.parent / "shared" / "data"))
 
 # Two cores: keep each test process on one intra-op thread so parallel work does not thrash.
-torch.set_num_threads(1)
-
-# C kernels (lmlab.native) build into a folder of this test process, not the user's ~/.cache
-# (the CLI tests' subprocesses inherit it); removed at exit.
-if "LMLAB_NATIVE_DIR" not in os.environ:
-    os.environ["LMLAB_NATIVE_DIR"] = tempfile.mkdtemp(prefix="lmlab-native-tests-")
-    atexit.register(shutil.rmtree, os.environ["LMLAB_NATIVE_DIR"], ignore_errors=True)
+set_threads(1)
 
 
 @pytest.fixture(scope="session")

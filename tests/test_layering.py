@@ -128,9 +128,12 @@ def test_lower_layers_do_not_reach_up():
     assert {k: v for k, v in reaching_up.items() if v} == {}
 
 
-def test_native_kernels_are_a_leaf():
-    """lmlab.native (C kernels and their loader) sits below everything: it imports no lmlab module."""
+def test_the_machine_policy_sits_below_the_models():
+    """lmlab.runtime (device, threads, precision) imports only lmlab's errors, so any module, the
+    models included, may use it; and the models draw no native code of their own."""
     graph = import_graph()
-    assert "lmlab.native" in graph and "lmlab.models.dropout" in graph
-    assert "lmlab.native" in graph["lmlab.models.dropout"]
-    assert {m: sorted(deps) for m, deps in graph.items() if m.startswith("lmlab.native") and deps} == {}
+    assert graph["lmlab.runtime"] == {"lmlab.errors"}
+    assert not any(m.startswith("lmlab.native") for m in graph)
+    # plain PyTorch: nothing is compiled at run time or loaded through ctypes
+    assert sorted(SRC.rglob("*.c")) == []
+    assert [f.name for f in SRC.rglob("*.py") if "ctypes" in f.read_text(encoding="utf-8")] == []

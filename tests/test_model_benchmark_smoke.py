@@ -89,7 +89,8 @@ def test_mlm_batch_labels_exactly_fifteen_percent():
 @pytest.mark.parametrize("option, value, message", [
     ("--steps", "0", "error: --steps must be at least 1, got 0; pass e.g. --steps 6, or leave it out"),
     ("--warmup", "-1", "error: --warmup must be at least 1, got -1; pass e.g. --warmup 2, or leave it out"),
-    ("--threads", "0", "error: thread count must be positive, got 0; pass e.g. --threads 2"),
+    ("--threads", "-1",
+     "error: thread count must be 0 (auto) or more, got -1; pass e.g. --threads 2, or 0 for auto"),
 ])
 def test_bad_counts_are_one_line_errors_before_any_work(option, value, message):
     """(Before: --steps 0 ran every family into an empty median, --threads 0 ended in a traceback.)"""

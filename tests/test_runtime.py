@@ -1,16 +1,20 @@
-"""Device / precision / thread decisions: each one explained, the bf16 decision made from a
-measurement (faked here where the test needs a given outcome), bad requests a one-line error."""
+"""The machine policy (lmlab.runtime): device, threads and precision decided in one place, each
+decision explained and recorded, nothing timed, bad requests a one-line error."""
 
 from __future__ import annotations
 
+import json
 import os
-import time
+import re
+from pathlib import Path
 
 import pytest
 import torch
 
 from lmlab import runtime
 from lmlab.errors import LmlabError
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_physical_cores_within_what_the_process_may_use():
@@ -27,66 +31,77 @@ def test_cgroup_quota_parsing(tmp_path, text, want):
     assert runtime._cgroup_cpu_limit(tmp_path / "missing") is None
 
 
-def test_choose_threads_default_is_physical_cores_and_says_why():
-    n, reason = runtime.choose_threads()
-    assert n == runtime.physical_cores()
-    assert "physical cores" in reason
+@pytest.mark.parametrize(("cores", "load", "processes", "want"), [
+    (2, 5.0, 1, 1),     # the busy 2-core machine: 2 threads ran at a third of 1 thread's speed
+    (2, 1.0, 1, 1),     # one other process holds a core
+    (2, 0.3, 1, 2),     # idle
+    (8, 0.0, 1, 8),
+    (8, 3.2, 1, 5),     # the cores the others leave
+    (8, 0.0, 2, 4),     # two processes of a distributed run share the node
+    (64, 0.0, 1, runtime.MAX_AUTO_THREADS),
+    (1, 0.0, 1, 1),
+])
+def test_auto_threads_are_the_idle_physical_cores(monkeypatch, cores, load, processes, want):
+    monkeypatch.setattr(runtime, "physical_cores", lambda: cores)
+    monkeypatch.setattr(runtime, "_load_average", lambda: load)
+    n, reason = runtime.choose_threads(0, processes)
+    assert n == want
+    assert reason.startswith(f"{n} (auto: {cores} physical core(s)") and f"load average {load:.1f}" in reason
+    assert runtime.choose_threads(None, processes)[0] == want  # None (a command's unset flag) = auto
+
+
+def test_requested_threads_are_used_as_given():
     assert runtime.choose_threads(3) == (3, "3 (requested)")
-    with pytest.raises(LmlabError, match="positive"):
-        runtime.choose_threads(0)
+    with pytest.raises(LmlabError, match="thread count"):
+        runtime.choose_threads(-1)
 
 
-def test_auto_dtype_follows_the_measured_speed(monkeypatch):
-    monkeypatch.setattr(runtime, "bf16_speedup", lambda device: (0.01, 50e9, 0.5e9))
-    dtype, reason = runtime.choose_dtype("auto", "cpu")
-    assert dtype is torch.float32 and "0.01x" in reason and "0.5 GFLOP/s" in reason
-    monkeypatch.setattr(runtime, "bf16_speedup", lambda device: (3.0, 20e9, 60e9))
-    dtype, reason = runtime.choose_dtype("auto", "cpu")
-    assert dtype is torch.bfloat16 and "3.00x" in reason
-    monkeypatch.setattr(runtime, "bf16_speedup", lambda device: (0.5, 20e9, 10e9))
-    dtype, reason = runtime.choose_dtype("bf16", "cpu")  # honoured, with a warning
-    assert dtype is torch.bfloat16 and "WARNING" in reason
+def test_auto_precision_is_bf16_on_a_gpu_that_has_it_and_fp32_elsewhere(monkeypatch):
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    assert runtime.choose_precision("auto", cpu)[0] is None
+    assert runtime.choose_precision("fp32", cpu) == (None, "fp32 (requested)")
+    assert runtime.choose_precision("bf16", cpu)[0] is torch.bfloat16  # asked for: honoured
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
+    assert runtime.choose_precision("auto", cuda)[0] is torch.bfloat16
+    assert runtime.choose_precision("fp16", cuda)[0] is torch.float16
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: False)
+    assert runtime.choose_precision("auto", cuda)[0] is None
+    with pytest.raises(LmlabError, match="no bfloat16"):
+        runtime.choose_precision("bf16", cuda)
+    with pytest.raises(LmlabError, match="unknown precision"):
+        runtime.choose_precision("fp8", cpu)
 
 
-def test_explicit_fp32_needs_no_probe(monkeypatch):
-    def boom(device):
-        raise AssertionError("probe should not run")
-
-    monkeypatch.setattr(runtime, "bf16_speedup", boom)
-    assert runtime.choose_dtype("fp32")[0] is torch.float32
-    with pytest.raises(LmlabError, match="precision"):
-        runtime.choose_dtype("fp8")
-
-
-def test_real_probe_is_quick_and_consistent():
-    start = time.perf_counter()
-    ratio, fp32, bf16 = runtime.bf16_speedup("cpu", n=128)
-    assert time.perf_counter() - start < 10
-    assert fp32 > 0 and bf16 > 0 and ratio == pytest.approx(bf16 / fp32)
-    # the probe bounds its time even when a dtype is very slow
-    start = time.perf_counter()
-    runtime.matmul_flops(torch.float32, 256, min_seconds=5.0, repeats=3, max_seconds=0.2)
-    assert time.perf_counter() - start < 2.0
-
-
-def test_configure_applies_threads_and_explains_everything():
-    before = torch.get_num_threads()
-    try:
-        choice = runtime.configure(device="cpu", dtype="fp32", threads=1)
-        assert torch.get_num_threads() == 1
-        assert choice.device == torch.device("cpu") and choice.dtype is torch.float32
-        assert choice.autocast_dtype is None
-        assert set(choice.reasons) == {"device", "dtype", "threads"}
-        assert "requested" in choice.describe()
-    finally:
-        torch.set_num_threads(before)
-
-
-def test_unavailable_device_is_a_one_line_error():
+def test_unavailable_or_unknown_device_is_a_one_line_error():
     if not torch.cuda.is_available():
         with pytest.raises(LmlabError, match="CUDA is not available"):
             runtime.choose_device("cuda")
     with pytest.raises(LmlabError, match="unknown device"):
         runtime.choose_device("tpu9")
     device, reason = runtime.choose_device("auto")
-    assert device.type in ("cpu", "cuda") and reason
+    assert device.type in ("cpu", "cuda") and reason.startswith(str(device))
+    assert runtime.pick_device("cpu") == torch.device("cpu")
+
+
+def test_resolve_applies_the_threads_and_records_every_decision():
+    before = torch.get_num_threads()
+    try:
+        machine = runtime.resolve(device="cpu", threads=1, precision="auto")
+        assert torch.get_num_threads() == 1
+    finally:
+        runtime.set_threads(before)
+    record = json.loads(json.dumps(machine.record()))  # what a run writes into its summary
+    assert record == {"device": "cpu", "threads": 1, "precision": "fp32", "reasons": {
+        "device": "cpu (requested)", "threads": "1 (requested)", "precision": record["reasons"]["precision"]}}
+    assert record["reasons"]["precision"].startswith("fp32 (auto")
+    assert machine.notes[1] == "threads: 1 (requested)"
+    with machine.autocast():  # float32: no autocast
+        assert not torch.is_autocast_enabled("cpu")
+
+
+def test_the_thread_count_is_set_in_one_place():
+    """Every command, loop, benchmark and test goes through runtime.set_threads."""
+    calls = [str(f.relative_to(ROOT)) for folder in ("src", "benchmarks", "tests", "tools")
+             for f in sorted((ROOT / folder).rglob("*.py"))
+             if re.search(r"\bset_num_threads\(", f.read_text(encoding="utf-8"))]
+    assert calls == ["src/lmlab/runtime.py"]

@@ -1,57 +1,64 @@
-"""Device, precision and thread count: each chosen deliberately, with the reason logged.
+"""The machine policy: device, intra-op threads and precision, decided in one place.
 
-* **Threads.** PyTorch's default intra-op thread count is every logical CPU. That is the wrong
-  number on small or shared machines: two SMT siblings of one core share its FPU (no gain for
-  matmuls), CPUs outside the process's affinity mask or cgroup quota are not really there, and
-  with OpenMP's barrier after every op a thread that waits for a busy core stalls all the others.
-  :func:`choose_threads` uses the *physical* cores this process may run on:
-  ``len(os.sched_getaffinity(0))`` with SMT siblings counted once (``/sys/.../thread_siblings_list``),
-  capped by the cgroup v2 CPU quota (``/sys/fs/cgroup/cpu.max``), and says when the load average
-  shows the cores are already busy (then timings are noisy and fewer threads may be faster).
-* **Precision.** bfloat16 autocast only pays where the hardware multiplies bf16 fast: CUDA tensor
-  cores, or CPUs with AVX512-BF16/AMX that oneDNN uses. Elsewhere PyTorch emulates bf16 and a
-  matmul can be ~100x slower than float32. :func:`choose_dtype` therefore *measures*:
-  :func:`bf16_speedup` times square matmuls in both dtypes (a fraction of a second, cached per
-  process) and ``"auto"`` picks bf16 only when it is at least :data:`BF16_MIN_SPEEDUP` times
-  faster, otherwise float32, with the measured rates in the reason.
+The training loops (pretraining, fine-tuning, preference tuning), ``lmlab compress`` and the
+benchmarks ask :func:`resolve` (or :func:`choose_threads`), and the commands that only need a
+device :func:`pick_device`, so ``auto`` means the same everywhere. The answer is a :class:`Machine` with a
+reason for each choice; runs write :meth:`Machine.record` into their metadata (``summary.json``,
+``finetune.json``, the aligned model's summary) so a result says what it ran on. Nothing here is
+timed: a probe on a busy machine measures the other processes, and its answer changes from run to
+run. This module imports nothing from lmlab but its errors, so the models may use it.
 
->>> choice = configure()           # doctest: +SKIP
->>> print(choice.describe())       # doctest: +SKIP
-device cpu; dtype float32 (bf16 matmul 0.9x fp32 ...); threads 2 (2 physical cores ...)
+* **Device.** ``auto`` = the CUDA device of this process's local rank when there is one, else
+  the CPU. A named device that is not there is a one-line error.
+* **Threads.** ``0`` (auto) = the physical cores this process may run on
+  (``os.sched_getaffinity``, SMT siblings once, the cgroup v2 CPU quota), shared among the
+  processes of a distributed run on this node, at most :data:`MAX_AUTO_THREADS`, less the cores
+  the rest of the machine keeps busy (the 1-minute load average), and never below 1. Threads that
+  share their cores with other processes stall each other at every parallel region: on a busy
+  2-core machine gpt-tiny-clm trained at 10.0k tokens/s on 1 thread and 3.2k on 2 (PyTorch's own
+  default is every logical CPU). In a container the load average is the host's: a
+  busy host means 1 thread (set the count to use a quota the host's load does not touch).
+  :func:`set_threads` is the one place lmlab sets the count.
+* **Precision.** ``auto`` = bfloat16 autocast on a CUDA GPU that has bfloat16, float32 everywhere
+  else (CPUs included: autocast changes the numbers, and a whole training step of the small models
+  gained nothing from it even on a CPU with AVX512-BF16). An explicit ``bf16`` or ``fp16`` is
+  honoured (``bf16`` on a GPU without bfloat16 is an error).
+
+>>> machine = resolve(device="cpu", threads=1, precision="auto")
+>>> machine.record()["precision"]
+'fp32'
 """
 
 from __future__ import annotations
 
-import logging
+import contextlib
 import math
 import os
-import time
 from dataclasses import dataclass, field
-from functools import lru_cache
 from pathlib import Path
 
 import torch
 
 from lmlab.errors import LmlabError
 
-log = logging.getLogger("lmlab.runtime")
-
-#: bf16 must beat fp32 matmul by this factor to be chosen: autocast also spends time on casts.
-BF16_MIN_SPEEDUP = 1.3
-DTYPES = {"fp32": torch.float32, "float32": torch.float32, "bf16": torch.bfloat16,
-          "bfloat16": torch.bfloat16}
-
 __all__ = [
-    "BF16_MIN_SPEEDUP",
-    "RuntimeChoice",
-    "bf16_speedup",
+    "MAX_AUTO_THREADS",
+    "PRECISIONS",
+    "Machine",
     "choose_device",
-    "choose_dtype",
+    "choose_precision",
     "choose_threads",
-    "configure",
-    "matmul_flops",
     "physical_cores",
+    "pick_device",
+    "resolve",
+    "set_threads",
 ]
+
+#: ``threads = 0`` never picks more: small models stop gaining well before, and a large machine's
+#: other users keep the rest
+MAX_AUTO_THREADS = 16
+#: precision name -> autocast dtype (None = plain float32)
+PRECISIONS: dict[str, torch.dtype | None] = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 # ----------------------------------------------------------------------------- threads
@@ -86,153 +93,128 @@ def physical_cores() -> int:
     return min(n, quota) if quota else n
 
 
-def choose_threads(requested: int | None = None) -> tuple[int, str]:
-    """``(threads, reason)``: ``requested`` when given (> 0), else the physical cores available."""
-    if requested is not None:
-        if requested <= 0:
-            raise LmlabError(f"thread count must be positive, got {requested}", "pass e.g. --threads 2")
-        return requested, f"{requested} (requested)"
-    cores = physical_cores()
-    logical = os.cpu_count() or cores
-    reason = f"{cores} (physical cores available to this process; {logical} logical CPUs on the machine)"
+def _load_average() -> float:
+    """The 1-minute load average: processes running or waiting to run (0 where unknown)."""
     try:
-        load = os.getloadavg()[0]
-    except (AttributeError, OSError):
-        load = 0.0
-    if load > cores:
-        reason += (f"; load average {load:.1f} > {cores} cores: other processes hold them, "
-                   "so timings are noisy and fewer threads may be faster")
-    return cores, reason
+        return os.getloadavg()[0]
+    except (AttributeError, OSError):  # Windows
+        return 0.0
+
+
+def choose_threads(requested: int | None = 0, local_world_size: int = 1) -> tuple[int, str]:
+    """``(threads, reason)``: ``requested`` when above 0, else the automatic count (module doc)."""
+    if requested:
+        if requested < 0:
+            raise LmlabError(f"thread count must be 0 (auto) or more, got {requested}",
+                             "pass e.g. --threads 2, or 0 for auto")
+        return requested, f"{requested} (requested)"
+    processes = max(1, local_world_size)
+    total = physical_cores()
+    load = _load_average()
+    cores = max(1, total // processes)
+    free = (total - min(load, total)) / processes  # the cores the rest of the machine leaves idle
+    n = max(1, min(cores, MAX_AUTO_THREADS, math.floor(free + 0.5)))
+    share = f", {cores} for each of {processes} processes on this node" if processes > 1 else ""
+    return n, (f"{n} (auto: {total} physical core(s) available to this process{share}, "
+               f"load average {load:.1f}; set the thread count to override)")
+
+
+def set_threads(n: int) -> None:
+    """Set PyTorch's intra-op thread count: the one place lmlab does."""
+    if torch.get_num_threads() != n:
+        torch.set_num_threads(n)
 
 
 # ----------------------------------------------------------------------------- device
 
 
-def choose_device(requested: str = "auto") -> tuple[torch.device, str]:
-    """``(device, reason)``: ``auto`` = CUDA when available, else CPU; a named one is checked."""
+def choose_device(requested: str = "auto", local_rank: int = 0) -> tuple[torch.device, str]:
+    """``(device, reason)``: ``auto`` = CUDA (this local rank's GPU) when available, else the CPU;
+    a named device is checked (``cuda`` alone means this local rank's GPU)."""
     if requested == "auto":
         if torch.cuda.is_available():
-            return torch.device("cuda"), f"cuda ({torch.cuda.get_device_name(0)})"
-        return torch.device("cpu"), "cpu (no CUDA device)"
+            device = torch.device("cuda", local_rank % torch.cuda.device_count())
+            return device, f"{device} (auto: {torch.cuda.get_device_name(device)})"
+        return torch.device("cpu"), "cpu (auto: no CUDA device)"
     try:
         device = torch.device(requested)
-    except RuntimeError as err:
-        raise LmlabError(f"unknown device {requested!r}", "use auto, cpu or cuda") from err
+    except (RuntimeError, TypeError) as err:
+        raise LmlabError(f"unknown device {requested!r}", "use auto, cpu, cuda, cuda:N or mps") from err
     if device.type == "cuda" and not torch.cuda.is_available():
-        raise LmlabError(f"device {requested} asked for but CUDA is not available",
-                         "use --device cpu or auto")
+        raise LmlabError(f"device {requested} asked for but CUDA is not available", "use device cpu or auto")
+    if device.type == "mps" and not torch.backends.mps.is_available():
+        raise LmlabError(f"device {requested} asked for but MPS is not available", "use device cpu or auto")
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", local_rank % torch.cuda.device_count())
     return device, f"{device} (requested)"
+
+
+def pick_device(requested: str = "auto", local_rank: int = 0) -> torch.device:
+    """The device of :func:`choose_device`, without its reason."""
+    return choose_device(requested, local_rank)[0]
 
 
 # ----------------------------------------------------------------------------- precision
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def matmul_flops(dtype: torch.dtype = torch.float32, n: int = 512, device: str | torch.device = "cpu",
-                 min_seconds: float = 0.05, repeats: int = 3, max_seconds: float = 2.0) -> float:
-    """Best measured FLOP/s of ``n x n`` matmuls in ``dtype`` (``2 n^3`` FLOPs each).
-
-    Each of ``repeats`` rounds multiplies until ``min_seconds`` have passed; the best round wins
-    (other processes only ever slow a round down). ``max_seconds`` bounds the total, so a dtype
-    that is emulated (very slow) costs one call, not a minute.
-    """
-    device = torch.device(device)
-    a = torch.randn(n, n, device=device).to(dtype)
-    b = torch.randn(n, n, device=device).to(dtype)
-    torch.mm(a, b)  # warm-up: kernel selection, page faults
-    _sync(device)
-    best, start = 0.0, time.perf_counter()
-    for _ in range(max(1, repeats)):
-        t0, calls = time.perf_counter(), 0
-        while True:
-            torch.mm(a, b)
-            calls += 1
-            _sync(device)
-            elapsed = time.perf_counter() - t0
-            if elapsed >= min_seconds or time.perf_counter() - start > max_seconds:
-                break
-        best = max(best, 2 * n**3 * calls / elapsed)
-        if time.perf_counter() - start > max_seconds:
-            break
-    return best
-
-
-@lru_cache(maxsize=8)
-def _bf16_probe(device: str, n: int, threads: int) -> tuple[float, float]:
-    fp32 = matmul_flops(torch.float32, n, device)
-    bf16 = matmul_flops(torch.bfloat16, n, device)
-    fp32 = max(fp32, matmul_flops(torch.float32, n, device))  # interleaved: load drift hits both
-    return fp32, bf16
-
-
-def bf16_speedup(device: str | torch.device = "cpu", n: int = 512) -> tuple[float, float, float]:
-    """``(bf16 / fp32 speed ratio, fp32 FLOP/s, bf16 FLOP/s)`` from a timed matmul probe (cached)."""
-    fp32, bf16 = _bf16_probe(str(torch.device(device)), n, torch.get_num_threads())
-    return bf16 / fp32, fp32, bf16
-
-
-def choose_dtype(requested: str = "auto", device: str | torch.device = "cpu") -> tuple[torch.dtype, str]:
-    """``(compute dtype, reason)`` for ``requested`` in auto | fp32 | bf16.
-
-    bf16 means autocast: parameters and optimizer state stay float32, matmuls run in bf16.
-    ``auto`` measures (:func:`bf16_speedup`) and picks bf16 only when it is at least
-    :data:`BF16_MIN_SPEEDUP` x faster; an explicit ``bf16`` is honoured with a warning when slow.
-    """
-    if requested not in ("auto", *DTYPES):
-        raise LmlabError(f"unknown precision {requested!r}", "use auto, fp32 or bf16")
-    device = torch.device(device)
-    if requested in DTYPES and DTYPES[requested] is torch.float32:
-        return torch.float32, "float32 (requested)"
-    if device.type == "cuda" and not torch.cuda.is_bf16_supported():
-        if requested != "auto":
-            raise LmlabError("bfloat16 requested but this GPU does not support it", "use fp32")
-        return torch.float32, "float32 (this GPU has no bfloat16 support)"
-    ratio, fp32, bf16 = bf16_speedup(device)
-    rates = f"bf16 matmul {bf16 / 1e9:.1f} GFLOP/s vs fp32 {fp32 / 1e9:.1f} GFLOP/s ({ratio:.2f}x)"
-    if requested != "auto":
-        if ratio < 1.0:
-            log.warning("bfloat16 requested but slower than float32 here: %s", rates)
-            return torch.bfloat16, f"bfloat16 autocast (requested; WARNING slower than fp32 here: {rates})"
-        return torch.bfloat16, f"bfloat16 autocast (requested; {rates})"
-    if ratio >= BF16_MIN_SPEEDUP:
-        return torch.bfloat16, f"bfloat16 autocast ({rates}, measured on {device.type})"
-    return torch.float32, (f"float32 ({rates}, measured on {device.type}: below the "
-                           f"{BF16_MIN_SPEEDUP}x that would pay for autocast)")
+def choose_precision(requested: str, device: torch.device) -> tuple[torch.dtype | None, str]:
+    """``(autocast dtype or None for float32, reason)`` for ``requested`` in auto|fp32|bf16|fp16."""
+    if requested not in ("auto", *PRECISIONS):
+        raise LmlabError(f"unknown precision {requested!r}", "use auto, fp32, bf16 or fp16")
+    cuda = device.type == "cuda"
+    if requested == "auto":
+        if cuda and torch.cuda.is_bf16_supported():
+            return torch.bfloat16, "bf16 autocast (auto: this GPU has bfloat16)"
+        where = "this GPU has no bfloat16" if cuda else f"bf16 autocast is for GPUs, not {device.type}"
+        return None, f"fp32 (auto: {where})"
+    if requested == "bf16" and cuda and not torch.cuda.is_bf16_supported():
+        raise LmlabError("precision bf16 was asked for but this GPU has no bfloat16", "use fp16 or fp32")
+    if requested == "fp32":
+        return None, "fp32 (requested)"
+    return PRECISIONS[requested], f"{requested} autocast (requested)"
 
 
 # ----------------------------------------------------------------------------- all together
 
 
-@dataclass
-class RuntimeChoice:
-    """What :func:`configure` decided, and why (one reason per decision)."""
+@dataclass(frozen=True)
+class Machine:
+    """What :func:`resolve` decided: the device, the thread count, the autocast dtype (None =
+    plain float32), and one reason per decision."""
 
     device: torch.device
-    dtype: torch.dtype
     threads: int
+    dtype: torch.dtype | None
     reasons: dict[str, str] = field(default_factory=dict)
 
     @property
-    def autocast_dtype(self) -> torch.dtype | None:
-        """Autocast dtype for the forward pass, None for plain float32."""
-        return None if self.dtype is torch.float32 else self.dtype
+    def precision(self) -> str:
+        """``fp32``, ``bf16`` or ``fp16``."""
+        return next(name for name, dtype in PRECISIONS.items() if dtype is self.dtype)
 
-    def describe(self) -> str:
-        return "; ".join(f"{k} {v}" for k, v in self.reasons.items())
+    def autocast(self):
+        """Context manager for the forward pass (a no-op in float32)."""
+        if self.dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=self.dtype)
+
+    @property
+    def notes(self) -> list[str]:
+        """One log line per decision: ``threads: 1 (auto: ...)``."""
+        return [f"{what}: {why}" for what, why in self.reasons.items()]
+
+    def record(self) -> dict:
+        """The decisions as a run records them (JSON): device, threads, precision and the reasons."""
+        return {"device": str(self.device), "threads": self.threads, "precision": self.precision,
+                "reasons": dict(self.reasons)}
 
 
-def configure(device: str = "auto", dtype: str = "auto", threads: int | None = None) -> RuntimeChoice:
-    """Choose device, threads and dtype (in that order: the dtype probe runs at the chosen thread
-    count), apply the thread count with ``torch.set_num_threads``, log and return the choices."""
-    dev, dev_reason = choose_device(device)
-    n, thread_reason = choose_threads(threads)
-    torch.set_num_threads(n)
-    dt, dtype_reason = choose_dtype(dtype, dev)
-    reasons = {"device": dev_reason, "dtype": dtype_reason, "threads": thread_reason}
-    choice = RuntimeChoice(dev, dt, n, reasons)
-    log.info("runtime: %s", choice.describe())
-    return choice
+def resolve(device: str = "auto", threads: int | None = 0, precision: str = "auto",
+            local_rank: int = 0, local_world_size: int = 1) -> Machine:
+    """Choose the device, the thread count and the precision, set the thread count, return them."""
+    dev, device_reason = choose_device(device, local_rank)
+    dtype, precision_reason = choose_precision(precision, dev)
+    n, threads_reason = choose_threads(threads, local_world_size)
+    set_threads(n)
+    return Machine(dev, n, dtype, {"device": device_reason, "threads": threads_reason,
+                                   "precision": precision_reason})

@@ -191,16 +191,20 @@ def test_decoder_last_token_style(tok, data_dir):
 
 def test_bf16_autocast_is_asked_for_or_chosen_on_a_gpu_never_silently_on_a_cpu(tok, data_dir, monkeypatch):
     from lmlab.finetune import loop
+    from lmlab.runtime import choose_precision
 
-    assert loop.autocast_dtype("auto", torch.device("cpu")) is None
-    assert loop.autocast_dtype("bf16", torch.device("cpu")) is torch.bfloat16
-    assert loop.autocast_dtype("fp32", torch.device("cuda")) is None
+    def autocast_dtype(precision, device):
+        return choose_precision(precision, torch.device(device))[0]
+
+    assert autocast_dtype("auto", "cpu") is None
+    assert autocast_dtype("bf16", "cpu") is torch.bfloat16
+    assert autocast_dtype("fp32", "cuda") is None
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
-    assert loop.autocast_dtype("auto", torch.device("cuda")) is torch.bfloat16  # chosen on a GPU
+    assert autocast_dtype("auto", "cuda") is torch.bfloat16  # chosen on a GPU
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: False)
-    assert loop.autocast_dtype("auto", torch.device("cuda")) is None
+    assert autocast_dtype("auto", "cuda") is None
     with pytest.raises(LmlabError, match="no bfloat16"):
-        loop.autocast_dtype("bf16", torch.device("cuda"))
+        autocast_dtype("bf16", "cuda")
     seen = []
     real = torch.autocast
 
@@ -226,7 +230,7 @@ def test_text2text_classification_learns_the_label_words(tok, data_dir):
     model = tiny("t5-tiny", tok, pad_token_id=0, decoder_start_token_id=0, eos_token_id=tok.sep_id)
     res = finetune(model, "sst2", g / "train.tsv", g / "dev.tsv", None, epochs=3, batch_size=16, lr=3e-3,
                    max_train_examples=96, max_eval_examples=24, max_target_length=4, **QUIET)
-    assert set(res.metrics) == {"accuracy"}
+    assert set(res.metrics) == {"accuracy", "outside_labels"} and res.metrics["outside_labels"] == 0.0
     preds = res.task.predict(res.model, res.task.read(g / "dev.tsv")[:24])
     assert all(p in ("0", "1") for p in preds), preds        # it writes label words, nothing else
 
@@ -303,9 +307,10 @@ def test_lr_auto_keeps_the_best_rate_on_dev_and_leaves_nothing_behind(tok, data_
                    lr_sweep=[1e-12, 1e-3], epochs=2, batch_size=16, max_train_examples=320,
                    max_eval_examples=200, progress=False, log=said.append)
     sweep = json.loads((tmp_path / "ft" / "finetune.json").read_text())["lr_sweep"]
-    assert sweep["select_metric"] == "accuracy" and set(sweep["dev"]) == {"1e-12", "0.001"}
-    assert sweep["chosen"] == (1e-3 if sweep["dev"]["0.001"] > sweep["dev"]["1e-12"] else 1e-12)
-    assert res.metrics["accuracy"] == max(sweep["dev"].values()) and res.out == tmp_path / "ft"
+    assert sweep["select_metric"] == "accuracy" and set(sweep["scores"]) == {"1e-12", "0.001"}
+    assert sweep["selected_on"] == "dev"
+    assert sweep["chosen"] == (1e-3 if sweep["scores"]["0.001"] > sweep["scores"]["1e-12"] else 1e-12)
+    assert res.metrics["accuracy"] == max(sweep["scores"].values()) and res.out == tmp_path / "ft"
     assert json.loads((tmp_path / "ft" / "eval.json").read_text()) == res.metrics
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ft"]  # the other run and temp files are gone
     assert any("keeping lr" in line for line in said)
@@ -313,7 +318,7 @@ def test_lr_auto_keeps_the_best_rate_on_dev_and_leaves_nothing_behind(tok, data_
 
 
 def test_lr_must_be_positive_or_auto(tok):
-    with pytest.raises(LmlabError, match="lr = 'fast' is not allowed"):
+    with pytest.raises(LmlabError, match=r"lr must be a number \(got 'fast'\); use a learning rate.*or auto"):
         finetune(tiny("bert-tiny", tok), "sst2", [], [], None, lr="fast")
 
 

@@ -8,16 +8,29 @@ score before and after. :func:`measure` makes those figures (the benchmark uses 
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from lmlab.cli.common import add_group
 from lmlab.errors import LmlabError
+from lmlab.values import (
+    Fraction,
+    Layers,
+    Probability,
+    Text,
+    batch_flag,
+    comma_ints,
+    count_flag,
+    flag,
+    lr_flag,
+    path_flag,
+    seed_flag,
+    size_flag,
+    temperature_flag,
+    threads_flag,
+)
 
 REPORT_FILE = "compress.json"
 
@@ -48,21 +61,24 @@ def register(sub) -> None:
                 "alpha * T^2 * KL(teacher_T || student_T) + (1 - alpha) * cross-entropy(labels).",
                 "  lmlab compress distill --teacher ft/minilm-sst2 --train glue/sst2/train.tsv \\\n"
                 "      --dev glue/sst2/dev.tsv --layers 3 --steps 2000 --out small/sst2-3l")
-    p.add_argument("--teacher", required=True, metavar="DIR", help="checkpoint written by lmlab finetune")
-    p.add_argument("--train", required=True, metavar="FILE", help="training data of the teacher's task")
-    p.add_argument("--dev", metavar="FILE", help="dev data: score and speed before/after")
-    p.add_argument("--out", required=True, metavar="DIR")
-    p.add_argument("--layers", type=int, default=None, metavar="N", help="student layers (default: half)")
-    p.add_argument("--student-layers", default=None, metavar="I,J,..",
+    p.add_argument("--teacher", type=path_flag, required=True, metavar="DIR",
+                   help="checkpoint written by lmlab finetune")
+    p.add_argument("--train", type=path_flag, required=True, metavar="FILE",
+                   help="training data of the teacher's task")
+    p.add_argument("--dev", type=path_flag, metavar="FILE", help="dev data: score and speed before/after")
+    p.add_argument("--out", type=path_flag, required=True, metavar="DIR", help="directory for the student")
+    p.add_argument("--layers", type=count_flag, default=None, metavar="N",
+                   help="student layers (default: half)")
+    p.add_argument("--student-layers", type=flag(Layers, comma_ints), default=None, metavar="I,J,..",
                    help="teacher layers to copy into the student, e.g. 0,2,4 (overrides --layers)")
     p.add_argument("--init", choices=("teacher", "fresh"), default="teacher", help="student initialisation")
-    p.add_argument("--temperature", type=float, default=2.0)
-    p.add_argument("--alpha", type=float, default=0.5, help="weight of the soft loss (1 - alpha: hard loss)")
-    p.add_argument("--steps", type=int, default=1000, metavar="N")
-    p.add_argument("--batch-size", type=int, default=32, metavar="N")
-    p.add_argument("--lr", type=float, default=1e-4)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--max-train-examples", type=int, default=None, metavar="N")
+    p.add_argument("--temperature", type=temperature_flag, default=2.0,
+                   help="softmax temperature T of the soft targets")
+    p.add_argument("--alpha", type=flag(Probability), default=0.5,
+                   help="weight of the soft loss (1 - alpha: hard loss)")
+    p.add_argument("--steps", type=count_flag, default=1000, metavar="N",
+                   help="training steps of the student")
+    _training(p)
     _common(p)
     p.set_defaults(func=run_distill, out_kind=("model.safetensors", "model"))
 
@@ -74,11 +90,15 @@ def register(sub) -> None:
                 "  lmlab compress quantize --checkpoint ft/minilm-sst2 --dev glue/sst2/dev.tsv --out q/sst2\n"
                 "  lmlab compress quantize --checkpoint ck/gpt --activations none --exclude 'heads.*' \\\n"
                 "      --out q/gpt")
-    p.add_argument("--checkpoint", required=True, metavar="DIR")
-    p.add_argument("--out", required=True, metavar="DIR")
-    p.add_argument("--dev", metavar="FILE", help="dev data of the checkpoint's task: score and speed")
-    p.add_argument("--activations", choices=("dynamic", "none"), default="dynamic")
-    p.add_argument("--exclude", action="append", default=[], metavar="PATTERN",
+    p.add_argument("--checkpoint", type=path_flag, required=True, metavar="DIR",
+                   help="checkpoint to quantize: from lmlab finetune, or any model directory")
+    p.add_argument("--out", type=path_flag, required=True, metavar="DIR",
+                   help="directory for the quantized checkpoint")
+    p.add_argument("--dev", type=path_flag, metavar="FILE",
+                   help="dev data of the checkpoint's task: score and speed")
+    p.add_argument("--activations", choices=("dynamic", "none"), default="dynamic",
+                   help="dynamic: int8 activations per token (int8 x int8 matmuls); none: weight-only")
+    p.add_argument("--exclude", type=flag(Text), action="append", default=[], metavar="PATTERN",
                    help="keep linear layers whose name matches (fnmatch) in float; may be repeated")
     _common(p)
     p.set_defaults(func=run_quantize, out_kind=("model.safetensors", "model"))
@@ -90,27 +110,41 @@ def register(sub) -> None:
                 "further and the pruned weights stay exactly zero.",
                 "  lmlab compress prune --checkpoint ft/minilm-sst2 --sparsity 0.5 \\\n"
                 "      --dev glue/sst2/dev.tsv --train glue/sst2/train.tsv --steps 300 --out pruned/sst2-50")
-    p.add_argument("--checkpoint", required=True, metavar="DIR")
-    p.add_argument("--out", required=True, metavar="DIR")
-    p.add_argument("--sparsity", type=float, required=True, help="fraction to remove, in [0, 1)")
-    p.add_argument("--scope", choices=("global", "layer"), default="global")
-    p.add_argument("--structure", choices=("unstructured", "rows", "heads"), default="unstructured")
-    p.add_argument("--dev", metavar="FILE", help="dev data of the checkpoint's task: score and speed")
-    p.add_argument("--train", metavar="FILE", help="fine-tune on this after pruning (with --steps)")
-    p.add_argument("--steps", type=int, default=0, metavar="N", help="fine-tuning steps after pruning")
-    p.add_argument("--batch-size", type=int, default=32, metavar="N")
-    p.add_argument("--lr", type=float, default=5e-5)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--max-train-examples", type=int, default=None, metavar="N")
+    p.add_argument("--checkpoint", type=path_flag, required=True, metavar="DIR",
+                   help="checkpoint to prune: from lmlab finetune, or any model directory")
+    p.add_argument("--out", type=path_flag, required=True, metavar="DIR",
+                   help="directory for the pruned checkpoint")
+    p.add_argument("--sparsity", type=flag(Fraction), required=True, help="fraction to remove, in [0, 1)")
+    p.add_argument("--scope", choices=("global", "layer"), default="global",
+                   help="rank the weights over all layers (global) or within each layer")
+    p.add_argument("--structure", choices=("unstructured", "rows", "heads"), default="unstructured",
+                   help="what is removed: single weights, whole output rows or attention heads")
+    p.add_argument("--dev", type=path_flag, metavar="FILE",
+                   help="dev data of the checkpoint's task: score and speed")
+    p.add_argument("--train", type=path_flag, metavar="FILE",
+                   help="fine-tune on this after pruning (with --steps)")
+    p.add_argument("--steps", type=size_flag, default=0, metavar="N", help="fine-tuning steps after pruning")
+    _training(p, lr=5e-5)
     _common(p)
     p.set_defaults(func=run_prune, out_kind=("model.safetensors", "model"))
 
 
+def _training(p, lr: float = 1e-4) -> None:
+    p.add_argument("--batch-size", type=batch_flag, default=32, metavar="N",
+                   help="training examples per step")
+    p.add_argument("--lr", type=lr_flag, default=lr, help="peak learning rate")
+    p.add_argument("--seed", type=seed_flag, default=0, help="seed of the initialisation and the batches")
+    p.add_argument("--max-train-examples", type=count_flag, default=None, metavar="N",
+                   help="use the first N training examples")
+
+
 def _common(p) -> None:
-    p.add_argument("--max-eval-examples", type=int, default=None, metavar="N",
+    p.add_argument("--max-eval-examples", type=count_flag, default=None, metavar="N",
                    help="use the first N dev examples")
-    p.add_argument("--eval-batch-size", type=int, default=32, metavar="N")
-    p.add_argument("--threads", type=int, default=None, metavar="N", help="torch threads (default: torch's)")
+    p.add_argument("--eval-batch-size", type=batch_flag, default=32, metavar="N",
+                   help="examples per batch when scoring --dev")
+    p.add_argument("--threads", type=threads_flag, default=None, metavar="N",
+                   help="torch threads (default, or 0: auto, as every command)")
 
 
 # --------------------------------------------------------------------------- measuring
@@ -199,22 +233,88 @@ def _save(model, out: str, task, report: dict, save_fn=None) -> None:
         write_json(tmp / REPORT_FILE, report)
 
 
-def _finish(report: dict) -> int:
-    print(json.dumps(report, indent=2))
+def _finish(report: dict, out: str | Path | None = None) -> int:
+    """Say what the command did, before -> after, in a few lines; every figure is in compress.json."""
+    print(summary_text(report, out))
     return 0
 
 
+def _mb(n_bytes: float) -> str:
+    return f"{n_bytes / 1e6:,.1f} MB"
+
+
+def _millions(n: float) -> str:
+    return f"{n / 1e6:,.2f}M" if n >= 1e5 else f"{n:,.0f}"
+
+
+def _what(method: dict) -> str:
+    name = method.get("name")
+    if name == "distill":
+        return (f"distilled {method['teacher_layers']} layers into {method['student_layers']} "
+                f"({method['steps']:,} steps, T={method['temperature']}, alpha={method['alpha']})")
+    if name == "quantize":
+        return f"quantized {method['layers']} linear layers to int8 ({method['activations']} activations)"
+    sparsity = method.get("measured_sparsity_after_finetune", method.get("measured_sparsity", 0.0))
+    tuned = f", then fine-tuned {method['finetune_steps']:,} steps" if method.get("finetune_steps") else ""
+    return f"pruned to {sparsity:.0%} sparsity ({method['structure']}, {method['scope']}){tuned}"
+
+
+def _size_change(before: float, after: float) -> str:
+    ratio = before / after
+    if abs(ratio - 1) < 0.005:
+        return "the same size"
+    return f"{ratio:.2f}x smaller" if ratio > 1 else f"{1 / ratio:.2f}x larger"
+
+
+def summary_text(report: dict, out: str | Path | None = None) -> str:
+    """The human summary of a compress.json ``report``: size on disk, nonzero parameters, speed and
+    every dev score, each as before -> after, then one line that says it all. A pruned model that is
+    no smaller and no faster says why (its zeros are stored, and multiplied, like any weight)."""
+    b, a, method = report["before"], report["after"], report["method"]
+    lines, short = [], []
+    if b.get("size_bytes") and a.get("size_bytes"):
+        change = _size_change(b["size_bytes"], a["size_bytes"])
+        lines.append(f"  size on disk   {_mb(b['size_bytes'])} -> {_mb(a['size_bytes'])} ({change})")
+        short.append(f"{_mb(b['size_bytes'])} -> {_mb(a['size_bytes'])}")
+    if b.get("nonzero_parameters") != a.get("nonzero_parameters") or method.get("name") != "quantize":
+        lines.append(f"  parameters     {_millions(b['nonzero_parameters'])} -> "
+                     f"{_millions(a['nonzero_parameters'])} nonzero")
+    if b.get("examples_per_s") and a.get("examples_per_s"):
+        speedup = a["examples_per_s"] / b["examples_per_s"]
+        lines.append(f"  speed          {b['examples_per_s']:,.1f} -> {a['examples_per_s']:,.1f} examples/s "
+                     f"({speedup:.2f}x, one timed pass over the dev examples on this machine)")
+        short.append(f"{speedup:.2f}x the speed")
+    for name, before in (b.get("metrics") or {}).items():
+        after = (a.get("metrics") or {}).get(name)
+        if isinstance(before, (int, float)) and isinstance(after, (int, float)):
+            lines.append(f"  dev {name:<10} {before:.4f} -> {after:.4f} ({after - before:+.4f})")
+            short += [f"{name} {before:.4f} -> {after:.4f}"] if len(short) < 4 else []
+    if method.get("name") == "prune":
+        lines.append("  (pruned weights are zeros kept in dense matrices: the file keeps its size and the "
+                     "matmuls do the same work, so no speed-up is expected and a difference is the timing "
+                     "of one pass on this machine; the gain is the nonzero count, for a sparse format or "
+                     "kernel)")
+    where = f"; written to {out}/ (every figure in {Path(out) / REPORT_FILE})" if out is not None else ""
+    return "\n".join([f"{_what(method)}, before -> after:", *lines,
+                      f"{_what(method)}: {', '.join(short) or 'no dev data to compare'}{where}"])
+
+
 def _setup(args) -> None:
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    for name in ("max_eval_examples", "eval_batch_size"):
-        v = getattr(args, name)
-        if v is not None and v < 1:
-            raise LmlabError(f"--{name.replace('_', '-')} must be positive, got {v}", "pass e.g. 32")
+    from lmlab.runtime import choose_threads, set_threads
+
+    set_threads(choose_threads(args.threads)[0])  # the flag's range is checked as it is parsed (lmlab.values)
 
 
 def _say(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
+
+
+def _say_estimate(before: dict, examples: int, passes: int) -> None:
+    """A rough duration of training on ``examples`` examples, from the measured scoring speed: one
+    training example costs about ``passes`` forward passes (backward = 2, plus a teacher's)."""
+    speed = before.get("examples_per_s")
+    if speed:
+        _say(f"training: roughly {examples * passes / speed:,.0f} s at the measured {speed:,.1f} examples/s")
 
 
 # --------------------------------------------------------------------------- commands
@@ -226,6 +326,8 @@ def run_quantize(args) -> int:
     _setup(args)
     model, task = _load(args.checkpoint)
     dev = _examples(task, args.dev, args.max_eval_examples, "dev")
+    _say(f"quantizing {args.checkpoint} to int8" + (f"; scoring {len(dev):,} dev examples before and after"
+                                                     if dev else ""))
     before = measure(model, task, dev, args.eval_batch_size, args.checkpoint)
     names = quantize_model(model, args.activations, exclude=tuple(args.exclude))
     _say(f"quantized {len(names)} linear layers to int8 ({args.activations} activations)")
@@ -233,20 +335,23 @@ def run_quantize(args) -> int:
     report = {"method": {"name": "quantize", "activations": args.activations, "layers": len(names),
                          "exclude": args.exclude}, "before": before, "after": after}
     _save(model, args.out, task, report, save_quantized)
-    return _finish(report)
+    return _finish(report, args.out)
 
 
 def run_prune(args) -> int:
     from lmlab.adapt.prune import prune_model
 
     _setup(args)
-    if args.steps < 0:
-        raise LmlabError(f"--steps must be >= 0, got {args.steps}", "pass e.g. --steps 300")
     if args.steps and not (args.train and args.dev):
         raise LmlabError("fine-tuning after pruning (--steps) needs --train and --dev", "pass both files")
     model, task = _load(args.checkpoint)
     dev = _examples(task, args.dev, args.max_eval_examples, "dev")
+    _say(f"pruning {args.checkpoint} to {args.sparsity:.0%} sparsity"
+         + (f", then {args.steps:,} fine-tuning steps of {args.batch_size}" if args.steps else "")
+         + (f"; scoring {len(dev):,} dev examples before and after" if dev else ""))
     before = measure(model, task, dev, args.eval_batch_size, args.checkpoint)
+    if args.steps:
+        _say_estimate(before, args.steps * args.batch_size, passes=3)
     masks = prune_model(model, args.sparsity, args.scope, args.structure)
     _say(f"pruned to sparsity {masks.sparsity(model):.4f} ({args.structure}, {args.scope})")
     method = {"name": "prune", "sparsity": args.sparsity, "scope": args.scope, "structure": args.structure,
@@ -265,7 +370,7 @@ def run_prune(args) -> int:
     after = measure(model, task, dev, args.eval_batch_size)
     report = {"method": method, "before": before, "after": after}
     _save(model, args.out, task, report)
-    return _finish(report)
+    return _finish(report, args.out)
 
 
 def run_distill(args) -> int:
@@ -278,15 +383,12 @@ def run_distill(args) -> int:
                          "fine-tune the teacher with `lmlab finetune ... --out DIR` first")
     train = _examples(task, args.train, args.max_train_examples, "train")
     dev = _examples(task, args.dev, args.max_eval_examples, "dev")
-    layers = None
-    if args.student_layers:
-        try:
-            layers = [int(s) for s in args.student_layers.split(",") if s.strip()]
-        except ValueError:
-            raise LmlabError(f"--student-layers {args.student_layers!r} is not a list of integers",
-                             "e.g. --student-layers 0,2,4") from None
-    student = make_student(teacher, args.layers, layers, args.init, args.seed)
+    student = make_student(teacher, args.layers, args.student_layers, args.init, args.seed)
+    _say(f"distilling {args.teacher} ({teacher.config.n_layers} layers) into {student.config.n_layers} "
+         f"layers: {args.steps:,} steps of {args.batch_size} of {len(train):,} training examples"
+         + (f"; scoring {len(dev):,} dev examples before and after" if dev else ""))
     before = measure(teacher, task, dev, args.eval_batch_size, args.teacher)
+    _say_estimate(before, args.steps * args.batch_size, passes=4)
     res = distill(teacher, student, task, train, None, steps=args.steps, batch_size=args.batch_size,
                   lr=args.lr, temperature=args.temperature, alpha=args.alpha, seed=args.seed, log=_say)
     after = measure(res.student, task, dev, args.eval_batch_size)
@@ -295,4 +397,4 @@ def run_distill(args) -> int:
                          "temperature": args.temperature, "alpha": args.alpha, "steps": args.steps},
               "before": before, "after": after}
     _save(res.student, args.out, task, report)
-    return _finish(report)
+    return _finish(report, args.out)

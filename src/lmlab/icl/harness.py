@@ -18,11 +18,13 @@ Needs ``pip install 'lmlab[eval]'``.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.metadata
 import importlib.util
 import json
 import os
+import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -270,17 +272,19 @@ def run_harness(checkpoint: str | os.PathLike, tasks: str | Sequence[str], *,
     check_output(out_path, overwrite)  # all before the model is loaded
     names, manager = resolve_tasks(tasks)
     check_task_code(names, manager, allow_code)  # before the harness imports any of it
-    check_tasks_load(names, manager)
+    with quiet_harness():
+        check_tasks_load(names, manager)
     model = load_model(checkpoint)
     check_model(model)
     model = model.to(pick_device(device))
     say = log or (lambda msg: None)
     say(f"harness: {', '.join(names)} on {checkpoint} ({model.config.family}, "
         f"{model.num_parameters():,} parameters)")
-    results = lm_eval.simple_evaluate(
-        model=LmlabLM(model, model.tokenizer, batch_size=batch_size), tasks=names, num_fewshot=num_fewshot,
-        limit=limit, task_manager=manager, log_samples=True, random_seed=seed, numpy_random_seed=seed,
-        torch_random_seed=seed, fewshot_random_seed=seed)
+    with quiet_harness():
+        results = lm_eval.simple_evaluate(
+            model=LmlabLM(model, model.tokenizer, batch_size=batch_size), tasks=names,
+            num_fewshot=num_fewshot, limit=limit, task_manager=manager, log_samples=True, random_seed=seed,
+            numpy_random_seed=seed, torch_random_seed=seed, fewshot_random_seed=seed)
     from lm_eval.utils import handle_non_serializable
 
     record = {"checkpoint": str(Path(checkpoint).resolve()), "tasks": names, "num_fewshot": num_fewshot,
@@ -294,5 +298,80 @@ def run_harness(checkpoint: str | os.PathLike, tasks: str | Sequence[str], *,
     record = json.loads(json.dumps(record, default=handle_non_serializable))
     out_path.parent.mkdir(parents=True, exist_ok=True)
     write_json(out_path, record)
-    say(f"harness results written to {out_path}")
+    say(f"harness: {headline(record)}; written to {out_path}")
     return {**record, "samples": results["samples"], "path": str(out_path)}
+
+
+def headline(record: dict[str, Any]) -> str:
+    """The results in one line: each task's metrics (``acc 0.2500``) and how many documents it scored."""
+    parts = []
+    for task, metrics in (record.get("results") or {}).items():
+        shown = [f"{name.split(',')[0]} {value:.4f}" for name, value in metrics.items()
+                 if isinstance(value, (int, float)) and not isinstance(value, bool) and "_stderr" not in name
+                 and name != "sample_len"]
+        n = (record.get("n-samples") or {}).get(task, {}).get("effective")
+        parts.append(f"{task} " + ", ".join(shown) + (f" ({n} documents)" if n is not None else ""))
+    return "; ".join(parts) or "no results"
+
+
+# --------------------------------------------------------------------------- a quiet harness
+
+
+def _git_hash_quietly() -> str | None:
+    """What ``lm_eval`` records as the git hash of the current folder, without git's ``fatal: not a
+    git repository`` on the terminal when there is none."""
+    import subprocess
+
+    try:
+        done = subprocess.run(["git", "describe", "--always"], capture_output=True, text=True, check=True)
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return done.stdout.strip() or None
+
+
+@contextlib.contextmanager
+def quiet_harness():
+    """Run the harness without its chatter: its log messages below errors, the progress bars of
+    the harness and of ``datasets``, its Python warnings, and git's complaint outside a repository
+    (``lm_eval`` asks git for the current folder's commit). What it wrote is shown if it fails."""
+    import io
+    import logging
+    import warnings
+
+    import lm_eval.evaluator
+
+    loggers = [logging.getLogger(name) for name in ("lm_eval", "lm-eval", "datasets")]
+    levels = [lg.level for lg in loggers]
+    bars = _datasets_bars(False)
+    captured = io.StringIO()
+    git = getattr(lm_eval.evaluator, "get_git_commit_hash", None)
+    try:
+        for lg in loggers:
+            lg.setLevel(logging.ERROR)
+        if git is not None:
+            lm_eval.evaluator.get_git_commit_hash = _git_hash_quietly
+        with warnings.catch_warnings(), contextlib.redirect_stderr(captured):
+            warnings.simplefilter("ignore")
+            yield
+    except LmlabError:
+        raise  # one line says it all
+    except BaseException:
+        sys.stderr.write(captured.getvalue())
+        raise
+    finally:
+        if git is not None:
+            lm_eval.evaluator.get_git_commit_hash = git
+        for lg, level in zip(loggers, levels):
+            lg.setLevel(level)
+        _datasets_bars(bars)
+
+
+def _datasets_bars(enabled: bool) -> bool:
+    """Turn the ``datasets`` library's progress bars on or off; returns whether they were on."""
+    try:
+        from datasets.utils import logging as datasets_logging
+    except ImportError:
+        return False
+    was = datasets_logging.is_progress_bar_enabled()
+    (datasets_logging.enable_progress_bar if enabled else datasets_logging.disable_progress_bar)()
+    return was

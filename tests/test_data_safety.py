@@ -6,12 +6,10 @@ import os
 import shutil
 
 import pytest
-import torch
 
 from lmlab.cli import main
 from lmlab.errors import LmlabError
 from lmlab.loading import load_model
-from lmlab.models import build_model, get_preset
 from lmlab.tokenizers import train_tokenizer
 
 
@@ -26,15 +24,6 @@ def thesis(tmp_path):
     d = tmp_path / "thesis"
     d.mkdir()
     (d / "thesis.tex").write_text("\\chapter{Three years of work}")
-    return d
-
-
-@pytest.fixture()
-def ckpt(tmp_path):
-    torch.manual_seed(0)
-    tok = train_tokenizer("bytelevel", ["to be or not to be, that is the question\n" * 40], vocab_size=280)
-    d = tmp_path / "ck"
-    build_model(get_preset("gpt2-tiny", vocab_size=tok.vocab_size)).save(d, tokenizer=tok)
     return d
 
 

@@ -12,13 +12,11 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 
 from lmlab import ownership
 from lmlab.cli import main
 from lmlab.errors import LmlabError
 from lmlab.fileio import atomic_dir
-from lmlab.models import build_model, get_preset
 from lmlab.tokenizers import train_tokenizer
 
 
@@ -29,7 +27,8 @@ def _one_line_error(capsys, *needles):
 
 
 def _snapshot(folder: Path) -> dict[str, bytes]:
-    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+    files = sorted(p for p in folder.rglob("*") if p.is_file())
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in files}
 
 
 @pytest.fixture()
@@ -37,15 +36,6 @@ def corpus(tmp_path):
     p = tmp_path / "corpus.txt"
     p.write_text("to be or not to be, that is the question\n\n" * 60, encoding="utf-8")
     return p
-
-
-@pytest.fixture()
-def ckpt(tmp_path):
-    torch.manual_seed(0)
-    tok = train_tokenizer("bytelevel", ["to be or not to be, that is the question\n" * 40], vocab_size=280)
-    d = tmp_path / "ck"
-    build_model(get_preset("gpt2-tiny", vocab_size=tok.vocab_size)).save(d, tokenizer=tok)
-    return d
 
 
 def _user_folder(path: Path, files: dict[str, str]) -> dict[str, bytes]:
@@ -124,8 +114,8 @@ def test_compare_refuses_a_folder_with_a_users_plan_json(tmp_path, capsys):
 
 
 def test_predictions_replace_only_a_file_lmlab_wrote(tmp_path):
-    from lmlab.finetune.loop import PREDICTIONS_KIND, check_predictions_file
     from lmlab.fileio import write_output_file
+    from lmlab.finetune.loop import PREDICTIONS_KIND, check_predictions_file
 
     theirs = tmp_path / "theirs.jsonl"
     theirs.write_text('{"prediction": "my own annotations"}\n')

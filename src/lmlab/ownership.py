@@ -156,15 +156,21 @@ def may_replace_dir(dest: Path, kind: str) -> Verdict:
     return Verdict(True)
 
 
-def check_replaceable_dir(dest: str | os.PathLike, kind: str) -> Path:
-    """``dest`` (resolved) when a ``kind`` output may be written there, else a one-line error that
-    names what would have been lost. Nothing is written either way."""
+def _output_folder(dest: str | os.PathLike) -> tuple[Path, Path]:
+    """(as given, resolved) for a folder output, or a one-line error for the root or a file."""
     given = Path(dest)
     resolved = given.resolve()
     if resolved == resolved.parent:
         raise LmlabError(f"output {given} is the root of the file system", "choose a new folder for --out")
     if resolved.exists() and not resolved.is_dir():
         raise LmlabError(f"output {given} is a file", "pass a folder path to --out")
+    return given, resolved
+
+
+def check_replaceable_dir(dest: str | os.PathLike, kind: str) -> Path:
+    """``dest`` (resolved) when a ``kind`` output may be written there, else a one-line error that
+    names what would have been lost. Nothing is written either way."""
+    given, resolved = _output_folder(dest)
     verdict = may_replace_dir(resolved, kind)
     if not verdict.ok:
         raise LmlabError(f"output folder {given} exists and {verdict.reason}; nothing was written",
@@ -178,12 +184,7 @@ def claim_dir(dest: str | os.PathLike, kind: str, entries: tuple[str, ...], crea
     entries as lmlab's); a folder claimed earlier by the same kind is reused as it is (a resumed
     run, a re-run demo); anything else is refused in one line. Returns the resolved path.
     ``create=False``: only check, before the work, that the claim will succeed (nothing is made)."""
-    given = Path(dest)
-    resolved = given.resolve()
-    if resolved == resolved.parent:
-        raise LmlabError(f"output {given} is the root of the file system", "choose a new folder for --out")
-    if resolved.exists() and not resolved.is_dir():
-        raise LmlabError(f"output {given} is a file", "pass a folder path to --out")
+    given, resolved = _output_folder(dest)
     manifest = read_manifest(resolved) if resolved.is_dir() else None
     if manifest is not None and manifest.get("kind") == kind and manifest.get("state") == "claimed":
         recorded = manifest.get("entries", {})

@@ -11,3 +11,14 @@ def assert_one_line_error(capsys, *needles) -> str:
         assert n in err, err
     return err
 
+
+
+def exit_code(argv: list[str]) -> int:
+    """``lmlab ARGV``'s exit code, run in-process: what ``main`` returns, or the code of the
+    ``SystemExit`` argparse raises for a flag whose value is refused as it is parsed."""
+    from lmlab.cli import main
+
+    try:
+        return main(argv)
+    except SystemExit as e:
+        return e.code

@@ -181,7 +181,6 @@ TokenIds = Annotated[list[Size], Field(min_length=1, description="token ids (who
                                                                 "e.g. 12 7 301")]
 
 
-
 def comma_ints(text: str) -> list[int]:
     """``"0, 2,4"`` -> ``[0, 2, 4]`` (a ValueError for anything else)."""
     return [int(part) for part in text.split(",") if part.strip()]

@@ -9,6 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from align_fixtures import synthetic_pairs, tiny_model
+from assertions import exit_code
 
 from lmlab.align import align, read_preferences
 from lmlab.align.from_task import task_pairs
@@ -126,10 +127,11 @@ def test_align_cli_rejects_bad_settings_before_any_work(ckpt, tmp_path, capsys):
     train = write_pairs(tmp_path / "t.jsonl", synthetic_pairs(4, 0))
     base = ["align", "--checkpoint", str(ckpt), "--train", str(train), "--dev", str(train),
             "--out", str(tmp_path / "o")]
-    for extra, words in [(["--beta", "0"], "beta must be > 0"), (["--batch-size", "0"], "batch_size = 0"),
-                         (["--max-length", "1"], "max_length = 1"),
+    for extra, words in [(["--beta", "0"], "argument --beta: must be greater than 0 (got '0')"),
+                         (["--batch-size", "0"], "argument --batch-size: must be at least 1 (got '0')"),
+                         (["--max-length", "1"], "argument --max-length: must be at least 2 (got '1')"),
                          (["--loss", "ipo", "--label-smoothing", "0.1"], "sigmoid loss only")]:
-        assert main(base + extra) == 2
+        assert exit_code(base + extra) == 2
         err = capsys.readouterr().err
         assert err.startswith("error: ") and words in err and err.count("\n") == 1
     assert not (tmp_path / "o").exists()

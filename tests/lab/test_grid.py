@@ -211,7 +211,7 @@ def test_budget_too_small_is_one_line(grid_dict):
     "budget, words",
     [
         ({"steps": 10}, "unknown budget kind 'steps'"),
-        ({"tokens": -5}, "must be a positive number"),
+        ({"tokens": -5}, "budget.tokens must be greater than 0 (got -5)"),
         ({"tokens": 10, "flops": 1e9}, "one key"),
     ],
 )
@@ -254,7 +254,8 @@ def test_cli_rejects_a_bad_grid_before_training(tmp_path, capsys):
     )
     assert main(["compare", "--config", str(path), "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith("error: arm 'gpt2-tiny-electra': objective 'electra' cannot train preset gpt2-tiny")
+    assert err.startswith(f"error: {path}: arm 'gpt2-tiny-electra': objective 'electra' cannot train preset "
+                          "gpt2-tiny")  # the file, then the key
     assert len(err.splitlines()) == 1
     assert not (tmp_path / "out").exists()
 

@@ -162,15 +162,17 @@ def test_compare_logger_reaches_every_run_and_changes_no_run_key(micro, tmp_path
 
 
 def test_compare_refuses_an_unknown_logger_before_any_work(micro, tmp_path, monkeypatch, capsys):
-    from lmlab.cli import main
+    from assertions import exit_code
+
     from lmlab.train.config import to_toml
 
     fakes = Fakes()
     monkeypatch.setattr(runner_mod, "pretrain", fakes.pretrain)
     grid = tmp_path / "grid.toml"
     grid.write_text(to_toml(micro()))
-    code = main(["compare", "--config", str(grid), "--out", str(tmp_path / "out"), "--logger", "neptune"])
-    assert code == 2 and capsys.readouterr().err.startswith("error: ")
+    argv = ["compare", "--config", str(grid), "--out", str(tmp_path / "out"), "--logger", "neptune"]
+    assert exit_code(argv) == 2  # refused as the flag is parsed
+    assert capsys.readouterr().err.startswith("error: argument --logger: invalid choice: 'neptune'")
     assert not fakes.pretrain_calls and not (tmp_path / "out").exists()
 
 

@@ -95,7 +95,9 @@ def test_cli_prints_n_and_d(capsys):
     data = json.loads(capsys.readouterr().out)
     assert data["n_params"] == pytest.approx(math.sqrt(1e18 / 120))
     assert data["shape"]["vocab_size"] == 8000 and data["arch"] == "llama"
-    assert main(["scale", "plan", "--flops", "-5"]) == 2
+    with pytest.raises(SystemExit) as exited:  # refused as the flag is parsed
+        main(["scale", "plan", "--flops", "-5"])
+    assert exited.value.code == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and err.count("\n") == 1
 

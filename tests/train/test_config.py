@@ -45,7 +45,7 @@ def test_overrides_are_coerced_to_the_field_types(tmp_path):
         ("train.schedule=cosin", ["cosine"]),
         ("objective.name=cml", ["'cml'", "clm"]),
         ("train.batch_size=0", ["train.batch_size", "at least 1"]),
-        ("data.max_tokens=-5", ["data.max_tokens", ">= 0"]),
+        ("data.max_tokens=-5", ["--set data.max_tokens", "at least 0", "(got -5)"]),
     ],
 )
 def test_bad_keys_and_values_are_one_line_errors_with_a_suggestion(override, words):
@@ -128,7 +128,7 @@ def test_objective_options_are_typed_and_include_inherited_ones():
     from lmlab.errors import LmlabError
     from lmlab.train import load_config
 
-    with pytest.raises(LmlabError, match="objective.poisson_lambda must be a number, got 'abc'"):
+    with pytest.raises(LmlabError, match=r"--set objective.poisson_lambda must be a number \(got 'abc'\)"):
         load_config("configs/bart-tiny.toml", ["objective.poisson_lambda=abc"])
     with pytest.raises(LmlabError, match="objective.mlm must be true or false"):
         load_config("configs/bert-tiny-nsp.toml", ["objective.mlm=maybe"])

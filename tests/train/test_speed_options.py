@@ -78,7 +78,8 @@ def test_an_unknown_compile_backend_is_one_line(tiny_config, tmp_path, capsys):
                  "--set", "train.compile=true", "train.compile_backend=inductr"])
     err = capsys.readouterr().err
     assert code == 2 and "inductor" in err
-    assert err.startswith("error: unknown train.compile_backend 'inductr'")
+    assert err.startswith("error: --set train.compile_backend must be one of inductor, aot_eager, eager")
+    assert "(did you mean inductor?) (got 'inductr')" in err
     assert not (tmp_path / "r").exists()
 
 

@@ -22,9 +22,9 @@ from lmlab.values import (
     Count,
     Device,
     Fraction,
+    GradClip,
     LabelSmoothing,
     LearningRate,
-    NonNegative,
     PositiveWeight,
     Seed,
     Size,
@@ -68,7 +68,7 @@ class AlignConfig:
     warmup_ratio: Fraction = 0.1
     weight_decay: WeightDecay = 0.0
     betas: tuple[Fraction, Fraction] = (0.9, 0.999)
-    grad_clip: NonNegative = 1.0          # max global gradient norm; 0 = no clipping
+    grad_clip: GradClip = 1.0             # max global gradient norm; 0 = no clipping
     max_length: Length = 256              # tokens per prompt + response
     eos: bool = False                     # end decoder responses with EOS (encoder-decoders always do)
     dropout: bool = False                 # keep the policy's dropout on (off: policy and reference agree)

@@ -4,7 +4,25 @@ from __future__ import annotations
 
 import json
 
+from lmlab.align.config import Length
 from lmlab.cli.common import add_command
+from lmlab.values import (
+    Fraction,
+    LabelSmoothing,
+    PositiveWeight,
+    batch_flag,
+    count_flag,
+    device_flag,
+    flag,
+    grad_clip_flag,
+    lr_flag,
+    path_flag,
+    seed_flag,
+    size_flag,
+    temperature_flag,
+    threads_flag,
+    weight_decay_flag,
+)
 
 DESCRIPTION = """\
 Preference-tune a decoder or encoder-decoder checkpoint on pairs of responses to a prompt, one
@@ -43,54 +61,64 @@ EXAMPLES = """\
 def register(sub) -> None:
     p = add_command(sub, "align", "preference-tune a checkpoint (DPO, RLHF)", DESCRIPTION, EXAMPLES)
     p.add_argument("--method", choices=("dpo", "rlhf"), default="dpo", help="dpo or rlhf")
-    p.add_argument("--checkpoint", required=True, metavar="DIR",
+    p.add_argument("--checkpoint", type=path_flag, required=True, metavar="DIR",
                    help="pretrained decoder or encoder-decoder (or a pretraining run directory)")
-    p.add_argument("--train", required=True, metavar="FILE", help="training pairs (JSON Lines) or task file")
-    p.add_argument("--dev", required=True, metavar="FILE", help="held-out pairs, scored during training")
-    p.add_argument("--out", required=True, metavar="DIR", help="directory for the tuned model")
+    p.add_argument("--train", type=path_flag, required=True, metavar="FILE",
+                   help="training pairs (JSON Lines) or task file")
+    p.add_argument("--dev", type=path_flag, required=True, metavar="FILE",
+                   help="held-out pairs, scored during training")
+    p.add_argument("--out", type=path_flag, required=True, metavar="DIR",
+                   help="directory for the tuned model")
     p.add_argument("--task", choices=("sst2", "cola", "rte", "mrpc"), default=None,
                    help="read --train/--dev as this task's labelled files: the right answer is preferred")
-    p.add_argument("--tokenizer", metavar="PATH", help="tokenizer to use instead of the checkpoint's own")
+    p.add_argument("--tokenizer", type=path_flag, metavar="PATH",
+                   help="tokenizer to use instead of the checkpoint's own")
     g = p.add_argument_group("preference")
-    g.add_argument("--beta", type=float, default=0.1,
+    g.add_argument("--beta", type=flag(PositiveWeight), default=0.1,
                    help="dpo: how far from the reference (larger = closer); rlhf: weight of the KL penalty")
     g.add_argument("--loss", choices=("sigmoid", "ipo"), default="sigmoid", help="dpo: DPO's loss or IPO's")
-    g.add_argument("--label-smoothing", type=float, default=0.0,
+    g.add_argument("--label-smoothing", type=flag(LabelSmoothing), default=0.0,
                    help="dpo sigmoid: assumed share of flipped preferences (conservative DPO)")
-    g.add_argument("--max-length", type=int, default=256, metavar="N", help="tokens per prompt + response")
+    g.add_argument("--max-length", type=flag(Length), default=256, metavar="N",
+                   help="tokens per prompt + response")
     g.add_argument("--eos", action="store_true", help="end decoder responses with the EOS token")
     g.add_argument("--dropout", action="store_true", help="keep the policy's dropout on while training")
     r = p.add_argument_group("rlhf")
-    r.add_argument("--sft-steps", type=int, default=0, metavar="N",
+    r.add_argument("--sft-steps", type=size_flag, default=0, metavar="N",
                    help="supervised steps on the chosen responses first (InstructGPT's step 1)")
-    r.add_argument("--reward-steps", type=int, default=200, metavar="N", help="reward-model training steps")
-    r.add_argument("--reward-lr", type=float, default=1e-4, help="reward-model learning rate")
-    r.add_argument("--samples", type=int, default=4, metavar="N",
+    r.add_argument("--reward-steps", type=count_flag, default=200, metavar="N",
+                   help="reward-model training steps")
+    r.add_argument("--reward-lr", type=lr_flag, default=1e-4, help="reward-model learning rate")
+    r.add_argument("--samples", type=batch_flag, default=4, metavar="N",
                    help="responses sampled per prompt (their mean reward is the baseline)")
-    r.add_argument("--max-new-tokens", type=int, default=8, metavar="N", help="longest sampled response")
-    r.add_argument("--temperature", type=float, default=1.0, help="sampling temperature")
+    r.add_argument("--max-new-tokens", type=count_flag, default=8, metavar="N",
+                   help="longest sampled response")
+    r.add_argument("--temperature", type=temperature_flag, default=1.0, help="sampling temperature")
     t = p.add_argument_group("training")
-    t.add_argument("--lr", type=float, default=5e-5, help="peak learning rate")
-    t.add_argument("--batch-size", type=int, default=16, metavar="N",
+    t.add_argument("--lr", type=lr_flag, default=5e-5, help="peak learning rate")
+    t.add_argument("--batch-size", type=batch_flag, default=16, metavar="N",
                    help="pairs (rlhf: prompts) per micro-batch")
-    t.add_argument("--grad-accum", type=int, default=1, metavar="N", help="micro-batches per optimizer step")
-    t.add_argument("--eval-batch-size", type=int, default=32, metavar="N")
-    t.add_argument("--epochs", type=int, default=1, metavar="N")
-    t.add_argument("--max-steps", type=int, default=None, metavar="N",
+    t.add_argument("--grad-accum", type=count_flag, default=1, metavar="N",
+                   help="micro-batches per optimizer step")
+    t.add_argument("--eval-batch-size", type=batch_flag, default=32, metavar="N",
+                   help="pairs per batch when scoring --dev")
+    t.add_argument("--epochs", type=count_flag, default=1, metavar="N", help="passes over --train")
+    t.add_argument("--max-steps", type=count_flag, default=None, metavar="N",
                    help="optimizer steps (overrides --epochs)")
-    t.add_argument("--eval-every", type=int, default=None, metavar="N",
+    t.add_argument("--eval-every", type=count_flag, default=None, metavar="N",
                    help="evaluate on --dev every N steps (default: 10 times per run)")
-    t.add_argument("--warmup-ratio", type=float, default=0.1, help="share of steps spent warming up")
-    t.add_argument("--weight-decay", type=float, default=0.0)
-    t.add_argument("--grad-clip", type=float, default=1.0, help="max gradient norm (0 = off)")
-    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--warmup-ratio", type=flag(Fraction), default=0.1, help="share of steps spent warming up")
+    t.add_argument("--weight-decay", type=weight_decay_flag, default=0.0,
+                   help="AdamW's decoupled weight decay")
+    t.add_argument("--grad-clip", type=grad_clip_flag, default=1.0, help="max gradient norm (0 = off)")
+    t.add_argument("--seed", type=seed_flag, default=0, help="seed of the shuffling, dropout and sampling")
     for which in ("train", "eval"):
-        t.add_argument(f"--max-{which}-examples", type=int, default=None, metavar="N",
+        t.add_argument(f"--max-{which}-examples", type=count_flag, default=None, metavar="N",
                        help="use the first N pairs only")
-    t.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1...")
+    t.add_argument("--device", type=device_flag, default="auto", help="auto, cpu, cuda, cuda:1...")
     t.add_argument("--precision", choices=("auto", "fp32", "bf16"), default="auto",
                    help="auto: bf16 autocast on a CUDA GPU with bfloat16, fp32 elsewhere")
-    t.add_argument("--threads", type=int, default=None, metavar="N", help="torch CPU threads")
+    t.add_argument("--threads", type=threads_flag, default=None, metavar="N", help="torch CPU threads")
     t.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--on-bad-line", choices=("error", "skip"), default="error",
                    help="a malformed data line stops the run (error) or is reported and left out (skip)")

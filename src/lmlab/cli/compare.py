@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 from lmlab.cli.common import add_command
+from lmlab.values import path_flag
 
 DESCRIPTION = """\
 Compare architectures, objectives and sizes on equal compute. The grid file names arms (a model
@@ -29,8 +30,8 @@ def register(sub) -> None:
     p = add_command(
         sub, "compare", "compare objectives/architectures under one budget", DESCRIPTION, EXAMPLES
     )
-    p.add_argument("--config", required=True, help="grid TOML file (see configs/grids/)")
-    p.add_argument("--out", help="output directory (default: runs/compare/<grid name>)")
+    p.add_argument("--config", type=path_flag, required=True, help="grid TOML file (see configs/grids/)")
+    p.add_argument("--out", type=path_flag, help="output directory (default: runs/compare/<grid name>)")
     p.add_argument("--dry-run", action="store_true", help="check the grid and print the plan; train nothing")
     p.add_argument(
         "--report-only",
@@ -51,6 +52,7 @@ def register(sub) -> None:
         action="append",
         default=[],
         dest="loggers",
+        choices=("tensorboard", "wandb"),
         metavar="NAME",
         help="also log every pretraining and fine-tuning run to NAME (tensorboard, wandb), in the run's "
         "directory; repeatable (the same as --set pretrain.train.loggers=[...] finetune.loggers=[...])",

@@ -3,6 +3,15 @@
 from __future__ import annotations
 
 from lmlab.cli.common import add_command, add_group
+from lmlab.values import (
+    count_flag,
+    encoding_flag,
+    fraction_flag,
+    path_flag,
+    seed_flag,
+    text_flag,
+    workers_flag,
+)
 
 DESCRIPTION = """\
 Tokenize text files into flat token shards for training: uint16 ids when the vocabulary has at
@@ -30,26 +39,28 @@ def register(sub) -> None:
     _, dsub = add_group(sub, "data", "turn text into token shards for training",
                         "Prepare training data. Run `lmlab data COMMAND --help` for details.")
     p = add_command(dsub, "prepare", "tokenize text files into memory-mapped shards", DESCRIPTION, EXAMPLES)
-    p.add_argument("--tokenizer", required=True, metavar="PATH",
+    p.add_argument("--tokenizer", type=path_flag, required=True, metavar="PATH",
                    help="tokenizer directory (from `lmlab tokenizer train`), tokenizer.json or vocab.txt")
-    p.add_argument("--input", nargs="+", required=True, metavar="FILE",
+    p.add_argument("--input", type=path_flag, nargs="+", required=True, metavar="FILE",
                    help="text, JSON Lines (.jsonl, .jsonl.gz, .jsonl.zst) or Parquet files, or datasets "
                         "save_to_disk folders, to tokenize")
-    p.add_argument("--text-field", default="text", metavar="NAME",
+    p.add_argument("--text-field", type=text_flag, default="text", metavar="NAME",
                    help="JSON Lines / Parquet: the field (column) that holds each record's text")
-    p.add_argument("--out", required=True, metavar="DIR",
+    p.add_argument("--out", type=path_flag, required=True, metavar="DIR",
                    help="output directory (created atomically; an existing shards directory is replaced)")
-    p.add_argument("--val-fraction", type=float, default=0.0, metavar="F",
+    p.add_argument("--val-fraction", type=fraction_flag, default=0.0, metavar="F",
                    help="fraction of documents sent to the val split, in [0, 1)")
-    p.add_argument("--workers", type=int, default=default_workers(), metavar="N",
+    p.add_argument("--workers", type=workers_flag, default=default_workers(), metavar="N",
                    help="tokenizer processes, each loading the tokenizer once (min(2, CPUs) by default)")
-    p.add_argument("--encoding", default="utf-8", help="encoding of the input files (e.g. latin-1)")
-    p.add_argument("--shard-tokens", type=int, default=DEFAULT_SHARD_TOKENS, metavar="N",
+    p.add_argument("--encoding", type=encoding_flag, default="utf-8",
+                   help="encoding of the input files (e.g. latin-1)")
+    p.add_argument("--shard-tokens", type=count_flag, default=DEFAULT_SHARD_TOKENS, metavar="N",
                    help="maximum tokens per shard file")
     p.add_argument("--doc-separator", choices=DOC_SEPARATORS, default="blank-line",
                    help="what makes a document: blank-line separated paragraphs, each non-blank line, "
                         "or each whole file")
-    p.add_argument("--seed", type=int, default=0, help="seed of the hash that assigns documents to train/val")
+    p.add_argument("--seed", type=seed_flag, default=0,
+                   help="seed of the hash that assigns documents to train/val")
     p.add_argument("--append-eos", action="store_true",
                    help="append the tokenizer's end-of-sequence token to every document")
     p.set_defaults(func=run, out_kind=("index.json", "token-shards"))

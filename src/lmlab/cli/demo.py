@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from lmlab.cli.common import add_command
 from lmlab.tokenizers import ALGORITHMS
+from lmlab.values import count_flag, device_flag, path_flag, text_flag
 
 
 def register(sub) -> None:
@@ -17,21 +18,23 @@ def register(sub) -> None:
         "  lmlab demo\n  lmlab demo --steps 500 --out runs/my-demo\n"
         "  lmlab demo --vocab-size 4000 --prompt 'JULIET:'",
     )
-    p.add_argument("--out", default="runs/demo", help="where to write the demo's artifacts")
-    p.add_argument("--vocab-size", type=int, default=2000, help="tokenizer vocabulary size")
+    p.add_argument("--out", type=path_flag, default="runs/demo", help="where to write the demo's artifacts")
+    p.add_argument("--vocab-size", type=count_flag, default=2000, help="tokenizer vocabulary size")
     p.add_argument(
         "--algo",
         default="bytelevel",
         choices=list(ALGORITHMS),
         help="tokenizer algorithm",
     )
-    p.add_argument("--steps", type=int, default=300, help="pretraining steps (8 x 128 tokens each)")
-    p.add_argument("--prompt", default="ROMEO:", help="text the sample continues")
+    p.add_argument("--steps", type=count_flag, default=300, help="pretraining steps (8 x 128 tokens each)")
+    p.add_argument("--prompt", type=text_flag, default="ROMEO:", help="text the sample continues")
+    p.add_argument("--device", type=device_flag, default="auto",
+                   help="where to pretrain and sample: auto (a GPU when there is one), cpu, cuda, cuda:1...")
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
     from lmlab.demo import run_demo
 
-    run_demo(args.out, args.vocab_size, args.algo, steps=args.steps, prompt=args.prompt)
+    run_demo(args.out, args.vocab_size, args.algo, steps=args.steps, prompt=args.prompt, device=args.device)
     return 0

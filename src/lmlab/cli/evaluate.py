@@ -7,6 +7,7 @@ import json
 
 from lmlab.cli.common import add_command
 from lmlab.cli.finetune import add_data_arguments, data_settings
+from lmlab.values import batch_flag, count_flag, device_flag, path_flag, seed_flag, size_flag, text_flag
 
 DESCRIPTION = """\
 Score a checkpoint written by `lmlab finetune` on a data file of its task and print the
@@ -22,7 +23,9 @@ prediction, as a label name for classification.
 newest checkpoint) with EleutherAI's lm-evaluation-harness instead: TASKS is a comma-separated
 list of harness task names (hellaswag, lambada_openai...) and local task YAML files or folders of
 them. The results are written as JSON beside the checkpoint (CHECKPOINT.harness.json, or --out),
-never over an existing file unless --overwrite. Needs pip install 'lmlab[eval]'.
+never over an existing file unless --overwrite. A local task file that brings Python code
+(`!function`, e.g. a utils.py beside the YAML) is refused, naming that file, unless --allow-code:
+only pass it for task files you trust. Needs pip install 'lmlab[eval]'.
 
 --variant NAME=DIR (repeatable) scores several LoRA, prefix- or prompt-tuned variants of one task
 in one pass: --checkpoint is then the base they were fine-tuned from, each DIR an `lmlab finetune
@@ -40,31 +43,39 @@ EXAMPLES = """\
 
 
 #: options that go with --harness only
-HARNESS_ONLY = ("num_fewshot", "out", "overwrite", "log_samples", "seed")
+HARNESS_ONLY = ("num_fewshot", "out", "overwrite", "log_samples", "seed", "allow_code")
 
 
 def register(sub) -> None:
     p = add_command(sub, "evaluate", "score a fine-tuned checkpoint on a data file, or a language model "
                     "on lm-evaluation-harness tasks", DESCRIPTION, EXAMPLES)
-    p.add_argument("--checkpoint", required=True, metavar="DIR",
+    p.add_argument("--checkpoint", type=path_flag, required=True, metavar="DIR",
                    help="directory written by lmlab finetune (--harness: a language model checkpoint)")
-    p.add_argument("--task", default=None, metavar="TASK", help="the checkpoint's task (checked)")
-    p.add_argument("--data", metavar="FILE", help="data file in the task's format")
-    p.add_argument("--batch-size", type=int, default=None, metavar="N", help="default 64 (--harness: 16)")
-    p.add_argument("--max-examples", type=int, default=None, metavar="N",
+    p.add_argument("--task", type=text_flag, default=None, metavar="TASK",
+                   help="the checkpoint's task (checked)")
+    p.add_argument("--data", type=path_flag, metavar="FILE", help="data file in the task's format")
+    p.add_argument("--batch-size", type=batch_flag, default=None, metavar="N",
+                   help="default 64 (--harness: 16)")
+    p.add_argument("--max-examples", type=count_flag, default=None, metavar="N",
                    help="score the first N only (--harness: per task)")
     h = p.add_argument_group("lm-evaluation-harness")
-    h.add_argument("--harness", metavar="TASKS",
+    h.add_argument("--harness", type=text_flag, metavar="TASKS",
                    help="comma-separated harness task names and task YAML files or folders")
-    h.add_argument("--num-fewshot", type=int, default=None, metavar="K", help="default: each task's own")
-    h.add_argument("--out", metavar="FILE", help="results JSON (default CHECKPOINT.harness.json)")
+    h.add_argument("--num-fewshot", type=size_flag, default=None, metavar="K",
+                   help="default: each task's own")
+    h.add_argument("--out", type=path_flag, metavar="FILE",
+                   help="results JSON (default CHECKPOINT.harness.json)")
     h.add_argument("--overwrite", action="store_true", help="replace an existing results file")
     h.add_argument("--log-samples", action="store_true", help="also write every example's prompt and scores")
-    h.add_argument("--seed", type=int, default=None, help="few-shot sampling and generation seed (default 0)")
-    p.add_argument("--variant", action="append", default=[], metavar="NAME=DIR",
+    h.add_argument("--seed", type=seed_flag, default=None,
+                   help="few-shot sampling and generation seed (default 0)")
+    h.add_argument("--allow-code", action="store_true",
+                   help="let local task files run their Python code (`!function`: a utils.py beside the "
+                        "YAML...); refused without it, naming the file. Only for task files you trust")
+    p.add_argument("--variant", type=text_flag, action="append", default=[], metavar="NAME=DIR",
                    help="score this fine-tuned variant of the --checkpoint base (repeat: all in one pass)")
-    p.add_argument("--device", default="auto", help="auto, cpu, cuda...")
-    p.add_argument("--predictions", metavar="FILE", default=None,
+    p.add_argument("--device", type=device_flag, default="auto", help="auto, cpu, cuda, cuda:1, mps")
+    p.add_argument("--predictions", type=path_flag, metavar="FILE", default=None,
                    help='also write one JSON line per example: {"where", "prediction", "label"} '
                         "(label names)")
     add_data_arguments(p)
@@ -75,10 +86,6 @@ def run(args) -> int:
     from lmlab.errors import LmlabError
     from lmlab.finetune import evaluate
 
-    for name in ("batch_size", "max_examples"):
-        v = getattr(args, name)
-        if v is not None and v < 1:
-            raise LmlabError(f"--{name.replace('_', '-')} must be positive, got {v}", "pass e.g. 64")
     if args.harness is not None:
         return _run_harness(args)
     harness_only = [f"--{k.replace('_', '-')}" for k in HARNESS_ONLY if getattr(args, k) not in (None, False)]
@@ -109,7 +116,8 @@ def _run_harness(args) -> int:
     record = run_harness(args.checkpoint, args.harness, out=args.out, overwrite=args.overwrite,
                          num_fewshot=args.num_fewshot, limit=args.max_examples,
                          batch_size=args.batch_size or 16, device=args.device, seed=args.seed or 0,
-                         log_samples=args.log_samples, log=lambda m: print(m, file=sys.stderr, flush=True))
+                         log_samples=args.log_samples, allow_code=args.allow_code,
+                         log=lambda m: print(m, file=sys.stderr, flush=True))
     print(json.dumps(record["results"], indent=2))
     return 0
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from lmlab.cli.common import add_command
+from lmlab.values import path_flag
 
 EXPORT_DESCRIPTION = """\
 Write an lmlab checkpoint as a Hugging Face model directory (config.json + model.safetensors, plus
@@ -42,13 +43,14 @@ def register(sub) -> None:
         EXPORT_DESCRIPTION,
         EXPORT_EXAMPLES,
     )
-    p.add_argument("--checkpoint", required=True, metavar="DIR", help="lmlab checkpoint directory")
+    p.add_argument("--checkpoint", type=path_flag, required=True, metavar="DIR",
+                   help="lmlab checkpoint directory")
     p.add_argument("--format", choices=["hf", "peft"], default="hf",
                    help="hf: a transformers model dir; peft: a LoRA, prefix or prompt fine-tune as a "
                    "peft adapter folder")
-    p.add_argument("--base", metavar="DIR",
+    p.add_argument("--base", type=path_flag, metavar="DIR",
                    help="--format peft: the checkpoint the fine-tune started from")
-    p.add_argument("--out", required=True, metavar="DIR", help="output directory")
+    p.add_argument("--out", type=path_flag, required=True, metavar="DIR", help="output directory")
     p.set_defaults(func=run_export, out_kind=_export_kind)
     p = add_command(
         sub,
@@ -57,8 +59,9 @@ def register(sub) -> None:
         IMPORT_DESCRIPTION,
         IMPORT_EXAMPLES,
     )
-    p.add_argument("--hf", required=True, metavar="DIR", help="Hugging Face model directory")
-    p.add_argument("--out", required=True, metavar="DIR", help="lmlab checkpoint directory to write")
+    p.add_argument("--hf", type=path_flag, required=True, metavar="DIR", help="Hugging Face model directory")
+    p.add_argument("--out", type=path_flag, required=True, metavar="DIR",
+                   help="lmlab checkpoint directory to write")
     p.set_defaults(func=run_import, out_kind=("model.safetensors", "model"))
 
 

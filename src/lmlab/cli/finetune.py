@@ -5,8 +5,29 @@ from __future__ import annotations
 import argparse
 import json
 
-from lmlab.cli.common import add_command
+from lmlab.adapt import METHODS as ADAPT_METHODS
+from lmlab.cli.common import add_command, is_main_process
 from lmlab.errors import LmlabError
+from lmlab.finetune.config import SelectFraction
+from lmlab.values import (
+    Fraction,
+    LearningRateOrAuto,
+    batch_flag,
+    count_flag,
+    delimiter_flag,
+    device_flag,
+    flag,
+    grad_clip_flag,
+    loss_weight_flag,
+    lr_flag,
+    path_flag,
+    probability_flag,
+    seed_flag,
+    size_flag,
+    text_flag,
+    threads_flag,
+    weight_decay_flag,
+)
 
 DESCRIPTION = """\
 Fine-tune a pretrained checkpoint (an lmlab checkpoint or a Hugging Face model directory) on a
@@ -26,9 +47,11 @@ GPT-style ([START] a [DELIM] b [EXTRACT], auxiliary LM loss weighted by --lm-wei
 last token with --decoder-style last), an encoder-decoder writes the answer as text.
 
 Training: AdamW, linear warmup (--warmup-ratio) then linear decay, --epochs or --max-steps,
-evaluation on --dev after each epoch; the best dev checkpoint is kept. --out receives the model
-(load_model-able, with its task head and tokenizer), task.json, eval.json (the best dev metrics,
-also printed), metrics.jsonl (training log) and finetune.json (run summary).
+evaluation on --dev after each epoch; the best dev checkpoint is kept. With --select-on
+train-slice the best checkpoint (and the --lr auto rate) is chosen on a slice held out of --train
+instead, and --dev scores the chosen model once. --out receives the model (load_model-able, with
+its task head and tokenizer), task.json, eval.json (the chosen model's dev metrics, also printed),
+metrics.jsonl (training log) and finetune.json (run summary: which data chose, which scored).
 
 Stopping and resuming: Ctrl-C or SIGTERM finishes the step in flight, saves the run's state
 beside --out (.OUT.resume/, also saved after every evaluation or every --save-every steps) and
@@ -52,6 +75,8 @@ EXAMPLES = """\
       --out ft/gpt-instruct --template my_template.txt"""
 
 
+#: --method: full fine-tuning, then the parameter-efficient methods of lmlab.adapt (lmlab.finetune.METHODS)
+METHOD_NAMES = ("full", *ADAPT_METHODS)
 TASK_NAMES = ("classification", "pair-classification", "regression", "tagging", "qa", "sst2", "cola", "rte",
               "mrpc", "stsb", "squad", "conll", "text2text", "instruct")
 #: --ROLE-field flags: role -> help
@@ -70,62 +95,83 @@ FIELD_FLAGS = {
 
 def register(sub) -> None:
     p = add_command(sub, "finetune", "fine-tune a checkpoint on a task", DESCRIPTION, EXAMPLES)
-    p.add_argument("--checkpoint", required=True, metavar="DIR", help="pretrained checkpoint directory")
-    p.add_argument("--task", required=True, metavar="TASK",
+    p.add_argument("--checkpoint", type=path_flag, required=True, metavar="DIR",
+                   help="pretrained checkpoint directory")
+    p.add_argument("--task", type=text_flag, required=True, metavar="TASK",
                    help=f"task: {', '.join(TASK_NAMES)} (the first five read your own files)")
-    p.add_argument("--train", required=True, metavar="FILE", help="training data file")
-    p.add_argument("--dev", required=True, metavar="FILE", help="dev data file (evaluated each epoch)")
-    p.add_argument("--out", required=True, metavar="DIR", help="directory for the fine-tuned model")
-    p.add_argument("--method", default="full",
-                   help="full (every weight) or a parameter-efficient method (lmlab.finetune.METHODS)")
-    p.add_argument("--method-option", action="append", default=[], metavar="KEY=VALUE",
+    p.add_argument("--train", type=path_flag, required=True, metavar="FILE", help="training data file")
+    p.add_argument("--dev", type=path_flag, required=True, metavar="FILE",
+                   help="dev data file (evaluated each epoch)")
+    p.add_argument("--out", type=path_flag, required=True, metavar="DIR",
+                   help="directory for the fine-tuned model")
+    p.add_argument("--method", default="full", choices=METHOD_NAMES, metavar="METHOD",
+                   help=f"full (every weight) or a parameter-efficient method: {', '.join(METHOD_NAMES[1:])} "
+                        "(docs/peft.md)")
+    p.add_argument("--method-option", type=text_flag, action="append", default=[], metavar="KEY=VALUE",
                    help="option of the method (may be repeated), e.g. rank=8")
-    p.add_argument("--tokenizer", metavar="PATH", help="tokenizer to use instead of the checkpoint's own")
+    p.add_argument("--tokenizer", type=path_flag, metavar="PATH",
+                   help="tokenizer to use instead of the checkpoint's own")
     g = p.add_argument_group("training")
-    g.add_argument("--lr", type=_lr, default=5e-5,
+    g.add_argument("--lr", type=flag(LearningRateOrAuto), default=5e-5,
                    help="peak learning rate, or 'auto': fine-tune once per rate of --lr-sweep and keep the "
                         "best on dev (costs one run per rate)")
-    g.add_argument("--lr-sweep", type=float, nargs="+", default=argparse.SUPPRESS, metavar="LR",
+    g.add_argument("--lr-sweep", type=lr_flag, nargs="+", default=argparse.SUPPRESS, metavar="LR",
                    help="the rates --lr auto tries (default: 1e-4 3e-4 1e-3)")
-    g.add_argument("--batch-size", type=int, default=32, metavar="N")
-    g.add_argument("--eval-batch-size", type=int, default=64, metavar="N")
-    g.add_argument("--epochs", type=int, default=3, metavar="N")
-    g.add_argument("--max-steps", type=int, default=None, metavar="N", help="stop after N optimizer steps")
-    g.add_argument("--warmup-ratio", type=float, default=0.1, help="share of steps spent warming up")
-    g.add_argument("--weight-decay", type=float, default=0.01)
-    g.add_argument("--grad-clip", type=float, default=1.0, help="max gradient norm (0 = off)")
-    g.add_argument("--seed", type=int, default=0)
-    g.add_argument("--eval-every", type=int, default=None, metavar="N", help="also evaluate every N steps")
-    g.add_argument("--select-metric", default=None, help="dev metric that picks the best checkpoint")
-    g.add_argument("--max-train-examples", type=int, default=None, metavar="N", help="use the first N only")
-    g.add_argument("--max-eval-examples", type=int, default=None, metavar="N", help="use the first N only")
-    g.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1...")
+    g.add_argument("--batch-size", type=batch_flag, default=32, metavar="N",
+                   help="training examples per step")
+    g.add_argument("--eval-batch-size", type=batch_flag, default=64, metavar="N",
+                   help="examples per batch when scoring --dev")
+    g.add_argument("--epochs", type=count_flag, default=3, metavar="N", help="passes over --train")
+    g.add_argument("--max-steps", type=count_flag, default=None, metavar="N",
+                   help="stop after N optimizer steps")
+    g.add_argument("--warmup-ratio", type=flag(Fraction), default=0.1, help="share of steps spent warming up")
+    g.add_argument("--weight-decay", type=weight_decay_flag, default=0.01,
+                   help="AdamW's decoupled weight decay")
+    g.add_argument("--grad-clip", type=grad_clip_flag, default=1.0, help="max gradient norm (0 = off)")
+    g.add_argument("--seed", type=seed_flag, default=0,
+                   help="seed of the task head's initialisation, the shuffling and dropout")
+    g.add_argument("--eval-every", type=count_flag, default=None, metavar="N",
+                   help="also evaluate every N steps")
+    g.add_argument("--select-metric", type=text_flag, default=None,
+                   help="the metric that picks the best checkpoint (default: the task's main one)")
+    g.add_argument("--select-on", choices=("dev", "train-slice"), default="dev",
+                   help="the data that picks the best checkpoint and the --lr auto rate: the --dev file, or "
+                        "a slice held out of --train (never trained on); with train-slice --dev only scores "
+                        "the chosen model, so its score is not a maximum over the candidates")
+    g.add_argument("--select-fraction", type=flag(SelectFraction), default=0.1, metavar="F",
+                   help="--select-on train-slice: the share of --train held out, drawn by --seed")
+    g.add_argument("--max-train-examples", type=count_flag, default=None, metavar="N",
+                   help="use the first N only")
+    g.add_argument("--max-eval-examples", type=count_flag, default=None, metavar="N",
+                   help="use the first N only")
+    g.add_argument("--device", type=device_flag, default="auto", help="auto, cpu, cuda, cuda:1...")
     g.add_argument("--precision", choices=("auto", "fp32", "bf16"), default="auto",
                    help="auto: bf16 autocast on a CUDA GPU with bfloat16, fp32 elsewhere")
-    g.add_argument("--threads", type=int, default=None, metavar="N", help="torch CPU threads")
+    g.add_argument("--threads", type=threads_flag, default=None, metavar="N", help="torch CPU threads")
     g.add_argument("--no-progress", action="store_true", help="no progress bar")
-    g.add_argument("--save-every", type=int, default=None, metavar="N",
+    g.add_argument("--save-every", type=count_flag, default=None, metavar="N",
                    help="write the resume state every N steps (default: after each evaluation)")
     g.add_argument("--logger", action="append", default=[], choices=["tensorboard", "wandb"],
                    dest="loggers", help="also write the metrics there (OUT/tensorboard/, OUT/wandb/ offline "
                    "unless WANDB_MODE says otherwise; may be repeated)")
     t = p.add_argument_group("task")
-    t.add_argument("--max-length", type=int, default=None, metavar="N",
+    t.add_argument("--max-length", type=count_flag, default=None, metavar="N",
                    help="tokens per input (default 128; squad 384)")
-    t.add_argument("--doc-stride", type=int, default=None, metavar="N",
+    t.add_argument("--doc-stride", type=size_flag, default=None, metavar="N",
                    help="squad: tokens shared by consecutive context windows (default 128)")
-    t.add_argument("--max-answer-length", type=int, default=None, metavar="N", help="squad: longest answer")
-    t.add_argument("--lm-weight", type=float, default=None,
+    t.add_argument("--max-answer-length", type=count_flag, default=None, metavar="N",
+                   help="squad: longest answer")
+    t.add_argument("--lm-weight", type=loss_weight_flag, default=None,
                    help="decoder classification: weight of the auxiliary LM loss (default 0.5)")
     t.add_argument("--decoder-style", choices=("gpt", "last"), default=None,
                    help="decoder classification: [START] a [DELIM] b [EXTRACT] (gpt) or last token")
-    t.add_argument("--max-target-length", type=int, default=None, metavar="N",
+    t.add_argument("--max-target-length", type=count_flag, default=None, metavar="N",
                    help="text-to-text: tokens generated at most (default 32)")
     t.add_argument("--prefix", default=None, help="text2text: text put before every source")
     t.add_argument("--rouge-stemmer", action="store_true", default=None,
                    help="text2text: ROUGE with Porter stemming, as published summarisation scores "
                         "(pip install 'lmlab[metrics]')")
-    t.add_argument("--template", default=None, metavar="FILE",
+    t.add_argument("--template", type=path_flag, default=None, metavar="FILE",
                    help="instruct: prompt template file with {instruction} and {input} (default: "
                         "'### Instruction:' / '### Input:' / '### Response:' blocks); saved with the model")
     t.add_argument("--packing", action=argparse.BooleanOptionalAction, default=None,
@@ -147,14 +193,15 @@ def add_data_arguments(p) -> None:
     d.add_argument("--header", action=argparse.BooleanOptionalAction, default=None,
                    help="TSV/CSV: the first row names the columns (default: decided; columns by index need "
                         "no header, names need one)")
-    d.add_argument("--delimiter", default=None, metavar="CHAR",
+    d.add_argument("--delimiter", type=delimiter_flag, default=None, metavar="CHAR",
                    help="CSV field separator (default ','; 'tab' reads quoted TSV, e.g. pandas' to_csv)")
     for role, text in FIELD_FLAGS.items():
-        d.add_argument(f"--{role.replace('_', '-')}-field", dest=f"field_{role}", default=None,
+        d.add_argument(f"--{role.replace('_', '-')}-field", type=text_flag, dest=f"field_{role}",
+                       default=None,
                        metavar="NAME|INDEX", help=f"{text}; a header name or 0-based index")
     d.add_argument("--on-bad-line", choices=("error", "skip"), default="error",
                    help="a malformed row stops the run (error) or is reported and left out (skip)")
-    d.add_argument("--max-bad-fraction", type=float, default=0.01, metavar="F",
+    d.add_argument("--max-bad-fraction", type=probability_flag, default=0.01, metavar="F",
                    help="with --on-bad-line skip: stop when more than this share of a file's rows is "
                         "malformed (default 0.01): a misread file must not shrink silently")
 
@@ -183,15 +230,6 @@ def parse_options(items: list[str]) -> dict:
     return out
 
 
-def _lr(text: str):
-    if text == "auto":
-        return text
-    try:
-        return float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number or 'auto'") from None
-
-
 def run(args) -> int:
     from lmlab.finetune import finetune
 
@@ -199,7 +237,8 @@ def run(args) -> int:
         "lr": args.lr, "batch_size": args.batch_size, "eval_batch_size": args.eval_batch_size,
         "epochs": args.epochs, "max_steps": args.max_steps, "warmup_ratio": args.warmup_ratio,
         "weight_decay": args.weight_decay, "grad_clip": args.grad_clip, "seed": args.seed,
-        "eval_every": args.eval_every, "select_metric": args.select_metric,
+        "eval_every": args.eval_every, "select_metric": args.select_metric, "select_on": args.select_on,
+        "select_fraction": args.select_fraction,
         "max_train_examples": args.max_train_examples, "max_eval_examples": args.max_eval_examples,
         "device": args.device, "precision": args.precision, "threads": args.threads,
         "progress": not args.no_progress, "loggers": tuple(args.loggers), "save_every": args.save_every,
@@ -222,5 +261,6 @@ def run(args) -> int:
     result = finetune(args.checkpoint, args.task, args.train, args.dev, args.out, method=args.method,
                       method_options=parse_options(args.method_option), tokenizer=args.tokenizer,
                       resume=args.resume, **hparams)
-    print(json.dumps(result.metrics, indent=2))
+    if is_main_process():  # torchrun: rank 0 says it
+        print(json.dumps(result.metrics, indent=2))
     return 0

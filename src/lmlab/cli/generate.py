@@ -8,6 +8,19 @@ from lmlab.cli.common import add_command
 from lmlab.cli.generate_variants import add_arguments as add_variant_arguments
 from lmlab.cli.generate_variants import check_arguments as check_variant_arguments
 from lmlab.errors import LmlabError
+from lmlab.values import (
+    LengthPenalty,
+    Penalty,
+    SamplingTemperature,
+    TopP,
+    batch_flag,
+    count_flag,
+    device_flag,
+    flag,
+    path_flag,
+    seed_flag,
+    text_flag,
+)
 
 # = lmlab.generate.json_backend.GRAMMAR_BACKENDS, written out: importing lmlab.generate loads torch
 GRAMMAR_BACKENDS = ("auto", "llguidance", "lmlab")
@@ -33,13 +46,16 @@ line: {"sample": i, "text": ...}.
 
 --json-schema FILE constrains decoding so that every output is a JSON document valid against
 the schema in FILE (see docs/structured-output.md): each of the N outputs is printed on its own
-line, within --max-new-tokens (default 256 here). --grammar-backend picks the engine: auto (the
-default) uses llguidance (pip install 'lmlab[grammar]') when it is installed and the tokenizer is
-byte-level or character BPE, else lmlab's own. llguidance supports $ref/$defs, pattern, format,
-oneOf, allOf and more, but does not force an ending: a document unfinished at --max-new-tokens is
-an error (raise it, or use lmlab). lmlab's engine (object, array, string, number, integer,
-boolean, null, enum, const, anyOf, required, nesting) forces the shortest valid completion when
-the budget runs low. A keyword the engine does not support is refused with an error naming it.
+line, whole, within --max-new-tokens (default 256 here), or nothing is generated: a schema whose
+shortest document cannot fit is refused first. --grammar-backend picks the engine. lmlab's own
+(object, array, string, number, integer, boolean, null, enum, const, anyOf, required, nesting)
+forces the shortest valid completion when the budget runs low. llguidance (pip install
+'lmlab[grammar]'; byte-level or character BPE) adds $ref/$defs, pattern, format, oneOf, allOf and
+more, but does not force an ending: a document unfinished at --max-new-tokens is an error. auto
+(the default) keeps the promise: llguidance where every document the schema allows fits in
+--max-new-tokens (a byte-level BPE tokenizer, a bounded schema), else lmlab's engine; a schema
+only llguidance supports that cannot be shown to fit is refused, naming the way out. A keyword
+the engine does not support is refused with an error naming it.
 
 --variant NAME=DIR (repeatable) with --prompts FILE serves several LoRA, prefix- or prompt-tuned
 variants of the --checkpoint base in shared batches: each line of FILE, {"variant": NAME,
@@ -63,40 +79,44 @@ EXAMPLES = """\
 
 def register(sub) -> None:
     p = add_command(sub, "generate", "continue a prompt with a saved model", DESCRIPTION, EXAMPLES)
-    p.add_argument("--checkpoint", required=True, metavar="DIR",
+    p.add_argument("--checkpoint", type=path_flag, required=True, metavar="DIR",
                    help="an lmlab checkpoint directory (or a Hugging Face model directory)")
     p.add_argument("--prompt", default="", metavar="TEXT",
                    help="text to continue (empty: start from the tokenizer's BOS token, else its EOS)")
-    p.add_argument("--instruction", default=None, metavar="TEXT",
+    p.add_argument("--instruction", type=text_flag, default=None, metavar="TEXT",
                    help="render the prompt with the checkpoint's instruction template (task.json of "
                         "`lmlab finetune --task instruct`; else the default template): this instruction, "
                         "--prompt as its input")
-    p.add_argument("--tokenizer", metavar="PATH", help="tokenizer to use instead of the checkpoint's own")
-    p.add_argument("--max-new-tokens", type=int, default=None, metavar="N",
+    p.add_argument("--tokenizer", type=path_flag, metavar="PATH",
+                   help="tokenizer to use instead of the checkpoint's own")
+    p.add_argument("--max-new-tokens", type=count_flag, default=None, metavar="N",
                    help="tokens to generate at most (default 50; 256 with --json-schema)")
-    p.add_argument("--temperature", type=float, default=None, metavar="T",
+    p.add_argument("--temperature", type=flag(SamplingTemperature), default=None, metavar="T",
                    help="sampling temperature (default 1.0); 0 = greedy decoding")
-    p.add_argument("--top-k", type=int, default=None, metavar="K",
+    p.add_argument("--top-k", type=count_flag, default=None, metavar="K",
                    help="sample only from the K most likely tokens")
-    p.add_argument("--top-p", type=float, default=None, metavar="P",
+    p.add_argument("--top-p", type=flag(TopP), default=None, metavar="P",
                    help="sample only from the smallest set of tokens with probability >= P (nucleus)")
-    p.add_argument("--num-beams", type=int, default=1, metavar="B", help="beam search with B beams (1 = off)")
-    p.add_argument("--length-penalty", type=float, default=1.0, metavar="A",
+    p.add_argument("--num-beams", type=batch_flag, default=1, metavar="B",
+                   help="beam search with B beams (1 = off)")
+    p.add_argument("--length-penalty", type=flag(LengthPenalty), default=1.0, metavar="A",
                    help="beam search: finished beams are scored by log p / length**A")
-    p.add_argument("--repetition-penalty", type=float, default=1.0, metavar="R",
+    p.add_argument("--repetition-penalty", type=flag(Penalty), default=1.0, metavar="R",
                    help="CTRL penalty on tokens already present (1.0 = off, 1.2 is common)")
-    p.add_argument("--seed", type=int, default=None, metavar="S", help="seed for reproducible sampling")
-    p.add_argument("--num-samples", type=int, default=1, metavar="N", help="continuations to print")
-    p.add_argument("--stop", action="append", default=[], metavar="TEXT",
+    p.add_argument("--seed", type=seed_flag, default=None, metavar="S", help="seed for reproducible sampling")
+    p.add_argument("--num-samples", type=batch_flag, default=1, metavar="N", help="continuations to print")
+    p.add_argument("--stop", type=text_flag, action="append", default=[], metavar="TEXT",
                    help="stop when this text is generated (may be repeated); it is not printed")
     p.add_argument("--no-cache", action="store_true", help="re-read the whole sequence every step")
     p.add_argument("--format", choices=("text", "jsonl"), default="text", help="output format")
-    p.add_argument("--json-schema", metavar="FILE", default=None,
+    p.add_argument("--json-schema", type=path_flag, metavar="FILE", default=None,
                    help="constrain every output to a JSON document valid against this JSON Schema")
     p.add_argument("--grammar-backend", choices=GRAMMAR_BACKENDS, default=None,
-                   help="JSON-schema engine: llguidance (extra 'grammar'), lmlab, or auto (the default: "
-                        "llguidance when installed and the tokenizer is byte-level/character BPE)")
-    p.add_argument("--device", default=None, help="torch device (default: cuda when available, else cpu)")
+                   help="JSON-schema engine: llguidance (extra 'grammar'; no forced ending), lmlab (forces "
+                        "an ending), or auto (the default: llguidance where every document fits in "
+                        "--max-new-tokens, else lmlab)")
+    p.add_argument("--device", type=device_flag, default=None,
+                   help="torch device (default: cuda when available, else cpu)")
     add_variant_arguments(p)
     p.set_defaults(func=run)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 from lmlab.errors import LmlabError
+from lmlab.values import path_flag, text_flag
 
 #: rows per batch
 BATCH_ROWS = 32
@@ -13,10 +14,10 @@ BATCH_ROWS = 32
 
 def add_arguments(p) -> None:
     g = p.add_argument_group("many tuned variants in one batch (--checkpoint is their shared base)")
-    g.add_argument("--variant", action="append", default=[], metavar="NAME=DIR",
+    g.add_argument("--variant", type=text_flag, action="append", default=[], metavar="NAME=DIR",
                    help="a LoRA, prefix- or prompt-tuned variant of the base (an `lmlab finetune --method` "
                         "output or adapter folder); NAME alone is the base itself; repeat for more")
-    g.add_argument("--prompts", metavar="FILE",
+    g.add_argument("--prompts", type=path_flag, metavar="FILE",
                    help='JSON lines {"variant": NAME, "prompt": TEXT}; prints one JSON line per row and '
                         "sample")
 
@@ -24,13 +25,14 @@ def add_arguments(p) -> None:
 def read_prompts(path: str, names: list[str]) -> list[tuple[str, str]]:
     """``(variant, prompt)`` of every line of ``path``, checked (one-line errors with the line)."""
     from lmlab.fileio import iter_text_lines
+    from lmlab.text_input import parse_json
 
     rows = []
     for n, line in enumerate(iter_text_lines(path), 1):
         if not line.strip():
             continue
         try:
-            rec = json.loads(line)
+            rec = parse_json(line)
         except ValueError as e:
             raise LmlabError(f"{path} line {n} is not JSON ({e.msg})",
                              'write {"variant": ..., "prompt": ...}') from None

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from lmlab.cli.common import add_command
+from lmlab.cli.common import add_command, is_main_process
+from lmlab.values import path_flag
 
 
 def register(sub) -> None:
@@ -21,8 +22,9 @@ def register(sub) -> None:
         "  torchrun --nproc_per_node=2 -m lmlab.cli pretrain --config configs/gpt-tiny-clm.toml \\\n"
         "      --out runs/ddp",
     )
-    p.add_argument("--config", help="recipe TOML file (optional with --resume: the run's own config.toml)")
-    p.add_argument("--out", required=True, help="run directory")
+    p.add_argument("--config", type=path_flag,
+                   help="recipe TOML file (optional with --resume: the run's own config.toml)")
+    p.add_argument("--out", type=path_flag, required=True, help="run directory")
     p.add_argument(
         "--set",
         nargs="+",
@@ -42,6 +44,8 @@ def run(args) -> int:
     from lmlab.train import pretrain
 
     summary = pretrain(args.config, args.out, overrides=args.overrides, resume=args.resume)
+    if not is_main_process():  # torchrun: rank 0 says it
+        return 0
     vtxt = f"; {summary['val']}" if summary.get("val") else ""
     print(
         f"trained {summary['steps']} steps, {summary['tokens']:,} tokens in {summary['seconds']:.0f}s: "

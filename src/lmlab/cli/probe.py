@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from lmlab.cli.common import add_group
+from lmlab.values import count_flag, path_flag, text_flag
 
 DESCRIPTION = """\
 Probe what pretraining taught a model.
@@ -33,18 +34,18 @@ def register(sub) -> None:
 
     group, cmds = add_group(sub, "probe", "probe a model: fill-mask, contextual word similarity", DESCRIPTION)
     p = add_command(cmds, "fill-mask", "top-k guesses for a [MASK] blank", DESCRIPTION, FILL_EXAMPLES)
-    p.add_argument("--checkpoint", required=True, metavar="DIR",
+    p.add_argument("--checkpoint", type=path_flag, required=True, metavar="DIR",
                    help="lmlab checkpoint, pretraining run directory (its newest checkpoint) or HF model dir")
-    p.add_argument("--text", required=True, help="a sentence with one [MASK]")
-    p.add_argument("--top-k", type=int, default=5, metavar="K", help="how many guesses to show")
+    p.add_argument("--text", type=text_flag, required=True, help="a sentence with one [MASK]")
+    p.add_argument("--top-k", type=count_flag, default=5, metavar="K", help="how many guesses to show")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(func=run_fill_mask)
     p = add_command(cmds, "similarity", "the same word in different contexts, per layer", DESCRIPTION,
                     SIM_EXAMPLES)
-    p.add_argument("--checkpoint", required=True, metavar="DIR",
+    p.add_argument("--checkpoint", type=path_flag, required=True, metavar="DIR",
                    help="lmlab checkpoint, pretraining run directory (its newest checkpoint) or HF model dir")
-    p.add_argument("--word", required=True, help="the word to compare (whole word, any case)")
-    p.add_argument("--text", required=True, action="append", metavar="SENTENCE",
+    p.add_argument("--word", type=text_flag, required=True, help="the word to compare (whole word, any case)")
+    p.add_argument("--text", type=text_flag, required=True, action="append", metavar="SENTENCE",
                    help="a sentence using the word (repeat; two occurrences in one sentence count too)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(func=run_similarity)

@@ -11,6 +11,16 @@ from lmlab.cli.common import add_command, add_group
 from lmlab.errors import LmlabError
 from lmlab.fileio import check_input_file, iter_text_lines
 from lmlab.tokenizers import ALGORITHMS
+from lmlab.values import (
+    TokenIds,
+    comma_ints,
+    count_flag,
+    encoding_flag,
+    flag,
+    path_flag,
+    size_flag,
+    text_flag,
+)
 
 
 def register(sub) -> None:
@@ -41,26 +51,31 @@ def register(sub) -> None:
         "wordpiece: BERT; unigram: SentencePiece-style unigram LM",
     )
     p.add_argument(
-        "--vocab-size", type=int, default=None, help="total vocabulary size, special tokens included"
+        "--vocab-size", type=count_flag, default=None, help="total vocabulary size, special tokens included"
     )
     p.add_argument(
-        "--num-merges", type=int, default=None, help="(bpe only) number of merges instead of --vocab-size"
+        "--num-merges", type=size_flag, default=None,
+        help="(bpe only) number of merges instead of --vocab-size",
     )
-    p.add_argument("--input", nargs="+", required=True, metavar="FILE", help="training text files")
-    p.add_argument("--out", required=True, metavar="DIR", help="output directory (written atomically)")
+    p.add_argument("--input", type=path_flag, nargs="+", required=True, metavar="FILE",
+                   help="training text files")
+    p.add_argument("--out", type=path_flag, required=True, metavar="DIR",
+                   help="output directory (written atomically)")
     p.add_argument(
         "--special-tokens",
+        type=text_flag,
         nargs="*",
         default=None,
         metavar="TOK",
         help="special tokens (default: [PAD] [UNK] [CLS] [SEP] [MASK] <s> </s>)",
     )
-    p.add_argument("--sentinels", type=int, default=0, help="also add N T5 sentinels <extra_id_0>..")
+    p.add_argument("--sentinels", type=size_flag, default=0, help="also add N T5 sentinels <extra_id_0>..")
     p.add_argument("--lowercase", action="store_true", help="(wordpiece) lower-case and strip accents")
     p.add_argument("--score", choices=("gain", "ratio"), default=None,
                    help="(wordpiece) merge score: gain = likelihood gain of the merge (default), "
                         "ratio = count(ab)/(count(a)*count(b)), the textbook score")
-    p.add_argument("--encoding", default="utf-8", help="encoding of the input files (e.g. latin-1)")
+    p.add_argument("--encoding", type=encoding_flag, default="utf-8",
+                   help="encoding of the input files (e.g. latin-1)")
     p.set_defaults(func=run_train, out_kind=("tokenizer.json", "tokenizer"))
 
     p = add_command(
@@ -72,11 +87,12 @@ def register(sub) -> None:
         "  lmlab tokenizer encode --tokenizer tok/ --input notes.txt --format ids > ids.txt",
     )
     p.add_argument(
-        "--tokenizer", required=True, metavar="PATH", help="tokenizer directory, tokenizer.json or vocab.txt"
+        "--tokenizer", type=path_flag, required=True, metavar="PATH",
+        help="tokenizer directory, tokenizer.json or vocab.txt",
     )
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--text", help="text to encode")
-    src.add_argument("--input", metavar="FILE", help="encode each line of FILE")
+    src.add_argument("--input", type=path_flag, metavar="FILE", help="encode each line of FILE")
     p.add_argument(
         "--format",
         choices=["pretty", "ids", "tokens", "json"],
@@ -98,9 +114,11 @@ def register(sub) -> None:
         "  lmlab tokenizer decode --tokenizer tok/ --ids 2 17 3 --skip-special-tokens",
     )
     p.add_argument(
-        "--tokenizer", required=True, metavar="PATH", help="tokenizer directory, tokenizer.json or vocab.txt"
+        "--tokenizer", type=path_flag, required=True, metavar="PATH",
+        help="tokenizer directory, tokenizer.json or vocab.txt",
     )
-    p.add_argument("--ids", nargs="+", required=True, help="token ids")
+    p.add_argument("--ids", type=flag(TokenIds, comma_ints), nargs="+", required=True,
+                   help="token ids, separated by spaces or commas")
     p.add_argument("--skip-special-tokens", action="store_true", help="leave out special tokens like [CLS]")
     p.set_defaults(func=run_decode)
 
@@ -111,9 +129,11 @@ def register(sub) -> None:
         "Summarise a tokenizer: algorithm, vocabulary size, special tokens, sample entries.",
         "  lmlab tokenizer inspect tok/\n  lmlab tokenizer inspect path/to/vocab.txt",
     )
-    p.add_argument("path", metavar="PATH", help="tokenizer directory, tokenizer.json or vocab.txt")
+    p.add_argument("path", type=path_flag, metavar="PATH",
+                   help="tokenizer directory, tokenizer.json or vocab.txt")
     p.add_argument(
         "--sample",
+        type=text_flag,
         default="The quick brown fox jumps over the lazy dog.",
         help="text to segment as an example",
     )
@@ -191,12 +211,7 @@ def run_decode(args) -> int:
     from lmlab.tokenizers import load_tokenizer
 
     tok = load_tokenizer(args.tokenizer)
-    try:
-        ids = [int(i) for i in " ".join(args.ids).replace(",", " ").split()]
-    except ValueError:
-        raise LmlabError(
-            f"--ids must be integers, got {' '.join(args.ids)!r}", "pass e.g. --ids 12 7 301"
-        ) from None
+    ids = [i for group in args.ids for i in group]  # each argument: one id or comma-separated ids
     print(tok.decode(ids, skip_special_tokens=args.skip_special_tokens))
     return 0
 

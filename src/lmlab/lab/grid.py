@@ -662,7 +662,12 @@ def _parse_tasks(value, shared: dict[str, Any]) -> list[TaskSpec]:
             if not isinstance(entry.get(part), str):
                 raise LmlabError(f"task {name!r} has no {part} file", f'set {part} = "path/to/{part}.tsv"')
             paths[part] = str(check_input_file(expand(entry[part])).resolve())
-        settings = {**shared, **_table(entry.get("finetune"), f"tasks[{i}].finetune")}
+        # the epoch and the --lr auto rate are chosen on a slice of train; dev only scores (docs/lab.md)
+        settings = {
+            "select_on": "train-slice",
+            **shared,
+            **_table(entry.get("finetune"), f"tasks[{i}].finetune"),
+        }
         for cap in ("max_train_examples", "max_eval_examples"):
             if entry.get(cap):
                 settings[cap] = entry[cap]

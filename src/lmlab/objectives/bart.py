@@ -45,6 +45,7 @@ from lmlab.objectives.base import Objective, token_signal
 from lmlab.objectives.masking import IGNORE, poisson_lengths, rand, require_role, special_mask
 from lmlab.objectives.mlm import check_probability
 from lmlab.objectives.t5 import pad_rows, padding_inputs
+from lmlab.values import MeanLength, Probability
 
 #: BART's best combination (Lewis et al. 2020, Table 1)
 DEFAULT_NOISE = ("sentence_permutation", "text_infilling")
@@ -173,7 +174,8 @@ class BartDenoising(Objective):
     signals = (("target_acc", "target_acc_guess", "most frequent token"),)
 
     def __init__(self, tokenizer, noise: list[str] | tuple[str, ...] = DEFAULT_NOISE,
-                 mask_ratio: float = 0.3, delete_ratio: float = 0.15, poisson_lambda: float = 3.0):
+                 mask_ratio: Probability = 0.3, delete_ratio: Probability = 0.15,
+                 poisson_lambda: MeanLength = 3.0):
         super().__init__(tokenizer)
         noise = [noise] if isinstance(noise, str) else list(noise)
         bad = [n for n in noise if n not in NOISES]

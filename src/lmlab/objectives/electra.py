@@ -61,6 +61,7 @@ from lmlab.objectives.masking import (
     special_mask,
 )
 from lmlab.objectives.mlm import MaskedLM
+from lmlab.values import Count, PositiveWeight, Probability, Temperature
 
 
 def replaced_token_labels(original: Tensor, corrupted: Tensor, special: Tensor) -> Tensor:
@@ -141,9 +142,10 @@ class Electra(MaskedLM):
     signals = (("disc_acc", "disc_acc_guess", "all original"), ("disc_auc", "disc_auc_guess", "chance"),
                ("gen_acc", "gen_acc_guess", "most frequent token"))
 
-    def __init__(self, tokenizer, mask_prob: float = 0.15, generator_size: float = 0.25,
-                 generator_layers: int | None = None, disc_weight: float = 50.0, temperature: float = 1.0,
-                 mask_token_prob: float = 0.85, random_token_prob: float = 0.0):
+    def __init__(self, tokenizer, mask_prob: Probability = 0.15, generator_size: Probability = 0.25,
+                 generator_layers: Count | None = None, disc_weight: PositiveWeight = 50.0,
+                 temperature: Temperature = 1.0, mask_token_prob: Probability = 0.85,
+                 random_token_prob: Probability = 0.0):
         super().__init__(tokenizer, mask_prob=mask_prob, mask_token_prob=mask_token_prob,
                          random_token_prob=random_token_prob)
         if not 0 < generator_size <= 1:

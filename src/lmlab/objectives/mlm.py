@@ -52,14 +52,18 @@ from lmlab.objectives.masking import (
     word_boundary_tables,
     word_ids,
 )
+from lmlab.values import Probability, Seed, check, choice
+
+#: how MLM masks: anew every time a row is seen (RoBERTa) or once per row (BERT)
+Masking = choice("dynamic", "static")
 
 
 def check_probability(name: str, value: float, low_open: bool = False) -> float:
-    """A probability parameter, or a one-line error naming it."""
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= 1
-    if not ok or (low_open and value == 0):
-        raise LmlabError(f"objective.{name} must be a probability in {'(0' if low_open else '[0'}, 1], "
-                         f"got {value!r}", f"set objective.{name} to e.g. 0.15")
+    """A probability parameter (:data:`lmlab.values.Probability`), or a one-line error naming it."""
+    value = check(Probability, value, f"objective.{name}", f"set objective.{name} to e.g. 0.15")
+    if low_open and value == 0:
+        raise LmlabError(f"objective.{name} must be a probability in (0, 1], got 0",
+                         f"set objective.{name} to e.g. 0.15")
     return float(value)
 
 
@@ -88,9 +92,9 @@ class MaskedLM(Objective):
         masked = max(1, round(float(params.get("mask_prob", 0.15)) * seq_len))
         return float(training_flops(model_config, seq_len, rows, logit_positions=masked, heads=("mlm",)))
 
-    def __init__(self, tokenizer, mask_prob: float = 0.15, mask_token_prob: float = 0.8,
-                 random_token_prob: float = 0.1, masking: str = "dynamic", whole_word: bool = False,
-                 seed: int = 0):
+    def __init__(self, tokenizer, mask_prob: Probability = 0.15, mask_token_prob: Probability = 0.8,
+                 random_token_prob: Probability = 0.1, masking: Masking = "dynamic", whole_word: bool = False,
+                 seed: Seed = 0):
         super().__init__(tokenizer)
         self.mask_prob = check_probability("mask_prob", mask_prob, low_open=True)
         self.mask_token_prob = check_probability("mask_token_prob", mask_token_prob)

@@ -30,6 +30,7 @@ from lmlab.data.batch import TokenBatch
 from lmlab.errors import LmlabError
 from lmlab.objectives.masking import label_positions, rand, require_role
 from lmlab.objectives.mlm import MaskedLM, check_probability
+from lmlab.values import Probability
 
 IS_NEXT, NOT_NEXT = 0, 1
 
@@ -42,7 +43,7 @@ class NextSentencePrediction(MaskedLM):
     heads = ("mlm", "nsp")
     loss_kind = "other"  # MLM + NSP losses
 
-    def __init__(self, tokenizer, next_prob: float = 0.5, mlm: bool = True, **mlm_params):
+    def __init__(self, tokenizer, next_prob: Probability = 0.5, mlm: bool = True, **mlm_params):
         super().__init__(tokenizer, **mlm_params)
         self.next_prob = check_probability("next_prob", next_prob)
         self.mlm = bool(mlm)

@@ -47,6 +47,7 @@ from lmlab.objectives.masking import (
     word_ids,
 )
 from lmlab.objectives.mlm import MaskedLM, check_probability
+from lmlab.values import Count, Probability
 
 
 class SpanBoundaryHead(nn.Module):
@@ -79,9 +80,9 @@ class SpanBERT(MaskedLM):
     heads = ("mlm",)
     loss_kind = "other"  # MLM + span-boundary losses (with use_sbo)
 
-    def __init__(self, tokenizer, mask_prob: float = 0.15, geometric_p: float = 0.2, max_span_words: int = 10,
-                 mask_token_prob: float = 0.8, random_token_prob: float = 0.1, sbo: bool = True,
-                 max_span_tokens: int = 32):
+    def __init__(self, tokenizer, mask_prob: Probability = 0.15, geometric_p: Probability = 0.2,
+                 max_span_words: Count = 10, mask_token_prob: Probability = 0.8,
+                 random_token_prob: Probability = 0.1, sbo: bool = True, max_span_tokens: Count = 32):
         super().__init__(tokenizer, mask_prob=mask_prob, mask_token_prob=mask_token_prob,
                          random_token_prob=random_token_prob)
         self.geometric_p = check_probability("geometric_p", geometric_p, low_open=True)

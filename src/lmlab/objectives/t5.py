@@ -59,7 +59,7 @@ from lmlab.objectives.masking import (
 )
 from lmlab.objectives.mlm import check_probability
 from lmlab.tokenizers.base import sentinel_tokens
-from lmlab.values import Count, Positive, Probability, choice
+from lmlab.values import Count, MeanLength, Probability, choice
 
 T = TypeVar("T")
 VARIANTS = ("spans", "drop", "bert", "prefix_lm")
@@ -199,7 +199,7 @@ class SpanCorruption(Objective):
             source, target = seq_len // 2 + 1, seq_len - seq_len // 2 + 1
         return float(training_flops(model_config, source, rows, decoder_len=target))
 
-    def __init__(self, tokenizer, noise_density: Probability = 0.15, mean_span_length: Positive = 3.0,
+    def __init__(self, tokenizer, noise_density: Probability = 0.15, mean_span_length: MeanLength = 3.0,
                  variant: Variant = "spans", num_sentinels: Count = 100, add_eos: bool = True):
         if variant not in VARIANTS:
             raise LmlabError(f"unknown T5 objective variant {variant!r}",

@@ -33,6 +33,7 @@ from lmlab.data.batch import TokenBatch
 from lmlab.errors import LmlabError
 from lmlab.models.heads import IGNORE, causal_lm_loss
 from lmlab.objectives.base import Objective, token_signal
+from lmlab.values import Count
 
 _NO_DOC = -(2**40)  # document id that matches nothing: memory of a row that does not continue
 
@@ -53,7 +54,7 @@ class SegmentRecurrentLM(Objective):
     loss_kind = "nll"
     signals = (("next_acc", "next_acc_guess", "most frequent token"),)
 
-    def __init__(self, tokenizer, segment_len: int = 64, carry_memory: bool = True, **params):
+    def __init__(self, tokenizer, segment_len: Count = 64, carry_memory: bool = True, **params):
         super().__init__(tokenizer)
         if params:
             raise LmlabError(

@@ -36,6 +36,7 @@ from lmlab.errors import LmlabError
 from lmlab.objectives.masking import label_positions, rand
 from lmlab.objectives.mlm import MaskedLM
 from lmlab.objectives.prefix_lm import sample_prefix_lengths
+from lmlab.values import NonNegative
 
 BIDIRECTIONAL, LEFT_TO_RIGHT, RIGHT_TO_LEFT, SEQ2SEQ = 0, 1, 2, 3
 MODES = ("bidirectional", "left_to_right", "right_to_left", "seq2seq")
@@ -72,8 +73,8 @@ class UniLM(MaskedLM):
     architectures = ("encoder",)
     heads = ("mlm",)
 
-    def __init__(self, tokenizer, bidirectional: float = 1 / 3, unidirectional: float = 1 / 3,
-                 seq2seq: float = 1 / 3, segment_ids: bool = True, **mlm_params):
+    def __init__(self, tokenizer, bidirectional: NonNegative = 1 / 3, unidirectional: NonNegative = 1 / 3,
+                 seq2seq: NonNegative = 1 / 3, segment_ids: bool = True, **mlm_params):
         super().__init__(tokenizer, **mlm_params)
         weights = [bidirectional, unidirectional / 2, unidirectional / 2, seq2seq]
         if any(w < 0 for w in weights) or sum(weights) <= 0:

@@ -31,6 +31,7 @@ from lmlab.data.batch import TokenBatch
 from lmlab.errors import LmlabError
 from lmlab.models.heads import IGNORE
 from lmlab.objectives.base import Objective, token_signal
+from lmlab.values import Probability
 
 
 def permutation_ranks(batch_size: int, seq_len: int, generator: torch.Generator, device=None) -> Tensor:
@@ -66,7 +67,7 @@ class PermutationLM(Objective):
     #: accuracy on the predicted tokens (the last part of each row's factorisation order)
     signals = (("target_acc", "target_acc_guess", "most frequent token"),)
 
-    def __init__(self, tokenizer, predict_fraction: float = 1 / 6, **params):
+    def __init__(self, tokenizer, predict_fraction: Probability = 1 / 6, **params):
         super().__init__(tokenizer)
         if params:
             raise LmlabError(

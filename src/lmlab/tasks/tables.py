@@ -40,6 +40,7 @@ from typing import Any
 
 from lmlab.errors import LmlabError
 from lmlab.fileio import check_input_file, iter_text_lines
+from lmlab.values import Delimiter, check, delimiter_character
 
 FORMATS = ("tsv", "csv", "jsonl", "parquet")
 QQ = '""'
@@ -111,11 +112,7 @@ def delimiter_char(delimiter: str | None, fmt: str) -> str:
         return "\t" if fmt == "tsv" else ","
     if fmt == "tsv":
         raise LmlabError(f"--delimiter applies to CSV, not {fmt}", "drop it, or pass --format csv")
-    d = {"tab": "\t", "\\t": "\t", "comma": ",", "semicolon": ";", "pipe": "|"}.get(delimiter, delimiter)
-    if len(d) != 1 or d in "\"\r\n":
-        raise LmlabError(f"delimiter {delimiter!r} is not one character",
-                         "pass e.g. --delimiter ';' or --delimiter tab")
-    return d
+    return delimiter_character(check(Delimiter, delimiter, "--delimiter"))  # the one rule (lmlab.values)
 
 
 def read_table(path: str | os.PathLike, roles: Sequence[Role], fields: dict[str, str | int] | None = None,

@@ -18,7 +18,13 @@ from pathlib import Path
 
 from lmlab.errors import LmlabError
 from lmlab.fileio import read_json
-from lmlab.tokenizers.base import DEFAULT_SPECIAL_TOKENS, Encoding, Tokenizer, sentinel_tokens
+from lmlab.tokenizers.base import (
+    DEFAULT_SPECIAL_TOKENS,
+    Encoding,
+    Tokenizer,
+    check_special_tokens,
+    sentinel_tokens,
+)
 
 #: algorithm name -> "module:Class"
 ALGORITHMS = {
@@ -68,7 +74,7 @@ def train_tokenizer(
         raise LmlabError(
             f"vocab_size must be a positive integer, got {vocab_size!r}", "pass e.g. vocab_size=8000"
         )
-    specials = list(DEFAULT_SPECIAL_TOKENS if special_tokens is None else special_tokens)
+    specials = check_special_tokens(DEFAULT_SPECIAL_TOKENS if special_tokens is None else special_tokens)
     return cls.train(texts, vocab_size, specials, **options)
 
 

@@ -35,9 +35,11 @@ from typing import Any, ClassVar
 
 import regex
 
+from lmlab import values
 from lmlab.errors import LmlabError
 from lmlab.fileio import atomic_dir, write_json
 from lmlab.tokenizers.ids_cache import IdsCache
+from lmlab.values import Text
 
 FORMAT_VERSION = 1
 
@@ -60,6 +62,13 @@ ROLE_OF_TOKEN = {
     "<|endoftext|>": "eos",
 }
 ROLES = ("pad", "unk", "cls", "sep", "mask", "bos", "eos")
+
+
+def check_special_tokens(tokens: Sequence[str]) -> list[str]:
+    """``tokens`` as a list, each non-empty text (an empty special token would match between every
+    two characters of every text), or a one-line error naming the first that is not."""
+    return values.check(list[Text], list(tokens), "special tokens",
+                        "give every special token some text, e.g. [PAD] or <extra_id_0>")
 
 
 def sentinel_tokens(n: int) -> list[str]:
@@ -138,6 +147,7 @@ class Tokenizer(ABC):
         if len(self.token_to_id) != len(self.vocab):
             dup = next(t for i, t in enumerate(self.vocab) if self.token_to_id[t] != i)
             raise LmlabError(f"vocabulary lists token {dup!r} twice", "remove the duplicate")
+        special_tokens = check_special_tokens(special_tokens)
         missing = [t for t in special_tokens if t not in self.token_to_id]
         if missing:
             raise LmlabError(

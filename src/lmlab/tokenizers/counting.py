@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from itertools import chain, islice
-from multiprocessing import get_context
 
 from lmlab.errors import LmlabError
+from lmlab.processes import ordered_results, start_method, worker_pool
 
 Splitter = Callable[[str], list[str]]
 
@@ -35,14 +35,17 @@ def count_chunks(
     """Count the chunks ``split(text)`` yields over all ``texts``, in first-seen order.
 
     ``split`` must be a module-level function when ``workers > 1`` (it is sent to worker
-    processes, ``batch_size`` texts at a time). The result's insertion order is the order in
+    processes, ``batch_size`` texts at a time; see :mod:`lmlab.processes` for when the count
+    stays in this process). The result's insertion order is the order in
     which chunks first occur in the corpus, which learners use to break ties deterministically.
     Raises a one-line error when the corpus holds no chunk at all.
     """
-    if workers > 1:
+    method = start_method("counting the training corpus", workers) if workers > 1 else None
+    if method is not None:
         total: Counter = Counter()
-        with get_context("spawn").Pool(workers) as pool:
-            for c in pool.imap(_count_batch, ((split, b) for b in _batches(texts, batch_size))):
+        with worker_pool(method, workers, "counting the training corpus") as pool:
+            work = ((split, b) for b in _batches(texts, batch_size))
+            for c in ordered_results(pool, _count_batch, work, 2 * workers):
                 total.update(c)
     else:  # one count over the whole stream: merging a counter per batch cost a Python step per chunk
         total = Counter(chain.from_iterable(map(split, texts)))

@@ -31,7 +31,12 @@ def test_tokenizer_train_never_wipes_an_unrelated_directory_or_file(corpus, tmp_
     _one_line_error(capsys, "was not written by lmlab")
     assert (project / "notes.md").read_text() == "keep me"
     assert main(args + ["--out", str(corpus)]) == 2  # the input itself
+    _one_line_error(capsys, "would replace the input --input")
+    other = tmp_path / "other.txt"
+    other.write_text("a file of mine")
+    assert main(args + ["--out", str(other)]) == 2  # a file that is not an input
     _one_line_error(capsys, "is a file")
+    assert other.read_text() == "a file of mine"
     assert corpus.read_text().startswith("low lower")
     assert main(args + ["--out", str(tmp_path / "tok")]) == 0
     assert main(args + ["--out", str(tmp_path / "tok")]) == 0  # re-training over a tokenizer is fine

@@ -141,7 +141,7 @@ def test_evaluate_variants_never_overwrite_a_file_that_is_not_predictions(sst2_v
     notes.write_text("my notes\n")
     data = tmp_path / "dev.tsv"
     data.write_bytes(dev.read_bytes())
-    for target, message in ((notes, "is not an earlier predictions file"), (data, "would replace the input")):
+    for target, message in ((notes, "was not written by lmlab"), (data, "would replace the input")):
         code, out, err = run(capsys, "evaluate", "--checkpoint", base, "--variant", f"l={dirs['lora']}",
                              "--data", data, "--max-examples", 8, "--predictions", target)
         assert code == 2 and message in err and len(err.splitlines()) == 1, err

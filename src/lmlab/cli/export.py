@@ -67,7 +67,7 @@ def register(sub) -> None:
 
 def _export_kind(args) -> tuple[str, str]:
     """What an existing --out must hold to be replaced: an earlier output of the same format."""
-    return ("adapter_config.json", "peft adapter") if args.format == "peft" else ("config.json",
+    return ("adapter_config.json", "PEFT adapter") if args.format == "peft" else ("config.json",
                                                                                "Hugging Face model")
 
 

@@ -218,3 +218,18 @@ def test_two_gloo_processes_fine_tune_like_one_with_the_same_global_batch(minilm
     w2 = load_file(tmp_path / "two" / "model.safetensors")
     assert max((w1[k] - w2[k]).abs().max().item() for k in w1) < 1e-4
     assert not resume_dir(tmp_path / "two").exists()
+
+
+def test_a_run_that_fails_on_a_non_finite_loss_leaves_no_resume_folder(start, sst2, tmp_path, monkeypatch):
+    original = Engine.step
+
+    def nan_at_first_step(engine, i, *a, **k):
+        original(engine, i, *a, **k)
+        raise LmlabError("the training loss became non-finite at step 1", "lower the learning rate")
+
+    monkeypatch.setattr(Engine, "step", nan_at_first_step)
+    out = tmp_path / "ft"
+    with pytest.raises(LmlabError, match="non-finite"):
+        finetune(start, "sst2", *sst2, out, **{**HP, "epochs": 1}, **QUIET)
+    assert not resume_dir(out).exists() and not out.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # no live logs or temporaries beside it

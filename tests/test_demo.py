@@ -21,3 +21,20 @@ def test_demo_trains_tokenizer_pretrains_and_samples(tmp_path, capsys):
 
     summary = json.loads((out / "run" / "summary.json").read_text())
     assert summary["val_loss"] < summary["initial_val_loss"] - 0.5
+
+
+def test_a_wordpiece_sample_reads_as_text_without_its_pieces():
+    """Issue 27: `lmlab demo --algo wordpiece` showed raw `##` pieces in its sample. A continuation
+    is decoded with its prompt (a `##` piece joins the word before it) and without special tokens
+    (each cut the text into runs decoded apart)."""
+    from lmlab.demo import continuation_text
+    from lmlab.tokenizers import train_tokenizer
+
+    tok = train_tokenizer("wordpiece", ["romeo wherefore art thou romeo", "thou art"] * 5, vocab_size=60)
+    prompt = tok.encode("romeo")
+    pieces = [t for t in tok.vocab if t.startswith("##")][:2]
+    new = [tok.token_to_id[pieces[0]], tok.sep_id, tok.token_to_id[pieces[1]], *tok.encode(" thou art")]
+    text = continuation_text(tok, prompt, new)
+    assert "##" in tok.decode(new, skip_special_tokens=True)  # the old way
+    assert "##" not in text and text.endswith(" thou art")
+    assert text.startswith(pieces[0][2:] + pieces[1][2:])     # glued to "romeo", and to each other

@@ -23,7 +23,7 @@ def builtin_corpus_path() -> Path:
     return Path(str(resources.files("lmlab") / "assets" / "tinyshakespeare.txt"))
 
 
-def demo_config(out: Path, steps: int) -> dict:
+def demo_config(out: Path, steps: int, device: str = "auto") -> dict:
     """The demo's run: gpt2-tiny on the built-in text, its own tokenizer, ~1,000 tokens per step."""
     return {
         "model": {"preset": "gpt2-tiny", "dropout": 0.0, "attn_dropout": 0.0},
@@ -46,6 +46,7 @@ def demo_config(out: Path, steps: int) -> dict:
             "keep_checkpoints": 1,
             "seed": 0,
             "progress": "auto",
+            "device": device,
         },
     }
 
@@ -57,6 +58,7 @@ def run_demo(
     steps: int = 300,
     prompt: str = "ROMEO:",
     sample_tokens: int = 60,
+    device: str = "auto",
 ) -> dict:
     from lmlab.fileio import atomic_write_text, read_text
     from lmlab.text_input import check_text
@@ -101,7 +103,7 @@ def run_demo(
     atomic_write_text(out / "val.txt", held_out)
     run_dir = out / "run"
     remove_owned_tree(out, "run")  # the demo always starts fresh (only the run an earlier demo wrote)
-    summary = pretrain(demo_config(out, steps), run_dir, log=lambda m: print(f"  {m}", flush=True))
+    summary = pretrain(demo_config(out, steps, device), run_dir, log=lambda m: print(f"  {m}", flush=True))
     print(
         f"  val loss {summary['initial_val_loss']:.3f} -> {summary['val_loss']:.3f} "
         f"(perplexity {summary['val_ppl']:.1f}, {summary['val_bpb']:.3f} bits/byte) after "
@@ -113,7 +115,7 @@ def run_demo(
     )
 
     print(f"[3/3] sampling {sample_tokens} tokens after {prompt!r}")
-    sample = generate_sample(summary["checkpoint"], prompt, sample_tokens)
+    sample = generate_sample(summary["checkpoint"], prompt, sample_tokens, device=device)
     print("  " + "\n  ".join((prompt + sample).splitlines()))
     total = time.perf_counter() - t_all
     print(f"done in {total:.0f}s")
@@ -129,15 +131,18 @@ def run_demo(
     }
 
 
-def generate_sample(checkpoint: str | Path, prompt: str, max_new_tokens: int = 60, seed: int = 0) -> str:
-    """Sample a continuation (top-k 40, temperature 0.8) from a trained checkpoint."""
+def generate_sample(checkpoint: str | Path, prompt: str, max_new_tokens: int = 60, seed: int = 0,
+                    device: str = "auto") -> str:
+    """Sample a continuation (top-k 40, temperature 0.8) from a trained checkpoint on ``device``."""
     import torch
 
     from lmlab.loading import load_model
+    from lmlab.runtime import pick_device
 
-    model = load_model(checkpoint)
+    dev = pick_device(device)
+    model = load_model(checkpoint).to(dev)
     tok = model.tokenizer
-    ids = torch.tensor([tok.encode(prompt)])
+    ids = torch.tensor([tok.encode(prompt)], device=dev)
     try:
         from lmlab.generate import generate
     except ImportError:  # pragma: no cover - generation package missing: greedy decoding inline
@@ -159,4 +164,17 @@ def generate_sample(checkpoint: str | Path, prompt: str, max_new_tokens: int = 6
             for _ in range(max_new_tokens):
                 nxt = model(out[:, -model.config.max_positions :]).logits[:, -1].argmax(-1, keepdim=True)
                 out = torch.cat([out, nxt], 1)
-    return tok.decode(out[0, ids.shape[1] :].tolist(), skip_special_tokens=True)
+    return continuation_text(tok, ids[0].tolist(), out[0, ids.shape[1] :].tolist())
+
+
+def continuation_text(tok, prompt_ids: list[int], new_ids: list[int]) -> str:
+    """The text ``new_ids`` add after the prompt, as the tokenizer writes the whole: decoded together
+    with the prompt, so a WordPiece ``##`` piece joins the word before it (decoded alone it keeps
+    its ``##``), special tokens dropped first (each would cut the text into runs decoded apart)."""
+    special = tok.special_ids
+    prompt = [i for i in prompt_ids if i not in special]
+    whole = tok.decode(prompt + [i for i in new_ids if i not in special])
+    before = tok.decode(prompt)
+    if whole.startswith(before):
+        return whole[len(before):]
+    return tok.decode([i for i in new_ids if i not in special])  # a decoding that rewrote the prompt's end

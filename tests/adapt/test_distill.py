@@ -150,7 +150,8 @@ def test_cli_distill_writes_an_evaluable_student(sst2_teacher, data_dir, tmp_pat
                  "--dev", str(g / "dev.tsv"), "--max-train-examples", "200", "--max-eval-examples", "64",
                  "--layers", "1", "--steps", "3", "--batch-size", "16", "--out", str(tmp_path / "st")])
     assert code == 0
-    report = json.loads(capsys.readouterr().out)
+    assert capsys.readouterr().out.startswith("distilled 2 layers into 1 (3 steps")
+    report = json.loads((tmp_path / "st" / "compress.json").read_text())
     assert report["method"]["student_layers"] == 1 and report["method"]["teacher_layers"] == 2
     assert report["after"]["parameters"] < report["before"]["parameters"]
     assert load_model(tmp_path / "st").config.n_layers == 1

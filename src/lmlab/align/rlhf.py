@@ -20,7 +20,11 @@ PPO's clipped updates and value network):
        L = −mean(A_i · log π(y_i|x))
 
    so the policy moves toward responses the reward model prefers, no further from the reference
-   than ``β`` allows.
+   than ``β`` allows. The KL logged (``kl``) is the estimator ``k3 = (ρ − 1) − log ρ`` with
+   ``ρ = π_ref(y|x) / π(y|x)`` (Schulman 2020, "Approximating KL divergence"): unbiased for
+   samples of the policy, like the per-sample log ratio in the penalty, but never negative (the log
+   ratio alone is negative whenever the sampled responses happen to be likelier under the
+   reference, so its mean over a batch could show a "negative KL").
 3. **Dev**: the mean reward of the policy's greedy responses to the dev prompts, the share of dev
    pairs whose greedy response is the chosen one, and DPO's implicit-reward numbers of the policy
    against the reference (margin, win rate, accuracy), as for ``dpo``.
@@ -199,6 +203,15 @@ def check_policy_batch_fits(model: nn.Module, cfg, device) -> None:
                         "to keep the batch), or --max-length", device)
 
 
+def kl_estimate(logp: Tensor, ref_logp: Tensor) -> Tensor:
+    """Per sample, ``k3 = (ρ − 1) − log ρ`` with ``ρ = π_ref / π`` (sequence log-probabilities):
+    an estimate of KL(π ‖ π_ref) from samples of π that is never negative (``e^x ≥ 1 + x``). The
+    log ratio is clamped to ±30 so that a response the reference finds far likelier cannot
+    overflow float64."""
+    log_ratio = (ref_logp.double() - logp.double()).clamp(-30.0, 30.0)
+    return (torch.expm1(log_ratio) - log_ratio).clamp_min(0.0)
+
+
 def rlhf(run: Setup) -> AlignResult:
     cfg, model, say = run.cfg, run.model, run.say
     if model.architecture != "decoder":
@@ -252,7 +265,8 @@ def rlhf(run: Setup) -> AlignResult:
             baseline = (ret.sum(1, keepdim=True) - ret) / (cfg.samples - 1)
             advantage = (ret - baseline).view(-1)
             loss = -(advantage * logp.float()).mean()
-            return loss, {"reward": float(reward.mean()), "kl": float(kl.mean())}
+            kl_logged = float(kl_estimate(logp.detach(), ref_lp).mean())  # k3: never negative
+            return loss, {"reward": float(reward.mean()), "kl": kl_logged}
         return run_it
 
     engine = run.engine([model], cfg.lr, total)

@@ -6,10 +6,14 @@ Input: *records*, one per (arm, size, seed), each a dict::
 
     {"arm": "bert-mlm", "size": "base", "seed": 0, "objective": "mlm", "preset": "bert-tiny",
      "parameters": 378944, "steps": 500, "tokens": 1024000, "flops": 2.1e12,
-     "val_loss": 5.81, "curve": [[flops, val_loss], ...], "tasks": {"sst2": {"accuracy": 0.77}}}
+     "val_loss": 5.81, "curve": [[flops, val_loss], ...], "tasks": {"sst2": {"accuracy": 0.77}},
+     "baselines": {"sst2": {"answer": "majority class '1'", "dev": {"accuracy": 0.509}}},
+     "select": {"sst2": "accuracy"}}
 
 :func:`aggregate` groups them by (arm, size) and gives every number as mean ± sample standard
-deviation over the seeds (``n - 1`` in the denominator; a single seed shows no spread).
+deviation over the seeds (``n - 1`` in the denominator; a single seed shows no spread). Each task's
+baseline (the trivial answer's score, :mod:`lmlab.lab.baselines`) is shown beside every arm, and an
+arm at the baseline or at zero is flagged with the reason, in the table, the CSV and the plot.
 Validation losses of different objectives are *not* comparable (an MLM loss is measured on 15%
 of the tokens, a causal LM loss on all of them, ELECTRA's is a weighted sum of two losses); they
 compare sizes and budgets within one objective. The downstream columns compare objectives.
@@ -25,13 +29,16 @@ from pathlib import Path
 from typing import Any
 
 from lmlab.fileio import atomic_write_bytes, atomic_write_text, read_json, write_json
+from lmlab.lab.baselines import DIAGNOSTICS, arm_flags, short_flags, task_baselines
 
 __all__ = [
     "aggregate",
+    "baseline_lines",
     "collect_records",
     "contrast_markdown",
     "contrast_rows",
     "csv_text",
+    "flag_lines",
     "markdown_table",
     "mean_std",
     "metric_columns",
@@ -52,13 +59,14 @@ def mean_std(values: list[float]) -> tuple[float, float, int]:
     return statistics.fmean(vals), (statistics.stdev(vals) if len(vals) > 1 else math.nan), len(vals)
 
 
-def metric_columns(records: list[dict[str, Any]]) -> list[tuple[str, str]]:
-    """(task, metric) pairs in the order they first appear."""
+def metric_columns(records: list[dict[str, Any]], diagnostics: bool = False) -> list[tuple[str, str]]:
+    """(task, metric) pairs in the order they first appear; the diagnostic ones (the share of
+    answers outside the label set) only with ``diagnostics``."""
     cols: list[tuple[str, str]] = []
     for r in records:
         for task, metrics in (r.get("tasks") or {}).items():
             for m in metrics:
-                if (task, m) not in cols:
+                if (task, m) not in cols and (diagnostics or m not in DIAGNOSTICS):
                     cols.append((task, m))
     return cols
 
@@ -70,6 +78,7 @@ def aggregate(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
         groups.setdefault((r["arm"], r["size"]), []).append(r)
     sizes = {r["size"] for r in records}
     cols = metric_columns(records)
+    baselines = task_baselines(records)
     rows = []
     for (arm, size), rs in groups.items():
         first = rs[0]
@@ -87,6 +96,8 @@ def aggregate(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "metrics": {
                 f"{t} {m}": mean_std([(r.get("tasks") or {}).get(t, {}).get(m) for r in rs]) for t, m in cols
             },
+            "baselines": {f"{t} {m}": baselines.get(f"{t} {m}") for t, m in cols},
+            "flags": arm_flags(rs, baselines),
         }
         rows.append(row)
     return rows
@@ -206,11 +217,33 @@ def _pm(stat: tuple[float, float, int], digits: int = 4) -> str:
     return f"{mean:.{digits}f}" if not math.isfinite(std) else f"{mean:.{digits}f} ± {std:.{digits}f}"
 
 
+def _baselines_of(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {m: b for m, b in (rows[0].get("baselines") or {}).items() if b} if rows else {}
+
+
+def _score_cell(stat: tuple[float, float, int], base: dict[str, Any] | None) -> str:
+    """``0.6751 ± 0.0037 (+0.1659)``: the score and, when the task has a baseline, the difference."""
+    text = _pm(stat)
+    if base is None or stat[2] == 0:
+        return text
+    return f"{text} ({stat[0] - base['value']:+.4f})"
+
+
 def markdown_table(rows: list[dict[str, Any]]) -> str:
-    """The table: run, objective, params, FLOPs, tokens, val loss, one column per task metric."""
+    """The table: run, objective, params, FLOPs, tokens, val loss, one column per task metric (with
+    the difference to the task's baseline), seeds, and the flags. When baselines are known, the
+    first row is the baseline itself (the trivial answer, no model)."""
     metric_names = list(rows[0]["metrics"]) if rows else []
+    baselines = _baselines_of(rows)
+    flagged = any(r.get("flags") for r in rows)
     head = ["run", "objective", "params", "FLOPs", "tokens", "val loss", *metric_names, "seeds"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] * 2 + ["---:"] * (len(head) - 2)) + "|"]
+    head += ["flags"] if flagged else []
+    align = ["---"] * 2 + ["---:"] * (len(metric_names) + 5) + (["---"] if flagged else [])
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join(align) + "|"]
+    if baselines:
+        cells = ["baseline (no model)", "–", "–", "–", "–", "–",
+                 *(f"{baselines[m]['value']:.4f}" if m in baselines else "–" for m in metric_names), "–"]
+        lines.append("| " + " | ".join(cells + ([""] if flagged else [])) + " |")
     for r in rows:
         cells = [
             r["run"],
@@ -219,11 +252,22 @@ def markdown_table(rows: list[dict[str, Any]]) -> str:
             _flops(r["flops"]),
             _si(r["tokens"]),
             _pm(r["val_loss"]),
-            *(_pm(r["metrics"][m]) for m in metric_names),
+            *(_score_cell(r["metrics"][m], baselines.get(m)) for m in metric_names),
             str(r["seeds"]),
         ]
+        cells += [short_flags(r.get("flags") or [])] if flagged else []
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+def baseline_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """One line per task metric with a baseline: what the trivial answer is and scores."""
+    return [f"{name}: {b['value']:.4f} ({b['answer']}, no model)" for name, b in _baselines_of(rows).items()]
+
+
+def flag_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """One line per flagged (arm, task): ``bert-mlm: sst2 accuracy 0.5092 is at the baseline ...``."""
+    return [f"{r['run']}: {f['text']}" for r in rows for f in r.get("flags") or []]
 
 
 def csv_text(rows: list[dict[str, Any]]) -> str:
@@ -242,9 +286,11 @@ def csv_text(rows: list[dict[str, Any]]) -> str:
         "val_loss_mean",
         "val_loss_std",
     ]
+    baselines = _baselines_of(rows)
     for m in metric_names:
         key = m.replace(" ", "_")
-        head += [f"{key}_mean", f"{key}_std", f"{key}_n"]
+        head += [f"{key}_mean", f"{key}_std", f"{key}_n"] + ([f"{key}_baseline"] if m in baselines else [])
+    head.append("flags")
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(head)
@@ -274,14 +320,15 @@ def csv_text(rows: list[dict[str, Any]]) -> str:
         ]
         for m in metric_names:
             mean, std, n = r["metrics"][m]
-            line += [num(mean), num(std), n]
+            line += [num(mean), num(std), n] + ([num(baselines[m]["value"])] if m in baselines else [])
+        line.append("; ".join(f["text"] for f in r.get("flags") or []))
         w.writerow(line)
     return buf.getvalue()
 
 
 def runs_csv_text(records: list[dict[str, Any]]) -> str:
-    """One line per (arm, size, seed): the raw numbers behind the table."""
-    cols = metric_columns(records)
+    """One line per (arm, size, seed): the raw numbers behind the table (diagnostics included)."""
+    cols = metric_columns(records, diagnostics=True)
     head = [
         "arm",
         "size",
@@ -400,11 +447,17 @@ def plot_downstream(
     )
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     objectives = list(dict.fromkeys(r["objective"] for r in rows))
+    baselines = _baselines_of(rows)
     for ax, name in zip(axes[0], metric_names):
         task, metric = name.split(" ", 1)
+        base = baselines.get(name)
+        if base is not None:
+            ax.axhline(base["value"], color="black", linestyle="--", lw=1,
+                       label=f"baseline: {base['answer']}")
         for i, r in enumerate(rows):
             mean, std, n = r["metrics"][name]
             color = colors[objectives.index(r["objective"]) % len(colors)]
+            flag = next((f for f in r.get("flags") or [] if f"{f['task']} {f['metric']}" == name), None)
             ax.bar(
                 i,
                 mean if n else 0.0,
@@ -412,7 +465,12 @@ def plot_downstream(
                 alpha=0.7,
                 yerr=std if math.isfinite(std) else None,
                 capsize=4,
+                hatch="//" if flag else None,
+                edgecolor="black" if flag else None,
             )
+            if flag:
+                ax.annotate("0" if flag["kind"] == "zero" else "at baseline", (i, mean if n else 0.0),
+                            textcoords="offset points", xytext=(0, 3), ha="center", fontsize=7, color="red")
             dots = [
                 (rec.get("tasks") or {}).get(task, {}).get(metric)
                 for rec in records
@@ -424,8 +482,11 @@ def plot_downstream(
         ax.set_ylabel(metric)
         ax.set_title(task)
         lows = [v for r in rows for v in [r["metrics"][name][0]] if math.isfinite(v)]
+        lows += [base["value"]] if base is not None else []
         if lows:
             ax.set_ylim(max(0.0, min(lows) - 0.1), min(1.0, max(lows) + 0.08) if max(lows) <= 1 else None)
+        if base is not None:
+            ax.legend(fontsize=7, loc="lower right")
         ax.grid(axis="y", alpha=0.3)
     if title:
         fig.suptitle(title)
@@ -476,12 +537,61 @@ def collect_records(grid, out: str | Path) -> list[dict[str, Any]]:
         fins = by_run.get(id(p), [])
         seeds = sorted({f.seed for f in fins}) or [p.seed]
         for seed in seeds:
-            tasks = {}
+            tasks, baselines, select = {}, {}, {}
             for f in (f for f in fins if f.seed == seed):
                 if finetune_done(out, f):
                     tasks[f.task.name] = read_json(finetune_dir(out, f) / "eval.json", "fine-tuning result")
-            records.append({**base, "seed": seed, "tasks": tasks})
+                    summary = _finetune_summary(finetune_dir(out, f))
+                    if summary.get("baseline"):
+                        baselines[f.task.name] = summary["baseline"]
+                    if summary.get("select_metric"):
+                        select[f.task.name] = summary["select_metric"]
+            records.append({**base, "seed": seed, "tasks": tasks, "baselines": baselines, "select": select})
     return records
+
+
+def _finetune_summary(run_dir: Path) -> dict[str, Any]:
+    """A fine-tuning run's ``finetune.json`` (its task's baseline, the selected metric), or {}."""
+    from lmlab.errors import LmlabError
+    from lmlab.finetune.loop import SUMMARY_FILE
+
+    path = run_dir / SUMMARY_FILE
+    try:
+        summary = read_json(path, "fine-tuning summary") if path.is_file() else {}
+    except LmlabError:
+        return {}
+    return summary if isinstance(summary, dict) else {}
+
+
+def selection_of(grid) -> dict[str, dict[str, Any]]:
+    """task name -> which data chose its fine-tuning step (and --lr auto rate), which scored it."""
+    out = {}
+    for task in getattr(grid, "tasks", None) or []:
+        on = task.settings.get("select_on", "dev")
+        share = task.settings.get("select_fraction", 0.1) if on == "train-slice" else None
+        out[task.name] = {"chosen_on": on, "fraction": share, "scored_on": "dev"}
+    return out
+
+
+def selection_markdown(selection: dict[str, dict[str, Any]]) -> str:
+    """One sentence per way of choosing: the data that chose, the data that scored."""
+    lines = []
+    sliced = [n for n, s in selection.items() if s["chosen_on"] == "train-slice"]
+    if sliced:
+        shares = " / ".join(sorted({f"{100 * selection[n]['fraction']:g}%" for n in sliced}))
+        lines.append(
+            f"Chosen on a slice of train, scored on dev ({', '.join(sliced)}): each run's step (and an "
+            f'`lr = "auto"` rate) was chosen on {shares} of the task\'s training file, held out and never '
+            "trained on; the numbers are the chosen model's score on the dev file, which chose nothing."
+        )
+    on_dev = [n for n, s in selection.items() if s["chosen_on"] == "dev"]
+    if on_dev:
+        lines.append(
+            f"Chosen and scored on dev ({', '.join(on_dev)}): each run's step was chosen on the dev file "
+            "that scores it, so each number is a maximum over the steps (optimistic); "
+            '`select_on = "train-slice"` keeps dev out of the choice.'
+        )
+    return "\n\n".join(lines)
 
 
 def _finite(obj):
@@ -517,7 +627,15 @@ def write_report(records: list[dict[str, Any]], grid, out: str | Path) -> dict[s
             + ". Numbers are mean ± sample standard deviation over seeds."
         )
         md.append("")
+    selection = selection_of(grid)
+    if selection:
+        md += [selection_markdown(selection), ""]
     md.append(markdown_table(rows) if rows else "(no finished runs yet)\n")
+    if baseline_lines(rows):
+        md += ["Baselines (the trivial answer of each task, no model; the numbers in brackets are "
+               "each arm's difference to it):", "", *(f"- {line}" for line in baseline_lines(rows)), ""]
+    if flag_lines(rows):
+        md += ["## Flags", "", *(f"- {line}" for line in flag_lines(rows)), ""]
     contrasts = contrast_rows(records, getattr(grid, "contrasts", []) or [])
     if contrasts:
         md += [
@@ -536,7 +654,7 @@ def write_report(records: list[dict[str, Any]], grid, out: str | Path) -> dict[s
     paths["runs_csv"] = out / "runs.csv"
     atomic_write_text(paths["runs_csv"], runs_csv_text(records))
     paths["json"] = out / "results.json"
-    summary = {"name": name, "rows": rows, "records": records, "contrasts": contrasts}
+    summary = {"name": name, "rows": rows, "records": records, "contrasts": contrasts, "selection": selection}
     write_json(paths["json"], _finite(summary))
     if plot_loss_vs_compute(records, out / "loss_vs_compute.png", name):
         paths["loss_plot"] = out / "loss_vs_compute.png"

@@ -18,9 +18,11 @@ text2text  ``{prefix}{source}``                            the target (summary, 
 =========  ==============================================  ==========================
 
 A generated label word is compared after the tokenizer's own round trip (so a lower-casing
-WordPiece vocabulary still matches); a word that is no label counts as wrong, and an STS-B
-output that is no number counts as 0. ``text2text`` (source/target files, see
-:func:`lmlab.tasks.readers.read_pairs`) is scored with ROUGE-1/2/L and corpus BLEU.
+WordPiece vocabulary still matches); a word that is no label counts as wrong, and the share of
+such answers is reported as the metric ``outside_labels`` (a model that scores 0 because it never
+writes a label says so); an STS-B output that is no number counts as 0. ``text2text``
+(source/target files, see :func:`lmlab.tasks.readers.read_pairs`) is scored with ROUGE-1/2/L and
+corpus BLEU.
 """
 
 from __future__ import annotations
@@ -49,6 +51,9 @@ LABEL_WORDS = {
 
 #: extractive QA tasks, posed as "question: ... context: ..." -> the answer text
 EXTRACTIVE = ("squad", "qa")
+#: the metric of a label task: the share of answers that are no label at all (counted as wrong)
+OUTSIDE_LABELS = "outside_labels"
+INVALID = "<invalid: "
 
 
 def source_text(task: str, e: Example, prefix: str = "") -> str:
@@ -158,11 +163,15 @@ class Text2Text(Task):
             return [_number(t) for t in texts]
         tok = check_tokenizer(model)
         canon = {_canonical(tok, LABEL_WORDS.get(self.name, {}).get(lab, lab)): lab for lab in self.labels}
-        return [canon.get(" ".join(t.split()), f"<invalid: {t}>") for t in texts]
+        return [canon.get(" ".join(t.split()), f"{INVALID}{t}>") for t in texts]
 
     def score(self, predictions, examples) -> dict[str, float]:
         if self.base is not None:
-            return self.base.score(predictions, examples)
+            scores = self.base.score(predictions, examples)
+            if self.name not in EXTRACTIVE and not self.regression and predictions:
+                outside = sum(isinstance(p, str) and p.startswith(INVALID) for p in predictions)
+                scores[OUTSIDE_LABELS] = outside / len(predictions)
+            return scores
         refs = [str(e.label) for e in examples]
         rouge = M.rouge_scores(predictions, refs, stem=self.options.rouge_stemmer)
         return {**rouge, "bleu": M.corpus_bleu(predictions, refs)}

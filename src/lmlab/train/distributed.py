@@ -32,6 +32,7 @@ class DistInfo:
     local_rank: int = 0
     local_world_size: int = 1
     mode: str = "single"  # single | ddp | fsdp
+    grouped: bool = False  # in a process group (torchrun started it), also when it has one process
 
     @property
     def is_main(self) -> bool:
@@ -39,17 +40,24 @@ class DistInfo:
 
     @property
     def enabled(self) -> bool:
-        return self.world_size > 1
+        return self.grouped or self.world_size > 1
 
 
 def launched_world_size() -> int:
     return int(os.environ.get("WORLD_SIZE", "1"))
 
 
+def launched_by_torchrun() -> bool:
+    """torchrun (``torch.distributed.run``) marks every process it starts with ``TORCHELASTIC_RUN_ID``."""
+    return "TORCHELASTIC_RUN_ID" in os.environ
+
+
 def init(device_type: str) -> DistInfo:
-    """Join the process group when launched by torchrun (``WORLD_SIZE`` > 1); else a 1-process info."""
+    """Join the process group when launched by torchrun (``WORLD_SIZE`` > 1, or any world size under
+    torchrun itself: one process on the one GPU of a machine still runs DDP/FSDP, NCCL and sharded
+    checkpoints for real); else a 1-process info without a group."""
     world = launched_world_size()
-    if world <= 1:
+    if world <= 1 and not launched_by_torchrun():
         return DistInfo()
     import torch.distributed as dist
 
@@ -61,6 +69,7 @@ def init(device_type: str) -> DistInfo:
         world_size=dist.get_world_size(),
         local_rank=int(os.environ.get("LOCAL_RANK", "0")),
         local_world_size=int(os.environ.get("LOCAL_WORLD_SIZE", str(world))),
+        grouped=True,
     )
 
 

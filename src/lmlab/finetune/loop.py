@@ -121,8 +121,16 @@ class FullFineTuning:
         return load_model(directory)
 
 
-#: method name -> class, or "module:Class" imported on first use
-METHODS: dict[str, Any] = {"full": FullFineTuning}
+#: method name -> class, or "module:Class" imported on first use; the parameter-efficient methods of
+#: lmlab.adapt (see docs/peft.md) come after ``full``
+METHODS: dict[str, Any] = {
+    "full": FullFineTuning,
+    "lora": "lmlab.adapt.peft_io:LoRAFineTuning",
+    "adapter": "lmlab.adapt.peft_io:AdapterFineTuning",
+    "prefix": "lmlab.adapt.peft_io:PrefixFineTuning",
+    "prompt": "lmlab.adapt.peft_io:PromptFineTuning",
+    "adamix": "lmlab.adapt.peft_io:AdaMixFineTuning",
+}
 
 
 def method_class(name: str):

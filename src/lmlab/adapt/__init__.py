@@ -31,11 +31,12 @@ from __future__ import annotations
 
 import importlib
 import inspect
-from typing import Any
-
-from torch import nn
+from typing import TYPE_CHECKING, Any
 
 from lmlab.errors import LmlabError
+
+if TYPE_CHECKING:  # torch is imported where a model is touched, so that METHODS costs nothing to read
+    from torch import nn
 
 #: method name -> "module:function"; the function is called as ``f(model, **options)``, changes
 #: the model in place (freezing the base) and returns nothing. A new method is one module + one line.
@@ -168,6 +169,8 @@ def unfreeze_task_heads(model: nn.Module, train_head: bool = True) -> list[str]:
 
     Parameters shared with the body (tied embeddings) stay frozen. Returns the module names.
     """
+    from torch import nn
+
     if not train_head:
         return []
     heads = getattr(model, "heads", None)

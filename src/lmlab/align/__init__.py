@@ -11,12 +11,17 @@
 See docs/align.md.
 """
 
-from lmlab.align.config import AlignConfig
-from lmlab.align.dpo import dpo_loss, preference_metrics
-from lmlab.align.logprobs import encode_response, response_logprobs
-from lmlab.align.loop import AlignResult, frozen_reference
-from lmlab.align.methods import align
-from lmlab.align.pairs import PreferencePair, read_preferences
+from lmlab.lazy import lazy_exports
+
+# imported on first use: reading lmlab.align.config (the command-line parser does) costs no torch
+__getattr__, __dir__ = lazy_exports(__name__, {
+    "config": ("AlignConfig",),
+    "dpo": ("dpo_loss", "preference_metrics"),
+    "logprobs": ("encode_response", "response_logprobs"),
+    "loop": ("AlignResult", "frozen_reference"),
+    "methods": ("align",),
+    "pairs": ("PreferencePair", "read_preferences"),
+})
 
 __all__ = ["AlignConfig", "AlignResult", "PreferencePair", "align", "dpo_loss", "encode_response",
            "frozen_reference", "preference_metrics", "read_preferences", "response_logprobs"]

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from lmlab import values
-from lmlab.align.dpo import LOSSES, check_dpo_options
 from lmlab.errors import LmlabError
 from lmlab.values import (
     COUNT_MAX,
@@ -37,6 +36,22 @@ from lmlab.values import (
 )
 
 METHODS = ("dpo", "rlhf")
+#: the DPO losses of lmlab.align.dpo
+LOSSES = ("sigmoid", "ipo")
+
+
+def check_dpo_options(beta: float, loss: str, label_smoothing: float) -> None:
+    if not beta > 0:
+        raise LmlabError(f"beta must be > 0, got {beta}", "e.g. --beta 0.1 (larger keeps the policy closer "
+                         "to the reference)")
+    if loss not in LOSSES:
+        raise LmlabError(f"unknown DPO loss {loss!r}", f"choose one of: {', '.join(LOSSES)}")
+    if not 0 <= label_smoothing < 0.5:
+        raise LmlabError(f"label smoothing must be in [0, 0.5), got {label_smoothing}",
+                         "it is the assumed share of flipped labels, e.g. 0.1 (0 = plain DPO)")
+    if loss == "ipo" and label_smoothing:
+        raise LmlabError("label smoothing applies to the sigmoid loss only",
+                         "drop --label-smoothing with ipo")
 
 
 #: how a malformed data line is handled; the autocast precision

@@ -25,23 +25,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from lmlab.errors import LmlabError
+# the losses and their checks live with the config, which the command-line parser reads without torch
+from lmlab.align.config import LOSSES, check_dpo_options
 
-LOSSES = ("sigmoid", "ipo")
-
-
-def check_dpo_options(beta: float, loss: str, label_smoothing: float) -> None:
-    if not beta > 0:
-        raise LmlabError(f"beta must be > 0, got {beta}", "e.g. --beta 0.1 (larger keeps the policy closer "
-                         "to the reference)")
-    if loss not in LOSSES:
-        raise LmlabError(f"unknown DPO loss {loss!r}", f"choose one of: {', '.join(LOSSES)}")
-    if not 0 <= label_smoothing < 0.5:
-        raise LmlabError(f"label smoothing must be in [0, 0.5), got {label_smoothing}",
-                         "it is the assumed share of flipped labels, e.g. 0.1 (0 = plain DPO)")
-    if loss == "ipo" and label_smoothing:
-        raise LmlabError("label smoothing applies to the sigmoid loss only",
-                         "drop --label-smoothing with ipo")
+__all__ = ["LOSSES", "check_dpo_options", "dpo_loss", "preference_metrics"]
 
 
 def dpo_loss(policy_chosen: Tensor, policy_rejected: Tensor, ref_chosen: Tensor, ref_rejected: Tensor,

@@ -61,7 +61,8 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefau
 
     def _get_help_string(self, action):
         text = action.help or ""
-        if "default" in text or action.default in (None, False) or action.default is argparse.SUPPRESS:
+        off = action.default is None or action.default is False  # `is`: 0 and 0.0 are defaults worth showing
+        if "default" in text or off or action.default is argparse.SUPPRESS:
             return text
         return super()._get_help_string(action)
 

@@ -34,7 +34,7 @@ EXAMPLES = """\
 
 
 def register(sub) -> None:
-    from lmlab.data.prepare import DEFAULT_SHARD_TOKENS, DOC_SEPARATORS, default_workers
+    from lmlab.data.options import DEFAULT_SHARD_TOKENS, DOC_SEPARATORS, default_workers
 
     _, dsub = add_group(sub, "data", "turn text into token shards for training",
                         "Prepare training data. Run `lmlab data COMMAND --help` for details.")

@@ -44,7 +44,7 @@ FIT_EXAMPLES = """\
 
 
 def register(sub) -> None:
-    from lmlab.scaling.fit import FORMS
+    from lmlab.scaling.forms import FORMS
     from lmlab.scaling.plan import ARCHS
     from lmlab.scaling.runs import COUNTS
 

@@ -9,8 +9,14 @@
 parallel tokenization pipeline behind ``lmlab data prepare``.
 """
 
-from lmlab.data.prepare import DOC_SEPARATORS, PrepareSummary, iter_documents, prepare_shards, val_score
-from lmlab.data.shards import ConcatenatedTokens, ShardWriter, TokenShards, dtype_for_vocab
+from lmlab.lazy import lazy_exports
+
+# imported on first use (numpy, the tokenizers): the command-line parser reads lmlab.data.options only
+__getattr__, __dir__ = lazy_exports(__name__, {
+    "options": ("DOC_SEPARATORS",),
+    "prepare": ("PrepareSummary", "iter_documents", "prepare_shards", "val_score"),
+    "shards": ("ConcatenatedTokens", "ShardWriter", "TokenShards", "dtype_for_vocab"),
+})
 
 __all__ = ["DOC_SEPARATORS", "ConcatenatedTokens", "PrepareSummary", "ShardWriter", "TokenShards",
            "dtype_for_vocab", "iter_documents", "prepare_shards", "val_score"]

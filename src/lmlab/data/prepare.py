@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 
 from lmlab.budget import cap_workers
+from lmlab.data.options import DEFAULT_SHARD_TOKENS, DOC_SEPARATORS, default_workers
 from lmlab.data.records import input_bytes, is_dataset_dir, is_record_file, iter_record_texts
 from lmlab.data.shards import (
     INDEX_FILE,
@@ -55,13 +56,7 @@ from lmlab.fileio import atomic_dir, check_encoding, check_input_file, iter_text
 from lmlab.processes import ordered_results, start_method, worker_pool
 from lmlab.tokenizers import load_tokenizer
 
-DOC_SEPARATORS = ("blank-line", "line", "file")
-DEFAULT_SHARD_TOKENS = 100_000_000
 BATCH_CHARS = 1 << 18
-
-
-def default_workers() -> int:
-    return max(1, min(2, os.cpu_count() or 1))
 
 
 # --------------------------------------------------------------------------- documents

@@ -7,27 +7,18 @@
 {'accuracy': 0.86}
 >>> evaluate("ft/", "glue/sst2/dev.tsv")                                 # doctest: +SKIP
 
-``METHODS`` maps a method name (``full``; LoRA, adapters, prefix/prompt tuning register
-themselves here) to the class that adapts the model; see :mod:`lmlab.finetune.loop`.
+``METHODS`` maps a method name (``full``; ``lora``, ``adapter``, ``prefix``, ``prompt``, ``adamix``
+from :mod:`lmlab.adapt`) to the class that adapts the model; see :mod:`lmlab.finetune.loop`.
 """
 
-from lmlab.finetune.config import FinetuneConfig
-from lmlab.finetune.loop import (
-    METHODS,
-    FinetuneResult,
-    FullFineTuning,
-    evaluate,
-    finetune,
-    load_finetuned,
-    method_class,
-)
+from lmlab.lazy import lazy_exports
+
+# imported on first use: reading lmlab.finetune.config (the command-line parser does) costs no torch
+__getattr__, __dir__ = lazy_exports(__name__, {
+    "config": ("FinetuneConfig",),
+    "loop": ("METHODS", "FinetuneResult", "FullFineTuning", "evaluate", "finetune", "load_finetuned",
+             "method_class"),
+})
 
 __all__ = ["METHODS", "FinetuneConfig", "FinetuneResult", "FullFineTuning", "evaluate", "finetune",
            "load_finetuned", "method_class"]
-
-# parameter-efficient methods (lmlab.adapt; see docs/peft.md), imported on first use
-METHODS["lora"] = "lmlab.adapt.peft_io:LoRAFineTuning"
-METHODS["adapter"] = "lmlab.adapt.peft_io:AdapterFineTuning"
-METHODS["prefix"] = "lmlab.adapt.peft_io:PrefixFineTuning"
-METHODS["prompt"] = "lmlab.adapt.peft_io:PromptFineTuning"
-METHODS["adamix"] = "lmlab.adapt.peft_io:AdaMixFineTuning"

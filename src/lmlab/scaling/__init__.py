@@ -11,10 +11,19 @@
 model live in :mod:`lmlab.models.flops`.
 """
 
-from lmlab.scaling.fit import FORMS, FitResult, ScalingLaw, choose_form, fit_law, fit_runs
+from lmlab.lazy import lazy_exports
+from lmlab.scaling.forms import FORMS
+
+# ``plan`` (the function) is also a submodule's name: bound here, before any other import of that
+# submodule could set the package's attribute to the module, as a lazy name would let it
 from lmlab.scaling.plan import ARCHS, Plan, compute_optimal, model_shape, plan
-from lmlab.scaling.plot import plot_fit
 from lmlab.scaling.runs import RunPoint, read_run, read_runs
+
+# imported on first use (numpy): the command-line parser reads the names above without it
+__getattr__, __dir__ = lazy_exports(__name__, {
+    "fit": ("FitResult", "ScalingLaw", "choose_form", "fit_law", "fit_runs"),
+    "plot": ("plot_fit",),
+})
 
 __all__ = [
     "ARCHS",

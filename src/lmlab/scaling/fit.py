@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from lmlab.errors import LmlabError
+from lmlab.scaling.forms import FORMS
 from lmlab.scaling.runs import RunPoint
 
 __all__ = [
@@ -47,13 +48,6 @@ __all__ = [
     "holdout",
 ]
 
-#: form -> (parameter names, the law as text)
-FORMS: dict[str, tuple[tuple[str, ...], str]] = {
-    "chinchilla": (("E", "A", "alpha", "B", "beta"), "L(N, D) = E + A / N^alpha + B / D^beta"),
-    "n": (("E", "A", "alpha"), "L(N) = E + A / N^alpha"),
-    "d": (("E", "B", "beta"), "L(D) = E + B / D^beta"),
-    "c": (("E", "A", "gamma"), "L(C) = E + A / C^gamma"),
-}
 EXPONENT_BOUNDS = (1e-3, 3.0)
 
 

@@ -30,10 +30,12 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from lmlab.errors import LmlabError
-from lmlab.models.config import EncoderConfig, Seq2SeqConfig, TransformerConfig
-from lmlab.models.flops import approx_training_flops, count_parameters, training_flops
+
+if TYPE_CHECKING:  # the models (and torch) are imported when a plan is made, not to read ARCHS
+    from lmlab.models.config import TransformerConfig
 
 __all__ = ["ARCHS", "Plan", "compute_optimal", "model_shape", "plan"]
 
@@ -154,6 +156,8 @@ def model_shape(
     Heads as :func:`_heads`, ``d_ff`` at the family's ratio (4 x; Llama's SwiGLU 8/3 x, rounded
     to 16), grouped key/value heads at the family's ratio, learned positions sized to ``seq_len``.
     """
+    from lmlab.models.config import EncoderConfig, Seq2SeqConfig
+
     base = _family_base(arch)
     h = _heads(d_model, head_dim)
     if d_model % h:
@@ -180,6 +184,8 @@ def model_shape(
 
 
 def _count(cfg: TransformerConfig, count: str) -> int:
+    from lmlab.models.flops import count_parameters
+
     pc = count_parameters(cfg)
     return pc.total if count == "total" else pc.non_embedding
 
@@ -188,6 +194,9 @@ def _flops_per_token(cfg: TransformerConfig, seq_len: int, attention: bool) -> f
     """Exact training FLOPs per token. Encoder-decoders read ``seq_len`` source tokens and write
     ``seq_len`` target tokens; both count as tokens. MLM encoders project to the vocabulary only
     at the masked 15%."""
+    from lmlab.models.config import EncoderConfig, Seq2SeqConfig
+    from lmlab.models.flops import training_flops
+
     if isinstance(cfg, Seq2SeqConfig):
         return training_flops(cfg, seq_len, decoder_len=seq_len, attention=attention) / (2 * seq_len)
     logits = max(1, round(MLM_FRACTION * seq_len)) if isinstance(cfg, EncoderConfig) else None
@@ -208,6 +217,8 @@ def plan(
     ``vocab_size`` and ``seq_len`` default to the family's ``-base`` preset (its vocabulary and
     context); ``aspect_ratio`` (``d_model / n_layers``) to that preset's (64, BART 128).
     """
+    from lmlab.models.flops import approx_training_flops, count_parameters
+
     if count not in COUNTS:
         raise LmlabError(f"unknown parameter count {count!r}", f"choose one of: {', '.join(COUNTS)}")
     n, d_tokens = compute_optimal(flops, tokens_per_param)

@@ -15,16 +15,19 @@ import importlib
 import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from lmlab.errors import LmlabError
 from lmlab.fileio import read_json
-from lmlab.tokenizers.base import (
-    DEFAULT_SPECIAL_TOKENS,
-    Encoding,
-    Tokenizer,
-    check_special_tokens,
-    sentinel_tokens,
-)
+from lmlab.lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from lmlab.tokenizers.base import Tokenizer
+
+# imported on first use: the command-line parser reads ALGORITHMS without the tokenizers' machinery
+__getattr__, __dir__ = lazy_exports(__name__, {
+    "base": ("DEFAULT_SPECIAL_TOKENS", "Encoding", "Tokenizer", "check_special_tokens", "sentinel_tokens"),
+})
 
 #: algorithm name -> "module:Class"
 ALGORITHMS = {
@@ -67,6 +70,8 @@ def train_tokenizer(
     ``num_merges=K``. ``special_tokens`` defaults to ``DEFAULT_SPECIAL_TOKENS``; pass ``[]`` for none.
     Other keyword options are algorithm-specific (see each class's ``train``).
     """
+    from lmlab.tokenizers.base import DEFAULT_SPECIAL_TOKENS, check_special_tokens
+
     cls = tokenizer_class(algo)
     if isinstance(texts, str):
         texts = [texts]

@@ -31,9 +31,10 @@ from typing import Any
 from lmlab.errors import LmlabError
 from lmlab.fileio import write_json
 from lmlab.finetune import finetune
+from lmlab.lab.baselines import DIAGNOSTICS
 from lmlab.lab.grid import FinetuneRun, Grid, PretrainRun
 from lmlab.lab.layout import checkpoint_of, finetune_dir, finetune_done, pretrain_dir, pretrain_done
-from lmlab.lab.report import collect_records, write_report
+from lmlab.lab.report import aggregate, collect_records, flag_lines, write_report
 from lmlab.ownership import claim_dir
 from lmlab.train import pretrain
 
@@ -161,8 +162,10 @@ def _init_model(d: Path, run: PretrainRun, cache: str, log: Callable[[str], None
     return summary
 
 
-def _run_finetune(out: Path, run: FinetuneRun, log: Callable[[str], None]) -> dict[str, float]:
-    result = finetune(
+def _run_finetune(out: Path, run: FinetuneRun, log: Callable[[str], None]):
+    """The fine-tuning run's result: ``.metrics``, and ``.baseline`` / ``.at_baseline`` (the task's
+    trivial answer's dev metrics, and whether the run is no better)."""
+    return finetune(
         str(checkpoint_of(out, run.pretrain)),
         run.task.task,
         run.task.train,
@@ -171,7 +174,23 @@ def _run_finetune(out: Path, run: FinetuneRun, log: Callable[[str], None]) -> di
         log=log,
         **run.settings,
     )
-    return result.metrics
+
+
+def finetune_line(metrics: dict[str, float], baseline: dict[str, float] | None, at_baseline: bool) -> str:
+    """``accuracy 0.5092 (baseline 0.5092); at the baseline: it learned nothing usable``: a fine-tuning
+    run's scores, each beside its task's baseline, and what is wrong when something is (at the
+    baseline; answers outside the label set)."""
+    parts = []
+    for name, value in metrics.items():
+        base = (baseline or {}).get(name)
+        parts.append(f"{name} {value:.4f}" + (f" (baseline {base:.4f})" if base is not None and name
+                                              not in DIAGNOSTICS else ""))
+    text = ", ".join(parts)
+    if metrics.get("outside_labels"):
+        text += f"; {metrics['outside_labels']:.0%} of the answers are outside the label set"
+    if at_baseline:
+        text += "; at the baseline: it learned nothing usable"
+    return text
 
 
 def run_grid(
@@ -202,11 +221,9 @@ def run_grid(
         id(r): (pretrain_done(out, r) if isinstance(r, PretrainRun) else finetune_done(out, r)) for r in runs
     }
     n_done = sum(done.values())
-    say(
-        f"grid {grid.name}: {len(grid.pretrain_runs)} pretraining run(s) x {len(grid.tasks)} task(s) = "
-        f"{len(runs)} runs, budget {grid.budget_text()}; {n_done} cached, "
-        f"{len(runs) - n_done} to train -> {out}"
-    )
+    counts = count_text(len(grid.pretrain_runs), len(runs) - len(grid.pretrain_runs), len(grid.tasks))
+    say(f"grid {grid.name}: {counts}, budget {grid.budget_text()}; {n_done} cached, "
+        f"{len(runs) - n_done} to train -> {out}")
     if dry_run:
         for line in plan_lines(grid, out, done):
             say(line)
@@ -261,10 +278,11 @@ def run_grid(
                 display.line(f"{tag}: fine-tuning on {run.task.name}")
                 logf = _run_log(out / "logs" / f"{run.dirname}.log", display, f"{run.task.name}")
                 try:
-                    metrics = _run_finetune(out, run, logf)
+                    result = _run_finetune(out, run, logf)
                 except LmlabError as e:
                     raise LmlabError(f"run {run.label}: {e}") from None
-                shown = ", ".join(f"{k} {v:.4f}" for k, v in metrics.items())
+                shown = finetune_line(result.metrics, getattr(result, "baseline", None),
+                                      bool(getattr(result, "at_baseline", False)))
                 display.line(f"{tag}: done in {time.perf_counter() - t0:.0f} s, {shown}")
             trained.append(run.label)
             current = None
@@ -283,10 +301,22 @@ def run_grid(
     records = collect_records(grid, out)
     paths = write_report(records, grid, out)
     say(f"wrote {', '.join(str(p) for p in paths.values())}")
+    for line in flag_lines(aggregate(records)):
+        say(f"flag: {line}")
     return GridRun(trained, cached, records, out, paths)
 
 
 # --------------------------------------------------------------------------- the plan
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n:,} {word}{'' if n == 1 else 's'}"
+
+
+def count_text(pretraining: int, finetuning: int, tasks: int) -> str:
+    """``8 pretraining runs + 16 fine-tuning runs (2 tasks) = 24 runs``: what adds up to what."""
+    return (f"{_plural(pretraining, 'pretraining run')} + {_plural(finetuning, 'fine-tuning run')} "
+            f"({_plural(tasks, 'task')}) = {_plural(pretraining + finetuning, 'run')}")
 
 
 def plan_lines(grid: Grid, out: Path, done: dict[int, bool] | None = None) -> list[str]:

@@ -114,6 +114,9 @@ def test_evaluate_variants_in_one_pass_equals_each_alone(sst2_variants, tmp_path
                          "--batch-size", 16, "--predictions", tmp_path / "both.jsonl")
     assert code == 0, err
     metrics = json.loads(out)
+    summary = err.splitlines()[-1]  # issue 27: a line for people at the end, on stderr
+    assert summary.startswith("evaluated 2 variant(s) in ") and summary.endswith(
+        f"l accuracy {metrics['l']['accuracy']:.4f}; p accuracy {metrics['p']['accuracy']:.4f}")
     both = [json.loads(line) for line in (tmp_path / "both.jsonl").read_text().splitlines()]
     for name, method in (("l", "lora"), ("p", "prompt")):
         code, out, err = run(capsys, "evaluate", "--checkpoint", dirs[method], "--data", dev,

@@ -200,11 +200,15 @@ def distill(teacher: nn.Module, student: nn.Module, task, train: Sequence, dev: 
     ``teacher``'s soft targets and the hard labels of ``train`` (lists of Examples).
 
     ``alpha=0`` trains on the hard labels only (the baseline the distillation must beat).
+    ``log`` (default: silent) hears the progress (a bar on a terminal, else a line every ~5% of the
+    steps), an estimate of the run's time after its first steps and a one-line summary at the end.
     """
     from lmlab.tasks import check_tokenizer, collate
     from lmlab.tasks.base import pad_id_of
     from lmlab.train.engine import Engine
+    from lmlab.train.estimate import Estimate, duration
     from lmlab.train.optim import adamw, warmup_decay_lr
+    from lmlab.train.progress import Progress
 
     if steps < 1 or batch_size < 1:
         raise LmlabError("steps and batch_size must be positive", "e.g. steps=1000, batch_size=32")
@@ -227,6 +231,8 @@ def distill(teacher: nn.Module, student: nn.Module, task, train: Sequence, dev: 
     student.train()
     history, order, t0 = [], [], time.perf_counter()
     say = log or (lambda msg: None)
+    progress = Progress(steps, desc="distill", show="auto" if log else "off", log=say)
+    estimate = Estimate(steps, say=say, hint=_shorter_distill_hint)
     for step in range(steps):
         if not order:
             order = torch.randperm(len(feats), generator=gen).tolist()
@@ -234,14 +240,29 @@ def distill(teacher: nn.Module, student: nn.Module, task, train: Sequence, dev: 
         inputs = task.model_inputs(student, collate([feats[i] for i in idx], pad, device))
         loss_of_batch = lambda x=inputs: distillation_loss(student, teacher, x, temperature, alpha)  # noqa: E731
         done = engine.step(step, [loss_of_batch])
+        row = {"step": step + 1, "loss": done.loss, **done.metrics}
         if (step + 1) % log_every == 0 or step + 1 == steps:
-            row = {"step": step + 1, "loss": done.loss, **done.metrics}
             history.append(row)
-            say(f"distill step {step + 1}/{steps}: loss {row['loss']:.4f} (soft {row['soft']:.4f}, "
-                f"hard {row['hard']:.4f})")
+        progress.update(step + 1, [_losses(row)], loss=f"{done.loss:.4f}")
+        estimate.update(step + 1)
+    progress.close()
+    say(f"distill done in {duration(time.perf_counter() - t0)}: {steps:,} steps of {batch_size}, last "
+        + _losses(row))
     student.eval()
     metrics = task.evaluate(student, list(dev)) if dev else None
     return DistillResult(student, steps, metrics, history, time.perf_counter() - t0)
+
+
+def _losses(row: dict[str, float]) -> str:
+    return f"loss {row['loss']:.4f} (soft {row['soft']:.4f}, hard {row['hard']:.4f})"
+
+
+def _shorter_distill_hint(seconds_per_step: float) -> str:
+    """Said after an estimate over half an hour."""
+    from lmlab.train.estimate import duration
+
+    steps = max(1, int(600 / seconds_per_step))
+    return f"hint: that is long; --steps {steps:,} would take about {duration(600)}"
 
 
 def agreement(task, a: nn.Module, b: nn.Module, examples: Sequence) -> float:

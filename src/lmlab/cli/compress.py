@@ -312,9 +312,12 @@ def _say(msg: str) -> None:
 def _say_estimate(before: dict, examples: int, passes: int) -> None:
     """A rough duration of training on ``examples`` examples, from the measured scoring speed: one
     training example costs about ``passes`` forward passes (backward = 2, plus a teacher's)."""
+    from lmlab.train.estimate import duration
+
     speed = before.get("examples_per_s")
     if speed:
-        _say(f"training: roughly {examples * passes / speed:,.0f} s at the measured {speed:,.1f} examples/s")
+        _say(f"training: roughly {duration(examples * passes / speed)} at the measured scoring speed "
+             f"({speed:,.1f} examples/s); timed after its first steps")
 
 
 # --------------------------------------------------------------------------- commands

@@ -123,13 +123,22 @@ def _run_harness(args) -> int:
 
 
 def _run_variants(args) -> int:
+    import sys
+    import time
+
     from lmlab.adapt.multi import parse_variants
     from lmlab.finetune.variants import evaluate_variants
+    from lmlab.train.estimate import duration
 
     variants = parse_variants(args.variant)  # bad names or folders: before any model is loaded
+    start = time.perf_counter()  # (nothing said before: a refused input is one line)
     metrics = evaluate_variants(args.checkpoint, variants, args.data, args.task, on_bad_line=args.on_bad_line,
                                 max_bad_fraction=args.max_bad_fraction, batch_size=args.batch_size or 64,
                                 max_examples=args.max_examples, device=args.device,
                                 predictions=args.predictions, **data_settings(args))
+    scores = "; ".join(f"{name} " + ", ".join(f"{k} {v:.4f}" for k, v in m.items())
+                       for name, m in metrics.items())
+    print(f"evaluated {len(metrics)} variant(s) in {duration(time.perf_counter() - start)}: {scores}",
+          file=sys.stderr, flush=True)
     print(json.dumps(metrics, indent=2))
     return 0

@@ -6,7 +6,7 @@ One run (Devlin et al. 2019 sec. 4; Howard & Ruder 2018 for the warmup/decay sch
    and reject dev labels never seen in training;
 2. swap the pretraining head for the task head (:meth:`Task.prepare_model`), then let the
    *method* adapt the model: ``full`` trains every weight; other methods (LoRA, adapters,
-   prefix/prompt tuning, added to :data:`METHODS` by :mod:`lmlab.adapt`) freeze the body and add
+   prefix/prompt tuning of :mod:`lmlab.adapt`, listed in :data:`METHODS`) freeze the body and add
    their own small modules;
 3. encode the training set once (:meth:`Task.features`); every epoch visit it in a new random
    order (seeded) in batches padded to their longest member, grouped by length
@@ -74,10 +74,11 @@ from lmlab.tasks.readers import BadLines, Example, limit
 from lmlab.train import distributed as dist
 from lmlab.train.checkpoint import restore_rng, rng_tensors
 from lmlab.train.engine import Engine
+from lmlab.train.estimate import Estimate, duration
 from lmlab.train.loggers import logger_dirs, open_loggers
 from lmlab.train.optim import warmup_decay_lr
 from lmlab.train.preempt import StopRequests
-from lmlab.train.progress import Progress
+from lmlab.train.progress import LINES_PER_RUN, Progress
 
 TASK_FILE = "task.json"
 EVAL_FILE = "eval.json"
@@ -344,7 +345,8 @@ def _finetune_run(checkpoint, task, train, dev, out, method, method_options, tok
                                                                      len(feats))
     chooser = "dev" if cfg.select_on == "dev" else f"a {len(choose_ex)}-example slice of train (held out)"
     say(f"finetune: task {task.name} ({type(task).__name__}), method {method}, {len(train_ex)} train / "
-        f"{len(dev_ex)} dev examples, the best step chosen on {chooser}, {total} steps, device {device} "
+        f"{len(dev_ex)} dev examples, the best step chosen on {chooser}, "
+        f"{_planned_steps(cfg, total, steps_per_epoch)}, device {device} "
         f"({'bf16 autocast' if dtype is not None else 'fp32'}, {machine.threads} thread(s)), trainable "
         f"parameters {trainable:,} of {total_params:,} ({100 * trainable / max(1, total_params):.2f}%)")
 
@@ -434,6 +436,9 @@ def _finetune_run(checkpoint, task, train, dev, out, method, method_options, tok
             say(f"resumed at step {step} of {total} (best {prefix} {select} so far "
                 f"{best['score']:.4f}, step {best['step']})")
             progress.update(step, [])
+        estimate = Estimate(total, step, say=say, note=_evaluations_note(cfg, total, steps_per_epoch,
+                                                                         len(choose_ex)),
+                            hint=lambda rate: _shorter_run_hint(rate, cfg))
 
         def save_resume_state() -> None:
             if not info.is_main:
@@ -462,6 +467,7 @@ def _finetune_run(checkpoint, task, train, dev, out, method, method_options, tok
             seen += len(idx)
             run_loss, n_loss = run_loss + loss_v, n_loss + 1
             progress.update(step, [f"loss {loss_v:.4f}"], loss=f"{loss_v:.4f}")
+            estimate.update(step)
             epoch = seen / len(feats)
             if step % cfg.log_every == 0 or step == total:
                 elapsed = time.perf_counter() - t0
@@ -474,6 +480,7 @@ def _finetune_run(checkpoint, task, train, dev, out, method, method_options, tok
             if evaluated:
                 evaluate(step, epoch)
                 model.train()
+                estimate.pause()
             if resumable and step < total:
                 requested = stop.requested
                 if info.enabled and dist.any_across(requested is not None, info, device):
@@ -526,8 +533,8 @@ def _finetune_run(checkpoint, task, train, dev, out, method, method_options, tok
                     os.replace(live_logs / folder, tmp / folder)
             log_path.unlink(missing_ok=True)
             finished = True
-            say(f"saved the best model (step {best['step']}, {prefix} {select} {best['score']:.4f}) to "
-                f"{out_dir}")
+        say(_done_line(total, best, metrics, select, prefix, baseline, time.perf_counter() - t0,
+                       out_dir if writes else None))
         dist.barrier(info)  # the other processes return once the output is in place
     finally:  # also when training fails: no open event files, nothing left beside the output
         for logger in loggers:
@@ -553,6 +560,50 @@ def _selection_data(train_ex: list[Example], dev_ex: list[Example],
     if cfg.select_on == "dev":
         return train_ex, dev_ex
     return carve_selection(train_ex, cfg.select_fraction, cfg.seed)
+
+
+def _planned_steps(cfg: FinetuneConfig, total: int, steps_per_epoch: int) -> str:
+    """The plan line's steps: ``6,315 steps (3 epochs of 2,105 batches of 32)``."""
+    if cfg.max_steps is None:
+        epochs = f"{cfg.epochs} epoch{'s' if cfg.epochs != 1 else ''}"
+        return f"{total:,} steps ({epochs} of {steps_per_epoch:,} batches of {cfg.batch_size})"
+    return (f"{total:,} steps (max_steps: {total / steps_per_epoch:.2f} epochs of {steps_per_epoch:,} "
+            f"batches of {cfg.batch_size})")
+
+
+def _evaluations_note(cfg: FinetuneConfig, total: int, steps_per_epoch: int, examples: int) -> str:
+    """What the estimate leaves out: the evaluations (at every epoch's end, every ``eval_every``
+    steps and at the last step)."""
+    at = {total, *range(steps_per_epoch, total + 1, steps_per_epoch)}
+    if cfg.eval_every:
+        at.update(range(cfg.eval_every, total + 1, cfg.eval_every))
+    return f" (plus {len(at)} evaluation{'s' if len(at) > 1 else ''} of {examples:,} examples)"
+
+
+#: the length of run the hint of a long one offers
+SHORT_RUN_S = 10 * 60
+
+
+def _shorter_run_hint(seconds_per_step: float, cfg: FinetuneConfig) -> str:
+    """Said after an estimate over half an hour: the flags that shorten the run."""
+    steps = max(1, int(SHORT_RUN_S / seconds_per_step))
+    fewer_epochs = "" if cfg.max_steps is not None or cfg.epochs <= 1 else ", --epochs 1"
+    return (f"hint: that is long; --max-steps {steps:,} would take about {duration(SHORT_RUN_S)}, and "
+            f"--max-train-examples N{fewer_epochs} shorten the run too")
+
+
+def _done_line(total: int, best: dict[str, Any], metrics: dict[str, float], select: str, prefix: str,
+               baseline, elapsed: float, saved_to: Path | None) -> str:
+    """The run in one line: time, steps, the chosen step's score (and the baseline's), where it went."""
+    if prefix == "dev":
+        score = f"best dev {select} {best['score']:.4f} at step {best['step']:,}"
+    else:
+        score = (f"step {best['step']:,} chosen on the slice ({select} {best['score']:.4f}), dev {select} "
+                 f"{metrics[select]:.4f}")
+    if baseline is not None and select in baseline[1]:
+        score += f" (baseline {baseline[1][select]:.4f})"
+    where = f"; saved to {saved_to}" if saved_to is not None else ""
+    return f"finetune done in {duration(elapsed)} ({total:,} steps): {score}{where}"
 
 
 def _lr_sweep(checkpoint, task, train, dev, out, method, method_options, tokenizer, say, hparams,
@@ -618,13 +669,16 @@ def load_finetuned(checkpoint: str | os.PathLike) -> tuple[nn.Module, Task]:
 def evaluate(checkpoint: str | os.PathLike, data, task: str | None = None, *, on_bad_line: str = "error",
              max_bad_fraction: float = 0.01, batch_size: int = 64, max_examples: int | None = None,
              device: str = "auto", predictions: str | os.PathLike | None = None,
-             log: Callable[[str], None] | None = None, **reading) -> dict[str, float]:
+             log: Callable[[str], None] | None = None, progress: bool = True, **reading) -> dict[str, float]:
     """Score a fine-tuned checkpoint on ``data``; the same metrics as its ``eval.json``.
 
     The data is read as the training files were (format, header, columns and label set saved in
     ``task.json``); ``reading`` (``format``, ``header``, ``delimiter``, ``fields``) overrides that
     for a file laid out differently. ``predictions``: also write one JSON line per example,
     ``{"where", "prediction", "label"}``, labels as their names.
+
+    ``log`` (default: stderr) hears what will be scored, the progress over the batches (a bar on a
+    terminal, a line every ~5% otherwise; none with ``progress=False``) and a one-line summary.
     """
     if batch_size < 1:
         raise LmlabError(f"batch size must be at least 1, got {batch_size}", "pass e.g. batch_size=64")
@@ -639,7 +693,8 @@ def evaluate(checkpoint: str | os.PathLike, data, task: str | None = None, *, on
     bad = BadLines(on_bad_line, log, max_bad_fraction)
     examples = limit(_read(saved, data, "data", bad), max_examples)
     saved.check(examples, "data")
-    preds, metrics = saved.predict_and_score(model, examples, batch_size)
+    say = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
+    preds, metrics = _score_and_report(saved, model, examples, batch_size, say, progress)
     if predictions is not None:
         rows = [{"where": e.where, "prediction": p, "label": e.label} for p, e in zip(preds, examples)]
         write_output_file(predictions, "".join(json.dumps(r) + "\n" for r in rows), PREDICTIONS_KIND,
@@ -648,6 +703,64 @@ def evaluate(checkpoint: str | os.PathLike, data, task: str | None = None, *, on
 
 
 PREDICTIONS_KIND = "predictions"
+
+
+def _score_and_report(task: Task, model: nn.Module, examples: list[Example], batch_size: int,
+                      say: Callable[[str], None], progress: bool) -> tuple[list, dict[str, float]]:
+    """``task.predict_and_score``, saying first what it scores, then its progress, then the result."""
+    n_batches = math.ceil(len(examples) / batch_size)
+    on = next(model.parameters()).device
+    threads = f" ({torch.get_num_threads()} thread(s))" if on.type == "cpu" else ""
+    say(f"evaluate: {len(examples):,} examples of task {task.name} in {n_batches:,} batch(es) of "
+        f"{batch_size}, device {on}{threads}")
+    start = time.perf_counter()
+    bar = Progress(n_batches, desc=f"evaluate {task.name}", show="auto" if progress else "off", log=say,
+                   unit="batch")
+    with _predicting_in_chunks(task, bar, batch_size):
+        preds, metrics = task.predict_and_score(model, examples, batch_size)
+    elapsed = time.perf_counter() - start
+    say(f"evaluated {len(examples):,} examples in {duration(elapsed)} "
+        f"({len(examples) / max(elapsed, 1e-9):,.1f} examples/s): "
+        + ", ".join(f"{k} {v:.4f}" for k, v in metrics.items()))
+    return preds, metrics
+
+
+@contextlib.contextmanager
+def _predicting_in_chunks(task: Task, progress: Progress, batch_size: int):
+    """While inside, ``task.predict`` works through its examples a few batches at a time and moves
+    ``progress`` (counted in batches) after each chunk; the predictions are the same.
+
+    The task's own ``predict`` sorts what it is given by length before batching; here the
+    examples are first sorted by a rough length (their characters), so each chunk's batches still
+    hold similar lengths. A chunk is ~5% of the batches (those between two progress lines).
+    """
+    predict = task.predict
+    batches = progress.every if progress.every > 1 else math.ceil(progress.total / LINES_PER_RUN)
+    chunk = max(1, batches) * batch_size
+
+    def predict_by_chunks(model, examples, size=batch_size):
+        examples = list(examples)
+        order = sorted(range(len(examples)), key=lambda i: _rough_length(examples[i]))
+        out: list[Any] = [None] * len(examples)
+        for k in range(0, len(order), chunk):
+            idx = order[k:k + chunk]
+            for i, p in zip(idx, predict(model, [examples[i] for i in idx], size)):
+                out[i] = p
+            progress.update(min(progress.total, math.ceil((k + len(idx)) / size)))
+        return out
+
+    task.predict = predict_by_chunks
+    try:
+        yield
+    finally:
+        del task.predict  # the class's own again
+        progress.close()
+
+
+def _rough_length(example: Example) -> int:
+    """The characters of an example's input texts (its question, context...)."""
+    texts = [example.text, example.pair or "", *(v for v in example.extra.values() if isinstance(v, str))]
+    return sum(len(t) for t in texts)
 
 
 def check_predictions_file(path: str | os.PathLike, inputs: dict[str, object]) -> None:

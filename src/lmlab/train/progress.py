@@ -27,7 +27,7 @@ class Progress:
                  log: Callable[[str], None], unit: str = "step"):
         from tqdm import tqdm
 
-        self.total, self.first, self.log = total, initial, log
+        self.total, self.first, self.log, self.unit = total, initial, log, unit
         self.bar_on = show == "on" or (show == "auto" and sys.stderr.isatty())
         self.lines_on = show != "off" and not self.bar_on
         self.every = max(1, total // LINES_PER_RUN)
@@ -41,12 +41,12 @@ class Progress:
 
     def update(self, step: int, parts: Sequence[str] = (), **postfix: str) -> None:
         """Step ``step`` is done: the bar moves (``postfix`` beside it); every ~5%, short of the
-        end, a line ``step N/TOTAL: <parts>, about S s left``."""
+        end, a line ``step N/TOTAL: <parts>, about S s left`` (``unit`` in place of "step")."""
         self.bar.set_postfix(postfix, refresh=False)
         self.bar.update(step - self.bar.n)
         if self.lines_on and step % self.every == 0 and step < self.total:
             shown = ", ".join([*parts, f"about {self.seconds_left(step):.0f} s left"])
-            self.log(f"step {step}/{self.total}: {shown}")
+            self.log(f"{self.unit} {step}/{self.total}: {shown}")
 
     def write(self, msg: str) -> None:
         """A message that does not break the bar."""

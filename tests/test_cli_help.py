@@ -39,3 +39,22 @@ def test_finetune_offers_every_method_the_loop_knows():
     sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
     method = next(a for a in sub.choices["finetune"]._actions if a.dest == "method")
     assert list(method.choices) == list(METHODS)
+
+
+def test_help_examples_keep_their_line_continuations():
+    """A `\\` at the end of an example line in the source is Python's line continuation unless it is
+    doubled: the help then shows two lines glued with a run of spaces, which cannot be pasted."""
+    import re
+
+    from lmlab.cli import build_parser
+
+    def parsers(p):
+        yield p
+        for action in p._actions:
+            if hasattr(action, "_name_parser_map"):  # a group's subcommands
+                for sub in action.choices.values():
+                    yield from parsers(sub)
+
+    glued = [line for p in parsers(build_parser()) for line in p.format_help().splitlines()
+             if re.search(r"lmlab \S.* {4,}--", line)]
+    assert glued == []

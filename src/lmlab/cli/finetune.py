@@ -71,7 +71,7 @@ EXAMPLES = """\
       --out ft/rte-gpt --lm-weight 0.5
   lmlab finetune ... --out ft/sst2 --resume      # continue an interrupted run
   lmlab finetune --checkpoint ck/t5 --task sst2 --train sst2/train.tsv --dev sst2/dev.tsv --out ft/t5
-  lmlab finetune --checkpoint ck/gpt --task instruct --train mix/train.jsonl --dev mix/dev.jsonl \
+  lmlab finetune --checkpoint ck/gpt --task instruct --train mix/train.jsonl --dev mix/dev.jsonl \\
       --out ft/gpt-instruct --template my_template.txt"""
 
 

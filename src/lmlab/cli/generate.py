@@ -70,7 +70,7 @@ EXAMPLES = """\
   lmlab generate --checkpoint ck/ --prompt "ROMEO:" --num-beams 4 --num-samples 2
   lmlab generate --checkpoint t5ck/ --prompt "translate: a house" --num-beams 3 --stop "."
   lmlab generate --checkpoint ck/ --prompt "Once" --num-samples 5 --seed 1 --format jsonl
-  lmlab generate --checkpoint ft/gpt-instruct --instruction "Is this review positive or negative?" \
+  lmlab generate --checkpoint ft/gpt-instruct --instruction "Is this review positive or negative?" \\
       --prompt "a gorgeous film" --temperature 0
   lmlab generate --checkpoint ck/ --json-schema person.json --num-samples 10 --seed 1
   lmlab generate --checkpoint ck/ --json-schema person.json --grammar-backend lmlab

@@ -33,6 +33,18 @@ def test_recipe_loads_and_accepts_the_common_overrides(recipe):
     assert cfg.train.max_steps == 60 and cfg.data.train == ["a.txt"] and cfg.data.val == ["b.txt"]
 
 
+@pytest.mark.parametrize("recipe", RECIPES, ids=lambda p: p.stem)
+def test_recipe_validates_on_held_out_text_of_its_own_corpus(recipe):
+    """Validation text from another corpus measures the gap between the corpora, not learning: the
+    books recipes validated on WikiText-2, whose loss rose from step 200 while the training loss
+    fell, and whose next-token accuracy stayed below the most-frequent-token guess. Every recipe
+    holds out a part of its own training documents instead, and its comments say so."""
+    data = load_config(recipe).data
+    assert data.val == [] and 0 < data.val_fraction <= 0.1, (
+        f"{recipe.name} validates on {data.val or 'nothing'}, not on a held-out part of {data.train}")
+    assert "held out" in recipe.read_text(encoding="utf-8")
+
+
 def test_there_is_a_golden_curve_for_the_gpt_recipe():
     assert ROOT / "configs" / "golden" / "gpt-tiny-clm.json" in GOLDEN
 
@@ -60,38 +72,45 @@ def test_compare_flags_a_changed_curve():
     ]
 
 
-#: (recipe, steps, signal, how many times its trivial baseline it must reach on the last 20 steps);
-#: each within about a CPU minute. Measured on the 2-core development machine: CLM next-token
-#: accuracy 0.088 vs 0.052 (most frequent token) at step 150; MLM masked-token accuracy 0.086 vs
-#: 0.052 at step 300 (tokens the input still shows are not scored); ELECTRA discriminator AUC 0.600
-#: vs 0.5 (chance) at step 400; BART target-token accuracy 0.074 vs 0.050 at step 300.
+#: (recipe, steps, signal, how many times its trivial baseline the signal must reach on the
+#: validation text at that step): the steps the README names for each recipe. Measured on the shared
+#: 2-core development machine, on each recipe's held-out validation paragraphs (val signal vs the
+#: most-frequent-token guess, or chance for the AUC): CLM next-token accuracy 0.081 vs 0.053 at step
+#: 150; MLM masked-token accuracy 0.096 vs 0.054 at step 300 (tokens the input still shows are not
+#: scored); ELECTRA discriminator AUC 0.584 vs 0.5 at step 400 (0.54-0.59 over steps 210-400: the
+#: discriminator's task hardens as its generator learns); BART target-token accuracy 0.074 vs 0.052
+#: at step 300; T5 span-token accuracy 0.082 vs 0.071 at step 600.
 SIGNALS = [("gpt-tiny-clm", 150, "next_acc", 1.4),
            ("bert-tiny-mlm", 300, "mlm_acc", 1.4),
-           ("electra-tiny", 400, "disc_auc", 1.1),
+           ("electra-tiny", 400, "disc_auc", 1.05),
            ("bart-tiny", 300, "target_acc", 1.25),
-           ("bert-tiny-wwm", 300, "mlm_acc", 1.3),     # measured 0.091 vs 0.051
-           ("bert-tiny-nsp", 300, "mlm_acc", 1.3),     # 0.081 vs 0.051
-           ("spanbert-tiny", 300, "mlm_acc", 1.2),     # 0.066 vs 0.048
-           ("unilm-tiny", 300, "mlm_acc", 1.2)]        # 0.075 vs 0.052
+           ("bert-tiny-wwm", 300, "mlm_acc", 1.5),     # measured 0.112 vs 0.054
+           ("bert-tiny-nsp", 300, "mlm_acc", 1.3),     # 0.080 vs 0.053
+           ("spanbert-tiny", 300, "mlm_acc", 1.15),    # 0.063 vs 0.049
+           ("unilm-tiny", 300, "mlm_acc", 1.2),        # 0.076 vs 0.055
+           ("prefix-lm-tiny", 300, "next_acc", 1.3),   # 0.084 vs 0.052
+           ("llama-tiny-clm", 300, "next_acc", 1.8),   # 0.139 vs 0.053
+           ("xlnet-tiny", 300, "target_acc", 1.15),    # 0.070 vs 0.053
+           ("transfo-xl-tiny", 300, "next_acc", 1.8),  # 0.124 vs 0.053
+           ("elmo-tiny", 300, "next_acc", 1.3),        # 0.082 vs 0.053
+           ("t5-tiny-spans", 600, "target_acc", 1.07)]
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("recipe,steps,signal,factor", SIGNALS, ids=[s[0] for s in SIGNALS])
 def test_recipe_beats_its_trivial_baseline(recipe, steps, signal, factor, tmp_path, monkeypatch,
                                            shared_data_cache):
-    """The recipe learns within a CPU minute: its objective's own signal, on its own training text,
-    clearly above the trivial answer (measured on the same batches)."""
-    import json
-
+    """The recipe learns within the steps its docs name, measured where it counts: on its held-out
+    validation text the loss is below its start and the objective's own signal clearly above the
+    trivial answer (scored on the same targets). The signal on the training batches is no evidence:
+    the recipes once reached 0.088 vs 0.052 there while validation stayed below the guess."""
     from lmlab.train import pretrain
 
     monkeypatch.chdir(ROOT)
     monkeypatch.setenv("LMLAB_CACHE_DIR", str(shared_data_cache))
-    pretrain(f"configs/{recipe}.toml", tmp_path / "run", log=lambda m: None,
-             overrides=[f"train.max_steps={steps}", f"train.eval_every={steps}",
-                        f"train.checkpoint_every={steps}", "train.progress=off"])
-    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
-    last = [r for r in rows if signal in r][-20:]
-    value = sum(r[signal] for r in last) / len(last)
-    guess = sum(r[f"{signal}_guess"] for r in last) / len(last)
-    assert value > factor * guess, (value, guess)
+    summary = pretrain(f"configs/{recipe}.toml", tmp_path / "run", log=lambda m: None,
+                       overrides=[f"train.max_steps={steps}", f"train.eval_every={steps}",
+                                  f"train.checkpoint_every={steps}", "train.progress=off"])
+    assert summary["val_loss"] < summary["initial_val_loss"], summary["val"]
+    val = summary["val_signals"]
+    assert val[f"val_{signal}"] > factor * val[f"val_{signal}_guess"], summary["val"]

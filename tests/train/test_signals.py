@@ -91,3 +91,23 @@ def test_every_objective_declares_a_signal_with_its_baseline(name):
     assert signals, f"{name} declares no learning signal"
     for metric, baseline, what in signals:
         assert baseline.startswith(metric) and what
+
+
+
+def test_the_validation_text_is_named():
+    """A validation loss means little without its text: held out of the training documents, or
+    named files (another corpus measures the gap between corpora, not learning)."""
+    from lmlab.train.config import DataConfig
+    from lmlab.train.data import describe_val
+
+    held_out = describe_val(DataConfig(train=["books/"], val_fraction=0.05))
+    assert held_out.startswith("5% of the data.train documents, held out")
+    wiki = "$LMLAB_DATA/pretrain/wikitext-2/wiki.valid.tokens"
+    assert describe_val(DataConfig(train=["books/"], val=[wiki])) == "data.val wiki.valid.tokens"
+    assert describe_val(DataConfig(train=["shards/"]), train_is_shards=True) == (
+        "the val split of the data.train shards")
+
+
+def test_the_log_says_where_the_validation_text_comes_from(tiny_data, tmp_path):
+    _, log = _run(tiny_data, tmp_path, "gpt2-tiny", "clm")
+    assert "eval windows) from data.val val;" in log

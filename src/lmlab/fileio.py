@@ -239,16 +239,10 @@ def directory_lock(directory: str | os.PathLike, what: str = "run directory") ->
 def _usual_permissions(directory: Path) -> None:
     """Files and folders under ``directory`` readable as the user's umask says (0644/0755 usually):
     some writers (safetensors) create files private to their owner, unlike everything else."""
-    mask = _umask()
+    mask = ownership.current_umask()
     for p in directory.rglob("*"):
         if not p.is_symlink():
             os.chmod(p, (0o777 if p.is_dir() else 0o666) & ~mask)
-
-
-def _umask() -> int:
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
 
 
 def atomic_write_bytes(dest: str | os.PathLike, data: bytes) -> None:
@@ -263,7 +257,7 @@ def atomic_write_bytes(dest: str | os.PathLike, data: bytes) -> None:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
-        os.chmod(part, 0o666 & ~_umask())
+        os.chmod(part, 0o666 & ~ownership.current_umask())
         os.replace(part, dest)
         shutil.rmtree(tmp, ignore_errors=True)
 

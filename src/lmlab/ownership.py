@@ -66,7 +66,7 @@ def write_manifest(directory: Path, data: dict) -> None:
     text = json.dumps(data, ensure_ascii=True, indent=1, sort_keys=True) + "\n"
     with open(tmp, "w", encoding="utf-8") as f:
         f.write(text)
-    os.chmod(tmp, 0o666 & ~_umask())
+    os.chmod(tmp, 0o666 & ~current_umask())
     os.replace(tmp, directory / MANIFEST)
 
 
@@ -200,8 +200,10 @@ def claim_dir(dest: str | os.PathLike, kind: str, entries: tuple[str, ...], crea
     if resolved.is_dir() and any(p.name not in BOOKKEEPING for p in resolved.iterdir()):
         if manifest is None:
             what = f"was not written by lmlab (it holds {', '.join(foreign_entries(resolved, None))})"
+        elif manifest.get("kind") == kind:  # a finished output of this kind, not a folder filled over time
+            what = f"is a finished {kind} output, not a folder this command fills"
         else:
-            what = f"is a {manifest.get('kind')}, not a {kind}"
+            what = f"is a {manifest.get('kind') or 'folder of other outputs'}, not a {kind}"
         raise LmlabError(f"output folder {given} exists and {what}; nothing was written",
                          "choose a new --out, or move or delete that folder yourself")
     if not create:
@@ -341,7 +343,7 @@ def make_temporary(parent: Path, name: str, kind: str, label: str = "") -> Path:
     parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{name}.tmp-{os.getpid()}-{label}", dir=parent))
     try:
-        os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes it private; give it the usual permissions
+        os.chmod(tmp, 0o777 & ~current_umask())  # mkdtemp makes it private; give it the usual permissions
         start_temporary(tmp, kind)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -361,7 +363,8 @@ def temporary_dir(parent: Path, name: str, kind: str):
         raise
 
 
-def _umask() -> int:
+def current_umask() -> int:
+    """The process umask (read by setting it and putting it back)."""
     mask = os.umask(0o022)
     os.umask(mask)
     return mask

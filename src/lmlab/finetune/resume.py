@@ -61,12 +61,15 @@ def discard(out_dir: Path) -> None:
     """Remove the resume folder of ``out_dir``: what lmlab wrote there, then the folder itself if
     nothing else is left in it."""
     rdir = resume_dir(out_dir)
-    if not rdir.is_dir() or ownership.read_manifest(rdir) is None:
-        return
-    for name in ENTRIES:
-        ownership.remove_owned_tree(rdir, name)
-    if {p.name for p in rdir.iterdir()} <= ownership.BOOKKEEPING:
-        shutil.rmtree(rdir, ignore_errors=True)
+    _clear_owned(rdir)
+    remove_if_only_lock(rdir)
+
+
+def _clear_owned(rdir: Path) -> None:
+    """Delete what lmlab wrote in the resume folder ``rdir``; anything else in it stays."""
+    if rdir.is_dir() and ownership.read_manifest(rdir) is not None:
+        for name in ENTRIES:
+            ownership.remove_owned_tree(rdir, name)
 
 
 def input_identity(data) -> Any:
@@ -111,15 +114,14 @@ def check_start(out_dir: Path, resume: bool, clear: bool = True) -> Path | None:
             raise LmlabError(f"{out_dir} has an interrupted fine-tuning run (its state is in {rdir})",
                              "pass --resume to continue it, or delete that directory to start over")
         return state
-    if rdir.is_dir() and clear and ownership.read_manifest(rdir) is not None:
-        for name in ENTRIES:  # only what lmlab wrote there; anything else in the folder stays
-            ownership.remove_owned_tree(rdir, name)
+    if clear:
+        _clear_owned(rdir)
     return None
 
 
 def remove_if_only_lock(rdir: Path) -> None:
-    """Remove the resume directory when it holds nothing but its lock file (a run that ended, or
-    failed before writing anything there)."""
+    """Remove the resume directory when it holds nothing but lmlab's bookkeeping (its lock and
+    manifest: a run that ended, or failed before writing anything there)."""
     if rdir.is_dir() and {p.name for p in rdir.iterdir()} <= ownership.BOOKKEEPING:
         shutil.rmtree(rdir, ignore_errors=True)
 

@@ -23,7 +23,6 @@ from typing import TypeVar
 from lmlab.errors import LmlabError
 
 #: the data that chooses the epoch and the --lr auto rate
-SELECT_ON = ("dev", "train-slice")
 #: the key prefix of the selection scores in metrics.jsonl (``dev_accuracy``, ``slice_accuracy``)
 ROW_PREFIX = {"dev": "dev", "train-slice": "slice"}
 #: the selection slice draws its examples with this seed offset, so that it is not the same

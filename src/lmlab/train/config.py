@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from lmlab import values
+from lmlab.data.options import DOC_SEPARATORS
 from lmlab.errors import LmlabError
 from lmlab.values import (
     Count,
@@ -58,8 +59,6 @@ DISTRIBUTED = ("auto", "ddp", "fsdp")
 COMPILE_BACKENDS = ("inductor", "aot_eager", "eager")
 ATTENTION = ("auto", "sdpa", "flex")
 PROGRESS = ("auto", "on", "off")
-#: = lmlab.data.prepare.DOC_SEPARATORS (written out: that module loads the tokenizers)
-DOC_SEPARATORS = ("blank-line", "line", "file")
 # the enumerated keys, as value types (lmlab.values)
 Schedule = choice(*SCHEDULES)
 Precision = choice(*PRECISIONS)

@@ -44,16 +44,20 @@ FIT_EXAMPLES = """\
 
 
 def register(sub) -> None:
-    from lmlab.scaling.forms import FORMS
-    from lmlab.scaling.plan import ARCHS
-    from lmlab.scaling.runs import COUNTS
-
     _, ssub = add_group(
         sub,
         "scale",
         "compute-optimal sizing and scaling-law fits",
         "Scaling laws. Run `lmlab scale COMMAND --help` for details.",
     )
+    _register_plan(ssub)
+    _register_fit(ssub)
+
+
+def _register_plan(ssub) -> None:
+    """`lmlab scale plan`: compute-optimal model size and tokens for a FLOPs budget."""
+    from lmlab.scaling.plan import ARCHS
+
     p = add_command(
         ssub,
         "plan",
@@ -101,6 +105,12 @@ def register(sub) -> None:
     )
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
     p.set_defaults(func=run_plan)
+
+
+def _register_fit(ssub) -> None:
+    """`lmlab scale fit`: a scaling law fitted to a series of runs."""
+    from lmlab.scaling.forms import FORMS
+    from lmlab.scaling.runs import COUNTS
 
     f = add_command(ssub, "fit", "fit a scaling law to a series of runs", FIT_DESCRIPTION, FIT_EXAMPLES)
     f.add_argument(

@@ -31,7 +31,14 @@ def register(sub) -> None:
         "Train, apply and inspect subword tokenizers (BPE, byte-level BPE, WordPiece, Unigram).\n"
         "Run `lmlab tokenizer COMMAND --help` for details.",
     )
+    _register_train(tsub)
+    _register_encode(tsub)
+    _register_decode(tsub)
+    _register_inspect(tsub)
 
+
+def _register_train(tsub) -> None:
+    """`lmlab tokenizer train`: learn a vocabulary from text files."""
     p = add_command(
         tsub,
         "train",
@@ -78,6 +85,9 @@ def register(sub) -> None:
                    help="encoding of the input files (e.g. latin-1)")
     p.set_defaults(func=run_train, out_kind=("tokenizer.json", "tokenizer"))
 
+
+def _register_encode(tsub) -> None:
+    """`lmlab tokenizer encode`: tokens and ids of a text or of every line of a file."""
     p = add_command(
         tsub,
         "encode",
@@ -105,6 +115,9 @@ def register(sub) -> None:
     )
     p.set_defaults(func=run_encode)
 
+
+def _register_decode(tsub) -> None:
+    """`lmlab tokenizer decode`: token ids back to text."""
     p = add_command(
         tsub,
         "decode",
@@ -122,6 +135,9 @@ def register(sub) -> None:
     p.add_argument("--skip-special-tokens", action="store_true", help="leave out special tokens like [CLS]")
     p.set_defaults(func=run_decode)
 
+
+def _register_inspect(tsub) -> None:
+    """`lmlab tokenizer inspect`: what a tokenizer contains."""
     p = add_command(
         tsub,
         "inspect",

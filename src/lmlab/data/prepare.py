@@ -226,6 +226,50 @@ def prepare_shards(tokenizer: str | os.PathLike, inputs: Sequence[str | os.PathL
     while writing; ``out`` is then left exactly as it was (absent, or the previous shards).
     """
     t0 = time.perf_counter()
+    files, workers, workers_note = _check_options(inputs, val_fraction, workers, shard_tokens, doc_separator,
+                                                  seed, encoding)
+    tok = load_tokenizer(tokenizer)
+    eos_id = _eos_id(tok, tokenizer) if append_eos else None
+    dtype = dtype_for_vocab(tok.vocab_size)
+    out = Path(out)
+    _check_out(out, files)
+    if progress is None:
+        progress = sys.stderr.isatty()
+    # spawn (the parent may hold threads that a fork would copy mid-lock), unless that would run an
+    # unguarded script again; then fork, or this process (lmlab.processes)
+    method = None if workers == 1 else start_method("data preparation", workers)
+    if method is None:
+        workers = 1
+
+    replaced = (out / INDEX_FILE).is_file()  # atomic_dir refuses an ``out`` that is not earlier shards
+    with atomic_dir(out, marker=INDEX_FILE, what="token-shards") as tmp:
+        tok_dir = tok.save(tmp / TOKENIZER_DIR)
+        writers = {s: ShardWriter(tmp, s, dtype, shard_tokens) for s in SPLITS}
+        per_file: list[dict[str, Any]] = []
+        documents = _documents(files, doc_separator, encoding, text_field, per_file)
+        init_args = (str(tok_dir), dtype.str, seed, val_fraction, eos_id)
+        _encode_into(writers, documents, method, workers, init_args, files, progress)
+        splits = {s: w.close() for s, w in writers.items()}
+        _check_splits(splits, val_fraction)
+        write_index(
+            tmp, dtype, tok.vocab_size, splits,
+            tokenizer={"dir": TOKENIZER_DIR, "source": str(Path(tokenizer).resolve()), "algo": tok.algo,
+                       "sha256": tokenizer_sha256(tok_dir)},
+            documents={"separator": doc_separator, "boundaries": "doc_starts", "eos_appended": append_eos,
+                       "eos_id": eos_id},
+            split={"val_fraction": val_fraction, "seed": seed, "hash": "blake2b-64(utf8(text), key=seed)"},
+            encoding=encoding, shard_tokens=shard_tokens, inputs=per_file,
+        )
+    seconds = time.perf_counter() - t0
+    total = sum(s["bytes"] for s in splits.values())
+    return PrepareSummary(out, dtype.name, tok.vocab_size, splits, seconds, total, workers, per_file,
+                          val_fraction, replaced, workers_note)
+
+
+def _check_options(inputs, val_fraction: float, workers: int | None, shard_tokens: int, doc_separator: str,
+                   seed: int, encoding: str) -> tuple[list[Path], int, str | None]:
+    """The input files, the worker count and its note (:func:`cap_workers`), after checking every
+    option of :func:`prepare_shards` that needs no tokenizer."""
     if not isinstance(inputs, (list, tuple)) or not inputs:
         raise LmlabError("no input files given", "pass one or more text files")
     files = [Path(f) if is_dataset_dir(f) else check_input_file(f) for f in inputs]
@@ -243,76 +287,60 @@ def prepare_shards(tokenizer: str | os.PathLike, inputs: Sequence[str | os.PathL
     if not -(2**63) <= seed < 2**63:
         raise LmlabError(f"seed {seed} does not fit in 64 bits", "pass a smaller --seed")
     check_encoding(encoding)
-    tok = load_tokenizer(tokenizer)
-    eos_id = None
-    if append_eos:
-        eos_id = tok.eos_id
-        if eos_id is None:
-            raise LmlabError(f"tokenizer {tokenizer} has no end-of-sequence token for --append-eos",
-                             "train it with an </s> or <|endoftext|> special token, or drop --append-eos")
-    dtype = dtype_for_vocab(tok.vocab_size)
-    out = Path(out)
-    _check_out(out, files)
-    if progress is None:
-        progress = sys.stderr.isatty()
-    # spawn (the parent may hold threads that a fork would copy mid-lock), unless that would run an
-    # unguarded script again; then fork, or this process (lmlab.processes)
-    method = None if workers == 1 else start_method("data preparation", workers)
-    if method is None:
-        workers = 1
+    return files, workers, workers_note
 
-    replaced = (out / INDEX_FILE).is_file()  # atomic_dir refuses an ``out`` that is not earlier shards
-    with atomic_dir(out, marker=INDEX_FILE, what="token-shards") as tmp:
-        tok_dir = tok.save(tmp / TOKENIZER_DIR)
-        writers = {s: ShardWriter(tmp, s, dtype, shard_tokens) for s in SPLITS}
-        per_file: list[dict[str, Any]] = []
 
-        def documents() -> Iterator[str]:
-            for f in files:
-                n = 0
-                for doc in iter_documents(f, doc_separator, encoding, text_field):
-                    n += 1
-                    yield doc
-                if n == 0:
-                    raise LmlabError(f"input file {f} holds only whitespace", "pass files that contain text")
-                per_file.append({"path": str(f.resolve()), "bytes": input_bytes(f), "documents": n})
+def _eos_id(tok, tokenizer) -> int:
+    """The end-of-sequence id that --append-eos appends (an error when the tokenizer has none)."""
+    eos_id = tok.eos_id
+    if eos_id is None:
+        raise LmlabError(f"tokenizer {tokenizer} has no end-of-sequence token for --append-eos",
+                         "train it with an </s> or <|endoftext|> special token, or drop --append-eos")
+    return eos_id
 
-        init_args = (str(tok_dir), dtype.str, seed, val_fraction, eos_id)
-        try:
-            # the workers start before the progress bar's thread does (a fork copies no thread)
-            with _encoder(method, workers, init_args) as encode:
-                bar = _progress_bar(sum(input_bytes(f) for f in files), progress)
-                try:
-                    for result in encode(_batches(documents())):
-                        for split, (ids, lengths, nbytes) in result.items():
-                            writers[split].add(ids, lengths, nbytes)
-                            bar.update(nbytes)
-                finally:
-                    bar.close()
-        except BaseException:
-            for w in writers.values():
-                w.abort()
-            raise
-        splits = {s: w.close() for s, w in writers.items()}
-        if splits["train"]["tokens"] == 0:
-            raise LmlabError("no document went to the train split", "lower --val-fraction or add more text")
-        if val_fraction > 0 and splits["val"]["tokens"] == 0:
-            raise LmlabError(f"no document went to the val split ({splits['train']['documents']} documents, "
-                             f"val fraction {val_fraction})", "raise --val-fraction or add more text")
-        write_index(
-            tmp, dtype, tok.vocab_size, splits,
-            tokenizer={"dir": TOKENIZER_DIR, "source": str(Path(tokenizer).resolve()), "algo": tok.algo,
-                       "sha256": tokenizer_sha256(tok_dir)},
-            documents={"separator": doc_separator, "boundaries": "doc_starts", "eos_appended": append_eos,
-                       "eos_id": eos_id},
-            split={"val_fraction": val_fraction, "seed": seed, "hash": "blake2b-64(utf8(text), key=seed)"},
-            encoding=encoding, shard_tokens=shard_tokens, inputs=per_file,
-        )
-    seconds = time.perf_counter() - t0
-    total = sum(s["bytes"] for s in splits.values())
-    return PrepareSummary(out, dtype.name, tok.vocab_size, splits, seconds, total, workers, per_file,
-                          val_fraction, replaced, workers_note)
 
+def _documents(files: list[Path], doc_separator: str, encoding: str, text_field: str,
+               per_file: list[dict[str, Any]]) -> Iterator[str]:
+    """Every document of ``files`` in order; each file's path, size and documents join ``per_file``
+    once it is read (an error for a file without any text)."""
+    for f in files:
+        n = 0
+        for doc in iter_documents(f, doc_separator, encoding, text_field):
+            n += 1
+            yield doc
+        if n == 0:
+            raise LmlabError(f"input file {f} holds only whitespace", "pass files that contain text")
+        per_file.append({"path": str(f.resolve()), "bytes": input_bytes(f), "documents": n})
+
+
+def _encode_into(writers: dict[str, ShardWriter], documents: Iterable[str], method: str | None, workers: int,
+                 init_args: tuple, files: list[Path], progress: bool) -> None:
+    """Encode ``documents`` (those of ``files``, on ``workers`` processes) into the split ``writers``;
+    on any error the writers are aborted."""
+    try:
+        # the workers start before the progress bar's thread does (a fork copies no thread)
+        with _encoder(method, workers, init_args) as encode:
+            bar = _progress_bar(sum(input_bytes(f) for f in files), progress)
+            try:
+                for result in encode(_batches(documents)):
+                    for split, (ids, lengths, nbytes) in result.items():
+                        writers[split].add(ids, lengths, nbytes)
+                        bar.update(nbytes)
+            finally:
+                bar.close()
+    except BaseException:
+        for w in writers.values():
+            w.abort()
+        raise
+
+
+def _check_splits(splits: dict[str, dict[str, Any]], val_fraction: float) -> None:
+    """A train split with tokens, and a val split with tokens when one was asked for."""
+    if splits["train"]["tokens"] == 0:
+        raise LmlabError("no document went to the train split", "lower --val-fraction or add more text")
+    if val_fraction > 0 and splits["val"]["tokens"] == 0:
+        raise LmlabError(f"no document went to the val split ({splits['train']['documents']} documents, "
+                         f"val fraction {val_fraction})", "raise --val-fraction or add more text")
 
 def _progress_bar(total: int, enabled: bool):
     from tqdm import tqdm

@@ -63,20 +63,8 @@ def train_word2vec(
     (``SparseAdam`` on the mean loss, ``lr`` default 0.01, also decayed): fewer epochs on small
     corpora, where SGD's rare words see too few updates.
     """
-    if mode not in MODES:
-        raise LmlabError(f"unknown word2vec mode {mode!r}", "use 'skipgram' or 'cbow'")
-    if optimizer not in ("sgd", "adam"):
-        raise LmlabError(f"unknown optimizer {optimizer!r}", "use 'sgd' or 'adam'")
-    for name, v in (
-        ("dim", dim),
-        ("window", window),
-        ("negative", negative),
-        ("epochs", epochs),
-        ("batch_size", batch_size),
-        ("min_count", min_count),
-    ):
-        if not isinstance(v, int) or v < 1:
-            raise LmlabError(f"{name} must be a positive integer, got {v!r}", f"set {name} to e.g. 5")
+    _check_options(mode, optimizer, dim=dim, window=window, negative=negative, epochs=epochs,
+                   batch_size=batch_size, min_count=min_count)
     tokens = corpus_words(texts)
     vocab = Vocabulary.build(tokens, min_count, max_vocab)
     if len(vocab) < 2:
@@ -101,14 +89,7 @@ def train_word2vec(
     total_steps = max(1, int(epochs * est / batch_size))
     step = 0
     for _ in range(epochs):
-        kept = subsample(ids, keep, rng)
-        if mode == "skipgram":
-            a, b = skipgram_pairs(kept, window, rng)
-            examples = (torch.from_numpy(a), torch.from_numpy(b))
-        else:
-            ctx = context_matrix(kept, window, rng)
-            has = (ctx >= 0).any(1)
-            examples = (torch.from_numpy(ctx[has]), torch.from_numpy(kept[has]))
+        examples = _epoch_examples(ids, keep, mode, window, rng)
         n = len(examples[0])
         order = torch.from_numpy(rng.permutation(n))
         for start in range(0, n, batch_size):
@@ -127,3 +108,27 @@ def train_word2vec(
             opt.step()
             step += 1
     return WordVectors(vocab.words, in_embed.detach().numpy().copy())
+
+
+def _check_options(mode: str, optimizer: str, **counts) -> None:
+    """The mode, the optimizer and the positive integers (``dim``, ``window``...) of train_word2vec."""
+    if mode not in MODES:
+        raise LmlabError(f"unknown word2vec mode {mode!r}", "use 'skipgram' or 'cbow'")
+    if optimizer not in ("sgd", "adam"):
+        raise LmlabError(f"unknown optimizer {optimizer!r}", "use 'sgd' or 'adam'")
+    for name, v in counts.items():
+        if not isinstance(v, int) or v < 1:
+            raise LmlabError(f"{name} must be a positive integer, got {v!r}", f"set {name} to e.g. 5")
+
+
+def _epoch_examples(ids: np.ndarray, keep: np.ndarray, mode: str, window: int,
+                    rng: np.random.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """One epoch's examples after subsampling: (centre, context) pairs for skip-gram, (context
+    rows, centre) for CBOW (rows without any context word left out)."""
+    kept = subsample(ids, keep, rng)
+    if mode == "skipgram":
+        a, b = skipgram_pairs(kept, window, rng)
+        return torch.from_numpy(a), torch.from_numpy(b)
+    ctx = context_matrix(kept, window, rng)
+    has = (ctx >= 0).any(1)
+    return torch.from_numpy(ctx[has]), torch.from_numpy(kept[has])

@@ -189,59 +189,18 @@ def generate(model, input_ids: torch.Tensor, attention_mask: torch.Tensor | None
     """
     cfg = model.config
     kind = getattr(model, "architecture", "")
-    if kind not in ("decoder", "seq2seq", "rnn") or getattr(cfg, "family", "") == "elmo":
-        name = getattr(cfg, "family", kind) or type(model).__name__
-        raise LmlabError(f"a {name} model cannot generate text",
-                         "generate with a decoder (gpt2, llama), an encoder-decoder (t5, bart) or an lstm LM")
-    heads = tuple(getattr(model, "head_names", ()) or ())
-    if kind == "decoder" and heads and heads[0] != "lm":
-        raise LmlabError(f"this decoder's first head is {heads[0]!r} (a fine-tuned classifier), not the "
-                         "language-model head, so it scores texts instead of continuing them",
-                         "generate with the pretrained checkpoint, or score texts with `lmlab evaluate`")
+    _check_can_generate(model, kind)
     input_ids = _check_prompt(model, input_ids)
-    if attention_mask is not None:
-        if attention_mask.shape != input_ids.shape:
-            raise LmlabError(f"attention_mask has shape {tuple(attention_mask.shape)}, input_ids "
-                             f"{tuple(input_ids.shape)}", "pass one mask entry per token")
-        if kind == "rnn" and not bool(attention_mask.all()):
-            raise LmlabError("the LSTM LM cannot generate from padded prompts",
-                             "generate one prompt at a time")
-    if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
-        raise LmlabError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}", "e.g. 50")
-    if not isinstance(num_beams, int) or num_beams < 1:
-        raise LmlabError(f"num_beams must be a positive integer, got {num_beams!r}", "1 = no beam search")
-    if not isinstance(num_return_sequences, int) or num_return_sequences < 1:
-        raise LmlabError(f"num_return_sequences must be a positive integer, got {num_return_sequences!r}",
-                         "e.g. 1")
-    if num_beams > 1 and num_return_sequences > num_beams:
-        raise LmlabError(f"num_return_sequences {num_return_sequences} exceeds num_beams {num_beams}",
-                         f"use num_beams >= {num_return_sequences}")
-    if num_beams == 1 and not do_sample and num_return_sequences > 1:
-        raise LmlabError("greedy decoding returns one sequence per prompt",
-                         "set do_sample=True (or num_beams >= num_return_sequences) for several")
+    _check_options(kind, input_ids, attention_mask, max_new_tokens=max_new_tokens, do_sample=do_sample,
+                   num_beams=num_beams, num_return_sequences=num_return_sequences)
     check_sampling_options(temperature if do_sample else 1.0, top_k, top_p, repetition_penalty)
-
-    if eos_token_id is None:
-        eos_token_id = getattr(cfg, "eos_token_id", None)
-    if eos_token_id is None:
-        eos = []
-    else:
-        eos = [eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id)
-    stops = _Stops(eos, stop_sequences)
-    for t in stops.eos + [t for s in stops.sequences for t in s]:
-        if not 0 <= t < cfg.vocab_size:
-            raise LmlabError(f"stop token id {t} is out of range for the vocabulary of {cfg.vocab_size}",
-                             "pass ids from the model's tokenizer")
+    stops = _stop_conditions(cfg, eos_token_id, stop_sequences)
     if pad_token_id is None:
         pad_token_id = getattr(cfg, "pad_token_id", None)
     if pad_token_id is None:
-        pad_token_id = eos[0] if eos else 0
+        pad_token_id = stops.eos[0] if stops.eos else 0
     if kind == "seq2seq":
-        if decoder_start_token_id is None:
-            decoder_start_token_id = getattr(cfg, "decoder_start_token_id", None)
-        if decoder_start_token_id is None:
-            raise LmlabError("the model config has no decoder_start_token_id",
-                             "pass decoder_start_token_id=...")
+        decoder_start_token_id = _decoder_start(cfg, decoder_start_token_id)
     _check_length(model, input_ids.shape[1] if kind != "seq2seq" else 1, max_new_tokens)
     rows = input_ids.shape[0] * (num_beams if num_beams > 1 else num_return_sequences)
     need = generation_bytes(model, rows, input_ids.shape[1], max_new_tokens, use_cache, num_beams)
@@ -268,6 +227,72 @@ def generate(model, input_ids: torch.Tensor, attention_mask: torch.Tensor | None
                                 pad_token_id=pad_token_id, generator=generator)
     finally:
         model.train(was_training)
+
+
+def _check_can_generate(model, kind: str) -> None:
+    """Only decoders, encoder-decoders and the LSTM LM generate, and a decoder only with its LM head."""
+    cfg = model.config
+    if kind not in ("decoder", "seq2seq", "rnn") or getattr(cfg, "family", "") == "elmo":
+        name = getattr(cfg, "family", kind) or type(model).__name__
+        raise LmlabError(f"a {name} model cannot generate text",
+                         "generate with a decoder (gpt2, llama), an encoder-decoder (t5, bart) or an lstm LM")
+    heads = tuple(getattr(model, "head_names", ()) or ())
+    if kind == "decoder" and heads and heads[0] != "lm":
+        raise LmlabError(f"this decoder's first head is {heads[0]!r} (a fine-tuned classifier), not the "
+                         "language-model head, so it scores texts instead of continuing them",
+                         "generate with the pretrained checkpoint, or score texts with `lmlab evaluate`")
+
+
+def _check_options(kind: str, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, *,
+                   max_new_tokens, do_sample: bool, num_beams, num_return_sequences) -> None:
+    """The mask, lengths and counts of :func:`generate`, each a one-line error when wrong."""
+    if attention_mask is not None:
+        if attention_mask.shape != input_ids.shape:
+            raise LmlabError(f"attention_mask has shape {tuple(attention_mask.shape)}, input_ids "
+                             f"{tuple(input_ids.shape)}", "pass one mask entry per token")
+        if kind == "rnn" and not bool(attention_mask.all()):
+            raise LmlabError("the LSTM LM cannot generate from padded prompts",
+                             "generate one prompt at a time")
+    if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+        raise LmlabError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}", "e.g. 50")
+    if not isinstance(num_beams, int) or num_beams < 1:
+        raise LmlabError(f"num_beams must be a positive integer, got {num_beams!r}", "1 = no beam search")
+    if not isinstance(num_return_sequences, int) or num_return_sequences < 1:
+        raise LmlabError(f"num_return_sequences must be a positive integer, got {num_return_sequences!r}",
+                         "e.g. 1")
+    if num_beams > 1 and num_return_sequences > num_beams:
+        raise LmlabError(f"num_return_sequences {num_return_sequences} exceeds num_beams {num_beams}",
+                         f"use num_beams >= {num_return_sequences}")
+    if num_beams == 1 and not do_sample and num_return_sequences > 1:
+        raise LmlabError("greedy decoding returns one sequence per prompt",
+                         "set do_sample=True (or num_beams >= num_return_sequences) for several")
+
+
+def _stop_conditions(cfg, eos_token_id: int | Sequence[int] | None,
+                     stop_sequences: Sequence[Sequence[int]]) -> _Stops:
+    """The stop tokens (None: the config's ``eos_token_id``) and sequences, each id checked."""
+    if eos_token_id is None:
+        eos_token_id = getattr(cfg, "eos_token_id", None)
+    if eos_token_id is None:
+        eos = []
+    else:
+        eos = [eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id)
+    stops = _Stops(eos, stop_sequences)
+    for t in stops.eos + [t for s in stops.sequences for t in s]:
+        if not 0 <= t < cfg.vocab_size:
+            raise LmlabError(f"stop token id {t} is out of range for the vocabulary of {cfg.vocab_size}",
+                             "pass ids from the model's tokenizer")
+    return stops
+
+
+def _decoder_start(cfg, decoder_start_token_id: int | None) -> int:
+    """An encoder-decoder's first decoder token: the one given, else the config's."""
+    if decoder_start_token_id is None:
+        decoder_start_token_id = getattr(cfg, "decoder_start_token_id", None)
+    if decoder_start_token_id is None:
+        raise LmlabError("the model config has no decoder_start_token_id",
+                         "pass decoder_start_token_id=...")
+    return decoder_start_token_id
 
 
 def generation_bytes(model, rows: int, prompt_len: int, max_new_tokens: int, use_cache: bool = True,
@@ -357,12 +382,7 @@ def beam_search(state: _Decoding, processors: Sequence[LogitsProcessor], stops: 
     # running beams: only beam 0 is live at first, so the first step does not pick K copies of one token
     run_scores = torch.full((B, K), NEG_INF, device=dev)
     run_scores[:, 0] = 0.0
-    # finished hypotheses: K slots per prompt, sequences padded to the final length
-    total_len = prompt_len + max_new_tokens
-    fin_tokens = torch.full((B, K, total_len), pad_token_id, dtype=torch.long, device=dev)
-    fin_scores = torch.full((B, K), NEG_INF, device=dev)
-    fin_lengths = torch.zeros((B, K), dtype=torch.long, device=dev)
-    fin_filled = torch.zeros((B, K), dtype=torch.bool, device=dev)
+    finished = _Finished(B, K, prompt_len + max_new_tokens, pad_token_id, dev)
     open_rows = torch.ones(B, dtype=torch.bool, device=dev)   # rows whose finished set can still improve
     batch_base = (torch.arange(B, device=dev) * K)[:, None]
 
@@ -372,13 +392,7 @@ def beam_search(state: _Decoding, processors: Sequence[LogitsProcessor], stops: 
         V = logprobs.shape[-1]
         n_keep = min(n_keep, K * V)
         total = (logprobs.view(B, K, V) + run_scores[:, :, None]).view(B, K * V)
-        if do_sample:
-            cand = torch.multinomial(total.softmax(dim=-1), n_keep, generator=generator)
-            cand_scores = total.gather(1, cand)
-            cand_scores, order = cand_scores.sort(dim=1, descending=True)
-            cand = cand.gather(1, order)
-        else:
-            cand_scores, cand = torch.topk(total, n_keep, dim=1)
+        cand_scores, cand = _rank_candidates(total, n_keep, do_sample, generator)
         cand_beam, cand_token = cand // V, cand % V
         cand_rows = (batch_base + cand_beam).view(-1)
         cand_seqs = torch.cat([state.tokens.index_select(0, cand_rows), cand_token.view(-1, 1)], dim=1)
@@ -389,24 +403,7 @@ def beam_search(state: _Decoding, processors: Sequence[LogitsProcessor], stops: 
             stopped = stops.hit(cand_seqs, step + 1).view(B, n_keep)
         else:
             stopped = torch.zeros_like(cand_scores, dtype=torch.bool)
-
-        # finished hypotheses: stopping candidates among the first K, length-normalised
-        gen_len = cur_len + 1 - prompt_len
-        new_fin = stopped.clone()
-        new_fin[:, K:] = False
-        new_fin &= open_rows[:, None]
-        norm = cand_scores / (gen_len ** length_penalty)
-        norm = torch.where(new_fin, norm, torch.full_like(norm, NEG_INF))
-        merged_scores = torch.cat([fin_scores, norm], dim=1)
-        keep = torch.topk(merged_scores, K, dim=1).indices
-        cand_padded = torch.full((B, n_keep, total_len), pad_token_id, dtype=torch.long, device=dev)
-        cand_padded[:, :, :cur_len + 1] = cand_seqs.view(B, n_keep, -1)
-        fin_tokens = torch.cat([fin_tokens, cand_padded], dim=1).gather(
-            1, keep[:, :, None].expand(-1, -1, total_len))
-        fin_scores = merged_scores.gather(1, keep)
-        fin_lengths = torch.cat([fin_lengths, torch.full_like(cand_scores, cur_len + 1, dtype=torch.long)],
-                                dim=1).gather(1, keep)
-        fin_filled = torch.cat([fin_filled, new_fin], dim=1).gather(1, keep)
+        finished.add(cand_scores, cand_seqs, stopped, open_rows, cur_len + 1 - prompt_len, length_penalty)
         if last_step:
             break
 
@@ -420,11 +417,65 @@ def beam_search(state: _Decoding, processors: Sequence[LogitsProcessor], stops: 
 
         # a row is done once its K finished hypotheses cannot be beaten by its best running beam
         best_running = run_scores[:, 0] / ((cur_len + 1 - prompt_len) ** length_penalty)
-        worst_finished = fin_scores.masked_fill(~fin_filled, NEG_INF).min(dim=1).values
-        open_rows &= ~(fin_filled.all(dim=1) & (best_running <= worst_finished))
+        open_rows &= ~(finished.filled.all(dim=1) & (best_running <= finished.worst()))
         if not bool(open_rows.any()):
             break
+    return finished.best(num_return_sequences)
 
-    best = fin_tokens[:, :num_return_sequences].reshape(B * num_return_sequences, total_len)
-    longest = int(fin_lengths[:, :num_return_sequences].max())
-    return best[:, :longest]
+
+def _rank_candidates(total: torch.Tensor, n_keep: int, do_sample: bool,
+                     generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(scores, indices)`` of ``n_keep`` continuations per row of ``total`` (``[B, K * V]``), best
+    first: the top ones, or (beam sampling) ones drawn from ``softmax(total)``."""
+    if do_sample:
+        cand = torch.multinomial(total.softmax(dim=-1), n_keep, generator=generator)
+        cand_scores = total.gather(1, cand)
+        cand_scores, order = cand_scores.sort(dim=1, descending=True)
+        return cand_scores, cand.gather(1, order)
+    return torch.topk(total, n_keep, dim=1)
+
+
+class _Finished:
+    """The ``K`` best finished hypotheses per prompt: their tokens (padded with ``pad_token_id`` to
+    ``total_len``), length-normalised scores, lengths, and which slots hold one."""
+
+    def __init__(self, B: int, K: int, total_len: int, pad_token_id: int, dev: torch.device):
+        self.pad_token_id = pad_token_id
+        self.tokens = torch.full((B, K, total_len), pad_token_id, dtype=torch.long, device=dev)
+        self.scores = torch.full((B, K), NEG_INF, device=dev)
+        self.lengths = torch.zeros((B, K), dtype=torch.long, device=dev)
+        self.filled = torch.zeros((B, K), dtype=torch.bool, device=dev)
+
+    def add(self, cand_scores: torch.Tensor, cand_seqs: torch.Tensor, stopped: torch.Tensor,
+            open_rows: torch.Tensor, gen_len: int, length_penalty: float) -> None:
+        """Keep the best of the finished hypotheses and the candidates (``[B, n_keep]`` scores,
+        ``[B * n_keep, L]`` sequences) that stopped among the first ``K`` of an open row."""
+        (B, K, total_len), n_keep = self.tokens.shape, cand_scores.shape[1]
+        seq_len = cand_seqs.shape[1]
+        new_fin = stopped.clone()
+        new_fin[:, K:] = False
+        new_fin &= open_rows[:, None]
+        norm = cand_scores / (gen_len ** length_penalty)
+        norm = torch.where(new_fin, norm, torch.full_like(norm, NEG_INF))
+        merged_scores = torch.cat([self.scores, norm], dim=1)
+        keep = torch.topk(merged_scores, K, dim=1).indices
+        cand_padded = torch.full((B, n_keep, total_len), self.pad_token_id, dtype=torch.long,
+                                 device=cand_scores.device)
+        cand_padded[:, :, :seq_len] = cand_seqs.view(B, n_keep, -1)
+        self.tokens = torch.cat([self.tokens, cand_padded], dim=1).gather(
+            1, keep[:, :, None].expand(-1, -1, total_len))
+        self.scores = merged_scores.gather(1, keep)
+        self.lengths = torch.cat([self.lengths, torch.full_like(cand_scores, seq_len, dtype=torch.long)],
+                                 dim=1).gather(1, keep)
+        self.filled = torch.cat([self.filled, new_fin], dim=1).gather(1, keep)
+
+    def worst(self) -> torch.Tensor:
+        """``[B]``: the lowest score among each row's finished hypotheses (``NEG_INF`` if a slot is empty)."""
+        return self.scores.masked_fill(~self.filled, NEG_INF).min(dim=1).values
+
+    def best(self, n: int) -> torch.Tensor:
+        """The ``n`` best hypotheses of each prompt, ``[B * n, L]``, cut to the longest of them."""
+        B, _, total_len = self.tokens.shape
+        best = self.tokens[:, :n].reshape(B * n, total_len)
+        longest = int(self.lengths[:, :n].max())
+        return best[:, :longest]

@@ -17,6 +17,10 @@ arm at the baseline or at zero is flagged with the reason, in the table, the CSV
 Validation losses of different objectives are *not* comparable (an MLM loss is measured on 15%
 of the tokens, a causal LM loss on all of them, ELECTRA's is a weighted sum of two losses); they
 compare sizes and budgets within one objective. The downstream columns compare objectives.
+
+The records are read in :mod:`lmlab.lab.report_records`, the rows built in
+:mod:`lmlab.lab.report_rows`, the plots drawn in :mod:`lmlab.lab.report_plots`; this module writes
+the tables, the claims and the files (and still exports those modules' public names).
 """
 
 from __future__ import annotations
@@ -28,8 +32,20 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from lmlab.fileio import atomic_write_bytes, atomic_write_text, read_json, write_json
-from lmlab.lab.baselines import DIAGNOSTICS, arm_flags, short_flags, task_baselines
+from lmlab.fileio import atomic_write_text, write_json
+from lmlab.lab.baselines import short_flags
+from lmlab.lab.report_plots import plot_downstream, plot_loss_vs_compute
+from lmlab.lab.report_records import (  # noqa: F401 (re-exported: the report's input lives there)
+    collect_records,
+    selection_markdown,
+    selection_of,
+)
+from lmlab.lab.report_rows import (  # noqa: F401 (re-exported: the report's rows live there)
+    aggregate,
+    baselines_of,
+    mean_std,
+    metric_columns,
+)
 
 __all__ = [
     "aggregate",
@@ -46,65 +62,6 @@ __all__ = [
     "plot_loss_vs_compute",
     "write_report",
 ]
-
-
-# --------------------------------------------------------------------------- numbers
-
-
-def mean_std(values: list[float]) -> tuple[float, float, int]:
-    """(mean, sample standard deviation, n) of the finite values; std is nan for fewer than 2."""
-    vals = [float(v) for v in values if v is not None and math.isfinite(float(v))]
-    if not vals:
-        return math.nan, math.nan, 0
-    return statistics.fmean(vals), (statistics.stdev(vals) if len(vals) > 1 else math.nan), len(vals)
-
-
-def metric_columns(records: list[dict[str, Any]], diagnostics: bool = False) -> list[tuple[str, str]]:
-    """(task, metric) pairs in the order they first appear; the diagnostic ones (the share of
-    answers outside the label set) only with ``diagnostics``."""
-    cols: list[tuple[str, str]] = []
-    for r in records:
-        for task, metrics in (r.get("tasks") or {}).items():
-            for m in metrics:
-                if (task, m) not in cols and (diagnostics or m not in DIAGNOSTICS):
-                    cols.append((task, m))
-    return cols
-
-
-def aggregate(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One row per (arm, size), in order of first appearance, numbers over seeds."""
-    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    for r in records:
-        groups.setdefault((r["arm"], r["size"]), []).append(r)
-    sizes = {r["size"] for r in records}
-    cols = metric_columns(records)
-    baselines = task_baselines(records)
-    rows = []
-    for (arm, size), rs in groups.items():
-        first = rs[0]
-        row = {
-            "run": arm if len(sizes) == 1 else f"{arm}/{size}",
-            "arm": arm,
-            "size": size,
-            "objective": first.get("objective", ""),
-            "preset": first.get("preset", ""),
-            "seeds": len(rs),
-            "parameters": first.get("parameters"),
-            "flops": statistics.fmean(float(r.get("flops") or 0.0) for r in rs),
-            "tokens": _whole(statistics.fmean(float(r.get("tokens") or 0) for r in rs)),
-            "val_loss": mean_std([r.get("val_loss") for r in rs]),
-            "metrics": {
-                f"{t} {m}": mean_std([(r.get("tasks") or {}).get(t, {}).get(m) for r in rs]) for t, m in cols
-            },
-            "baselines": {f"{t} {m}": baselines.get(f"{t} {m}") for t, m in cols},
-            "flags": arm_flags(rs, baselines),
-        }
-        rows.append(row)
-    return rows
-
-
-def _whole(x: float) -> float | int:
-    return int(x) if float(x).is_integer() else x
 
 
 # --------------------------------------------------------------------------- contrasts
@@ -217,10 +174,6 @@ def _pm(stat: tuple[float, float, int], digits: int = 4) -> str:
     return f"{mean:.{digits}f}" if not math.isfinite(std) else f"{mean:.{digits}f} ± {std:.{digits}f}"
 
 
-def _baselines_of(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    return {m: b for m, b in (rows[0].get("baselines") or {}).items() if b} if rows else {}
-
-
 def _score_cell(stat: tuple[float, float, int], base: dict[str, Any] | None) -> str:
     """``0.6751 ± 0.0037 (+0.1659)``: the score and, when the task has a baseline, the difference."""
     text = _pm(stat)
@@ -234,7 +187,7 @@ def markdown_table(rows: list[dict[str, Any]]) -> str:
     the difference to the task's baseline), seeds, and the flags. When baselines are known, the
     first row is the baseline itself (the trivial answer, no model)."""
     metric_names = list(rows[0]["metrics"]) if rows else []
-    baselines = _baselines_of(rows)
+    baselines = baselines_of(rows)
     flagged = any(r.get("flags") for r in rows)
     head = ["run", "objective", "params", "FLOPs", "tokens", "val loss", *metric_names, "seeds"]
     head += ["flags"] if flagged else []
@@ -262,7 +215,7 @@ def markdown_table(rows: list[dict[str, Any]]) -> str:
 
 def baseline_lines(rows: list[dict[str, Any]]) -> list[str]:
     """One line per task metric with a baseline: what the trivial answer is and scores."""
-    return [f"{name}: {b['value']:.4f} ({b['answer']}, no model)" for name, b in _baselines_of(rows).items()]
+    return [f"{name}: {b['value']:.4f} ({b['answer']}, no model)" for name, b in baselines_of(rows).items()]
 
 
 def flag_lines(rows: list[dict[str, Any]]) -> list[str]:
@@ -286,7 +239,7 @@ def csv_text(rows: list[dict[str, Any]]) -> str:
         "val_loss_mean",
         "val_loss_std",
     ]
-    baselines = _baselines_of(rows)
+    baselines = baselines_of(rows)
     for m in metric_names:
         key = m.replace(" ", "_")
         head += [f"{key}_mean", f"{key}_std", f"{key}_n"] + ([f"{key}_baseline"] if m in baselines else [])
@@ -363,235 +316,6 @@ def runs_csv_text(records: list[dict[str, Any]]) -> str:
             ]
         )
     return buf.getvalue()
-
-
-# --------------------------------------------------------------------------- plots
-
-
-def _save(fig, path: Path) -> None:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
-    atomic_write_bytes(path, buf.getvalue())
-
-
-def plot_loss_vs_compute(records: list[dict[str, Any]], path: str | Path, title: str = "") -> bool:
-    """Validation loss against pretraining FLOPs (log axis; the step-0 loss is left out), one panel
-    per objective (their losses differ in kind), one line per run and seed, one colour per (arm,
-    size). False when no run has a curve."""
-    curves = [r for r in records if r.get("curve")]
-    if not curves:
-        return False
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import matplotlib.ticker
-
-    objectives = list(dict.fromkeys(r["objective"] for r in curves))
-    fig, axes = plt.subplots(1, len(objectives), figsize=(4.2 * len(objectives), 3.4), squeeze=False)
-    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    runs = list(dict.fromkeys((r["arm"], r["size"]) for r in curves))
-    several_sizes = len({s for _, s in runs}) > 1
-    drawn: set[tuple] = set()
-    labelled: set[tuple] = set()
-    for ax, obj in zip(axes[0], objectives):
-        for r in (r for r in curves if r["objective"] == obj):
-            run = (r["arm"], r["size"])
-            key = (*run, tuple(map(tuple, r["curve"])))
-            if key in drawn:  # shared pretraining: the same curve for every fine-tuning seed
-                continue
-            drawn.add(key)
-            label = None if run in labelled else (f"{run[0]}/{run[1]}" if several_sizes else run[0])
-            labelled.add(run)
-            points = [c for c in r["curve"] if c[0] > 0]  # step 0 has no place on a log axis
-            ax.plot(
-                [c[0] for c in points],
-                [c[1] for c in points],
-                color=colors[runs.index(run) % len(colors)],
-                lw=1.2,
-                alpha=0.85,
-                label=label,
-            )
-        ax.set_xscale("log")
-        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())  # minor labels overlap
-        ax.set_xlabel("pretraining FLOPs")
-        ax.set_ylabel("validation loss")
-        ax.set_title(obj)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-    if title:
-        fig.suptitle(title)
-    _save(fig, Path(path))
-    plt.close(fig)
-    return True
-
-
-def plot_downstream(
-    rows: list[dict[str, Any]], records: list[dict[str, Any]], path: str | Path, title: str = ""
-) -> bool:
-    """Downstream score per run (mean bar, spread as error bar, each seed a dot), one panel per
-    task metric. False when there is no downstream metric."""
-    metric_names = list(rows[0]["metrics"]) if rows else []
-    if not metric_names:
-        return False
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(
-        1,
-        len(metric_names),
-        figsize=(max(3.6, 1.1 * len(rows) + 1.5) * len(metric_names), 3.6),
-        squeeze=False,
-    )
-    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    objectives = list(dict.fromkeys(r["objective"] for r in rows))
-    baselines = _baselines_of(rows)
-    for ax, name in zip(axes[0], metric_names):
-        task, metric = name.split(" ", 1)
-        base = baselines.get(name)
-        if base is not None:
-            ax.axhline(base["value"], color="black", linestyle="--", lw=1,
-                       label=f"baseline: {base['answer']}")
-        for i, r in enumerate(rows):
-            mean, std, n = r["metrics"][name]
-            color = colors[objectives.index(r["objective"]) % len(colors)]
-            flag = next((f for f in r.get("flags") or [] if f"{f['task']} {f['metric']}" == name), None)
-            ax.bar(
-                i,
-                mean if n else 0.0,
-                color=color,
-                alpha=0.7,
-                yerr=std if math.isfinite(std) else None,
-                capsize=4,
-                hatch="//" if flag else None,
-                edgecolor="black" if flag else None,
-            )
-            if flag:
-                ax.annotate("0" if flag["kind"] == "zero" else "at baseline", (i, mean if n else 0.0),
-                            textcoords="offset points", xytext=(0, 3), ha="center", fontsize=7, color="red")
-            dots = [
-                (rec.get("tasks") or {}).get(task, {}).get(metric)
-                for rec in records
-                if rec["arm"] == r["arm"] and rec["size"] == r["size"]
-            ]
-            dots = [d for d in dots if d is not None]
-            ax.scatter([i] * len(dots), dots, color="black", s=10, zorder=3)
-        ax.set_xticks(range(len(rows)), [f"{r['run']}\n({r['objective']})" for r in rows], fontsize=8)
-        ax.set_ylabel(metric)
-        ax.set_title(task)
-        lows = [v for r in rows for v in [r["metrics"][name][0]] if math.isfinite(v)]
-        lows += [base["value"]] if base is not None else []
-        if lows:
-            ax.set_ylim(max(0.0, min(lows) - 0.1), min(1.0, max(lows) + 0.08) if max(lows) <= 1 else None)
-        if base is not None:
-            ax.legend(fontsize=7, loc="lower right")
-        ax.grid(axis="y", alpha=0.3)
-    if title:
-        fig.suptitle(title)
-    _save(fig, Path(path))
-    plt.close(fig)
-    return True
-
-
-# --------------------------------------------------------------------------- reading runs
-
-
-def _curve(run_dir: Path, flops_per_step: float, initial: float | None) -> list[list[float]]:
-    from lmlab.train.metrics import read_metrics
-
-    points = [[0.0, initial]] if initial is not None else []
-    for row in read_metrics(run_dir / "metrics.jsonl"):
-        if row.get("val_loss") is not None:
-            points.append([float(row["step"]) * flops_per_step, float(row["val_loss"])])
-    return points
-
-
-def collect_records(grid, out: str | Path) -> list[dict[str, Any]]:
-    """Read every finished run of ``grid`` under ``out`` into records (see the module docstring)."""
-    from lmlab.lab.layout import finetune_dir, finetune_done, pretrain_dir, pretrain_done
-
-    out = Path(out)
-    records: list[dict[str, Any]] = []
-    by_run: dict[int, list] = {}
-    for f in grid.finetune_runs:
-        by_run.setdefault(id(f.pretrain), []).append(f)
-    for p in grid.pretrain_runs:
-        if not pretrain_done(out, p):
-            continue
-        d = pretrain_dir(out, p)
-        summary = read_json(d / "summary.json", "run summary")
-        base = {
-            "arm": p.arm.name,
-            "size": p.size,
-            "objective": p.arm.objective,
-            "preset": p.arm.preset,
-            "parameters": summary.get("parameters") or p.parameters,
-            "steps": summary.get("steps", 0),
-            "tokens": summary.get("tokens", 0),
-            "flops": p.flops_per_step * summary.get("steps", 0),
-            "val_loss": summary.get("val_loss"),
-            "curve": _curve(d, p.flops_per_step, summary.get("initial_val_loss")) if p.arm.pretrained else [],
-        }
-        fins = by_run.get(id(p), [])
-        seeds = sorted({f.seed for f in fins}) or [p.seed]
-        for seed in seeds:
-            tasks, baselines, select = {}, {}, {}
-            for f in (f for f in fins if f.seed == seed):
-                if finetune_done(out, f):
-                    tasks[f.task.name] = read_json(finetune_dir(out, f) / "eval.json", "fine-tuning result")
-                    summary = _finetune_summary(finetune_dir(out, f))
-                    if summary.get("baseline"):
-                        baselines[f.task.name] = summary["baseline"]
-                    if summary.get("select_metric"):
-                        select[f.task.name] = summary["select_metric"]
-            records.append({**base, "seed": seed, "tasks": tasks, "baselines": baselines, "select": select})
-    return records
-
-
-def _finetune_summary(run_dir: Path) -> dict[str, Any]:
-    """A fine-tuning run's ``finetune.json`` (its task's baseline, the selected metric), or {}."""
-    from lmlab.errors import LmlabError
-    from lmlab.finetune.loop import SUMMARY_FILE
-
-    path = run_dir / SUMMARY_FILE
-    try:
-        summary = read_json(path, "fine-tuning summary") if path.is_file() else {}
-    except LmlabError:
-        return {}
-    return summary if isinstance(summary, dict) else {}
-
-
-def selection_of(grid) -> dict[str, dict[str, Any]]:
-    """task name -> which data chose its fine-tuning step (and --lr auto rate), which scored it."""
-    out = {}
-    for task in getattr(grid, "tasks", None) or []:
-        on = task.settings.get("select_on", "dev")
-        share = task.settings.get("select_fraction", 0.1) if on == "train-slice" else None
-        out[task.name] = {"chosen_on": on, "fraction": share, "scored_on": "dev"}
-    return out
-
-
-def selection_markdown(selection: dict[str, dict[str, Any]]) -> str:
-    """One sentence per way of choosing: the data that chose, the data that scored."""
-    lines = []
-    sliced = [n for n, s in selection.items() if s["chosen_on"] == "train-slice"]
-    if sliced:
-        shares = " / ".join(sorted({f"{100 * selection[n]['fraction']:g}%" for n in sliced}))
-        lines.append(
-            f"Chosen on a slice of train, scored on dev ({', '.join(sliced)}): each run's step (and an "
-            f'`lr = "auto"` rate) was chosen on {shares} of the task\'s training file, held out and never '
-            "trained on; the numbers are the chosen model's score on the dev file, which chose nothing."
-        )
-    on_dev = [n for n, s in selection.items() if s["chosen_on"] == "dev"]
-    if on_dev:
-        lines.append(
-            f"Chosen and scored on dev ({', '.join(on_dev)}): each run's step was chosen on the dev file "
-            "that scores it, so each number is a maximum over the steps (optimistic); "
-            '`select_on = "train-slice"` keeps dev out of the choice.'
-        )
-    return "\n\n".join(lines)
 
 
 def _finite(obj):

@@ -53,11 +53,11 @@ from collections import defaultdict
 from collections.abc import Callable
 from heapq import heapify, heappop, heappush, heapreplace
 from itertools import chain
-from math import exp, inf, log, sqrt
-
-import numpy as np
+from math import inf, log
 
 from lmlab.errors import LmlabError
+from lmlab.tokenizers.gain_certificate import SAFETY as _SAFETY
+from lmlab.tokenizers.gain_certificate import count_threshold, symbol_counts
 from lmlab.tokenizers.gc_pause import gc_paused
 from lmlab.tokenizers.merge_trainer import _xlogx
 from lmlab.tokenizers.pair_index import CODE_BITS, POSITION_BITS, SYMBOL_MASK, index_pairs, pair_text
@@ -73,7 +73,6 @@ from lmlab.tokenizers.string_words import (
 _KEY = 2 * CODE_BITS  # a threshold entry packs -(w << _KEY | pair) in one int
 _PAIR = (1 << _KEY) - 1
 _EDGE = "\0"  # wraps every word; no symbol's character
-_SAFETY = 1e-9  # relative margin that keeps certificates valid under floating-point rounding
 # a pair's record (see the module docstring)
 _COUNT, _WORDS, _FIRST, _CAP, _WA, _WB = range(6)
 _PARKED = -1.0  # the cap of a parked pair (caps are never negative): it has no heap entry
@@ -115,7 +114,7 @@ class _GainLearner(StringMergeLearner):
         self.words = [_EDGE + "".join(map(to_code, w)) + _EDGE for w in word_counts]
         self.counts: list[int] = list(word_counts.values())
         size = max(map(ord, self.text), default=0) + 1
-        self.count: list[int] = _symbol_counts(self.words, self.counts, size)  # n_s by code point
+        self.count: list[int] = symbol_counts(self.words, self.counts, size, _EDGE)  # n_s by code point
         self.total = sum(self.count)  # N
         self.f_total = _xlogx(self.total)
         self.flog = [_xlogx(n) for n in self.count]  # n_s log n_s
@@ -153,6 +152,8 @@ class _GainLearner(StringMergeLearner):
                 self._schedule(key, rec, c, g, 0.0, True, upper, da, db)
 
     # ------------------------------------------------------------------ scores and certificates
+    _threshold = staticmethod(count_threshold)
+
     def _evaluate(self, key: int, c: int) -> tuple[float, float, float, float]:
         """``(gain, upper, D_a, D_b)``: the exact gain, the most a pair seen ``c`` times can ever gain
         (``inf`` for ``(a, a)``) and the two ``D`` terms (0 for ``(a, a)``, whose certificate is
@@ -176,27 +177,6 @@ class _GainLearner(StringMergeLearner):
         # covers rounding (the gain, summed differently, may round above it when n_a = n_b = c)
         upper = (frest - clogc) + _SAFETY * (frest + clogc + 1.0)
         return clogc + frest + (-da + -db), upper, da, db
-
-    @staticmethod
-    def _threshold(n: int, d: float, c: int, rise: float) -> int:
-        """Smallest count of a symbol (now ``n``, with ``D(c) = d``) down to which the gain of a pair
-        seen ``c`` times rises by at most ``rise`` through ``D`` (``n`` when no fall is certified)."""
-        rise -= _SAFETY * (abs(d) + 1.0)
-        if rise <= 0.0:
-            return n
-        target = d - rise
-        if target <= c * log(c):  # D(c) >= f(c) for every count >= c
-            return c
-        # D(c) at count m is the integral of log x + 1 over [m - c, m]; log is concave, so the integral is
-        # at least the trapezoid c ((log(m - c) + log m) / 2 + 1), which reaches the target once
-        # m (m - c) >= y = exp(2 (target / c - 1)), i.e. from m = (c + sqrt(c^2 + 4 y)) / 2 on. (The
-        # mean-value bound c (log(m - c) + 1) is far looser when m - c is small next to c: on the
-        # benchmark corpus the trapezoid saves 5% of the re-scorings, as many as the exact threshold.)
-        x = 2.0 * (target / c - 1.0)
-        if x > 700.0:
-            return n
-        m = (c + sqrt(c * c + 4.0 * exp(x) * (1.0 + _SAFETY))) * (0.5 + _SAFETY)
-        return min(n, int(m) + 1)
 
     def _schedule(self, key: int, rec: list, c: int, g: float, slack: float, force: bool, upper: float,
                   da: float, db: float, replace_top: bool = False) -> None:
@@ -498,14 +478,3 @@ class _GainLearner(StringMergeLearner):
             self.count.append(0)
             self.flog.append(0.0)
             self.watch.append([])
-
-
-def _symbol_counts(words: list[str], counts: list[int], size: int) -> list[int]:
-    """How often each symbol occurs (weighted), by code point (the edge's count 0)."""
-    total = np.zeros(size, dtype=np.int64)
-    if words:
-        flat = np.frombuffer("".join(words).encode("utf-32-le"), dtype=np.uint32)
-        lengths = np.fromiter(map(len, words), dtype=np.int64, count=len(words))
-        np.add.at(total, flat, np.repeat(np.asarray(counts, dtype=np.int64), lengths))
-    total[ord(_EDGE)] = 0
-    return total.tolist()

@@ -53,13 +53,14 @@ from __future__ import annotations
 
 import heapq
 import operator
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from itertools import chain, repeat
 from math import inf, log
 
 from lmlab.errors import LmlabError
 from lmlab.tokenizers.gc_pause import gc_paused
+from lmlab.tokenizers.merge_progress import merge_progress
+from lmlab.tokenizers.merge_rewrite import rewrite_words
 
 _SHIFT = 32
 _LOW = (1 << _SHIFT) - 1
@@ -84,22 +85,6 @@ def learn_merges(word_counts: dict[tuple[str, ...], int], num_merges: int, *, sc
         merges = learner.run(num_merges, max(1, min_count), progress, max_new_symbols)
         del learner  # freed while the collector is paused, or re-enabling it may scan it all once more
     return merges
-
-
-@contextmanager
-def merge_progress(total: int, enabled: bool) -> Iterator[Callable[[], None]]:
-    """``tick()``, which advances a "merges" progress bar (tqdm) when ``enabled`` and does nothing
-    otherwise; the bar is closed when the block ends, by an error too."""
-    if not enabled:
-        yield lambda: None
-        return
-    from tqdm.auto import tqdm
-
-    bar = tqdm(total=total, desc="merges", unit="merge")
-    try:
-        yield lambda: bar.update(1)
-    finally:
-        bar.close()
 
 
 class _MergeLearner:
@@ -299,36 +284,26 @@ class _MergeLearner:
         one list append) and the counts change once per neighbour, with the summed word counts.
         """
         a, b = key >> _SHIFT, key & _LOW
-        pair_count, where, words, counts = self.pair_count, self.where, self.words, self.counts
-        left: dict[int, list[int]] = {}  # prev -> the words of the occurrences with that left neighbour
-        right: dict[int, list[int]] = {}  # nxt -> likewise on the right
-        merged = 0  # occurrences merged (weighted): the pair's count, unless runs a a a overlap
-        for w in where.pop(key):
-            word = words[w]
-            todo = word.count(a)  # occurrences of a still to look at (0: the word lost the pair)
-            if todo == 1:  # the common case, without the loop's bookkeeping
-                i = word.index(a)
-                if i + 1 < len(word) and word[i + 1] == b:
-                    if i:
-                        ws = left.get(word[i - 1])
-                        if ws is None:
-                            left[word[i - 1]] = [w]
-                        else:
-                            ws.append(w)
-                    del word[i + 1]
-                    word[i] = new
-                    if i + 1 < len(word):
-                        ws = right.get(word[i + 1])
-                        if ws is None:
-                            right[word[i + 1]] = [w]
-                        else:
-                            ws.append(w)
-            elif todo:
-                merged += counts[w] * self._merge_in_word(word, w, a, b, new, todo, left, right)
-        # count changes per pair; pairs that gained occurrences -> the first word they gained one in
+        left, right, merged = rewrite_words(self.words, self.counts, self.where.pop(key), a, b, new)
+        change, touched = self._neighbour_changes(a, b, new, left, right)
+        self._apply_changes(change)
+        if a != b:
+            merged = self.pair_count[key]
+        self._drop(key)
+        if self.likelihood:
+            self._count_merged_symbols(a, b, new, merged)
+        self._push_touched(touched)
+        if self.likelihood:
+            self._rescore_pairs_of(a, b)
+
+    def _neighbour_changes(self, a: int, b: int, new: int, left: dict[int, list[int]],
+                           right: dict[int, list[int]]) -> tuple[dict[int, int], dict[int, int]]:
+        """Count changes per pair, and the pairs that gained occurrences -> the first word they
+        gained one in; the gaining pairs' words join ``where``."""
+        where = self.where
         change: dict[int, int] = {}
         touched: dict[int, int] = {}
-        weight = counts.__getitem__
+        weight = self.counts.__getitem__
         b_hi, new_hi = b << _SHIFT, new << _SHIFT
         get = change.get
         for side, nbrs in ((0, left), (1, right)):
@@ -349,25 +324,32 @@ class _MergeLearner:
                     s.update(ws)
                 if touched.get(gained, first) >= first:
                     touched[gained] = first
-        drop = self._drop
+        return change, touched
+
+    def _apply_changes(self, change: dict[int, int]) -> None:
+        """Add each pair's count change; forget the pairs left with none."""
+        pair_count, drop = self.pair_count, self._drop
         for k, d in change.items():
             c = pair_count.get(k, 0) + d
             if c:
                 pair_count[k] = c
             else:
                 drop(k)
-        if a != b:
-            merged = pair_count[key]
-        self._drop(key)
-        if self.likelihood:
-            self.sym_count[a] -= merged
-            self.sym_count[b] -= merged
-            self.sym_count[new] += merged
-            self.total -= merged
-            if self.gain:
-                self.f_total = _xlogx(self.total)
-                for sym in (a, b, new):
-                    self.flog[sym] = _xlogx(self.sym_count[sym])
+
+    def _count_merged_symbols(self, a: int, b: int, new: int, merged: int) -> None:
+        """The symbols' counts (and ``N``) after ``merged`` occurrences of ``a b`` became ``new``."""
+        self.sym_count[a] -= merged
+        self.sym_count[b] -= merged
+        self.sym_count[new] += merged
+        self.total -= merged
+        if self.gain:
+            self.f_total = _xlogx(self.total)
+            for sym in (a, b, new):
+                self.flog[sym] = _xlogx(self.sym_count[sym])
+
+    def _push_touched(self, touched: dict[int, int]) -> None:
+        """Push a fresh entry for every live pair that gained occurrences (first in word ``w``)."""
+        pair_count = self.pair_count
         bound, heap, push = self.bound, self.heap, heapq.heappush
         for k, w in touched.items():
             c = pair_count.get(k)
@@ -389,55 +371,29 @@ class _MergeLearner:
             push(heap, entry)
             if self.top.get(k, -inf) < -entry[0]:
                 self.top[k] = -entry[0]
-        if self.likelihood:
-            # count(a) and count(b) fell, so every pair containing a or b now scores higher.
-            score, heap, bound, push, top = self._score, self.heap, self.bound, heapq.heappush, self.top
-            for sym in {a, b}:
-                live = self.by_symbol.get(sym)
-                if not live:
-                    continue
-                dead = []
-                parked = self.parked or 0
-                for k in live:
-                    c = pair_count.get(k)
-                    if c and (c > parked or k >> _SHIFT == k & _LOW):
-                        s = score(k, c)
-                        if s > top.get(k, -inf):  # else its best entry still bounds it from above
-                            w, pos = bound[k]
-                            push(heap, (-s, -c, w, pos, k))
-                            top[k] = s
-                    else:  # gone, or parked: its gain is below _upper(parked) (_unpark puts it back)
-                        dead.append(k)
-                live.difference_update(dead)
 
-    @staticmethod
-    def _merge_in_word(word: list[int], w: int, a: int, b: int, new: int, todo: int,
-                       left: dict[int, list[int]], right: dict[int, list[int]]) -> int:
-        """``_merge`` for a word with ``todo`` > 1 symbols ``a``: merge every ``a b`` left to right.
-
-        Returns how many merges it made (with ``a == b``, fewer than the pairs that the count of
-        ``a a`` holds: a run ``a a a`` holds two and merges once).
-        """
-        last = len(word) - 1
-        i = done = 0
-        while todo:
-            i = word.index(a, i)  # the next a (a C-level scan, not one Python step per symbol)
-            todo -= 1
-            if i < last and word[i + 1] == b:
-                for nbrs, j in ((left, i - 1), (right, i + 2)):
-                    if 0 <= j <= last:
-                        ws = nbrs.get(word[j])
-                        if ws is None:
-                            nbrs[word[j]] = [w]
-                        else:
-                            ws.append(w)
-                word[i:i + 2] = [new]
-                last -= 1
-                done += 1
-                if a == b:  # the b just merged was an a too
-                    todo -= 1
-            i += 1
-        return done
+    def _rescore_pairs_of(self, a: int, b: int) -> None:
+        """count(a) and count(b) fell, so every pair containing a or b now scores higher: push it
+        again (unless parked or gone, which leave ``by_symbol``)."""
+        pair_count = self.pair_count
+        score, heap, bound, push, top = self._score, self.heap, self.bound, heapq.heappush, self.top
+        for sym in {a, b}:
+            live = self.by_symbol.get(sym)
+            if not live:
+                continue
+            dead = []
+            parked = self.parked or 0
+            for k in live:
+                c = pair_count.get(k)
+                if c and (c > parked or k >> _SHIFT == k & _LOW):
+                    s = score(k, c)
+                    if s > top.get(k, -inf):  # else its best entry still bounds it from above
+                        w, pos = bound[k]
+                        push(heap, (-s, -c, w, pos, k))
+                        top[k] = s
+                else:  # gone, or parked: its gain is below _upper(parked) (_unpark puts it back)
+                    dead.append(k)
+            live.difference_update(dead)
 
     def _compact(self) -> None:
         """Drop stale heap entries once they outnumber the live pairs two to one.

@@ -305,55 +305,63 @@ def interrupted(run, data_dir, tmp_path_factory):
 
 @pytest.fixture()
 def ft(interrupted, tmp_path, capsys):
-    """A copy of the interrupted run's resume state to damage: (resume command, state.pt)."""
+    """A copy of the interrupted run's resume state to damage: (resume command, its checkpoint
+    folder, in the one resume format: checkpoints/step_1/)."""
     args, out = interrupted
     rdir = out.with_name(f".{out.name}.resume")
     mine = tmp_path / rdir.name
     shutil.copytree(rdir, mine)
     capsys.readouterr()
     args = [tmp_path / out.name if a == str(out) else a for a in args]
-    return args + ["--resume"], mine / "state.pt"
+    return args + ["--resume"], mine / "checkpoints" / "step_1"
 
 
-class Unlisted:
-    """A class torch's weights-only loader does not know."""
+def _edit_tensors(path: Path, change) -> None:
+    from safetensors.torch import load_file, save_file
+
+    tensors = load_file(path)
+    change(tensors)
+    save_file(tensors, path)
 
 
-def _state(path: Path) -> dict:
-    return torch.load(path, weights_only=True)
+def _move_a_parameter_to_the_next_group(state: dict) -> None:
+    groups = state["optimizer"]["param_groups"]
+    groups[1]["params"].append(groups[0]["params"].pop())
 
 
 FT_STATES = {
-    "random bytes": (lambda p: p.write_bytes(b"not a torch file at all"), "is not a readable resume state"),
-    "an unknown object": (lambda p: torch.save({**_state(p), "identity": Unlisted()}, p),
-                          "is not a readable resume state (it holds Python objects besides tensors"),
-    "a list": (lambda p: torch.save([1, 2], p), "state.pt must be a valid dictionary"),
-    "a string step": (lambda p: torch.save({**_state(p), "step": "1"}, p), "state.pt: step: "),
-    "no optimizer": (lambda p: torch.save({k: v for k, v in _state(p).items() if k != "optimizer"}, p),
-                     "state.pt: optimizer: is missing"),
-    "a params list one short": (lambda p: _edit_state(p, lambda s: s["optimizer"]["param_groups"][0]["params"]
-                                                      .pop()), "optimizer.param_groups.0.params: must list"),
-    "string betas": (lambda p: _edit_state(p, lambda s: s["optimizer"]["param_groups"][1].update(betas="9")),
+    "random bytes": ("train_state.safetensors", lambda p: p.write_bytes(b"not a safetensors file at all"),
+                     "train_state.safetensors: is corrupt or truncated"),
+    "a list": ("train_state.json", lambda p: p.write_text("[1, 2]"), "is not an lmlab train state"),
+    "a string step": ("train_state.json", lambda p: edit_json(p, lambda s: s.update(step="1")),
+                      "train_state.json: step: "),
+    "no optimizer": ("train_state.json", lambda p: edit_json(p, lambda s: s.pop("optimizer")),
+                     "train_state.json: optimizer: is missing"),
+    "a params list one short": ("train_state.json",
+                                lambda p: edit_json(p, _move_a_parameter_to_the_next_group),
+                                "optimizer.param_groups.0.params: must list"),
+    "string betas": ("train_state.json",
+                     lambda p: edit_json(p, lambda s: s["optimizer"]["param_groups"][1].update(betas="9")),
                      "optimizer.param_groups.1.betas: "),
-    "a weight of another shape": (lambda p: _edit_state(p, lambda s: s["model"].update(
-        {next(iter(s["model"])): torch.zeros(2)})), "state.pt: model."),
-    "a batch of an example not there": (lambda p: _edit_state(p, lambda s: s["order"].append([999])),
-                                        "state.pt: order: must number the 16 training examples"),
-    "a generator of another shape": (lambda p: _edit_state(p, lambda s: s.update(generator=torch.zeros(3))),
-                                     "state.pt: generator: must be a random generator state"),
+    "no fine-tuning part": ("train_state.json", lambda p: edit_json(p, lambda s: s.pop("finetune")),
+                            "train_state.json: finetune: is missing"),
+    "a weight of another shape": ("model.safetensors", lambda p: _edit_tensors(p, lambda t: t.update(
+        {sorted(t)[0]: torch.zeros(2)})), "model.safetensors: "),
+    "a batch of an example not there": ("train_state.json", lambda p: edit_json(
+        p, lambda s: s["finetune"]["order"].append([999])),
+        "finetune.order: must number the 16 training examples"),
+    "a generator of another shape": ("train_state.safetensors", lambda p: _edit_tensors(
+        p, lambda t: t.update({"rng.shuffle": torch.zeros(3)})),
+        "rng.shuffle: must be a random generator state"),
+    "a tensor lmlab does not write": ("train_state.safetensors", lambda p: _edit_tensors(
+        p, lambda t: t.update({"pickle": torch.zeros(1)})), "pickle: is not a tensor lmlab writes there"),
 }
-
-
-def _edit_state(path: Path, change) -> None:
-    state = _state(path)
-    change(state)
-    torch.save(state, path)
 
 
 @pytest.mark.parametrize("case", FT_STATES)
 def test_a_crafted_fine_tuning_resume_state_is_one_line(ft, capsys, case):
     args, state = ft
-    change, needle = FT_STATES[case]
-    change(state)
-    fails(capsys, args, f"{state}", needle)
-    assert state.is_file()  # the state is kept for the user to look at
+    name, change, needle = FT_STATES[case]
+    change(state / name)
+    fails(capsys, args, f"{state / name}", needle)
+    assert (state / name).is_file()  # the state is kept for the user to look at

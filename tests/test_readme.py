@@ -6,7 +6,9 @@ blocks in order, saved as ``example.py`` in a fresh temporary directory and run 
 library calls that start processes are exercised from an unguarded script). ``$LMLAB_DATA``
 points at the real data, and ``configs/`` is there as in the repository's root folder. A block
 preceded by ``<!-- example: skip (reason) -->`` is not run (kept for the few that need a large
-download or hours); a block written as ```text is not Python at all (a signature, an output). A
+download or hours); a block preceded by ``<!-- example: file PATH -->`` is one file of a package
+(a model family's folder, which a script cannot hold), not run here: it must equal the repository's
+file PATH, which a test runs; a block written as ```text is not Python at all (a signature, an output). A
 comment ``# prints: TEXT`` promises that TEXT is a line of the output; the promises of a page are
 checked in order, so a comment cannot show something other than what the code prints.
 """
@@ -25,20 +27,31 @@ ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
 SKIP = re.compile(r"<!--\s*example:\s*skip\b[^>]*-->\s*$")
+FILE = re.compile(r"<!--\s*example:\s*file\s+(\S+)\s*-->\s*$")
 PRINTS = re.compile(r"#\s*prints:\s*(.*?)\s*$", re.M)
 HANG_GUARD_S = 600  # far above any page's run time; reached only by a hang
 #: skipped blocks allowed in all the pages together ("few")
 MAX_SKIPPED = 4
 
 
-def blocks(page: Path) -> list[tuple[int, str, bool]]:
-    """``(line, code, skipped)`` of every Python block of ``page``, in order."""
+def _marked(page: Path):
+    """``(line, code, the comment line before the block)`` of every Python block of ``page``."""
     text = page.read_text(encoding="utf-8")
-    out = []
     for m in BLOCK.finditer(text):
         before = text[: m.start()].rstrip("\n").rsplit("\n", 1)[-1]
-        out.append((text.count("\n", 0, m.start()) + 2, m.group(1), bool(SKIP.search(before))))
-    return out
+        yield text.count("\n", 0, m.start()) + 2, m.group(1), before
+
+
+def blocks(page: Path) -> list[tuple[int, str, bool]]:
+    """``(line, code, skipped)`` of every Python block of ``page`` that is not a package's file."""
+    return [(line, code, bool(SKIP.search(before))) for line, code, before in _marked(page)
+            if not FILE.search(before)]
+
+
+def file_blocks(page: Path) -> list[tuple[int, str, str]]:
+    """``(line, code, path)`` of the blocks of ``page`` that show a repository file."""
+    return [(line, code, FILE.search(before).group(1)) for line, code, before in _marked(page)
+            if FILE.search(before)]
 
 
 def script(page: Path) -> str:
@@ -79,6 +92,23 @@ def test_blocks_are_found_with_their_lines_and_skip_marks(tmp_path):
     page.write_text("intro\n```python\nx = 1\n```\n<!-- example: skip (needs a GPU) -->\n"
                     "```python\ny = 2\n```\n```text\nnot python\n```\n", encoding="utf-8")
     assert blocks(page) == [(3, "x = 1\n", False), (7, "y = 2\n", True)]
+
+
+def test_a_block_marked_as_a_file_is_not_run_and_must_equal_that_file(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text("<!-- example: file pkg/mod.py -->\n```python\nfrom . import x\n```\n"
+                    "```python\ny = 2\n```\n", encoding="utf-8")
+    assert blocks(page) == [(6, "y = 2\n", False)]
+    assert file_blocks(page) == [(3, "from . import x\n", "pkg/mod.py")]
+
+
+@pytest.mark.parametrize("page", [p for p in PAGES if file_blocks(p)], ids=lambda p: p.name)
+def test_blocks_showing_a_file_show_it_as_it_is(page):
+    for line, code, path in file_blocks(page):
+        source = ROOT / path
+        assert source.is_file(), f"{page.name}, line {line}: no file {path}"
+        shown = source.read_text(encoding="utf-8").rstrip()
+        assert code.rstrip() == shown, f"{page.name}, line {line}: {path}"
 
 
 def test_printed_comments_are_checked_in_order():

@@ -84,7 +84,9 @@ def test_recipe_values_name_the_file_or_the_set(tmp_path, capsys):
     recipe = tmp_path / "recipe.toml"
     recipe.write_text(open("configs/gpt-tiny-clm.toml").read().replace("seed = 1337", "seed = -5"))
     assert exit_code(["pretrain", "--config", str(recipe), "--out", str(out)]) == 2
-    assert_one_line_error(capsys, f"{recipe}: train.seed must be at least 0 (got -5); use a whole number")
+    line = recipe.read_text().splitlines().index("seed = -5") + 1  # the error names the file and line
+    assert_one_line_error(capsys, f"{recipe}:{line}: train.seed must be at least 0 (got -5); use a whole "
+                          "number")
     assert not out.exists()
 
 
@@ -203,9 +205,11 @@ NEGATIVE_OK = {("generate", "--length-penalty")}  # an exponent: negative favour
 def test_every_value_flag_takes_its_type_from_lmlab_values():
     """No flag reads a number or a name with a bare int/float/str: each has one of lmlab.values's
     types (the ones left as free text are listed here, with why)."""
-    free_text = {("generate", "--prompt"): "empty: start from BOS", ("finetune", "--prefix"): "may be empty",
+    free_text = {("generate", "--prompt"): "empty: start from BOS",
                  ("tokenizer", "encode", "--text"): "any text, even empty",
-                 ("pretrain", "--set"): "load_config checks it", ("compare", "--set"): "load_grid checks it"}
+                 ("pretrain", "--set"): "load_config checks it", ("compare", "--set"): "load_grid checks it",
+                 ("finetune", "--set"): "the [finetune] section checks it",
+                 ("align", "--set"): "the [align] section checks it"}
     plain = [(p, a.option_strings[-1]) for p, a in FLAGS if not hasattr(a.type, "kind")]
     assert sorted((*p, flag) for p, flag in plain) == sorted(free_text), plain
     assert len(list(_number_flags())) > 80  # the sweeps below are not empty

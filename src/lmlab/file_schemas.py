@@ -12,11 +12,11 @@ file                                     schema
 =======================================  =========================================================
 checkpoint ``config.json``               :class:`CheckpointFile`, ``config`` by the model's class:
                                          :func:`checkpoint_schema` (:data:`MODEL_CONFIG_FIELDS`)
-``train_state.json`` (pretraining)       :class:`TrainStateFile`
+``train_state.json`` (every resume)      :class:`TrainStateFile` (fine-tuning's part:
+                                         :class:`FinetuneLoopState`)
 ``metrics.jsonl``, one row per line      :class:`MetricsRow`
 token shards ``index.json``              :class:`ShardIndexFile`
 datasets ``dataset_dict.json``           :class:`DatasetDictFile`; ``state.json``: :class:`DatasetStateFile`
-fine-tuning resume state ``state.pt``    :class:`FinetuneStateFile`
 Hugging Face ``config.json`` (import)    :class:`HFConfigHead`, then :data:`HF_CONFIG_FIELDS` by type
 =======================================  =========================================================
 
@@ -218,7 +218,15 @@ def checkpoint_schema(fields: type) -> type:
 
 
 # ---------------------------------------------------------------------------------------------
-# optimizer state (pretraining's train_state.json, fine-tuning's state.pt)
+# metrics.jsonl: one object per line, its values numbers (or null)
+@with_config(STRICT)
+class MetricsRow(TypedDict, total=False, extra_items=float | None):  # type: ignore[call-arg]
+    step: Required[Size]
+    tokens: Size
+
+
+# ---------------------------------------------------------------------------------------------
+# the one resume format: checkpoints/step_N/train_state.json (pretraining, fine-tuning)
 @with_config(STRICT)
 class ParamGroup(TypedDict, total=False):
     params: Required[list[Size]]
@@ -247,8 +255,28 @@ class Machine(TypedDict, total=False):
 
 
 @with_config(STRICT)
+class BestChoice(TypedDict):
+    score: float | None  # None before the first evaluation
+    metrics: dict[str, float] | None
+    step: Size
+
+
+@with_config(STRICT)
+class FinetuneLoopState(TypedDict):
+    """What a fine-tuning run adds to its ``train_state.json`` (``finetune``)."""
+
+    identity: dict[str, Any]
+    order: list[list[Size]]
+    run_loss: Finite
+    n_loss: Size
+    best: BestChoice
+    history: list[MetricsRow]
+
+
+@with_config(STRICT)
 class TrainStateFile(TypedDict, total=False):
-    """``checkpoints/step_N/train_state.json``."""
+    """``checkpoints/step_N/train_state.json`` (a pretraining run's folder, a fine-tuning run's
+    ``.OUT.resume/``)."""
 
     format: Required[Literal["lmlab-train-state"]]
     version: Required[Literal[1]]
@@ -263,14 +291,7 @@ class TrainStateFile(TypedDict, total=False):
     elapsed_s: NonNegative
     config: dict[str, Any]
     machine: Machine | None
-
-
-# ---------------------------------------------------------------------------------------------
-# metrics.jsonl: one object per line, its values numbers (or null)
-@with_config(STRICT)
-class MetricsRow(TypedDict, total=False, extra_items=float | None):  # type: ignore[call-arg]
-    step: Required[Size]
-    tokens: Size
+    finetune: FinetuneLoopState
 
 
 # ---------------------------------------------------------------------------------------------
@@ -327,39 +348,6 @@ class DataFile(TypedDict):
 @with_config(STRICT)
 class DatasetStateFile(TypedDict):
     _data_files: Annotated[list[DataFile | Text], Field(min_length=1)]
-
-
-# ---------------------------------------------------------------------------------------------
-# the fine-tuning resume state (.OUT.resume/state.pt)
-@with_config(STRICT)
-class OptimizerStateDict(TypedDict):
-    state: dict[int, dict[str, Tensor]]
-    param_groups: list[ParamGroup]
-
-
-@with_config(STRICT)
-class BestSoFar(TypedDict):
-    score: float  # -inf before the first evaluation
-    metrics: dict[str, float] | None
-    step: Size
-    snap: Any
-
-
-@with_config(STRICT)
-class FinetuneStateFile(TypedDict):
-    identity: dict[str, Any]
-    step: Size
-    seen: Size
-    order: list[list[Size]]
-    run_loss: Finite
-    n_loss: Size
-    elapsed_s: NonNegative
-    model: dict[str, Tensor]
-    optimizer: OptimizerStateDict
-    generator: Tensor
-    rng: dict[str, Tensor]
-    best: BestSoFar
-    history: list[MetricsRow]
 
 
 # ---------------------------------------------------------------------------------------------

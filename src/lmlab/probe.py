@@ -25,6 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from lmlab.errors import LmlabError
+from lmlab.models.attention_masks import MaskSpec
 
 MASK_TEXT = "[MASK]"
 
@@ -98,8 +99,8 @@ def fill_mask(model, text: str, top_k: int = 5) -> list[Guess]:
         where = [i for i, t in enumerate(enc.ids) if t == mask_id]
         if len(where) != 1:
             raise LmlabError("the [MASK] did not survive tokenisation", "write it as a separate word: [MASK]")
-        out = model(input_ids=ids, attention_mask=torch.ones_like(ids), heads=("mlm",))
-        return _top(out.logits[0, where[0]], tok, top_k, specials)
+        hidden = model.backbone(ids, mask=MaskSpec(padding=torch.ones_like(ids)))
+        return _top(model.heads["mlm"](hidden[0, where[0]]), tok, top_k, specials)
     if arch == "decoder":
         prompt = before.rstrip()
         if not prompt:

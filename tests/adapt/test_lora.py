@@ -223,7 +223,7 @@ def test_sequence_classification_equals_peft_with_the_cls_only_last_layer(tmp_pa
     x = {**batch(), "labels": torch.tensor([0, 1, 1])}
     x["token_type_ids"] = torch.zeros_like(x["input_ids"])
     inputs = make_task("sst2").model_inputs(ours, x)
-    assert inputs["first_token_only"] is True
+    assert inputs["keep"] == slice(0, 1)
     ref, got = hf(**x), ours(**inputs)
     assert (got.logits - ref.logits).abs().max() < 1e-5
     assert abs(float(got.loss.detach()) - float(ref.loss.detach())) < 1e-5

@@ -14,7 +14,7 @@ from lmlab.errors import LmlabError
 from lmlab.fileio import directory_lock
 from lmlab.finetune import finetune
 from lmlab.finetune import loop as ft_loop
-from lmlab.finetune.resume import STATE_FILE, claim, resume_dir
+from lmlab.finetune.resume import claim, resume_dir, saved_state
 from lmlab.models import build_model, get_preset, save_checkpoint
 from lmlab.tokenizers import load_tokenizer
 from lmlab.train.engine import Engine
@@ -85,9 +85,10 @@ def test_stopped_and_resumed_run_equals_the_uninterrupted_one(start, sst2, tmp_p
         StopAt(m, at=5)                             # mid-epoch, between two evaluations
         with pytest.raises(KeyboardInterrupt):
             finetune(start, "sst2", *sst2, out, **hp, **QUIET)
-    assert not out.exists() and (resume_dir(out) / STATE_FILE).is_file()
-    saved = torch.load(resume_dir(out) / STATE_FILE, weights_only=True)
-    assert saved["step"] == 5 and saved["best"]["step"] == 4
+    state = saved_state(out)  # the one resume format: .OUT.resume/checkpoints/step_N/
+    assert not out.exists() and state == resume_dir(out) / "checkpoints" / "step_5"
+    saved = json.loads((state / "train_state.json").read_text())
+    assert saved["step"] == 5 and saved["finetune"]["best"]["step"] == 4
 
     res = finetune(start, "sst2", *sst2, out, resume=True, **hp, **QUIET)
     assert res.steps == 12 and not resume_dir(out).exists()
@@ -136,7 +137,7 @@ def test_an_interrupted_run_is_never_started_over_silently(start, sst2, tmp_path
     # other settings than the interrupted run's: refused, naming what changed
     with pytest.raises(LmlabError, match=r"lr 0\.0005 -> 0\.001"):
         finetune(start, "sst2", *sst2, out, resume=True, **{**HP, "lr": 1e-3}, **QUIET)
-    assert (resume_dir(out) / STATE_FILE).is_file()  # still there after every refusal
+    assert saved_state(out) is not None  # still there after every refusal
 
 
 def test_resume_with_nothing_to_resume_starts_from_the_beginning(start, sst2, tmp_path):
@@ -233,3 +234,35 @@ def test_a_run_that_fails_on_a_non_finite_loss_leaves_no_resume_folder(start, ss
         finetune(start, "sst2", *sst2, out, **{**HP, "epochs": 1}, **QUIET)
     assert not resume_dir(out).exists() and not out.exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # no live logs or temporaries beside it
+
+
+def test_the_resume_state_is_in_pretrainings_format(start, sst2, tmp_path, monkeypatch):
+    """Fine-tuning's resume state is a checkpoint folder as pretraining writes (train_state.json
+    checked against the same schema, the tensors in safetensors, nothing pickled)."""
+    from lmlab.train.checkpoint import list_checkpoints, load_train_checkpoint
+
+    out = tmp_path / "ft"
+    with monkeypatch.context() as m:
+        StopAt(m, at=5)  # after the evaluation at step 4, which kept its weights as the best
+        with pytest.raises(KeyboardInterrupt):
+            finetune(start, "sst2", *sst2, out, **HP, **QUIET)
+    (step, path), = list_checkpoints(resume_dir(out))  # the newest only
+    tensors, meta, weights = load_train_checkpoint(path)  # pretraining's reader, its schema checks
+    assert step == 5 and meta["data_position"] == 5 * HP["batch_size"]
+    assert {"rng.torch", "rng.shuffle"} <= set(tensors) and any(k.startswith("state.") for k in tensors)
+    assert any(k.startswith("best.") for k in tensors) and weights
+    assert not list(resume_dir(out).rglob("*.pt"))
+
+
+def test_a_resume_state_of_the_earlier_format_is_refused_in_one_line(start, sst2, tmp_path, capsys):
+    out = tmp_path / "ft"
+    rdir = claim(out)
+    (rdir / "state.pt").write_bytes(b"an earlier lmlab's resume state")
+    args = ["finetune", "--checkpoint", str(start), "--task", "sst2", "--train", str(sst2[0]),
+            "--dev", str(sst2[1]), "--out", str(out), "--no-progress"]
+    for extra in ([], ["--resume"]):
+        assert main(args + extra) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert err[-1].startswith("error: ") and "state.pt is the resume state of an earlier lmlab" in err[-1]
+        assert f"delete {rdir} to start the run over" in err[-1]
+    assert (rdir / "state.pt").read_bytes() == b"an earlier lmlab's resume state"  # kept for the user

@@ -153,10 +153,10 @@ def test_sentence_classification_tasks_pass_it_for_encoders_only():
     task = make_task("sst2")
     inputs = {**batch(), "token_type_ids": torch.zeros(4, 11, dtype=torch.long)}
     enc = encoder()
-    assert task.model_inputs(enc, inputs)["first_token_only"] is True
+    assert task.model_inputs(enc, inputs)["keep"] == slice(0, 1)
     both = encoder(heads=("seq_cls", "mlm"))
-    assert "first_token_only" not in task.model_inputs(both, inputs)
-    assert "first_token_only" not in make_task("conll").model_inputs(enc, inputs)
+    assert "keep" not in task.model_inputs(both, inputs)
+    assert "keep" not in make_task("conll").model_inputs(enc, inputs)
 
 
 # ----------------------------------------------------------------------------- the block's slice

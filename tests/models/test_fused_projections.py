@@ -9,9 +9,9 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 
 from lmlab.interop import hf_export
-from lmlab.interop.hf_seq2seq import _namer
 from lmlab.loading import load_model
 from lmlab.models.blocks import Attention, projections
+from lmlab.models.seq2seq.hf import _namer
 
 T = pytest.importorskip("transformers")  # the oracle
 

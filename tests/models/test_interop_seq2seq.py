@@ -10,9 +10,9 @@ import torch
 from lmlab.cli import main as cli_main
 from lmlab.errors import LmlabError
 from lmlab.interop import hf_export
-from lmlab.interop.hf_seq2seq import from_hf, to_hf
 from lmlab.loading import load_model
 from lmlab.models import build_model, get_preset
+from lmlab.models.seq2seq.hf import from_hf, to_hf
 
 T = pytest.importorskip("transformers")  # a dev dependency; the import is only for the oracle
 

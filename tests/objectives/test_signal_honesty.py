@@ -3,6 +3,8 @@ input, or predicts T5's sentinels (whose order is fixed), scores nothing beyond 
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import torch
 from torch import nn
 
@@ -13,18 +15,17 @@ from tests.objectives.conftest import pack
 
 
 class CopiesItsInput(nn.Module):
-    """Predicts, at each position, the token it is given (MLM head contract: logits at the
-    labelled positions only, ``[N, V]``; other contracts: ``[B, T, V]``)."""
+    """An encoder whose hidden state at each position is the token it is given (one-hot), under an
+    identity ``mlm`` head: it predicts its input everywhere (the objective contract: the objective
+    calls ``backbone`` and the head it chooses)."""
 
-    def __init__(self, vocab_size: int, only_labelled: bool):
+    def __init__(self, vocab_size: int):
         super().__init__()
-        self.vocab_size, self.only_labelled = vocab_size, only_labelled
+        self.vocab_size = vocab_size
+        self.heads = nn.ModuleDict({"mlm": nn.Identity()})
 
-    def forward(self, input_ids, labels=None, **_):
-        logits = nn.functional.one_hot(input_ids, self.vocab_size).float()
-        if self.only_labelled:
-            logits = logits[labels != IGNORE]
-        return ModelOutput(logits=logits, loss=torch.zeros(()))
+    def backbone(self, input_ids, positions=None, mask=None, token_type_ids=None):
+        return nn.functional.one_hot(input_ids, self.vocab_size).float()
 
 
 def test_mlm_accuracy_leaves_out_the_tokens_kept_unchanged(tok, book_paragraphs):
@@ -33,7 +34,7 @@ def test_mlm_accuracy_leaves_out_the_tokens_kept_unchanged(tok, book_paragraphs)
     inputs = objective.prepare(batch, torch.Generator().manual_seed(0))
     kept = int(((inputs["input_ids"] == inputs["labels"]) & (inputs["labels"] != IGNORE)).sum())
     assert kept > 10  # the batch does hold targets the input shows
-    _, metrics = objective.loss(CopiesItsInput(tok.vocab_size, only_labelled=True), inputs)
+    _, metrics = objective.loss(CopiesItsInput(tok.vocab_size), inputs)
     assert metrics["mlm_acc"] == 0.0  # copying earns nothing: [MASK] and random tokens are never right
 
 
@@ -66,8 +67,10 @@ def test_t5_accuracy_leaves_out_the_sentinels(tok, book_paragraphs):
     assert int(sentinel.sum()) >= 4
 
     class PredictsSentinels(nn.Module):  # right on every sentinel, wrong on every content token
-        def forward(self, labels=None, **_):
-            logits = torch.zeros(*labels.shape, t5tok.vocab_size)
+        config = SimpleNamespace(decoder_start_token_id=0, pad_token_id=0)
+
+        def forward(self, decoder_input_ids=None, **_):
+            logits = torch.zeros(*decoder_input_ids.shape, t5tok.vocab_size)
             target = torch.where(sentinel, labels, torch.full_like(labels, objective.sentinel_ids[-1]))
             logits.scatter_(-1, target.clamp(min=0)[..., None], 1.0)
             return ModelOutput(logits=logits, loss=torch.zeros(()))

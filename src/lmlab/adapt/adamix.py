@@ -40,6 +40,7 @@ from torch import Tensor, nn
 
 from lmlab.adapt.adapters import BottleneckAdapter, check_adapter_options, insert_adapters
 from lmlab.errors import LmlabError
+from lmlab.losses import IGNORE
 
 
 class MixtureAdapter(nn.Module):
@@ -204,7 +205,7 @@ def consistency_loss(task, first, second, batch: dict[str, Tensor]) -> Tensor:
     mask = None
     if a.dim() == 3:  # token classification: the real (labelled) positions only
         labels = batch.get("labels")
-        mask = labels != -100 if labels is not None and labels.shape == a.shape[:2] else None
+        mask = labels != IGNORE if labels is not None and labels.shape == a.shape[:2] else None
         if mask is None and "attention_mask" in batch:
             mask = batch["attention_mask"].bool()
     return symmetric_kl(a, b, mask)

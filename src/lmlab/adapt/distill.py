@@ -18,7 +18,8 @@ initialised from the teacher, taking every k-th layer (``layers`` picks them exp
 teacher's embeddings, pooler and heads; or freshly initialised (``init="fresh"``).
 
 :func:`distillation_loss` is one step for any head (a batch of model inputs in, loss out) and
-:func:`distill` a whole run on an :mod:`lmlab.tasks` task (AdamW, linear warmup and decay).
+:func:`distill` a whole run on an :mod:`lmlab.tasks` task (AdamW, linear warmup and decay) through
+the one fit loop (:class:`lmlab.train.components.FitLoop`).
 """
 
 from __future__ import annotations
@@ -34,8 +35,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from lmlab.errors import LmlabError
-
-IGNORE = -100
+from lmlab.losses import IGNORE
 
 
 def soft_target_loss(student_logits: Tensor, teacher_logits: Tensor, temperature: float = 2.0,
@@ -203,12 +203,12 @@ def distill(teacher: nn.Module, student: nn.Module, task, train: Sequence, dev: 
     ``log`` (default: silent) hears the progress (a bar on a terminal, else a line every ~5% of the
     steps), an estimate of the run's time after its first steps and a one-line summary at the end.
     """
-    from lmlab.tasks import check_tokenizer, collate
+    from lmlab.tasks import check_tokenizer
     from lmlab.tasks.base import pad_id_of
+    from lmlab.train.components import FitLoop, RunLogger
     from lmlab.train.engine import Engine
-    from lmlab.train.estimate import Estimate, duration
+    from lmlab.train.estimate import duration
     from lmlab.train.optim import adamw, warmup_decay_lr
-    from lmlab.train.progress import Progress
 
     if steps < 1 or batch_size < 1:
         raise LmlabError("steps and batch_size must be positive", "e.g. steps=1000, batch_size=32")
@@ -220,37 +220,59 @@ def distill(teacher: nn.Module, student: nn.Module, task, train: Sequence, dev: 
     feats = task.features(list(train), tok)
     if not feats:
         raise LmlabError("no training examples to distil on", "pass a non-empty training file")
-    pad = pad_id_of(tok, student)
-    device = next(student.parameters()).device
     torch.manual_seed(seed)
-    gen = torch.Generator().manual_seed(seed)
     opt = adamw([student], lr=lr, betas=(0.9, 0.999), weight_decay=weight_decay)
     warmup = round(warmup_ratio * steps)
     engine = Engine(opt, lambda s: warmup_decay_lr(s, lr=lr, warmup=warmup, end=steps), clip=grad_clip)
     teacher.eval()
     student.train()
-    history, order, t0 = [], [], time.perf_counter()
+    t0 = time.perf_counter()
     say = log or (lambda msg: None)
-    progress = Progress(steps, desc="distill", show="auto" if log else "off", log=say)
-    estimate = Estimate(steps, say=say, hint=_shorter_distill_hint)
-    for step in range(steps):
-        if not order:
-            order = torch.randperm(len(feats), generator=gen).tolist()
-        idx, order = order[:batch_size], order[batch_size:]
-        inputs = task.model_inputs(student, collate([feats[i] for i in idx], pad, device))
-        loss_of_batch = lambda x=inputs: distillation_loss(student, teacher, x, temperature, alpha)  # noqa: E731
-        done = engine.step(step, [loss_of_batch])
-        row = {"step": step + 1, "loss": done.loss, **done.metrics}
-        if (step + 1) % log_every == 0 or step + 1 == steps:
-            history.append(row)
-        progress.update(step + 1, [_losses(row)], loss=f"{done.loss:.4f}")
-        estimate.update(step + 1)
-    progress.close()
+    run_log = RunLogger(None, say)
+    run_log.show_progress(steps, desc="distill", show="auto" if log else "off",
+                          estimate={"hint": _shorter_distill_hint})
+    run = DistillSteps(teacher, student, task, feats, pad_id_of(tok, student), batch_size, seed,
+                       (temperature, alpha), run_log, log_every, steps)
+    FitLoop(engine, steps, micro_batches=run.micro_batches, after_step=run.after_step,
+            report=lambda *_: None).run(0)
+    run_log.close()
     say(f"distill done in {duration(time.perf_counter() - t0)}: {steps:,} steps of {batch_size}, last "
-        + _losses(row))
+        + _losses(run.last))
     student.eval()
     metrics = task.evaluate(student, list(dev)) if dev else None
-    return DistillResult(student, steps, metrics, history, time.perf_counter() - t0)
+    return DistillResult(student, steps, metrics, run_log.history, time.perf_counter() - t0)
+
+
+class DistillSteps:
+    """What the fit loop (:class:`lmlab.train.components.FitLoop`) runs for a distillation: each step
+    a batch of the training features in a seeded random order, the teacher and the student on it."""
+
+    def __init__(self, teacher: nn.Module, student: nn.Module, task, feats: list, pad: int, batch_size: int,
+                 seed: int, mix: tuple[float, float], log, log_every: int, steps: int):
+        self.teacher, self.student, self.task, self.feats, self.pad = teacher, student, task, feats, pad
+        self.batch_size, (self.temperature, self.alpha) = batch_size, mix
+        self.log, self.log_every, self.steps = log, log_every, steps
+        self.device = next(student.parameters()).device
+        self.gen = torch.Generator().manual_seed(seed)
+        self.order: list[int] = []
+        self.last: dict[str, float] = {}
+
+    def micro_batches(self, step: int) -> list:
+        from lmlab.tasks import collate
+
+        if not self.order:
+            self.order = torch.randperm(len(self.feats), generator=self.gen).tolist()
+        idx, self.order = self.order[:self.batch_size], self.order[self.batch_size:]
+        batch = collate([self.feats[i] for i in idx], self.pad, self.device)
+        inputs = self.task.model_inputs(self.student, batch)
+        return [lambda: distillation_loss(self.student, self.teacher, inputs, self.temperature, self.alpha)]
+
+    def after_step(self, step: int, done, seconds: float) -> dict[str, float]:
+        row = self.last = {"step": step, "loss": done.loss, **done.metrics}
+        if step % self.log_every == 0 or step == self.steps:
+            self.log.record(row)
+        self.log.update(step, [_losses(row)], loss=f"{done.loss:.4f}")
+        return row
 
 
 def _losses(row: dict[str, float]) -> str:

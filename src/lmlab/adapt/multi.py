@@ -333,9 +333,9 @@ class MultiAdapterModel(nn.Module):
                 position_ids: Tensor | None = None,
                 past_key_values=None, use_cache: bool = False, variant_ids=None,
                 token_type_ids: Tensor | None = None, heads: tuple[str, ...] | None = None,
-                output_hidden_states: bool = False, first_token_only: bool = False, **labels):
+                output_hidden_states: bool = False, keep: slice | None = None, **labels):
         """The base model's forward with every row running its own variant (no losses: labels
-        are refused; ``first_token_only`` is accepted and ignored, the outputs are the same)."""
+        are refused; ``keep`` is accepted and ignored, the outputs at those positions are the same)."""
         given = sorted(k for k, v in labels.items() if v is not None)
         if given:
             raise LmlabError(f"MultiAdapterModel computes no losses (got {given})",

@@ -39,6 +39,7 @@ from torch import Tensor, nn
 
 from lmlab.adapt import freeze_base, unfreeze_task_heads
 from lmlab.errors import LmlabError
+from lmlab.losses import IGNORE
 
 INITS = ("vocab", "random")
 #: heads whose outputs have one entry per input token
@@ -179,7 +180,7 @@ class _PromptHooks:
         for key, head in label_keys:
             lab = kw.get(key)
             if lab is not None and head in TOKEN_HEADS and lab.shape[:2] == (b, t):
-                kw[key] = self._insert(lab, -100, at)
+                kw[key] = self._insert(lab, IGNORE, at)
         for key in ("start_positions", "end_positions"):
             if kw.get(key) is not None:
                 pos = kw[key]

@@ -23,9 +23,8 @@ from typing import Any
 from torch import Tensor, nn
 
 from lmlab.errors import LmlabError
+from lmlab.losses import IGNORE
 from lmlab.models.seq2seq import shift_right
-
-IGNORE = -100
 
 
 def check_generative(model: nn.Module) -> None:

@@ -9,8 +9,9 @@ One run of DPO (:mod:`lmlab.align.dpo`; :mod:`lmlab.align.rlhf` is the other met
    its log-probabilities of a pair never change, so they are computed once per pair: the dev set's
    before training, a training pair's the first time a batch holds it;
 3. each step: ``grad_accum`` micro-batches of ``batch_size`` pairs, chosen and rejected responses
-   in one forward pass, the DPO loss, through the training engine (:class:`lmlab.train.engine.Engine`:
-   AdamW, linear warmup then linear decay, gradient clipping, the non-finite guard);
+   in one forward pass, the DPO loss, through the one fit loop (:class:`lmlab.train.components.FitLoop`)
+   and its engine (:class:`lmlab.train.engine.Engine`: AdamW, linear warmup then linear decay,
+   gradient clipping, the non-finite guard);
 4. evaluate on the dev pairs at step 0 (margin 0, win rate 0, loss log 2: the starting point), every
    ``eval_every`` steps and at the end: loss, rewards, margin, win rate, accuracy;
 5. write ``out`` atomically: the policy (``load_model``-able, with its tokenizer), ``eval.json``
@@ -47,6 +48,7 @@ from lmlab.runtime import Machine, resolve
 from lmlab.tasks import collate
 from lmlab.tasks.base import pad_id_of
 from lmlab.tasks.readers import BadLines, limit
+from lmlab.train.components import Evaluator, FitLoop
 from lmlab.train.engine import Engine
 from lmlab.train.metrics import MetricsLog
 from lmlab.train.optim import adamw, warmup_decay_lr
@@ -219,6 +221,16 @@ class Setup:
     def progress(self, total: int, desc: str) -> Progress:
         return Progress(total, desc=desc, show="auto" if self.cfg.progress else "off", log=self.say)
 
+    def fit(self, engine: Engine, total: int, micro_batches: Callable[[int], list], after_step: Callable,
+            evaluate: Callable[[int], dict] | None = None) -> None:
+        """``total`` steps of ``engine`` through the one fit loop; ``micro_batches(step)`` gives what
+        the engine runs, ``after_step(step, done, seconds)`` the bookkeeping, ``evaluate(step)`` the
+        dev numbers at :meth:`eval_points`."""
+        evals = self.eval_points(total)
+        evaluator = None if evaluate is None else Evaluator(evaluate, at_end=False, also=lambda s: s in evals)
+        FitLoop(engine, total, micro_batches=micro_batches, after_step=after_step, report=lambda *_: None,
+                evaluator=evaluator).run(0)
+
     def run_steps(self, engine: Engine, total: int, micro_batch: Callable, lengths: list[int], desc: str,
                   phase: str) -> None:
         """``total`` engine steps over batches of similar lengths (:meth:`batch_order`), with a
@@ -226,10 +238,13 @@ class Setup:
         function the engine runs for one micro-batch."""
         next_batches = self.batch_order(lengths)
         progress = self.progress(total, desc)
-        for step in range(total):
-            done = engine.step(step, [micro_batch(idx) for idx in next_batches()])
-            progress.update(step + 1, [f"loss {done.loss:.4f}"], loss=f"{done.loss:.4f}")
-            self.log_train(step + 1, total, done, phase=phase)
+
+        def after_step(step: int, done, seconds: float) -> dict:
+            progress.update(step, [f"loss {done.loss:.4f}"], loss=f"{done.loss:.4f}")
+            self.log_train(step, total, done, phase=phase)
+            return {}
+
+        self.fit(engine, total, lambda step: [micro_batch(idx) for idx in next_batches()], after_step)
         progress.close()
 
     def write(self, model: nn.Module, metrics: dict[str, Any], summary: dict[str, Any],
@@ -280,6 +295,51 @@ DEV_SHOWN = ("loss", "margin", "win_rate", "accuracy")
 # --------------------------------------------------------------------------- DPO
 
 
+class DpoSteps:
+    """What the fit loop runs for DPO: the micro-batches (the reference's log-probabilities of a
+    training pair computed the first time a batch holds it), the bookkeeping, the dev evaluation."""
+
+    def __init__(self, run: Setup, reference: nn.Module, train_set: PairSet, dev_set: PairSet, total: int):
+        self.run, self.reference, self.total = run, reference, total
+        self.train_set, self.dev_set = train_set, dev_set
+        self.train_ref = torch.full((len(train_set), 2), math.nan)
+        self.dev_ref = dev_set.all_logprobs(reference, run.cfg.eval_batch_size, run.machine.autocast)
+        self.start = self.final = dev_numbers(self.dev_ref, self.dev_ref, run.cfg)
+        self.next_batches = run.batch_order(train_set.lengths())
+        self.progress = None
+
+    def loss(self, idx: list[int]):
+        """The DPO loss and metrics of the pairs ``idx`` (run by the engine, under autocast)."""
+        cfg, train_set = self.run.cfg, self.train_set
+        missing = [i for i in idx if math.isnan(self.train_ref[i, 0])]
+        if missing:
+            with torch.no_grad():
+                c, r = train_set.logprobs(self.reference, missing)
+            self.train_ref[missing] = torch.stack([c, r], 1).float().cpu()
+        pc, pr = train_set.logprobs(self.run.model, idx)
+        ref = self.train_ref[idx].to(pc.device)
+        loss = dpo_loss(pc, pr, ref[:, 0], ref[:, 1], cfg.beta, cfg.loss, cfg.label_smoothing)
+        return loss, preference_metrics(pc, pr, ref[:, 0], ref[:, 1], cfg.beta)
+
+    def micro_batches(self, step: int) -> list:
+        return [lambda idx=idx: self.loss(idx) for idx in self.next_batches()]
+
+    def after_step(self, step: int, done, seconds: float) -> dict:
+        self.progress.update(step, [f"loss {done.loss:.4f}", f"margin {done.metrics['margin']:.4f}"],
+                             loss=f"{done.loss:.4f}", margin=f"{done.metrics['margin']:.3f}")
+        self.run.log_train(step, self.total, done)
+        return {}
+
+    def evaluate(self, step: int) -> dict[str, float]:
+        run = self.run
+        policy = self.dev_set.all_logprobs(run.model, run.cfg.eval_batch_size, run.machine.autocast)
+        self.final = dev_numbers(policy, self.dev_ref, run.cfg)
+        run.record({"step": step, **{f"dev_{k}": v for k, v in self.final.items()}})
+        self.progress.write(f"step {step}: dev {shown(self.final, DEV_SHOWN)}")
+        run.model.train(run.cfg.dropout)
+        return self.final
+
+
 def dpo(run: Setup) -> AlignResult:
     cfg, model, say = run.cfg, run.model, run.say
     t0 = time.perf_counter()
@@ -290,47 +350,18 @@ def dpo(run: Setup) -> AlignResult:
     say(f"align: DPO ({cfg.loss}, beta {cfg.beta}), {len(train_set)} train / {len(dev_set)} dev pairs, "
         f"{total} steps of {cfg.batch_size * cfg.grad_accum} pairs, {params:,} parameters, device "
         f"{run.machine.device} ({run.machine.precision})")
-
-    autocast = run.machine.autocast
-    dev_ref = dev_set.all_logprobs(reference, cfg.eval_batch_size, autocast)
-    start = dev_numbers(dev_ref, dev_ref, cfg)
+    steps = DpoSteps(run, reference, train_set, dev_set, total)
+    start = steps.start
     run.record({"step": 0, **{f"dev_{k}": v for k, v in start.items()}})
     say(f"step 0 (the reference itself): {shown(start, DEV_SHOWN)}; the reference prefers the chosen "
         f"response in {start['ref_accuracy']:.1%} of the dev pairs")
-
-    train_ref = torch.full((len(train_set), 2), math.nan)
-
-    def micro_batch(idx: list[int]):
-        def run_it():
-            missing = [i for i in idx if math.isnan(train_ref[i, 0])]
-            if missing:
-                with torch.no_grad():
-                    c, r = train_set.logprobs(reference, missing)
-                train_ref[missing] = torch.stack([c, r], 1).float().cpu()
-            pc, pr = train_set.logprobs(model, idx)
-            ref = train_ref[idx].to(pc.device)
-            loss = dpo_loss(pc, pr, ref[:, 0], ref[:, 1], cfg.beta, cfg.loss, cfg.label_smoothing)
-            return loss, preference_metrics(pc, pr, ref[:, 0], ref[:, 1], cfg.beta)
-        return run_it
-
     engine = run.engine([model], cfg.lr, total)
-    evals = run.eval_points(total)
-    progress = run.progress(total, "align dpo")
-    next_batches = run.batch_order(train_set.lengths())
+    steps.progress = run.progress(total, "align dpo")
     model.train(cfg.dropout)
-    final = start
-    for step in range(total):
-        done = engine.step(step, [micro_batch(idx) for idx in next_batches()])
-        progress.update(step + 1, [f"loss {done.loss:.4f}", f"margin {done.metrics['margin']:.4f}"],
-                        loss=f"{done.loss:.4f}", margin=f"{done.metrics['margin']:.3f}")
-        run.log_train(step + 1, total, done)
-        if step + 1 in evals:
-            final = dev_numbers(dev_set.all_logprobs(model, cfg.eval_batch_size, autocast), dev_ref, cfg)
-            run.record({"step": step + 1, **{f"dev_{k}": v for k, v in final.items()}})
-            progress.write(f"step {step + 1}: dev {shown(final, DEV_SHOWN)}")
-            model.train(cfg.dropout)
-    progress.close()
+    run.fit(engine, total, steps.micro_batches, steps.after_step, steps.evaluate)
+    steps.progress.close()
     model.eval()
+    final = steps.final
     summary = {"method": "dpo", "steps": total, "train_pairs": len(train_set), "dev_pairs": len(dev_set),
                "start": start, "dev": final, "elapsed_s": time.perf_counter() - t0, "config": cfg.to_dict()}
     run.write(model, final, summary)

@@ -212,6 +212,77 @@ def kl_estimate(logp: Tensor, ref_logp: Tensor) -> Tensor:
     return (torch.expm1(log_ratio) - log_ratio).clamp_min(0.0)
 
 
+class PolicySteps:
+    """What the fit loop runs in the policy phase: each micro-batch samples ``samples`` responses per
+    prompt, scores them with the reward model and the frozen reference, and returns the RLOO loss;
+    the dev evaluation adds the greedy and sampled rewards to DPO's numbers."""
+
+    def __init__(self, run: Setup, reference: nn.Module, rm: RewardModel, dev_set: PairSet,
+                 prompts: list[str], total: int):
+        cfg = run.cfg
+        self.run, self.reference, self.rm, self.dev_set, self.prompts, self.total = \
+            run, reference, rm, dev_set, prompts, total
+        self.sampler = Sampler(run.model, cfg)
+        self.dev_ref = dev_set.all_logprobs(reference, cfg.eval_batch_size, run.machine.autocast)
+        self.gen = torch.Generator().manual_seed(cfg.seed)
+        self.order: list[int] = []
+        self.progress = None
+
+    def evaluate(self, step: int) -> dict[str, float]:
+        run, cfg = self.run, self.run.cfg
+        policy = self.dev_set.all_logprobs(run.model, cfg.eval_batch_size, run.machine.autocast)
+        numbers = {**dev_numbers(policy, self.dev_ref, cfg),
+                   **rollout_numbers(self.rm, self.sampler, self.dev_set, cfg.eval_batch_size)}
+        run.record({"phase": "policy", "step": step, **{f"dev_{k}": v for k, v in numbers.items()}})
+        return numbers
+
+    def evaluate_during(self, step: int) -> dict[str, float]:
+        """:meth:`evaluate`, said beside the progress display, the policy back in training mode."""
+        final = self.final = self.evaluate(step)
+        self.progress.write(f"step {step}: dev greedy reward {final['reward']:.4f}, sampled reward "
+                            f"{final['sample_reward']:.4f}, chosen rate "
+                            f"{final['chosen_rate']:.4f}, {shown(final, DEV_SHOWN)}")
+        self.run.model.train(self.run.cfg.dropout)
+        return final
+
+    def rollouts(self, batch_prompts: list[str]):
+        """Sample, score and return the function the engine runs for one micro-batch of prompts."""
+        cfg, sampler = self.run.cfg, self.sampler
+        rows = [sampler.row(text, resp) for text in batch_prompts
+                for resp in sampler.responses(text, cfg.samples, sample=True)]
+        batch = collate(rows, self.dev_set.pad, self.dev_set.device)
+        with torch.no_grad():
+            reward = self.rm(batch).float()
+            ref_lp = response_logprobs(self.reference, batch).float()
+        return lambda: self.loss(batch, reward, ref_lp, len(batch_prompts))
+
+    def loss(self, batch: dict, reward: Tensor, ref_lp: Tensor, n_prompts: int):
+        cfg = self.run.cfg
+        logp = response_logprobs(self.run.model, batch)
+        kl = logp.detach().float() - ref_lp
+        ret = (reward - cfg.beta * kl).view(n_prompts, cfg.samples)
+        baseline = (ret.sum(1, keepdim=True) - ret) / (cfg.samples - 1)
+        advantage = (ret - baseline).view(-1)
+        loss = -(advantage * logp.float()).mean()
+        kl_logged = float(kl_estimate(logp.detach(), ref_lp).mean())  # k3: never negative
+        return loss, {"reward": float(reward.mean()), "kl": kl_logged}
+
+    def micro_batches(self, step: int) -> list:
+        cfg, micro = self.run.cfg, []
+        for _ in range(cfg.grad_accum):
+            if len(self.order) < cfg.batch_size:
+                self.order += torch.randperm(len(self.prompts), generator=self.gen).tolist()
+            chunk, self.order = self.order[: cfg.batch_size], self.order[cfg.batch_size:]
+            micro.append(self.rollouts([self.prompts[i] for i in chunk]))
+        return micro
+
+    def after_step(self, step: int, done, seconds: float) -> dict:
+        self.progress.update(step, [f"reward {done.metrics['reward']:.4f}", f"kl {done.metrics['kl']:.4f}"],
+                             reward=f"{done.metrics['reward']:.3f}")
+        self.run.log_train(step, self.total, done, phase="policy")
+        return {}
+
+
 def rlhf(run: Setup) -> AlignResult:
     cfg, model, say = run.cfg, run.model, run.say
     if model.architecture != "decoder":
@@ -231,70 +302,18 @@ def rlhf(run: Setup) -> AlignResult:
         supervised_warmup(run, train_set)
     reference = frozen_reference(model)                 # the policy phase's start (after any warm-up)
     rm, rm_numbers = train_reward_model(run, train_set, dev_set)
-
-    sampler = Sampler(model, cfg)
-    autocast = run.machine.autocast
-    dev_ref = dev_set.all_logprobs(reference, cfg.eval_batch_size, autocast)
-
-    def evaluate(step: int) -> dict[str, float]:
-        numbers = {**dev_numbers(dev_set.all_logprobs(model, cfg.eval_batch_size, autocast), dev_ref, cfg),
-                   **rollout_numbers(rm, sampler, dev_set, cfg.eval_batch_size)}
-        run.record({"phase": "policy", "step": step, **{f"dev_{k}": v for k, v in numbers.items()}})
-        return numbers
-
-    start = evaluate(0)
+    steps = PolicySteps(run, reference, rm, dev_set, prompts, total)
+    start = steps.final = steps.evaluate(0)
     say(f"policy step 0 (the reference itself): greedy reward {start['reward']:.4f}, sampled reward "
         f"{start['sample_reward']:.4f}, chosen rate "
         f"{start['chosen_rate']:.4f}, {shown(start, DEV_SHOWN)}")
-
-    def micro_batch(batch_prompts: list[str]):
-        rows, owner = [], []
-        for j, text in enumerate(batch_prompts):
-            for resp in sampler.responses(text, cfg.samples, sample=True):
-                rows.append(sampler.row(text, resp))
-                owner.append(j)
-        batch = collate(rows, dev_set.pad, dev_set.device)
-        with torch.no_grad():
-            reward = rm(batch).float()
-            ref_lp = response_logprobs(reference, batch).float()
-
-        def run_it():
-            logp = response_logprobs(model, batch)
-            kl = logp.detach().float() - ref_lp
-            ret = (reward - cfg.beta * kl).view(len(batch_prompts), cfg.samples)
-            baseline = (ret.sum(1, keepdim=True) - ret) / (cfg.samples - 1)
-            advantage = (ret - baseline).view(-1)
-            loss = -(advantage * logp.float()).mean()
-            kl_logged = float(kl_estimate(logp.detach(), ref_lp).mean())  # k3: never negative
-            return loss, {"reward": float(reward.mean()), "kl": kl_logged}
-        return run_it
-
     engine = run.engine([model], cfg.lr, total)
-    evals = run.eval_points(total)
-    progress = run.progress(total, "align rlhf")
-    gen = torch.Generator().manual_seed(cfg.seed)
-    order: list[int] = []
+    steps.progress = run.progress(total, "align rlhf")
     model.train(cfg.dropout)
-    final = start
-    for step in range(total):
-        micro = []
-        for _ in range(cfg.grad_accum):
-            if len(order) < cfg.batch_size:
-                order += torch.randperm(len(prompts), generator=gen).tolist()
-            chunk, order = order[: cfg.batch_size], order[cfg.batch_size:]
-            micro.append(micro_batch([prompts[i] for i in chunk]))
-        done = engine.step(step, micro)
-        progress.update(step + 1, [f"reward {done.metrics['reward']:.4f}", f"kl {done.metrics['kl']:.4f}"],
-                        reward=f"{done.metrics['reward']:.3f}")
-        run.log_train(step + 1, total, done, phase="policy")
-        if step + 1 in evals:
-            final = evaluate(step + 1)
-            progress.write(f"step {step + 1}: dev greedy reward {final['reward']:.4f}, sampled reward "
-                           f"{final['sample_reward']:.4f}, chosen rate "
-                           f"{final['chosen_rate']:.4f}, {shown(final, DEV_SHOWN)}")
-            model.train(cfg.dropout)
-    progress.close()
+    run.fit(engine, total, steps.micro_batches, steps.after_step, steps.evaluate_during)
+    steps.progress.close()
     model.eval()
+    final = steps.final
     summary = {"method": "rlhf", "steps": total, "train_pairs": len(train_set), "dev_pairs": len(dev_set),
                "reward_model": rm_numbers, "start": start, "dev": final,
                "elapsed_s": time.perf_counter() - t0, "config": cfg.to_dict()}

@@ -4,25 +4,10 @@ from __future__ import annotations
 
 import json
 
-from lmlab.align.config import Length
 from lmlab.cli.common import add_command
-from lmlab.values import (
-    Fraction,
-    LabelSmoothing,
-    PositiveWeight,
-    batch_flag,
-    count_flag,
-    device_flag,
-    flag,
-    grad_clip_flag,
-    lr_flag,
-    path_flag,
-    seed_flag,
-    size_flag,
-    temperature_flag,
-    threads_flag,
-    weight_decay_flag,
-)
+from lmlab.config.align import TASKS, AlignConfig
+from lmlab.config.flags import MACHINE_FLAGS, add_config_flags, add_section_flags, section_settings
+from lmlab.values import path_flag
 
 DESCRIPTION = """\
 Preference-tune a decoder or encoder-decoder checkpoint on pairs of responses to a prompt, one
@@ -46,7 +31,11 @@ The dev pairs are scored at step 0 (the reference itself: margin 0, win rate 0),
 and at the end: the implicit reward margin beta*[(log pi(c) - log pi_ref(c)) - (log pi(r) -
 log pi_ref(r))], the win rate (pairs with a positive margin), the policy's accuracy (chosen
 likelier than rejected) and, for rlhf, the reward of sampled responses. --out receives the model
-(load_model-able, with its tokenizer), eval.json, metrics.jsonl and align.json."""
+(load_model-able, with its tokenizer), eval.json, metrics.jsonl and align.json.
+
+Settings from a file: --config F.toml reads its [align] table (any setting below, by its field
+name: beta, lr, max_steps...); flags given on the command line win over the file, and
+--set align.KEY=VALUE wins over both (docs/align.md)."""
 
 EXAMPLES = """\
   lmlab align --method dpo --checkpoint runs/gpt/checkpoints/step_600 --train prefs/train.jsonl \\
@@ -55,12 +44,63 @@ EXAMPLES = """\
       --dev glue/sst2/dev.tsv --out aligned/sst2 --max-train-examples 8000 --lr 5e-4
   lmlab align --method rlhf --task sst2 --checkpoint runs/gpt-imdb --train glue/sst2/train.tsv \\
       --dev glue/sst2/dev.tsv --out aligned/sst2-rlhf --max-train-examples 8000 --lr 5e-4 \\
-      --sft-steps 400 --reward-steps 300 --reward-lr 5e-4 --max-steps 200 --max-new-tokens 1 --beta 1"""
+      --sft-steps 400 --reward-steps 300 --reward-lr 5e-4 --max-steps 200 --max-new-tokens 1 --beta 1
+  lmlab align --checkpoint runs/gpt --train prefs/train.jsonl --dev prefs/dev.jsonl --out aligned/gpt \\
+      --config dpo.toml --set align.beta=0.2"""
+
+
+#: AlignConfig field -> its flag's help (and argparse settings); type, range, choices and default come
+#: from the field itself (lmlab.config.flags)
+RUN_FLAGS: dict[str, str | dict] = {
+    "method": "dpo: Direct Preference Optimization; rlhf: reward model, then policy gradient",
+    "task": {"help": "read --train/--dev as this task's labelled files: the right answer is preferred",
+             "choices": TASKS},
+}
+PREFERENCE_FLAGS: dict[str, str | dict] = {
+    "beta": {"help": "dpo: how far from the reference (larger = closer); rlhf: weight of the KL penalty",
+             "metavar": "B"},
+    "loss": "dpo: DPO's loss or IPO's",
+    "label_smoothing": {"help": "dpo sigmoid: assumed share of flipped preferences (conservative DPO)",
+                        "metavar": "F"},
+    "max_length": {"help": "tokens per prompt + response", "metavar": "N"},
+    "eos": {"action": "store_true", "help": "end decoder responses with the EOS token"},
+    "dropout": {"action": "store_true", "help": "keep the policy's dropout on while training"},
+}
+RLHF_FLAGS: dict[str, str | dict] = {
+    "sft_steps": {"help": "supervised steps on the chosen responses first (InstructGPT's step 1)",
+                  "metavar": "N"},
+    "reward_steps": {"help": "reward-model training steps", "metavar": "N"},
+    "reward_lr": {"help": "reward-model learning rate", "metavar": "LR"},
+    "samples": {"help": "responses sampled per prompt (their mean reward is the baseline)", "metavar": "N"},
+    "max_new_tokens": {"help": "longest sampled response", "metavar": "N"},
+    "temperature": {"help": "sampling temperature", "metavar": "T"},
+}
+TRAINING_FLAGS: dict[str, str | dict] = {
+    "lr": {"help": "peak learning rate", "metavar": "LR"},
+    "batch_size": {"help": "pairs (rlhf: prompts) per micro-batch", "metavar": "N"},
+    "grad_accum": {"help": "micro-batches per optimizer step", "metavar": "N"},
+    "eval_batch_size": {"help": "pairs per batch when scoring --dev", "metavar": "N"},
+    "epochs": {"help": "passes over --train", "metavar": "N"},
+    "max_steps": {"help": "optimizer steps (overrides --epochs)", "metavar": "N"},
+    "eval_every": {"help": "evaluate on --dev every N steps (default: 10 times per run)", "metavar": "N"},
+    "warmup_ratio": {"help": "share of steps spent warming up", "metavar": "F"},
+    "weight_decay": {"help": "AdamW's decoupled weight decay", "metavar": "W"},
+    "grad_clip": {"help": "max gradient norm (0 = off)", "metavar": "NORM"},
+    "seed": {"help": "seed of the shuffling, dropout and sampling", "metavar": "N"},
+    "max_train_examples": {"help": "use the first N pairs only", "metavar": "N"},
+    "max_eval_examples": {"help": "use the first N pairs only", "metavar": "N"},
+    **MACHINE_FLAGS,
+    "on_bad_line": "a malformed data line stops the run (error) or is reported and left out (skip)",
+}
+#: AlignConfig fields without a flag of their own, and why
+NO_FLAG = {
+    "betas": "AdamW's betas rarely change; set them in --config or --set",
+    "log_every": "how often a metrics row is written; set it in --config or --set",
+}
 
 
 def register(sub) -> None:
     p = add_command(sub, "align", "preference-tune a checkpoint (DPO, RLHF)", DESCRIPTION, EXAMPLES)
-    p.add_argument("--method", choices=("dpo", "rlhf"), default="dpo", help="dpo or rlhf")
     p.add_argument("--checkpoint", type=path_flag, required=True, metavar="DIR",
                    help="pretrained decoder or encoder-decoder (or a pretraining run directory)")
     p.add_argument("--train", type=path_flag, required=True, metavar="FILE",
@@ -69,74 +109,20 @@ def register(sub) -> None:
                    help="held-out pairs, scored during training")
     p.add_argument("--out", type=path_flag, required=True, metavar="DIR",
                    help="directory for the tuned model")
-    p.add_argument("--task", choices=("sst2", "cola", "rte", "mrpc"), default=None,
-                   help="read --train/--dev as this task's labelled files: the right answer is preferred")
     p.add_argument("--tokenizer", type=path_flag, metavar="PATH",
                    help="tokenizer to use instead of the checkpoint's own")
-    g = p.add_argument_group("preference")
-    g.add_argument("--beta", type=flag(PositiveWeight), default=0.1,
-                   help="dpo: how far from the reference (larger = closer); rlhf: weight of the KL penalty")
-    g.add_argument("--loss", choices=("sigmoid", "ipo"), default="sigmoid", help="dpo: DPO's loss or IPO's")
-    g.add_argument("--label-smoothing", type=flag(LabelSmoothing), default=0.0,
-                   help="dpo sigmoid: assumed share of flipped preferences (conservative DPO)")
-    g.add_argument("--max-length", type=flag(Length), default=256, metavar="N",
-                   help="tokens per prompt + response")
-    g.add_argument("--eos", action="store_true", help="end decoder responses with the EOS token")
-    g.add_argument("--dropout", action="store_true", help="keep the policy's dropout on while training")
-    r = p.add_argument_group("rlhf")
-    r.add_argument("--sft-steps", type=size_flag, default=0, metavar="N",
-                   help="supervised steps on the chosen responses first (InstructGPT's step 1)")
-    r.add_argument("--reward-steps", type=count_flag, default=200, metavar="N",
-                   help="reward-model training steps")
-    r.add_argument("--reward-lr", type=lr_flag, default=1e-4, help="reward-model learning rate")
-    r.add_argument("--samples", type=batch_flag, default=4, metavar="N",
-                   help="responses sampled per prompt (their mean reward is the baseline)")
-    r.add_argument("--max-new-tokens", type=count_flag, default=8, metavar="N",
-                   help="longest sampled response")
-    r.add_argument("--temperature", type=temperature_flag, default=1.0, help="sampling temperature")
-    t = p.add_argument_group("training")
-    t.add_argument("--lr", type=lr_flag, default=5e-5, help="peak learning rate")
-    t.add_argument("--batch-size", type=batch_flag, default=16, metavar="N",
-                   help="pairs (rlhf: prompts) per micro-batch")
-    t.add_argument("--grad-accum", type=count_flag, default=1, metavar="N",
-                   help="micro-batches per optimizer step")
-    t.add_argument("--eval-batch-size", type=batch_flag, default=32, metavar="N",
-                   help="pairs per batch when scoring --dev")
-    t.add_argument("--epochs", type=count_flag, default=1, metavar="N", help="passes over --train")
-    t.add_argument("--max-steps", type=count_flag, default=None, metavar="N",
-                   help="optimizer steps (overrides --epochs)")
-    t.add_argument("--eval-every", type=count_flag, default=None, metavar="N",
-                   help="evaluate on --dev every N steps (default: 10 times per run)")
-    t.add_argument("--warmup-ratio", type=flag(Fraction), default=0.1, help="share of steps spent warming up")
-    t.add_argument("--weight-decay", type=weight_decay_flag, default=0.0,
-                   help="AdamW's decoupled weight decay")
-    t.add_argument("--grad-clip", type=grad_clip_flag, default=1.0, help="max gradient norm (0 = off)")
-    t.add_argument("--seed", type=seed_flag, default=0, help="seed of the shuffling, dropout and sampling")
-    for which in ("train", "eval"):
-        t.add_argument(f"--max-{which}-examples", type=count_flag, default=None, metavar="N",
-                       help="use the first N pairs only")
-    t.add_argument("--device", type=device_flag, default="auto", help="auto, cpu, cuda, cuda:1...")
-    t.add_argument("--precision", choices=("auto", "fp32", "bf16"), default="auto",
-                   help="auto: bf16 autocast on a CUDA GPU with bfloat16, fp32 elsewhere")
-    t.add_argument("--threads", type=threads_flag, default=None, metavar="N", help="torch CPU threads")
-    t.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.add_argument("--on-bad-line", choices=("error", "skip"), default="error",
-                   help="a malformed data line stops the run (error) or is reported and left out (skip)")
+    add_config_flags(p, "align", "[align] beta = 0.2")
+    add_section_flags(p, AlignConfig, RUN_FLAGS)
+    add_section_flags(p.add_argument_group("preference"), AlignConfig, PREFERENCE_FLAGS)
+    add_section_flags(p.add_argument_group("rlhf"), AlignConfig, RLHF_FLAGS)
+    add_section_flags(p.add_argument_group("training"), AlignConfig, TRAINING_FLAGS)
     p.set_defaults(func=run, out_kind=("align.json", "aligned model"))
 
 
-HPARAMS = ("method", "task", "beta", "loss", "label_smoothing", "max_length", "eos", "dropout",
-           "sft_steps", "reward_steps", "reward_lr", "samples", "max_new_tokens", "temperature", "lr",
-           "batch_size", "grad_accum", "eval_batch_size", "epochs", "max_steps", "eval_every", "warmup_ratio",
-           "weight_decay", "grad_clip", "seed", "max_train_examples", "max_eval_examples", "device",
-           "precision", "threads", "on_bad_line")
-
-
 def run(args) -> int:
+    hparams = section_settings(AlignConfig, "align", args)  # every value checked before any model is read
     from lmlab.align import align
 
-    hparams = {k: getattr(args, k) for k in HPARAMS}
-    result = align(args.checkpoint, args.train, args.dev, args.out, tokenizer=args.tokenizer,
-                   progress=not args.no_progress, **hparams)
+    result = align(args.checkpoint, args.train, args.dev, args.out, tokenizer=args.tokenizer, **hparams)
     print(json.dumps({"start": result.start, "dev": result.metrics}, indent=2))
     return 0

@@ -2,26 +2,29 @@
 
 While a run writes to ``OUT``, it keeps a *resume state* beside it, in ``.OUT.resume/``: every
 ``save_every`` steps (default: after each evaluation) and when it is asked to stop (Ctrl-C,
-SIGTERM: the step in flight finishes, the state is written, the run ends), one file,
-``state.pt``, holds all that the rest of the run depends on:
+SIGTERM: the step in flight finishes, the state is written, the run ends). The state is a
+checkpoint in the one resume format of every lmlab loop (:mod:`lmlab.train.components.checkpointer`),
+``.OUT.resume/checkpoints/step_N/``, the newest only:
 
-* the model's weights and the optimizer's moments;
-* the step, the examples seen, the batches left in this epoch, the shuffling generator and the
-  global RNG (dropout), so the remaining batches and masks are the ones the run would have drawn;
-* the best dev score so far with its weights, and the metrics rows written so far.
+* ``model.safetensors``: the weights being tuned (a bare state dict: adapters, task head);
+* ``train_state.safetensors``: AdamW's moments, the global RNG (dropout) and the shuffling
+  generator (``rng.shuffle``), the best-so-far weights (``best.*``);
+* ``train_state.json``: the step, the examples seen (``data_position``), the batches left in this
+  epoch, the best dev score so far, the metrics rows written so far and what the run was started
+  with (``finetune``), checked whole against :class:`lmlab.file_schemas.TrainStateFile`.
 
 ``--resume`` loads it after building the model the usual way and continues; the result (weights,
-``eval.json``, ``metrics.jsonl`` apart from timings) equals the uninterrupted run's. The state
-records what the run was started with (settings, task, method, input files); a resume with other
-values is refused, since the rest of the run would no longer be that run. When the run ends, its
-output is in ``OUT`` and ``.OUT.resume/`` is removed. Without ``--resume``, a run refuses to start
-over an interrupted one (the work would be lost); with ``--resume`` and nothing to resume, it
-starts from the beginning.
+``eval.json``, ``metrics.jsonl`` apart from timings) equals the uninterrupted run's. A resume with
+other settings, task, method or input files is refused, since the rest of the run would no longer
+be that run. When the run ends, its output is in ``OUT`` and ``.OUT.resume/`` is removed. Without
+``--resume``, a run refuses to start over an interrupted one (the work would be lost); with
+``--resume`` and nothing to resume, it starts from the beginning. A ``state.pt`` left by an lmlab
+before this format is not read: the run says so in one line (delete the folder to start over).
 """
 
 from __future__ import annotations
 
-import io
+import math
 import os
 import shutil
 from pathlib import Path
@@ -31,10 +34,19 @@ import torch
 
 from lmlab import ownership
 from lmlab.errors import LmlabError
-from lmlab.fileio import atomic_write_bytes
+from lmlab.train.checkpoint import (
+    CHECKPOINTS,
+    STATE_JSON,
+    STATE_TENSORS,
+    check_moments,
+    check_param_groups,
+    check_rng_state,
+    latest_checkpoint,
+)
+from lmlab.train.components.checkpointer import Checkpointer, StateDictWeights, optimizer_state
+from lmlab.train.components.resume_state import ResumeState, random_streams
 
-STATE_FILE = "state.pt"
-LOCK = ".lock"  # the file lmlab.fileio.directory_lock holds while a run writes OUT
+OLD_STATE_FILE = "state.pt"  # the resume state of lmlab before the one resume format
 LOGS = "logs"  # the loggers' files while the run goes (TensorBoard...), moved into OUT at the end
 
 #: settings that may differ on --resume: they change neither the arithmetic nor the run's past
@@ -47,7 +59,7 @@ def resume_dir(out_dir: Path) -> Path:
 
 
 #: what a run writes in its resume folder
-ENTRIES = (STATE_FILE, LOGS, "metrics.jsonl")
+ENTRIES = (CHECKPOINTS, LOGS, "metrics.jsonl")
 KIND = "fine-tuning resume state"
 
 
@@ -55,6 +67,12 @@ def claim(out_dir: Path) -> Path:
     """The resume folder of ``out_dir``, claimed for lmlab (:func:`lmlab.ownership.claim_dir`): a
     folder of that name that lmlab did not make is refused, never cleared."""
     return ownership.claim_dir(resume_dir(out_dir), KIND, ENTRIES)
+
+
+def checkpointer(out_dir: Path, save_every: int | None) -> Checkpointer:
+    """The run's checkpointer: the newest state only, after each evaluation (or every
+    ``save_every`` steps), never at the last step (the output is written then)."""
+    return Checkpointer(resume_dir(out_dir), keep=1, every=save_every, at_end=False)
 
 
 def discard(out_dir: Path) -> None:
@@ -70,6 +88,11 @@ def _clear_owned(rdir: Path) -> None:
     if rdir.is_dir() and ownership.read_manifest(rdir) is not None:
         for name in ENTRIES:
             ownership.remove_owned_tree(rdir, name)
+
+
+def saved_state(out_dir: Path) -> Path | None:
+    """The checkpoint an interrupted run writing ``out_dir`` left (None: there is none)."""
+    return latest_checkpoint(resume_dir(out_dir))
 
 
 def input_identity(data) -> Any:
@@ -92,7 +115,7 @@ def run_identity(config: dict[str, Any], task: str, method: str, method_options:
 
 
 def _plain(obj):
-    """Tuples as lists, so an identity compares equal after a round trip through torch.save."""
+    """Tuples as lists, so an identity compares equal after a round trip through JSON."""
     if isinstance(obj, dict):
         return {k: _plain(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
@@ -101,15 +124,19 @@ def _plain(obj):
 
 
 def check_start(out_dir: Path, resume: bool, clear: bool = True) -> Path | None:
-    """Before any work: the state file to resume from, or None to start from the beginning.
+    """Before any work: the checkpoint to resume from, or None to start from the beginning.
 
     An interrupted run's state is never discarded silently: starting again without ``--resume``
     is refused. A scratch directory with no state in it (a run that failed before its first save)
-    holds nothing worth keeping and is cleared (by one process: ``clear``).
-    """
+    holds nothing worth keeping and is cleared (by one process: ``clear``). A ``state.pt`` of an
+    earlier lmlab is refused in one line."""
     rdir = resume_dir(out_dir)
-    state = rdir / STATE_FILE
-    if state.is_file():
+    if (rdir / OLD_STATE_FILE).is_file():
+        raise LmlabError(f"{rdir / OLD_STATE_FILE} is the resume state of an earlier lmlab version, which "
+                         "this version does not read", f"delete {rdir} to start the run over, or finish the "
+                         "run with the lmlab version that started it")
+    state = saved_state(out_dir)
+    if state is not None:
         if not resume:
             raise LmlabError(f"{out_dir} has an interrupted fine-tuning run (its state is in {rdir})",
                              "pass --resume to continue it, or delete that directory to start over")
@@ -126,85 +153,85 @@ def remove_if_only_lock(rdir: Path) -> None:
         shutil.rmtree(rdir, ignore_errors=True)
 
 
-def save_state(out_dir: Path, state: dict[str, Any]) -> None:
-    """Write ``state`` to ``.OUT.resume/state.pt`` (a temporary file, then a rename)."""
-    buf = io.BytesIO()
-    torch.save(state, buf)
-    atomic_write_bytes(resume_dir(out_dir) / STATE_FILE, buf.getvalue())
+def save(saver: Checkpointer, run, identity: dict[str, Any]) -> Path:
+    """Checkpoint the fine-tuning ``run`` (:class:`lmlab.finetune.run.FinetuneRun`) at its step."""
+    tensors, opt_meta = optimizer_state(run.optimizer)
+    tensors.update(random_streams({"shuffle": run.gen}))
+    tensors.update({f"best.{k}": v.detach().cpu() for k, v in (run.best["snap"] or {}).items()})
+    best = run.best
+    score = None if best["score"] == -math.inf else best["score"]
+    state = ResumeState(run.step, run.seen, 0, run.elapsed())
+    meta = {**state.meta(), "epoch": run.seen / len(run.feats), "optimizer": opt_meta,
+            "config": run.cfg.to_dict(),
+            "machine": {"threads": run.machine.threads, "precision": run.machine.precision},
+            "finetune": {"identity": identity, "order": run.order, "run_loss": run.run_loss,
+                         "n_loss": run.n_loss, "best": {"score": score, "metrics": best["metrics"],
+                                                        "step": best["step"]},
+                         "history": run.log.history}}
+    return saver.save(run.step, StateDictWeights(run.model.state_dict()), tensors, meta)
 
 
-def read_state(path: Path) -> dict[str, Any]:
-    """``state.pt`` read (tensors, numbers and containers only: nothing in it can run code) and
-    checked whole against :class:`lmlab.file_schemas.FinetuneStateFile`; an unreadable or damaged
-    file is one line."""
-    from lmlab import values
-    from lmlab.file_schemas import FinetuneStateFile
-
-    fix = f"delete {path.parent} to start the run over"
+def load(path: Path, identity: dict[str, Any], model, optimizer, examples: int):
+    """``(tensors, meta, weights)`` of the checkpoint ``path``, after checking that this run is the
+    one that saved it and that it fits the run's ``model``, ``optimizer`` and ``examples``."""
+    fix = f"delete {path.parent.parent} to start the run over"
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:  # noqa: BLE001 - any unreadable file is the same problem for the user
-        raise LmlabError(f"{path}: is not a readable resume state ({_load_failure(e)})", fix) from None
-    values.check(FinetuneStateFile, state, where=str(path), fix=fix)
-    return state
+        tensors, meta, weights = Checkpointer.read(path)
+    except LmlabError as e:
+        raise LmlabError(e.problem, fix) from None
+    if "finetune" not in meta:
+        raise LmlabError(f"{path / STATE_JSON}: finetune: is missing (a pretraining checkpoint?)", fix)
+    _check_identity(meta["finetune"]["identity"], identity, path)
+    _check_fits(path, tensors, meta, weights, model, optimizer, examples)
+    return tensors, meta, weights
 
 
-def _load_failure(error: Exception) -> str:
-    """What ``torch.load`` could not read, in a few words (torch's own text runs to several lines,
-    with advice to unpickle the file unsafely)."""
-    text = str(error)
-    if "Weights only load failed" in text:
-        return "it holds Python objects besides tensors, numbers and containers, which lmlab does not load"
-    first = text.strip().splitlines()[0] if text.strip() else type(error).__name__
-    return first if len(first) <= 100 else first[:97] + "..."
+def _check_identity(saved: dict[str, Any], identity: dict[str, Any], path: Path) -> None:
+    changed = sorted(k for k in set(saved) | set(identity) if saved.get(k) != identity.get(k))
+    if not changed:
+        return
+    detail = []
+    for k in changed:
+        if k == "settings":
+            a, b = saved.get(k, {}), identity.get(k, {})
+            detail += [f"{s} {a.get(s)!r} -> {b.get(s)!r}" for s in sorted(set(a) | set(b))
+                       if a.get(s) != b.get(s)]
+        else:
+            detail.append(f"{k} {saved.get(k)!r} -> {identity.get(k)!r}")
+    raise LmlabError(f"--resume with other settings than the interrupted run: {'; '.join(detail)}",
+                     f"resume with the same command, or delete {path.parent.parent} to start over")
 
 
-def check_fits(state: dict[str, Any], path: Path, model, optimizer, examples: int) -> None:
+def _check_fits(path: Path, tensors: dict[str, torch.Tensor], meta: dict[str, Any],
+                weights: dict[str, torch.Tensor], model, optimizer, examples: int) -> None:
     """The saved weights, optimizer state, generators and batch order fit the model, optimizer
     and training examples this run built (else loading them fails inside torch, mid-run)."""
-    from lmlab.train.checkpoint import check_moments, check_param_groups, check_rng_state
+    from lmlab.models.checkpoint import WEIGHTS_NAME
 
-    fix = f"resume with the same command, or delete {path.parent} to start over"
+    fix = f"resume with the same command, or delete {path.parent.parent} to start over"
     own = {k: tuple(v.shape) for k, v in model.state_dict().items()}
-    saved = {k: tuple(v.shape) for k, v in state["model"].items()}
+    saved = {k: tuple(v.shape) for k, v in weights.items()}
+    where = path / WEIGHTS_NAME
     if set(own) != set(saved):
         missing, unexpected = sorted(set(own) - set(saved)), sorted(set(saved) - set(own))
-        raise LmlabError(f"{path}: model: must hold this run's weights (missing {missing[:3]}, "
-                         f"unexpected {unexpected[:3]})", fix)
+        raise LmlabError(f"{where}: must hold this run's weights (missing {missing[:3]}, unexpected "
+                         f"{unexpected[:3]})", fix)
     for k, shape in saved.items():
         if shape != own[k]:
-            raise LmlabError(f"{path}: model.{k}: must have shape {own[k]} (got {shape})", fix)
-    groups = state["optimizer"]["param_groups"]
-    check_param_groups(groups, optimizer, str(path), fix)
-    check_moments(state["optimizer"]["state"], groups, optimizer, str(path), fix, key="optimizer.state")
-    check_rng_state(state["generator"], f"{path}: generator", fix)
-    if "rng.torch" in state["rng"]:
-        check_rng_state(state["rng"]["rng.torch"], f"{path}: rng.rng.torch", fix)
-    worst = max((i for batch in state["order"] for i in batch), default=-1)
+            raise LmlabError(f"{where}: {k}: must have shape {own[k]} (got {shape})", fix)
+    groups = meta["optimizer"]["param_groups"]
+    check_param_groups(groups, optimizer, str(path / STATE_JSON), fix)
+    moments: dict[int, dict[str, torch.Tensor]] = {}
+    for key, t in tensors.items():
+        if key.startswith("state."):
+            _, idx, name = key.split(".", 2)
+            moments.setdefault(int(idx), {})[name] = t
+    check_moments(moments, groups, optimizer, str(path / STATE_TENSORS), fix)
+    for name in ("rng.shuffle", "rng.torch"):
+        if name not in tensors:
+            raise LmlabError(f"{path / STATE_TENSORS}: {name}: is missing", fix)
+        check_rng_state(tensors[name], f"{path / STATE_TENSORS}: {name}", fix)
+    worst = max((i for batch in meta["finetune"]["order"] for i in batch), default=-1)
     if worst >= examples:
-        raise LmlabError(f"{path}: order: must number the {examples} training examples (got {worst})", fix)
-
-
-def load_state(path: Path, identity: dict[str, Any], model=None, optimizer=None,
-               examples: int | None = None) -> dict[str, Any]:
-    """The saved state, after checking that this run is the one that saved it and, given the
-    run's ``model``, ``optimizer`` and number of training ``examples``, that it fits them."""
-    state = read_state(path)
-    saved = state.get("identity", {})
-    changed = sorted(k for k in set(saved) | set(identity) if saved.get(k) != identity.get(k))
-    if changed:
-        detail = []
-        for k in changed:
-            if k == "settings":
-                a, b = saved.get(k, {}), identity.get(k, {})
-                detail += [f"{s} {a.get(s)!r} -> {b.get(s)!r}" for s in sorted(set(a) | set(b))
-                           if a.get(s) != b.get(s)]
-            else:
-                detail.append(f"{k} {saved.get(k)!r} -> {identity.get(k)!r}")
-        raise LmlabError(f"--resume with other settings than the interrupted run: {'; '.join(detail)}",
-                         "resume with the same command, or delete "
-                         f"{path.parent} to start over")
-    if model is not None and optimizer is not None and examples is not None:
-        check_fits(state, path, model, optimizer, examples)
-    return state
-
+        raise LmlabError(f"{path / STATE_JSON}: finetune.order: must number the {examples} training examples "
+                         f"(got {worst})", fix)

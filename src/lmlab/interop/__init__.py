@@ -6,10 +6,10 @@ so that ``transformers.<Class>.from_pretrained(dir)`` loads it and computes the 
 transformers itself is never imported: the converters read and write the JSON and safetensors
 files directly, so it stays an optional dependency.
 
-Each converter module (``hf_encoder``, ``hf_decoder``, ``hf_seq2seq``) exposes
-``MODEL_TYPES``, ``from_hf(hf_config, state, architectures) -> model`` and
-``to_hf(model) -> (hf_config, state)``. Adding a family is one converter plus one line in
-``CONVERTERS``.
+Each converter lives in its model family's folder (``lmlab/models/encoder/hf.py``, ``decoder/hf.py``,
+``seq2seq/hf.py``), named by the family's spec (``FamilySpec.hf``), and
+exposes ``MODEL_TYPES``, ``from_hf(hf_config, state, architectures) -> model`` and
+``to_hf(model) -> (hf_config, state)``. A family with a converter needs nothing here.
 """
 
 from __future__ import annotations
@@ -23,30 +23,35 @@ from pathlib import Path
 from lmlab.errors import LmlabError
 from lmlab.fileio import atomic_dir, inside, read_json, write_json
 
-#: HF ``model_type`` -> converter module
-CONVERTERS = {
-    "bert": "lmlab.interop.hf_encoder",
-    "roberta": "lmlab.interop.hf_encoder",
-    "albert": "lmlab.interop.hf_encoder",
-    "electra": "lmlab.interop.hf_encoder",
-    "gpt2": "lmlab.interop.hf_decoder",
-    "llama": "lmlab.interop.hf_decoder",
-    "t5": "lmlab.interop.hf_seq2seq",
-    "bart": "lmlab.interop.hf_seq2seq",
-}
+__all__ = ["CONVERTERS", "check_model_dir", "converter", "converters", "hf_export", "hf_import",
+           "load_plain_model", "read_hf_weights"]
 
-__all__ = ["CONVERTERS", "check_model_dir", "converter", "hf_export", "hf_import", "load_plain_model",
-           "read_hf_weights"]
+
+def converters() -> dict[str, str]:
+    """HF ``model_type`` -> the converter module named by its family's spec (each converter lists
+    the types it reads in ``MODEL_TYPES``)."""
+    from lmlab.models.registry import family_specs
+
+    modules = [spec.hf for spec in family_specs().values() if spec.hf]
+    return {t: m for m in modules for t in importlib.import_module(m).MODEL_TYPES}
 
 
 def converter(model_type: str):
     """The converter module for an HF ``model_type`` (or lmlab family name)."""
-    if model_type not in CONVERTERS:
+    table = converters()
+    if model_type not in table:
         raise LmlabError(
             f"Hugging Face model type {model_type!r} is not supported",
-            f"lmlab converts: {', '.join(CONVERTERS)}",
+            f"lmlab converts: {', '.join(table)}",
         )
-    return importlib.import_module(CONVERTERS[model_type])
+    return importlib.import_module(table[model_type])
+
+
+def __getattr__(name: str):
+    """``CONVERTERS`` (HF model type -> converter module), now read from the family specs."""
+    if name == "CONVERTERS":
+        return converters()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def check_model_dir(path: str | os.PathLike) -> Path:

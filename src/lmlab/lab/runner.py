@@ -133,21 +133,17 @@ def _init_model(d: Path, run: PretrainRun, cache: str, log: Callable[[str], None
     """``objective = "none"``: the model the pretraining arms start from (same preset, overrides,
     tokenizer and seed), saved untrained, so fine-tuning it measures training from scratch."""
 
-    import torch
-
-    from lmlab.models import build_model
-    from lmlab.train.config import DataConfig
+    from lmlab.config import DataConfig, ModelConfig, RunConfig, TrainConfig, build_section
+    from lmlab.train.builder import build_run
     from lmlab.train.data import prepare_run_data
-    from lmlab.train.loop import model_config
 
     cfg = _pretrain_config(run, cache)  # the resolved tables: cfg["data"] has every DataConfig field
-    data = prepare_run_data(DataConfig(**cfg["data"]), d, log)
-    tok = data.tokenizer
+    data = prepare_run_data(build_section(DataConfig, cfg["data"], "data"), d, log)
     overrides = {k: v for k, v in cfg["model"].items() if k != "preset"}
-    torch.manual_seed(run.seed)
-    vocab_size = max(data.train.vocab_size, tok.vocab_size)
-    model = build_model(model_config(run.arm.preset, overrides, tok, vocab_size))
-    model.tokenizer = tok
+    model_only = RunConfig(model=ModelConfig(run.arm.preset, overrides), train=TrainConfig(seed=run.seed))
+    # the trainer's builder, without an objective: the bare model the pretraining arms start from
+    model = build_run(model_only, data.tokenizer, data_vocab_size=data.train.vocab_size,
+                      with_objective=False).model
     model.save(d / "model")
     summary = {
         "run_dir": str(d),
@@ -206,104 +202,101 @@ def run_grid(
 
     ``dry_run``: only print the plan (and which runs are cached). ``report_only``: train nothing,
     write the report from the runs finished so far (a grid still running elsewhere, or one left
-    unfinished on purpose; its tables count the seeds each row really has). ``progress``: the tqdm bar over
-    runs (default: when stderr is a terminal). ``log`` receives the one-line-per-run messages
+    unfinished on purpose; its tables count the seeds each row really has). ``progress``: the tqdm bar
+    over runs (default: when stderr is a terminal). ``log`` receives the one-line-per-run messages
     (default: stderr).
     """
-
     out = Path(out)
     say = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
     runs: list[PretrainRun | FinetuneRun] = []
     for p in grid.pretrain_runs:
         runs.append(p)
         runs.extend(grid.finetunes_of(p))
-    done = {
-        id(r): (pretrain_done(out, r) if isinstance(r, PretrainRun) else finetune_done(out, r)) for r in runs
-    }
+    done = {id(r): (pretrain_done(out, r) if isinstance(r, PretrainRun) else finetune_done(out, r))
+            for r in runs}
     n_done = sum(done.values())
     counts = count_text(len(grid.pretrain_runs), len(runs) - len(grid.pretrain_runs), len(grid.tasks))
     say(f"grid {grid.name}: {counts}, budget {grid.budget_text()}; {n_done} cached, "
         f"{len(runs) - n_done} to train -> {out}")
+    cached = [r.label for r in runs if done[id(r)]]
     if dry_run:
         for line in plan_lines(grid, out, done):
             say(line)
-        return GridRun([], [r.label for r in runs if done[id(r)]], [], out, {})
+        return GridRun([], cached, [], out, {})
     if report_only:
         if not out.is_dir():
-            raise LmlabError(
-                f"{out} holds no runs of this grid", "run the grid first (without --report-only)"
-            )
+            raise LmlabError(f"{out} holds no runs of this grid",
+                             "run the grid first (without --report-only)")
         claim_dir(out, GRID_KIND, GRID_ENTRIES)  # the report overwrites only a comparison's own files
         records = collect_records(grid, out)
         paths = write_report(records, grid, out)
         say(f"report from {n_done} finished run(s); wrote {', '.join(str(p) for p in paths.values())}")
-        return GridRun([], [r.label for r in runs if done[id(r)]], records, out, paths)
-
+        return GridRun([], cached, records, out, paths)
     claim_dir(out, GRID_KIND, GRID_ENTRIES)  # new, empty or an earlier comparison's: never a user's folder
     write_json(out / "plan.json", plan_json(grid))
-    cache = _cache_dir(grid, out)
     show = sys.stderr.isatty() if progress is None else progress
     display = _Display(len(runs), n_done, show, say)
-    trained, cached = [], []
-    current = None
-    try:
-        for i, run in enumerate(runs, 1):
-            tag = f"[{i}/{len(runs)}] {run.label}"
-            if done[id(run)]:
-                cached.append(run.label)
-                display.line(f"{tag}: cached")
-                continue
-            current = run
-            t0 = time.perf_counter()
-            if isinstance(run, PretrainRun):
-                if not run.arm.pretrained:
-                    display.line(f"{tag}: initialising the model (no pretraining)")
-                else:
-                    partial = (pretrain_dir(out, run) / "checkpoints").is_dir()
-                    display.line(
-                        f"{tag}: {'resuming' if partial else 'pretraining'} {run.arm.objective}, "
-                        f"{run.steps} steps, {run.tokens:,} tokens, {run.flops:.3g} FLOPs"
-                    )
-                logf = _run_log(out / "logs" / f"{run.dirname}.log", display, run.arm.name)
-                try:
-                    summary = _run_pretrain(out, run, cache, logf)
-                except LmlabError as e:
-                    raise LmlabError(f"run {run.label}: {e}") from None
-                val = summary.get("val_loss")
-                display.line(
-                    f"{tag}: done in {time.perf_counter() - t0:.0f} s"
-                    + (f", val loss {val:.4f}" if val is not None else "")
-                )
-            else:
-                display.line(f"{tag}: fine-tuning on {run.task.name}")
-                logf = _run_log(out / "logs" / f"{run.dirname}.log", display, f"{run.task.name}")
-                try:
-                    result = _run_finetune(out, run, logf)
-                except LmlabError as e:
-                    raise LmlabError(f"run {run.label}: {e}") from None
-                shown = finetune_line(result.metrics, getattr(result, "baseline", None),
-                                      bool(getattr(result, "at_baseline", False)))
-                display.line(f"{tag}: done in {time.perf_counter() - t0:.0f} s, {shown}")
-            trained.append(run.label)
-            current = None
-            display.advance()
-    except KeyboardInterrupt:
-        display.close()
-        where = (
-            f" ({current.label} continues from its last checkpoint)"
-            if isinstance(current, PretrainRun)
-            else ""
-        )
-        say(f"interrupted: run the same command again to resume; finished runs are kept{where}")
-        raise
-    finally:
-        display.close()
+    trained = _train_missing(runs, done, out, _cache_dir(grid, out), display, say)
     records = collect_records(grid, out)
     paths = write_report(records, grid, out)
     say(f"wrote {', '.join(str(p) for p in paths.values())}")
     for line in flag_lines(aggregate(records)):
         say(f"flag: {line}")
     return GridRun(trained, cached, records, out, paths)
+
+
+def _train_missing(runs: list, done: dict[int, bool], out: Path, cache: str, display: _Display,
+                   say: Callable[[str], None]) -> list[str]:
+    """Train every run not done yet, in order; the labels of those trained."""
+    trained: list[str] = []
+    current = None
+    try:
+        for i, run in enumerate(runs, 1):
+            tag = f"[{i}/{len(runs)}] {run.label}"
+            if done[id(run)]:
+                display.line(f"{tag}: cached")
+                continue
+            current = run
+            try:
+                _train_one(run, tag, out, cache, display)
+            except LmlabError as e:
+                raise LmlabError(f"run {run.label}: {e}") from None
+            trained.append(run.label)
+            current = None
+            display.advance()
+    except KeyboardInterrupt:
+        display.close()
+        where = f" ({current.label} continues from its last checkpoint)" if isinstance(current, PretrainRun) \
+            else ""
+        say(f"interrupted: run the same command again to resume; finished runs are kept{where}")
+        raise
+    finally:
+        display.close()
+    return trained
+
+
+def _train_one(run: PretrainRun | FinetuneRun, tag: str, out: Path, cache: str, display: _Display) -> None:
+    """Pretrain (or initialise) or fine-tune one run, saying what it does and what it reached."""
+    t0 = time.perf_counter()
+    logf = _run_log(out / "logs" / f"{run.dirname}.log", display,
+                    run.arm.name if isinstance(run, PretrainRun) else run.task.name)
+    if isinstance(run, FinetuneRun):
+        display.line(f"{tag}: fine-tuning on {run.task.name}")
+        result = _run_finetune(out, run, logf)
+        shown = finetune_line(result.metrics, getattr(result, "baseline", None),
+                              bool(getattr(result, "at_baseline", False)))
+        display.line(f"{tag}: done in {time.perf_counter() - t0:.0f} s, {shown}")
+        return
+    if not run.arm.pretrained:
+        display.line(f"{tag}: initialising the model (no pretraining)")
+    else:
+        partial = (pretrain_dir(out, run) / "checkpoints").is_dir()
+        display.line(f"{tag}: {'resuming' if partial else 'pretraining'} {run.arm.objective}, "
+                     f"{run.steps} steps, {run.tokens:,} tokens, {run.flops:.3g} FLOPs")
+    summary = _run_pretrain(out, run, cache, logf)
+    val = summary.get("val_loss")
+    reached = f", val loss {val:.4f}" if val is not None else ""
+    display.line(f"{tag}: done in {time.perf_counter() - t0:.0f} s{reached}")
 
 
 # --------------------------------------------------------------------------- the plan
@@ -356,6 +349,7 @@ def plan_json(grid: Grid) -> dict[str, Any]:
                 "tokens": r.tokens,
                 "flops_per_step": r.flops_per_step,
                 "parameters": r.parameters,
+                "vocab_size": r.vocab_size,
                 "config": r.config,
             }
             for r in grid.pretrain_runs

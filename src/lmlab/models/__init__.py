@@ -8,8 +8,11 @@
 Any model directory (lmlab, Hugging Face, adapters, int8) opens with
 :func:`lmlab.loading.load_model`, which sits above this package.
 
-``MODEL_REGISTRY`` maps an architecture name to the class (or builder) that makes it; adding an
-architecture is one module plus one line there.
+Each model family is a folder here (``encoder/``, ``decoder/``, ``seq2seq/``, ``rnn/``, ``xlnet/``,
+``transformer_xl/``) whose ``SPEC`` (:class:`lmlab.models.family.FamilySpec`) names its config,
+presets, builder, FLOP counting and Hugging Face converter; :data:`FAMILIES`
+(:mod:`lmlab.models.registry`) lists them, so adding a family is one folder plus one line there
+(docs/extending.md).
 """
 
 from __future__ import annotations
@@ -36,48 +39,25 @@ from lmlab.models.checkpoint import (
     save_checkpoint,
     tokenizer_matches,
 )
-from lmlab.models.config import (
-    PRESETS,
-    DecoderConfig,
-    EncoderConfig,
-    RNNConfig,
-    Seq2SeqConfig,
-    TransformerConfig,
-    config_from_dict,
-    get_preset,
-)
+from lmlab.models.config import CONFIG_CLASSES, TransformerConfig
+from lmlab.models.family import FamilySpec
 from lmlab.models.output import ModelOutput
-
-#: architecture -> "module:attribute" of a class or builder called as ``f(config, heads=...)``
-MODEL_REGISTRY = {
-    "encoder": "lmlab.models.encoder:EncoderModel",
-    "decoder": "lmlab.models.decoder:DecoderModel",
-    "seq2seq": "lmlab.models.seq2seq:Seq2SeqModel",
-    "rnn": "lmlab.models.rnn:build_rnn",
-    "xlnet": "lmlab.models.xlnet:XLNetModel",
-    "transfo-xl": "lmlab.models.transformer_xl:TransfoXLModel",
-}
-
-#: config class -> architecture
-CONFIG_ARCHITECTURE = {
-    EncoderConfig: "encoder",
-    DecoderConfig: "decoder",
-    Seq2SeqConfig: "seq2seq",
-    RNNConfig: "rnn",
-}
-
-# XLNet and Transformer-XL (helper X): their configs live beside their models
-from lmlab.models.config import FAMILY_CONFIGS  # noqa: E402
-from lmlab.models.transformer_xl import TransfoXLConfig, transfo_xl_tiny  # noqa: E402
-from lmlab.models.xlnet import XLNetConfig, xlnet_tiny  # noqa: E402
-
-FAMILY_CONFIGS.update({"xlnet": XLNetConfig, "transfo-xl": TransfoXLConfig})
-CONFIG_ARCHITECTURE.update({XLNetConfig: "xlnet", TransfoXLConfig: "transfo-xl"})
-PRESETS.update({"xlnet-tiny": xlnet_tiny, "transfo-xl-tiny": transfo_xl_tiny})
+from lmlab.models.registry import (
+    FAMILIES,
+    PRESETS,
+    config_from_dict,
+    family_configs,
+    family_spec,
+    get_preset,
+    spec_of_config,
+    spec_of_family,
+)
 
 __all__ = [
+    "FAMILIES",
     "MODEL_REGISTRY",
     "PRESETS",
+    "FamilySpec",
     "DecoderConfig",
     "EncoderConfig",
     "LmlabModel",
@@ -85,42 +65,43 @@ __all__ = [
     "RNNConfig",
     "Seq2SeqConfig",
     "TransformerConfig",
+    "TransfoXLConfig",
+    "XLNetConfig",
     "build_model",
     "config_from_dict",
+    "family_configs",
+    "family_spec",
     "get_preset",
     "load_checkpoint",
     "read_checkpoint_meta",
     "model_class",
     "save_checkpoint",
+    "spec_of_config",
+    "spec_of_family",
 ]
 
 
 def model_class(architecture: str):
-    """The class (or builder function) registered for ``architecture``."""
-    if architecture not in MODEL_REGISTRY:
-        raise LmlabError(
-            f"unknown model architecture {architecture!r}", f"choose one of: {', '.join(MODEL_REGISTRY)}"
-        )
-    module, attr = MODEL_REGISTRY[architecture].split(":")
-    return getattr(importlib.import_module(module), attr)
+    """The function that builds a model of ``architecture``, called as ``f(config, heads=...)``."""
+    return family_spec(architecture).build
 
 
-def check_fits_in_memory(config, architecture: str) -> None:
+def check_fits_in_memory(config, architecture: str = "") -> None:
     """A one-line error, before any allocation, for a model whose float32 weights alone exceed
     this machine's memory (a vocabulary of 10^12, a width of 10^6, 10^12 positions): an estimate
-    from the config, checked by :mod:`lmlab.budget`."""
-    if architecture == "rnn":
-        return
-    from lmlab.models.flops import count_parameters
-
+    from the config, checked by :mod:`lmlab.budget` (families that count no parameters from their
+    config are not checked). ``architecture`` only names the model in the message."""
     try:
-        n = count_parameters(config, heads=()).total
+        spec = spec_of_config(config)
+        if spec.count_parameters is None:
+            return
+        n = spec.count_parameters(config, ()).total
     except LmlabError:
         return
     table = (getattr(config, "max_positions", 0), getattr(config, "d_model", 0))
     if getattr(config, "positions", None) == "sinusoidal" and all(isinstance(x, int) for x in table):
         n += table[0] * table[1]  # a fixed table, not a parameter
-    require_weights_fit(n, getattr(config, "family", architecture),
+    require_weights_fit(n, getattr(config, "family", "") or architecture or spec.name,
                         "choose a smaller vocab_size, d_model, d_ff, n_layers or max_positions")
 
 
@@ -132,17 +113,18 @@ def build_model(config, heads=None, architecture: str | None = None):
     """
     if isinstance(config, str):
         config = get_preset(config)
-    architecture = architecture or CONFIG_ARCHITECTURE.get(type(config))
-    if architecture is None:
-        raise LmlabError(
-            f"cannot build a model from a {type(config).__name__}",
-            "pass an EncoderConfig, DecoderConfig, Seq2SeqConfig, RNNConfig or a preset name",
-        )
-    check_fits_in_memory(config, architecture)
-    make = model_class(architecture)
-    if architecture == "rnn":
-        return make(config)
-    return make(config, heads=heads)
+    spec = family_spec(architecture) if architecture else _spec_to_build(config)
+    check_fits_in_memory(config, spec.name)
+    return spec.build(config, heads)
+
+
+def _spec_to_build(config) -> FamilySpec:
+    try:
+        return spec_of_config(config)
+    except LmlabError:
+        raise LmlabError(f"cannot build a model from a {type(config).__name__}",
+                         "pass the config of a model family (EncoderConfig, DecoderConfig, "
+                         "Seq2SeqConfig, RNNConfig ...) or a preset name") from None
 
 
 def read_checkpoint_meta(directory: str | os.PathLike) -> dict[str, Any]:
@@ -168,14 +150,12 @@ def read_checkpoint_meta(directory: str | os.PathLike) -> dict[str, Any]:
             raise LmlabError(f"checkpoint config {path} lacks {key!r}", "save the model again")
     config = meta["config"]
     family = config.get("family", meta["family"]) if isinstance(config, dict) else meta["family"]
-    if not isinstance(family, str) or family not in FAMILY_CONFIGS:
-        raise LmlabError(f"{path}: unknown model family {family!r}",
-                         f"expected one of: {', '.join(FAMILY_CONFIGS)}")
-    config_class = FAMILY_CONFIGS[family]
+    spec = spec_of_family(family if isinstance(family, str) else None, str(path))
+    config_class = spec.config_class
     if isinstance(config, dict):  # a newer lmlab's field is named as such, before the types are judged
         check_known_fields(config_class, config, str(path), key="config: ")
     values.check(checkpoint_schema(model_config_fields(config_class)), meta, where=str(path), fix=FILE_FIX)
-    architecture = CONFIG_ARCHITECTURE.get(config_class)
+    architecture = spec.name
     if meta["architecture"] != architecture:
         raise LmlabError(f"{path}: architecture: must be {architecture!r} for a {family} model "
                          f"(got {meta['architecture']!r})", FILE_FIX)
@@ -213,9 +193,22 @@ def load_checkpoint(directory: str | os.PathLike, map_location: str | torch.devi
     return model.eval()
 
 
+def _specs() -> dict[str, FamilySpec]:
+    return {arch: family_spec(arch) for arch in FAMILIES}
+
+
 def __getattr__(name: str):
-    """``lmlab.models.load_model``: the README's path until 0.1, now :func:`lmlab.loading.load_model`
+    """The family classes (``EncoderConfig`` ...) and the views ``MODEL_REGISTRY`` (architecture ->
+    builder) and ``CONFIG_ARCHITECTURE`` (config class -> architecture), read from the registry.
+
+    ``lmlab.models.load_model``: the README's path until 0.1, now :func:`lmlab.loading.load_model`
     (which sits above this package). The alias keeps working for one release, with a warning."""
+    if name in CONFIG_CLASSES:  # each defined in its family's folder
+        return getattr(importlib.import_module(CONFIG_CLASSES[name]), name)
+    if name == "MODEL_REGISTRY":  # architecture -> builder, read from the family specs
+        return {arch: spec.build for arch, spec in _specs().items()}
+    if name == "CONFIG_ARCHITECTURE":  # config class -> the interface objectives train
+        return {spec.config_class: spec.kind for spec in _specs().values()}
     if name == "load_model":
         import warnings
 

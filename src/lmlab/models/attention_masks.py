@@ -1,7 +1,10 @@
-"""Who may attend to whom: the one place lmlab builds self-attention masks.
+"""Who may attend to whom: the one place lmlab builds attention masks.
 
-An input declares *what* it is; the model (or a model-shaped part such as ELECTRA's generator)
-turns that into a mask once per forward, for every layer:
+A caller describes the mask it needs with one :class:`MaskSpec` (objective-neutral: causal or
+not, padding, packed documents, a prefix, or an explicit pattern); :func:`kernel_mask` turns that
+description into what the kernel takes, once per forward, and :func:`layer_mask` adapts it per
+attention call (a KV cache, a subset of queries, T5's position bias). Nothing else in the
+package builds masks. The pieces of a description:
 
 * the **kind** is the model's: causal for decoders, bidirectional for encoders;
 * ``doc_ids`` ``[B, T]``: packed documents (0, 1, 2... per row); a token attends only inside its
@@ -25,6 +28,7 @@ on CUDA, dense on CPUs, where the dense kernels are faster).
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
@@ -33,6 +37,71 @@ from lmlab.errors import LmlabError
 from lmlab.models.checkpoint import eager_checks
 
 BACKENDS = ("sdpa", "flex")
+
+
+@dataclass(frozen=True)
+class MaskSpec:
+    """Who may attend to whom in one forward pass, before any kernel is chosen.
+
+    * ``causal``: each query sees only earlier keys (decoders);
+    * ``padding``: ``[B, S]``, 1 at real tokens, 0 at padding keys (None: no padding);
+    * ``doc_ids``: ``[B, T]`` packed documents, attention stays inside each one;
+    * ``prefix``: ``[B, T]``, True at the keys every query of the same document sees (prefix LM);
+    * ``pattern``: boolean ``[T, S]``/``[B, T, S]``/``[B, 1, T, S]`` (True = may attend), anything
+      else (UniLM's four masks, XLNet's two streams); it replaces ``causal``.
+    """
+
+    causal: bool = False
+    padding: Tensor | None = None
+    doc_ids: Tensor | None = None
+    prefix: Tensor | None = None
+    pattern: Tensor | None = None
+
+
+def kernel_mask(spec: MaskSpec | None, q_len: int, kv_len: int | None = None, *,
+                dtype: torch.dtype = torch.float32, device=None, backend: str = "sdpa"):
+    """The kernel's mask for ``spec``: ``(mask, is_causal)`` where ``mask`` is None (the fused
+    kernel's own ``is_causal`` path, or nothing masked), a dense additive/boolean tensor for SDPA,
+    or (``backend="flex"``, packed documents without padding) a FlexAttention BlockMask."""
+    spec = spec or MaskSpec()
+    return self_attention_mask(causal=spec.causal, q_len=q_len, k_len=kv_len, doc_ids=spec.doc_ids,
+                               prefix_mask=spec.prefix, pattern=spec.pattern, attention_mask=spec.padding,
+                               dtype=dtype, device=device, backend=backend)
+
+
+def layer_mask(mask: Tensor | None, is_causal: bool, q_len: int, k_len: int, *,
+               queries: slice | None = None, position_bias: Tensor | None = None,
+               dtype: torch.dtype, device=None) -> tuple[Tensor | None, bool]:
+    """Adapt a dense :func:`kernel_mask` to one attention call of ``q_len`` queries over ``k_len``
+    keys: ``(mask, is_causal)`` for ``F.scaled_dot_product_attention``.
+
+    * cached decoding (``k_len != q_len``): SDPA's ``is_causal`` aligns top-left, so an explicit
+      bottom-right causal mask replaces it (one new query sees the whole past: no mask);
+    * ``queries`` (a slice of the positions): an explicit mask, cut to those rows;
+    * ``position_bias`` (T5, additive ``[1|B, H, T, S]``) is summed with the mask, and causality is
+      folded into it, since the kernel takes one or the other.
+    """
+    if is_causal and (k_len != q_len or queries is not None):
+        mask = None if q_len == 1 else causal_mask(q_len, k_len, device)
+        is_causal = False
+    if position_bias is not None:
+        if mask is not None and mask.dtype == torch.bool:
+            mask = fold_into_bias(torch.zeros(mask.shape, dtype=dtype, device=device), mask)
+        mask = position_bias if mask is None else position_bias + mask
+        if is_causal:
+            mask = fold_into_bias(mask, causal_mask(q_len, k_len, device), dtype)
+            is_causal = False
+    if mask is not None and mask.dtype != torch.bool:
+        mask = mask.to(dtype)
+    if queries is not None and mask is not None and mask.shape[-2] != 1:
+        mask = mask[..., queries, :]  # the rows of the queries kept
+    return mask, is_causal
+
+
+def fold_into_bias(bias: Tensor, allowed: Tensor, dtype: torch.dtype | None = None) -> Tensor:
+    """An additive ``bias`` with the most negative number of ``dtype`` (default the bias's) where
+    ``allowed`` is False (not -inf: a fully masked row stays finite, as in transformers)."""
+    return bias.masked_fill(~allowed, torch.finfo(dtype or bias.dtype).min)
 
 
 def causal_mask(q_len: int, k_len: int, device=None) -> Tensor:

@@ -41,7 +41,7 @@ from torch import Tensor, nn
 
 from lmlab.data.batch import TokenBatch
 from lmlab.errors import LmlabError
-from lmlab.objectives.base import Objective, token_signal
+from lmlab.objectives.base import Objective, teacher_forced, token_signal
 from lmlab.objectives.masking import IGNORE, poisson_lengths, rand, require_role, special_mask
 from lmlab.objectives.mlm import check_probability
 from lmlab.objectives.t5 import pad_rows, padding_inputs
@@ -221,7 +221,7 @@ class BartDenoising(Objective):
         return {"input_ids": input_ids, **padding_inputs(sources, attention_mask), "labels": batch.input_ids}
 
     def loss(self, model: nn.Module, inputs: dict[str, Tensor]) -> tuple[Tensor, dict[str, float]]:
-        out = model(**inputs)
+        out, loss = teacher_forced(model, inputs)
         with torch.no_grad():
             signal = token_signal(out.logits.detach(), inputs["labels"], "target", IGNORE)
-        return out.loss, {**signal, "targets": (inputs["labels"] != IGNORE).sum()}
+        return loss, {**signal, "targets": (inputs["labels"] != IGNORE).sum()}

@@ -3,9 +3,11 @@
 The trainer reads packed windows of real text from token shards and hands them to an objective
 as a :class:`TokenBatch`. The objective turns them into model inputs and labels
 (:meth:`Objective.prepare`, a pure function of the batch and a random generator, so masking is
-reproducible and resumable) and computes the loss (:meth:`Objective.loss`, by default the model's
-own ``.loss``). Objectives are independent of architectures: each one declares which
-architectures it can train and which model heads it needs; the registry in
+reproducible and resumable) and computes its own loss (:meth:`Objective.loss`): it calls the
+model's ``backbone`` with one mask description, the heads it chooses (``model.heads``), and a
+loss from :mod:`lmlab.losses` (the helpers below do the common cases). A new objective is one
+file and one registry line (docs/extending.md). Objectives are independent of architectures:
+each one declares which architectures it can train and which model heads it needs; the registry in
 ``lmlab.objectives`` pairs them. An objective is an ``nn.Module`` so it may own parameters of its
 own (ELECTRA's generator, SpanBERT's span-boundary head); the trainer optimises them together with
 the model's.
@@ -20,6 +22,10 @@ from torch import Tensor, nn
 
 from lmlab.data.batch import TokenBatch
 from lmlab.errors import LmlabError
+from lmlab.losses import IGNORE, selected_mean_cross_entropy, token_loss
+from lmlab.models.attention_masks import MaskSpec
+from lmlab.models.encoder.model import masked_rows
+from lmlab.models.seq2seq.model import shift_right
 
 
 def most_frequent_share(targets: Tensor, keep: Tensor | None = None, vocab: int = 0) -> Tensor:
@@ -59,7 +65,7 @@ def binary_auc(scores: Tensor, labels: Tensor, keep: Tensor | None = None) -> Te
     return torch.where((n_pos > 0) & (n_neg > 0), auc, torch.full_like(auc, 0.5)).float()
 
 
-def token_signal(logits: Tensor, labels: Tensor, prefix: str, ignore: int = -100,
+def token_signal(logits: Tensor, labels: Tensor, prefix: str, ignore: int = IGNORE,
                  shown: Tensor | None = None) -> dict[str, Tensor]:
     """``{prefix}_acc`` (top-1 accuracy on the labelled positions) and ``{prefix}_acc_guess`` (the
     most-frequent-token guess); ``logits`` ``[N, V]`` for the labelled positions or ``[..., V]``.
@@ -88,6 +94,37 @@ def token_signal(logits: Tensor, labels: Tensor, prefix: str, ignore: int = -100
         pred, targets = pred[hidden], targets[hidden]
     acc = (pred == targets).float().mean() if targets.numel() else torch.zeros(())
     return {f"{prefix}_acc": acc, f"{prefix}_acc_guess": most_frequent_share(targets)}
+
+
+def mask_of(inputs: dict[str, Tensor], causal: bool = False) -> MaskSpec:
+    """The one mask description of prepared ``inputs``: padding (``attention_mask``), packed
+    documents (``doc_ids``), a prefix (``prefix_mask``) or an explicit ``attention_pattern``."""
+    return MaskSpec(causal=causal, padding=inputs.get("attention_mask"), doc_ids=inputs.get("doc_ids"),
+                    prefix=inputs.get("prefix_mask"), pattern=inputs.get("attention_pattern"))
+
+
+def encoder_hidden(model: nn.Module, inputs: dict[str, Tensor]) -> Tensor:
+    """An encoder's final hidden states ``[B, T, D]`` for prepared ``inputs``."""
+    return model.backbone(inputs["input_ids"], inputs.get("position_ids"), mask_of(inputs),
+                          inputs.get("token_type_ids"))
+
+
+def masked_lm(model: nn.Module, hidden: Tensor, inputs: dict[str, Tensor]) -> tuple[Tensor, Tensor]:
+    """The ``mlm`` head at the labelled positions only: ``(logits [N, V], mean cross-entropy)``;
+    the rows are gathered at the host-made ``label_positions`` when the inputs have them."""
+    logits, targets, count = masked_rows(model.heads["mlm"], hidden, inputs["labels"],
+                                         inputs.get("label_positions"))
+    return logits, selected_mean_cross_entropy(logits, targets, count)
+
+
+def teacher_forced(model: nn.Module, inputs: dict[str, Tensor]) -> tuple[Any, Tensor]:
+    """An encoder-decoder's output on prepared ``inputs`` under teacher forcing (the decoder reads
+    the labels shifted right, as transformers does), and the mean cross-entropy of its scores
+    against the labels: ``(output, loss)``."""
+    labels, cfg = inputs["labels"], model.config
+    rest = {k: v for k, v in inputs.items() if k != "labels"}
+    out = model(**rest, decoder_input_ids=shift_right(labels, cfg.decoder_start_token_id, cfg.pad_token_id))
+    return out, token_loss(out.logits, labels)
 
 
 class Objective(nn.Module):

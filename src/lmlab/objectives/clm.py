@@ -28,9 +28,8 @@ import torch
 from torch import Tensor, nn
 
 from lmlab.data.batch import TokenBatch
-from lmlab.objectives.base import Objective, token_signal
-
-IGNORE = -100
+from lmlab.losses import IGNORE, causal_lm_loss
+from lmlab.objectives.base import Objective, mask_of, token_signal
 
 
 class CausalLM(Objective):
@@ -50,8 +49,10 @@ class CausalLM(Objective):
         return inputs
 
     def loss(self, model: nn.Module, inputs: dict[str, Tensor]) -> tuple[Tensor, dict[str, float]]:
-        out = model(**inputs)
+        hidden = model.backbone(inputs["input_ids"], inputs.get("position_ids"), mask_of(inputs, causal=True))
+        logits = model.heads["lm"](hidden)
+        loss = causal_lm_loss(logits, inputs["labels"])
         targets = (inputs["labels"][:, 1:] != IGNORE).sum()
         with torch.no_grad():
-            signal = token_signal(out.logits[:, :-1].detach(), inputs["labels"][:, 1:], "next", IGNORE)
-        return out.loss, {**signal, "targets": targets}
+            signal = token_signal(logits[:, :-1].detach(), inputs["labels"][:, 1:], "next", IGNORE)
+        return loss, {**signal, "targets": targets}

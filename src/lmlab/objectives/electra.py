@@ -43,15 +43,11 @@ from torch import Tensor, nn
 
 from lmlab.data.batch import TokenBatch
 from lmlab.errors import LmlabError
-from lmlab.models.attention_masks import self_attention_mask
-from lmlab.models.blocks import (
-    LayerNorm,
-    RotaryEmbedding,
-    TransformerBlock,
-    get_activation,
-    init_weights,
-)
-from lmlab.objectives.base import binary_auc
+from lmlab.losses import binary_token_loss
+from lmlab.models.attention_masks import MaskSpec
+from lmlab.models.blocks import LayerNorm, get_activation, init_weights
+from lmlab.models.encoder.model import EncoderLayers
+from lmlab.objectives.base import binary_auc, encoder_hidden
 from lmlab.objectives.masking import (
     IGNORE,
     document_ids,
@@ -70,38 +66,27 @@ def replaced_token_labels(original: Tensor, corrupted: Tensor, special: Tensor) 
     return (corrupted != original).long().masked_fill(special, IGNORE)
 
 
-class ElectraGenerator(nn.Module):
-    """The small generator encoder: E->d projection, Transformer blocks, MLM transform.
+class ElectraGenerator(EncoderLayers):
+    """The small generator: the encoder family's stack without embeddings (E->d projection,
+    Transformer blocks, :class:`~lmlab.models.encoder.model.EncoderLayers`) plus the MLM transform.
 
     It has no embedding tables of its own: ``forward`` takes the discriminator's embedding output
     (width E) and the discriminator's token-embedding matrix for the tied output layer.
     """
 
     def __init__(self, cfg, embed_dim: int, vocab_size: int):
-        super().__init__()
-        self.project = nn.Linear(embed_dim, cfg.d_model) if embed_dim != cfg.d_model else None
-        self.layers = nn.ModuleList(TransformerBlock(cfg) for _ in range(cfg.n_layers))
+        super().__init__(cfg, embed_dim)
         self.dense = nn.Linear(cfg.d_model, embed_dim)
         self.act = get_activation(cfg.head_activation or cfg.activation)[0]
         self.norm = LayerNorm(embed_dim, cfg.norm_eps)
         self.bias = nn.Parameter(torch.zeros(vocab_size))
-        # a rotary discriminator has no position embedding to share: the generator rotates too
-        self.rotary = RotaryEmbedding(cfg.dim_head, cfg.rope_theta) if cfg.positions == "rotary" else None
         self.apply(lambda m: init_weights(m, cfg.init_std))
 
     def forward(self, embedded: Tensor, word_weight: Tensor, positions: Tensor,
                 doc_ids: Tensor | None, position_ids: Tensor | None = None) -> Tensor:
         """Logits ``[N, V]`` at the masked ``positions`` only (flat indices ``b * T + t``, the speed
         path of the MLM head: gathered, so no shape depends on the device's data)."""
-        x = self.project(embedded) if self.project is not None else embedded
-        t = x.shape[1]
-        mask, _ = self_attention_mask(causal=False, q_len=t, doc_ids=doc_ids, dtype=x.dtype, device=x.device)
-        rope = None
-        if self.rotary is not None:
-            where = torch.arange(t, device=x.device)[None] if position_ids is None else position_ids
-            rope = self.rotary(where)
-        for layer in self.layers:
-            x, _ = layer(x, mask=mask, rope=rope)
+        x = super().forward(embedded, MaskSpec(doc_ids=doc_ids), position_ids)
         h = self.norm(self.act(self.dense(x.reshape(-1, x.shape[-1]).index_select(0, positions))))
         return F.linear(h, word_weight, self.bias)
 
@@ -221,22 +206,23 @@ class Electra(MaskedLM):
         original = inputs["original_ids"]
         gen_loss, gen_logits, corrupted = self.corrupt(model, inputs)
         disc_labels = replaced_token_labels(original, corrupted, special_mask(original, self.special_ids))
-        disc_inputs = {k: v for k, v in inputs.items() if k in ("position_ids", "doc_ids")}
-        out = model(input_ids=corrupted, labels=disc_labels, **disc_inputs)
+        hidden = encoder_hidden(model, {**inputs, "input_ids": corrupted, "token_type_ids": None})
+        disc_logits = model.heads["discriminator"](hidden)
+        disc_loss = binary_token_loss(disc_logits, disc_labels)
         # every number a 0-d tensor over masks (no selection): the engine reads them once per step
         with torch.no_grad():
             scored = disc_labels != IGNORE
             truth = disc_labels.clamp(min=0)
             n = scored.sum().clamp(min=1)
-            disc_acc = (((out.logits > 0).long() == truth) & scored).sum() / n
+            disc_acc = (((disc_logits > 0).long() == truth) & scored).sum() / n
             gen = self.hidden_token_signal(gen_logits.detach(), inputs, "gen")
             replaced = (truth * scored).sum() / n
-        metrics = {"gen_loss": gen_loss.detach(), "disc_loss": out.loss.detach(), **gen,
+        metrics = {"gen_loss": gen_loss.detach(), "disc_loss": disc_loss.detach(), **gen,
                    "disc_acc": disc_acc, "disc_acc_guess": 1.0 - replaced,
-                   "disc_auc": binary_auc(out.logits.detach(), truth, scored),
+                   "disc_auc": binary_auc(disc_logits.detach(), truth, scored),
                    "disc_auc_guess": torch.full((), 0.5, device=replaced.device), "replaced": replaced,
                    "targets": scored.sum()}
-        return gen_loss + self.disc_weight * out.loss, metrics
+        return gen_loss + self.disc_weight * disc_loss, metrics
 
 
 def sample_tokens(logits: Tensor, seed: Tensor) -> Tensor:

@@ -25,7 +25,7 @@ from torch import Tensor
 
 from lmlab.data.batch import TokenBatch
 from lmlab.errors import LmlabError
-from lmlab.models.heads import IGNORE
+from lmlab.losses import IGNORE
 from lmlab.objectives.base import Objective, token_signal
 
 

@@ -42,8 +42,8 @@ from torch import Tensor
 
 from lmlab.data.batch import TokenBatch
 from lmlab.errors import LmlabError
+from lmlab.losses import IGNORE
 
-IGNORE = -100
 #: the usual spelling of each special-token role, for error messages
 ROLE_TOKENS = {"mask": "[MASK]", "cls": "[CLS]", "sep": "[SEP]", "eos": "</s>", "bos": "<s>", "pad": "[PAD]"}
 

@@ -35,7 +35,8 @@ from torch import Tensor, nn
 
 from lmlab.data.batch import TokenBatch
 from lmlab.errors import LmlabError
-from lmlab.objectives.base import Objective, token_signal
+from lmlab.losses import IGNORE
+from lmlab.objectives.base import Objective, encoder_hidden, masked_lm, token_signal
 from lmlab.objectives.masking import (
     apply_80_10_10,
     corpus_uniforms,
@@ -177,7 +178,7 @@ class MaskedLM(Objective):
         return inputs
 
     def loss(self, model: nn.Module, inputs: dict[str, Tensor]) -> tuple[Tensor, dict[str, float]]:
-        out = model(**inputs)
+        logits, loss = masked_lm(model, encoder_hidden(model, inputs), inputs)
         labels = inputs["labels"]
-        metrics = {**self.hidden_token_signal(out.logits, inputs), "targets": (labels != -100).sum()}
-        return out.loss, metrics
+        metrics = {**self.hidden_token_signal(logits, inputs), "targets": (labels != IGNORE).sum()}
+        return loss, metrics

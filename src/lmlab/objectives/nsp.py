@@ -24,10 +24,12 @@ rows (NotNext text comes from the other rows).
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from lmlab.data.batch import TokenBatch
 from lmlab.errors import LmlabError
+from lmlab.objectives.base import encoder_hidden, masked_lm
 from lmlab.objectives.masking import label_positions, rand, require_role
 from lmlab.objectives.mlm import MaskedLM, check_probability
 from lmlab.values import Probability
@@ -98,13 +100,17 @@ class NextSentencePrediction(MaskedLM):
         return inputs
 
     def loss(self, model: nn.Module, inputs: dict[str, Tensor]) -> tuple[Tensor, dict[str, float]]:
-        out = model(**inputs) if self.mlm else model(**inputs, heads=("nsp",))
-        nsp_logits = out.extra["nsp_logits"]
+        hidden = encoder_hidden(model, inputs)
+        pooled = model.pool(hidden)
+        mlm = masked_lm(model, hidden, inputs) if self.mlm else None
+        nsp_logits = model.heads["nsp"](hidden, pooled)
+        nsp_loss = F.cross_entropy(nsp_logits, inputs["nsp_labels"].view(-1).long())
         metrics = {
-            "nsp_loss": out.extra["nsp_loss"].detach(),
+            "nsp_loss": nsp_loss.detach(),
             "nsp_acc": (nsp_logits.argmax(-1) == inputs["nsp_labels"]).float().mean(),
         }
-        if self.mlm:
-            metrics["mlm_loss"] = out.extra["mlm_loss"].detach()
-            metrics.update(self.hidden_token_signal(out.logits, inputs))
-        return out.loss, metrics
+        if mlm is None:
+            return nsp_loss, metrics
+        metrics["mlm_loss"] = mlm[1].detach()
+        metrics.update(self.hidden_token_signal(mlm[0], inputs))
+        return mlm[1] + nsp_loss, metrics

@@ -24,8 +24,9 @@ import torch
 from torch import Tensor, nn
 
 from lmlab.data.batch import TokenBatch
-from lmlab.objectives.base import Objective, token_signal
-from lmlab.objectives.masking import IGNORE, rand
+from lmlab.losses import IGNORE, causal_lm_loss
+from lmlab.objectives.base import Objective, mask_of, token_signal
+from lmlab.objectives.masking import rand
 
 
 def document_lengths(batch: TokenBatch) -> Tensor:
@@ -63,7 +64,9 @@ class PrefixLM(Objective):
                 "doc_ids": batch.doc_ids, "prefix_mask": batch.position_ids < prefix_len}
 
     def loss(self, model: nn.Module, inputs: dict[str, Tensor]) -> tuple[Tensor, dict[str, float]]:
-        out = model(**inputs)
+        hidden = model.backbone(inputs["input_ids"], inputs.get("position_ids"), mask_of(inputs, causal=True))
+        logits = model.heads["lm"](hidden)
+        loss = causal_lm_loss(logits, inputs["labels"])
         with torch.no_grad():  # position i predicts token i + 1 (of the part after the prefix)
-            signal = token_signal(out.logits[:, :-1].detach(), inputs["labels"][:, 1:], "next", IGNORE)
-        return out.loss, {**signal, "targets": (inputs["labels"][:, 1:] != IGNORE).sum()}
+            signal = token_signal(logits[:, :-1].detach(), inputs["labels"][:, 1:], "next", IGNORE)
+        return loss, {**signal, "targets": (inputs["labels"][:, 1:] != IGNORE).sum()}

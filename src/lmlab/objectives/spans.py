@@ -35,6 +35,7 @@ from torch import Tensor, nn
 from lmlab.data.batch import TokenBatch
 from lmlab.errors import LmlabError
 from lmlab.models.blocks import LayerNorm
+from lmlab.objectives.base import encoder_hidden, masked_lm
 from lmlab.objectives.masking import (
     IGNORE,
     document_ids,
@@ -163,19 +164,19 @@ class SpanBERT(MaskedLM):
     def loss(self, model: nn.Module, inputs: dict[str, Tensor]) -> tuple[Tensor, dict[str, float]]:
         inputs = dict(inputs)
         left, right, rel = (inputs.pop(k, None) for k in ("sbo_left", "sbo_right", "sbo_position"))
-        out = model(**inputs)
+        h = encoder_hidden(model, inputs)
+        mlm_logits, mlm_loss = masked_lm(model, h, inputs)
         labels = inputs["labels"]
-        signal = self.hidden_token_signal(out.logits, inputs)
-        metrics = {"mlm_loss": out.loss.detach(), **signal, "targets": (labels != IGNORE).sum()}
+        signal = self.hidden_token_signal(mlm_logits, inputs)
+        metrics = {"mlm_loss": mlm_loss.detach(), **signal, "targets": (labels != IGNORE).sum()}
         if not self.use_sbo:
-            return out.loss, metrics
+            return mlm_loss, metrics
         if self.sbo is None:
             raise LmlabError("the SpanBERT span-boundary head was never built",
                              "call objective.setup(model) before training (the trainer does)")
         positions = inputs.get("label_positions")
         if positions is None:  # inputs made elsewhere: find the masked positions (reads the device)
             positions = label_positions(labels)
-        h = out.last_hidden_state
 
         def at_masked(x: Tensor) -> Tensor:
             return x.reshape(-1).index_select(0, positions)
@@ -185,7 +186,7 @@ class SpanBERT(MaskedLM):
         logits = model.heads["mlm"].decoder(rep)  # the MLM output embeddings, as in the paper
         sbo_loss = F.cross_entropy(logits, at_masked(labels)) if rep.shape[0] else logits.sum()
         metrics["sbo_loss"] = sbo_loss.detach()
-        return out.loss + sbo_loss, metrics
+        return mlm_loss + sbo_loss, metrics
 
 
 def span_boundaries(span_ids: Tensor, doc_ids: Tensor) -> dict[str, Tensor]:

@@ -48,7 +48,7 @@ from torch import Tensor, nn
 from lmlab import budget
 from lmlab.data.batch import TokenBatch
 from lmlab.errors import LmlabError
-from lmlab.objectives.base import Objective, token_signal
+from lmlab.objectives.base import Objective, teacher_forced, token_signal
 from lmlab.objectives.masking import (
     IGNORE,
     replace_80_10_10,
@@ -274,7 +274,7 @@ class SpanCorruption(Objective):
                 "labels": labels.masked_fill(label_mask == 0, IGNORE)}
 
     def loss(self, model: nn.Module, inputs: dict[str, Tensor]) -> tuple[Tensor, dict[str, float]]:
-        out = model(**inputs)
+        out, loss = teacher_forced(model, inputs)
         with torch.no_grad():
             # the sentinels are scored by the loss but not by the signal: their order is fixed, so
             # predicting them is bookkeeping, not language (the first target token is always one)
@@ -282,7 +282,7 @@ class SpanCorruption(Objective):
                                      device=inputs["labels"].device)
             signal = token_signal(out.logits.detach(), inputs["labels"], "target", IGNORE,
                                   shown=torch.isin(inputs["labels"], sentinels))
-        return out.loss, {**signal, "targets": (inputs["labels"] != IGNORE).sum()}
+        return loss, {**signal, "targets": (inputs["labels"] != IGNORE).sum()}
 
 
 def _split_at(start: int, end: int, special: list[bool]) -> list[tuple[int, int]]:

@@ -31,7 +31,7 @@ from torch import Tensor
 
 from lmlab.data.batch import TokenBatch
 from lmlab.errors import LmlabError
-from lmlab.models.heads import IGNORE, causal_lm_loss
+from lmlab.losses import IGNORE, causal_lm_loss
 from lmlab.objectives.base import Objective, token_signal
 from lmlab.values import Count
 

@@ -33,6 +33,8 @@ from torch import Tensor, nn
 
 from lmlab.data.batch import TokenBatch
 from lmlab.errors import LmlabError
+from lmlab.losses import IGNORE
+from lmlab.objectives.base import encoder_hidden, masked_lm
 from lmlab.objectives.masking import label_positions, rand
 from lmlab.objectives.mlm import MaskedLM
 from lmlab.objectives.prefix_lm import sample_prefix_lengths
@@ -110,10 +112,10 @@ class UniLM(MaskedLM):
         modes = inputs.pop("modes")
         if getattr(model.config, "type_vocab_size", 0) < 2:
             inputs.pop("token_type_ids", None)  # no segment embeddings (RoBERTa-style): masks only
-        out = model(**inputs)
+        logits, loss = masked_lm(model, encoder_hidden(model, inputs), inputs)
         labels = inputs["labels"]
         # tensors, read by the engine with the step's other numbers (no device read per metric)
-        metrics = {**self.hidden_token_signal(out.logits, inputs), "targets": (labels != -100).sum()}
+        metrics = {**self.hidden_token_signal(logits, inputs), "targets": (labels != IGNORE).sum()}
         for m, name in enumerate(MODES):
             metrics[f"rows_{name}"] = (modes == m).sum()
-        return out.loss, metrics
+        return loss, metrics

@@ -29,7 +29,7 @@ from torch import Tensor
 
 from lmlab.data.batch import TokenBatch
 from lmlab.errors import LmlabError
-from lmlab.models.heads import IGNORE
+from lmlab.losses import IGNORE, token_loss
 from lmlab.objectives.base import Objective, token_signal
 from lmlab.values import Probability
 
@@ -107,7 +107,8 @@ class PermutationLM(Objective):
         }
 
     def loss(self, model, inputs: dict[str, Tensor]) -> tuple[Tensor, dict[str, float]]:
-        out = model(**inputs)
+        labels = inputs["labels"]
+        out = model(**{k: v for k, v in inputs.items() if k != "labels"})
         with torch.no_grad():
-            signal = token_signal(out.logits.detach(), inputs["labels"], "target", IGNORE)
-        return out.loss, {**signal, "targets": (inputs["labels"] != IGNORE).sum()}
+            signal = token_signal(out.logits.detach(), labels, "target", IGNORE)
+        return token_loss(out.logits, labels), {**signal, "targets": (inputs["labels"] != IGNORE).sum()}

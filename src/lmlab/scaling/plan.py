@@ -39,10 +39,10 @@ if TYPE_CHECKING:  # the models (and torch) are imported when a plan is made, no
 
 __all__ = ["ARCHS", "Plan", "compute_optimal", "model_shape", "plan"]
 
-#: families a plan can size (ALBERT shares one layer's weights, so depth does not add parameters)
+#: families a plan can size (ALBERT shares one layer's weights, so depth does not add parameters);
+#: written out for ``lmlab scale --help``, the same as the families' ``SPEC.plan.families``
 ARCHS = ("gpt2", "llama", "bert", "roberta", "electra", "t5", "bart")
 COUNTS = ("total", "non-embedding")
-MLM_FRACTION = 0.15  # lmlab computes the MLM vocabulary projection only at the masked positions
 
 
 def compute_optimal(flops: float, tokens_per_param: float = 20.0) -> tuple[float, float]:
@@ -156,8 +156,6 @@ def model_shape(
     Heads as :func:`_heads`, ``d_ff`` at the family's ratio (4 x; Llama's SwiGLU 8/3 x, rounded
     to 16), grouped key/value heads at the family's ratio, learned positions sized to ``seq_len``.
     """
-    from lmlab.models.config import EncoderConfig, Seq2SeqConfig
-
     base = _family_base(arch)
     h = _heads(d_model, head_dim)
     if d_model % h:
@@ -166,21 +164,22 @@ def model_shape(
     changes: dict = {"d_model": d_model, "n_layers": n_layers, "n_heads": h, "d_ff": d_ff}
     if base.n_kv_heads is not None:
         changes["n_kv_heads"] = _divisor_at_most(h, round(h * base.n_kv_heads / base.n_heads))
-    if isinstance(base, EncoderConfig) and base.embedding_size is not None:
-        changes["embedding_size"] = None
     if vocab_size is not None:
         changes["vocab_size"] = vocab_size
         for special in ("pad_token_id", "bos_token_id", "eos_token_id"):
             v = getattr(base, special, None)
             if isinstance(v, int) and v >= vocab_size:
                 changes[special] = None
-        if isinstance(base, Seq2SeqConfig) and base.decoder_start_token_id >= vocab_size:
-            changes["decoder_start_token_id"] = 0
     if seq_len is not None and base.positions == "learned":
-        changes["max_positions"] = seq_len + (
-            2 if isinstance(base, EncoderConfig) and arch == "roberta" else 0
-        )
-    return base.replace(**changes)
+        changes["max_positions"] = seq_len
+    return base.replace(**{**changes, **_hooks(base).resize(base, changes)})
+
+
+def _hooks(cfg: TransformerConfig):
+    """What the config's family (its spec, lmlab.models.family) tells the planner."""
+    from lmlab.models.registry import spec_of_config
+
+    return spec_of_config(cfg).plan
 
 
 def _count(cfg: TransformerConfig, count: str) -> int:
@@ -191,16 +190,10 @@ def _count(cfg: TransformerConfig, count: str) -> int:
 
 
 def _flops_per_token(cfg: TransformerConfig, seq_len: int, attention: bool) -> float:
-    """Exact training FLOPs per token. Encoder-decoders read ``seq_len`` source tokens and write
-    ``seq_len`` target tokens; both count as tokens. MLM encoders project to the vocabulary only
-    at the masked 15%."""
-    from lmlab.models.config import EncoderConfig, Seq2SeqConfig
-    from lmlab.models.flops import training_flops
-
-    if isinstance(cfg, Seq2SeqConfig):
-        return training_flops(cfg, seq_len, decoder_len=seq_len, attention=attention) / (2 * seq_len)
-    logits = max(1, round(MLM_FRACTION * seq_len)) if isinstance(cfg, EncoderConfig) else None
-    return training_flops(cfg, seq_len, logit_positions=logits, attention=attention) / seq_len
+    """Exact training FLOPs per token, as the family's spec counts them (encoder-decoders read
+    ``seq_len`` source tokens and write ``seq_len`` target tokens, both count as tokens; MLM
+    encoders project to the vocabulary only at the masked 15%)."""
+    return _hooks(cfg).flops_per_token(cfg, seq_len, attention)
 
 
 def plan(

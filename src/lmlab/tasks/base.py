@@ -26,6 +26,7 @@ from typing import Any, ClassVar
 import torch
 
 from lmlab.errors import LmlabError
+from lmlab.losses import IGNORE
 from lmlab.tasks.readers import BadLines, Example, policy
 from lmlab.tasks.tables import FORMATS, ROLES, column_choice, read_table
 
@@ -33,7 +34,7 @@ from lmlab.tasks.tables import FORMATS, ROLES, column_choice, read_table
 TENSOR_KEYS = ("input_ids", "attention_mask", "token_type_ids", "labels", "start_positions", "end_positions",
                "lm_labels", "doc_ids", "position_ids")
 #: padding value of each padded key (input_ids use the tokenizer's pad id)
-PAD_VALUES = {"attention_mask": 0, "token_type_ids": 0, "labels": -100, "lm_labels": -100, "doc_ids": -1,
+PAD_VALUES = {"attention_mask": 0, "token_type_ids": 0, "labels": IGNORE, "lm_labels": IGNORE, "doc_ids": -1,
               "position_ids": 0}
 
 

@@ -117,12 +117,12 @@ class SequenceClassification(Task):
 
     def model_inputs(self, model, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """The batch's model arguments; an encoder whose heads read only ``[CLS]`` also gets
-        ``first_token_only=True``: its last layer is computed at ``[CLS]`` alone (same logits and
+        ``keep=slice(0, 1)``: its last layer is computed at ``[CLS]`` alone (same logits and
         loss, about one layer's work less), in training and evaluation alike."""
         inputs = super().model_inputs(model, batch)
         heads = set(getattr(model, "head_names", ()))
         if getattr(model, "architecture", "") == "encoder" and heads <= set(FIRST_TOKEN_HEADS):
-            inputs["first_token_only"] = True
+            inputs["keep"] = slice(0, 1)
         return inputs
 
     def logits(self, model, examples: Sequence[Example], batch_size: int = 64) -> torch.Tensor:

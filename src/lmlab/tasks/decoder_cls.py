@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from lmlab.models.heads import causal_lm_loss
+from lmlab.losses import causal_lm_loss
 from lmlab.tasks.base import (
     Task,
     attach_head,
@@ -131,7 +131,7 @@ class DecoderClassification(Task):
         out = torch.zeros(len(feats), self.num_labels)
         for idx, chunk in by_length(feats, batch_size):
             b = collate(chunk, pad, dev)
-            res = model(b["input_ids"], attention_mask=b["attention_mask"], heads=("cls",))
+            res = model(b["input_ids"], attention_mask=b["attention_mask"])
             out[idx] = res.extra["cls_logits"].float().cpu()
         return out
 

@@ -45,6 +45,8 @@ import torch
 
 from lmlab.errors import LmlabError
 from lmlab.fileio import check_input_file, iter_text_lines, read_text
+from lmlab.losses import IGNORE
+from lmlab.models.attention_masks import MaskSpec
 from lmlab.tasks import metrics as M
 from lmlab.tasks.base import (
     Task,
@@ -62,7 +64,6 @@ DEFAULT_TEMPLATE = "### Instruction:\n{instruction}\n\n### Input:\n{input}\n\n##
 ROLES = ("system", "user", "assistant")
 #: dev examples answered by greedy decoding at each evaluation during fine-tuning
 GENERATED_DURING_TRAINING = 16
-IGNORE = -100
 
 
 def check_template(template: str) -> str:
@@ -277,8 +278,11 @@ class Instruct(Task):
         if "doc_ids" in batch and (hasattr(model, "prefix_encoder") or hasattr(model, "soft_prompt")):
             raise LmlabError("packed rows cannot take a prefix or a soft prompt: the examples of a row would "
                              "share one", "add --no-packing for --method prefix or prompt")
-        keys = ("input_ids", "attention_mask", "labels", "doc_ids", "position_ids")
-        return {k: batch[k] for k in keys if k in batch}
+        keys = ("input_ids", "attention_mask", "labels", "position_ids")
+        inputs = {k: batch[k] for k in keys if k in batch}
+        if "doc_ids" in batch:  # packed examples: attention stays inside each one
+            inputs["mask"] = MaskSpec(causal=True, doc_ids=batch["doc_ids"])
+        return inputs
 
     # ----------------------------------------------------------------- evaluation
     def response_loss(self, model, examples: Sequence[Example], batch_size: int = 64) -> float:

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from lmlab.errors import LmlabError
+from lmlab.losses import IGNORE
 from lmlab.tasks import metrics as M
 from lmlab.tasks.base import (
     Task,
@@ -28,8 +29,6 @@ from lmlab.tasks.base import (
     unseen_label_error,
 )
 from lmlab.tasks.readers import Example, is_iob_tag, read_conll
-
-IGNORE = -100
 
 
 class TokenClassification(Task):

@@ -6,12 +6,18 @@
   so ``lmlab.loading.load_model("RUN_DIR/checkpoints/step_N")`` loads it for generation or
   fine-tuning;
 * ``train_state.safetensors``: optimizer moments (``state.{i}.exp_avg`` ...), the objective's own
-  parameters (``objective.*``), RNG states (``rng.torch``, ``rng.cuda.{i}``);
+  parameters (``objective.*``), RNG states (``rng.torch``, ``rng.cuda.{i}``, ``rng.{name}`` of a
+  loop's own generator), fine-tuning's best-so-far weights (``best.*``);
 * ``train_state.json``: step, tokens seen, the data position (windows consumed), the optimizer's
   hyper-parameters, the run config and the step-0 evaluation;
 * under FSDP, ``sharded/``: each rank's shards of the weights and the optimizer state
   (``torch.distributed.checkpoint``), which ``--resume`` reads back into the sharded model; the
   optimizer moments are then not in ``train_state.safetensors``.
+
+This is the one resume format of every loop (:mod:`lmlab.train.components.checkpointer`): a
+fine-tuning run keeps the same folders in ``.OUT.resume/checkpoints/``, with the weights being
+tuned as a bare state dict in ``model.safetensors`` and its loop state under ``finetune`` in
+``train_state.json``.
 
 The directory is built under a temporary name and renamed into place when complete
 (:func:`lmlab.fileio.atomic_dir`): a crash or a full disk while writing leaves the previous
@@ -111,7 +117,9 @@ def save_train_checkpoint(
 #: what to do about a damaged train state
 STATE_FIX = "resume from an earlier checkpoint (move this one aside) or start a new run"
 _MOMENT_RE = re.compile(r"state\.(\d+)\.(\w+)")
-_OTHER_TENSOR_RE = re.compile(r"objective\..+|rng\.torch|rng\.cuda\.\d+")
+#: besides the moments: the objective's own parameters, fine-tuning's best-so-far weights, and the
+#: random streams (torch's, CUDA's, and a loop's own generators such as fine-tuning's shuffle)
+_OTHER_TENSOR_RE = re.compile(r"objective\..+|best\..+|rng\.torch|rng\.cuda\.\d+|rng\.[a-z_]+")
 
 
 def read_train_state(path: str | Path) -> dict[str, Any]:

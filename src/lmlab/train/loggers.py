@@ -20,7 +20,6 @@ Each writes into its own sub-directory of the run, ``DIRECTORY``.
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import os
 import uuid
@@ -28,6 +27,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from lmlab.config.loggers import LOGGER_PACKAGES, check_loggers  # noqa: F401 (offered here too)
 from lmlab.errors import LmlabError
 from lmlab.fileio import read_json, write_json
 
@@ -114,21 +114,8 @@ class WandbLogger:
 
 
 #: name -> (class, the module it needs, the extra that installs it)
-LOGGERS = {"tensorboard": (TensorBoardLogger, "tensorboard", "logs"),
-           "wandb": (WandbLogger, "wandb", "logs")}
-
-
-def check_loggers(names: Sequence[str], where: str) -> None:
-    """One-line errors, before any work, for an unknown logger or one whose package is missing."""
-    if not isinstance(names, (list, tuple)) or not all(isinstance(n, str) for n in names):
-        raise LmlabError(f"{where} must be a list of logger names, got {names!r}",
-                         'write e.g. loggers = ["tensorboard"]')
-    for name in names:
-        if name not in LOGGERS:
-            raise LmlabError(f"unknown logger {name!r} in {where}", f"use some of: {', '.join(LOGGERS)}")
-        _, module, extra = LOGGERS[name]
-        if importlib.util.find_spec(module) is None:
-            raise LmlabError(f"logger {name!r} needs the {module} package", f"pip install 'lmlab[{extra}]'")
+LOGGERS = {name: (cls, *LOGGER_PACKAGES[name]) for name, cls in
+           (("tensorboard", TensorBoardLogger), ("wandb", WandbLogger))}
 
 
 def logger_dirs(names: Sequence[str]) -> list[str]:

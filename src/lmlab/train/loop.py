@@ -21,7 +21,6 @@ function of its config, a resumed run repeats the uninterrupted one exactly, and
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import os
 import sys
@@ -34,53 +33,29 @@ import torch
 from torch import nn
 
 from lmlab.data.batch import TokenBatch
-from lmlab.data.packing import PackedWindows, eval_starts, read_windows
+from lmlab.data.packing import PackedWindows, eval_starts
 from lmlab.errors import LmlabError
 from lmlab.fileio import atomic_write_text, directory_lock, remove_leftovers, write_json
 from lmlab.models.checkpoint import trusted_inputs
-from lmlab.ownership import claim_dir, start_temporary
+from lmlab.ownership import claim_dir
 from lmlab.runtime import resolve
 from lmlab.train import distributed as dist_
-from lmlab.train.checkpoint import (
-    CHECKPOINTS,
-    SHARDED,
-    check_train_tensors,
-    latest_checkpoint,
-    load_train_checkpoint,
-    read_train_state,
-    restore_rng,
-    rng_tensors,
-    save_train_checkpoint,
-)
-from lmlab.train.config import RunConfig, load_config, override_items, read_toml, to_toml
+from lmlab.train import pretrain_eval, pretrain_state
+from lmlab.train.builder import build_run, check_run, model_config
+from lmlab.train.checkpoint import CHECKPOINTS
+from lmlab.train.components import Checkpointer, Evaluator, FitLoop, RunLogger
+from lmlab.train.config import RunConfig, load_config, override_items, to_toml
 from lmlab.train.data import prepare_run_data
-from lmlab.train.device import peak_tflops
 from lmlab.train.engine import Engine
 from lmlab.train.loggers import open_loggers
-from lmlab.train.metrics import MetricsLog, perplexity, plot_losses, read_metrics
-from lmlab.train.optim import build_optimizer, load_optimizer_tensors, lr_at, optimizer_tensors
+from lmlab.train.metrics import MetricsLog, plot_losses
+from lmlab.train.optim import build_optimizer, lr_at
 from lmlab.train.preempt import StopRequests
 from lmlab.train.prefetch import Prefetcher
+from lmlab.train.pretrain_eval import micro_seed
+from lmlab.train.pretrain_state import RESUME_FREE_KEYS  # noqa: F401 - its old import path
 from lmlab.train.progress import Progress
-
-#: train.* keys that may change on --resume without changing the run's past or its arithmetic
-RESUME_FREE_KEYS = {
-    "max_steps",
-    "prefetch",
-    "eval_every",
-    "eval_batches",
-    "checkpoint_every",
-    "keep_checkpoints",
-    "log_every",
-    "threads",
-    "progress",
-    "eval_at_start",
-    "device",
-    "distributed",
-    "activation_checkpointing",
-    "peak_tflops",
-    "loggers",
-}
+from lmlab.train.speed_options import apply_speed_options
 
 
 class TrainStep(nn.Module):
@@ -100,11 +75,6 @@ class TrainStep(nn.Module):
 RUN_KIND = "pretraining run"
 RUN_ENTRIES = ("config.toml", "metrics.jsonl", "summary.json", "loss.png", CHECKPOINTS, "data",
                "tensorboard", "wandb")
-
-
-def micro_seed(seed: int, step: int, index: int) -> int:
-    """Seed of micro-batch ``index`` (in the global batch) of optimizer step ``step``."""
-    return (seed * 1_000_003 + step * 7919 + index * 104_729 + 12_345) % (2**63 - 1)
 
 
 def pretrain(
@@ -156,6 +126,7 @@ class Trainer:
         self.loggers: list = []
         self.prefetcher: Prefetcher | None = None
         self._held: list[str] | None = None  # setup's messages, printed once it succeeded
+        self.t_start = time.perf_counter()
 
     # ------------------------------------------------------------------ reporting
     def log(self, msg: str) -> None:
@@ -171,86 +142,73 @@ class Trainer:
 
     # ------------------------------------------------------------------ setup
     def setup(self) -> None:
-        from lmlab.models import CONFIG_ARCHITECTURE, PRESETS
-        from lmlab.objectives import get_objective
-
         cfg, t = self.cfg, self.cfg.train
-        dev_type = (
-            "cuda"
-            if (t.device.startswith("cuda") or (t.device == "auto" and torch.cuda.is_available()))
-            else "cpu"
-        )
-        self.info = dist_.init(dev_type)
-        # names every rank agrees on (FSDP shards are written beside the checkpoint by all ranks)
-        here = torch.device("cuda", self.info.local_rank) if dev_type == "cuda" else torch.device("cpu")
-        self.rank0_pid = dist_.broadcast_int(os.getpid(), self.info, here)
-        threads, precision = t.threads, t.precision
-        saved = self._saved_machine()
-        if saved:  # resume: keep the run's own automatic choices (numerics must not change mid-run)
-            threads = threads or saved.get("threads", 0)
-            precision = saved.get("precision", precision) if precision == "auto" else precision
-        self.machine = resolve(t.device, threads, precision, self.info.local_rank, self.info.local_world_size)
-
-        # cheap checks first: nothing is tokenised or trained for a recipe that cannot run
-        objective_cls = get_objective(cfg.objective.name)
-        base = PRESETS[cfg.model.preset]()
-        arch = CONFIG_ARCHITECTURE.get(type(base), "?")
-        if objective_cls.architectures and arch not in objective_cls.architectures:
-            raise LmlabError(
-                f"objective {cfg.objective.name!r} trains {'/'.join(objective_cls.architectures)} "
-                f"models, but preset {cfg.model.preset} is {'an' if arch[0] in 'aeiou' else 'a'} {arch}",
-                f"pick a {objective_cls.architectures[0]} preset or another objective",
-            )
-        max_pos = cfg.model.overrides.get("max_positions", getattr(base, "max_positions", None))
-        if max_pos is not None and t.seq_len > max_pos:
-            raise LmlabError(
-                f"train.seq_len {t.seq_len} is longer than the model's {max_pos} positions",
-                f"set train.seq_len <= {max_pos} (or model.max_positions)",
-            )
-        self.ckpt = self._check_run_dir()
-
-        # data (rank 0 builds, the others wait and open it)
-        ok = True
-        if self.info.is_main:
-            try:
-                self.data = prepare_run_data(cfg.data, self.run_dir, self.log)
-            except BaseException:
-                ok = False
-                dist_.broadcast_flag(False, self.info, self.machine.device)
-                raise
-        if dist_.broadcast_flag(ok, self.info, self.machine.device) and not self.info.is_main:
-            self.data = prepare_run_data(cfg.data, self.run_dir, self.log, build=False)
-        if not ok:
-            raise LmlabError("data preparation failed on rank 0", "see its error")
+        self._resolve_machine()
+        objective_cls, arch = check_run(cfg)  # cheap checks first: nothing is tokenised for a bad recipe
+        self.ckpt = pretrain_state.check_run_dir(self)
+        self._prepare_data()
         tok = self.data.tokenizer
 
-        # model and objective
-        self.objective = objective_cls(tok, **cfg.objective.params)
-        # the objective may have added tokens (T5 sentinels) to the tokenizer the shards were made with
-        self.model_config = self._model_config(tok, max(self.data.train.vocab_size, tok.vocab_size))
+        # model and objective (lmlab.train.builder: the lab plans its runs with the same builder)
+        built = build_run(cfg, tok, data_vocab_size=self.data.train.vocab_size)
+        self.objective, self.model_config, self.model = built.objective, built.model_config, built.model
         for split in (self.data.train, self.data.val):
             split.check_token_ids(self.model_config.vocab_size)
         # what the rest of the setup reports is printed once it succeeded: a resume state that does
         # not fit the model built now is then the only line
         self._held = list(self.machine.notes)
-        from lmlab.models import build_model
-
-        torch.manual_seed(t.seed)
-        self.model = build_model(self.model_config, heads=objective_cls.heads or None)
-        self.model.tokenizer = tok
-        self.objective.setup(self.model)  # objective-owned parts sized from the model (ELECTRA, SBO)
         self.model.to(self.machine.device)
         self.objective.to(self.machine.device)
-        self._speed_options(objective_cls)
+        apply_speed_options(self, objective_cls)
         self.step_module = dist_.parallelize(
             TrainStep(self.model, self.objective), self.info, t.distributed, self.machine.device
         )
         self.optimizer = build_optimizer([self.model, self.objective], t)
-        self.scaler = (
-            torch.amp.GradScaler(self.machine.device.type)
-            if self.machine.dtype is torch.float16 and self.machine.device.type == "cuda"
-            else None
-        )
+        self._build_loop()
+        self._describe(arch)
+        if self.ckpt is not None:
+            pretrain_state.restore(self, self.ckpt)
+        held, self._held = self._held, None
+        for msg in held:
+            self.log(msg)
+
+    def _resolve_machine(self) -> None:
+        """Join the processes and resolve device, threads and precision (a resumed run keeps the
+        automatic choices it started with: numerics must not change mid-run)."""
+        t = self.cfg.train
+        cuda = t.device.startswith("cuda") or (t.device == "auto" and torch.cuda.is_available())
+        dev_type = "cuda" if cuda else "cpu"
+        self.info = dist_.init(dev_type)
+        # names every rank agrees on (FSDP shards are written beside the checkpoint by all ranks)
+        here = torch.device("cuda", self.info.local_rank) if dev_type == "cuda" else torch.device("cpu")
+        self.rank0_pid = dist_.broadcast_int(os.getpid(), self.info, here)
+        threads, precision = t.threads, t.precision
+        saved = pretrain_state.saved_machine(self.run_dir, self.resume)
+        if saved:
+            threads = threads or saved.get("threads", 0)
+            precision = saved.get("precision", precision) if precision == "auto" else precision
+        self.machine = resolve(t.device, threads, precision, self.info.local_rank, self.info.local_world_size)
+
+    def _prepare_data(self) -> None:
+        """The run's tokenizer and shards: rank 0 builds them, the others wait and open them."""
+        ok = True
+        if self.info.is_main:
+            try:
+                self.data = prepare_run_data(self.cfg.data, self.run_dir, self.log)
+            except BaseException:
+                ok = False
+                dist_.broadcast_flag(False, self.info, self.machine.device)
+                raise
+        if dist_.broadcast_flag(ok, self.info, self.machine.device) and not self.info.is_main:
+            self.data = prepare_run_data(self.cfg.data, self.run_dir, self.log, build=False)
+        if not ok:
+            raise LmlabError("data preparation failed on rank 0", "see its error")
+
+    def _build_loop(self) -> None:
+        """The engine, the data path, the evaluation windows and the fit loop with its components."""
+        cfg, t = self.cfg, self.cfg.train
+        half = self.machine.dtype is torch.float16 and self.machine.device.type == "cuda"
+        self.scaler = torch.amp.GradScaler(self.machine.device.type) if half else None
         self.engine = Engine(self.optimizer, lambda step: lr_at(step, t), clip=t.clip,
                              autocast=self.machine.autocast, scaler=self.scaler, wrapped=self.step_module,
                              fix="lower train.lr, raise train.warmup_steps or use train.precision=fp32")
@@ -258,171 +216,39 @@ class Trainer:
         self.device_generator: torch.Generator | None = None  # device-side preparation's, made once
         if t.prefetch:  # the next step's micro-batches are read (and prepared) on a background thread
             self.prefetcher = Prefetcher(self.load_micro_batch)
-        starts = eval_starts(self.data.val, t.seq_len, t.eval_batches * t.batch_size)
-        self.val_starts = starts[self.info.rank :: self.info.world_size]
+        self.eval_windows = eval_starts(self.data.val, t.seq_len, t.eval_batches * t.batch_size)
+        self.val_starts = self.eval_windows[self.info.rank :: self.info.world_size]
         # every rank runs as many evaluation batches as rank 0 (which has the most windows): under
         # FSDP each forward gathers weights from all ranks, so a rank that stopped early would hang them
-        self.val_batches = math.ceil(len(starts[:: self.info.world_size]) / t.batch_size)
+        self.val_batches = math.ceil(len(self.eval_windows[:: self.info.world_size]) / t.batch_size)
         self.rows_per_step = t.batch_size * t.grad_accum * self.info.world_size
         self.metrics = MetricsLog(self.run_dir / "metrics.jsonl")
         self.step, self.tokens, self.position, self.initial_val = 0, 0, 0, None
         self.elapsed0 = 0.0
-        n = self.model.num_parameters()
-        self.log(
-            f"model: {cfg.model.preset} ({arch}), {n:,} parameters, "
-            f"vocabulary {self.model_config.vocab_size:,}; objective: {cfg.objective.name}; "
-            f"{self.info.world_size} process(es), mode {self.info.mode}"
-        )
-        self.log(
-            f"data: train {self.windows.num_tokens:,} tokens "
-            f"{f'(the first of {self.data.train.num_tokens:,}) ' if cfg.data.max_tokens else ''}"
-            f"({self.windows.windows_per_epoch:,} windows of {t.seq_len}), "
-            f"val {self.data.val.num_tokens:,} tokens ({len(starts)} eval windows) from "
-            f"{self.data.val_source}; "
-            f"global batch {self.rows_per_step} x {t.seq_len} = {self.rows_per_step * t.seq_len:,} tokens"
-        )
-        if self.ckpt is not None:
-            self._restore(self.ckpt)
-        held, self._held = self._held, None
-        for msg in held:
-            self.log(msg)
+        self.checkpointer = Checkpointer(self.run_dir, keep=t.keep_checkpoints, every=t.checkpoint_every)
+        self.fit = FitLoop(self.engine, t.max_steps, micro_batches=self._micro_batches,
+                           after_step=self._after_step, report=self._report,
+                           evaluator=Evaluator(lambda step: self.evaluate(), t.eval_every),
+                           checkpointer=self.checkpointer, save=self._save_and_plot,
+                           stop=lambda: self.stop.requested, on_stop=self._stopped,
+                           step_context=trusted_inputs)  # ids and lengths were checked once, up front
 
-    def _speed_options(self, objective_cls) -> None:
-        """Activation checkpointing, torch.compile, and the FLOPs and peak behind the MFU column."""
+    def _describe(self, arch: str) -> None:
         cfg, t = self.cfg, self.cfg.train
-        flex = t.attention == "flex" or (t.attention == "auto" and self.machine.device.type == "cuda")
-        self.model.attention_backend = "flex" if flex else "sdpa"
-        if flex:
-            dropout = getattr(self.model_config, "attn_dropout", 0.0)
-            self.log("attention: packed documents on FlexAttention's block-sparse kernel (train.attention)"
-                     + (f"; training uses the dense kernel, since FlexAttention has no attention dropout "
-                        f"(model.attn_dropout={dropout}; set it to 0 to train on flex)" if dropout else ""))
-        if t.activation_checkpointing:
-            from lmlab.models.activation_checkpointing import enable_activation_checkpointing
-
-            n = enable_activation_checkpointing(self.model)
-            self.log(f"activation checkpointing: {n} Transformer block(s) recompute their activations "
-                     "in the backward pass" if n else
-                     "warning: train.activation_checkpointing found no Transformer block in this model")
-        if t.compile:
-            import torch._dynamo
-
-            # an MLM head given labels but no label_positions (UniLM) selects the masked rows on the
-            # device: a data-dependent shape the graph can hold
-            torch._dynamo.config.capture_dynamic_output_shape_ops = True
-            self.model.compile(backend=t.compile_backend)
-            self.log(f"compile: torch.compile, backend {t.compile_backend} (the first steps, and the "
-                     "first evaluation, include compiling)")
-        rows = t.batch_size * t.grad_accum * self.info.world_size
-        try:
-            self.step_flops = objective_cls.step_flops(self.model_config, t.seq_len, rows,
-                                                       cfg.objective.params)
-        except LmlabError:
-            self.step_flops = None
-        self.peak = peak_tflops(self.machine.device, self.machine.dtype, t.peak_tflops)
-        if self.step_flops and self.peak:
-            self.log(f"MFU: {self.step_flops:.3g} model FLOPs per step ({cfg.objective.name}'s count) "
-                     f"against {self.peak:g} TFLOP/s per device")
-        elif self.step_flops:
-            self.log(f"MFU: not logged, the peak of this {self.machine.device.type} is unknown (set "
-                     "train.peak_tflops); the tflops column shows the achieved model TFLOP/s")
-
-    def _saved_machine(self) -> dict | None:
-        """On resume, the machine choices saved in the newest checkpoint, once the files a resume
-        reads back (its train state and model config, the run's metrics log) are checked whole,
-        each against its file schema: before any work."""
-        if not self.resume:
-            return None
-        path = latest_checkpoint(self.run_dir)
-        if path is None:
-            return None
-        from lmlab.models import read_checkpoint_meta
-
-        state = read_train_state(path)
-        read_checkpoint_meta(path)
-        read_metrics(self.run_dir / "metrics.jsonl")
-        return state.get("machine")
+        n = self.model.num_parameters()
+        self.log(f"model: {cfg.model.preset} ({arch}), {n:,} parameters, "
+                 f"vocabulary {self.model_config.vocab_size:,}; objective: {cfg.objective.name}; "
+                 f"{self.info.world_size} process(es), mode {self.info.mode}")
+        self.log(f"data: train {self.windows.num_tokens:,} tokens "
+                 f"{f'(the first of {self.data.train.num_tokens:,}) ' if cfg.data.max_tokens else ''}"
+                 f"({self.windows.windows_per_epoch:,} windows of {t.seq_len}), "
+                 f"val {self.data.val.num_tokens:,} tokens ({len(self.eval_windows)} eval windows) from "
+                 f"{self.data.val_source}; "
+                 f"global batch {self.rows_per_step} x {t.seq_len} = "
+                 f"{self.rows_per_step * t.seq_len:,} tokens")
 
     def _model_config(self, tok, vocab_size: int):
         return model_config(self.cfg.model.preset, self.cfg.model.overrides, tok, vocab_size)
-
-    def _check_run_dir(self) -> Path | None:
-        existing = latest_checkpoint(self.run_dir)
-        if not self.resume:
-            if existing is not None:
-                raise LmlabError(
-                    f"{self.run_dir} already holds a run (checkpoint {existing.name})",
-                    "pass --resume to continue it, or choose a new --out",
-                )
-            return None
-        if existing is None:
-            self.log(f"resume: no checkpoint in {self.run_dir / 'checkpoints'}, starting from scratch")
-            return None
-        saved_path = self.run_dir / "config.toml"
-        if saved_path.is_file():
-            self._compare_configs(load_config(read_toml(saved_path)))
-        return existing
-
-    def _compare_configs(self, saved: RunConfig) -> None:
-        now, old = self.cfg.to_dict(), saved.to_dict()
-        diffs = []
-        for section in now:
-            for key in sorted(set(now[section]) | set(old[section])):
-                if now[section].get(key) != old[section].get(key):
-                    diffs.append((section, key))
-        fatal = [
-            f"{s}.{k}" for s, k in diffs if s in ("model", "objective") or (s, k) == ("data", "tokenizer")
-        ]
-        if fatal:
-            raise LmlabError(
-                f"--resume with a different {', '.join(fatal)} than the run was started with",
-                "resume with the run's own config (RUN_DIR/config.toml) or start a new run",
-            )
-        changed = [f"{s}.{k}" for s, k in diffs if not (s == "train" and k in RESUME_FREE_KEYS)]
-        if changed:
-            self.log(
-                f"warning: resuming with changed {', '.join(changed)}: the continued run will differ "
-                "from an uninterrupted one"
-            )
-
-    def _restore(self, path: Path) -> None:
-        from lmlab.models.checkpoint import load_state
-
-        tensors, meta, weights = load_train_checkpoint(path)
-        self.windows.check_position(meta["data_position"], str(path / "train_state.json"))  # before any walk
-        sharded = path / SHARDED
-        if (self.info.mode == "fsdp") != sharded.is_dir():
-            saved_as = "FSDP (sharded)" if sharded.is_dir() else "a single process or DDP"
-            raise LmlabError(f"{path} was written by a run with {saved_as}, this one runs "
-                             f"{self.info.mode}",
-                             "resume with the run's own train.distributed (and torchrun for FSDP)")
-        from lmlab.models import read_checkpoint_meta
-        from lmlab.models.checkpoint import tokenizer_matches
-
-        if not tokenizer_matches(read_checkpoint_meta(path), self.model.tokenizer):
-            raise LmlabError(f"{path} was trained with another tokenizer than the one the data gives now "
-                             "(same size, other tokens): resuming would feed it ids that mean other words",
-                             "resume with the run's own data and tokenizer, or start a new run")
-        if self.info.mode == "fsdp":  # weights, objective and optimizer state, each rank its shards
-            dist_.load_sharded(self.step_module, self.optimizer, sharded)
-        else:
-            check_train_tensors(path, tensors, meta, self.optimizer, self.objective)
-            load_state(self.model, weights, str(path))
-            obj_state = {k[len("objective.") :]: v for k, v in tensors.items() if k.startswith("objective.")}
-            if obj_state:
-                self.objective.load_state_dict(obj_state)
-            moments = {k: v for k, v in tensors.items() if k.startswith("state.")}
-            load_optimizer_tensors(self.optimizer, moments, meta["optimizer"])
-        restore_rng(tensors)
-        self.step, self.tokens, self.position = meta["step"], meta["tokens"], meta["data_position"]
-        self.initial_val = meta.get("initial_val")
-        self.elapsed0 = meta.get("elapsed_s", 0.0)
-        if self.info.is_main:
-            self.metrics.truncate_after(self.step)
-        self.log(
-            f"resumed from {path} at step {self.step} (data position {self.position:,} windows, "
-            f"epoch {self.windows.epoch_of(self.position):.2f})"
-        )
 
     # ------------------------------------------------------------------ data path
     def host_inputs(self, batch: TokenBatch, seed: int) -> TokenBatch | dict[str, torch.Tensor]:
@@ -458,129 +284,82 @@ class Trainer:
         return self.host_inputs(self.windows.batch(position, self.cfg.train.batch_size), seed)
 
     # ------------------------------------------------------------------ evaluation
-    @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
-        """Mean validation loss (weighted by predicted tokens when the objective reports ``targets``)."""
-        t = self.cfg.train
-        self.model.eval()
-        self.objective.eval()
-        total, weight = 0.0, 0.0
-        sums: dict[str, float] = {}  # the objective's metrics, weighted like the loss
-        for i in range(0, self.val_batches * t.batch_size, t.batch_size):
-            chunk = self.val_starts[i : i + t.batch_size]
-            batch = read_windows(self.data.val, chunk or [0], t.seq_len)  # none left: a stand-in, unscored
-            seed = micro_seed(t.seed, -1, i)
-            inputs = self.device_inputs(self.host_inputs(batch, seed), seed)
-            with self.machine.autocast():  # through the DDP/FSDP wrapper, which gathers sharded weights
-                loss, extra = self.step_module(inputs)
-            if not chunk:
-                continue
-            w = float(extra.get("targets", 1.0))
-            total += float(loss) * w
-            weight += w
-            for k, v in extra.items():
-                if k != "targets" and isinstance(v, (int, float, torch.Tensor)):
-                    sums[k] = sums.get(k, 0.0) + float(v) * w
-        names = sorted(sums)
-        total, weight, *values = dist_.mean_across([total, weight, *(sums[k] for k in names)], self.info,
-                                                   self.machine.device)
-        self.model.train()
-        self.objective.train()
-        mean = total / max(weight, 1e-12)
-        row = {"val_loss": mean, **{f"val_{k}": v / max(weight, 1e-12) for k, v in zip(names, values)}}
-        kind = getattr(self.objective, "loss_kind", "other")
-        if kind in ("nll", "masked_nll"):
-            row["val_ppl"] = perplexity(mean)
-        if kind == "nll":
-            row["val_bpb"] = self.data.val.bits_per_byte(mean)
-        return row
+        """The validation numbers (:func:`lmlab.train.pretrain_eval.evaluate`)."""
+        return pretrain_eval.evaluate(self)
 
     def describe_eval(self, row: dict[str, Any]) -> str:
-        """The validation numbers that mean something for this objective: loss, perplexity and bits
-        per byte only for a per-token NLL, and each learning signal beside its trivial baseline."""
-        parts = [f"val loss {row['val_loss']:.4f}"]
-        if "val_ppl" in row:
-            parts.append(f"ppl {row['val_ppl']:.1f}")
-        if "val_bpb" in row:
-            parts.append(f"{row['val_bpb']:.3f} bits/byte")
-        for metric, guess, what in getattr(self.objective, "signals", ()):
-            if f"val_{metric}" in row and f"val_{guess}" in row:
-                parts.append(f"{metric} {row[f'val_{metric}']:.4f} ({what}: {row[f'val_{guess}']:.4f})")
-        return ", ".join(parts)
+        return pretrain_eval.describe(self.objective, row)
 
     # ------------------------------------------------------------------ training
-    def train_step(self) -> dict[str, float]:
+    def _key(self, step: int, position: int, index: int) -> tuple[int, int]:
+        """Data position and seed of micro-batch ``index`` of ``step`` (global batch at ``position``)."""
+        return position + index * self.cfg.train.batch_size, micro_seed(self.cfg.train.seed, step, index)
+
+    def _micro_batch(self, key: tuple[int, int]):
+        def run():
+            item = self.load_micro_batch(key) if self.prefetcher is None else self.prefetcher.take(key)
+            inputs = self.device_inputs(item, key[1])
+            torch.manual_seed(key[1])
+            return self.step_module(inputs)
+        return run
+
+    def _micro_batches(self, step: int) -> list:
+        """What the engine runs for step ``step``'s micro-batches (this process's slice of the global
+        batch); the prefetch thread starts reading the next step's."""
         t = self.cfg.train
         first = self.info.rank * t.grad_accum
-
-        def key(step: int, position: int, index: int) -> tuple[int, int]:
-            """Data position and seed of micro-batch ``index`` of ``step`` (global batch at ``position``)."""
-            return position + index * t.batch_size, micro_seed(t.seed, step, index)
-
-        def micro_batch(index: int):
-            def run():
-                k = key(self.step, self.position, index)
-                item = self.load_micro_batch(k) if self.prefetcher is None else self.prefetcher.take(k)
-                inputs = self.device_inputs(item, k[1])
-                torch.manual_seed(k[1])
-                return self.step_module(inputs)
-            return run
-
-        if self.prefetcher is not None and self.step + 1 < t.max_steps:
+        if self.prefetcher is not None and step + 1 < t.max_steps:
             after = self.position + self.rows_per_step
-            self.prefetcher.ahead([key(self.step + 1, after, first + m) for m in range(t.grad_accum)])
-        with trusted_inputs():  # ids and lengths were checked once, before the first step
-            done = self.engine.step(self.step, [micro_batch(first + m) for m in range(t.grad_accum)])
-        self.step += 1
+            self.prefetcher.ahead([self._key(step + 1, after, first + m) for m in range(t.grad_accum)])
+        return [self._micro_batch(self._key(step, self.position, first + m)) for m in range(t.grad_accum)]
+
+    def _after_step(self, step: int, done, seconds: float) -> dict[str, Any]:
+        """Advance the data position; the step's row (the engine's numbers are averaged over the
+        processes, and a non-finite loss never gets here)."""
+        t = self.cfg.train
+        self.step = step
         self.position += self.rows_per_step
         self.tokens += self.rows_per_step * t.seq_len
-        # averaged over the processes by the engine; a non-finite loss never gets here
-        return {"loss": done.loss, "lr": done.lr, "grad_norm": done.grad_norm, **done.metrics}
+        return {"step": self.step, "tokens": self.tokens, "loss": done.loss, "lr": done.lr,
+                "grad_norm": done.grad_norm, **done.metrics,
+                "tokens_per_s": round(self.rows_per_step * t.seq_len / max(seconds, 1e-9), 1),
+                **self._utilisation(1, seconds), "elapsed_s": round(self.elapsed(), 3)}
+
+    def train_step(self) -> dict[str, float]:
+        """One optimizer step through the fit loop: its numbers (loss, lr, gradient norm, the
+        objective's signals, speed)."""
+        row = self.fit.take_step(self.step)
+        return {k: v for k, v in row.items() if k not in ("step", "tokens")}
+
+    def _report(self, step: int, row: dict[str, Any], evaluation: dict[str, Any] | None, final: bool) -> None:
+        t = self.cfg.train
+        if evaluation is not None:
+            row.update(evaluation)
+            self.log(f"step {step}: train loss {row['loss']:.4f}, {self.describe_eval(row)}")
+        if self.info.is_main and (step % t.log_every == 0 or "val_loss" in row or final):
+            self.run_log.record(row, step)
+        self.last_row = row
+        spent = max(time.perf_counter() - self.t_loop, 1e-9)
+        rate = (self.tokens - self.start_tokens) / spent
+        mfu = self._utilisation(step - self.first_step, spent).get("mfu")
+        shown_mfu = {"mfu": f"{mfu:.1%}"} if mfu is not None else {}
+        self.run_log.update(step, [f"loss {row['loss']:.4f}", f"{rate:,.0f} tokens/s",
+                                   *(f"MFU {v}" for v in shown_mfu.values())],
+                            loss=f"{row['loss']:.3f}", tok_s=f"{rate:,.0f}", **shown_mfu)
 
     def save(self) -> None:
-        t = self.cfg.train
-        tensors, sharded = {}, None
-        if self.info.mode != "fsdp":
-            tensors, opt_meta = optimizer_tensors(self.optimizer)
-            for k, v in self.objective.state_dict().items():
-                tensors[f"objective.{k}"] = v.detach().cpu()
-        else:  # every rank writes its shards beside the checkpoint; rank 0 moves them in
-            opt_meta = {"param_groups": []}
-            sharded = self.run_dir / CHECKPOINTS / f".step_{self.step}.tmp-{self.rank0_pid}-sharded"
-            if self.info.is_main:  # marked as this process's, so a killed run's shards are removed next start
-                sharded.mkdir(parents=True, exist_ok=True)
-                start_temporary(sharded, "checkpoint shards")
-            dist_.barrier(self.info)
-            dist_.save_sharded(self.step_module, self.optimizer, sharded)
-            dist_.barrier(self.info)
-        tensors.update(rng_tensors())
-        meta = {
-            "step": self.step,
-            "tokens": self.tokens,
-            "data_position": self.position,
-            "epoch": self.windows.epoch_of(self.position),
-            "rows_per_step": self.rows_per_step,
-            "world_size": self.info.world_size,
-            "optimizer": opt_meta,
-            "initial_val": self.initial_val,
-            "elapsed_s": self.elapsed(),
-            "config": self.cfg.to_dict(),
-            "machine": {"threads": self.machine.threads, "precision": self.machine.precision},
-        }
-        model = self.model
-        if self.info.mode == "fsdp":  # gather the full weights (collective) into a CPU copy
-            state = dist_.full_state_dict(self.model, self.info)
-            if self.info.is_main:
-                from lmlab.models import build_model
+        """Checkpoint the run at its current step (:func:`lmlab.train.pretrain_state.save`)."""
+        pretrain_state.save(self)
 
-                model = build_model(self.model_config, heads=self.model.head_names)
-                model.load_state_dict(state)
-                model.tokenizer = self.model.tokenizer
+    def _save_and_plot(self, step: int) -> None:
+        self.save()
         if self.info.is_main:
-            path = save_train_checkpoint(self.run_dir, self.step, model, tensors, meta, t.keep_checkpoints,
-                                         sharded=sharded)
-            self.last_checkpoint = path
-        dist_.barrier(self.info)
+            self._plot(self.run_log.history)
+
+    def _stopped(self, requested: str, step: int) -> None:
+        self.log(f"{requested}: stopped after step {step}, checkpoint {self.checkpointer.last}; "
+                 "continue with --resume")
 
     def _utilisation(self, steps: int, seconds: float) -> dict[str, float]:
         """Achieved model TFLOP/s per device over ``steps`` steps in ``seconds``, and MFU where the
@@ -614,7 +393,6 @@ class Trainer:
 
     def _run(self) -> dict[str, Any]:
         t = self.cfg.train
-        self.last_checkpoint = latest_checkpoint(self.run_dir)
         if self.info.is_main:
             atomic_write_text(self.run_dir / "config.toml", to_toml(self.cfg))
         if self.info.is_main and t.loggers:
@@ -626,59 +404,27 @@ class Trainer:
             for logger in self.loggers:
                 logger.log(self.initial_val, 0)
         rows = self.metrics.rows() if self.info.is_main else []
-        self.progress = Progress(t.max_steps, self.step, desc="pretrain",
-                                 show=t.progress if self.info.is_main else "off", log=self._print)
-        first = self.step
-        last: dict[str, Any] = rows[-1] if rows else {}
-        start_tokens, t_loop = self.tokens, time.perf_counter()
-        while self.step < t.max_steps:
-            t0 = time.perf_counter()
-            row = self.train_step()
-            dt = time.perf_counter() - t0
-            row = {
-                "step": self.step,
-                "tokens": self.tokens,
-                **row,
-                "tokens_per_s": round(self.rows_per_step * t.seq_len / max(dt, 1e-9), 1),
-                **self._utilisation(1, dt),
-                "elapsed_s": round(self.elapsed(), 3),
-            }
-            final = self.step == t.max_steps
-            if self.step % t.eval_every == 0 or final:
-                row.update(self.evaluate())
-                self.log(f"step {self.step}: train loss {row['loss']:.4f}, {self.describe_eval(row)}")
-            if self.info.is_main and (self.step % t.log_every == 0 or "val_loss" in row or final):
-                self.metrics.append(row)
-                rows.append(row)
-                for logger in self.loggers:
-                    logger.log(row, self.step)
-            last = row
-            spent = max(time.perf_counter() - t_loop, 1e-9)
-            rate = (self.tokens - start_tokens) / spent
-            mfu = self._utilisation(self.step - first, spent).get("mfu")
-            shown_mfu = {"mfu": f"{mfu:.1%}"} if mfu is not None else {}
-            self.progress.update(self.step, [f"loss {row['loss']:.4f}", f"{rate:,.0f} tokens/s",
-                                             *(f"MFU {v}" for v in shown_mfu.values())],
-                                 loss=f"{row['loss']:.3f}", tok_s=f"{rate:,.0f}", **shown_mfu)
-            saved = self.step % t.checkpoint_every == 0 or final
-            if saved:
-                self.save()
-                if self.info.is_main:
-                    self._plot(rows)
-            if self.stop.requested and not final:
-                if not saved:
-                    self.save()
-                self.log(f"{self.stop.requested}: stopped after step {self.step}, checkpoint "
-                         f"{self.last_checkpoint}; continue with --resume")
-                raise KeyboardInterrupt
+        self.run_log = RunLogger(self.metrics if self.info.is_main else None, self._print,
+                                 loggers=self.loggers, history=rows)
+        self.run_log.show_progress(t.max_steps, self.step, desc="pretrain",
+                                   show=t.progress if self.info.is_main else "off")
+        self.progress = self.run_log.progress
+        self.last_row = rows[-1] if rows else {}
+        self.first_step, self.start_tokens, self.t_loop = self.step, self.tokens, time.perf_counter()
+        self.fit.run(self.step)
         if self.info.is_main and rows:
             self._plot(rows)
+        return self._summary(rows)
+
+    def _summary(self, rows: list[dict[str, Any]]) -> dict[str, Any]:
+        """What ``pretrain()`` returns and ``summary.json`` holds."""
         vals = [r for r in rows if "val_loss" in r]
+        spent = time.perf_counter() - self.t_loop
         summary = {
             "run_dir": str(self.run_dir),
             "steps": self.step,
             "tokens": self.tokens,
-            "train_loss": last.get("loss"),
+            "train_loss": self.last_row.get("loss"),
             "val_loss": vals[-1]["val_loss"] if vals else None,
             "val_ppl": vals[-1].get("val_ppl") if vals else None,
             "val_bpb": vals[-1].get("val_bpb") if vals else None,
@@ -687,9 +433,9 @@ class Trainer:
             "initial_val_loss": (self.initial_val or {}).get("val_loss"),
             "parameters": self.model.num_parameters(),
             "seconds": round(self.elapsed(), 2),
-            "tokens_per_s": round((self.tokens - start_tokens) / max(time.perf_counter() - t_loop, 1e-9), 1),
-            **self._utilisation(self.step - first, time.perf_counter() - t_loop),
-            "checkpoint": str(self.last_checkpoint) if self.last_checkpoint else None,
+            "tokens_per_s": round((self.tokens - self.start_tokens) / max(spent, 1e-9), 1),
+            **self._utilisation(self.step - self.first_step, spent),
+            "checkpoint": str(self.checkpointer.last) if self.checkpointer.last else None,
             "world_size": self.info.world_size,
             "threads": self.machine.threads,
             "precision": self.machine.precision,
@@ -704,23 +450,3 @@ class Trainer:
         plot_losses(
             rows, self.run_dir / "loss.png", f"{self.cfg.model.preset} / {self.cfg.objective.name}", init
         )
-
-
-def model_config(preset: str, overrides: dict[str, Any], tok, vocab_size: int):
-    """The config of a run's model: ``preset`` + ``overrides``, sized to ``vocab_size`` (the
-    tokenizer's, objective-added tokens included) with the tokenizer's pad/bos/eos ids."""
-    from lmlab.models import get_preset
-
-    overrides = dict(overrides)
-    overrides.setdefault("vocab_size", vocab_size)
-    if overrides["vocab_size"] < vocab_size:
-        raise LmlabError(
-            f"model.vocab_size {overrides['vocab_size']} is smaller than the tokenizer's {vocab_size} tokens",
-            f"set model.vocab_size >= {vocab_size} or leave it out",
-        )
-    fields = {f.name for f in dataclasses.fields(type(get_preset(preset)))}
-    for role in ("pad", "bos", "eos"):
-        key = f"{role}_token_id"
-        if key in fields and key not in overrides and tok.role_id(role) is not None:
-            overrides[key] = tok.role_id(role)
-    return get_preset(preset, **overrides)

@@ -27,50 +27,21 @@ in ``extra["mems"]``, the new per-layer memories (detached) to pass with the nex
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from lmlab.errors import LmlabError
+from lmlab.losses import causal_lm_loss
+from lmlab.models.attention_masks import fold_into_bias
 from lmlab.models.blocks import FeedForward, SinusoidalPositions, init_weights, make_norm
 from lmlab.models.checkpoint import LmlabModel
-from lmlab.models.config import TransformerConfig
-from lmlab.models.heads import LMHead, causal_lm_loss, check_heads
+from lmlab.models.heads import LMHead, check_heads
 from lmlab.models.output import ModelOutput
+from lmlab.models.transformer_xl.config import TransfoXLConfig, transfo_xl_tiny  # noqa: F401
 
 Memory = tuple[Tensor, ...]
-
-
-@dataclass
-class TransfoXLConfig(TransformerConfig):
-    """Transformer-XL: ``mem_len`` tokens of memory per layer; ``max_positions`` bounds one segment."""
-
-    family: str = "transfo-xl"
-    prenorm: bool = True
-    positions: str = "relative"
-    norm_eps: float = 1e-5
-    attn_bias: bool = False
-    attn_dropout: float = 0.0
-    mem_len: int = 64
-
-    def validate(self) -> TransfoXLConfig:
-        super().validate()
-        if self.positions != "relative":
-            raise LmlabError(
-                f"Transformer-XL uses relative positions, not {self.positions!r}", "set positions='relative'"
-            )
-        if not isinstance(self.mem_len, int) or self.mem_len < 0:
-            raise LmlabError(f"mem_len must be an integer >= 0, got {self.mem_len!r}", "e.g. mem_len=64")
-        return self
-
-
-def transfo_xl_tiny() -> TransfoXLConfig:
-    """A 2-layer, 64-wide Transformer-XL for 2-core CPU runs (the ``transfo-xl-tiny`` preset)."""
-    return TransfoXLConfig(
-        vocab_size=8000, d_model=64, n_layers=2, n_heads=4, d_ff=256, max_positions=512, mem_len=64
-    )
 
 
 class RelativeAttention(nn.Module):
@@ -104,7 +75,7 @@ class RelativeAttention(nn.Module):
         r = self.r_proj(table).view(-1, h, d).transpose(0, 1)  # [H, L, D]
         pos = torch.matmul(q + self.v[None, :, None], r.transpose(1, 2)[None])  # [B, H, T, L]
         pos = pos.gather(-1, distances[None, None].expand(b, h, t, s))  # [B, H, T, S]
-        bias = (pos * self.scale).masked_fill(~allowed, torch.finfo(pos.dtype).min)
+        bias = fold_into_bias(pos * self.scale, allowed)
         out = F.scaled_dot_product_attention(
             q + self.u[None, :, None],
             k,

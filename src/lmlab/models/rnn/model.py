@@ -43,9 +43,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from lmlab.errors import LmlabError
+from lmlab.losses import IGNORE
 from lmlab.models.checkpoint import LmlabModel
-from lmlab.models.config import RNNConfig
 from lmlab.models.output import ModelOutput
+from lmlab.models.rnn.config import RNNConfig
 
 CHAR_PAD, CHAR_BOW, CHAR_EOW = 0, 1, 2
 CHAR_BYTE_OFFSET = 3
@@ -217,8 +218,8 @@ def _next_token_nll(logits: torch.Tensor, labels: torch.Tensor, lengths: torch.T
     T = labels.shape[1]
     targets = labels[:, 1:].clone()
     beyond = torch.arange(1, T, device=labels.device)[None, :] >= lengths[:, None]
-    targets[beyond] = -100
-    return F.cross_entropy(logits[:, :-1].flatten(0, 1), targets.flatten(), ignore_index=-100)
+    targets[beyond] = IGNORE
+    return F.cross_entropy(logits[:, :-1].flatten(0, 1), targets.flatten(), ignore_index=IGNORE)
 
 
 # --------------------------------------------------------------------------- ELMo
@@ -350,9 +351,9 @@ class LSTMLanguageModel(_RNNBase):
             out.past_key_values = state
         if labels is not None:
             if attention_mask is not None:
-                labels = labels.masked_fill(attention_mask == 0, -100)
+                labels = labels.masked_fill(attention_mask == 0, IGNORE)
             targets = labels[:, 1:].flatten()
-            out.loss = F.cross_entropy(logits[:, :-1].flatten(0, 1), targets, ignore_index=-100)
+            out.loss = F.cross_entropy(logits[:, :-1].flatten(0, 1), targets, ignore_index=IGNORE)
         return out
 
 

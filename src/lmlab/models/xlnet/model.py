@@ -29,14 +29,12 @@ Without ``target_positions`` the model is a bidirectional encoder over the conte
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from lmlab.errors import LmlabError
-from lmlab.models.attention_masks import attention_bias
+from lmlab.losses import token_loss
+from lmlab.models.attention_masks import MaskSpec, kernel_mask
 from lmlab.models.blocks import (
     RotaryEmbedding,
     SinusoidalPositions,
@@ -45,35 +43,9 @@ from lmlab.models.blocks import (
     make_norm,
 )
 from lmlab.models.checkpoint import LmlabModel
-from lmlab.models.config import TransformerConfig
-from lmlab.models.heads import IGNORE, LMHead, check_heads
+from lmlab.models.heads import LMHead, check_heads
 from lmlab.models.output import ModelOutput
-
-
-@dataclass
-class XLNetConfig(TransformerConfig):
-    """XLNet: pre-norm blocks, rotary (relative) positions by default, a tied LM head."""
-
-    family: str = "xlnet"
-    prenorm: bool = True
-    positions: str = "rotary"
-    norm_eps: float = 1e-5
-    dropout: float = 0.1
-    attn_dropout: float = 0.0
-
-    def validate(self) -> XLNetConfig:
-        super().validate()
-        if self.positions not in ("rotary", "learned", "sinusoidal"):
-            raise LmlabError(
-                f"XLNet supports rotary, learned or sinusoidal positions, not {self.positions!r}",
-                "set positions='rotary' (the query stream needs to know the target position)",
-            )
-        return self
-
-
-def xlnet_tiny() -> XLNetConfig:
-    """A 2-layer, 64-wide XLNet for 2-core CPU runs (the ``xlnet-tiny`` preset)."""
-    return XLNetConfig(vocab_size=8000, d_model=64, n_layers=2, n_heads=4, d_ff=256, max_positions=1024)
+from lmlab.models.xlnet.config import XLNetConfig, xlnet_tiny  # noqa: F401
 
 
 class XLNetModel(LmlabModel):
@@ -122,6 +94,28 @@ class XLNetModel(LmlabModel):
             )
         return x + self.pos_embed(position_ids)
 
+    def _two_streams(self, h: Tensor, position_ids: Tensor, attention_pattern: Tensor,
+                     target_positions: Tensor, query_pattern: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
+        """Content and query streams side by side: ``(x [B, T+P, D], positions, pattern [B, T+P, T+P])``."""
+        (b, t), p, dev = position_ids.shape, target_positions.shape[1], h.device
+        if query_pattern is None or query_pattern.shape != (b, p, t):
+            raise LmlabError(
+                f"query_pattern must be [batch, P, T] = {(b, p, t)}",
+                "pass the query pattern that goes with target_positions",
+            )
+        tpos = position_ids.gather(1, target_positions)
+        g = self._embed_positions(self.mask_embed.expand(b, p, -1), tpos)
+        x, pos = torch.cat([h, g], dim=1), torch.cat([position_ids, tpos], dim=1)
+        allowed = torch.zeros(b, t + p, t + p, dtype=torch.bool, device=dev)
+        allowed[:, :t, :t] = attention_pattern
+        allowed[:, t:, :t] = query_pattern
+        # a target with nothing to look at sees its own query vector (no token content), so
+        # the softmax never spreads over forbidden keys
+        empty = ~query_pattern.any(-1)
+        idx = torch.arange(p, device=dev)
+        allowed[:, t + idx, t + idx] = empty
+        return x, pos, allowed
+
     def forward(
         self,
         input_ids: Tensor,
@@ -162,27 +156,12 @@ class XLNetModel(LmlabModel):
                 raise LmlabError(
                     "XLNet labels need target_positions", "prepare batches with the xlnet objective"
                 )
-            x, pos, allowed = h, position_ids, attention_pattern
-            p = 0
+            x, pos, allowed, p = h, position_ids, attention_pattern, 0
         else:
+            x, pos, allowed = self._two_streams(h, position_ids, attention_pattern, target_positions,
+                                                query_pattern)
             p = target_positions.shape[1]
-            if query_pattern is None or query_pattern.shape != (b, p, t):
-                raise LmlabError(
-                    f"query_pattern must be [batch, P, T] = {(b, p, t)}",
-                    "pass the query pattern that goes with target_positions",
-                )
-            tpos = position_ids.gather(1, target_positions)
-            g = self._embed_positions(self.mask_embed.expand(b, p, -1), tpos)
-            x, pos = torch.cat([h, g], dim=1), torch.cat([position_ids, tpos], dim=1)
-            allowed = torch.zeros(b, t + p, t + p, dtype=torch.bool, device=dev)
-            allowed[:, :t, :t] = attention_pattern
-            allowed[:, t:, :t] = query_pattern
-            # a target with nothing to look at sees its own query vector (no token content), so
-            # the softmax never spreads over forbidden keys
-            empty = ~query_pattern.any(-1)
-            idx = torch.arange(p, device=dev)
-            allowed[:, t + idx, t + idx] = empty
-        mask, _ = attention_bias(None, t + p, t + p, mask=allowed[:, None], dtype=x.dtype, device=dev)
+        mask, _ = kernel_mask(MaskSpec(pattern=allowed), t + p, dtype=x.dtype, device=dev)
         rope = self.rotary(pos) if self.rotary is not None else None
         x = self.drop(x)
         hidden = [x] if output_hidden_states else None
@@ -203,7 +182,5 @@ class XLNetModel(LmlabModel):
                         f"labels must be [batch, P] = {(b, p)}, got {tuple(labels.shape)}",
                         "give one label per target position",
                     )
-                out.loss = F.cross_entropy(
-                    logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), ignore_index=IGNORE
-                )
+                out.loss = token_loss(logits, labels)
         return out

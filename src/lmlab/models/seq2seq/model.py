@@ -32,11 +32,11 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from lmlab.errors import LmlabError
-from lmlab.models.attention_masks import attention_bias
+from lmlab.losses import IGNORE, token_loss
+from lmlab.models.attention_masks import MaskSpec, kernel_mask
 from lmlab.models.blocks import (
     LayerNorm,
     RelativePositionBias,
@@ -47,8 +47,8 @@ from lmlab.models.blocks import (
     make_norm,
 )
 from lmlab.models.checkpoint import LmlabModel, eager_checks
-from lmlab.models.config import Seq2SeqConfig
 from lmlab.models.output import ModelOutput
+from lmlab.models.seq2seq.config import Seq2SeqConfig
 
 #: per decoder layer (self_k, self_v, cross_k, cross_v), each [B, H, S, D]
 Seq2SeqCache = tuple[tuple[Tensor, Tensor, Tensor, Tensor], ...]
@@ -65,7 +65,7 @@ def shift_right(labels: Tensor, start_token_id: int, pad_token_id: int | None) -
     shifted = labels.new_empty(labels.shape)
     shifted[:, 0] = start_token_id
     shifted[:, 1:] = labels[:, :-1]
-    return shifted.masked_fill(shifted == -100, 0 if pad_token_id is None else pad_token_id)
+    return shifted.masked_fill(shifted == IGNORE, 0 if pad_token_id is None else pad_token_id)
 
 
 class Seq2SeqStack(nn.Module):
@@ -132,15 +132,15 @@ class Seq2SeqStack(nn.Module):
             x = self.embed_norm(x)
         x = self.drop(x)
 
-        mask, is_causal = attention_bias(attention_mask, q_len=t, k_len=k_len, causal=self.is_decoder,
-                                         dtype=x.dtype, device=x.device)
+        mask, is_causal = kernel_mask(MaskSpec(causal=self.is_decoder, padding=attention_mask), t, k_len,
+                                      dtype=x.dtype, device=x.device)
         position_bias = None
         if self.relative_bias is not None:
             position_bias = self.relative_bias(t, k_len, q_offset=past_len, device=x.device).to(x.dtype)
         cross_mask = None
         if self.is_decoder and context_mask is not None:
-            cross_mask, _ = attention_bias(context_mask, q_len=t, k_len=context_mask.shape[-1],
-                                           dtype=x.dtype, device=x.device)
+            cross_mask, _ = kernel_mask(MaskSpec(padding=context_mask), t, context_mask.shape[-1],
+                                        dtype=x.dtype, device=x.device)
 
         hidden_states = (x,) if output_hidden_states else None
         present = () if use_cache else None
@@ -302,8 +302,7 @@ class Seq2SeqModel(LmlabModel):
             if labels.shape != decoder_input_ids.shape:
                 raise LmlabError(f"labels have shape {tuple(labels.shape)} but the decoder input "
                                  f"{tuple(decoder_input_ids.shape)}", "give one label per decoder position")
-            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1),
-                                   ignore_index=-100)
+            loss = token_loss(logits, labels)
         extra = {"encoder_hidden_states": encoder_states} if output_hidden_states else {}
         return ModelOutput(logits=logits, loss=loss, hidden_states=states, last_hidden_state=h,
                            past_key_values=present, encoder_last_hidden_state=encoder_hidden, extra=extra)

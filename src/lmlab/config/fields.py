@@ -1,0 +1,154 @@
+"""The one validator of a config section: every key known (an unknown one names the closest), every
+value converted to its field's type and checked against its range (the value types of
+:mod:`lmlab.values`), so ``--set train.lr=3e-4`` and ``lr = 3e-4`` in a file give the same float."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import types
+import typing
+from typing import Any
+
+from lmlab import values
+from lmlab.config.overrides import NOWHERE, Origin, suggest
+from lmlab.config.toml import parse_value
+from lmlab.errors import LmlabError
+
+
+def section_fields(cls) -> dict[str, Any]:
+    """Field name -> type hint (``Annotated`` kept) of a section class, in field order."""
+    hints = typing.get_type_hints(cls, include_extras=True)
+    return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
+
+
+def build_section(cls, table: dict[str, Any], section: str, origin: Origin = NOWHERE,
+                  what: str = "config key"):
+    """``cls(**table)``, every key and value checked; errors name ``origin.of("section.key")``."""
+    hints = section_fields(cls)
+    kwargs = {}
+    for key, value in table.items():
+        if key not in hints:
+            raise LmlabError(f"unknown {what} {origin.of(f'{section}.{key}')}",
+                             suggest(key, hints, f"{section}."))
+        where = origin.of(f"{section}.{key}")
+        kwargs[key] = values.check(hints[key], coerce(value, hints[key], f"{section}.{key}", where), where)
+    return cls(**kwargs)
+
+
+def coerce(value: Any, hint, key: str, where: str | None = None) -> Any:
+    """Convert ``value`` to the type ``hint`` of config field ``key`` and check its range (an
+    ``Annotated`` type of :mod:`lmlab.values`), or a one-line error naming ``where`` (the file and
+    key, or the ``--set``; default: ``key``)."""
+    where = where or key
+    origin = typing.get_origin(hint)
+    if origin is typing.Annotated:  # a value type of lmlab.values: it says the range and the message
+        base = typing.get_args(hint)[0]
+        if base in (int, float):
+            value = parse_value(value) if isinstance(value, str) else value
+        else:
+            value = coerce(value, base, key, where)
+        return values.check(hint, value, where)
+    if origin in (typing.Union, types.UnionType):
+        return _coerce_union(value, typing.get_args(hint), key, where)
+    if hint is Any:
+        return value
+    if origin in (list, tuple):
+        return _coerce_sequence(value, hint, key, where)
+    if origin is dict or hint is dict:
+        if not isinstance(value, dict):
+            raise LmlabError(f"{where} must be a table, got {value!r}", f"write {key} as a TOML table")
+        return dict(value)
+    simple = _SIMPLE.get(hint)
+    return simple(value, key, where) if simple else value
+
+
+def _coerce_union(value: Any, args: tuple, key: str, where: str) -> Any:
+    if value is None or (isinstance(value, str) and value.lower() in ("none", "null")):
+        if type(None) in args:
+            return None
+    errors = []
+    for arg in (a for a in args if a is not type(None)):
+        try:
+            return coerce(value, arg, key, where)
+        except LmlabError as e:
+            errors.append(e)
+    raise errors[0]
+
+
+def _coerce_sequence(value: Any, hint, key: str, where: str) -> Any:
+    args = [a for a in typing.get_args(hint) if a is not Ellipsis] or [Any]
+    text = base_type(args[0]) is str
+    if isinstance(value, str):
+        split = not text or "," in value
+        value = [v.strip() for v in value.split(",") if v.strip()] if split else [value]
+    if isinstance(value, tuple):
+        value = list(value)
+    if not isinstance(value, list):
+        raise LmlabError(f"{where} must be a list, got {value!r}", f"write e.g. {key}=[...]")
+    inner = [args[min(i, len(args) - 1)] for i in range(len(value))]
+    out = [coerce(v if text else parse_value(v) if isinstance(v, str) else v, kind, key, where)
+           for v, kind in zip(value, inner, strict=True)]
+    return tuple(out) if typing.get_origin(hint) is tuple else out
+
+
+def _bool(value: Any, key: str, where: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in ("true", "yes", "on", "1", "false", "no", "off", "0"):
+        return value.lower() in ("true", "yes", "on", "1")
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    raise LmlabError(f"{where} must be true or false, got {value!r}", f"write {key}=true or {key}=false")
+
+
+def _int(value: Any, key: str, where: str) -> int:
+    if isinstance(value, str):
+        value = parse_value(value)
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise LmlabError(f"{where} must be an integer, got {value!r}", f"write e.g. {key}=100")
+    return value
+
+
+def _float(value: Any, key: str, where: str) -> float:
+    if isinstance(value, str):
+        value = parse_value(value)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise LmlabError(f"{where} must be a number, got {value!r}", f"write e.g. {key}=0.001")
+    if not math.isfinite(value):
+        raise LmlabError(f"{where} must be a finite number, got {value!r}", f"write e.g. {key}=0.001")
+    return float(value)
+
+
+def _str(value: Any, key: str, where: str) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value)
+    raise LmlabError(f"{where} must be a string, got {value!r}", f'write {key}="..."')
+
+
+_SIMPLE = {bool: _bool, int: _int, float: _float, str: _str}
+
+
+def base_type(hint):
+    """``str`` for ``Annotated[str, ...]``; any other hint as it is."""
+    return typing.get_args(hint)[0] if typing.get_origin(hint) is typing.Annotated else hint
+
+
+def build_named(cls, table: dict[str, Any], section: str, name_key: str, origin: Origin, options) -> Any:
+    """``cls(name, options)`` of a section that names a thing plus its options (``[model]``: a preset
+    and its config's fields; ``[objective]``: an objective and its parameters). ``options(name)``:
+    ``(hint of each option, whose options they are)``, or a one-line error for an unknown name.
+    Every other key must be one of those options (else the closest is named); every value is
+    converted and checked against its hint."""
+    name = table.pop(name_key, getattr(cls, name_key))
+    hints, owner = options(name, origin.of(f"{section}.{name_key}"))
+    for key in table:
+        if key not in hints:
+            fix = suggest(key, [name_key, *hints], f"{section}.") if hints else "it takes no parameters"
+            raise LmlabError(f"unknown config key {origin.of(f'{section}.{key}')} {owner}", fix)
+    return cls(name, {k: coerce(v, hints[k], f"{section}.{k}", origin.of(f"{section}.{k}"))
+                      for k, v in table.items()})

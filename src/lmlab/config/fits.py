@@ -1,0 +1,56 @@
+"""What a run's config says about memory, checked before any data is read (:mod:`lmlab.budget`)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from lmlab.errors import LmlabError
+
+
+def check_batch_fits(cfg) -> None:
+    """Refuse, before any data is read, a model or micro-batch that cannot fit in this machine's
+    memory (:mod:`lmlab.budget`): the weights, the tokens the objective adds to the vocabulary
+    (T5's sentinels), and the activations of one micro-batch (a coarse estimate: logits and their
+    gradient, plus ~20 floats per token per layer and width unit), each with its way out."""
+    from lmlab import budget
+    from lmlab.models import CONFIG_ARCHITECTURE, check_fits_in_memory, get_preset
+
+    try:
+        base = get_preset(cfg.model.preset)
+    except LmlabError:
+        return  # an unknown preset is reported later, with its own message
+    known = {f.name for f in dataclasses.fields(base)}
+    sized = {k: v for k, v in cfg.model.overrides.items() if k in known}
+    tok = cfg.data.tokenizer
+    if isinstance(tok, dict) and tok.get("vocab_size") and "vocab_size" not in sized:
+        sized["vocab_size"] = tok["vocab_size"]
+    try:
+        model_cfg = dataclasses.replace(base, **sized)
+    except (TypeError, ValueError, LmlabError):
+        return  # a bad model setting is reported later, with its own message
+    width, layers = getattr(model_cfg, "d_model", 0), getattr(model_cfg, "n_layers", 0)
+    check_added_tokens(cfg, width if isinstance(width, int) else 0)
+    check_fits_in_memory(model_cfg, CONFIG_ARCHITECTURE.get(type(model_cfg), ""))  # weights first
+    vocab = getattr(model_cfg, "vocab_size", 0)
+    if not all(isinstance(x, int) for x in (width, layers, vocab)):
+        return
+    tokens = cfg.train.batch_size * cfg.train.seq_len
+    what = f"the activations of a micro-batch of {cfg.train.batch_size:,} x {cfg.train.seq_len} tokens"
+    budget.require_fits(budget.activation_bytes(tokens, vocab, width, layers), what,
+                        "lower train.batch_size and raise train.grad_accum (same global batch)")
+
+
+def check_added_tokens(cfg, width: int) -> None:
+    """Tokens the objective adds to the tokenizer (T5's ``num_sentinels``): each is a tokenizer entry
+    and a row of the model's embedding and output tables."""
+    from lmlab import budget
+    from lmlab.objectives import get_objective
+
+    try:
+        added = get_objective(cfg.objective.name).added_tokens(cfg.objective.params)
+    except (LmlabError, TypeError, ValueError):
+        return  # a bad objective setting is reported when the objective is built
+    if added > 0:
+        budget.require_fits(added * (budget.TOKEN_TABLE_BYTES + 2 * budget.FLOAT32 * width),
+                            f"objective {cfg.objective.name!r} adding {added:,} tokens to the vocabulary",
+                            "lower the objective's num_sentinels (T5 uses 100)")

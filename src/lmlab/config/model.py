@@ -1,0 +1,35 @@
+"""``[model]``: a preset name plus overrides of any field of that preset's config (d_model,
+n_layers...), each checked against the preset config's own field types."""
+
+from __future__ import annotations
+
+from dataclasses import field
+from typing import Any
+
+from pydantic.dataclasses import dataclass
+
+from lmlab.config.fields import build_named, section_fields
+from lmlab.config.overrides import NOWHERE, Origin, suggest
+from lmlab.errors import LmlabError
+
+
+@dataclass
+class ModelConfig:
+    """``[model]``: a preset name plus overrides of any of its config fields."""
+
+    preset: str = "gpt2-tiny"
+    overrides: dict[str, Any] = field(default_factory=dict)
+
+
+def build_model_section(table: dict[str, Any], origin: Origin = NOWHERE) -> ModelConfig:
+    """``[model]`` of a recipe: the preset must exist; every other key is a field of its config."""
+    return build_named(ModelConfig, table, "model", "preset", origin, _preset_fields)
+
+
+def _preset_fields(preset: Any, where: str) -> tuple[dict[str, Any], str]:
+    from lmlab.models import PRESETS
+
+    if not isinstance(preset, str) or preset not in PRESETS:
+        raise LmlabError(f"unknown model preset {preset!r} ({where})",
+                         suggest(str(preset), list(PRESETS), ""))
+    return section_fields(type(PRESETS[preset]())), f"for preset {preset}"

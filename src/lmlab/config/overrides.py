@@ -1,0 +1,85 @@
+"""``--set section.key=value`` overrides, where a value came from, and the did-you-mean of an unknown
+name: what every config section (recipe, fine-tuning, alignment, grid) shares."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from lmlab.config.toml import key_line, parse_value
+from lmlab.errors import LmlabError
+
+
+def suggest(name: str, choices: Iterable[str], prefix: str = "") -> str:
+    """``did you mean PREFIXclosest? (valid: ...)``, or the valid names when none is close."""
+    choices = list(choices)
+    close = difflib.get_close_matches(str(name), choices, n=1, cutoff=0.5)
+    valid = ", ".join(prefix + c for c in choices)
+    return f"did you mean {prefix}{close[0]}? (valid: {valid})" if close else f"valid: {valid}"
+
+
+@dataclass(frozen=True)
+class Origin:
+    """Where a config's values came from, to name it in errors: its file ("" for a dict) and the
+    keys that ``--set`` gave."""
+
+    file: str = ""
+    set_keys: frozenset[str] = frozenset()
+
+    def of(self, key: str) -> str:
+        """Where ``key``'s value was written: ``--set train.lr``, ``FILE:LINE: train.lr`` (``FILE:
+        train.lr`` when the line is not found) or ``train.lr``."""
+        if key in self.set_keys or any(k.startswith(f"{key}.") for k in self.set_keys):
+            return f"--set {key}"
+        if not self.file:
+            return key
+        line = key_line(self.file, key)
+        return f"{self.file}:{line}: {key}" if line else f"{self.file}: {key}"
+
+    def section(self, name: str) -> str:
+        return f"{self.file}: [{name}]" if self.file else f"[{name}]"
+
+
+#: the origin of values given in code (a dict): errors name the key alone
+NOWHERE = Origin()
+
+
+def override_items(overrides: Iterable[str] | dict[str, Any] | None) -> list[tuple[str, Any]]:
+    """``["train.lr=3e-4"]`` (or a dict) -> ``[("train.lr", 0.0003)]``; values are TOML literals."""
+    if not overrides:
+        return []
+    if isinstance(overrides, dict):
+        return list(overrides.items())
+    items = []
+    for item in overrides:
+        if "=" not in item:
+            raise LmlabError(f"override {item!r} is not of the form section.key=value",
+                             "write e.g. --set train.max_steps=100")
+        key, value = item.split("=", 1)
+        items.append((key.strip(), parse_value(value.strip())))
+    return items
+
+
+def apply_override(raw: dict, key: str, value: Any, sections: Iterable[str],
+                   origin: Origin = NOWHERE) -> None:
+    """Put ``value`` at the dotted ``key`` of ``raw``, whose first part must be one of ``sections``
+    (an unknown one names the closest)."""
+    sections = tuple(sections)
+    parts = key.split(".")
+    if len(parts) < 2 or not all(parts):
+        raise LmlabError(f"override key {key!r} needs a section",
+                         f"write e.g. {sections[-1]}.{key}=... (sections: {', '.join(sections)})")
+    section = parts[0]
+    if section not in sections:
+        raise LmlabError(f"unknown config section {section!r} in {key!r}", suggest(section, sections))
+    node = raw.setdefault(section, {})
+    if not isinstance(node, dict):
+        raise LmlabError(f"{origin.section(section)} must be a table, got {node!r}, so --set {key} has "
+                         "nowhere to go", f"write [{section}] with key = value lines")
+    for p in parts[1:-1]:
+        if not isinstance(node.get(p), dict):
+            node[p] = {}
+        node = node[p]
+    node[parts[-1]] = value

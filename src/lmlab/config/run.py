@@ -1,0 +1,120 @@
+"""A pretraining run's config: the sections ``[model]``, ``[objective]``, ``[data]``, ``[train]`` of a
+recipe TOML file, read with ``--set section.key=value`` overrides and checked once.
+
+:func:`load_config` reads a file (or a dict), applies the overrides, checks every key (an unknown
+one is a one-line error naming the closest valid key) and converts every value to its field's type;
+:func:`to_toml` writes the resolved config back (``RUN_DIR/config.toml``), which loads again to the
+same :class:`RunConfig`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import field
+from typing import Any
+
+from pydantic.dataclasses import dataclass
+
+from lmlab.config import toml
+from lmlab.config.data import DataConfig
+from lmlab.config.fields import build_section
+from lmlab.config.model import ModelConfig, build_model_section
+from lmlab.config.objective import ObjectiveConfig, build_objective_section
+from lmlab.config.overrides import NOWHERE, Origin, apply_override, override_items, suggest
+from lmlab.config.train import TrainConfig
+from lmlab.errors import LmlabError
+
+SECTIONS = ("model", "objective", "data", "train")
+
+
+@dataclass
+class RunConfig:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+
+    def to_dict(self) -> dict[str, dict[str, Any]]:
+        """The TOML-shaped dict (overrides and params flattened into their tables)."""
+        return {
+            "model": {"preset": self.model.preset, **self.model.overrides},
+            "objective": {"name": self.objective.name, **self.objective.params},
+            "data": dataclasses.asdict(self.data),
+            "train": dataclasses.asdict(self.train),
+        }
+
+
+def load_config(
+    source: str | os.PathLike | dict | RunConfig, overrides: list[str] | dict[str, Any] | None = None
+) -> RunConfig:
+    """Read a recipe (TOML path, TOML-shaped dict or RunConfig), apply overrides, check it.
+
+    Every value is checked against its field's type (:mod:`lmlab.values`) before anything else
+    happens; an error names the file and line of the key, or the ``--set`` that gave the value."""
+    if isinstance(source, RunConfig):
+        raw = source.to_dict()
+    elif isinstance(source, dict):
+        raw = {k: dict(v) if isinstance(v, dict) else v for k, v in source.items()}
+    else:
+        raw = toml.read_toml(source)
+    items = override_items(overrides)
+    origin = Origin("" if isinstance(source, (dict, RunConfig)) else str(source),
+                    frozenset(k for k, _ in items))
+    for key, value in items:
+        apply_override(raw, key, value, SECTIONS, origin)
+    return build_run_config(raw, origin)
+
+
+def build_run_config(raw: dict[str, Any], origin: Origin = NOWHERE) -> RunConfig:
+    unknown = [s for s in raw if s not in SECTIONS]
+    if unknown:
+        raise LmlabError(f"unknown config section {origin.section(unknown[0])}",
+                         suggest(unknown[0], SECTIONS))
+    for s in SECTIONS:
+        if not isinstance(raw.get(s, {}), dict):
+            raise LmlabError(f"{origin.section(s)} must be a table, got {raw[s]!r}",
+                             f"write [{s}] with key = value lines")
+    model = build_model_section(dict(raw.get("model", {})), origin)
+    objective = build_objective_section(dict(raw.get("objective", {})), origin)
+    data = build_section(DataConfig, dict(raw.get("data", {})), "data", origin)
+    train = build_section(TrainConfig, dict(raw.get("train", {})), "train", origin)
+    cfg = RunConfig(model, objective, data, train)
+    validate(cfg)
+    return cfg
+
+
+def to_toml(cfg: RunConfig | dict) -> str:
+    """Serialise a config as TOML (tables ``[model]``, ``[objective]``, ``[data]``, ``[train]``)."""
+    return toml.to_toml(cfg.to_dict() if isinstance(cfg, RunConfig) else cfg)
+
+
+def _cuda_for(device: str) -> bool:
+    import torch
+
+    return device.startswith("cuda") or (device == "auto" and torch.cuda.is_available())
+
+
+def validate(cfg: RunConfig) -> None:
+    """What no single value says (each value's own range was checked as it was read, by its type):
+    relations between keys, the machine, and what needs no data or model (those come later,
+    before training starts)."""
+    from lmlab.config.fits import check_batch_fits
+    from lmlab.config.loggers import check_loggers
+
+    t = cfg.train
+    if t.seq_len < 2:
+        raise LmlabError(f"train.seq_len {t.seq_len} is too short", "use at least 2 tokens")
+    if t.min_lr > t.lr:
+        raise LmlabError(f"need 0 <= train.min_lr <= train.lr and lr > 0, got lr={t.lr}, min_lr={t.min_lr}",
+                         "e.g. lr=1e-3, min_lr=1e-4")
+    check_loggers(t.loggers, "train.loggers")
+    if t.attention == "flex" and not _cuda_for(t.device):
+        raise LmlabError("train.attention=flex trains on CUDA only (FlexAttention has no backward pass "
+                         "on CPUs)", "use train.attention=auto or sdpa on this machine")
+    if len(t.betas) != 2:
+        raise LmlabError(f"train.betas must be two numbers in [0, 1), got {t.betas}",
+                         "e.g. betas=[0.9, 0.95]")
+    check_batch_fits(cfg)
+    if not cfg.data.train:
+        raise LmlabError("data.train is empty", "set data.train to token shards or text files")

@@ -1,0 +1,92 @@
+"""``[train]``: a pretraining run's optimisation, evaluation, checkpoints and machine."""
+
+from __future__ import annotations
+
+from dataclasses import field
+
+from pydantic.dataclasses import dataclass
+
+from lmlab.values import (
+    Count,
+    Device,
+    Epsilon,
+    Fraction,
+    GradClip,
+    LearningRate,
+    MinLearningRate,
+    Seed,
+    Size,
+    Text,
+    Tflops,
+    Threads,
+    WeightDecay,
+    choice,
+)
+
+SCHEDULES = ("cosine", "linear", "constant")
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+DISTRIBUTED = ("auto", "ddp", "fsdp")
+COMPILE_BACKENDS = ("inductor", "aot_eager", "eager")
+ATTENTION = ("auto", "sdpa", "flex")
+PROGRESS = ("auto", "on", "off")
+# the enumerated keys, as value types (lmlab.values)
+Schedule = choice(*SCHEDULES)
+Precision = choice(*PRECISIONS)
+Distributed = choice(*DISTRIBUTED)
+CompileBackend = choice(*COMPILE_BACKENDS)
+Attention = choice(*ATTENTION)
+Progress = choice(*PROGRESS)
+
+
+@dataclass
+class TrainConfig:
+    """``[train]``: optimisation, evaluation, checkpoints and the machine.
+
+    Batch: ``batch_size`` rows of ``seq_len`` tokens per forward pass and process; one optimizer
+    step sees ``batch_size * grad_accum * world_size`` rows (the global batch).
+    Schedule: linear warmup over ``warmup_steps`` to ``lr``, then ``cosine``/``linear`` decay to
+    ``min_lr`` at ``decay_steps`` (0 = ``max_steps``), ``min_lr`` after; ``constant`` keeps ``lr``.
+    Keep ``decay_steps`` fixed to extend a run (``max_steps``) without changing its past.
+    Speed: ``compile`` runs the model through ``torch.compile`` (``compile_backend``: inductor,
+    the default; aot_eager or eager to debug); ``activation_checkpointing`` recomputes each
+    block's activations in the backward pass (less memory, ~1/3 more compute); ``peak_tflops``
+    is the device's peak for the MFU column (0 = looked up for known GPUs; none on CPUs);
+    ``attention`` picks how packed documents are masked: ``flex`` (block-sparse FlexAttention),
+    ``sdpa`` (a dense mask), ``auto`` (flex on CUDA, sdpa on CPUs); ``prefetch`` reads the next
+    step's windows on a background thread while this step computes (same numbers either way;
+    :mod:`lmlab.train.prefetch`). ``loggers``: where the
+    metrics rows also go (``["tensorboard"]``; :mod:`lmlab.train.loggers`).
+    """
+
+    max_steps: Count = 1000
+    batch_size: Count = 16  # a batch too large for the memory: _check_batch_fits
+    seq_len: Count = 128
+    lr: LearningRate = 1e-3
+    min_lr: MinLearningRate = 1e-4
+    warmup_steps: Size = 100
+    decay_steps: Size = 0
+    schedule: Schedule = "cosine"
+    weight_decay: WeightDecay = 0.1
+    betas: list[Fraction] = field(default_factory=lambda: [0.9, 0.95])
+    eps: Epsilon = 1e-8
+    grad_accum: Count = 1
+    clip: GradClip = 1.0
+    eval_every: Count = 100
+    eval_batches: Size = 20
+    eval_at_start: bool = True
+    checkpoint_every: Count = 500
+    keep_checkpoints: Size = 3
+    log_every: Count = 1
+    seed: Seed = 0
+    threads: Threads = 0
+    precision: Precision = "auto"
+    device: Device = "auto"
+    distributed: Distributed = "auto"
+    progress: Progress = "auto"
+    compile: bool = False
+    compile_backend: CompileBackend = "inductor"
+    activation_checkpointing: bool = False
+    peak_tflops: Tflops = 0.0
+    attention: Attention = "auto"
+    prefetch: bool = True
+    loggers: list[Text] = field(default_factory=list)

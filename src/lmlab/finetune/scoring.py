@@ -1,0 +1,185 @@
+"""Scoring a fine-tuned model: ``evaluate(checkpoint, data)`` (``lmlab evaluate``), the same metrics
+as the run's ``eval.json``, with what it scores said up front, progress over the batches and a
+one-line summary; ``--predictions`` written as one JSON line per example."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import math
+import os
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from lmlab import ownership
+from lmlab.errors import LmlabError
+from lmlab.fileio import read_json, write_output_file
+from lmlab.finetune.methods import method_class
+from lmlab.runtime import pick_device
+from lmlab.tasks import Task, check_tokenizer, load_task
+from lmlab.tasks.readers import BadLines, Example, limit
+from lmlab.train.estimate import duration
+from lmlab.train.progress import LINES_PER_RUN, Progress
+
+TASK_FILE = "task.json"
+SUMMARY_FILE = "finetune.json"
+
+
+def read_examples(task: Task, data, what: str, bad: BadLines) -> list[Example]:
+    if isinstance(data, (str, os.PathLike)):
+        return task.read(data, bad)
+    if isinstance(data, Sequence) and all(isinstance(e, Example) for e in data):
+        return list(data)
+    raise LmlabError(f"{what} must be a file path or a list of Examples", "pass e.g. glue/sst2/train.tsv")
+
+
+def load_finetuned(checkpoint: str | os.PathLike) -> tuple[nn.Module, Task]:
+    """A fine-tuned model and its task, from a directory written by :func:`finetune`."""
+    d = Path(checkpoint)
+    if not d.is_dir():
+        raise LmlabError(f"checkpoint {d} does not exist", "pass a directory written by `lmlab finetune`")
+    if not (d / TASK_FILE).is_file():
+        raise LmlabError(f"{d} is not a fine-tuned checkpoint (no {TASK_FILE})",
+                         "fine-tune it first with `lmlab finetune ... --out DIR`")
+    task = load_task(read_json(d / TASK_FILE, "task file"))
+    method = "full"
+    if (d / SUMMARY_FILE).is_file():
+        method = read_json(d / SUMMARY_FILE, "fine-tuning summary").get("method", "full")
+    model = method_class(method).load(d)
+    check_tokenizer(model)
+    return model, task
+
+
+def evaluate(checkpoint: str | os.PathLike, data, task: str | None = None, *, on_bad_line: str = "error",
+             max_bad_fraction: float = 0.01, batch_size: int = 64, max_examples: int | None = None,
+             device: str = "auto", predictions: str | os.PathLike | None = None,
+             log: Callable[[str], None] | None = None, progress: bool = True, **reading) -> dict[str, float]:
+    """Score a fine-tuned checkpoint on ``data``; the same metrics as its ``eval.json``.
+
+    The data is read as the training files were (format, header, columns and label set saved in
+    ``task.json``); ``reading`` (``format``, ``header``, ``delimiter``, ``fields``) overrides that
+    for a file laid out differently. ``predictions``: also write one JSON line per example,
+    ``{"where", "prediction", "label"}``, labels as their names.
+
+    ``log`` (default: stderr) hears what will be scored, the progress over the batches (a bar on a
+    terminal, a line every ~5% otherwise; none with ``progress=False``) and a one-line summary.
+    """
+    if batch_size < 1:
+        raise LmlabError(f"batch size must be at least 1, got {batch_size}", "pass e.g. batch_size=64")
+    if predictions is not None:
+        check_predictions_file(predictions, {"--data": data, "--checkpoint": checkpoint})
+    model, saved = load_finetuned(checkpoint)
+    if task is not None and task != saved.name:
+        raise LmlabError(f"{checkpoint} was fine-tuned for task {saved.name!r}, not {task!r}",
+                         f"pass --task {saved.name} or another checkpoint")
+    reread(saved, **reading)
+    model.to(pick_device(device))
+    bad = BadLines(on_bad_line, log, max_bad_fraction)
+    examples = limit(read_examples(saved, data, "data", bad), max_examples)
+    saved.check(examples, "data")
+    say = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
+    preds, metrics = _score_and_report(saved, model, examples, batch_size, say, progress)
+    if predictions is not None:
+        rows = [{"where": e.where, "prediction": p, "label": e.label} for p, e in zip(preds, examples)]
+        write_output_file(predictions, "".join(json.dumps(r) + "\n" for r in rows), PREDICTIONS_KIND,
+                          "--predictions")
+    return metrics
+
+
+PREDICTIONS_KIND = "predictions"
+
+
+def _score_and_report(task: Task, model: nn.Module, examples: list[Example], batch_size: int,
+                      say: Callable[[str], None], progress: bool) -> tuple[list, dict[str, float]]:
+    """``task.predict_and_score``, saying first what it scores, then its progress, then the result."""
+    n_batches = math.ceil(len(examples) / batch_size)
+    on = next(model.parameters()).device
+    threads = f" ({torch.get_num_threads()} thread(s))" if on.type == "cpu" else ""
+    say(f"evaluate: {len(examples):,} examples of task {task.name} in {n_batches:,} batch(es) of "
+        f"{batch_size}, device {on}{threads}")
+    start = time.perf_counter()
+    bar = Progress(n_batches, desc=f"evaluate {task.name}", show="auto" if progress else "off", log=say,
+                   unit="batch")
+    with _predicting_in_chunks(task, bar, batch_size):
+        preds, metrics = task.predict_and_score(model, examples, batch_size)
+    elapsed = time.perf_counter() - start
+    say(f"evaluated {len(examples):,} examples in {duration(elapsed)} "
+        f"({len(examples) / max(elapsed, 1e-9):,.1f} examples/s): "
+        + ", ".join(f"{k} {v:.4f}" for k, v in metrics.items()))
+    return preds, metrics
+
+
+@contextlib.contextmanager
+def _predicting_in_chunks(task: Task, progress: Progress, batch_size: int):
+    """While inside, ``task.predict`` works through its examples a few batches at a time and moves
+    ``progress`` (counted in batches) after each chunk; the predictions are the same.
+
+    The task's own ``predict`` sorts what it is given by length before batching; here the
+    examples are first sorted by a rough length (their characters), so each chunk's batches still
+    hold similar lengths. A chunk is ~5% of the batches (those between two progress lines).
+    """
+    predict = task.predict
+    batches = progress.every if progress.every > 1 else math.ceil(progress.total / LINES_PER_RUN)
+    chunk = max(1, batches) * batch_size
+
+    def predict_by_chunks(model, examples, size=batch_size):
+        examples = list(examples)
+        order = sorted(range(len(examples)), key=lambda i: _rough_length(examples[i]))
+        out: list[Any] = [None] * len(examples)
+        for k in range(0, len(order), chunk):
+            idx = order[k:k + chunk]
+            for i, p in zip(idx, predict(model, [examples[i] for i in idx], size)):
+                out[i] = p
+            progress.update(min(progress.total, math.ceil((k + len(idx)) / size)))
+        return out
+
+    task.predict = predict_by_chunks
+    try:
+        yield
+    finally:
+        del task.predict  # the class's own again
+        progress.close()
+
+
+def _rough_length(example: Example) -> int:
+    """The characters of an example's input texts (its question, context...)."""
+    texts = [example.text, example.pair or "", *(v for v in example.extra.values() if isinstance(v, str))]
+    return sum(len(t) for t in texts)
+
+
+def check_predictions_file(path: str | os.PathLike, inputs: dict[str, object]) -> None:
+    """Before any work: ``path`` may receive predictions unless that would lose a file: it is one
+    of the inputs (or inside one), or it exists and lmlab did not write it there as predictions
+    (:mod:`lmlab.ownership`: the folder's manifest records every predictions file lmlab wrote)."""
+    p = Path(path)
+    for flag, value in inputs.items():
+        if isinstance(value, (str, os.PathLike)) and str(value):
+            given = Path(value).resolve()
+            if p.resolve() == given or given in p.resolve().parents:
+                raise LmlabError(f"--predictions {p} would replace the input {flag} {value}; nothing was "
+                                 "written", "write the predictions to another file")
+    if p.is_dir():
+        raise LmlabError(f"--predictions {p} is a directory", "name a file, e.g. dev.predictions.jsonl")
+    ownership.check_replaceable_file(p, PREDICTIONS_KIND, "--predictions")
+
+
+def reread(task: Task, format: str | None = None, header: bool | None = None, delimiter: str | None = None,
+           fields: dict[str, str | int] | None = None) -> None:
+    """Read the next files of ``task`` (and of the task it wraps) with other reading settings."""
+    changes: dict[str, Any] = {k: v for k, v in (("format", format), ("header", header),
+                                                  ("delimiter", delimiter)) if v is not None}
+    if fields:
+        changes["fields"] = {**task.options.fields, **fields}
+    if not changes:
+        return
+    options = dataclasses.replace(task.options, **changes).validate()
+    while task is not None:
+        task.options = options
+        task = getattr(task, "base", None)

@@ -1,0 +1,212 @@
+"""The one config system (lmlab.config): sections read from TOML and --set, one error style naming
+the file and line, the flag or the --set; finetune and align read [finetune]/[align] tables."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import glob
+import tomllib
+
+import pytest
+
+from lmlab.config import load_config, to_toml
+from lmlab.errors import LmlabError
+from tests.assertions import assert_one_line_error, exit_code
+
+#: a run folder's config.toml as the trainer wrote it before lmlab.config existed (t5-tiny-spans)
+OLD_RUN_CONFIG = """\
+[model]
+preset = "t5-tiny"
+vocab_size = 4196
+dropout = 0.0
+
+[objective]
+name = "t5"
+noise_density = 0.15
+mean_span_length = 3.0
+variant = "spans"
+
+[data]
+train = ["$LMLAB_DATA/pretrain/gutenberg", "$LMLAB_DATA/pretrain/tinyshakespeare/input.txt"]
+val = []
+val_fraction = 0.05
+max_tokens = 0
+doc_separator = "blank-line"
+encoding = "utf-8"
+append_eos = false
+text_field = "text"
+workers = 1
+cache_dir = ""
+
+[data.tokenizer]
+algo = "bytelevel"
+vocab_size = 4096
+
+[train]
+max_steps = 600
+batch_size = 16
+seq_len = 128
+lr = 0.003
+min_lr = 0.0003
+warmup_steps = 50
+decay_steps = 600
+schedule = "cosine"
+weight_decay = 0.1
+betas = [0.9, 0.98]
+eps = 1e-08
+grad_accum = 1
+clip = 1.0
+eval_every = 100
+eval_batches = 16
+eval_at_start = true
+checkpoint_every = 200
+keep_checkpoints = 3
+log_every = 1
+seed = 1337
+threads = 0
+precision = "auto"
+device = "auto"
+distributed = "auto"
+progress = "auto"
+compile = false
+compile_backend = "inductor"
+activation_checkpointing = false
+peak_tflops = 0.0
+attention = "auto"
+prefetch = true
+loggers = []
+"""
+
+
+@pytest.mark.parametrize("recipe", sorted(glob.glob("configs/*.toml")))
+def test_every_recipe_writes_back_to_the_same_config(recipe):
+    cfg = load_config(recipe)
+    assert load_config(tomllib.loads(to_toml(cfg))) == cfg
+
+
+def test_an_old_run_folder_config_reads_back_the_same(tmp_path):
+    saved = tmp_path / "config.toml"
+    saved.write_text(OLD_RUN_CONFIG)
+    cfg = load_config(saved)
+    assert cfg == load_config("configs/t5-tiny-spans.toml")
+    assert to_toml(cfg) == OLD_RUN_CONFIG  # and is written the same way again
+
+
+def test_the_old_import_paths_are_the_new_sections():
+    from lmlab import config
+    from lmlab.align.config import AlignConfig
+    from lmlab.finetune.config import FinetuneConfig
+    from lmlab.train import config as train_config
+
+    assert train_config.RunConfig is config.RunConfig and train_config.load_config is config.load_config
+    assert FinetuneConfig.__module__ == "lmlab.config.finetune"
+    assert AlignConfig.__module__ == "lmlab.config.align"
+
+
+def test_a_misspelled_set_key_names_the_closest_field():
+    with pytest.raises(LmlabError) as e:
+        load_config("configs/gpt-tiny-clm.toml", ["train.max_step=5"])
+    assert "--set train.max_step" in e.value.problem and "did you mean train.max_steps?" in e.value.fix
+
+
+def test_a_recipe_value_error_names_the_file_and_line(tmp_path):
+    recipe = tmp_path / "r.toml"
+    recipe.write_text(open("configs/gpt-tiny-clm.toml").read().replace("lr = ", "lr = -", 1))
+    line = recipe.read_text().splitlines().index(next(x for x in recipe.read_text().splitlines()
+                                                     if x.startswith("lr = -"))) + 1
+    with pytest.raises(LmlabError, match=rf"^{recipe}:{line}: train.lr must be greater than 0"):
+        load_config(recipe)
+
+
+# --------------------------------------------------------------------------- finetune and align
+FINETUNE = ["finetune", "--checkpoint", "no/such/checkpoint", "--task", "sst2", "--train", "t.tsv",
+            "--dev", "d.tsv", "--out", "ft"]
+ALIGN = ["align", "--checkpoint", "no/such/checkpoint", "--train", "t.jsonl", "--dev", "d.jsonl",
+         "--out", "al"]
+
+
+def test_a_bad_value_in_a_finetune_toml_is_one_line_before_any_model(tmp_path, capsys):
+    f = tmp_path / "ft.toml"
+    f.write_text("[finetune]\nepochs = 2\nlr = -1\n")
+    # the checkpoint does not exist: the settings are refused before it is looked at
+    assert exit_code([*FINETUNE, "--config", str(f)]) == 2
+    assert_one_line_error(capsys, f"{f}:3: finetune.lr must be greater than 0 (got -1)")
+
+
+def test_a_misspelled_finetune_set_or_file_key_names_the_closest_field(tmp_path, capsys):
+    assert exit_code([*FINETUNE, "--set", "finetune.epoch=2"]) == 2
+    assert_one_line_error(capsys, "--set finetune.epoch", "did you mean finetune.epochs?")
+    f = tmp_path / "al.toml"
+    f.write_text("[align]\nbeat = 0.2\n")
+    assert exit_code([*ALIGN, "--config", str(f)]) == 2
+    assert_one_line_error(capsys, f"{f}:2: align.beat", "did you mean align.beta?")
+    with pytest.raises(LmlabError, match="did you mean epochs"):
+        from lmlab.finetune import FinetuneConfig
+
+        FinetuneConfig.from_dict({"epoch": 2})
+
+
+def _parse(argv):
+    from lmlab.cli import build_parser
+
+    return build_parser().parse_args(argv)
+
+
+def test_file_then_flags_then_set(tmp_path):
+    from lmlab.cli.finetune import settings_of
+
+    f = tmp_path / "ft.toml"
+    f.write_text("[finetune]\nlr = 1e-4\nepochs = 5\nbatch_size = 8\nbetas = [0.9, 0.98]\n")
+    args = _parse([*FINETUNE, "--config", str(f), "--epochs", "2", "--batch-size", "4",
+                   "--set", "finetune.batch_size=16", "--no-header", "--text-field", "1"])
+    assert settings_of(args) == {"lr": 1e-4, "epochs": 2, "batch_size": 16, "betas": (0.9, 0.98),
+                                 "header": False, "fields": {"text": "1"}}
+    assert settings_of(_parse(FINETUNE)) == {}  # nothing given: every default is the section's
+
+
+def _flag_fields(parser_argv, cls, mapped):
+    """(section fields that no flag sets, flags whose destination is not a field)."""
+    from lmlab.cli import build_parser
+
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    parser = sub.choices[parser_argv]
+    fields = {f.name for f in dataclasses.fields(cls)}
+    dests = {a.dest: a.option_strings[0] for a in parser._actions if a.option_strings and a.dest != "help"}
+    orphans = {flag for dest, flag in dests.items() if dest not in fields and dest not in mapped}
+    return fields - set(dests), orphans
+
+
+def test_every_finetune_flag_is_a_field_and_every_field_has_a_flag_or_a_reason():
+    from lmlab.cli.finetune import FIELD_FLAGS, NO_FLAG
+    from lmlab.finetune import FinetuneConfig
+
+    mapped = {"checkpoint", "task", "train", "dev", "out", "method", "method_option", "tokenizer", "config",
+              "overrides", "resume", "template_file", *(f"field_{role}" for role in FIELD_FLAGS)}
+    unflagged, orphans = _flag_fields("finetune", FinetuneConfig, mapped)
+    assert orphans == set()
+    assert unflagged == set(NO_FLAG)
+
+
+def test_every_align_flag_is_a_field_and_every_field_has_a_flag_or_a_reason():
+    from lmlab.align import AlignConfig
+    from lmlab.cli.align import NO_FLAG
+
+    mapped = {"checkpoint", "train", "dev", "out", "tokenizer", "config", "overrides"}
+    unflagged, orphans = _flag_fields("align", AlignConfig, mapped)
+    assert orphans == set()
+    assert unflagged == set(NO_FLAG)
+
+
+def test_the_align_tasks_are_the_templates():
+    from lmlab.align.from_task import TEMPLATES
+    from lmlab.config.align import TASKS
+
+    assert TASKS == tuple(TEMPLATES)
+
+
+def test_a_flag_takes_the_range_of_its_field(capsys):
+    assert exit_code([*FINETUNE, "--select-on", "devv"]) == 2
+    assert "'dev', 'train-slice'" in capsys.readouterr().err
+    assert exit_code([*ALIGN, "--samples", "0"]) == 2
+    assert "--samples" in capsys.readouterr().err

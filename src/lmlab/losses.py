@@ -8,6 +8,9 @@ PyTorch's ``cross_entropy`` ignores by default and Hugging Face datasets use).
 
 from __future__ import annotations
 
+import warnings
+
+import torch
 import torch.nn.functional as F
 from torch import Tensor
 
@@ -64,3 +67,33 @@ def span_loss(logits: Tensor, labels: Tensor) -> Tensor:
     loss_s = F.cross_entropy(logits[..., 0], start, ignore_index=t)
     loss_e = F.cross_entropy(logits[..., 1], end, ignore_index=t)
     return (loss_s + loss_e) / 2
+
+
+def head_loss(head: str, logits: Tensor, labels: Tensor, padding: Tensor | None = None) -> Tensor:
+    """The loss of one head's scores against its labels, by head name (the table that tasks,
+    distillation and the models' deprecated ``labels=`` path share): ``lm`` next-token
+    cross-entropy, ``span`` start/end (labels ``[B, 2]``), ``discriminator`` binary per token
+    (``padding`` ``[B, T]``, 0 at padding: no loss there), ``nsp`` two classes, anything else
+    classes (``[..., C]`` against ``[...]``; :data:`IGNORE` takes no loss) or one regression value."""
+    if head == "lm":
+        return causal_lm_loss(logits, labels)
+    if head == "span":
+        return span_loss(logits, labels)
+    if head == "discriminator":
+        labels = labels if padding is None else labels.masked_fill(padding == 0, IGNORE)
+        return binary_token_loss(logits, labels)
+    if head == "nsp":
+        return F.cross_entropy(logits, labels.view(-1).long())
+    return classification_loss(logits, labels)
+
+
+def warn_labels_in_forward(model: str) -> None:
+    """The DeprecationWarning of a model's ``forward(labels=...)``: a convenience kept for one
+    release; models return scores and the caller computes the loss (:func:`head_loss`). Silent
+    while ``torch.compile`` traces (a warning there would break the graph)."""
+    if torch.compiler.is_compiling():
+        return
+    warnings.warn(f"{model}.forward(labels=...) is deprecated and goes in the next release: call the "
+                  "model without labels and compute the loss from its scores with lmlab.losses "
+                  "(e.g. head_loss(model.head_names[0], out.logits, labels))",
+                  DeprecationWarning, stacklevel=5)

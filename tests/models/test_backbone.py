@@ -136,3 +136,159 @@ def test_blocks_are_split_by_job_and_small():
     long = [f"{f.name}:{node.name}" for f, text in texts.items() for node in ast.walk(ast.parse(text))
             if isinstance(node, ast.FunctionDef) and node.end_lineno - node.lineno + 1 > 80]
     assert long == []
+
+
+# ------------------------------------------------------------------ losses live with objectives and tasks
+
+
+def tiny(name, heads=None, **over):
+    torch.manual_seed(0)
+    return build_model(get_preset(name, vocab_size=120, **over), heads=heads).eval()
+
+
+def scored_without_and_with_labels(model, labels, **inputs):
+    """The model's output without labels (no loss, no warning) and with them (the deprecated
+    convenience: a loss, with a DeprecationWarning)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DeprecationWarning)
+        plain = model(**inputs)
+    assert plain.loss is None
+    with pytest.warns(DeprecationWarning, match=r"forward\(labels=\.\.\.\) is deprecated"):
+        old = model(**inputs, labels=labels)
+    assert old.loss is not None
+    return plain, old
+
+
+def test_models_compute_no_loss_unless_the_deprecated_labels_path_is_used():
+    from lmlab.losses import token_loss
+
+    ids = torch.randint(5, 120, (2, 8))
+    for name in ("gpt2-tiny", "llama-tiny", "lstm-tiny"):
+        plain, old = scored_without_and_with_labels(tiny(name), ids, input_ids=ids)
+        assert torch.allclose(causal_lm_loss(plain.logits, ids), old.loss)
+    for name in ("t5-tiny", "bart-tiny"):
+        model = tiny(name)
+        cfg = model.config
+        from lmlab.models.seq2seq import shift_right
+
+        dec = shift_right(ids, cfg.decoder_start_token_id, cfg.pad_token_id)
+        plain, old = scored_without_and_with_labels(model, ids, input_ids=ids, decoder_input_ids=dec)
+        assert torch.allclose(token_loss(plain.logits, ids), old.loss)
+    plain, old = scored_without_and_with_labels(tiny("transfo-xl-tiny"), ids, input_ids=ids)
+    assert torch.allclose(causal_lm_loss(plain.logits, ids), old.loss)
+    from lmlab.models.rnn.model import ELMoBiLM
+
+    torch.manual_seed(0)
+    elmo = ELMoBiLM(get_preset("elmo-tiny", vocab_size=120), vocab=[f"w{i}" for i in range(120)]).eval()
+    scored_without_and_with_labels(elmo, ids, input_ids=ids)
+    xlnet = tiny("xlnet-tiny")
+    targets = torch.tensor([[1, 5], [0, 7]])
+    streams = MaskSpec(pattern=torch.ones(2, 8, 8, dtype=torch.bool),
+                       query_stream=torch.ones(2, 2, 8, dtype=torch.bool))
+    plain, old = scored_without_and_with_labels(xlnet, ids.gather(1, targets), input_ids=ids, mask=streams,
+                                                targets=targets)
+    assert torch.allclose(token_loss(plain.logits, ids.gather(1, targets)), old.loss)
+
+
+@pytest.mark.parametrize("head", ["seq_cls", "token_cls", "span", "lm", "cls", "seq2seq"])
+def test_tasks_get_the_loss_the_models_computed_before(head):
+    """Task.loss is scored_loss(model, model_inputs): the same number as the deprecated
+    ``model(**inputs).loss`` it replaces, for every head a task uses."""
+    from lmlab.tasks.base import scored_loss
+
+    ids = torch.randint(5, 120, (3, 9))
+    mask = torch.ones_like(ids)
+    mask[1, 6:] = 0
+    inputs = {"input_ids": ids, "attention_mask": mask}
+    if head in ("seq_cls", "token_cls", "span"):
+        model = tiny("bert-tiny", heads=(head,), num_labels=3)
+        if head == "seq_cls":
+            inputs.update(labels=torch.tensor([0, 2, 1]), keep=slice(0, 1))
+        elif head == "token_cls":
+            inputs["labels"] = torch.randint(0, 3, ids.shape).masked_fill(mask == 0, IGNORE)
+        else:
+            inputs.update(start_positions=torch.tensor([1, 2, 9]), end_positions=torch.tensor([3, 4, 9]))
+    elif head in ("lm", "cls"):
+        model = tiny("gpt2-tiny", heads=(head,), num_labels=3)
+        inputs["labels"] = ids.masked_fill(mask == 0, IGNORE) if head == "lm" else torch.tensor([0, 2, 1])
+    else:
+        model = tiny("t5-tiny")
+        inputs["labels"] = torch.randint(5, 120, (3, 4))
+    with pytest.warns(DeprecationWarning):
+        before = model(**inputs).loss
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DeprecationWarning)
+        now = scored_loss(model, inputs)
+    assert torch.equal(now, before)
+
+
+def test_seq2seq_objectives_use_the_decoder_backbone_and_head():
+    from lmlab.models.seq2seq import shift_right
+    from lmlab.objectives.base import teacher_forced
+
+    model = tiny("t5-tiny")
+    cfg = model.config
+    ids, labels = torch.randint(5, 120, (2, 7)), torch.randint(5, 120, (2, 4))
+    hidden = model.decode(shift_right(labels, cfg.decoder_start_token_id, cfg.pad_token_id),
+                          model.encode(ids).last_hidden_state)
+    out, loss = teacher_forced(model, {"input_ids": ids, "labels": labels})
+    assert hidden.shape == (2, 4, cfg.d_model)
+    assert torch.equal(model.lm_scores(hidden), out.logits)
+    with pytest.warns(DeprecationWarning):
+        assert torch.equal(model(ids, labels=labels).loss, loss)
+
+
+def test_xlnet_and_transformer_xl_describe_their_masks_with_one_mask_spec():
+    from lmlab.models.transformer_xl.model import TransfoXLModel
+    from lmlab.models.xlnet.model import XLNetModel
+
+    legacy = {"attention_pattern", "query_pattern", "target_positions"}
+    for method in (XLNetModel.forward, XLNetModel.backbone, TransfoXLModel.forward, TransfoXLModel.backbone):
+        params = set(inspect.signature(method).parameters)
+        assert "mask" in params and not legacy & params, method
+    torch.manual_seed(1)
+    ids = torch.randint(5, 120, (2, 6))
+    content = torch.rand(2, 6, 6) < 0.6
+    query = torch.rand(2, 2, 6) < 0.5
+    query[1, 0] = False  # a target that sees nothing sees its own query vector
+    targets = torch.tensor([[1, 4], [0, 5]])
+    model = tiny("xlnet-tiny")
+    with pytest.warns(DeprecationWarning, match="attention_pattern"):
+        old = model(ids, attention_pattern=content, query_pattern=query, target_positions=targets)
+    new = model(ids, mask=MaskSpec(pattern=content, query_stream=query), targets=targets)
+    assert torch.equal(new.logits, old.logits)
+    by_hand = torch.zeros(2, 8, 8, dtype=torch.bool)
+    by_hand[:, :6, :6], by_hand[:, 6:, :6] = content, query
+    by_hand[1, 6, 6] = True
+    expected = kernel_mask(MaskSpec(pattern=by_hand), 8)[0]
+    assert torch.equal(kernel_mask(MaskSpec(pattern=content, query_stream=query), 8)[0], expected)
+
+    txl = tiny("transfo-xl-tiny")
+    first = txl(ids[:, :3])
+    docs = torch.tensor([[0, 0, 1, 1, 1, 1], [0, 0, 0, 0, 0, 0]])  # memory's 3 then the segment's 3
+    causal = torch.arange(6)[None, :] <= torch.arange(3)[:, None] + 3
+    pattern = causal[None] & (docs[:, 3:, None] == docs[:, None, :])
+    with pytest.warns(DeprecationWarning, match="attention_pattern"):
+        old = txl(ids[:, 3:], mems=first.extra["mems"], attention_pattern=pattern)
+    new = txl(ids[:, 3:], mems=first.extra["mems"], mask=MaskSpec(causal=True, doc_ids=docs))
+    assert torch.equal(new.logits, old.logits)
+    hidden, mems = txl.backbone(ids[:, 3:], first.extra["mems"], MaskSpec(causal=True, doc_ids=docs))
+    assert torch.equal(txl.heads["lm"](hidden), new.logits) and len(mems) == txl.config.n_layers
+
+
+def test_only_attention_masks_builds_masks_in_models_objectives_and_multi_layers():
+    """Beyond the kernel-mask builders: no causal triangle, boolean mask tensor or two-stream
+    pattern is written out in models/, XLNet's and Transformer-XL's objectives or the
+    multi-variant prefix layers. (UniLM's four patterns are its own objective's pattern field.)"""
+    builders = re.compile(r"finfo\(|causal_mask\(|\.tril\(|\.triu\(|dtype=torch\.bool|<= torch\.arange"
+                          r"|\)\[None, :\]\s*<=|>= \(p - ")
+    files = [*(SRC / "models").rglob("*.py"), SRC / "adapt" / "multi_layers.py"]
+    files += [SRC / "objectives" / f"{name}.py" for name in ("xlnet", "transformer_xl", "base", "clm")]
+    found = [f"{f.relative_to(SRC)}:{i}" for f in files if f.name != "attention_masks.py"
+             for i, line in enumerate(f.read_text(encoding="utf-8").splitlines(), 1)
+             if builders.search(line) and not line.lstrip().startswith("#")]
+    assert found == []

@@ -35,7 +35,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from lmlab.errors import LmlabError
-from lmlab.losses import IGNORE
+from lmlab.losses import IGNORE, head_loss
 
 
 def soft_target_loss(student_logits: Tensor, teacher_logits: Tensor, temperature: float = 2.0,
@@ -111,17 +111,21 @@ def distillation_loss(student: nn.Module, teacher: nn.Module, inputs: dict[str, 
     if not 0 <= alpha <= 1:
         raise LmlabError(f"alpha must be in [0, 1], got {alpha}",
                          "alpha is the weight of the soft loss, e.g. 0.5")
-    s_out = student(**inputs)
+    labels = inputs.get("labels")
+    scoring = {k: v for k, v in inputs.items() if k != "labels"}  # models compute no loss
+    s_out = student(**scoring)
     soft = torch.zeros((), device=s_out.logits.device)
     if alpha > 0:  # alpha = 0 (hard labels only) needs no teacher
         with torch.no_grad():
-            t_out = teacher(**inputs)
+            t_out = teacher(**scoring)
         mask = prediction_mask(student, s_out.logits, inputs)
         soft = soft_target_loss(s_out.logits, t_out.logits, temperature, mask)
-    if alpha < 1 and s_out.loss is None:
+    hard_loss = None if labels is None else head_loss(student.head_names[0], s_out.logits, labels,
+                                                      inputs.get("attention_mask"))
+    if alpha < 1 and hard_loss is None:
         raise LmlabError("the hard loss needs labels", "pass labels with the batch or use alpha=1")
-    loss = soft if alpha == 1 else alpha * soft + (1 - alpha) * s_out.loss
-    hard = float(s_out.loss.detach()) if s_out.loss is not None else float("nan")
+    loss = soft if alpha == 1 else alpha * soft + (1 - alpha) * hard_loss
+    hard = float(hard_loss.detach()) if hard_loss is not None else float("nan")
     return loss, {"soft": float(soft.detach()), "hard": hard}
 
 

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from lmlab.errors import LmlabError
-from lmlab.models.attention_masks import causal_mask, is_block_mask
+from lmlab.models.attention_masks import is_block_mask, prefix_keys_mask
 
 
 class RowState:
@@ -106,21 +106,7 @@ class MultiPrefixAttention(nn.Module):
         if past_kv is not None:
             k, v = torch.cat((k, past_kv[0]), dim=2), torch.cat((v, past_kv[1]), dim=2)
             s += past_kv[0].shape[2]
-        valid = torch.arange(p, device=x.device)[None] >= (p - st.prefix_len.to(x.device))[:, None]  # [B, p]
-        if mask is None:
-            real = causal_mask(t, s, x.device) if is_causal else torch.ones(t, s, dtype=torch.bool,
-                                                                             device=x.device)
-            mask = real[None, None].expand(b, 1, t, s)
-        while mask.dim() < 4:
-            mask = mask[None]
-        mask = mask.expand(b, *mask.shape[1:])
-        if mask.dtype == torch.bool:
-            pre = valid
-        else:
-            pre = torch.zeros(valid.shape, dtype=mask.dtype, device=x.device).masked_fill(
-                ~valid, torch.finfo(mask.dtype).min)
-        pre = pre[:, None, None, :].expand(b, mask.shape[1], mask.shape[2], p)
-        mask = torch.cat((pre, mask), dim=-1)
+        mask = prefix_keys_mask(mask, is_causal, st.prefix_len, p, t, s, x.device)
         out, present = self.inner(x, mask=mask, is_causal=False, past_kv=(k, v), **args)
         if present is not None:
             present = (present[0][:, :, p:], present[1][:, :, p:])

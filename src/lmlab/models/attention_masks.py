@@ -48,7 +48,14 @@ class MaskSpec:
     * ``doc_ids``: ``[B, T]`` packed documents, attention stays inside each one;
     * ``prefix``: ``[B, T]``, True at the keys every query of the same document sees (prefix LM);
     * ``pattern``: boolean ``[T, S]``/``[B, T, S]``/``[B, 1, T, S]`` (True = may attend), anything
-      else (UniLM's four masks, XLNet's two streams); it replaces ``causal``.
+      else (UniLM's four masks, XLNet's content stream); it replaces ``causal``;
+    * ``query_stream``: boolean ``[B, P, T]``, XLNet's query stream (Yang et al. 2019): ``P`` more
+      query rows, appended after the ``T`` content rows, each seeing the content keys marked here
+      and no query-stream key (but its own when it sees nothing else, so its softmax never spreads
+      over forbidden keys); ``pattern`` is then the content rows' ``[B, T, T]`` (None: all visible).
+
+    With a memory of earlier positions (Transformer-XL, :func:`segment_pattern`), ``doc_ids`` has
+    one entry per key, memory first, and the queries are the last ``T``.
     """
 
     causal: bool = False
@@ -56,6 +63,7 @@ class MaskSpec:
     doc_ids: Tensor | None = None
     prefix: Tensor | None = None
     pattern: Tensor | None = None
+    query_stream: Tensor | None = None
 
 
 def kernel_mask(spec: MaskSpec | None, q_len: int, kv_len: int | None = None, *,
@@ -64,9 +72,39 @@ def kernel_mask(spec: MaskSpec | None, q_len: int, kv_len: int | None = None, *,
     kernel's own ``is_causal`` path, or nothing masked), a dense additive/boolean tensor for SDPA,
     or (``backend="flex"``, packed documents without padding) a FlexAttention BlockMask."""
     spec = spec or MaskSpec()
+    if spec.query_stream is not None:
+        spec = MaskSpec(padding=spec.padding, pattern=two_stream_pattern(spec.pattern, spec.query_stream))
     return self_attention_mask(causal=spec.causal, q_len=q_len, k_len=kv_len, doc_ids=spec.doc_ids,
                                prefix_mask=spec.prefix, pattern=spec.pattern, attention_mask=spec.padding,
                                dtype=dtype, device=device, backend=backend)
+
+
+def two_stream_pattern(content: Tensor | None, query: Tensor) -> Tensor:
+    """XLNet's boolean ``[B, T + P, T + P]`` over content rows then query rows (see
+    :class:`MaskSpec`): ``content`` ``[B, T, T]`` (None: all visible), ``query`` ``[B, P, T]``."""
+    b, p, t = query.shape
+    allowed = torch.zeros(b, t + p, t + p, dtype=torch.bool, device=query.device)
+    allowed[:, :t, :t] = True if content is None else content
+    allowed[:, t:, :t] = query
+    idx = torch.arange(p, device=query.device)
+    allowed[:, t + idx, t + idx] = ~query.any(-1)  # a target that sees nothing sees its own query vector
+    return allowed
+
+
+def segment_pattern(spec: MaskSpec | None, q_len: int, kv_len: int, batch: int, device=None) -> Tensor:
+    """Boolean ``[B, 1, T, S]`` for ``T`` queries over a memory of ``S - T`` earlier positions and
+    the segment itself (Transformer-XL): causal aligned bottom-right, or the spec's ``pattern``
+    (``[B, T, S]``); with ``doc_ids`` (``[B, S]``, one per key, memory first) only inside each
+    query's own document."""
+    spec = spec or MaskSpec(causal=True)
+    if spec.pattern is not None:
+        allowed = spec.pattern.to(torch.bool)
+    else:
+        allowed = causal_mask(q_len, kv_len, device)[None].expand(batch, q_len, kv_len)
+    if spec.doc_ids is not None:
+        keys = spec.doc_ids
+        allowed = allowed & (keys[:, kv_len - q_len:, None] == keys[:, None, :])
+    return allowed[:, None]
 
 
 def layer_mask(mask: Tensor | None, is_causal: bool, q_len: int, k_len: int, *,
@@ -96,6 +134,28 @@ def layer_mask(mask: Tensor | None, is_causal: bool, q_len: int, k_len: int, *,
     if queries is not None and mask is not None and mask.shape[-2] != 1:
         mask = mask[..., queries, :]  # the rows of the queries kept
     return mask, is_causal
+
+
+def prefix_keys_mask(mask: Tensor | None, is_causal: bool, prefix_len: Tensor, p: int, q_len: int,
+                     k_len: int, device=None) -> Tensor:
+    """A layer's mask with ``p`` key columns put in front (per-row prefix key/value vectors,
+    right-aligned, as in multi-variant prefix tuning): row ``b``'s queries see the last
+    ``prefix_len[b]`` of them; ``(mask, is_causal)`` is the layer's own over its ``k_len`` keys
+    (:func:`layer_mask`). Boolean or additive like ``mask``, ``[B, H|1, T, p + S]``."""
+    b = prefix_len.shape[0]
+    visible = torch.arange(p, device=device)[None] >= (p - prefix_len.to(device))[:, None]  # [B, p]
+    if mask is None:
+        real = causal_mask(q_len, k_len, device) if is_causal else torch.ones(q_len, k_len, dtype=torch.bool,
+                                                                              device=device)
+        mask = real[None, None].expand(b, 1, q_len, k_len)
+    while mask.dim() < 4:
+        mask = mask[None]
+    mask = mask.expand(b, *mask.shape[1:])
+    pre = visible
+    if mask.dtype != torch.bool:
+        pre = fold_into_bias(torch.zeros(visible.shape, dtype=mask.dtype, device=device), visible)
+    pre = pre[:, None, None, :].expand(b, mask.shape[1], mask.shape[2], p)
+    return torch.cat((pre, mask), dim=-1)
 
 
 def fold_into_bias(bias: Tensor, allowed: Tensor, dtype: torch.dtype | None = None) -> Tensor:

@@ -25,6 +25,7 @@ from lmlab.errors import LmlabError
 from lmlab.losses import IGNORE, selected_mean_cross_entropy, token_loss
 from lmlab.models.attention_masks import MaskSpec
 from lmlab.models.encoder.model import masked_rows
+from lmlab.models.output import ModelOutput
 from lmlab.models.seq2seq.model import shift_right
 
 
@@ -118,13 +119,15 @@ def masked_lm(model: nn.Module, hidden: Tensor, inputs: dict[str, Tensor]) -> tu
 
 
 def teacher_forced(model: nn.Module, inputs: dict[str, Tensor]) -> tuple[Any, Tensor]:
-    """An encoder-decoder's output on prepared ``inputs`` under teacher forcing (the decoder reads
-    the labels shifted right, as transformers does), and the mean cross-entropy of its scores
-    against the labels: ``(output, loss)``."""
-    labels, cfg = inputs["labels"], model.config
-    rest = {k: v for k, v in inputs.items() if k != "labels"}
-    out = model(**rest, decoder_input_ids=shift_right(labels, cfg.decoder_start_token_id, cfg.pad_token_id))
-    return out, token_loss(out.logits, labels)
+    """An encoder-decoder's scores on prepared ``inputs`` under teacher forcing (the decoder reads
+    the labels shifted right, as transformers does), from its backbone calls (:meth:`encode`,
+    :meth:`decode`) and LM head, and the mean cross-entropy against the labels: ``(output with
+    logits, loss)``."""
+    labels, cfg, padding = inputs["labels"], model.config, inputs.get("attention_mask")
+    encoded = model.encode(inputs["input_ids"], padding, inputs.get("position_ids")).last_hidden_state
+    decoder_input_ids = shift_right(labels, cfg.decoder_start_token_id, cfg.pad_token_id)
+    logits = model.lm_scores(model.decode(decoder_input_ids, encoded, padding))
+    return ModelOutput(logits=logits, encoder_last_hidden_state=encoded), token_loss(logits, labels)
 
 
 class Objective(nn.Module):
@@ -192,7 +195,9 @@ class Objective(nn.Module):
         raise NotImplementedError
 
     def loss(self, model: nn.Module, inputs: dict[str, Tensor]) -> tuple[Tensor, dict[str, float]]:
-        """Scalar loss to minimise, plus extra metrics to log (e.g. accuracy, per-part losses)."""
+        """Scalar loss to minimise, plus extra metrics to log (e.g. accuracy, per-part losses).
+        Every objective computes its own (backbone, heads, :mod:`lmlab.losses`); this default reads
+        the model's deprecated ``labels=`` loss (a DeprecationWarning) and goes with it."""
         out = model(**inputs)
         return out.loss, {}
 

@@ -32,6 +32,7 @@ from torch import Tensor
 from lmlab.data.batch import TokenBatch
 from lmlab.errors import LmlabError
 from lmlab.losses import IGNORE, causal_lm_loss
+from lmlab.models.attention_masks import MaskSpec
 from lmlab.objectives.base import Objective, token_signal
 from lmlab.values import Count
 
@@ -99,13 +100,7 @@ class SegmentRecurrentLM(Objective):
         for s in range(0, t, self.segment_len):
             seg, seg_docs = input_ids[:, s : s + self.segment_len], doc_ids[:, s : s + self.segment_len]
             key_docs = seg_docs if mem_docs is None else torch.cat([mem_docs, seg_docs], dim=1)
-            n, m = seg.shape[1], key_docs.shape[1] - seg.shape[1]
-            causal = (
-                torch.arange(m + n, device=seg.device)[None, :]
-                <= torch.arange(n, device=seg.device)[:, None] + m
-            )
-            pattern = causal[None] & (seg_docs[:, :, None] == key_docs[:, None, :])
-            out = model(seg, mems=mems, attention_pattern=pattern)
+            out = model(seg, mems=mems, mask=MaskSpec(causal=True, doc_ids=key_docs))
             logits.append(out.logits)
             mems = out.extra["mems"]
             mem_docs = key_docs[:, key_docs.shape[1] - mems[0].shape[1] :]

@@ -30,6 +30,7 @@ from torch import Tensor
 from lmlab.data.batch import TokenBatch
 from lmlab.errors import LmlabError
 from lmlab.losses import IGNORE, token_loss
+from lmlab.models.attention_masks import MaskSpec
 from lmlab.objectives.base import Objective, token_signal
 from lmlab.values import Probability
 
@@ -108,7 +109,9 @@ class PermutationLM(Objective):
 
     def loss(self, model, inputs: dict[str, Tensor]) -> tuple[Tensor, dict[str, float]]:
         labels = inputs["labels"]
-        out = model(**{k: v for k, v in inputs.items() if k != "labels"})
+        streams = MaskSpec(pattern=inputs["attention_pattern"], query_stream=inputs["query_pattern"])
+        out = model(inputs["input_ids"], inputs["position_ids"], mask=streams,
+                    targets=inputs["target_positions"])
         with torch.no_grad():
             signal = token_signal(out.logits.detach(), labels, "target", IGNORE)
         return token_loss(out.logits, labels), {**signal, "targets": (inputs["labels"] != IGNORE).sum()}

@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from lmlab.losses import causal_lm_loss
+from lmlab.losses import causal_lm_loss, classification_loss
 from lmlab.tasks.base import (
     Task,
     attach_head,
@@ -118,8 +118,8 @@ class DecoderClassification(Task):
         return feats
 
     def loss(self, model, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        out = model(batch["input_ids"], attention_mask=batch["attention_mask"], labels=batch["labels"])
-        loss = out.extra["cls_loss"]
+        out = model(batch["input_ids"], attention_mask=batch["attention_mask"])
+        loss = classification_loss(out.extra["cls_logits"], batch["labels"])
         if "lm" in self.heads:
             loss = loss + self.options.lm_weight * causal_lm_loss(out.extra["lm_logits"], batch["lm_labels"])
         return loss

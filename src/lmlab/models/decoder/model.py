@@ -12,9 +12,8 @@ at a time (cached logits equal uncached ones).
 
 Heads (plain modules, ``model.heads``): ``lm`` (next-token scores) and ``cls`` (classification
 from the last real token). Objectives call ``model.backbone(input_ids, positions, mask=MaskSpec(...))``
-and the heads they choose, and compute their own loss; ``forward`` given labels (``labels``
-aligned with ``input_ids`` for ``lm``, shifted inside; classes for ``cls``, ``cls_labels`` when it
-is not first) adds their losses from :mod:`lmlab.losses`.
+and the heads they choose, and compute their own loss; so do tasks, from ``forward``'s scores.
+``forward`` given labels still adds their losses for one release, with a DeprecationWarning.
 """
 
 from __future__ import annotations
@@ -27,7 +26,7 @@ import torch
 from torch import Tensor, nn
 
 from lmlab.errors import LmlabError
-from lmlab.losses import causal_lm_loss, classification_loss
+from lmlab.losses import head_loss, warn_labels_in_forward
 from lmlab.models.attention_masks import MaskSpec, kernel_mask
 from lmlab.models.blocks import (
     RotaryEmbedding,
@@ -185,8 +184,9 @@ class DecoderModel(LmlabModel):
         attention's description when it is more than causal over ``attention_mask``'s padding
         (e.g. ``MaskSpec(causal=True, doc_ids=...)`` for packed examples).
 
-        ``labels`` (a convenience for tasks and Hugging Face-style code; the losses come from
-        :mod:`lmlab.losses`): aligned with ``input_ids`` for ``lm`` (shifted inside), classes for
+        ``labels`` (deprecated, kept for one release with a DeprecationWarning: call without labels
+        and compute the loss from the scores, :func:`lmlab.losses.head_loss`): aligned with
+        ``input_ids`` for ``lm`` (shifted inside), classes for
         ``cls`` (``cls_labels`` when it is not the first head). Objectives call :meth:`backbone`
         and the heads they choose instead."""
         old_style = _legacy_mask(attention_mask, kwargs, "forward")
@@ -201,6 +201,8 @@ class DecoderModel(LmlabModel):
                 f"unexpected arguments {sorted(kwargs)} for a decoder",
                 "see DecoderModel.forward for the accepted ones",
             )
+        if labels is not None or cls_labels is not None:
+            warn_labels_in_forward("DecoderModel")
         x, hidden, cache = self._run(input_ids, position_ids, mask, past_key_values, use_cache,
                                      output_hidden_states)
         out = ModelOutput(hidden_states=hidden, last_hidden_state=x, past_key_values=cache)
@@ -213,7 +215,7 @@ class DecoderModel(LmlabModel):
                 out.logits = logits
             out.extra[f"{name}_logits"] = logits
             if lab is not None:
-                loss = causal_lm_loss(logits, lab) if name == "lm" else classification_loss(logits, lab)
+                loss = head_loss(name, logits, lab)
                 out.extra[f"{name}_loss"] = loss
                 losses.append(loss)
         if losses:

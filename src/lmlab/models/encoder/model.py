@@ -12,9 +12,9 @@ one block and applies it ``n_layers`` times.
 Objectives call ``model.backbone(input_ids, positions, mask=MaskSpec(...))`` for the hidden
 states and the heads they choose (``model.heads``, plain modules of ``models/heads.py``), and
 compute their own loss. ``forward`` is the objective-neutral call for users, tasks and Hugging
-Face-style code: ``EncoderModel(config, heads=("mlm", "nsp"))(ids, attention_mask)``; given
-labels (``labels`` for the first head, ``<head>_labels`` for the others, ``start_positions``/
-``end_positions`` for the span head) it adds their losses from :mod:`lmlab.losses`.
+Face-style code: ``EncoderModel(config, heads=("mlm", "nsp"))(ids, attention_mask)`` returns
+scores; tasks compute their loss from them (:func:`lmlab.losses.head_loss`). Given labels it still
+adds their losses for one release, with a DeprecationWarning.
 
 ``keep=slice(0, 1)`` (what sentence-classification fine-tuning and evaluation pass): the
 ``seq_cls`` and ``nsp`` heads read only ``[CLS]``, so the last layer computes its keys and values
@@ -32,17 +32,10 @@ import dataclasses
 import warnings
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from lmlab.errors import LmlabError
-from lmlab.losses import (
-    IGNORE,
-    binary_token_loss,
-    classification_loss,
-    selected_mean_cross_entropy,
-    span_loss,
-)
+from lmlab.losses import IGNORE, head_loss, selected_mean_cross_entropy, warn_labels_in_forward
 from lmlab.models.attention_masks import MaskSpec, kernel_mask
 from lmlab.models.blocks import (
     LayerNorm,
@@ -314,8 +307,9 @@ class EncoderModel(LmlabModel):
         ``mask``: the attention's description when it is more than ``attention_mask``'s padding
         (packed documents, a pattern).
 
-        Labels (a convenience for tasks and Hugging Face-style code; the losses come from
-        :mod:`lmlab.losses`): ``labels`` for the first head, ``<head>_labels`` for the others,
+        Labels (deprecated, kept for one release with a DeprecationWarning: call without labels and
+        compute the loss from the scores, :func:`lmlab.losses.head_loss`): ``labels`` for the first
+        head, ``<head>_labels`` for the others,
         ``start_positions``/``end_positions`` for ``span``. With ``labels`` the ``mlm`` head scores
         only the positions whose label is not ``IGNORE`` (``logits`` ``[N, V]``). Objectives call
         :meth:`backbone` and the heads they choose instead.
@@ -333,6 +327,8 @@ class EncoderModel(LmlabModel):
                     f"keep={keep}: the {', '.join(whole)} head reads every position",
                     f"use it with the {' and '.join(FIRST_TOKEN_HEADS)} heads only (heads=...)",
                 )
+        if labels is not None or head_labels:
+            warn_labels_in_forward("EncoderModel")
         x, hidden = self._run(input_ids, position_ids, mask, token_type_ids, keep, output_hidden_states)
         pooled = self.pool(x)
         out = ModelOutput(hidden_states=hidden, last_hidden_state=x)
@@ -369,10 +365,8 @@ class EncoderModel(LmlabModel):
         if name == "mlm":
             logits, targets, count = masked_rows(head, x, labels, positions)
             return logits, selected_mean_cross_entropy(logits, targets, count)
-        if name == "discriminator" and attention_mask is not None:
-            labels = labels.masked_fill(attention_mask == 0, IGNORE)
         logits = head(x, pooled)
-        return logits, HEAD_LOSSES[name](logits, labels)
+        return logits, head_loss(name, logits, labels, attention_mask)
 
 
 def masked_rows(head: nn.Module, hidden: Tensor, labels: Tensor,
@@ -391,16 +385,6 @@ def masked_rows(head: nn.Module, hidden: Tensor, labels: Tensor,
         targets = labels.reshape(-1).index_select(0, positions)
         count = max(positions.numel(), 1)
     return head(h), targets, count
-
-
-#: the loss of each encoder head given labels (the ``mlm`` head's is :func:`masked_rows` + cross-entropy)
-HEAD_LOSSES = {
-    "nsp": lambda logits, labels: F.cross_entropy(logits, labels.view(-1).long()),
-    "discriminator": binary_token_loss,
-    "seq_cls": classification_loss,
-    "token_cls": classification_loss,
-    "span": span_loss,
-}
 
 
 def _deprecated(kwargs: dict, name: str, where: str):

@@ -43,7 +43,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from lmlab.errors import LmlabError
-from lmlab.losses import IGNORE
+from lmlab.losses import IGNORE, warn_labels_in_forward
 from lmlab.models.checkpoint import LmlabModel
 from lmlab.models.output import ModelOutput
 from lmlab.models.rnn.config import RNNConfig
@@ -289,7 +289,8 @@ class ELMoBiLM(_RNNBase):
     def forward(self, input_ids: torch.Tensor | None = None, attention_mask: torch.Tensor | None = None,
                 labels: torch.Tensor | None = None, char_ids: torch.Tensor | None = None,
                 output_hidden_states: bool = True, **unused) -> ModelOutput:
-        """Both LMs over a batch. ``labels`` (usually ``input_ids``; -100 = ignore) turn on the loss."""
+        """Both LMs over a batch. ``labels`` (usually ``input_ids``; -100 = ignore) turn on the loss
+        (deprecated, one more release with a DeprecationWarning: the elmo objective computes it)."""
         self._reject(unused)
         x = self.token_representation(input_ids, char_ids)
         fwd, bwd = self.contextualize(x, attention_mask)
@@ -299,6 +300,7 @@ class ELMoBiLM(_RNNBase):
         out = ModelOutput(logits=logits, hidden_states=hidden, last_hidden_state=hidden[-1],
                           extra={"backward_logits": backward_logits})
         if labels is not None:
+            warn_labels_in_forward("ELMo")
             mask = torch.ones_like(labels) if attention_mask is None else attention_mask
             lengths = mask.sum(dim=1)
             losses = []
@@ -333,7 +335,8 @@ class LSTMLanguageModel(_RNNBase):
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 labels: torch.Tensor | None = None, past_key_values=None, use_cache: bool = False,
                 output_hidden_states: bool = False, **unused) -> ModelOutput:
-        """Next-token logits ``[B, T, V]``; ``labels`` (shifted inside, -100 ignored) give the CLM loss.
+        """Next-token logits ``[B, T, V]``; ``labels`` (shifted inside, -100 ignored) give the CLM loss
+        (deprecated, one more release with a DeprecationWarning: objectives and tasks compute it).
 
         ``past_key_values`` is the recurrent state returned by a previous call with
         ``use_cache=True`` (per layer ``(h, c)``); the new tokens continue from it.
@@ -350,6 +353,7 @@ class LSTMLanguageModel(_RNNBase):
         if use_cache:
             out.past_key_values = state
         if labels is not None:
+            warn_labels_in_forward("LSTMLanguageModel")
             if attention_mask is not None:
                 labels = labels.masked_fill(attention_mask == 0, IGNORE)
             targets = labels[:, 1:].flatten()

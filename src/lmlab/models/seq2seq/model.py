@@ -35,7 +35,7 @@ import torch
 from torch import Tensor, nn
 
 from lmlab.errors import LmlabError
-from lmlab.losses import IGNORE, token_loss
+from lmlab.losses import IGNORE, token_loss, warn_labels_in_forward
 from lmlab.models.attention_masks import MaskSpec, kernel_mask
 from lmlab.models.blocks import (
     LayerNorm,
@@ -167,7 +167,9 @@ class Seq2SeqModel(LmlabModel):
 
     ``forward(input_ids, attention_mask, decoder_input_ids, decoder_attention_mask, labels,
     past_key_values, use_cache, output_hidden_states, encoder_outputs)`` -> :class:`ModelOutput`
-    with ``logits [B, T, V]``, ``loss`` (mean cross-entropy over labels != -100),
+    with ``logits [B, T, V]``, ``loss`` (mean cross-entropy over labels != -100; ``labels=`` is
+    deprecated, kept for one release with a DeprecationWarning: objectives and tasks compute the
+    loss from the scores; :meth:`encode`, :meth:`decode` and :meth:`lm_scores` are the pieces),
     ``hidden_states`` (decoder; the encoder's go to ``extra["encoder_hidden_states"]``),
     ``past_key_values`` and ``encoder_last_hidden_state``.
     """
@@ -249,6 +251,31 @@ class Seq2SeqModel(LmlabModel):
                                     output_hidden_states=output_hidden_states)
         return ModelOutput(last_hidden_state=h, encoder_last_hidden_state=h, hidden_states=states)
 
+    def decode(self, decoder_input_ids: Tensor, encoder_hidden: Tensor, encoder_padding: Tensor | None = None,
+               decoder_padding: Tensor | None = None, positions: Tensor | None = None) -> Tensor:
+        """The decoder's final hidden states ``[B, T, D]`` over ``encoder_hidden`` (from
+        :meth:`encode`): the decoder-side backbone call, no cache. ``encoder_padding`` ``[B, S]``
+        and ``decoder_padding`` ``[B, T]``: 1 at real tokens (the masks come from
+        :func:`~lmlab.models.attention_masks.kernel_mask`). Objectives score it with
+        :meth:`lm_scores` and compute their own loss."""
+        h, _, _ = self.decoder(self._embed(decoder_input_ids), decoder_padding, positions,
+                               context=encoder_hidden, context_mask=encoder_padding)
+        return h
+
+    def lm_scores(self, hidden: Tensor) -> Tensor:
+        """The LM head: next-token scores ``[B, T, V]`` of decoder hidden states (T5 rescales them
+        by ``d_model**-0.5`` first; BART adds ``final_logits_bias``)."""
+        out = hidden * self.config.d_model ** -0.5 if self.config.scale_decoder_output else hidden
+        logits = self.lm_head(out)
+        return logits if self.final_logits_bias is None else logits + self.final_logits_bias
+
+    def compile(self, *args, **kwargs) -> None:
+        """``torch.compile`` the model's call and its two stacks, which objectives reach through
+        :meth:`encode` and :meth:`decode` (same arguments as ``nn.Module.compile``)."""
+        super().compile(*args, **kwargs)
+        self.encoder.compile(*args, **kwargs)
+        self.decoder.compile(*args, **kwargs)
+
     def forward(self, input_ids: Tensor | None = None, attention_mask: Tensor | None = None,
                 token_type_ids: Tensor | None = None, position_ids: Tensor | None = None,
                 decoder_input_ids: Tensor | None = None, decoder_attention_mask: Tensor | None = None,
@@ -293,12 +320,10 @@ class Seq2SeqModel(LmlabModel):
             use_cache=use_cache, output_hidden_states=output_hidden_states)
 
         # 4. LM head
-        out = h * cfg.d_model ** -0.5 if cfg.scale_decoder_output else h
-        logits = self.lm_head(out)
-        if self.final_logits_bias is not None:
-            logits = logits + self.final_logits_bias
+        logits = self.lm_scores(h)
         loss = None
         if labels is not None:
+            warn_labels_in_forward("Seq2SeqModel")
             if labels.shape != decoder_input_ids.shape:
                 raise LmlabError(f"labels have shape {tuple(labels.shape)} but the decoder input "
                                  f"{tuple(decoder_input_ids.shape)}", "give one label per decoder position")

@@ -20,21 +20,25 @@ attention kernel with ``q + u``; the position term is computed once per distance
 shift" trick in gather form). Blocks are pre-norm (norm of ``[memory; segment]``) with the
 shared FFN and norms of ``models/blocks.py``.
 
-``forward(input_ids, mems=None, attention_pattern=None, labels=None)`` returns the LM logits and,
-in ``extra["mems"]``, the new per-layer memories (detached) to pass with the next segment.
+``forward(input_ids, mems=None, mask=None)`` returns the LM logits and, in ``extra["mems"]``, the
+new per-layer memories (detached) to pass with the next segment; ``backbone(input_ids, mems, mask)``
+the hidden states and memories. The mask is one :class:`~lmlab.models.attention_masks.MaskSpec`
+(causal, packed documents over memory + segment keys) that
+:func:`~lmlab.models.attention_masks.segment_pattern` builds.
 """
 
 from __future__ import annotations
 
 import math
+import warnings
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from lmlab.errors import LmlabError
-from lmlab.losses import causal_lm_loss
-from lmlab.models.attention_masks import fold_into_bias
+from lmlab.losses import causal_lm_loss, warn_labels_in_forward
+from lmlab.models.attention_masks import MaskSpec, fold_into_bias, segment_pattern
 from lmlab.models.blocks import FeedForward, SinusoidalPositions, init_weights, make_norm
 from lmlab.models.checkpoint import LmlabModel
 from lmlab.models.heads import LMHead, check_heads
@@ -136,21 +140,18 @@ class TransfoXLModel(LmlabModel):
         if "lm" in self.heads and cfg.tie_embeddings:
             self.heads["lm"].proj.weight = self.tok_embed.weight
 
-    def forward(
-        self,
-        input_ids: Tensor,
-        mems: Memory | None = None,
-        attention_pattern: Tensor | None = None,
-        labels: Tensor | None = None,
-        output_hidden_states: bool = False,
-        **unused,
-    ) -> ModelOutput:
-        """One segment. ``mems``: per-layer ``[B, M, d]`` from the previous call (or None).
+    def backbone(self, input_ids: Tensor, mems: Memory | None = None,
+                 mask: MaskSpec | None = None) -> tuple[Tensor, Memory]:
+        """One segment's final hidden states ``[B, T, D]`` and the new per-layer memories.
+        ``mems``: per-layer ``[B, M, d]`` from the previous segment (or None); ``mask``: one
+        :class:`~lmlab.models.attention_masks.MaskSpec` over memory + segment keys (None: causal;
+        ``doc_ids`` ``[B, M + T]``: attention stays inside each document; or a ``[B, T, M + T]``
+        pattern), turned into the mask by :func:`~lmlab.models.attention_masks.segment_pattern`."""
+        x, _, new_mems = self._run(input_ids, mems, mask)
+        return x, new_mems
 
-        ``attention_pattern``: boolean ``[B, T, M + T]`` (True = may attend) over memory + segment
-        keys; it replaces the default causal mask (pass causal & same-document). ``labels``
-        ``[B, T]`` give the next-token loss inside the segment (shifted inside, -100 ignored).
-        """
+    def _run(self, input_ids: Tensor, mems: Memory | None, mask: MaskSpec | None,
+             output_hidden_states: bool = False):
         cfg = self.config
         self.check_input_ids(input_ids)
         b, t = input_ids.shape
@@ -164,21 +165,11 @@ class TransfoXLModel(LmlabModel):
                 f"mems has {len(mems)} layers, the model {cfg.n_layers}", "pass the mems this model returned"
             )
         m = 0 if mems is None else mems[0].shape[1]
+        _check_mask(mask, b, t, m)
         dev = input_ids.device
-        i = torch.arange(t, device=dev)[:, None] + m
-        j = torch.arange(m + t, device=dev)[None, :]
-        if attention_pattern is None:
-            allowed = (j <= i)[None].expand(b, t, m + t)
-        else:
-            allowed = attention_pattern.to(torch.bool)
-            if allowed.shape != (b, t, m + t):
-                raise LmlabError(
-                    f"attention_pattern must be [batch, T, M+T] = {(b, t, m + t)}, "
-                    f"got {tuple(allowed.shape)}",
-                    "include one column per memory token",
-                )
-        allowed = allowed[:, None]
-        distances = (i - j).clamp(min=0)
+        allowed = segment_pattern(mask, t, m + t, b, dev)
+        distances = (torch.arange(t, device=dev)[:, None] + m - torch.arange(m + t, device=dev)[None, :])
+        distances = distances.clamp(min=0)
         table = self.distance_table.table[: m + t].to(self.tok_embed.weight.dtype)
         x = self.drop(self.tok_embed(input_ids))
         inputs, hidden = [], [x] if output_hidden_states else None
@@ -193,12 +184,27 @@ class TransfoXLModel(LmlabModel):
         new_mems = tuple(
             self._update_memory(None if mems is None else mems[n], h) for n, h in enumerate(inputs)
         )
-        out = ModelOutput(
-            last_hidden_state=x, hidden_states=tuple(hidden) if hidden else None, extra={"mems": new_mems}
-        )
+        return x, tuple(hidden) if hidden else None, new_mems
+
+    def forward(self, input_ids: Tensor, mems: Memory | None = None, mask: MaskSpec | None = None,
+                labels: Tensor | None = None, output_hidden_states: bool = False,
+                **deprecated) -> ModelOutput:  # other keywords are ignored, as before
+        """One segment (see :meth:`backbone`): the LM logits, and the new memories in
+        ``extra["mems"]``. ``attention_pattern=`` (``[B, T, M + T]``) and ``labels=`` (``[B, T]``,
+        the next-token loss inside the segment) still work for one release, with a
+        DeprecationWarning."""
+        pattern = deprecated.pop("attention_pattern", None)
+        if pattern is not None:
+            warnings.warn("TransfoXLModel(attention_pattern=...) is deprecated and goes in the next release: "
+                          "pass mask=MaskSpec(causal=True, doc_ids=...) or MaskSpec(pattern=...)",
+                          DeprecationWarning, stacklevel=2)
+            mask = MaskSpec(pattern=pattern)
+        x, hidden, new_mems = self._run(input_ids, mems, mask, output_hidden_states)
+        out = ModelOutput(last_hidden_state=x, hidden_states=hidden, extra={"mems": new_mems})
         if "lm" in self.heads:
-            out.logits = self.heads["lm"].proj(x)
+            out.logits = self.heads["lm"](x)
             if labels is not None:
+                warn_labels_in_forward("TransfoXLModel")
                 out.loss = causal_lm_loss(out.logits, labels)
         return out
 
@@ -206,3 +212,13 @@ class TransfoXLModel(LmlabModel):
         """The last ``mem_len`` layer inputs of memory + segment, with the gradient stopped."""
         cat = h if mem is None else torch.cat([mem, h], dim=1)
         return cat[:, max(0, cat.shape[1] - self.config.mem_len) :].detach()
+
+
+def _check_mask(mask: MaskSpec | None, b: int, t: int, m: int) -> None:
+    """A pattern covers memory + segment keys, ``[B, T, M + T]``; ``doc_ids`` one per key."""
+    if mask is not None and mask.pattern is not None and mask.pattern.shape != (b, t, m + t):
+        raise LmlabError(f"attention_pattern must be [batch, T, M+T] = {(b, t, m + t)}, "
+                         f"got {tuple(mask.pattern.shape)}", "include one column per memory token")
+    if mask is not None and mask.doc_ids is not None and mask.doc_ids.shape != (b, m + t):
+        raise LmlabError(f"doc_ids must be [batch, M+T] = {(b, m + t)}, got {tuple(mask.doc_ids.shape)}",
+                         "give one document id per memory and segment token")

@@ -23,17 +23,21 @@ by default (a relative encoding, like XLNet's Transformer-XL positions: ``q_i·k
 ``i - j`` only), so the query stream learns "where" from the rotation of its queries; learned
 or sinusoidal absolute positions are the alternative (added to both streams' inputs).
 
-Without ``target_positions`` the model is a bidirectional encoder over the content stream
-(``attention_pattern`` defaults to all-visible): that is how it is used after pretraining.
+The masks are one :class:`~lmlab.models.attention_masks.MaskSpec`: ``pattern`` for the content
+rows, ``query_stream`` for the query rows; :func:`~lmlab.models.attention_masks.kernel_mask` joins
+them into the one ``[T + P, T + P]`` mask. Without ``targets`` the model is a bidirectional
+encoder over the content stream (everything visible): that is how it is used after pretraining.
 """
 
 from __future__ import annotations
+
+import warnings
 
 import torch
 from torch import Tensor, nn
 
 from lmlab.errors import LmlabError
-from lmlab.losses import token_loss
+from lmlab.losses import token_loss, warn_labels_in_forward
 from lmlab.models.attention_masks import MaskSpec, kernel_mask
 from lmlab.models.blocks import (
     RotaryEmbedding,
@@ -94,93 +98,100 @@ class XLNetModel(LmlabModel):
             )
         return x + self.pos_embed(position_ids)
 
-    def _two_streams(self, h: Tensor, position_ids: Tensor, attention_pattern: Tensor,
-                     target_positions: Tensor, query_pattern: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
-        """Content and query streams side by side: ``(x [B, T+P, D], positions, pattern [B, T+P, T+P])``."""
-        (b, t), p, dev = position_ids.shape, target_positions.shape[1], h.device
-        if query_pattern is None or query_pattern.shape != (b, p, t):
-            raise LmlabError(
-                f"query_pattern must be [batch, P, T] = {(b, p, t)}",
-                "pass the query pattern that goes with target_positions",
-            )
-        tpos = position_ids.gather(1, target_positions)
+    def _two_streams(self, h: Tensor, position_ids: Tensor, targets: Tensor) -> tuple[Tensor, Tensor]:
+        """Content and query streams side by side: ``(x [B, T+P, D], positions [B, T+P])``."""
+        b, p = targets.shape
+        tpos = position_ids.gather(1, targets)
         g = self._embed_positions(self.mask_embed.expand(b, p, -1), tpos)
-        x, pos = torch.cat([h, g], dim=1), torch.cat([position_ids, tpos], dim=1)
-        allowed = torch.zeros(b, t + p, t + p, dtype=torch.bool, device=dev)
-        allowed[:, :t, :t] = attention_pattern
-        allowed[:, t:, :t] = query_pattern
-        # a target with nothing to look at sees its own query vector (no token content), so
-        # the softmax never spreads over forbidden keys
-        empty = ~query_pattern.any(-1)
-        idx = torch.arange(p, device=dev)
-        allowed[:, t + idx, t + idx] = empty
-        return x, pos, allowed
+        return torch.cat([h, g], dim=1), torch.cat([position_ids, tpos], dim=1)
 
-    def forward(
-        self,
-        input_ids: Tensor,
-        position_ids: Tensor | None = None,
-        attention_pattern: Tensor | None = None,
-        query_pattern: Tensor | None = None,
-        target_positions: Tensor | None = None,
-        labels: Tensor | None = None,
-        output_hidden_states: bool = False,
-        **unused,
-    ) -> ModelOutput:
-        """Run the content stream, and the query stream when ``target_positions`` is given.
+    def backbone(self, input_ids: Tensor, positions: Tensor | None = None, mask: MaskSpec | None = None,
+                 targets: Tensor | None = None) -> Tensor:
+        """Final hidden states: ``[B, T, D]`` (content stream), or ``[B, T + P, D]`` (content then
+        query stream) with ``targets``, the ``[B, P]`` positions to predict.
 
-        * ``attention_pattern``: boolean ``[B, T, T]``, True where content row i may see token j
-          (None: everything).
-        * ``target_positions``: ``[B, P]`` long, the positions to predict; ``query_pattern``
-          boolean ``[B, P, T]``: which tokens' content each target's query stream may see.
-        * ``labels``: ``[B, P]`` token ids of the targets (``-100`` = ignore); the loss is their
-          mean cross-entropy. ``logits`` are ``[B, P, V]`` (query stream) or ``[B, T, V]``
-          (content stream, when no targets are given).
+        ``mask``: one :class:`~lmlab.models.attention_masks.MaskSpec`, its ``pattern`` the content
+        rows' ``[B, T, T]`` (None: everything visible) and its ``query_stream`` ``[B, P, T]``
+        (needed with ``targets``: which tokens' content each target's query stream may see).
         """
+        return self._run(input_ids, positions, mask, targets)[0]
+
+    def _run(self, input_ids: Tensor, position_ids: Tensor | None, mask: MaskSpec | None,
+             targets: Tensor | None, output_hidden_states: bool = False):
         self.check_input_ids(input_ids)
+        mask = mask or MaskSpec()
         b, t = input_ids.shape
-        dev = input_ids.device
         if position_ids is None:
-            position_ids = torch.arange(t, device=dev).expand(b, t)
-        if attention_pattern is None:
-            attention_pattern = torch.ones(b, t, t, dtype=torch.bool, device=dev)
-        if attention_pattern.shape != (b, t, t):
-            raise LmlabError(
-                f"attention_pattern must be [batch, T, T] = {(b, t, t)}, "
-                f"got {tuple(attention_pattern.shape)}",
-                "build it with the xlnet objective",
-            )
-        h = self._embed_positions(self.tok_embed(input_ids), position_ids)
-        if target_positions is None:
-            if labels is not None:
-                raise LmlabError(
-                    "XLNet labels need target_positions", "prepare batches with the xlnet objective"
-                )
-            x, pos, allowed, p = h, position_ids, attention_pattern, 0
-        else:
-            x, pos, allowed = self._two_streams(h, position_ids, attention_pattern, target_positions,
-                                                query_pattern)
-            p = target_positions.shape[1]
-        mask, _ = kernel_mask(MaskSpec(pattern=allowed), t + p, dtype=x.dtype, device=dev)
+            position_ids = torch.arange(t, device=input_ids.device).expand(b, t)
+        _check_patterns(mask, b, t, targets)
+        x = self._embed_positions(self.tok_embed(input_ids), position_ids)
+        pos = position_ids
+        if targets is not None:
+            x, pos = self._two_streams(x, position_ids, targets)
+        kernel, _ = kernel_mask(mask, x.shape[1], dtype=x.dtype, device=x.device)
         rope = self.rotary(pos) if self.rotary is not None else None
         x = self.drop(x)
         hidden = [x] if output_hidden_states else None
         for block in self.layers:
-            x, _ = block(x, mask=mask, rope=rope)
+            x, _ = block(x, mask=kernel, rope=rope)
             if hidden is not None:
                 hidden.append(x)
-        x = self.final_norm(x)
-        out = ModelOutput(last_hidden_state=x[:, :t], hidden_states=tuple(hidden) if hidden else None)
-        if p:
+        return self.final_norm(x), tuple(hidden) if hidden else None
+
+    def forward(self, input_ids: Tensor, position_ids: Tensor | None = None, mask: MaskSpec | None = None,
+                targets: Tensor | None = None, labels: Tensor | None = None,
+                output_hidden_states: bool = False, **deprecated) -> ModelOutput:  # others: ignored
+        """Run the content stream, and the query stream when ``targets`` (``[B, P]``) is given;
+        ``mask`` as in :meth:`backbone`. ``logits`` are ``[B, P, V]`` (query stream) or
+        ``[B, T, V]`` (content stream, when no targets are given). The keywords of older releases
+        (``attention_pattern``, ``query_pattern``, ``target_positions``) and ``labels`` (``[B, P]``,
+        their mean cross-entropy as ``loss``) still work for one release, with a DeprecationWarning.
+        """
+        mask, targets = _legacy_arguments(mask, targets, deprecated)
+        if labels is not None:
+            warn_labels_in_forward("XLNetModel")
+            if targets is None:
+                raise LmlabError("XLNet labels need target_positions",
+                                 "prepare batches with the xlnet objective")
+        t = input_ids.shape[1]
+        x, hidden = self._run(input_ids, position_ids, mask, targets, output_hidden_states)
+        out = ModelOutput(last_hidden_state=x[:, :t], hidden_states=hidden)
+        if targets is not None:
             out.extra["query_hidden"] = x[:, t:]
         if "lm" in self.heads:
-            logits = self.heads["lm"].proj(x[:, t:] if p else x)
-            out.logits = logits
+            out.logits = self.heads["lm"](x[:, t:] if targets is not None else x)
             if labels is not None:
-                if labels.shape != (b, p):
-                    raise LmlabError(
-                        f"labels must be [batch, P] = {(b, p)}, got {tuple(labels.shape)}",
-                        "give one label per target position",
-                    )
-                out.loss = token_loss(logits, labels)
+                if labels.shape != targets.shape:
+                    raise LmlabError(f"labels must be [batch, P] = {tuple(targets.shape)}, got "
+                                     f"{tuple(labels.shape)}", "give one label per target position")
+                out.loss = token_loss(out.logits, labels)
         return out
+
+
+def _check_patterns(mask: MaskSpec, b: int, t: int, targets: Tensor | None) -> None:
+    """The content pattern is ``[B, T, T]``; targets come with a ``[B, P, T]`` query stream."""
+    if mask.pattern is not None and mask.pattern.shape != (b, t, t):
+        raise LmlabError(f"attention_pattern must be [batch, T, T] = {(b, t, t)}, "
+                         f"got {tuple(mask.pattern.shape)}", "build it with the xlnet objective")
+    if targets is None:
+        if mask.query_stream is not None:
+            raise LmlabError("a query stream needs its targets", "pass targets=[B, P] positions")
+        return
+    p = targets.shape[1]
+    if mask.query_stream is None or mask.query_stream.shape != (b, p, t):
+        raise LmlabError(f"query_pattern must be [batch, P, T] = {(b, p, t)}",
+                         "pass the query pattern that goes with target_positions")
+
+
+def _legacy_arguments(mask: MaskSpec | None, targets: Tensor | None,
+                      deprecated: dict) -> tuple[MaskSpec | None, Tensor | None]:
+    """The mask description and targets of a call in the old style (``attention_pattern``,
+    ``query_pattern``, ``target_positions`` as keywords), with a DeprecationWarning."""
+    old = {k: deprecated.pop(k, None) for k in ("attention_pattern", "query_pattern", "target_positions")}
+    if all(v is None for v in old.values()):
+        return mask, targets
+    warnings.warn("XLNetModel(attention_pattern=, query_pattern=, target_positions=) is deprecated and "
+                  "goes in the next release: pass mask=MaskSpec(pattern=..., query_stream=...) and "
+                  "targets=...", DeprecationWarning, stacklevel=3)
+    spec = MaskSpec(pattern=old["attention_pattern"], query_stream=old["query_pattern"])
+    return spec, old["target_positions"] if targets is None else targets

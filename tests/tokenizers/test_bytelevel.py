@@ -62,8 +62,10 @@ def test_pretokenizer_matches_hf_on_every_code_point():
     pre = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     points = [chr(c) for c in range(0x110000) if not 0xD800 <= c <= 0xDFFF]
     probe = "a{0}\x01" "1{0}!" " {0}{0}\t{0}x"
-    for i in range(0, len(points), 1 << 16):
-        text = "".join(probe.format(c) for c in points[i:i + (1 << 16)])
+    # tokenizers cuts many short texts faster than a few long ones; each text repeats the last probe
+    # of the one before, so every two neighbouring probes are still cut together once
+    for i in range(0, len(points), 1 << 12):
+        text = "".join(probe.format(c) for c in points[max(0, i - 1):i + (1 << 12)])
         ref = [text[a:b] for _, (a, b) in pre.pre_tokenize_str(text)]
         assert gpt2_split(text) == ref
 

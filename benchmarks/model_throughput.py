@@ -154,6 +154,8 @@ class Runner:
     #: between two ``torch.cuda.synchronize()`` calls (kernels run asynchronously)
     device: str = "cpu"
     fused: bool = False  # AdamW's fused kernel (one pass over all parameters)
+    #: ``loss_fn(model, batch)``: the training loss; default ``model(**batch).loss`` (transformers)
+    loss_fn: Any = None
     times: list[float] = field(default_factory=list)
     first_step: float | None = None
 
@@ -167,7 +169,7 @@ class Runner:
         self.optimizer.zero_grad(set_to_none=True)
         ctx = torch.autocast(self.device, dtype=self.autocast) if self.autocast else contextlib.nullcontext()
         with ctx:
-            loss = self.model(**self.batch).loss
+            loss = self.loss_fn(self.model, self.batch) if self.loss_fn else self.model(**self.batch).loss
         loss.backward()
         self.optimizer.step()
         sync()
@@ -237,12 +239,36 @@ def print_profile(r: Runner, rows: int = 18) -> None:
 
 
 # --------------------------------------------------------------------------- one family
-def eval_loss(model, batch) -> float:
+def lmlab_loss(family: str):
+    """``loss(model, batch)`` as lmlab's pretraining computes it: the objective's path (backbone,
+    the head at the positions the objective scores, :mod:`lmlab.losses`), not the deprecated
+    ``forward(labels=...)``."""
+    from lmlab.losses import causal_lm_loss
+    from lmlab.objectives.base import encoder_hidden, mask_of, masked_lm, teacher_forced
+
+    if family == "bert":
+        return lambda model, batch: masked_lm(model, encoder_hidden(model, batch), batch)[1]
+    if family in ("gpt2", "llama"):
+        return lambda model, batch: causal_lm_loss(
+            model.heads["lm"](model.backbone(batch["input_ids"], None, mask_of(batch, causal=True))),
+            batch["labels"])
+    return lambda model, batch: teacher_forced(model, batch)[1]
+
+
+def eval_loss(model, batch, loss_fn=None) -> float:
     model.eval()
     with torch.no_grad():
-        loss = float(model(**batch).loss)
+        loss = float(loss_fn(model, batch) if loss_fn else model(**batch).loss)
     model.train()
     return loss
+
+
+def compiled_copy(model):
+    """A compiled copy of an lmlab model (``model.compile()`` compiles the stacks the objective's
+    path calls, which ``torch.compile(model)`` would leave out)."""
+    twin = copy.deepcopy(model)
+    twin.compile()
+    return twin
 
 
 def same_weight_models(family: str, s: Shape, dropout: float | None):
@@ -263,15 +289,17 @@ def run_family(family: str, s: Shape, args) -> dict[str, Any]:
     hf, lm = same_weight_models(family, s, args.dropout)
     batch, dec_len, head_positions = make_batch(family, s)
     n_hf, n_lm = sum(p.numel() for p in hf.parameters()), lm.num_parameters()
-    loss_hf, loss_lm = eval_loss(hf, batch), eval_loss(lm, batch)
+    lm_loss = lmlab_loss(family)
+    loss_hf, loss_lm = eval_loss(hf, batch), eval_loss(lm, batch, lm_loss)
     hf.train()
     lm.train()
 
-    runners = [Runner("lmlab", lm, batch), Runner("transformers", hf, batch)]
+    runners = [Runner("lmlab", lm, batch, loss_fn=lm_loss), Runner("transformers", hf, batch)]
     if args.bf16:
-        runners.append(Runner("lmlab bf16", copy.deepcopy(lm), batch, autocast=torch.bfloat16))
+        runners.append(Runner("lmlab bf16", copy.deepcopy(lm), batch, autocast=torch.bfloat16,
+                              loss_fn=lm_loss))
     if args.compile:
-        runners.append(Runner("lmlab compiled", torch.compile(copy.deepcopy(lm)), batch))
+        runners.append(Runner("lmlab compiled", compiled_copy(lm), batch, loss_fn=lm_loss))
     for r in runners:  # warm-up (compile happens in the first step)
         warm_up(r, args.warmup)
     round_peaks = []  # fp32 matmul rate measured in every round: MFU per round, robust to load swings

@@ -79,8 +79,21 @@ class LmlabModel(nn.Module):
             return "sdpa"
         return "flex"
 
+    #: the config class the model is built from, and a preset that makes one (for the error)
+    config_class: type | None = None
+    example_preset: str = ""
+
     def __init__(self, config):
         super().__init__()
+        wanted = type(self).config_class
+        if wanted is not None:
+            if not isinstance(config, wanted):
+                article = "an" if wanted.__name__[0] in "AEIOU" else "a"
+                raise LmlabError(
+                    f"{type(self).__name__} needs {article} {wanted.__name__}, got {type(config).__name__}",
+                    f"use get_preset({self.example_preset!r}) or {wanted.__name__}(...)",
+                )
+            config = config.validate()
         self.config = config
         self.head_names: tuple[str, ...] = ()
         self.tokenizer = None

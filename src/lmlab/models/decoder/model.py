@@ -45,14 +45,11 @@ class DecoderModel(LmlabModel):
     """GPT-2 / Llama decoder with ``lm`` and/or ``cls`` heads (``heads=()``: the bare decoder)."""
 
     architecture = "decoder"
+    config_class = DecoderConfig
+    example_preset = "gpt2-tiny"
 
     def __init__(self, config: DecoderConfig, heads: tuple[str, ...] | list[str] | None = None):
-        if not isinstance(config, DecoderConfig):
-            raise LmlabError(
-                f"DecoderModel needs a DecoderConfig, got {type(config).__name__}",
-                "use get_preset('gpt2-tiny') or DecoderConfig(...)",
-            )
-        super().__init__(config.validate())
+        super().__init__(config)
         cfg = config
         self.head_names = check_heads(("lm",) if heads is None else heads, DECODER_HEADS, "decoder")
         self.tok_embed = nn.Embedding(cfg.vocab_size, cfg.d_model)

@@ -163,14 +163,11 @@ class EncoderModel(LmlabModel):
     """
 
     architecture = "encoder"
+    config_class = EncoderConfig
+    example_preset = "bert-tiny"
 
     def __init__(self, config: EncoderConfig, heads: tuple[str, ...] | list[str] | None = None):
-        if not isinstance(config, EncoderConfig):
-            raise LmlabError(
-                f"EncoderModel needs an EncoderConfig, got {type(config).__name__}",
-                "use get_preset('bert-tiny') or EncoderConfig(...)",
-            )
-        super().__init__(config.validate())
+        super().__init__(config)
         cfg = config
         heads = DEFAULT_HEADS.get(cfg.family, ("mlm",)) if heads is None else heads
         self.head_names = check_heads(heads, ENCODER_HEADS, "encoder")

@@ -115,14 +115,11 @@ class TransfoXLModel(LmlabModel):
     """Transformer-XL decoder with a tied ``lm`` head (``heads=()``: the bare network)."""
 
     architecture = "transfo-xl"
+    config_class = TransfoXLConfig
+    example_preset = "transfo-xl-tiny"
 
     def __init__(self, config: TransfoXLConfig, heads: tuple[str, ...] | list[str] | None = None):
-        if not isinstance(config, TransfoXLConfig):
-            raise LmlabError(
-                f"TransfoXLModel needs a TransfoXLConfig, got {type(config).__name__}",
-                "use get_preset('transfo-xl-tiny') or TransfoXLConfig(...)",
-            )
-        super().__init__(config.validate())
+        super().__init__(config)
         cfg = config
         self.head_names = check_heads(("lm",) if heads is None else heads, ("lm",), "transfo-xl")
         self.tok_embed = nn.Embedding(cfg.vocab_size, cfg.d_model)

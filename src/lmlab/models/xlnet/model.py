@@ -56,14 +56,11 @@ class XLNetModel(LmlabModel):
     """Two-stream XLNet with an ``lm`` head (``heads=()``: the bare network)."""
 
     architecture = "xlnet"
+    config_class = XLNetConfig
+    example_preset = "xlnet-tiny"
 
     def __init__(self, config: XLNetConfig, heads: tuple[str, ...] | list[str] | None = None):
-        if not isinstance(config, XLNetConfig):
-            raise LmlabError(
-                f"XLNetModel needs an XLNetConfig, got {type(config).__name__}",
-                "use get_preset('xlnet-tiny') or XLNetConfig(...)",
-            )
-        super().__init__(config.validate())
+        super().__init__(config)
         cfg = config
         self.head_names = check_heads(("lm",) if heads is None else heads, ("lm",), "xlnet")
         self.tok_embed = nn.Embedding(cfg.vocab_size, cfg.d_model)

@@ -134,6 +134,15 @@ def test_a_bad_value_in_a_finetune_toml_is_one_line_before_any_model(tmp_path, c
     assert_one_line_error(capsys, f"{f}:3: finetune.lr must be greater than 0 (got -1)")
 
 
+@pytest.mark.parametrize("argv,page", [(FINETUNE, "docs/finetuning.md"), (ALIGN, "docs/align.md")])
+def test_a_missing_config_file_points_at_an_example_that_exists(argv, page, tmp_path, capsys):
+    from pathlib import Path
+
+    assert exit_code([*argv, "--config", str(tmp_path / "none.toml")]) == 2
+    assert_one_line_error(capsys, "does not exist", page)
+    assert (Path(__file__).parents[2] / page).is_file()
+
+
 def test_a_misspelled_finetune_set_or_file_key_names_the_closest_field(tmp_path, capsys):
     assert exit_code([*FINETUNE, "--set", "finetune.epoch=2"]) == 2
     assert_one_line_error(capsys, "--set finetune.epoch", "did you mean finetune.epochs?")

@@ -91,7 +91,9 @@ def section_settings(cls, section: str, args, extra: dict[str, Any] | None = Non
     raw: dict[str, Any] = {section: {}}
     file = getattr(args, "config", None)
     if file:
-        raw = read_toml(file, f"{section} config file", f"docs/{section}.toml")
+        page = {"finetune": "finetuning", "align": "align"}.get(section, section)
+        example = f"the [{section}] example in docs/{page}.md"
+        raw = read_toml(file, f"{section} config file", example)
         _check_tables(raw, section, file)
         raw.setdefault(section, {})
     names = section_fields(cls)

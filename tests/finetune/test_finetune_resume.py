@@ -221,6 +221,25 @@ def test_two_gloo_processes_fine_tune_like_one_with_the_same_global_batch(minilm
     assert not resume_dir(tmp_path / "two").exists()
 
 
+def test_a_rank_other_than_0_never_clears_the_resume_folder(start, sst2, tmp_path, monkeypatch):
+    """Under torchrun, rank 0 alone writes and clears ``.OUT.resume/``; another rank that finishes
+    (or fails) first must not clear it: that raced rank 0's own clearing (FileNotFoundError in
+    rmtree) and could delete the live metrics of a run still going."""
+    from lmlab.train import distributed as dist
+
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setattr(dist, "init", lambda device_type: dist.DistInfo(rank=1, world_size=2, grouped=True))
+    monkeypatch.setattr(dist, "barrier", lambda info: None)
+    monkeypatch.setattr(dist, "shutdown", lambda info: None)
+    for collective in ("all_reduce", "broadcast"):  # rank 1 alone: its own sums
+        monkeypatch.setattr(torch.distributed, collective, lambda *a, **k: None)
+    out = tmp_path / "ft"
+    rdir = claim(out)  # rank 0's resume folder, its live metrics log in it, no state saved yet
+    (rdir / "metrics.jsonl").write_text('{"step": 1}\n')
+    finetune(start, "sst2", *sst2, out, **{**HP, "epochs": 1}, **QUIET)
+    assert (rdir / "metrics.jsonl").read_text() == '{"step": 1}\n' and not out.exists()
+
+
 def test_a_run_that_fails_on_a_non_finite_loss_leaves_no_resume_folder(start, sst2, tmp_path, monkeypatch):
     original = Engine.step
 

@@ -218,8 +218,10 @@ def _finetune_run(checkpoint, task, train, dev, out, method, method_options, tok
     finally:  # also when training fails: no open event files, nothing left beside the output
         run.log.close()
         exits.close()
-        if resumable and (finished or resume_state.saved_state(out_dir) is None):
-            # done, or failed before a state worth resuming was written (a non-finite loss at the start)
+        if resumable and writes and (finished or resume_state.saved_state(out_dir) is None):
+            # done, or failed before a state worth resuming was written (a non-finite loss at the start);
+            # rank 0 alone writes the resume folder, so it alone clears it (another rank clearing it
+            # too would race rank 0's clearing, or delete the live files of a run still going)
             resume_state.discard(out_dir)
         elif live_dir is not None:
             shutil.rmtree(live_dir, ignore_errors=True)

@@ -5,10 +5,12 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pytest
 import torch
 import torch.nn.functional as F
 
 from lmlab.data.packing import pack
+from lmlab.errors import LmlabError
 from lmlab.models import build_model, get_preset
 from lmlab.objectives import get_objective
 from lmlab.objectives.clm import CausalLM
@@ -105,3 +107,26 @@ def test_short_run_lowers_validation_loss_on_real_text(data_dir, tmp_path):
     assert s["initial_val_loss"] > 5.3
     assert s["val_loss"] < s["initial_val_loss"] - 1.0, s
     assert s["val_ppl"] == pytest_approx(math.exp(s["val_loss"]))
+
+
+def test_the_base_objectives_default_loss_scores_the_first_head_without_the_deprecated_path():
+    """A new objective that only writes prepare() gets Objective.loss: the model's first head scored
+    with lmlab.losses, the same number as CLM's own loss, and no DeprecationWarning (the default
+    once read the model's deprecated forward(labels=...))."""
+    import warnings
+
+    from lmlab.objectives.base import Objective
+
+    class PrepareOnly(CausalLM):
+        loss = Objective.loss
+
+    torch.manual_seed(0)
+    model = build_model(get_preset("gpt2-tiny", vocab_size=50, dropout=0.0, attn_dropout=0.0)).eval()
+    batch = pack(np.random.default_rng(0).integers(2, 50, (2, 12)), np.tile(np.arange(12), (2, 1)))
+    inputs = CausalLM(_Tok()).prepare(batch)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        default, _ = PrepareOnly(_Tok()).loss(model, inputs)
+    assert torch.allclose(default, CausalLM(_Tok()).loss(model, inputs)[0], atol=1e-6)
+    with pytest.raises(LmlabError, match="no labels"):
+        PrepareOnly(_Tok()).loss(model, {"input_ids": inputs["input_ids"]})

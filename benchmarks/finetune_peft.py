@@ -51,6 +51,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
 from model_throughput import Runner  # noqa: E402
 
+from lmlab.tasks.base import scored_loss  # noqa: E402
+
 SECTION = "finetune_peft"
 LORA = {"rank": 8, "alpha": 16.0, "dropout": 0.0, "target_modules": ["q_proj", "v_proj"]}
 VIRTUAL_TOKENS = 20
@@ -105,10 +107,11 @@ def build_pair(layers: int | None, dropout: float):
     return hf, ours
 
 
-def eval_loss(model, batch) -> float:
+def eval_loss(model, batch, loss_fn=None) -> float:
+    """The loss of ``batch`` in eval mode: ``loss_fn(model, batch)``, else ``model(**batch).loss``."""
     model.eval()
     with torch.no_grad():
-        loss = float(model(**batch).loss)
+        loss = float(loss_fn(model, batch) if loss_fn else model(**batch).loss)
     model.train()
     return loss
 
@@ -223,7 +226,9 @@ def run(args) -> dict[str, Any]:
         if isinstance(model, str):
             results.append({"method": method, "impl": impl, "error": model})
             continue
-        r = Runner(f"{method}|{impl}", model, lmlab_inputs(model, batch) if impl == "lmlab" else batch)
+        lmlab_side = impl == "lmlab"  # lmlab's models return scores; the task computes the loss
+        r = Runner(f"{method}|{impl}", model, lmlab_inputs(model, batch) if lmlab_side else batch,
+                   loss_fn=scored_loss if lmlab_side else None)
         r.optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-4)
         entry = {
             "method": method,
@@ -233,7 +238,7 @@ def run(args) -> dict[str, Any]:
             "runner": r,
         }
         try:
-            entry["loss0"] = eval_loss(model, r.batch)
+            entry["loss0"] = eval_loss(model, r.batch, r.loss_fn)
             for _ in range(args.warmup):
                 r.step()
         except Exception as err:

@@ -13,8 +13,9 @@ autocast (weights and AdamW state stay float32), fused AdamW and dropout 0 on ev
   ``pretrain_throughput.py`` (``PlainGPT``) eager and compiled. Targets: lmlab compiled >= 50% MFU
   and >= 1.0x the compiled nanoGPT-style loop.
 * **bert**: BERT-base MLM (12 x 768, 12 heads, d_ff 3072, vocab 30522), batch 32 x 512, 15% of
-  each row masked: lmlab eager and compiled (given ``label_positions``, as its MLM objective
-  passes them) vs transformers. Target: >= 1.3x transformers.
+  each row masked: lmlab eager and compiled on its MLM objective's path (the head at the masked
+  positions only) vs transformers. Target: >= 1.3x transformers. Every lmlab row computes its loss
+  as its objective does (``model_throughput.lmlab_loss``: backbone, head, ``lmlab.losses``).
 * **t5**: T5-base (12 + 12 layers, d 768, 12 heads, d_ff 3072, vocab 32128), batch 32 x (512
   source + 128 target): lmlab eager and compiled vs transformers. Targets: >= 1.5x, >= 30% MFU.
 * **packed**: GPT-2 124M CLM on rows that hold several documents (``doc_ids`` and per-document
@@ -72,8 +73,10 @@ from model_throughput import (  # noqa: E402
     QUICK,
     Runner,
     Shape,
+    compiled_copy,
     eval_loss,
     interleaved_rounds,
+    lmlab_loss,
     make_batch,
     same_weight_models,
     warm_up,
@@ -213,7 +216,6 @@ def build_group(group: str, s: Shape, args) -> tuple[dict[str, Runner], dict[str
     """The runners of ``group`` (the rows ``skip_reason`` lets run in this call) and what the
     report needs: losses (same weights), tokens and model FLOPs per step, parameters."""
     from lmlab.models.flops import training_flops
-    from lmlab.objectives.masking import label_positions
 
     device = args.device
     family = "gpt2" if group == "packed" else group
@@ -227,16 +229,18 @@ def build_group(group: str, s: Shape, args) -> tuple[dict[str, Runner], dict[str
                             "model_flops_per_step": training_flops(lm.config, s.seq, s.batch,
                                                                    decoder_len=dec_len or None,
                                                                    logit_positions=head_positions)}
-    wanted: dict[str, tuple[nn.Module, dict]] = {}
+    wanted: dict[str, tuple[nn.Module, dict, Any]] = {}
+    lm_loss = lmlab_loss(family)  # the objective's path: backbone, head, lmlab.losses
 
-    def add(name: str, model, inputs: dict) -> None:
+    def add(name: str, model, inputs: dict, loss_fn=None) -> None:
         """Row ``name`` on ``model`` (a module, or a function that makes one: called only when the
-        row runs, so a skipped compiled row costs no copy of the model)."""
+        row runs, so a skipped compiled row costs no copy of the model); ``loss_fn(model, inputs)``
+        for lmlab's rows (None: ``model(**inputs).loss``, transformers')."""
         if skip_reason(group, spec_of(group, name), args) is None:
-            wanted[name] = (model if isinstance(model, nn.Module) else model(), inputs)
+            wanted[name] = (model if isinstance(model, nn.Module) else model(), inputs, loss_fn)
 
     def compiled(model: nn.Module):
-        return lambda: torch.compile(copy.deepcopy(model))
+        return lambda: compiled_copy(model)
 
     if group == "packed":
         packed, single, docs = packed_batches(s, MEAN_DOC[args.quick])
@@ -246,25 +250,23 @@ def build_group(group: str, s: Shape, args) -> tuple[dict[str, Runner], dict[str
         lm.attention_backend = "flex"  # what train.attention=auto picks on CUDA
         dense = copy.deepcopy(lm)
         dense.attention_backend = "sdpa"
-        info["losses"] = {"packed, lmlab's mask backend": eval_loss(lm, packed),
-                          "packed, dense mask": eval_loss(dense, packed),
-                          ONE_DOC: eval_loss(lm, single)}
+        info["losses"] = {"packed, lmlab's mask backend": eval_loss(lm, packed, lm_loss),
+                          "packed, dense mask": eval_loss(dense, packed, lm_loss),
+                          ONE_DOC: eval_loss(lm, single, lm_loss)}
         del dense
-        add(f"lmlab, {ONE_DOC}", lm, single)
-        add(f"lmlab, {PACKED}", lm, packed)
+        add(f"lmlab, {ONE_DOC}", lm, single, lm_loss)
+        add(f"lmlab, {PACKED}", lm, packed, lm_loss)
         lm_c = functools.cache(compiled(lm))  # one module, two graphs (with, without doc_ids)
-        add(f"lmlab compiled, {ONE_DOC}", lm_c, single)
-        add(f"lmlab compiled, {PACKED}", lm_c, packed)
+        add(f"lmlab compiled, {ONE_DOC}", lm_c, single, lm_loss)
+        add(f"lmlab compiled, {PACKED}", lm_c, packed, lm_loss)
         return runners(wanted, args), info
 
     hf.to(device)  # only the groups that time transformers move it to the device
     hf_batch = on_device(batch, device)
     lm_batch = dict(hf_batch)
-    if group == "bert":  # made with the labels on the host, as lmlab's MLM objective does
-        lm_batch["label_positions"] = label_positions(batch["labels"]).to(device)
-    info["losses"] = {"lmlab": eval_loss(lm, lm_batch), "transformers": eval_loss(hf, hf_batch)}
-    add("lmlab", lm, lm_batch)
-    add("lmlab compiled", compiled(lm), lm_batch)
+    info["losses"] = {"lmlab": eval_loss(lm, lm_batch, lm_loss), "transformers": eval_loss(hf, hf_batch)}
+    add("lmlab", lm, lm_batch, lm_loss)
+    add("lmlab compiled", compiled(lm), lm_batch, lm_loss)
     add("transformers", hf, hf_batch)
     if group == "gpt2":
         nano = NanoGPTStep(nanogpt_from(hf).to(device))
@@ -274,9 +276,10 @@ def build_group(group: str, s: Shape, args) -> tuple[dict[str, Runner], dict[str
     return runners(wanted, args), info
 
 
-def runners(wanted: dict[str, tuple[nn.Module, dict]], args) -> dict[str, Runner]:
-    return {name: Runner(name, model, inputs, autocast=torch.bfloat16, device=args.device, fused=True)
-            for name, (model, inputs) in wanted.items()}
+def runners(wanted: dict[str, tuple[nn.Module, dict, Any]], args) -> dict[str, Runner]:
+    return {name: Runner(name, model, inputs, autocast=torch.bfloat16, device=args.device, fused=True,
+                         loss_fn=loss_fn)
+            for name, (model, inputs, loss_fn) in wanted.items()}
 
 
 def cuda_peak_gb(r: Runner) -> float:

@@ -250,7 +250,8 @@ def lmlab_loss(family: str):
         return lambda model, batch: masked_lm(model, encoder_hidden(model, batch), batch)[1]
     if family in ("gpt2", "llama"):
         return lambda model, batch: causal_lm_loss(
-            model.heads["lm"](model.backbone(batch["input_ids"], None, mask_of(batch, causal=True))),
+            model.heads["lm"](model.backbone(batch["input_ids"], batch.get("position_ids"),
+                                             mask_of(batch, causal=True))),
             batch["labels"])
     return lambda model, batch: teacher_forced(model, batch)[1]
 

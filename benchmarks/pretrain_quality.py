@@ -239,9 +239,11 @@ def hf_gpt2(s: Settings, vocab_size: int, init: str = "same"):
 # --------------------------------------------------------------------------- evaluation and the HF loop
 @torch.no_grad()
 def evaluate(model, corpus: Corpus, s: Settings) -> float:
-    """Mean ``model(input_ids=w, labels=w).loss`` over the trainer's validation windows."""
+    """Mean next-token loss of ``model(input_ids=w).logits`` over the trainer's validation windows
+    (:func:`lmlab.losses.causal_lm_loss`, for lmlab's model and transformers' alike)."""
     from lmlab.data.packing import eval_starts, read_windows
     from lmlab.data.shards import TokenShards
+    from lmlab.losses import causal_lm_loss
 
     val = TokenShards(corpus.val, "train")
     starts = eval_starts(val, s.seq_len, s.eval_batches * s.batch)
@@ -250,7 +252,7 @@ def evaluate(model, corpus: Corpus, s: Settings) -> float:
     total = 0.0
     for i in range(0, len(starts), s.batch):
         ids = read_windows(val, starts[i:i + s.batch], s.seq_len).input_ids
-        total += float(model(input_ids=ids, labels=ids).loss) * len(ids)
+        total += float(causal_lm_loss(model(input_ids=ids).logits, ids)) * len(ids)
     model.train(was_training)
     return total / len(starts)
 

@@ -76,14 +76,12 @@ def test_incomplete_hf_config_is_one_line(tmp_path, capsys):
 
 
 def test_unknown_head_is_one_line():
-    import torch
-
     from lmlab.errors import LmlabError
     from lmlab.models import build_model, get_preset
 
     model = build_model(get_preset("gpt2-tiny"))
     with pytest.raises(LmlabError, match="no head 'cls'; pick from its heads: lm"):
-        model(torch.tensor([[1, 2, 3]]), heads=("cls",))
+        model.selected_heads(("cls",))  # what a forward or objective naming a head checks
 
 
 def test_generate_rejects_a_bad_device_and_beam_count(tmp_path, capsys):

@@ -8,11 +8,10 @@ PyTorch's ``cross_entropy`` ignores by default and Hugging Face datasets use).
 
 from __future__ import annotations
 
-import warnings
-
-import torch
 import torch.nn.functional as F
 from torch import Tensor
+
+from lmlab.deprecation import warn_deprecated
 
 #: the label of a position that takes no loss
 IGNORE = -100
@@ -90,10 +89,8 @@ def head_loss(head: str, logits: Tensor, labels: Tensor, padding: Tensor | None 
 def warn_labels_in_forward(model: str) -> None:
     """The DeprecationWarning of a model's ``forward(labels=...)``: a convenience kept for one
     release; models return scores and the caller computes the loss (:func:`head_loss`). Silent
-    while ``torch.compile`` traces (a warning there would break the graph)."""
-    if torch.compiler.is_compiling():
-        return
-    warnings.warn(f"{model}.forward(labels=...) is deprecated and goes in the next release: call the "
-                  "model without labels and compute the loss from its scores with lmlab.losses "
-                  "(e.g. head_loss(model.head_names[0], out.logits, labels))",
-                  DeprecationWarning, stacklevel=5)
+    while ``torch.compile`` traces (a warning there would break the graph). Called from the
+    model's ``forward``: the warning points at the line that called the model."""
+    warn_deprecated(f"{model}.forward(labels=...)", "call the model without labels and compute the loss "
+                    "from its scores with lmlab.losses (e.g. head_loss(model.head_names[0], out.logits, "
+                    "labels))", stacklevel=3)

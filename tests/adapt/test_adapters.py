@@ -8,6 +8,7 @@ import torch
 from lmlab.adapt import apply_method, trainable_parameters
 from lmlab.adapt.adapters import AdaptedAttention, AdaptedFeedForward, BottleneckAdapter, adapter_count
 from lmlab.errors import LmlabError
+from lmlab.losses import head_loss
 from lmlab.models import build_model, get_preset
 
 V = 300
@@ -102,7 +103,7 @@ def test_only_adapters_norms_and_head_train():
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.1)
     model.train()
     for _ in range(3):
-        model(**inputs(model), labels=torch.tensor([0, 1])).loss.backward()
+        head_loss("seq_cls", model(**inputs(model)).logits, torch.tensor([0, 1])).backward()
         opt.step()
         opt.zero_grad()
     now = dict(model.named_parameters())

@@ -23,6 +23,7 @@ from lmlab.adapt.distill import (
 from lmlab.cli import main
 from lmlab.errors import LmlabError
 from lmlab.loading import load_model
+from lmlab.losses import head_loss
 from lmlab.models import build_model, get_preset
 
 
@@ -65,9 +66,11 @@ def test_mlm_and_lm_heads_distil_on_their_prediction_positions():
     labels[:, [2, 7]] = ids[:, [2, 7]]
     inputs = {"input_ids": ids, "labels": labels}
     loss, parts = distillation_loss(student, teacher, inputs, temperature=3.0, alpha=0.5)
-    s_out, t_out = student(**inputs), teacher(**inputs)
-    assert s_out.logits.shape == (4, 200)                       # MLM: only the 4 selected positions
-    expected = 0.5 * soft_target_loss(s_out.logits, t_out.logits, 3.0) + 0.5 * s_out.loss
+    s_out, t_out = student(ids), teacher(ids)
+    selected = labels != -100
+    assert s_out.logits[selected].shape == (4, 200)            # MLM: only the 4 selected positions
+    soft = soft_target_loss(s_out.logits[selected], t_out.logits[selected], 3.0)
+    expected = 0.5 * soft + 0.5 * head_loss("mlm", s_out.logits, labels)
     assert float(loss.detach()) == pytest.approx(float(expected.detach()), rel=1e-5)
     loss.backward()
     assert student.layers[0].attn.q_proj.weight.grad is not None
@@ -81,7 +84,7 @@ def test_mlm_and_lm_heads_distil_on_their_prediction_positions():
     labels = ids.masked_fill(mask == 0, -100)
     inputs = {"input_ids": ids, "attention_mask": mask, "labels": labels}
     loss, _ = distillation_loss(small, gpt, inputs, temperature=2.0, alpha=1.0)
-    s, t = small(**inputs).logits, gpt(**inputs).logits
+    s, t = small(ids, attention_mask=mask).logits, gpt(ids, attention_mask=mask).logits
     rows = [(0, i) for i in range(9)] + [(1, i) for i in range(5)]   # positions with a next-token label
     pick = [s[b, i] for b, i in rows], [t[b, i] for b, i in rows]
     hand = soft_target_loss(torch.stack(pick[0]), torch.stack(pick[1]), 2.0)

@@ -13,6 +13,7 @@ from lmlab.adapt import apply_method
 from lmlab.adapt.peft_io import CONFIG_NAME, OLD_NAMES, WEIGHTS_NAME, load_peft, load_peft_model, save_peft
 from lmlab.errors import LmlabError
 from lmlab.loading import load_model
+from lmlab.losses import head_loss
 from lmlab.models import build_model, get_preset
 
 V = 300
@@ -56,7 +57,7 @@ def train_a_little(model, steps: int = 3):
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=5e-2)
     model.train()
     for _ in range(steps):
-        model(**batch(), labels=torch.tensor([0, 1, 2, 1])).loss.backward()
+        head_loss(model.head_names[0], model(**batch()).logits, torch.tensor([0, 1, 2, 1])).backward()
         opt.step()
         opt.zero_grad()
     return model.eval()

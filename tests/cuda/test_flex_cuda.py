@@ -7,7 +7,9 @@ import pytest
 import torch
 from cuda_tier import QUIET, rows, run_config
 
+from lmlab.losses import head_loss
 from lmlab.models import build_model, get_preset
+from lmlab.models.attention_masks import MaskSpec
 from lmlab.train import pretrain
 
 pytestmark = pytest.mark.cuda
@@ -17,14 +19,15 @@ PREFIX = torch.zeros(2, 64, dtype=torch.bool)
 PREFIX[0, :6] = PREFIX[0, 20:30] = PREFIX[0, 48:52] = PREFIX[1, :16] = True
 
 
-def _forward_backward(model, backend: str, ids, labels, extra):
+def _forward_backward(model, backend: str, ids, labels, mask):
     model.zero_grad(set_to_none=True)
     model.attention_backend = backend
-    out = model(input_ids=ids, labels=labels, **extra)
+    out = model(input_ids=ids, mask=mask)
     assert model.backend_now() == backend  # training with gradients: flex runs for real on CUDA
-    out.loss.backward()
+    loss = head_loss(model.head_names[0], out.logits, labels)
+    loss.backward()
     grads = {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
-    return out.logits.detach(), out.loss.detach(), grads
+    return out.logits.detach(), loss.detach(), grads
 
 
 @pytest.mark.parametrize("preset, prefix", [("gpt2-tiny", False), ("gpt2-tiny", True), ("llama-tiny", False),
@@ -38,9 +41,10 @@ def test_flex_equals_the_dense_mask_forward_and_backward(preset, prefix):
     labels = ids.clone()
     if preset.startswith("bert"):
         labels[:, ::3] = -100
-    extra = {"doc_ids": DOCS.cuda(), **({"prefix_mask": PREFIX.cuda()} if prefix else {})}
-    dense = _forward_backward(model, "sdpa", ids, labels, extra)
-    flex = _forward_backward(model, "flex", ids, labels, extra)
+    mask = MaskSpec(causal=model.architecture == "decoder", doc_ids=DOCS.cuda(),
+                    prefix=PREFIX.cuda() if prefix else None)
+    dense = _forward_backward(model, "sdpa", ids, labels, mask)
+    flex = _forward_backward(model, "flex", ids, labels, mask)
     torch.testing.assert_close(flex[0], dense[0], rtol=2e-3, atol=2e-4)
     torch.testing.assert_close(flex[1], dense[1], rtol=1e-4, atol=1e-5)
     assert set(flex[2]) == set(dense[2])

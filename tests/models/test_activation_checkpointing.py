@@ -10,6 +10,7 @@ import torch
 
 from lmlab.models import build_model, get_preset
 from lmlab.models.activation_checkpointing import enable_activation_checkpointing, is_checkpointed
+from lmlab.tasks.base import scored_loss
 
 
 def _inputs(preset: str, vocab: int = 300):
@@ -35,7 +36,7 @@ def _grads_and_saved_bytes(model, inputs, seed=3):
     torch.manual_seed(seed)  # dropout is on: the recomputation must draw the same masks
     model.zero_grad(set_to_none=True)
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        loss = model(**inputs).loss
+        loss = scored_loss(model, inputs)  # the first head's loss, from the model's scores
     loss.backward()
     grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
     return loss.detach(), grads, sum(saved)

@@ -78,10 +78,11 @@ def test_encoder_backbone_and_head_give_the_forward_loss():
     labels = torch.full_like(ids, IGNORE)
     labels[:, 3:6] = ids[:, 3:6]
     docs = torch.tensor([[0] * 6 + [1] * 6, [0] * 12])
-    with pytest.warns(DeprecationWarning, match="doc_ids"):
+    with pytest.warns(DeprecationWarning, match=r"(doc_ids|labels)=\.\.\.\) is deprecated"):
         old = model(ids, labels=labels, doc_ids=docs)
+        described = model(ids, labels=labels, mask=MaskSpec(doc_ids=docs))
     hidden = model.backbone(ids, mask=MaskSpec(doc_ids=docs))
-    assert torch.allclose(model(ids, labels=labels, mask=MaskSpec(doc_ids=docs)).loss, old.loss)
+    assert torch.allclose(described.loss, old.loss)
     logits, targets, count = masked_rows(model.heads["mlm"], hidden, labels)
     assert torch.allclose(logits, old.logits)
     assert torch.allclose(selected_mean_cross_entropy(logits, targets, count), old.loss)
@@ -91,7 +92,7 @@ def test_decoder_backbone_and_head_give_the_forward_loss():
     model = decoder()
     ids = torch.randint(5, 120, (2, 10))
     prefix = torch.arange(10)[None].expand(2, 10) < 4
-    with pytest.warns(DeprecationWarning, match="prefix_mask"):
+    with pytest.warns(DeprecationWarning, match=r"(prefix_mask|doc_ids|labels)=\.\.\.\) is deprecated"):
         old = model(ids, labels=ids, prefix_mask=prefix, doc_ids=torch.zeros_like(ids))
     logits = model.heads["lm"](model.backbone(ids, mask=MaskSpec(causal=True, prefix=prefix,
                                                                  doc_ids=torch.zeros_like(ids))))

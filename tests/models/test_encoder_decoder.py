@@ -7,10 +7,12 @@ import torch
 import torch.nn.functional as F
 
 from lmlab.errors import LmlabError
+from lmlab.losses import head_loss, selected_mean_cross_entropy
 from lmlab.models import build_model, get_preset
-from lmlab.models.attention_masks import prefix_lm_mask
+from lmlab.models.attention_masks import MaskSpec, prefix_lm_mask
 from lmlab.models.decoder import DecoderModel
 from lmlab.models.encoder import EncoderModel
+from lmlab.models.encoder.model import masked_rows
 
 V = 120
 
@@ -81,12 +83,13 @@ def test_mlm_logits_only_where_labels_are_given():
     labels = torch.full_like(x, -100)
     labels[0, 2], labels[1, 5], labels[1, 7] = 11, 12, 13
     with torch.no_grad():
-        full = m(x).logits
-        out = m(x, labels=labels)
+        out = m(x)
+        logits, targets, count = masked_rows(m.heads["mlm"], out.last_hidden_state, labels)
     sel = labels != -100
-    assert out.logits.shape == (3, V) and torch.equal(out.extra["mlm_mask"], sel)
-    assert torch.allclose(out.logits, full[sel], atol=1e-5)
-    assert torch.isclose(out.loss, F.cross_entropy(full[sel], labels[sel]), atol=1e-5)
+    assert logits.shape == (3, V) and torch.equal(targets, labels[sel])
+    assert torch.allclose(logits, out.logits[sel], atol=1e-5)
+    loss = selected_mean_cross_entropy(logits, targets, count)
+    assert torch.isclose(loss, F.cross_entropy(out.logits[sel], labels[sel]), atol=1e-5)
 
 
 def test_encoder_padding_does_not_change_real_positions():
@@ -145,28 +148,33 @@ def test_encoder_heads_and_losses():
     x = ids()
     labels = torch.full_like(x, -100)
     labels[:, 3] = 9
-    out = m(x, labels=labels, nsp_labels=torch.tensor([0, 1]))
+    out = m(x)
     assert out.extra["nsp_logits"].shape == (2, 2)
-    assert torch.isclose(out.loss, out.extra["mlm_loss"] + out.extra["nsp_loss"])
-    out.loss.backward()
+    mlm_loss = head_loss("mlm", out.extra["mlm_logits"], labels)
+    nsp_loss = head_loss("nsp", out.extra["nsp_logits"], torch.tensor([0, 1]))
+    assert torch.isclose(mlm_loss, F.cross_entropy(out.logits[:, 3], labels[:, 3]))
+    assert torch.isclose(nsp_loss, F.cross_entropy(out.extra["nsp_logits"], torch.tensor([0, 1])))
+    (mlm_loss + nsp_loss).backward()
     assert m.pooler.weight.grad is not None
 
     span = tiny("bert-tiny", heads=("span",))
-    out = span(x, start_positions=torch.tensor([1, 2]), end_positions=torch.tensor([3, 4]))
+    out = span(x)
     s, e = out.extra["start_logits"], out.extra["end_logits"]
     expect = (F.cross_entropy(s, torch.tensor([1, 2])) + F.cross_entropy(e, torch.tensor([3, 4]))) / 2
-    assert torch.isclose(out.loss, expect)
+    assert torch.isclose(head_loss("span", out.logits, torch.tensor([[1, 3], [2, 4]])), expect)
 
     reg = tiny("roberta-tiny", heads=("seq_cls",), num_labels=1)
-    out = reg(x, labels=torch.tensor([0.5, -1.0]))
+    out = reg(x)
     assert out.logits.shape == (2, 1)
-    assert torch.isclose(out.loss, F.mse_loss(out.logits.squeeze(-1), torch.tensor([0.5, -1.0])))
+    loss = head_loss("seq_cls", out.logits, torch.tensor([0.5, -1.0]))
+    assert torch.isclose(loss, F.mse_loss(out.logits.squeeze(-1), torch.tensor([0.5, -1.0])))
 
     tok = tiny("electra-tiny", heads=("token_cls",), num_labels=5)
     lab = torch.randint(0, 5, x.shape)
     lab[0, 0] = -100
-    out = tok(x, labels=lab)
-    assert torch.isclose(out.loss, F.cross_entropy(out.logits.view(-1, 5), lab.view(-1), ignore_index=-100))
+    out = tok(x)
+    expect = F.cross_entropy(out.logits.view(-1, 5), lab.view(-1), ignore_index=-100)
+    assert torch.isclose(head_loss("token_cls", out.logits, lab), expect)
 
 
 def test_electra_discriminator_loss_ignores_padding():
@@ -175,10 +183,10 @@ def test_electra_discriminator_loss_ignores_padding():
     lab = torch.randint(0, 2, x.shape)
     mask = torch.ones_like(x)
     mask[1, 7:] = 0
-    out = m(x, attention_mask=mask, labels=lab)
+    out = m(x, attention_mask=mask)
     keep = mask.bool()
     expect = F.binary_cross_entropy_with_logits(out.logits[keep], lab[keep].float())
-    assert torch.isclose(out.loss, expect)
+    assert torch.isclose(head_loss("discriminator", out.logits, lab, mask), expect)
 
 
 def test_last_token_classification_reads_the_last_real_token():
@@ -191,32 +199,33 @@ def test_last_token_classification_reads_the_last_real_token():
             attention_mask=torch.tensor([[1] * 5 + [0] * 3]),
         ).logits
     assert alone.shape == (1, 3) and torch.allclose(alone, right, atol=1e-5)
-    out = m(x, labels=torch.tensor([2]))
-    assert torch.isclose(out.loss, F.cross_entropy(out.logits, torch.tensor([2])))
+    out = m(x)
+    assert torch.isclose(head_loss("cls", out.logits, torch.tensor([2])),
+                         F.cross_entropy(out.logits, torch.tensor([2])))
 
 
 def test_lm_loss_is_shifted_next_token_cross_entropy():
     m = tiny("llama-tiny")
     x = ids()
-    out = m(x, labels=x)
+    out = m(x)
     expect = F.cross_entropy(out.logits[:, :-1].reshape(-1, V), x[:, 1:].reshape(-1))
-    assert torch.isclose(out.loss, expect)
+    assert torch.isclose(head_loss("lm", out.logits, x), expect)
 
 
 def test_prefix_lm_pattern_in_a_decoder():
     m = tiny("gpt2-tiny")
     x = ids(b=1, t=8)
-    pattern = prefix_lm_mask(8, 4)
+    pattern = MaskSpec(causal=True, pattern=prefix_lm_mask(8, 4))
     with torch.no_grad():
-        base = m(x, attention_pattern=pattern).logits
+        base = m(x, mask=pattern).logits
         changed = x.clone()
         changed[0, 3] = 5  # inside the prefix: earlier prefix positions now see it
-        after = m(changed, attention_pattern=pattern).logits
+        after = m(changed, mask=pattern).logits
     assert not torch.allclose(base[:, 0], after[:, 0])
     with torch.no_grad():
         late = x.clone()
         late[0, 6] = 5  # after the prefix: still causal, earlier positions cannot see it
-        assert torch.allclose(m(late, attention_pattern=pattern).logits[:, :6], base[:, :6], atol=1e-6)
+        assert torch.allclose(m(late, mask=pattern).logits[:, :6], base[:, :6], atol=1e-6)
         assert not torch.allclose(m(x).logits[:, 0], base[:, 0])  # plain causal differs inside the prefix
 
 
@@ -230,7 +239,7 @@ def test_training_steps_reduce_the_loss():
         opt = torch.optim.AdamW(m.parameters(), lr=3e-3)
         losses = []
         for _ in range(15):
-            loss = m(x, labels=labels).loss
+            loss = head_loss(m.head_names[0], m(x).logits, labels)
             opt.zero_grad()
             loss.backward()
             opt.step()

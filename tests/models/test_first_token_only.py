@@ -1,6 +1,7 @@
-"""The [CLS]-only last layer (``first_token_only``): same logits, loss and gradients as the full
-computation, for post-norm and pre-norm encoders, with padding, with every PEFT method; and the
-block-level ``queries`` slice it is built on equals the full layer's rows."""
+"""The [CLS]-only last layer (``keep=slice(0, 1)``, once ``first_token_only``): same logits, loss
+and gradients as the full computation, for post-norm and pre-norm encoders, with padding, with
+every PEFT method; and the block-level ``queries`` slice it is built on equals the full layer's
+rows."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import torch
 
 from lmlab.adapt import apply_method
 from lmlab.errors import LmlabError
+from lmlab.losses import head_loss
 from lmlab.models import build_model, get_preset
 from lmlab.models.attention_masks import attention_bias, prefix_lm_mask
 from lmlab.models.blocks import (
@@ -19,6 +21,7 @@ from lmlab.models.blocks import (
 
 V = 200
 ATOL = 1e-5
+CLS = slice(0, 1)  # the [CLS]-only last layer (the old first_token_only=True)
 
 
 def encoder(preset="bert-tiny", heads=("seq_cls",), **kw):
@@ -37,19 +40,29 @@ def batch(b=4, t=11, seed=1):
     return {"input_ids": ids, "attention_mask": mask, "labels": torch.tensor([0, 2, 1, 2])}
 
 
+def scored(model, inputs, **kw):
+    """The model's output on ``inputs`` less their labels, and the loss of the labels per head
+    (``labels`` for the first head, ``<head>_labels`` for the others), summed."""
+    labels = {k: v for k, v in inputs.items() if k.endswith("labels")}
+    out = model(**{k: v for k, v in inputs.items() if k not in labels}, **kw)
+    losses = [head_loss(h, out.extra[f"{h}_logits"], labels[k]) for i, h in enumerate(model.head_names)
+              for k in (("labels" if i == 0 else f"{h}_labels"),) if k in labels]
+    return out, sum(losses[1:], losses[0])
+
+
 def loss_logits_grads(model, inputs, **kw):
     model.zero_grad(set_to_none=True)
-    out = model(**inputs, **kw)
-    out.loss.backward()
+    out, loss = scored(model, inputs, **kw)
+    loss.backward()
     grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
-    return out, grads
+    return out, loss, grads
 
 
 def assert_same(model, inputs):
-    full, g_full = loss_logits_grads(model, inputs)
-    cls, g_cls = loss_logits_grads(model, inputs, first_token_only=True)
+    full, full_loss, g_full = loss_logits_grads(model, inputs)
+    cls, cls_loss, g_cls = loss_logits_grads(model, inputs, keep=CLS)
     assert (cls.logits - full.logits).abs().max() < ATOL
-    assert abs(float(cls.loss.detach()) - float(full.loss.detach())) < ATOL
+    assert abs(float(cls_loss.detach()) - float(full_loss.detach())) < ATOL
     assert g_cls.keys() == g_full.keys() and g_cls
     for name in g_full:
         assert torch.allclose(g_cls[name], g_full[name], atol=ATOL, rtol=1e-4), name
@@ -75,9 +88,10 @@ def test_cls_only_last_layer_equals_the_full_computation(preset, kw):
         inputs["input_ids"] = inputs["input_ids"].masked_fill(inputs["attention_mask"] == 0, 1)
     assert_same(model, inputs)
     model.eval()
+    del inputs["labels"]
     with torch.no_grad():
         full = model(**inputs).logits
-        cls = model(**inputs, first_token_only=True).logits
+        cls = model(**inputs, keep=CLS).logits
     assert torch.allclose(cls, full, atol=ATOL)
 
 
@@ -90,13 +104,13 @@ def test_the_last_layer_runs_at_one_position_and_padding_is_skipped():
              last.attn.k_proj.register_forward_hook(lambda m, a, out: seen.append(tuple(out.shape))),
              model.layers[0].ffn.register_forward_hook(lambda m, a, out: seen.append(tuple(a[0].shape)))]
     inputs = batch()
-    model(**inputs, first_token_only=True)
+    model(inputs["input_ids"], inputs["attention_mask"], keep=CLS)
     d, real = model.config.d_model, int(inputs["attention_mask"].sum())
     assert real < 4 * 11
     # packed: the real tokens in one row; q at each [CLS], k over the real tokens, FFN at [CLS]
     assert seen == [(1, real, d), (1, 4, d), (1, real, d), (1, 4, d)]
     seen.clear()
-    model(inputs["input_ids"], first_token_only=True)  # no padding: nothing to pack
+    model(inputs["input_ids"], keep=CLS)  # no padding: nothing to pack
     assert seen == [(4, 11, d), (4, 1, d), (4, 11, d), (4, 1, d)]
     for h in hooks:
         h.remove()
@@ -107,11 +121,11 @@ def test_nsp_heads_and_hidden_states():
     inputs = batch()
     inputs["nsp_labels"] = torch.tensor([0, 1, 1, 0])
     with torch.no_grad():
-        full = model(**inputs, output_hidden_states=True)
-        cls = model(**inputs, first_token_only=True)
+        full, full_loss = scored(model, inputs, output_hidden_states=True)
+        cls, cls_loss = scored(model, inputs, keep=CLS)
         # asking for every layer's states computes every layer in full: the states are unaffected
-        both = model(**inputs, first_token_only=True, output_hidden_states=True)
-    assert abs(float(cls.loss) - float(full.loss)) < ATOL
+        both, _ = scored(model, inputs, keep=CLS, output_hidden_states=True)
+    assert abs(float(cls_loss) - float(full_loss)) < ATOL
     assert torch.allclose(cls.extra["nsp_logits"], full.extra["nsp_logits"], atol=ATOL)
     assert all(torch.equal(a, b) for a, b in zip(both.hidden_states, full.hidden_states, strict=True))
     assert both.last_hidden_state.shape[1] == 1
@@ -121,8 +135,9 @@ def test_nsp_heads_and_hidden_states():
 def test_heads_that_read_every_position_refuse_it(head):
     model = encoder(heads=("seq_cls", head)).eval()
     with pytest.raises(LmlabError, match=f"{head} head reads every position"):
-        model(batch()["input_ids"], first_token_only=True)
-    model(batch()["input_ids"], first_token_only=True, heads=("seq_cls",))  # the [CLS] head alone: fine
+        model(batch()["input_ids"], keep=CLS)
+    hidden = model.backbone(batch()["input_ids"], keep=CLS)  # the [CLS] head alone: fine
+    assert model.heads["seq_cls"](hidden, model.pool(hidden)).shape == (4, 3)
     assert model(batch()["input_ids"]).extra[f"{head}_logits"].shape[1] == 11  # off: unchanged
 
 

@@ -9,7 +9,9 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
 from lmlab.errors import LmlabError
+from lmlab.losses import causal_lm_loss, selected_mean_cross_entropy
 from lmlab.models import build_model, get_preset
+from lmlab.models.encoder.model import masked_rows
 from lmlab.models.flops import approx_training_flops, count_parameters, forward_flops, training_flops
 
 FAMILIES = ["bert", "roberta", "albert", "electra", "gpt2", "llama", "t5", "bart"]
@@ -20,13 +22,18 @@ def _config(name: str, **kw):
     return get_preset(name, vocab_size=500, dropout=0.0, attn_dropout=0.0, **kw)
 
 
-def _counted_flops(model, x, backward: bool = False, **kw) -> int:
-    """FLOPs PyTorch counts for a forward (+ backward) pass; SDPA forced onto its math path so the
-    attention products are visible to the counter as ordinary matmuls."""
+def _counted_flops(model, x, **kw) -> int:
+    """FLOPs PyTorch counts for a forward pass (:func:`_counted_training_flops`)."""
+    return _counted_training_flops(lambda: model(x, **kw), backward=False)
+
+
+def _counted_training_flops(loss, backward: bool = True) -> int:
+    """FLOPs PyTorch counts for ``loss()`` (+ its backward pass); SDPA forced onto its math path so
+    the attention products are visible to the counter as ordinary matmuls."""
     with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
-        out = model(x, **kw)
+        out = loss()
         if backward:
-            out.loss.backward()
+            out.backward()
     return counter.get_total_flops()
 
 
@@ -70,7 +77,8 @@ def test_mlm_flops_count_the_head_only_where_labels_are():
     x = torch.randint(5, 500, (b, t))
     labels = torch.full((b, t), -100)
     labels[:, ::8] = x[:, ::8]  # 4 labelled positions per row
-    counted = _counted_flops(model, x, backward=True, labels=labels)
+    counted = _counted_training_flops(  # the MLM objective's way: the head at the labelled rows only
+        lambda: selected_mean_cross_entropy(*masked_rows(model.heads["mlm"], model.backbone(x), labels)))
     assert counted == training_flops(cfg, t, b, logit_positions=4)
     assert counted < training_flops(cfg, t, b)  # the full-vocabulary head everywhere costs more
 
@@ -79,7 +87,7 @@ def test_training_is_three_forwards_for_a_decoder():
     cfg = _config("gpt2-tiny")
     model = build_model(cfg).train()
     x = torch.randint(5, 500, (2, 16))
-    counted = _counted_flops(model, x, backward=True, labels=x)
+    counted = _counted_training_flops(lambda: causal_lm_loss(model(x).logits, x))
     projections = training_flops(cfg, 16, 2, attention=False)
     # matmuls: exactly 3x; the attention backward of the math path is counted as PyTorch runs it
     assert projections < counted <= training_flops(cfg, 16, 2) * 1.01

@@ -11,8 +11,10 @@ from lmlab.cli import main as cli_main
 from lmlab.errors import LmlabError
 from lmlab.interop import hf_export
 from lmlab.loading import load_model
+from lmlab.losses import token_loss
 from lmlab.models import build_model, get_preset
 from lmlab.models.seq2seq.hf import from_hf, to_hf
+from lmlab.objectives.base import teacher_forced
 
 T = pytest.importorskip("transformers")  # a dev dependency; the import is only for the oracle
 
@@ -55,6 +57,13 @@ def inputs():
                 labels=labels)
 
 
+def scored(model, inputs, **kw):
+    """An lmlab seq2seq model's output on ``inputs`` less the labels, and the labels' mean
+    cross-entropy from its logits (what transformers' ``loss`` is)."""
+    out = model(**{k: v for k, v in inputs.items() if k != "labels"}, **kw)
+    return out, token_loss(out.logits, inputs["labels"])
+
+
 @pytest.mark.parametrize("name", list(hf_cases()))
 def test_hf_checkpoint_loads_with_identical_outputs(name, inputs, tmp_path):
     torch.manual_seed(0)
@@ -68,9 +77,9 @@ def test_hf_checkpoint_loads_with_identical_outputs(name, inputs, tmp_path):
     assert model.num_parameters() == ref.num_parameters()
     with torch.no_grad():
         r = ref(**inputs, output_hidden_states=True)
-        o = model(**inputs, output_hidden_states=True)
+        o, loss = scored(model, inputs, output_hidden_states=True)
     torch.testing.assert_close(o.logits, r.logits, atol=1e-4, rtol=0)
-    torch.testing.assert_close(o.loss, r.loss, atol=1e-5, rtol=0)
+    torch.testing.assert_close(loss, r.loss, atol=1e-5, rtol=0)
     torch.testing.assert_close(o.encoder_last_hidden_state, r.encoder_last_hidden_state, atol=1e-5, rtol=0)
     for mine, theirs in zip(o.hidden_states, r.decoder_hidden_states, strict=True):
         torch.testing.assert_close(mine, theirs, atol=1e-5, rtol=0)
@@ -120,16 +129,16 @@ def test_lmlab_model_exports_to_transformers(name, overrides, inputs, tmp_path):
     cls = T.T5ForConditionalGeneration if name == "t5" else T.BartForConditionalGeneration
     ref = cls.from_pretrained(tmp_path).eval()
     with torch.no_grad():
-        o = model(**inputs)
+        o, loss = scored(model, inputs)
         r = ref(**inputs)
     torch.testing.assert_close(r.logits, o.logits, atol=1e-4, rtol=0)
-    torch.testing.assert_close(r.loss, o.loss, atol=1e-5, rtol=0)
+    torch.testing.assert_close(r.loss, loss, atol=1e-5, rtol=0)
     if not overrides.get("share_encoder_decoder"):  # transformers cannot share: it holds two copies
         assert ref.num_parameters() == model.num_parameters()
     # labels alone: both shift right with the decoder start token
     with torch.no_grad():
-        torch.testing.assert_close(model(input_ids=inputs["input_ids"], labels=inputs["labels"]).loss,
-                                   ref(input_ids=inputs["input_ids"], labels=inputs["labels"]).loss)
+        _, loss = teacher_forced(model, {"input_ids": inputs["input_ids"], "labels": inputs["labels"]})
+        torch.testing.assert_close(loss, ref(input_ids=inputs["input_ids"], labels=inputs["labels"]).loss)
 
 
 def test_conversion_errors_are_one_line(tmp_path):

@@ -13,6 +13,7 @@ from lmlab.data.packing import pack
 from lmlab.errors import LmlabError
 from lmlab.models import build_model, get_preset
 from lmlab.objectives import get_objective
+from lmlab.objectives.base import mask_of
 from lmlab.objectives.clm import CausalLM
 from tests.objectives.conftest import model_mask
 
@@ -46,7 +47,9 @@ def test_loss_is_the_mean_next_token_nll_within_documents():
     inputs = obj.prepare(batch)
     with torch.no_grad():
         loss, extra = obj.loss(model, inputs)
-        logp = F.log_softmax(model(**inputs).logits, -1)
+        logits = model(inputs["input_ids"], inputs.get("attention_mask"), inputs.get("position_ids"),
+                       mask=mask_of(inputs, causal=True)).logits
+        logp = F.log_softmax(logits, -1)
     nll = []
     for r in range(2):
         for i in range(1, 12):

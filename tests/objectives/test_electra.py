@@ -7,8 +7,10 @@ import pytest
 import torch
 
 from lmlab.errors import LmlabError
+from lmlab.losses import binary_token_loss
 from lmlab.models import build_model, get_preset
 from lmlab.objectives import get_objective
+from lmlab.objectives.base import encoder_hidden
 from lmlab.objectives.electra import Electra, replaced_token_labels
 
 
@@ -81,8 +83,8 @@ def test_joint_loss_shared_embeddings_and_no_gradient_through_sampling(setup):
     _, _, corrupted = obj.corrupt(model, inputs)
     none_special = torch.zeros_like(corrupted, dtype=torch.bool)
     labels = replaced_token_labels(inputs["original_ids"], corrupted, none_special)
-    model(input_ids=corrupted, labels=labels, position_ids=inputs["position_ids"],
-          doc_ids=inputs.get("doc_ids")).loss.backward()
+    hidden = encoder_hidden(model, {**inputs, "input_ids": corrupted, "token_type_ids": None})
+    binary_token_loss(model.heads["discriminator"](hidden), labels).backward()
     assert all(p.grad is None for p in obj.generator.parameters())
     # the generator's loss reaches the shared token embeddings
     model.zero_grad()

@@ -8,7 +8,9 @@ import torch
 import torch.nn.functional as F
 
 from lmlab.errors import LmlabError
+from lmlab.losses import causal_lm_loss
 from lmlab.models import build_model, get_preset
+from lmlab.models.attention_masks import MaskSpec
 from lmlab.objectives import TokenBatch, get_objective
 from lmlab.objectives.transformer_xl import SegmentRecurrentLM
 from lmlab.tokenizers import train_tokenizer
@@ -53,8 +55,8 @@ def test_memory_is_used_and_positions_stay_consistent():
         blind = torch.zeros(1, 16, 32, dtype=torch.bool)
         blind[:, :, 16:] = torch.ones(16, 16).tril().bool()
         torch.testing.assert_close(
-            model(seg2[None], mems=m1, attention_pattern=blind).logits,
-            model(seg2[None], mems=m1b, attention_pattern=blind).logits,
+            model(seg2[None], mems=m1, mask=MaskSpec(pattern=blind)).logits,
+            model(seg2[None], mems=m1b, mask=MaskSpec(pattern=blind)).logits,
         )
         # with a memory as long as the segment, two segments equal one pass over both: relative
         # positions are the same whether a token is in memory or in the segment
@@ -67,12 +69,12 @@ def test_no_gradient_flows_into_memory():
     seg1, seg2 = torch.randint(0, 100, (2, 1, 16), generator=torch.Generator().manual_seed(1))
     out1 = model(seg1, output_hidden_states=True)
     assert all(not m.requires_grad and m.grad_fn is None for m in out1.extra["mems"])
-    loss2 = model(seg2, mems=out1.extra["mems"], labels=seg2).loss
+    loss2 = causal_lm_loss(model(seg2, mems=out1.extra["mems"]).logits, seg2)
     grads = torch.autograd.grad(loss2, [out1.hidden_states[0], out1.hidden_states[1]], allow_unused=True)
     assert grads == (None, None)
     # control: without the stop-gradient, segment 2's loss would reach segment 1's states
     live = tuple(out1.hidden_states[:-1])
-    loss_live = model(seg2, mems=live, labels=seg2).loss
+    loss_live = causal_lm_loss(model(seg2, mems=live).logits, seg2)
     assert torch.autograd.grad(loss_live, out1.hidden_states[0])[0].abs().sum() > 0
 
 

@@ -2,10 +2,10 @@
 one release, with a DeprecationWarning."""
 
 import importlib
-import warnings
+
+from lmlab.deprecation import warn_deprecated
 
 
 def __getattr__(name: str):
-    warnings.warn("lmlab.interop.hf_decoder moved to lmlab.models.decoder.hf; the old path will be removed "
-                  "in the next release", DeprecationWarning, stacklevel=2)
+    warn_deprecated("lmlab.interop.hf_decoder", "import from lmlab.models.decoder.hf (its new home)")
     return getattr(importlib.import_module("lmlab.models.decoder.hf"), name)

@@ -2,10 +2,10 @@
 one release, with a DeprecationWarning."""
 
 import importlib
-import warnings
+
+from lmlab.deprecation import warn_deprecated
 
 
 def __getattr__(name: str):
-    warnings.warn("lmlab.interop.hf_seq2seq moved to lmlab.models.seq2seq.hf; the old path will be removed "
-                  "in the next release", DeprecationWarning, stacklevel=2)
+    warn_deprecated("lmlab.interop.hf_seq2seq", "import from lmlab.models.seq2seq.hf (its new home)")
     return getattr(importlib.import_module("lmlab.models.seq2seq.hf"), name)

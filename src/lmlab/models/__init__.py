@@ -25,6 +25,7 @@ from typing import Any
 import torch
 
 from lmlab.budget import require_weights_fit
+from lmlab.deprecation import warn_deprecated
 from lmlab.errors import LmlabError
 from lmlab.fileio import read_json
 from lmlab.models.checkpoint import (
@@ -210,10 +211,7 @@ def __getattr__(name: str):
     if name == "CONFIG_ARCHITECTURE":  # config class -> the interface objectives train
         return {spec.config_class: spec.kind for spec in _specs().values()}
     if name == "load_model":
-        import warnings
-
-        warnings.warn("lmlab.models.load_model moved to lmlab.loading.load_model; the old path will be "
-                      "removed in the next release", DeprecationWarning, stacklevel=2)
+        warn_deprecated("lmlab.models.load_model", "import it from lmlab.loading (lmlab.loading.load_model)")
         # looked up by name at call time: a deprecated alias, not a dependency of this package
         return importlib.import_module("lmlab.loading").load_model
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

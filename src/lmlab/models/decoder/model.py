@@ -20,11 +20,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import warnings
 
 import torch
 from torch import Tensor, nn
 
+from lmlab.deprecation import warn_deprecated
 from lmlab.errors import LmlabError
 from lmlab.losses import head_loss, warn_labels_in_forward
 from lmlab.models.attention_masks import MaskSpec, kernel_mask
@@ -233,18 +233,18 @@ class DecoderModel(LmlabModel):
         return t - 1 - m.flip(-1).argmax(-1)
 
 
-def _deprecated(kwargs: dict, name: str, where: str):
-    """Pop a keyword that older releases took; warn when it is set."""
+def _deprecated(kwargs: dict, name: str, where: str, stacklevel: int = 3):
+    """Pop a keyword that older releases took; warn when it is set. ``stacklevel``: 3 when called
+    from the method ``where`` itself, 4 from a helper of it (the warning names the method's caller)."""
     value = kwargs.pop(name, None)
     if value is not None:
-        warnings.warn(f"{where}({name}=...) is deprecated and goes in the next release: objectives "
-                      "call model.backbone(ids, positions, mask=MaskSpec(...)) and the heads they need",
-                      DeprecationWarning, stacklevel=4)
+        warn_deprecated(f"{where}({name}=...)", "objectives call model.backbone(ids, positions, "
+                        "mask=MaskSpec(...)) and the heads they need", stacklevel=stacklevel)
     return value
 
 
 def _legacy_mask(attention_mask: Tensor | None, kwargs: dict, where: str) -> MaskSpec:
     """The mask description of a call in the old style (mask pieces as keywords)."""
-    return MaskSpec(causal=True, padding=attention_mask, doc_ids=_deprecated(kwargs, "doc_ids", where),
-                    prefix=_deprecated(kwargs, "prefix_mask", where),
-                    pattern=_deprecated(kwargs, "attention_pattern", where))
+    return MaskSpec(causal=True, padding=attention_mask, doc_ids=_deprecated(kwargs, "doc_ids", where, 4),
+                    prefix=_deprecated(kwargs, "prefix_mask", where, 4),
+                    pattern=_deprecated(kwargs, "attention_pattern", where, 4))

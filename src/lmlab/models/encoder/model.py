@@ -29,11 +29,11 @@ the same, deprecated.)
 from __future__ import annotations
 
 import dataclasses
-import warnings
 
 import torch
 from torch import Tensor, nn
 
+from lmlab.deprecation import warn_deprecated
 from lmlab.errors import LmlabError
 from lmlab.losses import IGNORE, head_loss, selected_mean_cross_entropy, warn_labels_in_forward
 from lmlab.models.attention_masks import MaskSpec, kernel_mask
@@ -384,27 +384,27 @@ def masked_rows(head: nn.Module, hidden: Tensor, labels: Tensor,
     return head(h), targets, count
 
 
-def _deprecated(kwargs: dict, name: str, where: str):
-    """Pop a keyword that older releases took; warn when it is set."""
+def _deprecated(kwargs: dict, name: str, where: str, stacklevel: int = 3):
+    """Pop a keyword that older releases took; warn when it is set. ``stacklevel``: 3 when called
+    from the method ``where`` itself, 4 from a helper of it (the warning names the method's caller)."""
     value = kwargs.pop(name, None)
     if value is not None and value is not False:
-        warnings.warn(f"{where}({name}=...) is deprecated and goes in the next release: objectives "
-                      "call model.backbone(ids, positions, mask=MaskSpec(...)) and the heads they need",
-                      DeprecationWarning, stacklevel=4)
+        warn_deprecated(f"{where}({name}=...)", "objectives call model.backbone(ids, positions, "
+                        "mask=MaskSpec(...)) and the heads they need", stacklevel=stacklevel)
     return value
 
 
 def _legacy_mask(attention_mask: Tensor | None, kwargs: dict, where: str) -> tuple[MaskSpec, slice | None]:
     """The mask description of a call in the old style (``doc_ids``, ``attention_pattern``,
     ``first_token_only`` as keywords), and the positions to keep."""
-    doc_ids = _deprecated(kwargs, "doc_ids", where)
-    pattern = _deprecated(kwargs, "attention_pattern", where)
-    keep = slice(0, 1) if _deprecated(kwargs, "first_token_only", where) else None
+    doc_ids = _deprecated(kwargs, "doc_ids", where, 4)
+    pattern = _deprecated(kwargs, "attention_pattern", where, 4)
+    keep = slice(0, 1) if _deprecated(kwargs, "first_token_only", where, 4) else None
     return MaskSpec(padding=attention_mask, doc_ids=doc_ids, pattern=pattern), keep
 
 
 def _legacy_heads(kwargs: dict, model: EncoderModel) -> tuple[str, ...]:
-    return model.selected_heads(_deprecated(kwargs, "heads", "forward"))
+    return model.selected_heads(_deprecated(kwargs, "heads", "forward", 4))
 
 
 def _pop_head_labels(kwargs: dict, head_names: tuple[str, ...]) -> dict[str, Tensor]:

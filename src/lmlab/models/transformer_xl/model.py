@@ -30,12 +30,12 @@ the hidden states and memories. The mask is one :class:`~lmlab.models.attention_
 from __future__ import annotations
 
 import math
-import warnings
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from lmlab.deprecation import warn_deprecated
 from lmlab.errors import LmlabError
 from lmlab.losses import causal_lm_loss, warn_labels_in_forward
 from lmlab.models.attention_masks import MaskSpec, fold_into_bias, segment_pattern
@@ -192,9 +192,8 @@ class TransfoXLModel(LmlabModel):
         DeprecationWarning."""
         pattern = deprecated.pop("attention_pattern", None)
         if pattern is not None:
-            warnings.warn("TransfoXLModel(attention_pattern=...) is deprecated and goes in the next release: "
-                          "pass mask=MaskSpec(causal=True, doc_ids=...) or MaskSpec(pattern=...)",
-                          DeprecationWarning, stacklevel=2)
+            warn_deprecated("TransfoXLModel(attention_pattern=...)",
+                            "pass mask=MaskSpec(causal=True, doc_ids=...) or MaskSpec(pattern=...)")
             mask = MaskSpec(pattern=pattern)
         x, hidden, new_mems = self._run(input_ids, mems, mask, output_hidden_states)
         out = ModelOutput(last_hidden_state=x, hidden_states=hidden, extra={"mems": new_mems})

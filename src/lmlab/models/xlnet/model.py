@@ -31,11 +31,10 @@ encoder over the content stream (everything visible): that is how it is used aft
 
 from __future__ import annotations
 
-import warnings
-
 import torch
 from torch import Tensor, nn
 
+from lmlab.deprecation import warn_deprecated
 from lmlab.errors import LmlabError
 from lmlab.losses import token_loss, warn_labels_in_forward
 from lmlab.models.attention_masks import MaskSpec, kernel_mask
@@ -187,8 +186,7 @@ def _legacy_arguments(mask: MaskSpec | None, targets: Tensor | None,
     old = {k: deprecated.pop(k, None) for k in ("attention_pattern", "query_pattern", "target_positions")}
     if all(v is None for v in old.values()):
         return mask, targets
-    warnings.warn("XLNetModel(attention_pattern=, query_pattern=, target_positions=) is deprecated and "
-                  "goes in the next release: pass mask=MaskSpec(pattern=..., query_stream=...) and "
-                  "targets=...", DeprecationWarning, stacklevel=3)
+    warn_deprecated("XLNetModel(attention_pattern=, query_pattern=, target_positions=)",
+                    "pass mask=MaskSpec(pattern=..., query_stream=...) and targets=...", stacklevel=3)
     spec = MaskSpec(pattern=old["attention_pattern"], query_stream=old["query_pattern"])
     return spec, old["target_positions"] if targets is None else targets

@@ -44,6 +44,22 @@ def warn_deprecated(old: str, instead: str, *, stacklevel: int = 2) -> None:
     warnings.warn(deprecation_message(old, instead), DeprecationWarning, stacklevel=level)
 
 
+#: the advice for the old mask and head keywords of the models' forward
+BACKBONE_INSTEAD = ("objectives call model.backbone(ids, positions, mask=MaskSpec(...)) and the heads "
+                    "they need")
+
+
+def pop_deprecated(kwargs: dict, name: str, where: str, instead: str = BACKBONE_INSTEAD, *,
+                   stacklevel: int = 3):
+    """Pop the keyword ``name`` that older releases of ``where`` took from ``kwargs`` and warn when it
+    is set (None and False are unset). ``stacklevel``: 3 when called from the method ``where``
+    itself, 4 from a helper of it (the warning names the method's caller)."""
+    value = kwargs.pop(name, None)
+    if value is not None and value is not False:
+        warn_deprecated(f"{where}({name}=...)", instead, stacklevel=stacklevel)
+    return value
+
+
 def _compiling() -> bool:
     torch = sys.modules.get("torch")  # no torch imported: nothing can be tracing
     return torch is not None and torch.compiler.is_compiling()

@@ -24,7 +24,7 @@ import math
 import torch
 from torch import Tensor, nn
 
-from lmlab.deprecation import warn_deprecated
+from lmlab.deprecation import pop_deprecated
 from lmlab.errors import LmlabError
 from lmlab.losses import head_loss, warn_labels_in_forward
 from lmlab.models.attention_masks import MaskSpec, kernel_mask
@@ -188,7 +188,7 @@ class DecoderModel(LmlabModel):
         and the heads they choose instead."""
         old_style = _legacy_mask(attention_mask, kwargs, "forward")
         mask = old_style if mask is None else dataclasses.replace(mask, padding=attention_mask)
-        chosen = self.selected_heads(_deprecated(kwargs, "heads", "forward"))
+        chosen = self.selected_heads(pop_deprecated(kwargs, "heads", "forward"))
         cls_labels = kwargs.pop("cls_labels", None)
         for k in ("token_type_ids", "encoder_outputs", "decoder_input_ids", "decoder_attention_mask"):
             if kwargs.pop(k, None) is not None:
@@ -233,18 +233,9 @@ class DecoderModel(LmlabModel):
         return t - 1 - m.flip(-1).argmax(-1)
 
 
-def _deprecated(kwargs: dict, name: str, where: str, stacklevel: int = 3):
-    """Pop a keyword that older releases took; warn when it is set. ``stacklevel``: 3 when called
-    from the method ``where`` itself, 4 from a helper of it (the warning names the method's caller)."""
-    value = kwargs.pop(name, None)
-    if value is not None:
-        warn_deprecated(f"{where}({name}=...)", "objectives call model.backbone(ids, positions, "
-                        "mask=MaskSpec(...)) and the heads they need", stacklevel=stacklevel)
-    return value
-
-
 def _legacy_mask(attention_mask: Tensor | None, kwargs: dict, where: str) -> MaskSpec:
     """The mask description of a call in the old style (mask pieces as keywords)."""
-    return MaskSpec(causal=True, padding=attention_mask, doc_ids=_deprecated(kwargs, "doc_ids", where, 4),
-                    prefix=_deprecated(kwargs, "prefix_mask", where, 4),
-                    pattern=_deprecated(kwargs, "attention_pattern", where, 4))
+    return MaskSpec(causal=True, padding=attention_mask,
+                    doc_ids=pop_deprecated(kwargs, "doc_ids", where, stacklevel=4),
+                    prefix=pop_deprecated(kwargs, "prefix_mask", where, stacklevel=4),
+                    pattern=pop_deprecated(kwargs, "attention_pattern", where, stacklevel=4))

@@ -33,7 +33,7 @@ import dataclasses
 import torch
 from torch import Tensor, nn
 
-from lmlab.deprecation import warn_deprecated
+from lmlab.deprecation import pop_deprecated
 from lmlab.errors import LmlabError
 from lmlab.losses import IGNORE, head_loss, selected_mean_cross_entropy, warn_labels_in_forward
 from lmlab.models.attention_masks import MaskSpec, kernel_mask
@@ -315,7 +315,7 @@ class EncoderModel(LmlabModel):
         mask = old_style if mask is None else dataclasses.replace(mask, padding=attention_mask)
         keep = keep if old_keep is None else old_keep
         chosen = _legacy_heads(kwargs, self)
-        label_positions = _deprecated(kwargs, "label_positions", "forward")
+        label_positions = pop_deprecated(kwargs, "label_positions", "forward")
         head_labels = _pop_head_labels(kwargs, self.head_names)
         if keep is not None:
             whole = [h for h in chosen if h not in FIRST_TOKEN_HEADS]
@@ -384,27 +384,17 @@ def masked_rows(head: nn.Module, hidden: Tensor, labels: Tensor,
     return head(h), targets, count
 
 
-def _deprecated(kwargs: dict, name: str, where: str, stacklevel: int = 3):
-    """Pop a keyword that older releases took; warn when it is set. ``stacklevel``: 3 when called
-    from the method ``where`` itself, 4 from a helper of it (the warning names the method's caller)."""
-    value = kwargs.pop(name, None)
-    if value is not None and value is not False:
-        warn_deprecated(f"{where}({name}=...)", "objectives call model.backbone(ids, positions, "
-                        "mask=MaskSpec(...)) and the heads they need", stacklevel=stacklevel)
-    return value
-
-
 def _legacy_mask(attention_mask: Tensor | None, kwargs: dict, where: str) -> tuple[MaskSpec, slice | None]:
     """The mask description of a call in the old style (``doc_ids``, ``attention_pattern``,
     ``first_token_only`` as keywords), and the positions to keep."""
-    doc_ids = _deprecated(kwargs, "doc_ids", where, 4)
-    pattern = _deprecated(kwargs, "attention_pattern", where, 4)
-    keep = slice(0, 1) if _deprecated(kwargs, "first_token_only", where, 4) else None
+    doc_ids = pop_deprecated(kwargs, "doc_ids", where, stacklevel=4)
+    pattern = pop_deprecated(kwargs, "attention_pattern", where, stacklevel=4)
+    keep = slice(0, 1) if pop_deprecated(kwargs, "first_token_only", where, stacklevel=4) else None
     return MaskSpec(padding=attention_mask, doc_ids=doc_ids, pattern=pattern), keep
 
 
 def _legacy_heads(kwargs: dict, model: EncoderModel) -> tuple[str, ...]:
-    return model.selected_heads(_deprecated(kwargs, "heads", "forward", 4))
+    return model.selected_heads(pop_deprecated(kwargs, "heads", "forward", stacklevel=4))
 
 
 def _pop_head_labels(kwargs: dict, head_names: tuple[str, ...]) -> dict[str, Tensor]:

@@ -22,10 +22,11 @@ from torch import Tensor, nn
 
 from lmlab.data.batch import TokenBatch
 from lmlab.errors import LmlabError
-from lmlab.losses import IGNORE, head_loss, selected_mean_cross_entropy, token_loss
+from lmlab.losses import IGNORE, selected_mean_cross_entropy, token_loss
 from lmlab.models.attention_masks import MaskSpec
 from lmlab.models.encoder.model import masked_rows
 from lmlab.models.output import ModelOutput
+from lmlab.models.scoring import scored_loss
 from lmlab.models.seq2seq.model import shift_right
 
 
@@ -197,15 +198,12 @@ class Objective(nn.Module):
     def loss(self, model: nn.Module, inputs: dict[str, Tensor]) -> tuple[Tensor, dict[str, float]]:
         """Scalar loss to minimise, plus extra metrics to log (e.g. accuracy, per-part losses).
         Objectives compute their own (backbone, heads, :mod:`lmlab.losses`); this default scores
-        ``inputs["labels"]`` with the model's first head: an encoder-decoder under teacher forcing,
-        any other model through :func:`lmlab.losses.head_loss` on its first head's scores."""
+        ``inputs["labels"]`` with the model's first head, as tasks do
+        (:func:`lmlab.models.scoring.scored_loss`: teacher forcing for an encoder-decoder)."""
         if "labels" not in inputs:
             raise LmlabError(f"objective {self.name!r}: prepare() gave no labels for the default loss",
                              "return labels from prepare(), or override Objective.loss")
-        if getattr(model, "architecture", "") == "seq2seq":
-            return teacher_forced(model, inputs)[1], {}
-        out = model(**{k: v for k, v in inputs.items() if k != "labels"})
-        return head_loss(model.head_names[0], out.logits, inputs["labels"]), {}
+        return scored_loss(model, inputs), {}
 
     def is_special(self, ids: Tensor) -> Tensor:
         """Boolean mask of special-token positions (never masked or corrupted)."""

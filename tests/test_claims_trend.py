@@ -162,6 +162,11 @@ def test_trend_grids_double_the_compute_at_every_multiple(data_dir, name, gap):
             mlm, electra = runs[f"mlm-40-x{k}"], runs[f"electra-40-x{k}"]
             assert mlm.flops - electra.flops_per_step < electra.flops <= mlm.flops
     pairs = {(claims_trend.split_arm(c.better)[0], claims_trend.split_arm(c.than)[0]) for c in grid.contrasts}
-    scratch = grid.arms[-1].name
-    assert pairs == {gap, (gap[0], scratch), (gap[1], scratch)} and not grid.arms[-1].pretrained
+    (scratch,) = [a.name for a in grid.arms if not a.pretrained]
+    assert pairs == {gap, (gap[0], scratch), (gap[1], scratch)}
+    # listed by compute, so a seed cut short has every multiple below the one it reached
+    multiples = [claims_trend.split_arm(a.name)[1] if a.pretrained else 0.0 for a in grid.arms]
+    assert multiples == sorted(multiples) and multiples[0] == 0.0
+    # the epoch and the rate chosen on a slice of train, never on the dev set that scores
     assert all(t.settings["select_on"] == "train-slice" for t in grid.tasks)
+    assert all(t.settings["lr"] == "auto" and len(t.settings["lr_sweep"]) == 3 for t in grid.tasks)

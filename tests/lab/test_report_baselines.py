@@ -132,3 +132,29 @@ def test_a_grid_run_says_the_baseline_and_the_flags_on_the_console(micro, tmp_pa
                         "every seed: it learned nothing usable there")
     text = result.report["markdown"].read_text(encoding="utf-8")
     assert "| baseline (no model) | – | – | – | – | – | 0.5000 |" in text and "at baseline: sst2" in text
+
+
+class RateFakes(BaselineFakes):
+    """Fine-tuning with ``lr = "auto"``: its summary records the rates tried and the one kept."""
+
+    def finetune(self, checkpoint, task, train, dev, out, log=None, **settings):
+        result = super().finetune(checkpoint, task, train, dev, out, log, **settings)
+        path = Path(out) / "finetune.json"
+        summary = json.loads(path.read_text(encoding="utf-8"))
+        summary["lr_sweep"] = {"select_metric": "accuracy", "selected_on": "train-slice",
+                               "scores": {"0.0002": 0.6, "0.0005": 0.7}, "chosen": 0.0005}
+        path.write_text(json.dumps(summary), encoding="utf-8")
+        return result
+
+
+def test_runs_csv_says_which_rate_an_auto_sweep_kept(micro, tmp_path, monkeypatch):  # noqa: F811
+    monkeypatch.setattr(runner_mod, "pretrain", Fakes().pretrain)
+    monkeypatch.setattr(runner_mod, "finetune", RateFakes().finetune)
+    grid = load_grid(micro(seeds=[0, 1], arms=[{"name": "mlm", "preset": "bert-tiny", "objective": "mlm"}]))
+    result = run_grid(grid, tmp_path / "out", progress=False, log=lambda _: None)
+    rows = list(csv.DictReader(io.StringIO(result.report["runs_csv"].read_text(encoding="utf-8"))))
+    assert [float(r["sst2_lr"]) for r in rows] == [0.0005, 0.0005]
+    # a grid with one fixed rate has no such column
+    monkeypatch.setattr(runner_mod, "finetune", BaselineFakes().finetune)
+    fixed = run_grid(grid, tmp_path / "fixed", progress=False, log=lambda _: None)
+    assert "sst2_lr" not in fixed.report["runs_csv"].read_text(encoding="utf-8").splitlines()[0]

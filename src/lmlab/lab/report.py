@@ -280,8 +280,10 @@ def csv_text(rows: list[dict[str, Any]]) -> str:
 
 
 def runs_csv_text(records: list[dict[str, Any]]) -> str:
-    """One line per (arm, size, seed): the raw numbers behind the table (diagnostics included)."""
+    """One line per (arm, size, seed): the raw numbers behind the table (diagnostics included) and,
+    for a task fine-tuned with ``lr = "auto"``, the rate each run kept (``TASK_lr``)."""
     cols = metric_columns(records, diagnostics=True)
+    rated = sorted({t for r in records for t in (r.get("rates") or {})})
     head = [
         "arm",
         "size",
@@ -294,6 +296,7 @@ def runs_csv_text(records: list[dict[str, Any]]) -> str:
         "flops",
         "val_loss",
         *[f"{t}_{m}" for t, m in cols],
+        *[f"{t}_lr" for t in rated],
     ]
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
@@ -313,6 +316,7 @@ def runs_csv_text(records: list[dict[str, Any]]) -> str:
                 r.get("flops", ""),
                 "" if r.get("val_loss") is None else r["val_loss"],
                 *vals,
+                *[(r.get("rates") or {}).get(t, "") for t in rated],
             ]
         )
     return buf.getvalue()

@@ -48,7 +48,7 @@ def collect_records(grid, out: str | Path) -> list[dict[str, Any]]:
         fins = by_run.get(id(p), [])
         seeds = sorted({f.seed for f in fins}) or [p.seed]
         for seed in seeds:
-            tasks, baselines, select = {}, {}, {}
+            tasks, baselines, select, rates = {}, {}, {}, {}
             for f in (f for f in fins if f.seed == seed):
                 if finetune_done(out, f):
                     tasks[f.task.name] = read_json(finetune_dir(out, f) / "eval.json", "fine-tuning result")
@@ -57,12 +57,16 @@ def collect_records(grid, out: str | Path) -> list[dict[str, Any]]:
                         baselines[f.task.name] = summary["baseline"]
                     if summary.get("select_metric"):
                         select[f.task.name] = summary["select_metric"]
-            records.append({**base, "seed": seed, "tasks": tasks, "baselines": baselines, "select": select})
+                    if isinstance(summary.get("lr_sweep"), dict) and "chosen" in summary["lr_sweep"]:
+                        rates[f.task.name] = summary["lr_sweep"]["chosen"]  # lr = "auto": the rate kept
+            records.append({**base, "seed": seed, "tasks": tasks, "baselines": baselines, "select": select,
+                            "rates": rates})
     return records
 
 
 def _finetune_summary(run_dir: Path) -> dict[str, Any]:
-    """A fine-tuning run's ``finetune.json`` (its task's baseline, the selected metric), or {}."""
+    """A fine-tuning run's ``finetune.json`` (its task's baseline, the selected metric, the rate an
+    ``lr = "auto"`` sweep kept), or {}."""
     from lmlab.errors import LmlabError
     from lmlab.finetune.loop import SUMMARY_FILE
 

@@ -197,14 +197,23 @@ def fit_trend(points: list[Point]) -> Fit | None:
     return fit
 
 
+def level(f: Fit) -> str:
+    """Where the fitted gap stands at 1x: ahead or behind (two standard errors from zero) or not."""
+    at = f"at 1x ({f.a:+.4f} ± {f.se_a:.4f})"
+    if abs(f.a) < 2 * f.se_a:
+        return f"within noise of zero {at}"
+    return f"{'ahead' if f.a > 0 else 'behind'} {at}"
+
+
 def crossing(f: Fit) -> tuple[float | None, tuple[float, float] | None, str]:
     """Where the fitted gap closes (the multiple where it is zero and its 68% range by the delta
     method; None when it does not close or the slope is not told from zero), and what it means."""
     slope = f"{f.b:+.4f} ± {f.se_b:.4f} per doubling"
     x0 = -f.a / f.b if f.b else -math.inf
     if f.b == 0 or abs(f.b) < 2 * f.se_b:
-        line = f"; the fitted line crosses at {2.0**x0:.3g}x" if x0 > 0 else ""
-        return None, None, f"no trend distinguishable from zero ({slope}): not known to close{line}"
+        line = f" (the fitted line crosses at {2.0**x0:.3g}x)" if x0 > 0 else ""
+        return None, None, (f"{level(f)}; no trend distinguishable from zero ({slope}): no crossing "
+                            f"predicted{line}")
     if x0 <= 0:
         side = "ahead" if f.b > 0 else "behind"
         return None, None, f"{side} from 1x on and moving away from zero ({slope}): does not close"

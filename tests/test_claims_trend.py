@@ -65,6 +65,7 @@ def test_synthetic_trend_closes_where_the_line_says(tmp_path):
     assert "moving towards zero" in fit["reading"] and "crosses at 16x" in fit["reading"]
     assert flat["fit"]["b"] == pytest.approx(0.0, abs=1e-12) and flat["fit"]["a"] == pytest.approx(0.02)
     assert "no trend distinguishable from zero" in flat["fit"]["reading"] and flat["fit"]["crossing"] is None
+    assert flat["fit"]["reading"].startswith("ahead at 1x (+0.0200")  # a level, not only "no trend"
     md = (out / "trend.md").read_text()
     assert "| trend-synthetic | a - b | 1x | 1e+12 |" in md and "**-0.0400 ± 0.0028**" in md
     assert "| trend-synthetic | a - b | -0.0400 ± " in md and "| 16x |" in md

@@ -294,8 +294,10 @@ def plot(trends: list[Trend]) -> bytes:
     import matplotlib.pyplot as plt
 
     grids = list(dict.fromkeys(t.grid for t in trends))
+    measured = [p.multiple for t in trends for p in t.points] or [1.0]
     fig, axes = plt.subplots(1, len(grids), figsize=(6.5 * len(grids), 4.5), squeeze=False)
     for ax, grid in zip(axes[0], grids, strict=True):
+        right = max(measured)  # every panel spans every multiple measured, so panels line up
         for i, t in enumerate(x for x in trends if x.grid == grid):
             ks = [p.multiple for p in t.points]
             stds = [0.0 if math.isnan(p.std) else p.std for p in t.points]
@@ -306,11 +308,16 @@ def plot(trends: list[Trend]) -> bytes:
                 end = max(ks)
                 if t.fit.crossing is not None and max(ks) < t.fit.crossing <= DRAW_LIMIT:
                     end = t.fit.crossing * 1.2
+                right = max(right, end)
                 xs = [min(ks) * (end / min(ks)) ** (j / 50) for j in range(51)]
                 ax.plot(xs, [t.fit.a + t.fit.b * math.log2(x) for x in xs], linestyle="--",
                         color=bars[0].get_color(), linewidth=1)
         ax.axhline(0.0, color="black", linewidth=0.8)
         ax.set_xscale("log", base=2)
+        left = min(measured)
+        ax.set_xlim(left / 1.3, right * 1.3)
+        ax.set_xticks([2.0**j for j in range(math.floor(math.log2(left)), math.ceil(math.log2(right)) + 1)])
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
         ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}x"))
         ax.set_xlabel("pretraining compute (multiple of today's per-arm compute)")
         ax.set_ylabel(f"paired gap in {trends[0].metric}")

@@ -197,10 +197,15 @@ def fit_trend(points: list[Point]) -> Fit | None:
     return fit
 
 
+def told_from_zero(value: float, se: float) -> bool:
+    """The one rule for a fitted number: it differs from zero when it is two standard errors away."""
+    return value != 0 and abs(value) >= 2 * se
+
+
 def level(f: Fit) -> str:
-    """Where the fitted gap stands at 1x: ahead or behind (two standard errors from zero) or not."""
+    """Where the fitted gap stands at 1x: ahead or behind (told from zero) or not."""
     at = f"at 1x ({f.a:+.4f} ± {f.se_a:.4f})"
-    if abs(f.a) < 2 * f.se_a:
+    if not told_from_zero(f.a, f.se_a):
         return f"within noise of zero {at}"
     return f"{'ahead' if f.a > 0 else 'behind'} {at}"
 
@@ -210,7 +215,7 @@ def crossing(f: Fit) -> tuple[float | None, tuple[float, float] | None, str]:
     method; None when it does not close or the slope is not told from zero), and what it means."""
     slope = f"{f.b:+.4f} ± {f.se_b:.4f} per doubling"
     x0 = -f.a / f.b if f.b else -math.inf
-    if f.b == 0 or abs(f.b) < 2 * f.se_b:
+    if not told_from_zero(f.b, f.se_b):
         line = f" (the fitted line crosses at {2.0**x0:.3g}x)" if x0 > 0 else ""
         return None, None, (f"{level(f)}; no trend distinguishable from zero ({slope}): no crossing "
                             f"predicted{line}")
@@ -295,6 +300,7 @@ def plot(trends: list[Trend]) -> bytes:
 
     grids = list(dict.fromkeys(t.grid for t in trends))
     measured = [p.multiple for t in trends for p in t.points] or [1.0]
+    left = min(measured)
     fig, axes = plt.subplots(1, len(grids), figsize=(6.5 * len(grids), 4.5), squeeze=False)
     for ax, grid in zip(axes[0], grids, strict=True):
         right = max(measured)  # every panel spans every multiple measured, so panels line up
@@ -314,7 +320,6 @@ def plot(trends: list[Trend]) -> bytes:
                         color=bars[0].get_color(), linewidth=1)
         ax.axhline(0.0, color="black", linewidth=0.8)
         ax.set_xscale("log", base=2)
-        left = min(measured)
         ax.set_xlim(left / 1.3, right * 1.3)
         ax.set_xticks([2.0**j for j in range(math.floor(math.log2(left)), math.ceil(math.log2(right)) + 1)])
         ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())

@@ -259,3 +259,84 @@ def test_a_file_name_that_is_not_utf8_is_kept_in_the_shards_index(tmp_path, tiny
     assert TokenShards(tmp_path / "shards", "train").num_tokens > 0
     index = json.loads((tmp_path / "shards" / "index.json").read_text())
     assert os.fsencode(index["inputs"][0]["path"]).endswith(b"caf\xe9.txt")
+
+
+def _cut_in_half(path) -> bytes:
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+    return data[: len(data) // 2]
+
+
+def test_a_damaged_newest_checkpoint_is_set_aside_and_the_run_resumes_from_the_one_before(
+    tiny_config, tmp_path):
+    quiet = lambda m: None  # noqa: E731
+    full = pretrain(tiny_config(max_steps=6, checkpoint_every=2), tmp_path / "full", log=quiet)
+    run = tmp_path / "run"
+    pretrain(tiny_config(max_steps=4, checkpoint_every=2), run, log=quiet)
+    kept = _cut_in_half(run / "checkpoints" / "step_4" / "model.safetensors")  # a copy cut short
+    said: list[str] = []
+    resumed = pretrain(tiny_config(max_steps=6, checkpoint_every=2), run, resume=True, log=said.append)
+    assert any("skipping the damaged checkpoint step_4" in m and "using step_2" in m for m in said), said
+    # the damaged folder is kept, renamed (no longer a checkpoint), its files as they were
+    aside = run / "checkpoints" / "step_4.damaged"
+    assert (aside / "model.safetensors").read_bytes() == kept
+    assert [s for s, _ in list_checkpoints(run)] == [2, 4, 6]
+    # steps 3-6 were trained again from step 2: the run equals the uninterrupted one
+    a, b = _losses(tmp_path / "full"), _losses(run)
+    assert sorted(a) == sorted(b) == list(range(1, 7))
+    for step in a:
+        assert b[step]["loss"] == pytest.approx(a[step]["loss"], abs=1e-6), step
+    assert resumed["val_loss"] == pytest.approx(full["val_loss"], abs=1e-6)
+
+
+@pytest.mark.parametrize("damage", ["truncated weights", "missing weights", "broken config", "broken state"])
+def test_a_run_directory_stands_for_its_newest_intact_checkpoint(tiny_config, tmp_path, damage):
+    from lmlab.train.checkpoint import checkpoint_damage, latest_checkpoint
+
+    run = tmp_path / "run"
+    pretrain(tiny_config(max_steps=4, checkpoint_every=2), run, log=lambda m: None)
+    newest = run / "checkpoints" / "step_4"
+    assert checkpoint_damage(newest) is None
+    if damage == "truncated weights":
+        _cut_in_half(newest / "model.safetensors")
+    elif damage == "missing weights":
+        (newest / "model.safetensors").unlink()
+    elif damage == "broken config":
+        (newest / "config.json").write_bytes(b"\xff\xfe not JSON")
+    else:
+        (newest / "train_state.json").write_text('{"step": 4, "tok', encoding="utf-8")
+    said: list[str] = []
+    assert checkpoint_damage(newest) is not None
+    assert latest_checkpoint(run, said.append) == run / "checkpoints" / "step_2"
+    assert len(said) == 1 and "step_4" in said[0], said
+    assert latest_checkpoint(run, said.append) == run / "checkpoints" / "step_2"
+    assert len(said) == 1  # named once
+
+
+def test_loading_a_run_directory_skips_a_damaged_newest_checkpoint(tiny_config, tmp_path, capsys):
+    from lmlab.cli import main
+
+    run = tmp_path / "run"
+    pretrain(tiny_config(max_steps=4, checkpoint_every=2), run, log=lambda m: None)
+    (run / "checkpoints" / "step_4" / "model.safetensors").unlink()
+    capsys.readouterr()
+    assert main(["generate", "--checkpoint", str(run), "--prompt", "To be", "--max-new-tokens", "3"]) == 0
+    err = capsys.readouterr().err
+    assert "skipping the damaged checkpoint step_4" in err and "step_2" in err, err
+
+
+def test_a_run_whose_every_checkpoint_is_damaged_is_one_line_on_resume(tiny_config, tmp_path, capsys):
+    from assertions import assert_one_line_error
+
+    from lmlab.cli import main
+
+    run = tmp_path / "run"
+    pretrain(tiny_config(max_steps=4, checkpoint_every=2), run, log=lambda m: None)
+    for step in (2, 4):
+        _cut_in_half(run / "checkpoints" / f"step_{step}" / "train_state.safetensors")
+    capsys.readouterr()
+    config = run / "config.toml"
+    assert main(["pretrain", "--config", str(config), "--out", str(run), "--resume"]) == 2
+    assert_one_line_error(capsys, "no checkpoint of", "can be read back", "corrupt or truncated",
+                          "move", "aside to start over")
+    assert [s for s, _ in list_checkpoints(run)] == [2, 4]  # nothing renamed, nothing deleted

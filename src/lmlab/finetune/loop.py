@@ -182,7 +182,7 @@ def _finetune_run(checkpoint, task, train, dev, out, method, method_options, tok
     if out_dir is not None:
         out_dir = check_replaceable_dir(out_dir, SUMMARY_FILE, "fine-tuned model")  # before any work
         if resumable:
-            resume_from = resume_state.check_start(out_dir, resume, clear=rank_of_launch() == 0)
+            resume_from = resume_state.check_start(out_dir, resume, clear=rank_of_launch() == 0, say=say)
     machine = resolve(cfg.device, cfg.threads, cfg.precision, int(os.environ.get("LOCAL_RANK", "0")),
                       int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
     owns_group = not (torch.distributed.is_available() and torch.distributed.is_initialized())
@@ -218,7 +218,7 @@ def _finetune_run(checkpoint, task, train, dev, out, method, method_options, tok
     finally:  # also when training fails: no open event files, nothing left beside the output
         run.log.close()
         exits.close()
-        if resumable and writes and (finished or resume_state.saved_state(out_dir) is None):
+        if resumable and writes and (finished or not resume_state.holds_state(out_dir)):
             # done, or failed before a state worth resuming was written (a non-finite loss at the start);
             # rank 0 alone writes the resume folder, so it alone clears it (another rank clearing it
             # too would race rank 0's clearing, or delete the live files of a run still going)

@@ -42,6 +42,8 @@ from lmlab.train.checkpoint import (
     check_param_groups,
     check_rng_state,
     latest_checkpoint,
+    list_checkpoints,
+    set_aside_damaged,
 )
 from lmlab.train.components.checkpointer import Checkpointer, StateDictWeights, optimizer_state
 from lmlab.train.components.resume_state import ResumeState, random_streams
@@ -90,9 +92,10 @@ def _clear_owned(rdir: Path) -> None:
             ownership.remove_owned_tree(rdir, name)
 
 
-def saved_state(out_dir: Path) -> Path | None:
-    """The checkpoint an interrupted run writing ``out_dir`` left (None: there is none)."""
-    return latest_checkpoint(resume_dir(out_dir))
+def saved_state(out_dir: Path, say=None) -> Path | None:
+    """The checkpoint an interrupted run writing ``out_dir`` left (None: there is none); a damaged
+    newer one is skipped and named through ``say``."""
+    return latest_checkpoint(resume_dir(out_dir), say)
 
 
 def input_identity(data) -> Any:
@@ -123,7 +126,13 @@ def _plain(obj):
     return obj
 
 
-def check_start(out_dir: Path, resume: bool, clear: bool = True) -> Path | None:
+def holds_state(out_dir: Path) -> bool:
+    """Whether the resume folder of ``out_dir`` holds a checkpoint, intact or not (never raises:
+    asked while a run ends, to tell whether its resume folder is worth keeping)."""
+    return bool(list_checkpoints(resume_dir(out_dir)))
+
+
+def check_start(out_dir: Path, resume: bool, clear: bool = True, say=None) -> Path | None:
     """Before any work: the checkpoint to resume from, or None to start from the beginning.
 
     An interrupted run's state is never discarded silently: starting again without ``--resume``
@@ -135,11 +144,13 @@ def check_start(out_dir: Path, resume: bool, clear: bool = True) -> Path | None:
         raise LmlabError(f"{rdir / OLD_STATE_FILE} is the resume state of an earlier lmlab version, which "
                          "this version does not read", f"delete {rdir} to start the run over, or finish the "
                          "run with the lmlab version that started it")
-    state = saved_state(out_dir)
+    state = saved_state(out_dir, say)
     if state is not None:
         if not resume:
             raise LmlabError(f"{out_dir} has an interrupted fine-tuning run (its state is in {rdir})",
                              "pass --resume to continue it, or delete that directory to start over")
+        if clear:  # one process renames; the resumed run writes those steps again
+            set_aside_damaged(rdir, say)
         return state
     if clear:
         _clear_owned(rdir)

@@ -31,6 +31,8 @@ import errno
 import os
 import re
 import shutil
+import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -66,9 +68,88 @@ def list_checkpoints(run_dir: str | Path) -> list[tuple[int, Path]]:
     return sorted(found)
 
 
-def latest_checkpoint(run_dir: str | Path) -> Path | None:
+def checkpoint_damage(path: str | Path) -> str | None:
+    """Why the checkpoint folder ``path`` cannot be read back whole (None: it can).
+
+    A ``step_N`` folder appears only complete (:func:`save_train_checkpoint` renames it into
+    place), so damage comes from outside lmlab: a copy cut short, a file deleted, a disk error.
+    The check reads headers only: every JSON file parses, every safetensors file's header covers
+    the whole file, and the weights and train state a resume or a load needs are there. What the
+    files say is checked where they are read (:func:`read_train_state`, the model loader)."""
+    from lmlab.models.checkpoint import WEIGHTS_NAME
+
+    path = Path(path)
+    try:
+        read_json(path / STATE_JSON, "train state")
+    except LmlabError as e:
+        return e.problem
+    for name in (STATE_TENSORS, WEIGHTS_NAME):
+        if not (path / name).is_file():
+            return f"{path / name} is missing"
+    for file in sorted(path.iterdir()):
+        try:
+            if file.suffix == ".safetensors":
+                _tensor_names(file)
+            elif file.suffix == ".json" and file.name != STATE_JSON:
+                read_json(file, "checkpoint file")
+        except LmlabError as e:
+            return e.problem
+    return None
+
+
+_reported: set[Path] = set()  # damaged checkpoints already named in this process
+
+
+def _stderr(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def latest_checkpoint(run_dir: str | Path, say: Callable[[str], None] | None = None) -> Path | None:
+    """The newest checkpoint of a run that can be read back whole (None: the run has none yet).
+
+    A damaged newer checkpoint (:func:`checkpoint_damage`) is skipped, and named once through
+    ``say`` (default: stderr); a run whose every checkpoint is damaged is a one-line error, so that
+    a resume never starts over silently."""
     found = list_checkpoints(run_dir)
-    return found[-1][1] if found else None
+    damaged = []
+    for _, path in reversed(found):
+        problem = checkpoint_damage(path)
+        if problem is None:
+            if damaged:
+                _name_damaged(damaged, f"using {path.name}", say)
+            return path
+        damaged.append((path, problem))
+    if damaged:
+        newest, problem = damaged[0]
+        raise LmlabError(f"no checkpoint of {Path(run_dir)} can be read back: {problem}",
+                         f"restore the run's checkpoints, or move {newest.parent} aside to start over")
+    return None
+
+
+def _name_damaged(damaged: list[tuple[Path, str]], instead: str, say) -> None:
+    for path, problem in damaged:
+        key = path.resolve()
+        if key not in _reported:
+            _reported.add(key)
+            (say or _stderr)(f"warning: skipping the damaged checkpoint {path.name} ({problem}); {instead}")
+
+
+def set_aside_damaged(run_dir: str | Path, say: Callable[[str], None] | None = None) -> list[Path]:
+    """Before a resume: rename the damaged checkpoints newer than the newest intact one to
+    ``step_N.damaged`` (kept, never deleted; no longer a checkpoint), so that the resumed run
+    writes its own ``step_N`` again and its pruning counts only checkpoints it can read. Returns
+    the new names."""
+    newest = latest_checkpoint(run_dir, say)
+    moved = []
+    for step, path in list_checkpoints(run_dir):
+        if newest is not None and path != newest and step > int(_STEP_RE.fullmatch(newest.name).group(1)):
+            aside, k = path.with_name(f"{path.name}.damaged"), 1
+            while aside.exists() or aside.is_symlink():
+                aside, k = path.with_name(f"{path.name}.damaged-{k}"), k + 1
+            os.replace(path, aside)
+            (say or _stderr)(f"moved the damaged checkpoint {path.name} aside to {aside}")
+            moved.append(aside)
+    return moved
 
 
 def save_train_checkpoint(

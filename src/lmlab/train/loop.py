@@ -183,7 +183,7 @@ class Trainer:
         here = torch.device("cuda", self.info.local_rank) if dev_type == "cuda" else torch.device("cpu")
         self.rank0_pid = dist_.broadcast_int(os.getpid(), self.info, here)
         threads, precision = t.threads, t.precision
-        saved = pretrain_state.saved_machine(self.run_dir, self.resume)
+        saved = pretrain_state.saved_machine(self.run_dir, self.resume, self.log)
         if saved:
             threads = threads or saved.get("threads", 0)
             precision = saved.get("precision", precision) if precision == "auto" else precision

@@ -17,6 +17,7 @@ from lmlab.train.checkpoint import (
     check_train_tensors,
     latest_checkpoint,
     read_train_state,
+    set_aside_damaged,
 )
 from lmlab.train.components.checkpointer import optimizer_state, restore_optimizer
 from lmlab.train.components.resume_state import ResumeState, random_streams, restore_random_streams
@@ -31,13 +32,13 @@ RESUME_FREE_KEYS = {
 }
 
 
-def saved_machine(run_dir: Path, resume: bool) -> dict | None:
+def saved_machine(run_dir: Path, resume: bool, say=None) -> dict | None:
     """On resume, the machine choices saved in the newest checkpoint, once the files a resume reads
     back (its train state and model config, the run's metrics log) are checked whole, each against
     its file schema: before any work."""
     if not resume:
         return None
-    path = latest_checkpoint(run_dir)
+    path = latest_checkpoint(run_dir, say)
     if path is None:
         return None
     from lmlab.models import read_checkpoint_meta
@@ -51,7 +52,7 @@ def saved_machine(run_dir: Path, resume: bool) -> dict | None:
 def check_run_dir(trainer) -> Path | None:
     """The checkpoint to resume from (None: start), or a one-line error for a run folder that holds
     a run without ``--resume``, or a resume with another model, objective or tokenizer."""
-    existing = latest_checkpoint(trainer.run_dir)
+    existing = latest_checkpoint(trainer.run_dir, trainer.log)
     if not trainer.resume:
         if existing is not None:
             raise LmlabError(f"{trainer.run_dir} already holds a run (checkpoint {existing.name})",
@@ -60,6 +61,8 @@ def check_run_dir(trainer) -> Path | None:
     if existing is None:
         trainer.log(f"resume: no checkpoint in {trainer.run_dir / 'checkpoints'}, starting from scratch")
         return None
+    if trainer.info.is_main:  # one process renames; the resumed run writes those steps again
+        set_aside_damaged(trainer.run_dir, trainer.log)
     saved_path = trainer.run_dir / "config.toml"
     if saved_path.is_file():
         compare_configs(trainer, load_config(read_toml(saved_path)))

@@ -232,3 +232,85 @@ def test_a_manifest_that_is_not_lmlabs_proves_nothing(tmp_path):
     (folder / ownership.MANIFEST).write_text(json.dumps({"kind": "tokenizer", "entries": {}}))
     (folder / "paper.pdf").write_text("x")
     assert not ownership.may_replace_dir(folder, "tokenizer").ok
+
+
+# ------------------------------------------------------------------- a failed command leaves no trace
+@pytest.mark.parametrize("bad", ["objective.name=mlm", "data.train=nonexist", "model.n_heads=3",
+                                 "model.dropout=1.5"])
+def test_a_pretraining_refused_after_claiming_its_folder_leaves_no_trace(bad, tmp_path, capsys):
+    out = tmp_path / "new" / "runs" / "rx"  # its parents are made for it too
+    assert main(["pretrain", "--config", "configs/gpt-tiny-clm.toml", "--out", str(out), "--set", bad]) == 2
+    _one_line_error(capsys)
+    assert list(tmp_path.iterdir()) == []
+    mine = tmp_path / "mine"  # a folder the user made for the run stays, as it was: empty
+    mine.mkdir()
+    assert main(["pretrain", "--config", "configs/gpt-tiny-clm.toml", "--out", str(mine), "--set", bad]) == 2
+    _one_line_error(capsys)
+    assert [p.name for p in tmp_path.iterdir()] == ["mine"] and list(mine.iterdir()) == []
+
+
+def test_a_demo_refused_after_claiming_its_folder_leaves_no_trace(tmp_path, capsys):
+    out = tmp_path / "demo"
+    assert main(["demo", "--out", str(out), "--vocab-size", "10", "--steps", "1"]) == 2
+    _one_line_error(capsys, "vocab_size 10 is too small")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_claim_is_given_back_only_when_nothing_was_written_and_nobody_holds_it(tmp_path):
+    from lmlab.fileio import directory_lock
+
+    kind, entries = "pretraining run", ("metrics.jsonl", "checkpoints")
+    with pytest.raises(LmlabError), ownership.claimed_dir(tmp_path / "a" / "b", kind, entries) as d:
+        (d / "checkpoints").mkdir()  # an empty folder is nothing written
+        raise LmlabError("refused", "fix")
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(LmlabError), ownership.claimed_dir(tmp_path / "c", kind, entries) as d:
+        (d / "metrics.jsonl").write_text("{}\n")  # something written: the claim stays, with the file
+        raise LmlabError("refused", "fix")
+    assert ownership.owns_entry(tmp_path / "c", "metrics.jsonl")
+    with ownership.claimed_dir(tmp_path / "d", kind, entries) as d, directory_lock(d):
+        with ownership.claimed_dir(d, kind, entries):  # a second command into a folder in use by the first
+            pass
+        assert ownership.read_manifest(d) is not None  # not taken from the one holding it
+    assert not (tmp_path / "d").exists()
+
+
+# ------------------------------------------------------------------- live files beside an output
+def test_a_killed_alignments_live_log_is_removed_at_the_next_start(ckpt, tmp_path, capsys, monkeypatch):
+    import lmlab.align.loop as align_loop
+
+    prefs = tmp_path / "prefs.jsonl"
+    prefs.write_text(json.dumps({"prompt": "Hi", "chosen": " good", "rejected": " bad"}) + "\n")
+    args = ["align", "--method", "dpo", "--checkpoint", str(ckpt), "--max-steps", "1", "--batch-size", "1",
+            "--threads", "1", "--no-progress", "--train", str(prefs), "--dev", str(prefs), "--out"]
+    live = _dead_temporary(tmp_path, "al", "live-")  # what an align killed by SIGKILL left
+    real = align_loop.dpo_loss
+
+    def looks(*a, **k):  # the next run, as it trains: the dead run's live folder is gone already
+        assert not live.exists()
+        return real(*a, **k)
+
+    monkeypatch.setattr(align_loop, "dpo_loss", looks)
+    assert main([*args, str(tmp_path / "al")]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["al", "ck", "prefs.jsonl"]
+
+
+def test_a_failed_alignment_leaves_nothing_beside_its_output(ckpt, tmp_path, capsys):
+    prefs = tmp_path / "prefs.jsonl"
+    prefs.write_text(json.dumps({"prompt": "Hi", "chosen": " good", "rejected": " bad"}) + "\n")
+    base = ["align", "--checkpoint", str(ckpt), "--threads", "1", "--no-progress", "--train", str(prefs),
+            "--dev", str(prefs), "--out", str(tmp_path / "al")]
+    # refused once the model is loaded (too big for this machine), and a failure mid-run
+    assert main([*base, "--method", "rlhf", "--batch-size", "100000", "--samples", "100000"]) == 2
+    _one_line_error(capsys, "would need about")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ck", "prefs.jsonl"]
+    import lmlab.align.loop as align_loop
+
+    def broken(*a, **k):
+        raise ValueError("mid-way")
+
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(align_loop, "dpo_loss", broken)
+        assert main([*base, "--method", "dpo", "--max-steps", "2", "--batch-size", "1"]) == 2
+    assert "mid-way" in capsys.readouterr().err.splitlines()[-1]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ck", "prefs.jsonl"]

@@ -13,7 +13,8 @@ import time
 from importlib import resources
 from pathlib import Path
 
-from lmlab.ownership import claim_dir, remove_owned_tree
+from lmlab.ownership import claimed_dir, remove_owned_tree
+from lmlab.stopping import Stopped
 
 #: what the demo writes in its folder; nothing else there is ever touched
 DEMO_ENTRIES = ("tokenizer", "train.txt", "val.txt", "run")
@@ -60,20 +61,30 @@ def run_demo(
     sample_tokens: int = 60,
     device: str = "auto",
 ) -> dict:
-    from lmlab.fileio import atomic_write_text, read_text
+    from lmlab.fileio import read_text
     from lmlab.text_input import check_text
-    from lmlab.tokenizers import train_tokenizer
-    from lmlab.train import pretrain
 
     check_text(prompt, "the prompt (--prompt)")  # before minutes of training, not after
     t_all = time.perf_counter()
     corpus_path = builtin_corpus_path()
     text = read_text(corpus_path)
     lines = text.splitlines(keepends=True)
+    # the demo's folder: new or an earlier demo's (lmlab.ownership); a folder of other files is refused;
+    # given back if the demo stops before writing anything there
+    with claimed_dir(out, "demo", DEMO_ENTRIES) as folder:
+        return _run_in(folder, text, lines, corpus_path, vocab_size, algo, steps, prompt, sample_tokens,
+                       device, t_all)
+
+
+def _run_in(out: Path, text: str, lines: list[str], corpus_path: Path, vocab_size: int, algo: str,
+            steps: int, prompt: str, sample_tokens: int, device: str, t_all: float) -> dict:
+    """The demo's three stages, in its claimed folder ``out``."""
+    from lmlab.fileio import atomic_write_text
+    from lmlab.tokenizers import train_tokenizer
+    from lmlab.train import pretrain
+
     held_out = "".join(lines[-2000:])
     train = lines[:-2000]
-    # the demo's folder: new or an earlier demo's (lmlab.ownership); a folder of other files is refused
-    out = claim_dir(out, "demo", DEMO_ENTRIES)
     print(
         f"[1/3] training a {algo} tokenizer ({vocab_size} tokens) on {corpus_path.name} "
         f"({len(text) / 1e6:.2f} MB, {len(lines)} lines)"
@@ -103,7 +114,11 @@ def run_demo(
     atomic_write_text(out / "val.txt", held_out)
     run_dir = out / "run"
     remove_owned_tree(out, "run")  # the demo always starts fresh (only the run an earlier demo wrote)
-    summary = pretrain(demo_config(out, steps, device), run_dir, log=lambda m: print(f"  {m}", flush=True))
+    try:
+        summary = pretrain(demo_config(out, steps, device), run_dir,
+                           log=lambda m: print(f"  {m}", flush=True))
+    except Stopped as e:  # the demo has no --resume: it starts over
+        raise e.with_fix("run the same command again (the demo starts over)") from None
     print(
         f"  val loss {summary['initial_val_loss']:.3f} -> {summary['val_loss']:.3f} "
         f"(perplexity {summary['val_ppl']:.1f}, {summary['val_bpb']:.3f} bits/byte) after "

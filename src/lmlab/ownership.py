@@ -11,11 +11,15 @@ lmlab replaces or deletes only what it can prove it wrote. The proof is a manife
 * a **folder written over time** (a pretraining run, the demo's folder, a comparison grid) is
   claimed when it is new or empty (:func:`claim_dir`); its manifest names the entries the command
   writes there (``metrics.jsonl``, ``checkpoints``...). Entries the user adds are never touched.
+  A command that ends having written nothing there gives the claim back (:func:`claimed_dir`), so
+  a refused or stopped command leaves no trace.
 * a **single file** written into a user's folder (``--predictions``, ``fit.json``) is recorded in
   that folder's manifest (:func:`record_file`), and replaced only while it is unchanged.
 * a **temporary** (``.NAME.tmp-PID-*``, ``.NAME.old-PID``, ``.NAME.prune-PID``) is always a folder
   holding a manifest that names the process writing it; it is removed as a leftover only when that
   manifest is there and the process has ended. A user's file that merely looks like one is kept.
+  What a command writes beside its output while it runs (a live metrics log) is one too
+  (:func:`live_dir`).
 
 A marker file (``config.json``, ``tokenizer.json``) says what a folder *is*, never who owns it.
 """
@@ -208,10 +212,88 @@ def claim_dir(dest: str | os.PathLike, kind: str, entries: tuple[str, ...], crea
                          "choose a new --out, or move or delete that folder yourself")
     if not create:
         return resolved
+    made = not resolved.exists()
     resolved.mkdir(parents=True, exist_ok=True)
     owned = {e: {"tree": True} for e in entries}
-    write_manifest(resolved, {"kind": kind, "state": "claimed", "entries": owned})
+    # "made": lmlab made the folder itself, so giving the claim back (release_claim) removes it too
+    write_manifest(resolved, {"kind": kind, "state": "claimed", "entries": owned, "made": made})
     return resolved
+
+
+def _holds_only_bookkeeping(directory: Path) -> bool:
+    """Whether ``directory`` holds nothing but lmlab's bookkeeping files and empty folders."""
+    for _root, dirs, files in os.walk(directory):
+        if any(name not in BOOKKEEPING for name in files) or any(
+                (Path(_root) / d).is_symlink() for d in dirs):
+            return False
+    return True
+
+
+def _lock_is_free(directory: Path) -> bool:
+    """Whether no process holds the lock of ``directory`` (:func:`lmlab.fileio.directory_lock`)."""
+    import fcntl
+
+    lock = directory / ".lock"
+    if not lock.is_file() or lock.is_symlink():
+        return not lock.is_symlink()
+    with open(lock, "a", encoding="utf-8") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        fcntl.flock(f, fcntl.LOCK_UN)
+    return True
+
+
+def release_claim(directory: str | os.PathLike) -> bool:
+    """Give back the claim of ``directory`` (:func:`claim_dir`) when nothing was written into it: it
+    holds only lmlab's bookkeeping (manifest, lock) and empty folders, and no process holds its lock.
+    Those are removed, and the folder itself when lmlab made it; a folder the user had stays, empty.
+    Returns whether the claim was given back."""
+    d = Path(directory)
+    manifest = read_manifest(d) if d.is_dir() and not d.is_symlink() else None
+    if manifest is None or manifest.get("state") != "claimed" or not _holds_only_bookkeeping(d) \
+            or not _lock_is_free(d):
+        return False
+    for root, dirs, files in os.walk(d, topdown=False):
+        for name in files:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(Path(root) / name)
+        for name in dirs:
+            with contextlib.suppress(OSError):
+                os.rmdir(Path(root) / name)
+    if manifest.get("made"):
+        with contextlib.suppress(OSError):
+            d.rmdir()
+    return True
+
+
+@contextlib.contextmanager
+def claimed_dir(dest: str | os.PathLike, kind: str, entries: tuple[str, ...]):
+    """:func:`claim_dir` for a command that fills the folder: yields the resolved path. When the
+    block ends having written nothing there (it failed or was stopped before its first file, or it
+    moved what it wrote elsewhere), the claim is given back (:func:`release_claim`): a folder
+    lmlab made disappears with the parent folders made for it, a folder the user had is left as
+    it was. A command that fails before writing anything leaves no trace."""
+    resolved = Path(dest).resolve()
+    top = resolved  # the outermost folder that does not exist yet: made for this claim
+    while not top.parent.exists() and top.parent != top:
+        top = top.parent
+    made_parents = not resolved.exists() and top != resolved
+    path = claim_dir(dest, kind, entries)
+    try:
+        yield path
+    finally:
+        if release_claim(path) and made_parents and not path.exists():
+            parent = path.parent
+            while True:  # the parents made for it, while they are empty
+                try:
+                    parent.rmdir()
+                except OSError:
+                    break
+                if parent == top:
+                    break
+                parent = parent.parent
 
 
 def owns_entry(directory: Path, name: str) -> bool:
@@ -349,6 +431,22 @@ def make_temporary(parent: Path, name: str, kind: str, label: str = "") -> Path:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return tmp
+
+
+@contextlib.contextmanager
+def live_dir(output: Path, kind: str):
+    """A marked temporary beside the output folder ``output`` (``.NAME.tmp-PID-live-...``) for what
+    a command writes while it runs and moves into the output at the end: its live metrics log (to
+    tail), its loggers' files. Removed when the block ends, however it ends; first, whatever killed
+    runs into the same output left is removed (:func:`remove_leftovers`: their processes ended)."""
+    output = Path(output)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    remove_leftovers(output.parent, output.name)
+    tmp = make_temporary(output.parent, output.name, kind, "live-")
+    try:
+        yield tmp
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 @contextlib.contextmanager

@@ -37,6 +37,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from lmlab import ownership
 from lmlab.align.config import AlignConfig
 from lmlab.align.dpo import dpo_loss, preference_metrics
 from lmlab.align.logprobs import check_generative, encode_response, pair_rows, response_logprobs
@@ -165,6 +166,8 @@ class Setup:
     out: Path | None
     log: MetricsLog | None
     say: Callable[[str], None]
+    #: closing it removes the live files beside ``out`` (lmlab.ownership.live_dir): the run's end
+    live: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
     history: list[dict[str, Any]] = field(default_factory=list)
     sums: dict[str, float] = field(default_factory=dict)      # training numbers since the last row
     t0: float = field(default_factory=time.perf_counter)
@@ -277,12 +280,12 @@ def setup(checkpoint, train, dev, out, hparams: dict[str, Any], tokenizer, log) 
     train_pairs = limit(read_pairs(train, "train", bad, cfg.task), cfg.max_train_examples)
     dev_pairs = limit(read_pairs(dev, "dev", bad, cfg.task), cfg.max_eval_examples)
     model = load_policy(checkpoint, tokenizer).to(device)
-    metrics_log = None
+    metrics_log, live = None, contextlib.ExitStack()
     if out_dir is not None:  # the live log sits beside the output (tail it); it moves inside at the end
-        out_dir.parent.mkdir(parents=True, exist_ok=True)
-        metrics_log = MetricsLog(out_dir.with_name(f".{out_dir.name}.{METRICS_FILE}.live-{os.getpid()}"))
+        folder = live.enter_context(ownership.live_dir(out_dir, "alignment log"))
+        metrics_log = MetricsLog(folder / METRICS_FILE)
         metrics_log.path.write_text("", encoding="utf-8")
-    return Setup(cfg, model, train_pairs, dev_pairs, machine, out_dir, metrics_log, say)
+    return Setup(cfg, model, train_pairs, dev_pairs, machine, out_dir, metrics_log, say, live)
 
 
 def shown(numbers: dict[str, float], keys: Sequence[str]) -> str:

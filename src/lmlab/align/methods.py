@@ -21,4 +21,5 @@ def align(checkpoint, train, dev, out: str | os.PathLike | None, *, tokenizer=No
     ``lr``, ``max_steps``, ``batch_size``...). ``out=None`` writes nothing.
     """
     run = setup(checkpoint, train, dev, out, hparams, tokenizer, log)
-    return METHODS[run.cfg.method](run)
+    with run.live:  # however the run ends, nothing is left beside ``out`` but ``out``
+        return METHODS[run.cfg.method](run)

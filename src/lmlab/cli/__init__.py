@@ -11,14 +11,13 @@ import argparse
 import contextlib
 import importlib
 import os
-import signal
 import sys
-import threading
 
 from safetensors import SafetensorError
 
 from lmlab import __version__
 from lmlab.errors import LmlabError, one_line
+from lmlab.stopping import as_stopped, unwind_on_signals
 from lmlab.text_input import check_argument_text
 
 # Order here is the order shown in `lmlab --help`.
@@ -83,36 +82,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-class Stopped(KeyboardInterrupt):
-    """SIGTERM or SIGINT arrived while a command ran: raised in the main thread so that every
-    ``with`` block unwinds (temporaries removed, locks released) before the one-line message."""
-
-    def __init__(self, signum: int):
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
-
-
-def _stop(signum, frame) -> None:
-    raise Stopped(signum)
-
-
-@contextlib.contextmanager
-def _stop_signals_unwind():
-    """While a command runs, SIGTERM (and SIGINT) unwind it like Ctrl-C does, in every command:
-    what it was writing is removed, nothing of the user's is touched. Pretraining and fine-tuning
-    install their own handlers while they train (finish the step, save, then stop)."""
-    previous = {}
-    if threading.current_thread() is threading.main_thread():
-        for s in (signal.SIGTERM, signal.SIGINT):
-            with contextlib.suppress(ValueError, OSError):
-                previous[s] = signal.signal(s, _stop)
-    try:
-        yield
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
-
-
 def _fail(message: str, code: int = 2) -> int:
     print(f"error: {one_line(message)}", file=sys.stderr)
     return code
@@ -126,20 +95,16 @@ def main(argv: list[str] | None = None) -> int:
         (getattr(args, "_parser", None) or parser).print_help()
         return 0 if args.command is None else 2
     try:
-        with _stop_signals_unwind():
+        with unwind_on_signals():
             check_argument_text(parser, args)  # text values (--prompt, --text...) that are not UTF-8
             _resolve_run_directories(args)
             _check_output_keeps_inputs(args)
             result = args.func(args)
     except LmlabError as e:
         return _fail(str(e), e.exit_code)
-    except Stopped as e:
-        name = signal.Signals(e.signum).name
-        return _fail(f"stopped by {name}; what this command was writing was removed, nothing else was "
-                     "touched", 128 + e.signum)
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as e:  # SIGTERM or SIGINT (lmlab.stopping): one line, 128 + the signal
+        stopped = as_stopped(e)
+        return _fail(stopped.message, stopped.exit_code)
     except BrokenPipeError:  # `lmlab ... | head`: the reader has all it wanted; no message, as Unix tools do
         with contextlib.suppress(OSError):
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

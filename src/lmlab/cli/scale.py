@@ -242,7 +242,7 @@ FIT_ENTRIES = ("fit.json", "fit.png")
 def run_fit(args) -> int:
 
     from lmlab.fileio import write_json
-    from lmlab.ownership import claim_dir
+    from lmlab.ownership import claim_dir, claimed_dir
     from lmlab.scaling.fit import fit_runs
     from lmlab.scaling.plot import plot_fit
     from lmlab.scaling.runs import read_runs
@@ -306,8 +306,8 @@ def run_fit(args) -> int:
                 f"actual {h['loss']:.4f}, error {_pct(h['relative_error'])} ({ok})"
             )
         data["held_out_within_5_percent"] = data["held_out_max_relative_error"] <= 0.05
-    out = claim_dir(args.out, FIT_KIND, FIT_ENTRIES)
-    write_json(out / "fit.json", data)
-    plot_fit(result, out / "fit.png")
+    with claimed_dir(args.out, FIT_KIND, FIT_ENTRIES) as out:
+        write_json(out / "fit.json", data)
+        plot_fit(result, out / "fit.png")
     print(f"wrote {out / 'fit.json'} and {out / 'fit.png'}")
     return 0

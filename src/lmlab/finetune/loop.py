@@ -59,6 +59,7 @@ from lmlab.finetune.scoring import (  # noqa: F401 - lmlab.finetune.loop's publi
 )
 from lmlab.finetune.selection import ROW_PREFIX, selection_record
 from lmlab.runtime import resolve
+from lmlab.stopping import RESUME, StopRequests
 from lmlab.tasks import Task, check_tokenizer, make_task
 from lmlab.tasks.readers import BadLines, limit
 from lmlab.train import distributed as dist
@@ -67,7 +68,6 @@ from lmlab.train.engine import Engine  # noqa: F401 - the step every loop takes 
 from lmlab.train.estimate import Estimate, duration
 from lmlab.train.loggers import logger_dirs, open_loggers
 from lmlab.train.metrics import MetricsLog
-from lmlab.train.preempt import StopRequests
 from lmlab.train.progress import Progress
 
 _read = read_examples  # its name before the split (lmlab.finetune.variants imports it)
@@ -165,13 +165,11 @@ def finetune(checkpoint, task: str | Task, train, dev, out: str | os.PathLike | 
         return _finetune_run(checkpoint, task, train, dev, out, method, method_options, tokenizer, say,
                              resume, _resumable, cfg, meth)
     # one run at a time per output: a second would clear or overwrite the first's resume state and logs
-    rdir = resume_state.claim(check_replaceable_dir(out, SUMMARY_FILE, "fine-tuned model"))
-    try:
-        with directory_lock(rdir, "fine-tuning output"):
-            return _finetune_run(checkpoint, task, train, dev, out, method, method_options, tokenizer, say,
-                                 resume, _resumable, cfg, meth)
-    finally:
-        resume_state.remove_if_only_lock(rdir)
+    # (given back when the run ends with nothing there: it finished, or failed before saving a state)
+    with resume_state.claimed(check_replaceable_dir(out, SUMMARY_FILE, "fine-tuned model")) as rdir, \
+            directory_lock(rdir, "fine-tuning output"):
+        return _finetune_run(checkpoint, task, train, dev, out, method, method_options, tokenizer, say,
+                             resume, _resumable, cfg, meth)
 
 
 def _finetune_run(checkpoint, task, train, dev, out, method, method_options, tokenizer, say, resume,
@@ -197,15 +195,17 @@ def _finetune_run(checkpoint, task, train, dev, out, method, method_options, tok
                                                                run.optimizer, len(run.feats))
     baseline = _announce(run, method, say)
     writes = out_dir is not None and info.is_main
-    log_path, live_dir, live_logs = _live_files(out_dir, resumable) if writes else (None, None, None)
-    loggers = (open_loggers(cfg.loggers, live_logs, resume_after=saved[1]["step"] if saved else None,
-                            name=out_dir.name,
-                            config={"task": run.task.name, "method": method, **cfg.to_dict()})
-               if cfg.loggers and writes else [])
-    run.log = RunLogger(MetricsLog(log_path) if log_path is not None else None, say, loggers=loggers)
     finished = False
     exits = contextlib.ExitStack()  # the stop-signal handlers, while the loop runs
+    live = contextlib.ExitStack()  # the live files beside the output, removed when the run ends
+    run.log = RunLogger(None, say)
     try:
+        log_path, live_logs = _live_files(out_dir, resumable, live) if writes else (None, None)
+        loggers = (open_loggers(cfg.loggers, live_logs, resume_after=saved[1]["step"] if saved else None,
+                                name=out_dir.name,
+                                config={"task": run.task.name, "method": method, **cfg.to_dict()})
+                   if cfg.loggers and writes else [])
+        run.log = RunLogger(MetricsLog(log_path) if log_path is not None else None, say, loggers=loggers)
         _train(run, saved, say, exits, out_dir if resumable else None, identity)
         metrics, summary, at_baseline = _finish(run, baseline, method, method_options, say)
         run.log.close()
@@ -223,8 +223,7 @@ def _finetune_run(checkpoint, task, train, dev, out, method, method_options, tok
             # rank 0 alone writes the resume folder, so it alone clears it (another rank clearing it
             # too would race rank 0's clearing, or delete the live files of a run still going)
             resume_state.discard(out_dir)
-        elif live_dir is not None:
-            shutil.rmtree(live_dir, ignore_errors=True)
+        live.close()
         if owns_group:
             dist.shutdown(info)
     trainable, total_params = run.parameters()
@@ -270,20 +269,20 @@ def _announce(run: FinetuneRun, method: str, say: Callable[[str], None]):
     return baseline
 
 
-def _live_files(out_dir: Path, resumable: bool) -> tuple[Path, Path | None, Path]:
-    """``(metrics log, temporary folder, loggers' folder)`` beside the output while the run goes (in
-    the resume folder when the run can be resumed, so a resumed run continues them; else in a marked
-    temporary folder that the next run removes if this one dies); they move into the output at the end."""
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
+def _live_files(out_dir: Path, resumable: bool, live: contextlib.ExitStack) -> tuple[Path, Path]:
+    """``(metrics log, loggers' folder)`` beside the output while the run goes (in the resume folder
+    when the run can be resumed, so a resumed run continues them; else in the output's live folder,
+    :func:`lmlab.ownership.live_dir`, removed when ``live`` closes, or at the next start if this run
+    is killed); they move into the output at the end."""
     if resumable:
         rdir = resume_state.resume_dir(out_dir)
         rdir.mkdir(exist_ok=True)
-        live_dir, log_path, live_logs = None, rdir / METRICS_FILE, rdir / resume_state.LOGS
+        log_path, live_logs = rdir / METRICS_FILE, rdir / resume_state.LOGS
     else:
-        live_dir = ownership.make_temporary(out_dir.parent, out_dir.name, "fine-tuning logs", "live-")
-        log_path, live_logs = live_dir / METRICS_FILE, live_dir / resume_state.LOGS
+        folder = live.enter_context(ownership.live_dir(out_dir, "fine-tuning logs"))
+        log_path, live_logs = folder / METRICS_FILE, folder / resume_state.LOGS
     log_path.write_text("", encoding="utf-8")
-    return log_path, live_dir, live_logs
+    return log_path, live_logs
 
 
 def _train(run: FinetuneRun, saved, say, exits: contextlib.ExitStack, resume_out: Path | None,
@@ -308,9 +307,9 @@ def _train(run: FinetuneRun, saved, say, exits: contextlib.ExitStack, resume_out
     saver = resume_state.checkpointer(resume_out, cfg.save_every) if resume_out is not None else None
     stop = exits.enter_context(StopRequests()) if resume_out is not None else None
 
-    def stopped(requested: str, step: int) -> None:
+    def stopped(requested: str, step: int) -> str:
         log.close_progress()
-        say(f"stopped by {requested} at step {step}; continue with the same command and --resume")
+        return f"{RESUME} (its state at step {step} is saved)"  # the fix of the stop's one line
 
     def save(step: int) -> None:
         if run.info.is_main:  # one writer

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import math
 import os
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +70,12 @@ def claim(out_dir: Path) -> Path:
     return ownership.claim_dir(resume_dir(out_dir), KIND, ENTRIES)
 
 
+def claimed(out_dir: Path):
+    """:func:`claim` for the run (:func:`lmlab.ownership.claimed_dir`): when the run ends with nothing
+    left there (it finished, or failed before saving a state), the folder is removed."""
+    return ownership.claimed_dir(resume_dir(out_dir), KIND, ENTRIES)
+
+
 def checkpointer(out_dir: Path, save_every: int | None) -> Checkpointer:
     """The run's checkpointer: the newest state only, after each evaluation (or every
     ``save_every`` steps), never at the last step (the output is written then)."""
@@ -78,11 +83,9 @@ def checkpointer(out_dir: Path, save_every: int | None) -> Checkpointer:
 
 
 def discard(out_dir: Path) -> None:
-    """Remove the resume folder of ``out_dir``: what lmlab wrote there, then the folder itself if
-    nothing else is left in it."""
-    rdir = resume_dir(out_dir)
-    _clear_owned(rdir)
-    remove_if_only_lock(rdir)
+    """Remove what lmlab wrote in the resume folder of ``out_dir``; the folder itself goes when the
+    run gives back its claim (:func:`claimed`), if nothing else is left in it."""
+    _clear_owned(resume_dir(out_dir))
 
 
 def _clear_owned(rdir: Path) -> None:
@@ -155,13 +158,6 @@ def check_start(out_dir: Path, resume: bool, clear: bool = True, say=None) -> Pa
     if clear:
         _clear_owned(rdir)
     return None
-
-
-def remove_if_only_lock(rdir: Path) -> None:
-    """Remove the resume directory when it holds nothing but lmlab's bookkeeping (its lock and
-    manifest: a run that ended, or failed before writing anything there)."""
-    if rdir.is_dir() and {p.name for p in rdir.iterdir()} <= ownership.BOOKKEEPING:
-        shutil.rmtree(rdir, ignore_errors=True)
 
 
 def save(saver: Checkpointer, run, identity: dict[str, Any]) -> Path:

@@ -194,7 +194,7 @@ class FinetuneRun:
         """A stop asked for on this process (or, under torchrun, on any: all stop after the same step)."""
         requested = stop.requested
         if self.info.enabled and dist.any_across(requested is not None, self.info, self.machine.device):
-            requested = requested or "a stop on another process"
+            requested = requested or "a signal to another process"
         return requested
 
     # ------------------------------------------------------------------ resume

@@ -35,7 +35,8 @@ from lmlab.lab.baselines import DIAGNOSTICS
 from lmlab.lab.grid import FinetuneRun, Grid, PretrainRun
 from lmlab.lab.layout import checkpoint_of, finetune_dir, finetune_done, pretrain_dir, pretrain_done
 from lmlab.lab.report import aggregate, collect_records, flag_lines, write_report
-from lmlab.ownership import claim_dir
+from lmlab.ownership import claimed_dir
+from lmlab.stopping import Stopped
 from lmlab.train import pretrain
 
 __all__ = ["GridRun", "finetune_done", "pretrain_done", "run_grid"]
@@ -227,18 +228,19 @@ def run_grid(
         if not out.is_dir():
             raise LmlabError(f"{out} holds no runs of this grid",
                              "run the grid first (without --report-only)")
-        claim_dir(out, GRID_KIND, GRID_ENTRIES)  # the report overwrites only a comparison's own files
-        records = collect_records(grid, out)
-        paths = write_report(records, grid, out)
+        with claimed_dir(out, GRID_KIND, GRID_ENTRIES):  # the report overwrites only a comparison's own files
+            records = collect_records(grid, out)
+            paths = write_report(records, grid, out)
         say(f"report from {n_done} finished run(s); wrote {', '.join(str(p) for p in paths.values())}")
         return GridRun([], cached, records, out, paths)
-    claim_dir(out, GRID_KIND, GRID_ENTRIES)  # new, empty or an earlier comparison's: never a user's folder
-    write_json(out / "plan.json", plan_json(grid))
-    show = sys.stderr.isatty() if progress is None else progress
-    display = _Display(len(runs), n_done, show, say)
-    trained = _train_missing(runs, done, out, _cache_dir(grid, out), display, say)
-    records = collect_records(grid, out)
-    paths = write_report(records, grid, out)
+    # new, empty or an earlier comparison's: never a user's folder (given back if nothing is written)
+    with claimed_dir(out, GRID_KIND, GRID_ENTRIES):
+        write_json(out / "plan.json", plan_json(grid))
+        show = sys.stderr.isatty() if progress is None else progress
+        display = _Display(len(runs), n_done, show, say)
+        trained = _train_missing(runs, done, out, _cache_dir(grid, out), display, say)
+        records = collect_records(grid, out)
+        paths = write_report(records, grid, out)
     say(f"wrote {', '.join(str(p) for p in paths.values())}")
     for line in flag_lines(aggregate(records)):
         say(f"flag: {line}")
@@ -264,11 +266,14 @@ def _train_missing(runs: list, done: dict[int, bool], out: Path, cache: str, dis
             trained.append(run.label)
             current = None
             display.advance()
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
         display.close()
         where = f" ({current.label} continues from its last checkpoint)" if isinstance(current, PretrainRun) \
             else ""
-        say(f"interrupted: run the same command again to resume; finished runs are kept{where}")
+        fix = f"run the same command again to resume; finished runs are kept{where}"
+        if isinstance(e, Stopped):  # a signal: the command's one line says it (lmlab.stopping)
+            raise e.with_fix(fix) from None
+        say(f"interrupted: {fix}")
         raise
     finally:
         display.close()

@@ -48,12 +48,17 @@ class BuiltRun:
 
 
 def check_run(cfg: RunConfig, *, with_objective: bool = True) -> tuple[type | None, str]:
-    """``(objective class, architecture)`` of ``cfg``, or a one-line error when the objective cannot
-    train the preset or ``train.seq_len`` is longer than the model's positions."""
-    from lmlab.models import CONFIG_ARCHITECTURE, PRESETS
+    """``(objective class, architecture)`` of ``cfg``, or a one-line error when the model settings are
+    impossible (``model.n_heads`` not dividing ``d_model``, a dropout of 1.5...), the objective cannot
+    train the preset or ``train.seq_len`` is longer than the model's positions: before any data is
+    tokenised for the run."""
+    from lmlab.models import CONFIG_ARCHITECTURE, PRESETS, get_preset
     from lmlab.objectives import get_objective
 
     base = PRESETS[cfg.model.preset]()
+    # the preset with the run's settings (its vocabulary is the tokenizer's, known later: the preset's
+    # own stands in), checked as the model will be
+    get_preset(cfg.model.preset, **{"vocab_size": base.vocab_size, **cfg.model.overrides})
     arch = CONFIG_ARCHITECTURE.get(type(base), "?")
     objective_cls = get_objective(cfg.objective.name) if with_objective else None
     if objective_cls is not None and objective_cls.architectures and arch not in objective_cls.architectures:

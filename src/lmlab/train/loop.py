@@ -37,8 +37,9 @@ from lmlab.data.packing import PackedWindows, eval_starts
 from lmlab.errors import LmlabError
 from lmlab.fileio import atomic_write_text, directory_lock, remove_leftovers, write_json
 from lmlab.models.checkpoint import trusted_inputs
-from lmlab.ownership import claim_dir
+from lmlab.ownership import claimed_dir
 from lmlab.runtime import resolve
+from lmlab.stopping import RESUME, StopRequests
 from lmlab.train import distributed as dist_
 from lmlab.train import pretrain_eval, pretrain_state
 from lmlab.train.builder import build_run, check_run, model_config
@@ -50,7 +51,6 @@ from lmlab.train.engine import Engine
 from lmlab.train.loggers import open_loggers
 from lmlab.train.metrics import MetricsLog, plot_losses
 from lmlab.train.optim import build_optimizer, lr_at
-from lmlab.train.preempt import StopRequests
 from lmlab.train.prefetch import Prefetcher
 from lmlab.train.pretrain_eval import micro_seed
 from lmlab.train.pretrain_state import RESUME_FREE_KEYS  # noqa: F401 - its old import path
@@ -107,9 +107,10 @@ def pretrain(
             "set data.val too (or data.val=[] with data.val_fraction) if that is not what you want")
     if int(os.environ.get("RANK", "0")) != 0:  # the ranks of one job share the run: rank 0 holds the lock
         return Trainer(cfg, run_dir, resume, log).run()
-    # a new or empty folder becomes the run's; an earlier run's is continued; anything else is refused
-    claim_dir(run_dir, RUN_KIND, RUN_ENTRIES)
-    with directory_lock(run_dir, "run directory"):  # two runs into one directory would mix their files
+    # a new or empty folder becomes the run's; an earlier run's is continued; anything else is refused;
+    # a run that fails before writing anything gives the folder back (no trace)
+    with claimed_dir(run_dir, RUN_KIND, RUN_ENTRIES), \
+            directory_lock(run_dir, "run directory"):  # two runs into one directory would mix their files
         # holding the lock, whatever an earlier, killed process left half-written here is dead
         for leftover_dir in (run_dir / "checkpoints", run_dir / "data", run_dir):
             remove_leftovers(leftover_dir)
@@ -357,9 +358,9 @@ class Trainer:
         if self.info.is_main:
             self._plot(self.run_log.history)
 
-    def _stopped(self, requested: str, step: int) -> None:
-        self.log(f"{requested}: stopped after step {step}, checkpoint {self.checkpointer.last}; "
-                 "continue with --resume")
+    def _stopped(self, requested: str, step: int) -> str:
+        """The fix the stop's one line says (lmlab.stopping): the run saved its step and continues."""
+        return f"{RESUME} (step {step} is saved in {self.checkpointer.last})"
 
     def _utilisation(self, steps: int, seconds: float) -> dict[str, float]:
         """Achieved model TFLOP/s per device over ``steps`` steps in ``seconds``, and MFU where the

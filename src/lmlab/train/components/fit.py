@@ -13,8 +13,10 @@ What differs between pretraining, fine-tuning, DPO and distillation is handed in
 * ``report(step, row, evaluation, final)``: the row (and the evaluation) to the logger and the
   progress display;
 * ``checkpointer`` with ``save(step)``: when and how the run saves its resume state;
-* ``stop``: a function saying whether a stop was asked for (SIGINT/SIGTERM): after the step in
-  flight the state is saved, ``on_stop`` says so and the loop raises ``KeyboardInterrupt``.
+* ``stop``: a function saying whether a stop was asked for (SIGINT/SIGTERM, noted by
+  :class:`lmlab.stopping.StopRequests`): after the step in flight the state is saved and the loop
+  raises :class:`lmlab.stopping.Stopped` (the command's one line); ``on_stop(signal, step)`` may
+  return the fix it says (default: continue with the same command and --resume).
 
 Each step is the same sequence, in the same order, for every loop: update, bookkeeping, evaluation
 if due, report, save if due, stop if asked.
@@ -27,6 +29,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from lmlab.stopping import RESUME, Stopped
 from lmlab.train.components.evaluator import Evaluator
 from lmlab.train.engine import Engine, MicroBatch, StepResult
 
@@ -39,7 +42,7 @@ class FitLoop:
                  evaluator: Evaluator | None = None, checkpointer=None,
                  save: Callable[[int], None] | None = None,
                  stop: Callable[[], str | None] | None = None,
-                 on_stop: Callable[[str, int], None] | None = None,
+                 on_stop: Callable[[str, int], str | None] | None = None,
                  step_context: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext):
         self.engine, self.total = engine, total
         self.micro_batches, self.after_step, self.report = micro_batches, after_step, report
@@ -68,7 +71,6 @@ class FitLoop:
             if requested:
                 if not saved and self.save is not None:
                     self.save(step)
-                if self.on_stop is not None:
-                    self.on_stop(requested, step)
-                raise KeyboardInterrupt
+                fix = self.on_stop(requested, step) if self.on_stop is not None else None
+                raise Stopped(requested, fix or RESUME)
         return step

@@ -193,21 +193,6 @@ def replace_dir(src: Path, dest: Path, kind: str) -> None:
         os.replace(src, dest)
 
 
-def check_output_keeps_inputs(out: str | os.PathLike, inputs: dict[str, object]) -> None:
-    """One-line error when replacing ``out`` would delete one of ``inputs`` (``{flag: path(s)}``):
-    ``out`` is that input, or a directory holding it (``--out X`` with ``--checkpoint X``,
-    ``--input T/tokenizer.json --out T``)."""
-    target = Path(out).resolve()
-    for flag, value in inputs.items():
-        for item in value if isinstance(value, (list, tuple)) else [value]:
-            if item is None or not isinstance(item, (str, os.PathLike)) or not str(item):
-                continue
-            path = Path(item).resolve()
-            if path == target or target in path.parents:
-                raise LmlabError(f"--out {out} would replace the input {flag} {item}; nothing was written",
-                                 "write the output to another directory")
-
-
 @contextlib.contextmanager
 def directory_lock(directory: str | os.PathLike, what: str = "run directory") -> Iterator[None]:
     """Hold an exclusive lock on ``directory`` (its ``.lock`` file) for the block, or raise a one-line
@@ -276,14 +261,18 @@ def atomic_write_text(dest: str | os.PathLike, text: str) -> None:
     atomic_write_bytes(dest, text.encode("utf-8"))
 
 
-def write_json(dest: str | os.PathLike, obj, indent: int | None = 2) -> None:
-    """Write JSON atomically (UTF-8, non-ASCII kept readable)."""
+def json_bytes(obj, indent: int | None = 2) -> bytes:
+    """``obj`` as the bytes of a JSON file (UTF-8, non-ASCII kept readable)."""
     text = json.dumps(obj, ensure_ascii=False, indent=indent) + "\n"
     try:
-        data = text.encode("utf-8")
+        return text.encode("utf-8")
     except UnicodeEncodeError:  # a file name that is not UTF-8 (kept by Python as lone surrogates)
-        data = (json.dumps(obj, ensure_ascii=True, indent=indent) + "\n").encode("ascii")
-    atomic_write_bytes(dest, data)
+        return (json.dumps(obj, ensure_ascii=True, indent=indent) + "\n").encode("ascii")
+
+
+def write_json(dest: str | os.PathLike, obj, indent: int | None = 2) -> None:
+    """Write JSON atomically (UTF-8, non-ASCII kept readable)."""
+    atomic_write_bytes(dest, json_bytes(obj, indent))
 
 
 def read_json(path: str | os.PathLike, what: str = "JSON file"):

@@ -21,13 +21,24 @@ from lmlab.errors import LmlabError
 from lmlab.text_input import SURROGATE, surrogate_problem
 
 
+def existing_file(path: str | os.PathLike, what: str = "input file", fix: str = "check the path") -> Path:
+    """``path`` as a Path when it is a file that exists, else a one-line error saying which it is not:
+    missing, a directory, or something else (a socket, a dangling link). The one check of every file
+    lmlab reads by name (text, JSON, TOML recipes, schemas...): ``what`` names it, ``fix`` is the fix
+    for a missing one."""
+    p = Path(path)
+    if p.is_dir():
+        raise LmlabError(f"{what} {p} is a directory", "pass a file, not a folder")
+    if not p.exists():
+        raise LmlabError(f"{what} {p} does not exist", fix)
+    if not p.is_file():
+        raise LmlabError(f"{what} {p} is not a regular file", "pass a file")
+    return p
+
+
 def check_input_file(path: str | os.PathLike) -> Path:
     """Return ``path`` as a Path, or raise a one-line error if it is missing, a directory or empty."""
-    p = Path(path)
-    if not p.exists():
-        raise LmlabError(f"input file {p} does not exist", "check the path")
-    if p.is_dir():
-        raise LmlabError(f"input {p} is a directory", "pass the text files inside it")
+    p = existing_file(path)
     if p.stat().st_size == 0:
         raise LmlabError(f"input file {p} is empty", "pass a file that contains text")
     return p
@@ -277,9 +288,7 @@ def write_json(dest: str | os.PathLike, obj, indent: int | None = 2) -> None:
 
 def read_json(path: str | os.PathLike, what: str = "JSON file"):
     """Read JSON with a one-line error naming the file when it is missing or corrupt."""
-    p = Path(path)
-    if not p.is_file():
-        raise LmlabError(f"{what} {p} does not exist", "check the path")
+    p = existing_file(path, what)
     try:
         with open(p, encoding="utf-8") as f:
             return json.load(f)

@@ -18,6 +18,10 @@ lmlab replaces or deletes only what it can prove it wrote. The proof is a manife
   manifest is there and the process has ended. A user's file that merely looks like one is kept.
 
 A marker file (``config.json``, ``tokenizer.json``) says what a folder *is*, never who owns it.
+
+Before any of this, every output of every command passes two checks here: it may not be, hold or lie
+inside one of the command's inputs (:func:`check_output_spares_inputs`), and it must be somewhere
+lmlab can write (:func:`check_destination`).
 """
 
 from __future__ import annotations
@@ -171,7 +175,7 @@ def _output_folder(dest: str | os.PathLike) -> tuple[Path, Path]:
 
 def check_replaceable_dir(dest: str | os.PathLike, kind: str) -> Path:
     """``dest`` (resolved) when a ``kind`` output may be written there, else a one-line error that
-    names what would have been lost. Nothing is written either way."""
+    names what would have been lost. Nothing is left written either way."""
     given, resolved = _output_folder(dest)
     verdict = may_replace_dir(resolved, kind)
     if not verdict.ok:

@@ -182,3 +182,19 @@ def test_non_utf8_toml_and_deeply_nested_json_are_one_line(tmp_path, capsys):
     (deep / "model.safetensors").write_bytes(b"")
     assert main(["generate", "--checkpoint", str(deep), "--prompt", "hi"]) == 2
     _one_line_error(capsys, "nested too deeply")
+
+
+def test_a_folder_given_for_an_input_file_is_called_a_directory_by_every_reader(ckpt, tmp_path, capsys):
+    """One check of a file read by name (lmlab.fileio.existing_file): a folder passed for a recipe, a JSON
+    Schema or a text file says so, not "does not exist" (the recipe and schema readers said that)."""
+    folder = tmp_path / "adir"
+    folder.mkdir()
+    cases = ((["pretrain", "--config", str(folder), "--out", str(tmp_path / "r")], "config file"),
+             (["generate", "--checkpoint", str(ckpt), "--prompt", "hi", "--json-schema", str(folder)],
+              "JSON Schema file"),
+             (["tokenizer", "encode", "--tokenizer", str(ckpt / "tokenizer"), "--input", str(folder)],
+              "input file"))
+    for argv, what in cases:
+        assert main(argv) == 2
+        _one_line_error(capsys, f"{what} {folder} is a directory; pass a file, not a folder")
+    assert not (tmp_path / "r").exists()

@@ -131,6 +131,19 @@ def test_predictions_replace_only_a_file_lmlab_wrote(tmp_path):
         check_predictions_file(ours, {})
 
 
+def test_a_single_file_output_never_replaces_an_entry_of_a_folder_another_command_fills(tmp_path):
+    """A pretraining run's metrics.jsonl is lmlab's, but the run's: --predictions (or a harness
+    results file) named after it is refused, while the run itself may still rewrite it."""
+    from lmlab.finetune.loop import PREDICTIONS_KIND
+
+    run = ownership.claim_dir(tmp_path / "run", "pretraining run", ("metrics.jsonl", "checkpoints"))
+    (run / "metrics.jsonl").write_text('{"step": 1, "loss": 5.0}\n')
+    with pytest.raises(LmlabError, match="exists and belongs to the pretraining run in"):
+        ownership.check_replaceable_file(run / "metrics.jsonl", PREDICTIONS_KIND, "--predictions")
+    assert ownership.may_replace_file(run / "metrics.jsonl", "pretraining run").ok
+    assert (run / "metrics.jsonl").read_text() == '{"step": 1, "loss": 5.0}\n'
+
+
 # ------------------------------------------------------------------- outputs lmlab wrote, then the user
 def test_an_lmlab_output_with_a_file_the_user_added_or_edited_is_refused(corpus, tmp_path, capsys):
     args = ["tokenizer", "train", "--algo", "bytelevel", "--vocab-size", "280", "--input", str(corpus)]

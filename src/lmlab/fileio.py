@@ -21,13 +21,24 @@ from lmlab.errors import LmlabError
 from lmlab.text_input import SURROGATE, surrogate_problem
 
 
+def existing_file(path: str | os.PathLike, what: str = "input file", fix: str = "check the path") -> Path:
+    """``path`` as a Path when it is a file that exists, else a one-line error saying which it is not:
+    missing, a directory, or something else (a socket, a dangling link). The one check of every file
+    lmlab reads by name (text, JSON, TOML recipes, schemas...): ``what`` names it, ``fix`` is the fix
+    for a missing one."""
+    p = Path(path)
+    if p.is_dir():
+        raise LmlabError(f"{what} {p} is a directory", "pass a file, not a folder")
+    if not p.exists():
+        raise LmlabError(f"{what} {p} does not exist", fix)
+    if not p.is_file():
+        raise LmlabError(f"{what} {p} is not a regular file", "pass a file")
+    return p
+
+
 def check_input_file(path: str | os.PathLike) -> Path:
     """Return ``path`` as a Path, or raise a one-line error if it is missing, a directory or empty."""
-    p = Path(path)
-    if not p.exists():
-        raise LmlabError(f"input file {p} does not exist", "check the path")
-    if p.is_dir():
-        raise LmlabError(f"input {p} is a directory", "pass the text files inside it")
+    p = existing_file(path)
     if p.stat().st_size == 0:
         raise LmlabError(f"input file {p} is empty", "pass a file that contains text")
     return p
@@ -193,21 +204,6 @@ def replace_dir(src: Path, dest: Path, kind: str) -> None:
         os.replace(src, dest)
 
 
-def check_output_keeps_inputs(out: str | os.PathLike, inputs: dict[str, object]) -> None:
-    """One-line error when replacing ``out`` would delete one of ``inputs`` (``{flag: path(s)}``):
-    ``out`` is that input, or a directory holding it (``--out X`` with ``--checkpoint X``,
-    ``--input T/tokenizer.json --out T``)."""
-    target = Path(out).resolve()
-    for flag, value in inputs.items():
-        for item in value if isinstance(value, (list, tuple)) else [value]:
-            if item is None or not isinstance(item, (str, os.PathLike)) or not str(item):
-                continue
-            path = Path(item).resolve()
-            if path == target or target in path.parents:
-                raise LmlabError(f"--out {out} would replace the input {flag} {item}; nothing was written",
-                                 "write the output to another directory")
-
-
 @contextlib.contextmanager
 def directory_lock(directory: str | os.PathLike, what: str = "run directory") -> Iterator[None]:
     """Hold an exclusive lock on ``directory`` (its ``.lock`` file) for the block, or raise a one-line
@@ -276,21 +272,23 @@ def atomic_write_text(dest: str | os.PathLike, text: str) -> None:
     atomic_write_bytes(dest, text.encode("utf-8"))
 
 
-def write_json(dest: str | os.PathLike, obj, indent: int | None = 2) -> None:
-    """Write JSON atomically (UTF-8, non-ASCII kept readable)."""
+def json_bytes(obj, indent: int | None = 2) -> bytes:
+    """``obj`` as the bytes of a JSON file (UTF-8, non-ASCII kept readable)."""
     text = json.dumps(obj, ensure_ascii=False, indent=indent) + "\n"
     try:
-        data = text.encode("utf-8")
+        return text.encode("utf-8")
     except UnicodeEncodeError:  # a file name that is not UTF-8 (kept by Python as lone surrogates)
-        data = (json.dumps(obj, ensure_ascii=True, indent=indent) + "\n").encode("ascii")
-    atomic_write_bytes(dest, data)
+        return (json.dumps(obj, ensure_ascii=True, indent=indent) + "\n").encode("ascii")
+
+
+def write_json(dest: str | os.PathLike, obj, indent: int | None = 2) -> None:
+    """Write JSON atomically (UTF-8, non-ASCII kept readable)."""
+    atomic_write_bytes(dest, json_bytes(obj, indent))
 
 
 def read_json(path: str | os.PathLike, what: str = "JSON file"):
     """Read JSON with a one-line error naming the file when it is missing or corrupt."""
-    p = Path(path)
-    if not p.is_file():
-        raise LmlabError(f"{what} {p} does not exist", "check the path")
+    p = existing_file(path, what)
     try:
         with open(p, encoding="utf-8") as f:
             return json.load(f)

@@ -25,12 +25,36 @@ import os
 from lmlab.fileio import read_json
 from lmlab.interop import check_model_dir, load_plain_model
 
-__all__ = ["load_model"]
+__all__ = ["attach_tokenizer", "load_model"]
 
 
-def load_model(path: str | os.PathLike, map_location="cpu"):
+def load_model(path: str | os.PathLike, map_location="cpu", tokenizer=None):
     """The model saved in ``path`` (see the table above), in eval mode, with the directory's
-    tokenizer attached when there is one lmlab can read."""
+    tokenizer attached when there is one lmlab can read, or with ``tokenizer`` (a tokenizer or its
+    path, ``--tokenizer``) once it is checked to fit (:func:`attach_tokenizer`)."""
+    model = _load(path, map_location)
+    return model if tokenizer is None else attach_tokenizer(model, tokenizer)
+
+
+def attach_tokenizer(model, tokenizer):
+    """``model`` with ``tokenizer`` (a tokenizer, or the path of one) attached, once its ids are
+    checked to mean the same to the model: the one place a tokenizer from elsewhere meets a model
+    (:func:`lmlab.models.checkpoint.check_given_tokenizer`: no id without an embedding, the model's
+    own tokenizer when it has one, no id the model can produce that the tokenizer cannot decode)."""
+    from lmlab.models.checkpoint import check_given_tokenizer
+
+    name = "the tokenizer"
+    if isinstance(tokenizer, (str, os.PathLike)):
+        from lmlab.tokenizers import load_tokenizer
+
+        name = f"tokenizer {tokenizer}"
+        tokenizer = load_tokenizer(tokenizer)
+    check_given_tokenizer(model.config, tokenizer, getattr(model, "tokenizer", None), name)
+    model.tokenizer = tokenizer
+    return model
+
+
+def _load(path: str | os.PathLike, map_location):
     from lmlab.models.checkpoint import CONFIG_NAME, is_lmlab_checkpoint
 
     p = check_model_dir(path)

@@ -22,6 +22,10 @@ lmlab replaces or deletes only what it can prove it wrote. The proof is a manife
   (:func:`live_dir`).
 
 A marker file (``config.json``, ``tokenizer.json``) says what a folder *is*, never who owns it.
+
+Before any of this, every output of every command passes two checks here: it may not be, hold or lie
+inside one of the command's inputs (:func:`check_output_spares_inputs`), and it must be somewhere
+lmlab can write (:func:`check_destination`).
 """
 
 from __future__ import annotations
@@ -161,19 +165,21 @@ def may_replace_dir(dest: Path, kind: str) -> Verdict:
 
 
 def _output_folder(dest: str | os.PathLike) -> tuple[Path, Path]:
-    """(as given, resolved) for a folder output, or a one-line error for the root or a file."""
+    """(as given, resolved) for a folder output, or a one-line error for the root, a file or a place
+    that cannot be written (:func:`check_destination`)."""
     given = Path(dest)
     resolved = given.resolve()
     if resolved == resolved.parent:
         raise LmlabError(f"output {given} is the root of the file system", "choose a new folder for --out")
     if resolved.exists() and not resolved.is_dir():
         raise LmlabError(f"output {given} is a file", "pass a folder path to --out")
+    check_destination(given)
     return given, resolved
 
 
 def check_replaceable_dir(dest: str | os.PathLike, kind: str) -> Path:
     """``dest`` (resolved) when a ``kind`` output may be written there, else a one-line error that
-    names what would have been lost. Nothing is written either way."""
+    names what would have been lost. Nothing is left written either way."""
     given, resolved = _output_folder(dest)
     verdict = may_replace_dir(resolved, kind)
     if not verdict.ok:
@@ -317,6 +323,59 @@ def remove_owned_tree(directory: Path, name: str) -> None:
         path.unlink()
 
 
+# ------------------------------------------------------------------------- where an output may go
+def check_destination(path: str | os.PathLike, flag: str = "--out") -> None:
+    """One-line error, before any work, when nothing can be written at ``path``: a file stands where
+    one of its folders would be, or the nearest existing folder refuses new entries (permissions, a
+    read-only file system, a full disk). That folder is tried for real (an empty folder made and
+    removed at once): permission bits do not tell, for root or on /sys, /proc and network disks."""
+    import errno
+    import tempfile
+
+    given = Path(path)
+    target = Path(os.path.abspath(given))
+    base = next((a for a in target.parents if a.exists() or a.is_symlink()), None)
+    if base is None:  # pragma: no cover - the root always exists
+        return
+    if not base.is_dir():
+        what = "a file" if base.is_file() else "not a folder"
+        raise LmlabError(f"{flag} {given} cannot be written: {base} is {what}; nothing was written",
+                         f"choose a {flag} path that does not go through a file")
+    try:
+        probe = tempfile.mkdtemp(prefix=f".{target.name}.tmp-{os.getpid()}-check", dir=base)
+    except OSError as e:
+        why = {errno.EROFS: "is on a read-only file system", errno.ENOSPC: "is on a full disk",
+               errno.EDQUOT: "is on a disk over its quota"}.get(e.errno, "is not writable")
+        if e.errno in (errno.EACCES, errno.EPERM):
+            why = "does not let this user write in it (permission denied)"
+        raise LmlabError(f"{flag} {given} cannot be written: the folder {base} {why}; nothing was written",
+                         f"choose a {flag} path you may write to") from None
+    os.rmdir(probe)
+
+
+def check_output_spares_inputs(out: str | os.PathLike, inputs: dict[str, object],
+                               flag: str = "--out") -> None:
+    """One-line error, before any work, when writing the output ``out`` (a file or a folder) would
+    lose or change one of the command's ``inputs`` (``{flag: path or paths}``): ``out`` is that
+    input (it would be replaced), holds it (replacing ``out`` would delete it), or lies inside an
+    input folder (it would be written into a checkpoint, a tokenizer, a folder of task files...).
+    Every output of every command is checked here, whatever ``--overwrite`` says."""
+    target = Path(out).resolve()
+    for in_flag, value in inputs.items():
+        for item in value if isinstance(value, (list, tuple)) else [value]:
+            if item is None or not isinstance(item, (str, os.PathLike)) or not str(item):
+                continue
+            path = Path(item).resolve()
+            if path == target or target in path.parents:
+                what = "would replace"
+            elif path in target.parents and path.is_dir():
+                what = "would be written inside"
+            else:
+                continue
+            raise LmlabError(f"{flag} {out} {what} the input {in_flag} {item}; nothing was written",
+                             f"write the output outside the command's inputs (another {flag} path)")
+
+
 # ---------------------------------------------------------------------------------- single files
 def may_replace_file(path: Path, kind: str) -> Verdict:
     """May lmlab write a ``kind`` file at ``path``? Yes when nothing is there, or when the folder's
@@ -329,7 +388,10 @@ def may_replace_file(path: Path, kind: str) -> Verdict:
     recorded = (manifest or {}).get("entries", {}).get(path.name)
     if not isinstance(recorded, dict) or recorded.get("tree"):
         if manifest and manifest.get("state") == "claimed" and path.name in manifest.get("entries", {}):
-            return Verdict(True)
+            # an entry of a folder a command fills (a run's metrics.jsonl): that command's, no other's
+            if manifest.get("kind") == kind:
+                return Verdict(True)
+            return Verdict(False, f"belongs to the {manifest.get('kind')} in {path.parent}")
         return Verdict(False, "was not written by lmlab")
     if recorded.get("kind", kind) != kind:
         return Verdict(False, f"is a {recorded.get('kind')}, not a {kind}")
@@ -342,6 +404,7 @@ def may_replace_file(path: Path, kind: str) -> Verdict:
 def check_replaceable_file(path: str | os.PathLike, kind: str, flag: str = "--out") -> Path:
     """``path`` when a ``kind`` file may be written there, else a one-line error (nothing written)."""
     p = Path(path)
+    check_destination(p, flag)
     verdict = may_replace_file(p, kind)
     if not verdict.ok:
         raise LmlabError(f"{flag} {p} exists and {verdict.reason}; nothing was written",

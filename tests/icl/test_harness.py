@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import shutil
 
 import pytest
 import torch
@@ -102,18 +104,58 @@ def test_multiple_choice_accuracy_equals_lmlab_loglikelihoods_and_json_lands_bes
     written = json.loads(out.read_text(encoding="utf-8"))
     assert written["results"] == result["results"] and written["tasks"] == ["lmlab_mc"]
     assert "samples" not in written
-    assert sorted(p.name for p in root.iterdir() if p.name.startswith(".")) == []
+    # no temporary left; the folder's manifest records the file as lmlab's (--overwrite may replace it)
+    assert sorted(p.name for p in root.iterdir() if p.name.startswith(".")) == [".lmlab-manifest.json"]
 
 
-def test_an_existing_results_file_is_kept_unless_overwrite(setup):
+def test_an_existing_results_file_is_kept_unless_overwrite_and_overwrite_replaces_only_lmlabs(setup):
     root = setup["root"]
+    mc = str(setup["tasks"] / "mc.yaml")
     out = root / "kept.json"
-    out.write_text("mine\n", encoding="utf-8")
+    out.unlink(missing_ok=True)
+    run_harness(root / "ck", mc, out=out, limit=1)
     with pytest.raises(LmlabError, match="already exists; pass --overwrite"):
-        run_harness(root / "ck", str(setup["tasks"] / "mc.yaml"), out=out)
-    assert out.read_text(encoding="utf-8") == "mine\n"
-    run_harness(root / "ck", str(setup["tasks"] / "mc.yaml"), out=out, overwrite=True, limit=2)
+        run_harness(root / "ck", mc, out=out)
+    assert json.loads(out.read_text(encoding="utf-8"))["limit"] == 1
+    run_harness(root / "ck", mc, out=out, overwrite=True, limit=2)  # a results file lmlab wrote: replaced
     assert json.loads(out.read_text(encoding="utf-8"))["limit"] == 2
+    mine = root / "mine.json"  # a file of the user's: never replaced, --overwrite or not (docs/safety.md)
+    mine.write_text("mine\n", encoding="utf-8")
+    for overwrite, needle in ((False, "already exists; pass --overwrite"),
+                              (True, "was not written by lmlab")):
+        with pytest.raises(LmlabError, match=needle):
+            run_harness(root / "ck", mc, out=mine, overwrite=overwrite)
+    assert mine.read_text(encoding="utf-8") == "mine\n"
+    out.write_text('{"edited": "by hand"}\n', encoding="utf-8")  # lmlab's, edited since: the user's now
+    os.utime(out, ns=(1, 1))
+    with pytest.raises(LmlabError, match="changed since lmlab wrote it"):
+        run_harness(root / "ck", mc, out=out, overwrite=True)
+    assert out.read_text(encoding="utf-8") == '{"edited": "by hand"}\n'
+
+
+def test_the_results_never_go_over_or_into_an_input_whatever_overwrite_says(setup, tmp_path, capsys):
+    """--out the checkpoint's config.json or the task YAML being read, --overwrite or not: refused in
+    one line before anything is loaded, and both inputs are left as they were."""
+    root, tasks = setup["root"], setup["tasks"]
+    ck = tmp_path / "ck"
+    shutil.copytree(root / "ck", ck)
+    before = {p: p.read_bytes() for p in [*ck.rglob("*"), *tasks.rglob("*")] if p.is_file()}
+    cases = [
+        (ck / "config.json", str(tasks / "mc.yaml"), "would be written inside the input --checkpoint"),
+        (tasks / "mc.yaml", str(tasks / "mc.yaml"), "would replace the input --harness"),
+        (tasks / "results.json", str(tasks), "would be written inside the input --harness"),
+        (ck, str(tasks / "mc.yaml"), "would replace the input --checkpoint"),
+    ]
+    for out, harness, needle in cases:
+        for overwrite in ([], ["--overwrite"]):
+            argv = ["evaluate", "--checkpoint", str(ck), "--harness", harness, "--out", str(out), *overwrite]
+            assert main(argv) == 2
+            err = capsys.readouterr().err
+            assert err.startswith("error: ") and err.count("\n") == 1 and needle in err, err
+        with pytest.raises(LmlabError, match=needle):
+            run_harness(ck, harness, out=out, overwrite=True)  # the same rule from Python
+    assert {p: p.read_bytes() for p in [*ck.rglob("*"), *tasks.rglob("*")] if p.is_file()} == before
+    assert not (tasks / "results.json").exists()
 
 
 def test_the_harness_own_hf_model_on_the_export_gives_the_same_numbers(setup):

@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         with unwind_on_signals():
             check_argument_text(parser, args)  # text values (--prompt, --text...) that are not UTF-8
             _resolve_run_directories(args)
-            _check_output_keeps_inputs(args)
+            _check_outputs(args)
             result = args.func(args)
     except LmlabError as e:
         return _fail(str(e), e.exit_code)
@@ -156,9 +156,37 @@ def describe_safetensors_error(e: Exception) -> str:
     return f"could not read or write a weights file ({first}); check the disk and the path"
 
 
-#: arguments that name something a command reads: ``--out`` may never be (or hold) one of them
-INPUT_ARGS = ("checkpoint", "input", "train", "dev", "test", "hf", "tokenizer", "teacher",
-              "base", "adapter", "json_schema", "runs", "data", "prompts_file")
+#: arguments that name what a command reads (files, folders, or paths inside a value), with the name
+#: an error shows: no output may be one of them, hold one, or lie inside one
+#: (:func:`lmlab.ownership.check_output_spares_inputs`). ``harness`` is a comma-separated list of
+#: task names and task files or folders; ``variant`` is ``NAME=DIR`` (see :func:`input_paths`).
+INPUT_ARGS = {name: f"--{name.replace('_', '-')}" for name in (
+    "checkpoint", "input", "train", "dev", "hf", "tokenizer", "teacher", "base", "json_schema", "data",
+    "prompts", "harness", "variant")} | {"template_file": "--template", "runs": "RUN_DIR", "path": "PATH"}
+#: arguments that name what a command writes: every one is checked before any work, in one place
+#: (:func:`_check_outputs`): it may not clash with an input, and its folder must be writable
+OUTPUT_ARGS = ("out", "predictions")
+#: arguments that name a file read but are not compared with the outputs, and why
+UNGUARDED_INPUT_ARGS = {
+    "config": "a TOML of settings, read before any output is written; an output that could hold it refuses "
+              "it anyway (a finished output holding a file lmlab did not write is never replaced, a folder a "
+              "command fills rewrites only its own entries, such as the config.toml that pretrain --resume "
+              "may be given back)",
+}
+
+
+def input_paths(name: str, value: object) -> list[str]:
+    """The paths in the value of the input argument ``name``: ``harness`` names task files and folders
+    among task names (only those that exist as paths count), ``variant`` is ``NAME=DIR``."""
+    values = value if isinstance(value, (list, tuple)) else [value]
+    items = [v for v in values if isinstance(v, (str, os.PathLike)) and str(v)]
+    if name == "harness":
+        from lmlab.icl.harness import local_task_paths
+
+        return [str(path) for path in local_task_paths(items)]
+    if name == "variant":
+        return [str(item).partition("=")[2] for item in items if "=" in str(item)]
+    return [str(item) for item in items]
 
 
 def _resolve_run_directories(args: argparse.Namespace) -> None:
@@ -183,19 +211,26 @@ def _resolve_run_directories(args: argparse.Namespace) -> None:
         setattr(args, name, str(newest))
 
 
-def _check_output_keeps_inputs(args: argparse.Namespace) -> None:
-    """Refuse, before any work, an ``--out`` that would replace one of the command's inputs, or
-    (for commands that write one artifact, ``out_kind = (marker file, what)``) an existing
-    directory that is not an earlier output of the same kind."""
-    from lmlab.fileio import check_output_keeps_inputs, check_replaceable_dir
+def _check_outputs(args: argparse.Namespace) -> None:
+    """Refuse, before any work, every output (``OUTPUT_ARGS``) that would replace, delete or write
+    into one of the command's inputs, or that cannot be written where it is asked to go (a file in
+    the way, a folder that refuses writes); then, for commands that write one artifact
+    (``out_kind = (marker file, what)``), an existing ``--out`` that is not an earlier output of the
+    same kind."""
+    from lmlab import ownership
+    from lmlab.fileio import check_replaceable_dir
 
+    inputs = {shown: input_paths(k, getattr(args, k)) for k, shown in INPUT_ARGS.items() if hasattr(args, k)}
+    for name in OUTPUT_ARGS:
+        out = getattr(args, name, None)
+        if isinstance(out, str) and out:
+            flag = f"--{name}"
+            ownership.check_output_spares_inputs(out, inputs, flag)
+            ownership.check_destination(out, flag)
     out = getattr(args, "out", None)
-    if isinstance(out, str) and out:
-        inputs = {f"--{k.replace('_', '-')}": getattr(args, k) for k in INPUT_ARGS if hasattr(args, k)}
-        check_output_keeps_inputs(out, inputs)
-        kind = getattr(args, "out_kind", None)
-        if kind:
-            check_replaceable_dir(out, *(kind(args) if callable(kind) else kind))
+    kind = getattr(args, "out_kind", None)
+    if isinstance(out, str) and out and kind:
+        check_replaceable_dir(out, *(kind(args) if callable(kind) else kind))
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -110,7 +110,8 @@ def register(sub) -> None:
     p.add_argument("--out", type=path_flag, required=True, metavar="DIR",
                    help="directory for the tuned model")
     p.add_argument("--tokenizer", type=path_flag, metavar="PATH",
-                   help="tokenizer to use instead of the checkpoint's own")
+                   help="the tokenizer, for a checkpoint saved without one (checked against the model: "
+                        "see docs/generate.md)")
     add_config_flags(p, "align", "[align] beta = 0.2")
     add_section_flags(p, AlignConfig, RUN_FLAGS)
     add_section_flags(p.add_argument_group("preference"), AlignConfig, PREFERENCE_FLAGS)

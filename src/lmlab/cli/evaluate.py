@@ -23,7 +23,8 @@ prediction, as a label name for classification.
 newest checkpoint) with EleutherAI's lm-evaluation-harness instead: TASKS is a comma-separated
 list of harness task names (hellaswag, lambada_openai...) and local task YAML files or folders of
 them. The results are written as JSON beside the checkpoint (CHECKPOINT.harness.json, or --out),
-never over an existing file unless --overwrite. A local task file that brings Python code
+never over an existing file unless --overwrite, and then only over a results file lmlab wrote;
+never over or into an input (the checkpoint, a task file). A local task file that brings Python code
 (`!function`, e.g. a utils.py beside the YAML) is refused, naming that file, unless --allow-code:
 only pass it for task files you trust. Needs pip install 'lmlab[eval]'.
 
@@ -65,7 +66,8 @@ def register(sub) -> None:
                    help="default: each task's own")
     h.add_argument("--out", type=path_flag, metavar="FILE",
                    help="results JSON (default CHECKPOINT.harness.json)")
-    h.add_argument("--overwrite", action="store_true", help="replace an existing results file")
+    h.add_argument("--overwrite", action="store_true",
+                   help="replace an existing results file (only one lmlab wrote, unchanged since)")
     h.add_argument("--log-samples", action="store_true", help="also write every example's prompt and scores")
     h.add_argument("--seed", type=seed_flag, default=None,
                    help="few-shot sampling and generation seed (default 0)")

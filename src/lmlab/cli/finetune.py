@@ -165,7 +165,8 @@ def register(sub) -> None:
     p.add_argument("--method-option", type=text_flag, action="append", default=[], metavar="KEY=VALUE",
                    help="option of the method (may be repeated), e.g. rank=8")
     p.add_argument("--tokenizer", type=path_flag, metavar="PATH",
-                   help="tokenizer to use instead of the checkpoint's own")
+                   help="the tokenizer, for a checkpoint saved without one (checked against the model: "
+                        "see docs/generate.md)")
     add_config_flags(p, "finetune", "[finetune] lr = 3e-5")
     add_section_flags(p.add_argument_group("training"), FinetuneConfig, TRAINING_FLAGS)
     t = p.add_argument_group("task")

@@ -88,7 +88,8 @@ def register(sub) -> None:
                         "`lmlab finetune --task instruct`; else the default template): this instruction, "
                         "--prompt as its input")
     p.add_argument("--tokenizer", type=path_flag, metavar="PATH",
-                   help="tokenizer to use instead of the checkpoint's own")
+                   help="the tokenizer, for a checkpoint saved without one (checked against the model: "
+                        "see docs/generate.md)")
     p.add_argument("--max-new-tokens", type=count_flag, default=None, metavar="N",
                    help="tokens to generate at most (default 50; 256 with --json-schema)")
     p.add_argument("--temperature", type=flag(SamplingTemperature), default=None, metavar="T",
@@ -144,20 +145,15 @@ def _decoding_mode(args) -> dict:
 def _load(args):
     from pathlib import Path
 
-    from lmlab.loading import load_model
-    from lmlab.tokenizers import load_tokenizer
+    from lmlab.loading import attach_tokenizer, load_model
 
-    model = load_model(args.checkpoint)
-    if args.tokenizer:
-        tokenizer = load_tokenizer(args.tokenizer)
-    elif getattr(model, "tokenizer", None) is not None:
-        tokenizer = model.tokenizer
-    elif (Path(args.checkpoint) / "tokenizer.json").is_file():     # a Hugging Face model directory
-        tokenizer = load_tokenizer(args.checkpoint)
-    else:
+    model = load_model(args.checkpoint, tokenizer=args.tokenizer or None)  # a --tokenizer is checked to fit
+    if getattr(model, "tokenizer", None) is None and (Path(args.checkpoint) / "tokenizer.json").is_file():
+        model = attach_tokenizer(model, args.checkpoint)  # a Hugging Face model directory's own
+    if getattr(model, "tokenizer", None) is None:
         raise LmlabError(f"checkpoint {args.checkpoint} has no tokenizer",
                          "pass --tokenizer DIR (the tokenizer the model was trained with)")
-    return model, tokenizer
+    return model, model.tokenizer
 
 
 def run(args) -> int:

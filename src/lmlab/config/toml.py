@@ -17,9 +17,9 @@ from lmlab.errors import LmlabError
 def read_toml(path: str | os.PathLike, what: str = "config file",
               example: str = "configs/gpt-tiny-clm.toml") -> dict[str, Any]:
     """The tables of the TOML file ``path`` (``what`` names it in errors, ``example`` is the fix)."""
-    p = Path(path)
-    if not p.is_file():
-        raise LmlabError(f"{what} {p} does not exist", f"pass a file such as {example}")
+    from lmlab.fileio import existing_file
+
+    p = existing_file(path, what, f"pass a file such as {example}")
     try:
         with open(p, "rb") as f:
             return tomllib.load(f)

@@ -39,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from lmlab import ownership
 from lmlab.budget import cap_workers
 from lmlab.data.options import DEFAULT_SHARD_TOKENS, DOC_SEPARATORS, default_workers
 from lmlab.data.records import input_bytes, is_dataset_dir, is_record_file, iter_record_texts
@@ -208,13 +209,6 @@ class PrepareSummary:
         return "\n".join(lines)
 
 
-def _check_out(out: Path, inputs: Sequence[Path]) -> None:
-    root = out.resolve()
-    for p in inputs:
-        if root in p.resolve().parents:
-            raise LmlabError(f"input {p} lies inside the output directory {out}", "choose another --out")
-
-
 def prepare_shards(tokenizer: str | os.PathLike, inputs: Sequence[str | os.PathLike], out: str | os.PathLike,
                    val_fraction: float = 0.0, workers: int | None = None, encoding: str = "utf-8",
                    shard_tokens: int = DEFAULT_SHARD_TOKENS, doc_separator: str = "blank-line", seed: int = 0,
@@ -232,7 +226,7 @@ def prepare_shards(tokenizer: str | os.PathLike, inputs: Sequence[str | os.PathL
     eos_id = _eos_id(tok, tokenizer) if append_eos else None
     dtype = dtype_for_vocab(tok.vocab_size)
     out = Path(out)
-    _check_out(out, files)
+    ownership.check_output_spares_inputs(out, {"--input": files, "--tokenizer": tokenizer})
     if progress is None:
         progress = sys.stderr.isatty()
     # spawn (the parent may hold threads that a fork would copy mid-lock), unless that would run an

@@ -112,18 +112,11 @@ def at_trivial_baseline(metrics: dict[str, float], baseline, select: str, margin
 
 def load_trainable_model(checkpoint, tokenizer):
     """The model to fine-tune or align: a checkpoint path or module, with ``tokenizer`` attached."""
-    if isinstance(checkpoint, nn.Module):
-        model = checkpoint
-    else:
-        from lmlab.loading import load_model
+    from lmlab.loading import attach_tokenizer, load_model
 
-        model = load_model(checkpoint)
+    model = checkpoint if isinstance(checkpoint, nn.Module) else load_model(checkpoint)
     if tokenizer is not None:
-        if isinstance(tokenizer, (str, os.PathLike)):
-            from lmlab.tokenizers import load_tokenizer
-
-            tokenizer = load_tokenizer(tokenizer)
-        model.tokenizer = tokenizer
+        model = attach_tokenizer(model, tokenizer)  # checked against the embedding table
     if getattr(model, "architecture", "") not in ("encoder", "decoder", "seq2seq"):
         raise LmlabError(f"cannot fine-tune a {getattr(model, 'architecture', type(model).__name__)} model",
                          "use an encoder, decoder or encoder-decoder Transformer checkpoint")

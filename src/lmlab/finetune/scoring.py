@@ -159,12 +159,7 @@ def check_predictions_file(path: str | os.PathLike, inputs: dict[str, object]) -
     of the inputs (or inside one), or it exists and lmlab did not write it there as predictions
     (:mod:`lmlab.ownership`: the folder's manifest records every predictions file lmlab wrote)."""
     p = Path(path)
-    for flag, value in inputs.items():
-        if isinstance(value, (str, os.PathLike)) and str(value):
-            given = Path(value).resolve()
-            if p.resolve() == given or given in p.resolve().parents:
-                raise LmlabError(f"--predictions {p} would replace the input {flag} {value}; nothing was "
-                                 "written", "write the predictions to another file")
+    ownership.check_output_spares_inputs(p, inputs, "--predictions")
     if p.is_dir():
         raise LmlabError(f"--predictions {p} is a directory", "name a file, e.g. dev.predictions.jsonl")
     ownership.check_replaceable_file(p, PREDICTIONS_KIND, "--predictions")

@@ -7,7 +7,9 @@ definitions, prompts, few-shot sampling and metrics, so the numbers are the ones
 reports for any model. A task is a harness task, group or tag name, or a local task YAML file or a
 folder of them (read with ``TaskManager(include_path=...)``: a task whose data is a local file
 needs no network). Results go to a JSON file beside the checkpoint, ``<checkpoint>.harness.json``
-by default, written atomically; an existing file is replaced only when asked (``overwrite``).
+by default, written atomically; an existing file is replaced only when asked (``overwrite``), and
+only when it is a results file lmlab wrote there (never the checkpoint's or a task's file, never a
+file of yours).
 
 Decoders and LSTM LMs are scored directly. Encoders have no next-token distribution and are
 refused; encoder-decoders are refused with the way round: export them (``lmlab export --format
@@ -30,10 +32,12 @@ from pathlib import Path
 from typing import Any
 
 from lmlab.errors import LmlabError
-from lmlab.fileio import write_json
+from lmlab.fileio import json_bytes, write_output_file
 
 EXTRA = "eval"
 SUFFIX = ".harness.json"
+#: what lmlab records in a folder's manifest for a results file it wrote (:mod:`lmlab.ownership`)
+RESULTS_KIND = "harness results"
 
 
 def check_installed() -> None:
@@ -48,11 +52,26 @@ def default_output(checkpoint: str | os.PathLike) -> Path:
     return p.parent / f"{p.resolve().name}{SUFFIX}"
 
 
-def check_output(out: Path, overwrite: bool) -> None:
+def check_output(out: Path, overwrite: bool, inputs: dict[str, object] | None = None) -> None:
+    """Before any work: the results may go to ``out``. Never over one of the ``inputs`` (the
+    checkpoint, the task files: :func:`lmlab.ownership.check_output_spares_inputs`), whatever
+    ``overwrite`` says; over an existing file only with ``overwrite``, and then only over a results
+    file lmlab wrote there and nobody changed since (:mod:`lmlab.ownership`), never a file of yours."""
+    from lmlab import ownership
+
+    ownership.check_output_spares_inputs(out, inputs or {}, "--out")
     if out.is_dir():
         raise LmlabError(f"the results file {out} is a directory", "pass --out with a file name")
-    if out.exists() and not overwrite:
+    if (out.exists() or out.is_symlink()) and not overwrite:
         raise LmlabError(f"{out} already exists", "pass --overwrite to replace it, or --out another file")
+    ownership.check_replaceable_file(out, RESULTS_KIND, "--out")
+
+
+def local_task_paths(tasks: str | Sequence[str]) -> list[Path]:
+    """The task files and folders among ``tasks`` (what :func:`resolve_tasks` reads from disk)."""
+    items = [tasks] if isinstance(tasks, str) else list(tasks)
+    specs = [part.strip() for item in items for part in str(item).split(",") if part.strip()]
+    return [Path(spec).expanduser() for spec in specs if Path(spec).expanduser().exists()]
 
 
 def split_tasks(tasks: str | Sequence[str]) -> list[str]:
@@ -269,7 +288,8 @@ def run_harness(checkpoint: str | os.PathLike, tasks: str | Sequence[str], *,
         raise LmlabError("batch size and limit must be positive, num_fewshot not negative",
                          "pass e.g. --batch-size 16 --max-examples 100 --num-fewshot 0")
     out_path = Path(out) if out is not None else default_output(checkpoint)
-    check_output(out_path, overwrite)  # all before the model is loaded
+    # all before the model is loaded
+    check_output(out_path, overwrite, {"--checkpoint": checkpoint, "--harness": local_task_paths(tasks)})
     names, manager = resolve_tasks(tasks)
     check_task_code(names, manager, allow_code)  # before the harness imports any of it
     with quiet_harness():
@@ -296,8 +316,7 @@ def run_harness(checkpoint: str | os.PathLike, tasks: str | Sequence[str], *,
     if log_samples:
         record["samples"] = results["samples"]
     record = json.loads(json.dumps(record, default=handle_non_serializable))
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    write_json(out_path, record)
+    write_output_file(out_path, json_bytes(record), RESULTS_KIND, "--out")
     say(f"harness: {headline(record)}; written to {out_path}")
     return {**record, "samples": results["samples"], "path": str(out_path)}
 

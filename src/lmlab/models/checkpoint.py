@@ -151,6 +151,53 @@ def check_tokenizer(config, tokenizer) -> None:
         )
 
 
+#: an embedding table may be a tokenizer's size rounded up to a multiple of one of these, the
+#: padding GPUs like (T5: 32,100 tokens in 32,128 rows; Pythia: 50,277 in 50,304; Phi-2: 50,295 in
+#: 51,200); the rows beyond the tokenizer are never trained as targets
+PADDING_MULTIPLES = tuple(2 ** k for k in range(3, 11))  # 8, 16, ..., 1024
+
+
+def padded_sizes(tokens: int) -> set[int]:
+    """The embedding-table sizes that hold a tokenizer of ``tokens`` tokens plus padding rows only:
+    ``tokens`` itself, or rounded up to a multiple of 8, 16, ..., 1024 (one no larger than ``tokens``)."""
+    return {tokens} | {-(-tokens // m) * m for m in PADDING_MULTIPLES if m <= tokens}
+
+
+def check_given_tokenizer(config, tokenizer, own=None, name: str = "the tokenizer") -> None:
+    """The one rule for pairing a model with a tokenizer from elsewhere (``--tokenizer``), before any
+    text is encoded or generated. Ids must mean the same on both sides:
+
+    * every id the tokenizer produces, its special tokens' too, has a row of the embedding table
+      (the tokenizer has no more tokens than the table has rows);
+    * when the model has its own tokenizer (``own``: saved with the checkpoint, which records its
+      fingerprint), the one given must be that tokenizer: another of any size would read the model's
+      ids as other words, or leave ids the model produces undecodable;
+    * when it has none, every id the model can produce must be one the tokenizer decodes: the table
+      may be larger than the tokenizer only by padding (:func:`padded_sizes`).
+    """
+    rows = getattr(config, "vocab_size", None)
+    if rows is None:
+        return
+    tokens = tokenizer.vocab_size
+    highest = max([tokens - 1, *tokenizer.special_ids])
+    if highest >= rows:
+        raise LmlabError(f"{name} has {highest + 1:,} token ids but the model's embedding table has "
+                         f"{rows:,} rows: ids {rows:,}..{highest:,} would have no embedding",
+                         "pass the tokenizer the model was trained with (none: the checkpoint's own)")
+    if own is not None:
+        if own is tokenizer or own.fingerprint() == tokenizer.fingerprint():
+            return
+        sizes = ("the same size, other tokens" if own.vocab_size == tokens
+                 else f"{tokens:,} tokens, the model's own {own.vocab_size:,}")
+        raise LmlabError(f"{name} is not the tokenizer this model was trained with ({sizes}): the model's "
+                         "ids would be read as other words, or not at all",
+                         "drop --tokenizer: the checkpoint brings its own")
+    if rows not in padded_sizes(tokens):
+        raise LmlabError(f"{name} has {tokens:,} tokens but the model's embedding table has {rows:,} rows, "
+                         f"more than padding explains: the model can produce ids {tokens:,}..{rows - 1:,}, "
+                         f"which {name} cannot decode", "pass the tokenizer the model was trained with")
+
+
 def _unique_state(model: nn.Module) -> tuple[dict[str, torch.Tensor], list[str]]:
     """State dict without aliases: each shared tensor once (first name wins), plus the dropped names."""
     state, seen, dropped = {}, {}, []

@@ -271,7 +271,7 @@ def check_tokenizer(model, tokenizer=None):
         raise LmlabError("the checkpoint has no tokenizer",
                          "pass --tokenizer DIR (the one it was pretrained with)")
     v = getattr(model.config, "vocab_size", None)
-    if v is not None and tokenizer.vocab_size > v:
+    if v is not None and tokenizer.vocab_size > v:  # (a --tokenizer is checked in full by lmlab.loading)
         raise LmlabError(f"tokenizer has {tokenizer.vocab_size} tokens but the model's vocabulary has {v}: "
                          "they do not belong together", "use the tokenizer saved with the checkpoint")
     return tokenizer

@@ -144,10 +144,11 @@ def _decoding_mode(args) -> dict:
 def _load(args):
     from pathlib import Path
 
+    from lmlab.generate.search import check_can_generate
     from lmlab.loading import load_model
     from lmlab.tokenizers import load_tokenizer
 
-    model = load_model(args.checkpoint)
+    model = load_model(args.checkpoint, check=check_can_generate)  # a classifier: refused before its weights
     if args.tokenizer:
         tokenizer = load_tokenizer(args.tokenizer)
     elif getattr(model, "tokenizer", None) is not None:

@@ -41,6 +41,8 @@ from lmlab.generate.sampling import (
     check_sampling_options,
 )
 from lmlab.generate.sampling import sample as sample_tokens
+from lmlab.models.facts import facts_of
+from lmlab.models.heads import require_head
 
 NEG_INF = -1.0e9
 
@@ -189,7 +191,7 @@ def generate(model, input_ids: torch.Tensor, attention_mask: torch.Tensor | None
     """
     cfg = model.config
     kind = getattr(model, "architecture", "")
-    _check_can_generate(model, kind)
+    check_can_generate(model)
     input_ids = _check_prompt(model, input_ids)
     _check_options(kind, input_ids, attention_mask, max_new_tokens=max_new_tokens, do_sample=do_sample,
                    num_beams=num_beams, num_return_sequences=num_return_sequences)
@@ -229,18 +231,17 @@ def generate(model, input_ids: torch.Tensor, attention_mask: torch.Tensor | None
         model.train(was_training)
 
 
-def _check_can_generate(model, kind: str) -> None:
-    """Only decoders, encoder-decoders and the LSTM LM generate, and a decoder only with its LM head."""
-    cfg = model.config
-    if kind not in ("decoder", "seq2seq", "rnn") or getattr(cfg, "family", "") == "elmo":
-        name = getattr(cfg, "family", kind) or type(model).__name__
+def check_can_generate(model) -> None:
+    """Only decoders, encoder-decoders and the LSTM LM generate, and only with their language-model
+    head first. ``model``: a model, or the facts of a directory (:func:`lmlab.loading.model_facts`),
+    so that ``lmlab generate`` refuses a wrong checkpoint before loading its weights."""
+    facts = facts_of(model)
+    if facts.architecture not in ("decoder", "seq2seq", "rnn") or facts.family == "elmo":
+        name = facts.family or facts.architecture or type(model).__name__
         raise LmlabError(f"a {name} model cannot generate text",
                          "generate with a decoder (gpt2, llama), an encoder-decoder (t5, bart) or an lstm LM")
-    heads = tuple(getattr(model, "head_names", ()) or ())
-    if kind == "decoder" and heads and heads[0] != "lm":
-        raise LmlabError(f"this decoder's first head is {heads[0]!r} (a fine-tuned classifier), not the "
-                         "language-model head, so it scores texts instead of continuing them",
-                         "generate with the pretrained checkpoint, or score texts with `lmlab evaluate`")
+    require_head(facts, "lm", "generating text",
+                 "generate with the pretrained checkpoint, or score texts with `lmlab evaluate`")
 
 
 def _check_options(kind: str, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, *,

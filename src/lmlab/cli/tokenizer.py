@@ -169,7 +169,7 @@ def run_train(args) -> int:
     if args.score is not None and args.algo != "wordpiece":
         raise LmlabError("--score applies only to --algo wordpiece", "leave it out")
     specials = list(DEFAULT_SPECIAL_TOKENS if args.special_tokens is None else args.special_tokens)
-    specials += sentinel_tokens(args.sentinels)
+    specials += sentinel_tokens(args.sentinels, "--sentinels")  # their count checked first (lmlab.budget)
     options = {}
     if args.num_merges is not None:
         options["num_merges"] = args.num_merges

@@ -121,8 +121,24 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
+#: generate()'s counts as this command's flags name them (lmlab.generate.search.check_counts)
+FLAG_NAMES = {"max_new_tokens": "--max-new-tokens", "num_beams": "--num-beams",
+              "num_return_sequences": "--num-samples", "sample": "a --temperature above 0"}
+
+
 def _decoding_mode(args) -> dict:
-    """Translate the CLI options into generate() keyword arguments (with one-line errors)."""
+    """Translate the CLI options into generate() keyword arguments, checked (one-line errors naming
+    the flags) before any model is loaded."""
+    from lmlab.generate.search import check_counts
+
+    mode = _mode(args)
+    check_counts(max_new_tokens=50 if args.max_new_tokens is None else args.max_new_tokens,
+                 do_sample=mode.get("do_sample", False), num_beams=mode["num_beams"],
+                 num_return_sequences=mode["num_return_sequences"], names=FLAG_NAMES)
+    return mode
+
+
+def _mode(args) -> dict:
     sampling_opts = [name for name, v in (("--temperature", args.temperature), ("--top-k", args.top_k),
                                           ("--top-p", args.top_p)) if v is not None]
     if args.num_beams > 1:

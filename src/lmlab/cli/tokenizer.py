@@ -9,7 +9,7 @@ from itertools import chain
 
 from lmlab.cli.common import add_command, add_group
 from lmlab.errors import LmlabError
-from lmlab.fileio import check_input_file, iter_text_lines
+from lmlab.fileio import check_input_file, iter_text_lines, require_text
 from lmlab.tokenizers import ALGORITHMS
 from lmlab.values import (
     TokenIds,
@@ -177,7 +177,7 @@ def run_train(args) -> int:
         options["lowercase"] = args.lowercase
         if args.score is not None:
             options["score"] = args.score
-    texts = chain.from_iterable(iter_text_lines(f, args.encoding) for f in files)
+    texts = chain.from_iterable(require_text(iter_text_lines(f, args.encoding), f) for f in files)
     t0 = time.perf_counter()
     tok = train_tokenizer(
         args.algo,

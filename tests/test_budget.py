@@ -136,6 +136,29 @@ def test_the_t5_objective_refuses_sentinels_before_making_them(tiny_tok):
         SpanCorruption(tiny_tok, num_sentinels=10**12)
 
 
+@pytest.mark.parametrize("count, says", [  # both used to hang: building the list, compiling the split pattern
+    ("1000000000", "1,000,000,000 sentinel tokens would need about 200 GB"),
+    ("20000", "20,000 sentinel tokens: more than the 10,000 special tokens a tokenizer takes"),
+])
+def test_tokenizer_train_checks_its_sentinel_count_as_pretraining_does(tmp_path, capsys, monkeypatch, count,
+                                                                      says):
+    monkeypatch.setattr(budget, "physical_memory_bytes", lambda: 25 * 10**9)
+    text = tmp_path / "t.txt"
+    text.write_text("to be or not to be\n" * 20)
+    assert main(["tokenizer", "train", "--algo", "bytelevel", "--vocab-size", "300", "--input", str(text),
+                 "--out", str(tmp_path / "tok"), "--sentinels", count]) == 2
+    one_line_error(capsys, says, "lower --sentinels (T5 uses 100)")
+    assert not (tmp_path / "tok").exists()
+
+
+def test_the_t5_objective_has_the_same_count_limit(tmp_path, capsys):
+    text = tmp_path / "t.txt"
+    text.write_text("to be or not to be\n\nthat is the question\n" * 50)
+    assert main(["pretrain", "--config", "configs/t5-tiny-spans.toml", "--out", str(tmp_path / "run"),
+                 "--set", f"data.train={text}", "--set", "objective.num_sentinels=20000"]) == 2
+    one_line_error(capsys, "adding 20,000 tokens to the vocabulary: more than the 10,000 special tokens")
+
+
 def _gzip_with_a_long_line(path, chars: int) -> None:
     with gzip.open(path, "wb") as f:
         f.write(b"a first line\n" + b"x" * chars)

@@ -33,6 +33,7 @@ __all__ = [
     "FLOAT32",
     "MAX_EPOCHS",
     "MAX_LINE_CHARS",
+    "MAX_SPECIAL_TOKENS",
     "MAX_STEPS",
     "TOKEN_TABLE_BYTES",
     "activation_bytes",
@@ -41,6 +42,7 @@ __all__ = [
     "describe_bytes",
     "physical_memory_bytes",
     "require_fits",
+    "require_special_tokens_fit",
     "require_weights_fit",
     "tensor_bytes",
 ]
@@ -58,6 +60,9 @@ MAX_EPOCHS = 10**6
 ACTIVATION_FLOATS = 20
 #: rough memory of one token in a tokenizer's tables (its text and two dictionary entries)
 TOKEN_TABLE_BYTES = 200
+#: the most special tokens a tokenizer lmlab builds may hold: it splits every text on all of them
+#: with one pattern, whose building grows with their number (10,000: seconds; 1,000,000: hours)
+MAX_SPECIAL_TOKENS = 10_000
 
 
 #: where cgroup v2 and v1 say how much memory this process's container may use
@@ -140,6 +145,18 @@ def require_fits(nbytes: float, what: str, fix: str, device=None) -> None:
     where = "this GPU's" if _is_cuda(device) else "this machine's"
     raise LmlabError(f"{what} would need about {describe_bytes(nbytes)}, more than {where} "
                      f"{describe_bytes(total)} of memory", fix)
+
+
+def require_special_tokens_fit(n: int, what: str, fix: str, row_bytes: int = 0) -> None:
+    """Refuse, before any token list is made, ``n`` special tokens to add (T5 sentinels, ``what``:
+    "1,000 sentinel tokens") that cannot fit: each is a tokenizer entry (:data:`TOKEN_TABLE_BYTES`)
+    plus, for a model, ``row_bytes`` of its embedding and output tables; and a tokenizer takes at
+    most :data:`MAX_SPECIAL_TOKENS` of them."""
+    require_fits(n * (TOKEN_TABLE_BYTES + row_bytes), what, fix)
+    if n > MAX_SPECIAL_TOKENS:
+        raise LmlabError(f"{what}: more than the {MAX_SPECIAL_TOKENS:,} special tokens a tokenizer takes "
+                         "(it splits every text on one pattern of them all, slower to build the more "
+                         "there are)", fix)
 
 
 def require_weights_fit(n_parameters: int, family: str, fix: str, device=None) -> None:

@@ -13,7 +13,7 @@ import json
 import os
 import re
 import shutil
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from lmlab import budget, ownership
@@ -103,6 +103,19 @@ def iter_text_lines(path: str | os.PathLike, encoding: str = "utf-8") -> Iterato
             f"{p} line {bad_line}: byte {bad_byte!r} is not valid {encoding}",
             "convert the file to UTF-8 or pass its encoding (e.g. --encoding latin-1)",
         ) from None
+
+
+def require_text(items: Iterable[str], path: str | os.PathLike) -> Iterator[str]:
+    """``items`` (the lines or documents read from the corpus file ``path``) as they come, then a
+    one-line error if none held anything but whitespace: the one check of "this corpus file has
+    text" that every command training on a corpus applies (``data prepare``, ``tokenizer train``,
+    a recipe's tokenizer)."""
+    seen = False
+    for item in items:
+        seen = seen or not item.isspace() and item != ""
+        yield item
+    if not seen:
+        raise LmlabError(f"input file {path} holds only whitespace", "pass files that contain text")
 
 
 def _open(path: Path, mode: str, **kwargs):

@@ -13,6 +13,11 @@ lmlab int8 checkpoint                  :func:`lmlab.adapt.quantize.load_quantize
 Hugging Face model directory           :func:`lmlab.interop.hf_import`
 =====================================  ================================================
 
+:func:`model_facts` tells what such a directory holds (architecture, family, heads, config) from
+its config files alone, and ``load_model(path, check=...)`` runs a command's check of them (the
+head it needs, :func:`lmlab.models.heads.require_head`; the input length it will use,
+:func:`lmlab.models.config.max_length_for`) before any weight is read.
+
 This module stands above ``models``, ``interop`` and ``adapt`` so that none of them needs to
 know the others' formats; code inside those packages opens plain models with
 :func:`lmlab.interop.load_plain_model`.
@@ -21,18 +26,56 @@ know the others' formats; code inside those packages opens plain models with
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 from lmlab.fileio import read_json
 from lmlab.interop import check_model_dir, load_plain_model
+from lmlab.models.facts import ModelFacts, facts_of
 
-__all__ = ["attach_tokenizer", "load_model"]
+__all__ = ["attach_tokenizer", "load_model", "model_facts"]
 
 
-def load_model(path: str | os.PathLike, map_location="cpu", tokenizer=None):
+def model_facts(source) -> ModelFacts | None:
+    """What ``source`` is: a model in memory, or any directory :func:`load_model` opens, read from
+    its config files without loading a weight. None when only the built model can tell (a Hugging
+    Face type whose converter has no ``describe``)."""
+    from lmlab.adapt.peft_io import adapter_files, read_peft_config
+    from lmlab.interop import hf_facts
+    from lmlab.models import checkpoint_facts, facts_from_meta
+    from lmlab.models.checkpoint import is_lmlab_checkpoint
+
+    if not isinstance(source, (str, os.PathLike)):
+        return facts_of(source)
+    p = check_model_dir(source)
+    if _quantized(p):  # the directories in the order _load tries them
+        return checkpoint_facts(p)
+    if (p / "base").is_dir() and adapter_files(p / "adapter") is not None:
+        return facts_from_meta(read_peft_config(p / "adapter"), str(p / "adapter"))  # its heads and config
+    if is_lmlab_checkpoint(p):
+        return checkpoint_facts(p)
+    return hf_facts(p)
+
+
+def _quantized(p) -> bool:
+    from lmlab.models.checkpoint import CONFIG_NAME, is_lmlab_checkpoint
+
+    return is_lmlab_checkpoint(p) and bool(read_json(p / CONFIG_NAME, "model config").get("quantization"))
+
+
+def load_model(path: str | os.PathLike, map_location="cpu", tokenizer=None,
+               check: Callable[[ModelFacts], None] | None = None):
     """The model saved in ``path`` (see the table above), in eval mode, with the directory's
     tokenizer attached when there is one lmlab can read, or with ``tokenizer`` (a tokenizer or its
-    path, ``--tokenizer``) once it is checked to fit (:func:`attach_tokenizer`)."""
+    path, ``--tokenizer``) once it is checked to fit (:func:`attach_tokenizer`). ``check``: the
+    caller's test of the model's :class:`ModelFacts` (raising a one-line
+    :class:`~lmlab.errors.LmlabError`), run on the directory's config before any weight is read
+    (on the built model when only it can tell)."""
+    facts = model_facts(path) if check is not None else None
+    if facts is not None:
+        check(facts)
     model = _load(path, map_location)
+    if check is not None and facts is None:
+        check(facts_of(model))
     return model if tokenizer is None else attach_tokenizer(model, tokenizer)
 
 
@@ -54,11 +97,11 @@ def attach_tokenizer(model, tokenizer):
     return model
 
 
-def _load(path: str | os.PathLike, map_location):
-    from lmlab.models.checkpoint import CONFIG_NAME, is_lmlab_checkpoint
 
+
+def _load(path: str | os.PathLike, map_location):
     p = check_model_dir(path)
-    if is_lmlab_checkpoint(p) and read_json(p / CONFIG_NAME, "model config").get("quantization"):
+    if _quantized(p):
         from lmlab.adapt.quantize import load_quantized
 
         return load_quantized(p, map_location)

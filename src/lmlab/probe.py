@@ -26,6 +26,8 @@ import torch.nn.functional as F
 
 from lmlab.errors import LmlabError
 from lmlab.models.attention_masks import MaskSpec
+from lmlab.models.facts import facts_of
+from lmlab.models.heads import require_head
 
 MASK_TEXT = "[MASK]"
 
@@ -75,20 +77,35 @@ def _top(logits: torch.Tensor, tok, k: int, banned: set[int]) -> list[Guess]:
     return [Guess(t, tok.decode([i]), float(p)) for t, i, p in zip(tokens, ids.tolist(), values.tolist())]
 
 
+def check_can_fill_mask(model) -> None:
+    """The models :func:`fill_mask` reads: an encoder with its MLM head, a decoder with its
+    language-model head first, an encoder-decoder. ``model``: a model, or a directory's facts
+    (:func:`lmlab.loading.model_facts`), so that ``lmlab probe fill-mask`` refuses a fine-tuned
+    classifier before loading its weights."""
+    facts = facts_of(model)
+    if facts.architecture == "encoder":
+        require_head(facts, "mlm", "fill-mask", "probe a checkpoint pretrained with the mlm objective "
+                     "(not a fine-tuned or bare encoder)", first=False)
+    elif facts.architecture in ("decoder", "seq2seq"):
+        require_head(facts, "lm", "fill-mask",
+                     "probe the pretrained checkpoint (its language-model head), not a fine-tuned classifier")
+    else:
+        raise LmlabError(f"fill-mask does not know a {facts.architecture or type(model).__name__} model",
+                         "probe an encoder, a decoder or an encoder-decoder checkpoint")
+
+
 @torch.no_grad()
 def fill_mask(model, text: str, top_k: int = 5) -> list[Guess]:
     """The ``top_k`` most likely tokens for the ``[MASK]`` in ``text`` (see the module docstring)."""
     if top_k < 1:
         raise LmlabError(f"top_k must be at least 1, got {top_k}", "ask for e.g. --top-k 5")
+    check_can_fill_mask(model)
     tok = _tokenizer(model)
     before, _ = _blank(text)
     arch = getattr(model, "architecture", "")
     model.eval()
     specials = set(tok.special_ids)
     if arch == "encoder":
-        if "mlm" not in getattr(model, "head_names", ()):
-            raise LmlabError("this encoder has no MLM head to fill a blank with",
-                             "probe a checkpoint pretrained with the mlm objective")
         mask_id = tok.role_id("mask")
         if mask_id is None:
             raise LmlabError("the tokenizer has no [MASK] token",
@@ -128,8 +145,7 @@ def fill_mask(model, text: str, top_k: int = 5) -> list[Guess]:
         src_t = torch.tensor([src])
         out = model(input_ids=src_t, attention_mask=torch.ones_like(src_t), decoder_input_ids=dec)
         return _top(out.logits[0, -1], tok, top_k, specials)
-    raise LmlabError(f"fill-mask does not know a {arch or type(model).__name__} model",
-                     "probe an encoder, a decoder or an encoder-decoder checkpoint")
+    raise AssertionError(f"check_can_fill_mask let a {arch} model through")  # pragma: no cover
 
 
 # ----------------------------------------------------------------------------- similarity

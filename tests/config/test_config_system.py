@@ -119,6 +119,45 @@ def test_a_recipe_value_error_names_the_file_and_line(tmp_path):
         load_config(recipe)
 
 
+@pytest.mark.parametrize("line, says, fix", [
+    ('max_steps = "10"', "train.max_steps must be a whole number, got the string '10'", "max_steps = 10"),
+    ('lr = "3e-4"', "train.lr must be a number, got the string '3e-4'", "lr = 3e-4"),
+    ('compile = "false"', "train.compile must be true or false, got the string 'false'", "compile = false"),
+    ('progress = "off"', "", ""),  # progress takes a word: a string is its type
+    ('betas = "0.9,0.95"', "train.betas must be a list, got the string '0.9,0.95'", "betas = [...]"),
+    ('seed = "many"', "train.seed must be a whole number, got the string 'many'", "seed = 100"),
+])
+def test_a_file_writes_numbers_without_quotes_and_a_set_writes_text(tmp_path, line, says, fix):
+    recipe = tmp_path / "r.toml"
+    recipe.write_text(f'[model]\npreset = "gpt2-tiny"\n[objective]\nname = "clm"\n[data]\ntrain = "t.txt"\n'
+                      f"[train]\n{line}\n")
+    if not says:
+        load_config(recipe)
+        return
+    with pytest.raises(LmlabError) as e:  # was quietly converted: "types are checked"
+        load_config(recipe)
+    assert says in e.value.problem and e.value.problem.startswith(f"{recipe}:") and fix in e.value.fix
+    # the command line is text: the same values given there are parsed
+    given = ["train.max_steps=10", "train.lr=3e-4", "train.betas=0.9,0.95"]
+    cfg = load_config("configs/gpt-tiny-clm.toml", given)
+    assert (cfg.train.max_steps, cfg.train.lr, list(cfg.train.betas)) == (10, 3e-4, [0.9, 0.95])
+
+
+def test_finetune_and_align_tables_are_as_strict(tmp_path, capsys):
+    from lmlab.config.align import AlignConfig
+    from lmlab.finetune import FinetuneConfig
+
+    f = tmp_path / "ft.toml"
+    f.write_text('[finetune]\nepochs = "2"\n')
+    assert exit_code([*FINETUNE, "--config", str(f)]) == 2
+    assert_one_line_error(capsys, f"{f}:2: finetune.epochs must be a whole number, got the string '2'")
+    assert exit_code([*FINETUNE, "--set", "finetune.epochs=2", "--set", "finetune.lr=3e-4"]) == 2
+    assert_one_line_error(capsys, "no/such/checkpoint")  # the settings passed: the missing model is next
+    with pytest.raises(LmlabError, match="align.beta must be a number, got the string '0.2'"):
+        AlignConfig.from_dict({"beta": "0.2"})  # a grid's or a caller's dict: typed too
+    assert FinetuneConfig.from_dict({"lr": "auto", "epochs": 2}).lr == "auto"
+
+
 # --------------------------------------------------------------------------- finetune and align
 FINETUNE = ["finetune", "--checkpoint", "no/such/checkpoint", "--task", "sst2", "--train", "t.tsv",
             "--dev", "d.tsv", "--out", "ft"]

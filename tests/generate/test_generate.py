@@ -344,7 +344,10 @@ def test_cli_beam_search_and_seq2seq(checkpoints, capsys):
 @pytest.mark.parametrize("args, message", [
     (("--num-beams", 2, "--top-k", 5), "beam search is deterministic"),
     (("--temperature", 0, "--top-p", 0.9), "greedy decoding"),
-    (("--temperature", 0, "--num-samples", 2), "greedy decoding returns one sequence"),
+    (("--temperature", 0, "--num-samples", 2), "greedy decoding returns one sequence per prompt, not "
+                                                "--num-samples 2; use a --temperature above 0"),
+    (("--num-beams", 2, "--num-samples", 5),  # was named num_return_sequences, after the model loaded
+     "--num-samples 5 exceeds --num-beams 2 (beam search returns its best beams); use --num-beams 5 or more"),
     (("--max-new-tokens", 0), "argument --max-new-tokens: must be at least 1 (got '0')"),
 ])
 def test_cli_bad_options_are_one_line_errors(checkpoints, capsys, args, message):

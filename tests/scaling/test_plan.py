@@ -105,3 +105,24 @@ def test_cli_prints_n_and_d(capsys):
 def test_cli_notes_when_the_embedding_is_larger_than_n(capsys):
     assert main(["scale", "plan", "--flops", "1e13"]) == 0
     assert "embeddings alone" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("flops", ["-1e15", "-2.5E-3", "-.5"])
+def test_a_negative_budget_is_the_flags_own_error(capsys, flops):
+    """argparse took -1e15 for a flag ("expected one argument"); every lmlab parser reads it as the value."""
+    with pytest.raises(SystemExit) as exited:
+        main(["scale", "plan", "--flops", flops])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"argument --flops: must be greater than 0 (got '{flops}')" in err
+
+
+@pytest.mark.parametrize("flops", ["1", "1e9"])
+def test_a_budget_below_the_smallest_shape_is_refused(capsys, flops):
+    """--flops 1 planned 0.0913 parameters, rc 0."""
+    assert main(["scale", "plan", "--flops", flops]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"error: --flops {flops} buys a compute-optimal model of " in err
+    assert "fewer than the smallest gpt2 shape has besides its embeddings (3,312" in err
+    assert err.strip().endswith("use --flops 1.4e9 or more")
+    assert main(["scale", "plan", "--flops", "1.4e9"]) == 0

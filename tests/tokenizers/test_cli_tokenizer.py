@@ -156,6 +156,32 @@ def test_train_bad_inputs(algo, tmp_path, capsys, corpus_file):
     assert "caf\u00e9" in load_tokenizer(out).decode(load_tokenizer(out).encode("caf\u00e9")).lower()
 
 
+@pytest.mark.parametrize("algo", list(ALGORITHMS))
+def test_a_whitespace_corpus_is_refused_as_data_prepare_refuses_it(algo, tmp_path, capsys, corpus_file):
+    """Trained a tokenizer of the specials and bytes alone (rc 0) where `data prepare` refused the file."""
+    blank = tmp_path / "ws.txt"
+    blank.write_text("   \n\t\n    \n")
+    err = one_line_error(*run(capsys, "tokenizer", "train", "--algo", algo, "--vocab-size", VOCAB, "--input",
+                              corpus_file, blank, "--out", tmp_path / "tok")[::2])
+    assert err == f"input file {blank} holds only whitespace; pass files that contain text\n".lower()
+    assert not (tmp_path / "tok").exists()
+
+
+def test_a_vocabulary_far_below_the_request_is_a_warning(tmp_path, capsys, corpus_file):
+    """bpe on a one-character corpus gave 10 tokens for --vocab-size 300, silently."""
+    one = tmp_path / "one.txt"
+    one.write_text("a\n")
+    code, out, err = run(capsys, "tokenizer", "train", "--algo", "bpe", "--vocab-size", 300, "--input", one,
+                         "--out", tmp_path / "tok")
+    assert code == 0 and "10 tokens" in out
+    assert err == ("warning: the bpe tokenizer learned 10 tokens, far fewer than the 300 asked for: its "
+                   "training text holds no more to learn (pass more, or varied, text for that vocabulary "
+                   "size)\n")
+    code, _, err = run(capsys, "tokenizer", "train", "--algo", "bpe", "--vocab-size", VOCAB, "--input",
+                       corpus_file, "--out", tmp_path / "tok2")
+    assert code == 0 and err == ""  # a vocabulary of the size asked for: nothing to say
+
+
 def test_unknown_algorithm_names_the_choices(tmp_path, capsys, corpus_file):
     with pytest.raises(SystemExit) as e:  # argparse: usage line + one error line, exit 2
         main(["tokenizer", "train", "--algo", "sentencepiece", "--vocab-size", "100",

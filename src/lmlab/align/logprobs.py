@@ -24,28 +24,29 @@ from torch import Tensor, nn
 
 from lmlab.errors import LmlabError
 from lmlab.losses import IGNORE
+from lmlab.models.config import max_length_for
+from lmlab.models.facts import facts_of
+from lmlab.models.heads import require_head
 from lmlab.models.seq2seq import shift_right
 
 
-def check_generative(model: nn.Module) -> None:
+def check_generative(model) -> None:
     """Preference tuning scores text, so the model must write it: a decoder or encoder-decoder
-    with its language-model head."""
-    arch = getattr(model, "architecture", "")
-    if arch not in ("decoder", "seq2seq"):
+    with its language-model head first. ``model``: a model, or a directory's facts
+    (:func:`lmlab.loading.model_facts`), so that a wrong checkpoint is refused before it loads."""
+    facts = facts_of(model)
+    if facts.architecture not in ("decoder", "seq2seq"):
         raise LmlabError("preference tuning needs a model that writes text, not a "
-                         f"{arch or type(model).__name__}",
+                         f"{facts.architecture or type(model).__name__}",
                          "use a decoder (GPT-2, Llama) or encoder-decoder (T5, BART) checkpoint")
-    if "lm" not in getattr(model, "head_names", ("lm",)):
-        raise LmlabError("the checkpoint has no language-model head (it was fine-tuned for classification)",
-                         "start from a pretrained checkpoint with its LM head")
+    require_head(facts, "lm", "preference tuning (lmlab align)",
+                 "start from the pretrained checkpoint (with its language-model head), not a classifier")
 
 
 def position_limit(model: nn.Module, max_length: int) -> int:
-    """The longest row: ``max_length``, or less where learned positions end sooner."""
-    cfg = model.config
-    if getattr(cfg, "positions", "") == "learned":
-        return min(max_length, cfg.max_positions)
-    return max_length
+    """The longest row: ``max_length``, or less where the model's positions end sooner
+    (:func:`lmlab.models.config.max_length_for`)."""
+    return max_length_for(model.config, None, max_length)
 
 
 def end_token(tokenizer, model: nn.Module) -> int | None:

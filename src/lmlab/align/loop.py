@@ -45,6 +45,8 @@ from lmlab.align.pairs import PreferencePair, read_preferences
 from lmlab.errors import LmlabError
 from lmlab.fileio import atomic_dir, check_replaceable_dir, write_json
 from lmlab.finetune.loop import epoch_batches, load_trainable_model
+from lmlab.loading import model_facts
+from lmlab.models.config import max_length_for
 from lmlab.runtime import Machine, resolve
 from lmlab.tasks import collate
 from lmlab.tasks.base import pad_id_of
@@ -271,6 +273,11 @@ class Setup:
 
 def setup(checkpoint, train, dev, out, hparams: dict[str, Any], tokenizer, log) -> Setup:
     cfg = AlignConfig.from_dict(hparams)
+    facts = model_facts(checkpoint)  # the kind of model and its positions, before any data or weight is read
+    if facts is not None:
+        check_generative(facts)
+        # a max_length given beyond the positions is refused; the default is cut down to them
+        cfg.max_length = max_length_for(facts.config, hparams.get("max_length"), cfg.max_length)
     say = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
     out_dir = None if out is None else check_replaceable_dir(out, SUMMARY_FILE, "aligned model")
     machine = resolve(cfg.device, cfg.threads, cfg.precision)

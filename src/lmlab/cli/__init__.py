@@ -11,6 +11,7 @@ import argparse
 import contextlib
 import importlib
 import os
+import re
 import sys
 
 from safetensors import SafetensorError
@@ -53,6 +54,10 @@ Run `lmlab COMMAND --help` for the options of each command.
 """
 
 
+#: a negative number as a command line writes one: -1, -0.5, -.5, -1e15, -2.5E-3, -inf, -nan
+NEGATIVE_NUMBER = re.compile(r"^-(\d+\.?\d*|\.\d+)(e[+-]?\d+)?$|^-(inf|infinity|nan)$", re.IGNORECASE)
+
+
 class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
     """Keep hand-written examples as they are and show each default once: argparse's own
     "(default: ...)" only where the help does not already say it, and never "(default: None)"
@@ -67,7 +72,14 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefau
 
 
 class Parser(argparse.ArgumentParser):
-    """An ArgumentParser whose usage errors are one line naming the problem and the fix."""
+    """An ArgumentParser whose usage errors are one line naming the problem and the fix, and that
+    reads a negative number after a flag (``--flops -1e15``, ``--lr -.5``) as that flag's value, so
+    the flag's own range check answers (argparse's own rule knows no exponents: it took ``-1e15``
+    for a flag and said "expected one argument"). Every subcommand's parser is one of these."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._negative_number_matcher = NEGATIVE_NUMBER
 
     def error(self, message: str):  # type: ignore[override]
         self.exit(2, f"error: {message}; see `{self.prog} --help`\n")

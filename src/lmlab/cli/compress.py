@@ -378,12 +378,13 @@ def run_prune(args) -> int:
 
 def run_distill(args) -> int:
     from lmlab.adapt.distill import distill, make_student
+    from lmlab.finetune.loop import TASK_FILE
 
     _setup(args)
-    teacher, task = _load(args.teacher)
-    if task is None:
+    if not (Path(args.teacher) / TASK_FILE).is_file():  # before its weights are read
         raise LmlabError(f"{args.teacher} is not a fine-tuned checkpoint (no task.json)",
                          "fine-tune the teacher with `lmlab finetune ... --out DIR` first")
+    teacher, task = _load(args.teacher)
     train = _examples(task, args.train, args.max_train_examples, "train")
     dev = _examples(task, args.dev, args.max_eval_examples, "dev")
     student = make_student(teacher, args.layers, args.student_layers, args.init, args.seed)

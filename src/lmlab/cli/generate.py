@@ -122,8 +122,24 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
+#: generate()'s counts as this command's flags name them (lmlab.generate.search.check_counts)
+FLAG_NAMES = {"max_new_tokens": "--max-new-tokens", "num_beams": "--num-beams",
+              "num_return_sequences": "--num-samples", "sample": "a --temperature above 0"}
+
+
 def _decoding_mode(args) -> dict:
-    """Translate the CLI options into generate() keyword arguments (with one-line errors)."""
+    """Translate the CLI options into generate() keyword arguments, checked (one-line errors naming
+    the flags) before any model is loaded."""
+    from lmlab.generate.search import check_counts
+
+    mode = _mode(args)
+    check_counts(max_new_tokens=50 if args.max_new_tokens is None else args.max_new_tokens,
+                 do_sample=mode.get("do_sample", False), num_beams=mode["num_beams"],
+                 num_return_sequences=mode["num_return_sequences"], names=FLAG_NAMES)
+    return mode
+
+
+def _mode(args) -> dict:
     sampling_opts = [name for name, v in (("--temperature", args.temperature), ("--top-k", args.top_k),
                                           ("--top-p", args.top_p)) if v is not None]
     if args.num_beams > 1:
@@ -145,9 +161,11 @@ def _decoding_mode(args) -> dict:
 def _load(args):
     from pathlib import Path
 
+    from lmlab.generate.search import check_can_generate
     from lmlab.loading import attach_tokenizer, load_model
 
-    model = load_model(args.checkpoint, tokenizer=args.tokenizer or None)  # a --tokenizer is checked to fit
+    # a classifier is refused before its weights; a --tokenizer is checked to fit
+    model = load_model(args.checkpoint, tokenizer=args.tokenizer or None, check=check_can_generate)
     if getattr(model, "tokenizer", None) is None and (Path(args.checkpoint) / "tokenizer.json").is_file():
         model = attach_tokenizer(model, args.checkpoint)  # a Hugging Face model directory's own
     if getattr(model, "tokenizer", None) is None:

@@ -66,13 +66,14 @@ def run_variants(args, mode: dict, continuation) -> int:
     import torch
 
     from lmlab.adapt.multi import MultiAdapterModel, generate_variants, parse_variants
+    from lmlab.generate.search import check_can_generate
     from lmlab.loading import load_model
     from lmlab.runtime import choose_device
 
     variants = parse_variants(args.variant)
     rows = read_prompts(args.prompts, list(variants))
     device = choose_device(args.device or "auto")[0]
-    base = load_model(args.checkpoint)
+    base = load_model(args.checkpoint, check=check_can_generate)
     tok = getattr(base, "tokenizer", None)
     if tok is None:
         raise LmlabError(f"checkpoint {args.checkpoint} has no tokenizer",

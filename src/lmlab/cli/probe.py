@@ -51,16 +51,16 @@ def register(sub) -> None:
     p.set_defaults(func=run_similarity)
 
 
-def _load(path: str):
+def _load(path: str, check=None):
     from lmlab.loading import load_model
 
-    return load_model(path)
+    return load_model(path, check=check)
 
 
 def run_fill_mask(args) -> int:
-    from lmlab.probe import fill_mask
+    from lmlab.probe import check_can_fill_mask, fill_mask
 
-    guesses = fill_mask(_load(args.checkpoint), args.text, args.top_k)
+    guesses = fill_mask(_load(args.checkpoint, check_can_fill_mask), args.text, args.top_k)
     if args.json:
         print(json.dumps([{"token": g.token, "text": g.text, "probability": g.probability} for g in guesses],
                          ensure_ascii=False, indent=2))

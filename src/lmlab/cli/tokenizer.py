@@ -9,7 +9,7 @@ from itertools import chain
 
 from lmlab.cli.common import add_command, add_group
 from lmlab.errors import LmlabError
-from lmlab.fileio import check_input_file, iter_text_lines
+from lmlab.fileio import check_input_file, iter_text_lines, require_text
 from lmlab.tokenizers import ALGORITHMS
 from lmlab.values import (
     TokenIds,
@@ -169,7 +169,7 @@ def run_train(args) -> int:
     if args.score is not None and args.algo != "wordpiece":
         raise LmlabError("--score applies only to --algo wordpiece", "leave it out")
     specials = list(DEFAULT_SPECIAL_TOKENS if args.special_tokens is None else args.special_tokens)
-    specials += sentinel_tokens(args.sentinels)
+    specials += sentinel_tokens(args.sentinels, "--sentinels")  # their count checked first (lmlab.budget)
     options = {}
     if args.num_merges is not None:
         options["num_merges"] = args.num_merges
@@ -177,7 +177,7 @@ def run_train(args) -> int:
         options["lowercase"] = args.lowercase
         if args.score is not None:
             options["score"] = args.score
-    texts = chain.from_iterable(iter_text_lines(f, args.encoding) for f in files)
+    texts = chain.from_iterable(require_text(iter_text_lines(f, args.encoding), f) for f in files)
     t0 = time.perf_counter()
     tok = train_tokenizer(
         args.algo,

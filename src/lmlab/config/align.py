@@ -9,12 +9,10 @@ linear decay to 0, no weight decay, the global gradient norm clipped at 1.
 from __future__ import annotations
 
 import dataclasses
-import typing
 from typing import Any
 
 from pydantic.dataclasses import dataclass
 
-from lmlab import values
 from lmlab.config.overrides import suggest
 from lmlab.errors import LmlabError
 from lmlab.values import (
@@ -124,12 +122,13 @@ class AlignConfig:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> AlignConfig:
         """The config of ``data`` (field -> value), every value checked against its field's type."""
-        hints = typing.get_type_hints(cls, include_extras=True)
         names = [f.name for f in dataclasses.fields(cls)]
         for key in data:
             if key not in names:
                 raise LmlabError(f"unknown preference-tuning setting {key!r}", suggest(key, names))
-        return cls(**{k: values.check(hints[k], v, k) for k, v in data.items()}).validate()
+        from lmlab.config.fields import build_section  # the one typed check (strings stay strings)
+
+        return build_section(cls, dict(data), "align", what="preference-tuning setting").validate()
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

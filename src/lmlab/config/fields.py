@@ -1,6 +1,11 @@
 """The one validator of a config section: every key known (an unknown one names the closest), every
 value converted to its field's type and checked against its range (the value types of
-:mod:`lmlab.values`), so ``--set train.lr=3e-4`` and ``lr = 3e-4`` in a file give the same float."""
+:mod:`lmlab.values`), so ``--set train.lr=3e-4`` and ``lr = 3e-4`` in a file give the same float.
+
+Only command-line text (a ``--set`` value) is read as text: ``--set train.max_steps=10`` and
+``--set train.betas=0.9,0.95`` are parsed. A file or a dict is typed already, so a string where
+a number, a truth value or a list belongs (``max_steps = "10"`` in TOML) is a one-line error, not
+quietly converted."""
 
 from __future__ import annotations
 
@@ -32,63 +37,103 @@ def build_section(cls, table: dict[str, Any], section: str, origin: Origin = NOW
             raise LmlabError(f"unknown {what} {origin.of(f'{section}.{key}')}",
                              suggest(key, hints, f"{section}."))
         where = origin.of(f"{section}.{key}")
-        kwargs[key] = values.check(hints[key], coerce(value, hints[key], f"{section}.{key}", where), where)
+        text = origin.from_command_line(f"{section}.{key}")
+        value = coerce(value, hints[key], f"{section}.{key}", where, text)
+        kwargs[key] = values.check(hints[key], value, where)
     return cls(**kwargs)
 
 
-def coerce(value: Any, hint, key: str, where: str | None = None) -> Any:
+def coerce(value: Any, hint, key: str, where: str | None = None, text: bool = False) -> Any:
     """Convert ``value`` to the type ``hint`` of config field ``key`` and check its range (an
     ``Annotated`` type of :mod:`lmlab.values`), or a one-line error naming ``where`` (the file and
-    key, or the ``--set``; default: ``key``)."""
+    key, or the ``--set``; default: ``key``). ``text``: the value is command-line text (``--set``),
+    which may spell a number, a truth value or a comma-separated list; any other string there is
+    refused (:func:`refuse_text`)."""
     where = where or key
     origin = typing.get_origin(hint)
     if origin is typing.Annotated:  # a value type of lmlab.values: it says the range and the message
         base = typing.get_args(hint)[0]
         if base in (int, float):
-            value = parse_value(value) if isinstance(value, str) else value
+            value = _from_text(value, base, key, where, text)
         else:
-            value = coerce(value, base, key, where)
+            value = coerce(value, base, key, where, text)
         return values.check(hint, value, where)
     if origin in (typing.Union, types.UnionType):
-        return _coerce_union(value, typing.get_args(hint), key, where)
+        return _coerce_union(value, typing.get_args(hint), key, where, text)
     if hint is Any:
         return value
     if origin in (list, tuple):
-        return _coerce_sequence(value, hint, key, where)
+        return _coerce_sequence(value, hint, key, where, text)
     if origin is dict or hint is dict:
         if not isinstance(value, dict):
             raise LmlabError(f"{where} must be a table, got {value!r}", f"write {key} as a TOML table")
         return dict(value)
     simple = _SIMPLE.get(hint)
-    return simple(value, key, where) if simple else value
+    if simple is None:
+        return value
+    return simple(_from_text(value, hint, key, where, text) if hint is not str else value, key, where)
 
 
-def _coerce_union(value: Any, args: tuple, key: str, where: str) -> Any:
+#: what each typed value is called in an error, and how to write one in TOML
+_KINDS = {int: ("a whole number", "100"), float: ("a number", "0.001"), bool: ("true or false", "true"),
+          list: ("a list", "[...]")}
+
+
+def refuse_text(value: str, kind: type, key: str, where: str) -> None:
+    """A string from a file or a dict where a ``kind`` (number, truth value, list) belongs: TOML
+    writes those without quotes, so ``max_steps = "10"`` is a typing slip, refused in one line."""
+    what, example = _KINDS[kind]
+    bare, name = value.strip(), key.rpartition(".")[2]
+    fix = (f"write it without quotes: {name} = {bare}" if _written_as(bare, kind)
+           else f"write e.g. {name} = {example}")
+    raise LmlabError(f"{where} must be {what}, got the string {value!r}", fix)
+
+
+def _written_as(text: str, kind: type) -> bool:
+    """Whether ``text`` unquoted is a TOML value of ``kind``."""
+    parsed = parse_value(text)
+    if kind is bool or isinstance(parsed, bool):
+        return kind is bool and isinstance(parsed, bool)
+    return isinstance(parsed, (int, float) if kind is float else kind)
+
+
+def _from_text(value: Any, kind: type, key: str, where: str, text: bool) -> Any:
+    """``value`` parsed as a TOML literal when it is command-line text; a string from a file or a
+    dict is refused (:func:`refuse_text`)."""
+    if not isinstance(value, str):
+        return value
+    if not text:
+        refuse_text(value, kind, key, where)
+    return parse_value(value)
+
+
+def _coerce_union(value: Any, args: tuple, key: str, where: str, text: bool = False) -> Any:
     if value is None or (isinstance(value, str) and value.lower() in ("none", "null")):
         if type(None) in args:
             return None
     errors = []
     for arg in (a for a in args if a is not type(None)):
         try:
-            return coerce(value, arg, key, where)
+            return coerce(value, arg, key, where, text)
         except LmlabError as e:
             errors.append(e)
     raise errors[0]
 
 
-def _coerce_sequence(value: Any, hint, key: str, where: str) -> Any:
+def _coerce_sequence(value: Any, hint, key: str, where: str, text: bool = False) -> Any:
     args = [a for a in typing.get_args(hint) if a is not Ellipsis] or [Any]
-    text = base_type(args[0]) is str
+    words = base_type(args[0]) is str
     if isinstance(value, str):
-        split = not text or "," in value
+        if not (text or words):
+            refuse_text(value, list, key, where)
+        split = not words or "," in value
         value = [v.strip() for v in value.split(",") if v.strip()] if split else [value]
     if isinstance(value, tuple):
         value = list(value)
     if not isinstance(value, list):
         raise LmlabError(f"{where} must be a list, got {value!r}", f"write e.g. {key}=[...]")
     inner = [args[min(i, len(args) - 1)] for i in range(len(value))]
-    out = [coerce(v if text else parse_value(v) if isinstance(v, str) else v, kind, key, where)
-           for v, kind in zip(value, inner, strict=True)]
+    out = [coerce(v, kind, key, where, text) for v, kind in zip(value, inner, strict=True)]
     return tuple(out) if typing.get_origin(hint) is tuple else out
 
 
@@ -150,5 +195,6 @@ def build_named(cls, table: dict[str, Any], section: str, name_key: str, origin:
         if key not in hints:
             fix = suggest(key, [name_key, *hints], f"{section}.") if hints else "it takes no parameters"
             raise LmlabError(f"unknown config key {origin.of(f'{section}.{key}')} {owner}", fix)
-    return cls(name, {k: coerce(v, hints[k], f"{section}.{k}", origin.of(f"{section}.{k}"))
+    return cls(name, {k: coerce(v, hints[k], f"{section}.{k}", origin.of(f"{section}.{k}"),
+                                origin.from_command_line(f"{section}.{k}"))
                       for k, v in table.items()})

@@ -133,8 +133,10 @@ class FinetuneConfig:
             from lmlab.config.loggers import check_loggers
 
             check_loggers(data["loggers"], f"{where}loggers")
-        checked = {k: values.check(hints[k], v, f"{where}{k}") for k, v in data.items()}
-        return cls(**checked).validate()
+        from lmlab.config.fields import build_section  # the one typed check (strings stay strings)
+
+        return build_section(cls, dict(data), where.rstrip(".") or "finetune", what="fine-tuning setting"
+                             ).validate()
 
     def task_options(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in TASK_OPTION_FIELDS if getattr(self, k) is not None}

@@ -51,6 +51,6 @@ def check_added_tokens(cfg, width: int) -> None:
     except (LmlabError, TypeError, ValueError):
         return  # a bad objective setting is reported when the objective is built
     if added > 0:
-        budget.require_fits(added * (budget.TOKEN_TABLE_BYTES + 2 * budget.FLOAT32 * width),
-                            f"objective {cfg.objective.name!r} adding {added:,} tokens to the vocabulary",
-                            "lower the objective's num_sentinels (T5 uses 100)")
+        what = f"objective {cfg.objective.name!r} adding {added:,} tokens to the vocabulary"
+        budget.require_special_tokens_fit(added, what, "lower the objective's num_sentinels (T5 uses 100)",
+                                          row_bytes=2 * budget.FLOAT32 * width)

@@ -31,12 +31,17 @@ class Origin:
     def of(self, key: str) -> str:
         """Where ``key``'s value was written: ``--set train.lr``, ``FILE:LINE: train.lr`` (``FILE:
         train.lr`` when the line is not found) or ``train.lr``."""
-        if key in self.set_keys or any(k.startswith(f"{key}.") for k in self.set_keys):
+        if self.from_command_line(key):
             return f"--set {key}"
         if not self.file:
             return key
         line = key_line(self.file, key)
         return f"{self.file}:{line}: {key}" if line else f"{self.file}: {key}"
+
+    def from_command_line(self, key: str) -> bool:
+        """Whether ``key``'s value is command-line text (a ``--set``), which may spell a number or a
+        list; a file's or a dict's values are typed already (:mod:`lmlab.config.fields`)."""
+        return key in self.set_keys or any(k.startswith(f"{key}.") for k in self.set_keys)
 
     def section(self, name: str) -> str:
         return f"{self.file}: [{name}]" if self.file else f"[{name}]"

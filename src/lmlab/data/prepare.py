@@ -53,7 +53,7 @@ from lmlab.data.shards import (
     write_index,
 )
 from lmlab.errors import LmlabError
-from lmlab.fileio import atomic_dir, check_encoding, check_input_file, iter_text_lines
+from lmlab.fileio import atomic_dir, check_encoding, check_input_file, iter_text_lines, require_text
 from lmlab.processes import ordered_results, start_method, worker_pool
 from lmlab.tokenizers import load_tokenizer
 
@@ -299,11 +299,9 @@ def _documents(files: list[Path], doc_separator: str, encoding: str, text_field:
     once it is read (an error for a file without any text)."""
     for f in files:
         n = 0
-        for doc in iter_documents(f, doc_separator, encoding, text_field):
+        for doc in require_text(iter_documents(f, doc_separator, encoding, text_field), f):
             n += 1
             yield doc
-        if n == 0:
-            raise LmlabError(f"input file {f} holds only whitespace", "pass files that contain text")
         per_file.append({"path": str(f.resolve()), "bytes": input_bytes(f), "documents": n})
 
 

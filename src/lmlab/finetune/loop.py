@@ -58,6 +58,7 @@ from lmlab.finetune.scoring import (  # noqa: F401 - lmlab.finetune.loop's publi
     reread,
 )
 from lmlab.finetune.selection import ROW_PREFIX, selection_record
+from lmlab.models.config import max_length_for
 from lmlab.runtime import resolve
 from lmlab.stopping import RESUME, StopRequests
 from lmlab.tasks import Task, check_tokenizer, make_task
@@ -124,6 +125,30 @@ def load_trainable_model(checkpoint, tokenizer):
     return model
 
 
+def check_length_fits(checkpoint, max_length: int | None) -> None:
+    """A ``max_length`` given (``--max-length``) must fit the positions of ``checkpoint`` (a
+    directory or a model), told from its config before any weight is read
+    (:func:`lmlab.models.config.max_length_for`)."""
+    if max_length is None:
+        return
+    from lmlab.loading import model_facts
+
+    facts = model_facts(checkpoint)
+    if facts is not None:
+        max_length_for(facts.config, max_length, max_length)
+
+
+def task_for_model(task: str, model, cfg: FinetuneConfig) -> Task:
+    """The task ``task`` for ``model`` with ``cfg``'s options; its input length is the one given,
+    else the task's default cut down to the model's positions (:func:`max_length_for`)."""
+    options = cfg.task_options()
+    built = make_task(task, model.architecture, **options)
+    fitted = max_length_for(model.config, cfg.max_length, built.options.max_length)
+    if fitted != built.options.max_length:
+        built = make_task(task, model.architecture, **{**options, "max_length": fitted})
+    return built
+
+
 # --------------------------------------------------------------------------- the loop
 
 
@@ -140,6 +165,7 @@ def finetune(checkpoint, task: str | Task, train, dev, out: str | os.PathLike | 
     Returns the best dev metrics, the model and the run's numbers.
     """
     cfg = FinetuneConfig.from_dict(hparams)
+    check_length_fits(checkpoint, cfg.max_length)  # before any work: the model's config is enough
     if cfg.loggers and out is None:  # before any work
         raise LmlabError("loggers write beside the fine-tuned model, but there is no output directory",
                          "pass an output directory (--out)")
@@ -230,7 +256,7 @@ def _build_run(checkpoint, task, train, dev, tokenizer, cfg: FinetuneConfig, met
     """Load the model, read the data, put the task head and the method on: the run, before training."""
     model = load_trainable_model(checkpoint, tokenizer)
     if not isinstance(task, Task):
-        task = make_task(task, model.architecture, **cfg.task_options())
+        task = task_for_model(task, model, cfg)
     bad = BadLines(cfg.on_bad_line, say, cfg.max_bad_fraction)
     train_ex = limit(read_examples(task, train, "train", bad), cfg.max_train_examples)
     task.fit(train_ex)  # the label set, before dev is read: a dev file's header is told from its labels

@@ -41,6 +41,8 @@ from lmlab.generate.sampling import (
     check_sampling_options,
 )
 from lmlab.generate.sampling import sample as sample_tokens
+from lmlab.models.facts import facts_of
+from lmlab.models.heads import require_head
 
 NEG_INF = -1.0e9
 
@@ -189,7 +191,7 @@ def generate(model, input_ids: torch.Tensor, attention_mask: torch.Tensor | None
     """
     cfg = model.config
     kind = getattr(model, "architecture", "")
-    _check_can_generate(model, kind)
+    check_can_generate(model)
     input_ids = _check_prompt(model, input_ids)
     _check_options(kind, input_ids, attention_mask, max_new_tokens=max_new_tokens, do_sample=do_sample,
                    num_beams=num_beams, num_return_sequences=num_return_sequences)
@@ -229,18 +231,17 @@ def generate(model, input_ids: torch.Tensor, attention_mask: torch.Tensor | None
         model.train(was_training)
 
 
-def _check_can_generate(model, kind: str) -> None:
-    """Only decoders, encoder-decoders and the LSTM LM generate, and a decoder only with its LM head."""
-    cfg = model.config
-    if kind not in ("decoder", "seq2seq", "rnn") or getattr(cfg, "family", "") == "elmo":
-        name = getattr(cfg, "family", kind) or type(model).__name__
+def check_can_generate(model) -> None:
+    """Only decoders, encoder-decoders and the LSTM LM generate, and only with their language-model
+    head first. ``model``: a model, or the facts of a directory (:func:`lmlab.loading.model_facts`),
+    so that ``lmlab generate`` refuses a wrong checkpoint before loading its weights."""
+    facts = facts_of(model)
+    if facts.architecture not in ("decoder", "seq2seq", "rnn") or facts.family == "elmo":
+        name = facts.family or facts.architecture or type(model).__name__
         raise LmlabError(f"a {name} model cannot generate text",
                          "generate with a decoder (gpt2, llama), an encoder-decoder (t5, bart) or an lstm LM")
-    heads = tuple(getattr(model, "head_names", ()) or ())
-    if kind == "decoder" and heads and heads[0] != "lm":
-        raise LmlabError(f"this decoder's first head is {heads[0]!r} (a fine-tuned classifier), not the "
-                         "language-model head, so it scores texts instead of continuing them",
-                         "generate with the pretrained checkpoint, or score texts with `lmlab evaluate`")
+    require_head(facts, "lm", "generating text",
+                 "generate with the pretrained checkpoint, or score texts with `lmlab evaluate`")
 
 
 def _check_options(kind: str, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, *,
@@ -253,19 +254,32 @@ def _check_options(kind: str, input_ids: torch.Tensor, attention_mask: torch.Ten
         if kind == "rnn" and not bool(attention_mask.all()):
             raise LmlabError("the LSTM LM cannot generate from padded prompts",
                              "generate one prompt at a time")
-    if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
-        raise LmlabError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}", "e.g. 50")
-    if not isinstance(num_beams, int) or num_beams < 1:
-        raise LmlabError(f"num_beams must be a positive integer, got {num_beams!r}", "1 = no beam search")
-    if not isinstance(num_return_sequences, int) or num_return_sequences < 1:
-        raise LmlabError(f"num_return_sequences must be a positive integer, got {num_return_sequences!r}",
-                         "e.g. 1")
-    if num_beams > 1 and num_return_sequences > num_beams:
-        raise LmlabError(f"num_return_sequences {num_return_sequences} exceeds num_beams {num_beams}",
-                         f"use num_beams >= {num_return_sequences}")
-    if num_beams == 1 and not do_sample and num_return_sequences > 1:
-        raise LmlabError("greedy decoding returns one sequence per prompt",
-                         "set do_sample=True (or num_beams >= num_return_sequences) for several")
+    check_counts(max_new_tokens=max_new_tokens, do_sample=do_sample, num_beams=num_beams,
+                 num_return_sequences=num_return_sequences)
+
+
+#: how a Python caller names :func:`generate`'s counts (``lmlab generate`` passes its flags instead:
+#: :data:`lmlab.cli.generate.FLAG_NAMES`)
+ARGUMENT_NAMES = {"max_new_tokens": "max_new_tokens", "num_beams": "num_beams",
+                  "num_return_sequences": "num_return_sequences", "sample": "do_sample=True"}
+
+
+def check_counts(*, max_new_tokens, do_sample: bool, num_beams, num_return_sequences,
+                 names: dict[str, str] = ARGUMENT_NAMES) -> None:
+    """The one rule of how many tokens, beams and sequences a decoding takes, each a one-line error
+    naming the setting as the caller wrote it (``names``: the arguments, or a command's flags), so
+    that a command can run it before loading the model."""
+    for key, value, example in (("max_new_tokens", max_new_tokens, "50"), ("num_beams", num_beams, "1"),
+                                ("num_return_sequences", num_return_sequences, "1")):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise LmlabError(f"{names[key]} must be a positive integer, got {value!r}", f"e.g. {example}")
+    beams, returned, n = names["num_beams"], names["num_return_sequences"], num_return_sequences
+    if num_beams > 1 and n > num_beams:
+        raise LmlabError(f"{returned} {n} exceeds {beams} {num_beams} (beam search returns its best beams)",
+                         f"use {beams} {n} or more")
+    if num_beams == 1 and not do_sample and n > 1:
+        raise LmlabError(f"greedy decoding returns one sequence per prompt, not {returned} {n}",
+                         f"use {names['sample']} (or {beams} {n}) for several")
 
 
 def _stop_conditions(cfg, eos_token_id: int | Sequence[int] | None,

@@ -28,6 +28,8 @@ import torch
 
 from lmlab.errors import LmlabError
 from lmlab.icl.prompts import PromptTemplate
+from lmlab.models.config import position_limit
+from lmlab.models.heads import require_head
 
 SCORINGS = ("likelihood", "likelihood-mean", "generate")
 
@@ -52,9 +54,8 @@ def _split_ids(tokenizer, prompt: str, continuation: str) -> tuple[list[int], li
 
 
 def _position_limit(model) -> int | None:
-    """Longest sequence a model with learned positions reads (None: no limit)."""
-    cfg = model.config
-    return getattr(cfg, "max_positions", None) if getattr(cfg, "positions", "") == "learned" else None
+    """Longest sequence the model reads (None: no limit; :func:`lmlab.models.config.position_limit`)."""
+    return position_limit(model.config)
 
 
 def _prefix(tokenizer) -> list[int]:
@@ -136,6 +137,8 @@ def evaluate_icl(model, tokenizer, task_examples, shots, k: int, template: Promp
     if getattr(model, "architecture", "") != "decoder":
         raise LmlabError("in-context learning needs a decoder (a left-to-right language model)",
                          "use a gpt2 or llama checkpoint")
+    require_head(model, "lm", "in-context learning",
+                 "use the pretrained checkpoint, not a fine-tuned classifier")
     if scoring not in SCORINGS:
         raise LmlabError(f"unknown scoring {scoring!r}", f"use one of {', '.join(SCORINGS)}")
     examples = _pairs(task_examples, "task_examples")

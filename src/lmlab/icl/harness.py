@@ -249,10 +249,14 @@ def check_tasks_load(names: list[str], manager) -> None:
                          "or the task name") from None
 
 
-def check_model(model) -> None:
-    """Only a model with next-token probabilities (a decoder or LSTM LM, first head ``lm``)."""
-    kind = getattr(model, "architecture", "")
-    family = getattr(model.config, "family", kind)
+def check_scores_next_tokens(model) -> None:
+    """Only a model with next-token probabilities (a decoder or LSTM LM, first head ``lm``).
+    ``model``: a model, or a directory's facts (:func:`lmlab.loading.model_facts`)."""
+    from lmlab.models.facts import facts_of
+    from lmlab.models.heads import require_head
+
+    facts = facts_of(model)
+    kind, family = facts.architecture, facts.family
     if kind == "seq2seq":
         raise LmlabError(f"lmlab evaluate --harness scores decoders, and {family} is an encoder-decoder",
                          "export it (lmlab export --format hf --out DIR) and run lm_eval --model hf "
@@ -260,10 +264,12 @@ def check_model(model) -> None:
     if kind not in ("decoder", "rnn") or family == "elmo":
         raise LmlabError(f"a {family} model has no next-token probabilities for the harness to score",
                          "evaluate a decoder (gpt2, llama...) or an LSTM LM")
-    heads = tuple(getattr(model, "head_names", ()) or ())
-    if heads and heads[0] != "lm":
-        raise LmlabError(f"this model's first head is {heads[0]!r} (a fine-tuned classifier), not the "
-                         "language-model head", "score the pretrained checkpoint")
+    require_head(facts, "lm", "lmlab evaluate --harness", "score the pretrained checkpoint")
+
+
+def check_model(model) -> None:
+    """:func:`check_scores_next_tokens`, and the loaded model has its tokenizer."""
+    check_scores_next_tokens(model)
     if getattr(model, "tokenizer", None) is None:
         raise LmlabError("the checkpoint has no tokenizer", "evaluate a checkpoint saved with its tokenizer")
 
@@ -281,7 +287,7 @@ def run_harness(checkpoint: str | os.PathLike, tasks: str | Sequence[str], *,
     import lm_eval
 
     from lmlab.icl.harness_lm import LmlabLM
-    from lmlab.loading import load_model
+    from lmlab.loading import load_model, model_facts
     from lmlab.runtime import pick_device
 
     if batch_size < 1 or (limit is not None and limit < 1) or (num_fewshot is not None and num_fewshot < 0):
@@ -292,6 +298,9 @@ def run_harness(checkpoint: str | os.PathLike, tasks: str | Sequence[str], *,
     check_output(out_path, overwrite, {"--checkpoint": checkpoint, "--harness": local_task_paths(tasks)})
     names, manager = resolve_tasks(tasks)
     check_task_code(names, manager, allow_code)  # before the harness imports any of it
+    facts = model_facts(checkpoint)  # the kind of model, before the tasks' data and the weights are read
+    if facts is not None:
+        check_scores_next_tokens(facts)
     with quiet_harness():
         check_tasks_load(names, manager)
     model = load_model(checkpoint)

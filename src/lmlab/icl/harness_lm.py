@@ -27,6 +27,7 @@ from lm_eval import utils as lm_utils
 from lm_eval.api.model import TemplateLM
 
 from lmlab.errors import LmlabError
+from lmlab.models.config import max_length_for
 
 #: when a model sets no length (rotary positions), windows of this many tokens
 DEFAULT_MAX_LENGTH = 2048
@@ -45,7 +46,8 @@ class LmlabLM(TemplateLM):
         self.tokenizer = tokenizer
         self.batch_size = batch_size
         cfg = model.config
-        self._max_length = max_length or getattr(cfg, "max_positions", None) or DEFAULT_MAX_LENGTH
+        default = getattr(cfg, "max_positions", None) or DEFAULT_MAX_LENGTH
+        self._max_length = max_length_for(cfg, max_length, default, flag="max_length")
         eot = tokenizer.eos_id if tokenizer.eos_id is not None else tokenizer.bos_id
         if eot is None:
             raise LmlabError("the checkpoint's tokenizer has no end-of-text token, which the harness "

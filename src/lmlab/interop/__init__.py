@@ -8,8 +8,10 @@ files directly, so it stays an optional dependency.
 
 Each converter lives in its model family's folder (``lmlab/models/encoder/hf.py``, ``decoder/hf.py``,
 ``seq2seq/hf.py``), named by the family's spec (``FamilySpec.hf``), and
-exposes ``MODEL_TYPES``, ``from_hf(hf_config, state, architectures) -> model`` and
-``to_hf(model) -> (hf_config, state)``. A family with a converter needs nothing here.
+exposes ``MODEL_TYPES``, ``from_hf(hf_config, state, architectures) -> model``,
+``to_hf(model) -> (hf_config, state)`` and, optionally, ``describe(hf_config) -> (config, heads)``
+(what ``from_hf`` would build, told from the config alone: :func:`hf_facts`). A family with a
+converter needs nothing here.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from pathlib import Path
 from lmlab.errors import LmlabError
 from lmlab.fileio import atomic_dir, inside, read_json, write_json
 
-__all__ = ["CONVERTERS", "check_model_dir", "converter", "converters", "hf_export", "hf_import",
+__all__ = ["CONVERTERS", "check_model_dir", "converter", "converters", "hf_export", "hf_facts", "hf_import",
            "load_plain_model", "read_hf_weights"]
 
 
@@ -129,9 +131,8 @@ def check_hf_config(hf_config: dict, path: Path) -> None:
     values.check(HF_CONFIG_FIELDS[hf_config["model_type"]], hf_config, where=str(path), fix=fix)
 
 
-def hf_import(directory: str | os.PathLike):
-    """Load a Hugging Face model directory as an lmlab model (eval mode, float32 as stored)."""
-    d = Path(directory)
+def _read_hf_config(d: Path) -> _HFConfig:
+    """A Hugging Face directory's ``config.json``, checked (:func:`check_hf_config`)."""
     hf_config = read_json(d / "config.json", "model config")
     model_type = hf_config.get("model_type") if isinstance(hf_config, dict) else None
     if not model_type:
@@ -139,8 +140,29 @@ def hf_import(directory: str | os.PathLike):
             f"{d / 'config.json'} has no model_type", "pass an lmlab checkpoint or an HF model dir"
         )
     check_hf_config(hf_config, d / "config.json")
-    hf_config = _HFConfig(hf_config, d / "config.json")
-    module = converter(model_type)
+    return _HFConfig(hf_config, d / "config.json")
+
+
+def hf_facts(directory: str | os.PathLike):
+    """The :class:`~lmlab.models.facts.ModelFacts` of the model :func:`hf_import` would build from
+    ``directory``, read from its ``config.json`` alone; None when its converter cannot tell them
+    without the weights (no ``describe``)."""
+    from lmlab.models.facts import ModelFacts
+    from lmlab.models.registry import spec_of_config
+
+    hf_config = _read_hf_config(Path(directory))
+    describe = getattr(converter(hf_config["model_type"]), "describe", None)
+    if describe is None:
+        return None
+    config, heads = describe(hf_config)
+    return ModelFacts(spec_of_config(config).name, config.family, tuple(heads), config)
+
+
+def hf_import(directory: str | os.PathLike):
+    """Load a Hugging Face model directory as an lmlab model (eval mode, float32 as stored)."""
+    d = Path(directory)
+    hf_config = _read_hf_config(d)
+    module = converter(hf_config["model_type"])
     state = read_hf_weights(d)
     model = module.from_hf(hf_config, state, list(hf_config.get("architectures") or []))
     model.tokenizer = _try_tokenizer(d, model.config)

@@ -41,6 +41,7 @@ from lmlab.models.checkpoint import (
     tokenizer_matches,
 )
 from lmlab.models.config import CONFIG_CLASSES, TransformerConfig
+from lmlab.models.facts import ModelFacts
 from lmlab.models.family import FamilySpec
 from lmlab.models.output import ModelOutput
 from lmlab.models.registry import (
@@ -62,6 +63,7 @@ __all__ = [
     "DecoderConfig",
     "EncoderConfig",
     "LmlabModel",
+    "ModelFacts",
     "ModelOutput",
     "RNNConfig",
     "Seq2SeqConfig",
@@ -69,6 +71,7 @@ __all__ = [
     "TransfoXLConfig",
     "XLNetConfig",
     "build_model",
+    "checkpoint_facts",
     "config_from_dict",
     "family_configs",
     "family_spec",
@@ -161,6 +164,25 @@ def read_checkpoint_meta(directory: str | os.PathLike) -> dict[str, Any]:
         raise LmlabError(f"{path}: architecture: must be {architecture!r} for a {family} model "
                          f"(got {meta['architecture']!r})", FILE_FIX)
     return meta
+
+
+def facts_from_meta(meta: dict[str, Any], where: str) -> ModelFacts:
+    """The :class:`ModelFacts` of a checkpoint's ``config.json`` (``meta``, already checked by
+    :func:`read_checkpoint_meta`; an int8 or adapter directory writes the same keys)."""
+    config_dict = dict(meta.get("config") or meta.get("model_config"))
+    config_dict.setdefault("family", meta.get("family"))
+    config = config_from_dict(config_dict, where=where)
+    heads = meta.get("heads")
+    if heads is None:
+        heads = family_spec(meta["architecture"]).default_heads(config)
+    return ModelFacts(meta["architecture"], config.family, tuple(heads), config)
+
+
+def checkpoint_facts(directory: str | os.PathLike) -> ModelFacts:
+    """What the lmlab checkpoint in ``directory`` is (architecture, family, heads, config), read
+    from its ``config.json`` alone: no weight is loaded."""
+    directory = Path(directory)
+    return facts_from_meta(read_checkpoint_meta(directory), str(directory / CONFIG_NAME))
 
 
 def load_checkpoint(directory: str | os.PathLike, map_location: str | torch.device = "cpu") -> LmlabModel:

@@ -155,8 +155,31 @@ def check_fields(config, names: tuple[str, ...]) -> None:
                  f"(e.g. norm_eps=1e-5)")
 
 
-def _divisor_near(n: int, k: int) -> int:
-    return min((d for d in range(1, n + 1) if n % d == 0), key=lambda d: abs(d - k))
+def position_limit(config) -> int | None:
+    """The longest input (in tokens) a model of ``config`` takes: its ``max_positions`` when its
+    positions are a table (learned or sinusoidal; RoBERTa's start after the padding id), None
+    when nothing bounds it (rotary, relative as in T5, none; the LSTM)."""
+    if getattr(config, "positions", None) not in ("learned", "sinusoidal"):
+        return None
+    limit = getattr(config, "max_positions", None)
+    if not isinstance(limit, int):
+        return None
+    if getattr(config, "positions_from_padding", False):
+        limit -= (getattr(config, "pad_token_id", None) or 0) + 1
+    return limit
+
+
+def max_length_for(config, requested: int | None, default: int, flag: str = "--max-length") -> int:
+    """The one decision of how long an input may be for a model of ``config``: ``requested`` (the
+    user's ``--max-length``; None: not given) must fit its positions (:func:`position_limit`),
+    else a one-line error naming ``flag`` before any work; a ``default`` is cut down to them."""
+    limit = position_limit(config)
+    if requested is None:
+        return default if limit is None else min(default, limit)
+    if limit is not None and requested > limit:
+        raise LmlabError(f"{flag} {requested} exceeds the model's {limit} positions",
+                         f"use {flag} {limit} or less")
+    return requested
 
 
 def _divisor_near(n: int, k: int) -> int:

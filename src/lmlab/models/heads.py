@@ -164,6 +164,47 @@ ENCODER_HEADS = ("mlm", "nsp", "discriminator", "seq_cls", "token_cls", "span")
 DECODER_HEADS = ("lm", "cls")
 
 
+#: what each head is, in the one-line errors of :func:`require_head`
+HEAD_ROLES = {
+    "lm": "language-model head", "mlm": "MLM head", "nsp": "next-sentence head",
+    "discriminator": "ELECTRA discriminator head", "seq_cls": "classification head",
+    "cls": "classification head", "token_cls": "token-classification head", "span": "question-answering head",
+}
+#: the heads fine-tuning puts on for a task
+TASK_HEADS = ("seq_cls", "cls", "token_cls", "span")
+
+
+def require_head(model, head: str, doing: str, fix: str, *, first: bool = True) -> None:
+    """The one check of "``doing`` needs a model with head ``head``": ``model`` (a model, or the
+    :class:`~lmlab.models.facts.ModelFacts` read from a directory before its weights) must have
+    ``head`` as its first head (``first``: the command reads the model's ``logits``, which are the
+    first head's scores) or among its heads (``first=False``: the command calls that head by name).
+    A model of a family without heads (the LSTM LM: its own output layer) passes. Otherwise one
+    line naming the head the model has instead (a fine-tuned classifier's, typically) and ``fix``."""
+    from lmlab.models.facts import facts_of
+    from lmlab.models.registry import FAMILIES, family_spec
+
+    facts = facts_of(model)
+    heads = facts.heads
+    if heads is None or heads[:1] == (head,) or (not first and head in heads):
+        return  # (None: a model from outside lmlab that does not name its heads)
+    role = HEAD_ROLES.get(head, f"{head!r} head")
+    if not heads:
+        if facts.architecture not in FAMILIES or not family_spec(facts.architecture).heads:
+            return
+        raise LmlabError(f"{doing} needs a model with the {role} ({head!r}), and this {facts.family} model "
+                         f"has no {role} (no heads at all: the bare network)", fix)
+    why = ("" if heads[0] not in TASK_HEADS else
+           " (a fine-tuned question-answering model)" if heads[0] == "span" else " (a fine-tuned classifier)")
+    if first:
+        problem = (f"{doing} needs a model whose first head is the {role} ({head!r}), and this "
+                   f"{facts.family} model's first head is {heads[0]!r}{why}")
+    else:
+        problem = (f"{doing} needs a model with the {role} ({head!r}), and this {facts.family} model has "
+                   f"no {role} (its heads: {', '.join(heads)}){why}")
+    raise LmlabError(problem, fix)
+
+
 def check_heads(heads, allowed: tuple[str, ...], kind: str) -> tuple[str, ...]:
     heads = tuple(heads)
     bad = [h for h in heads if h not in allowed]

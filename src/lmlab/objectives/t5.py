@@ -45,7 +45,6 @@ from typing import Any, TypeVar
 import torch
 from torch import Tensor, nn
 
-from lmlab import budget
 from lmlab.data.batch import TokenBatch
 from lmlab.errors import LmlabError
 from lmlab.objectives.base import Objective, teacher_forced, token_signal
@@ -59,6 +58,7 @@ from lmlab.objectives.masking import (
 )
 from lmlab.objectives.mlm import check_probability
 from lmlab.tokenizers.base import sentinel_tokens
+from lmlab.tokenizers.special_tokens import check_sentinel_count
 from lmlab.values import Count, MeanLength, Probability, choice
 
 T = TypeVar("T")
@@ -160,10 +160,7 @@ def padding_inputs(rows: list[list[int]], mask: Tensor) -> dict[str, Tensor]:
 
 def _check_sentinel_count(n) -> None:
     """Refuse, before the token list is made, a sentinel count that is no count or cannot fit."""
-    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-        raise LmlabError(f"objective.num_sentinels must be a whole number >= 0, got {n!r}", "T5 uses 100")
-    budget.require_fits(n * budget.TOKEN_TABLE_BYTES, f"{n:,} sentinel tokens",
-                        "lower objective.num_sentinels (T5 uses 100)")
+    check_sentinel_count(n, "objective.num_sentinels")
 
 
 class SpanCorruption(Objective):

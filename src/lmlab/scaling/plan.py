@@ -58,6 +58,29 @@ def compute_optimal(flops: float, tokens_per_param: float = 20.0) -> tuple[float
     return n, tokens_per_param * n
 
 
+def check_budget_buys_a_model(flops: float, n: float, tokens_per_param: float, smallest) -> None:
+    """The budget's compute-optimal ``n`` parameters must reach the smallest shape the planner
+    builds (``smallest``: one layer of width 16), counted without its embeddings (a vocabulary too
+    large for the budget is a note of the plan, not an error): below that there is no model to plan
+    (``--flops 1`` would buy 0.09 parameters)."""
+    from lmlab.models.flops import count_parameters
+
+    least = count_parameters(smallest).non_embedding
+    if n >= least:
+        return
+    need = 6.0 * tokens_per_param * least**2  # the budget whose compute-optimal N is that shape
+    step = 10.0 ** (math.floor(math.log10(need)) - 1)
+    bought = f"{n:,.0f}" if n >= 1 else f"{n:.2g}"
+    raise LmlabError(f"--flops {_e(flops)} buys a compute-optimal model of {bought} parameters, fewer than "
+                     f"the smallest {smallest.family} shape has besides its embeddings ({least:,}: one layer "
+                     f"of width 16)", f"use --flops {_e(math.ceil(need / step) * step)} or more")
+
+
+def _e(x: float) -> str:
+    """``x`` as a command line writes it: ``1e9``, ``1.4e9``, ``3e-05`` -> ``3e-5``, ``12``."""
+    return f"{x:.3g}".replace("e+0", "e").replace("e+", "e").replace("e-0", "e-")
+
+
 @dataclass(frozen=True)
 class Plan:
     """A compute-optimal plan and the concrete shape chosen for it (all FLOPs for training)."""
@@ -227,6 +250,7 @@ def plan(
     if not aspect > 0:
         raise LmlabError(f"aspect ratio must be positive, got {aspect_ratio}", "e.g. --aspect-ratio 64")
     head_dim = base.d_model // base.n_heads
+    check_budget_buys_a_model(flops, n, tokens_per_param, model_shape(arch, 16, 1, vocab, context, head_dim))
 
     best, best_cost = None, math.inf
     for n_layers in range(1, 257):

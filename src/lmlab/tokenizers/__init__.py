@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import importlib
 import os
-from collections.abc import Iterable, Sequence
+import sys
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -62,13 +63,16 @@ def train_tokenizer(
     texts: Iterable[str],
     vocab_size: int | None = None,
     special_tokens: Sequence[str] | None = None,
+    warn: Callable[[str], None] | None = None,
     **options,
 ) -> Tokenizer:
     """Learn a tokenizer of kind ``algo`` from ``texts`` (strings: documents or lines).
 
     ``vocab_size`` counts everything, special tokens included. For ``bpe`` you may instead give
     ``num_merges=K``. ``special_tokens`` defaults to ``DEFAULT_SPECIAL_TOKENS``; pass ``[]`` for none.
-    Other keyword options are algorithm-specific (see each class's ``train``).
+    Other keyword options are algorithm-specific (see each class's ``train``). A vocabulary that
+    comes out far smaller than ``vocab_size`` (the text holds no more to learn) is said in one
+    ``warning:`` line, to ``warn`` (default: stderr).
     """
     from lmlab.tokenizers.base import DEFAULT_SPECIAL_TOKENS, check_special_tokens
 
@@ -80,7 +84,17 @@ def train_tokenizer(
             f"vocab_size must be a positive integer, got {vocab_size!r}", "pass e.g. vocab_size=8000"
         )
     specials = check_special_tokens(DEFAULT_SPECIAL_TOKENS if special_tokens is None else special_tokens)
-    return cls.train(texts, vocab_size, specials, **options)
+    tok = cls.train(texts, vocab_size, specials, **options)
+    if vocab_size is not None and tok.vocab_size < SHORT_VOCAB * vocab_size:
+        (warn or (lambda msg: print(msg, file=sys.stderr, flush=True)))(
+            f"warning: the {algo} tokenizer learned {tok.vocab_size:,} tokens, far fewer than the "
+            f"{vocab_size:,} asked for: its training text holds no more to learn (pass more, or varied, "
+            "text for that vocabulary size)")
+    return tok
+
+
+#: a trained vocabulary below this share of the size asked for is worth a warning
+SHORT_VOCAB = 0.5
 
 
 def load_tokenizer(path: str | os.PathLike) -> Tokenizer:

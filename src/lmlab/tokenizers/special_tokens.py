@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from lmlab import values
+from lmlab import budget, values
+from lmlab.errors import LmlabError
 from lmlab.values import Text
 
 #: The default special tokens of every trained tokenizer, in id order (ids 0..6).
@@ -36,8 +37,19 @@ def check_special_tokens(tokens: Sequence[str]) -> list[str]:
                         "give every special token some text, e.g. [PAD] or <extra_id_0>")
 
 
-def sentinel_tokens(n: int) -> list[str]:
-    """T5-style sentinel tokens ``<extra_id_0>`` ... ``<extra_id_{n-1}>``."""
+def check_sentinel_count(n, name: str = "the sentinel count") -> None:
+    """The one check of a number of T5 sentinels (``name``: the flag or setting that gave it): a
+    whole number >= 0 whose tokens fit this machine and a tokenizer (:mod:`lmlab.budget`), before
+    their list is made."""
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise LmlabError(f"{name} must be a whole number >= 0, got {n!r}", "T5 uses 100")
+    budget.require_special_tokens_fit(n, f"{n:,} sentinel tokens", f"lower {name} (T5 uses 100)")
+
+
+def sentinel_tokens(n: int, name: str = "the sentinel count") -> list[str]:
+    """T5-style sentinel tokens ``<extra_id_0>`` ... ``<extra_id_{n-1}>`` (``n`` checked first:
+    :func:`check_sentinel_count`)."""
+    check_sentinel_count(n, name)
     return [f"<extra_id_{i}>" for i in range(n)]
 
 

@@ -231,19 +231,19 @@ def _tokenizer_dir(
     if not build:
         raise LmlabError(f"tokenizer {out} is missing", "run without --resume to build it")
     from lmlab.data.prepare import iter_documents
-    from lmlab.fileio import iter_text_lines
+    from lmlab.fileio import iter_text_lines, require_text
     from lmlab.tokenizers import train_tokenizer
 
     def texts():
         for f in files:
             if is_record_file(f):  # the records' text, not the JSON around it
-                yield from iter_documents(f, text_field=cfg.text_field)
+                yield from require_text(iter_documents(f, text_field=cfg.text_field), f)
             else:
-                yield from iter_text_lines(f, cfg.encoding)
+                yield from require_text(iter_text_lines(f, cfg.encoding), f)
 
     log(f"training a {algo} tokenizer (vocab_size={vocab_size}) on {len(files)} file(s)")
     try:
-        tok = train_tokenizer(algo, texts(), vocab_size=vocab_size, **spec)
+        tok = train_tokenizer(algo, texts(), vocab_size=vocab_size, warn=log, **spec)
     except TypeError as e:
         raise LmlabError(
             f"data.tokenizer has an option the {algo} trainer does not take ({e})",

@@ -303,6 +303,12 @@ def _gpt2_to_lmlab(model: DecoderModel, state: dict, p: str) -> tuple[dict, set]
     return out, used
 
 
+def describe(hf_config: dict) -> tuple[DecoderConfig, tuple[str, ...]]:
+    """The config and heads :func:`from_hf` would build, from the config alone (no weights)."""
+    family = hf_config["model_type"]
+    return config_from_hf(hf_config, family), _heads_for(family, list(hf_config.get("architectures") or []))
+
+
 def from_hf(hf_config: dict, state: dict, architectures: list[str]) -> DecoderModel:
     family = hf_config["model_type"]
     cfg = config_from_hf(hf_config, family)

@@ -288,6 +288,12 @@ def config_to_hf(model: EncoderModel) -> dict:
 _IGNORED_SUFFIXES = ("embeddings.position_ids",)
 
 
+def describe(hf_config: dict) -> tuple[EncoderConfig, tuple[str, ...]]:
+    """The config and heads :func:`from_hf` would build, from the config alone (no weights)."""
+    family = hf_config["model_type"]
+    return config_from_hf(hf_config, family), _heads_for(family, list(hf_config.get("architectures") or []))
+
+
 def from_hf(hf_config: dict, state: dict, architectures: list[str]) -> EncoderModel:
     """Build the lmlab encoder equivalent to an HF model (config dict + state dict)."""
     family = hf_config["model_type"]

@@ -245,6 +245,13 @@ def _lmlab_keys(model: Seq2SeqModel) -> list[str]:
 # ----------------------------------------------------------------------------- import / export
 
 
+def describe(hf_config: dict) -> tuple[Seq2SeqConfig, tuple[str, ...]]:
+    """The config and heads :func:`from_hf` would build, from the config alone (no weights; whether
+    the head is tied to the embeddings is told by the weights, and changes no fact asked here)."""
+    config = _t5_config if hf_config.get("model_type") == "t5" else _bart_config
+    return config(hf_config, True), ("lm",)
+
+
 def from_hf(hf_config: dict, state: dict[str, Tensor],
             architectures: list[str] | None = None) -> Seq2SeqModel:
     """Build an lmlab model holding the weights of a transformers T5 / BART checkpoint."""

@@ -6,6 +6,7 @@ import json
 
 import pytest
 import torch
+from safetensors.torch import save_file
 
 from lmlab.cli import main
 from lmlab.errors import LmlabError
@@ -106,8 +107,8 @@ def test_cli_tables_json_run_directories_and_one_line_errors(tok, minilm_dir, tm
     torch.manual_seed(0)
     run = tmp_path / "run" / "checkpoints" / "step_10"  # what `lmlab pretrain` leaves
     build_model(get_preset("bert-tiny", vocab_size=tok.vocab_size), heads=("mlm",)).save(run, tokenizer=tok)
-    for f in ("train_state.json", "train_state.safetensors"):
-        (run / f).write_text("{}")
+    (run / "train_state.json").write_text("{}")
+    save_file({"rng.torch": torch.zeros(1)}, run / "train_state.safetensors")  # read whole, not empty
     assert main(["probe", "fill-mask", "--checkpoint", str(tmp_path / "run"), "--text", "the [MASK] sat",
                  "--top-k", "3", "--json"]) == 0
     cap = capsys.readouterr()

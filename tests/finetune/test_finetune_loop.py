@@ -317,6 +317,26 @@ def test_lr_auto_keeps_the_best_rate_on_dev_and_leaves_nothing_behind(tok, data_
     assert all(torch.equal(v, model.state_dict()[k]) for k, v in before.items())  # each run starts fresh
 
 
+def test_lr_auto_refuses_a_missing_input_before_any_run_and_a_failed_run_leaves_nothing(
+        tok, data_dir, tmp_path):
+    g = data_dir / "glue" / "sst2"
+    said = []
+    with pytest.raises(LmlabError, match="does not exist"):
+        finetune(tmp_path / "no-such-model", "sst2", g / "train.tsv", g / "dev.tsv", tmp_path / "ft",
+                 lr="auto", progress=False, log=said.append)
+    with pytest.raises(LmlabError, match="does not exist"):
+        finetune(tiny("bert-tiny", tok), "sst2", tmp_path / "no-train.tsv", g / "dev.tsv", tmp_path / "ft",
+                 lr="auto", progress=False, log=said.append)
+    assert said == [] and list(tmp_path.iterdir()) == []  # no "lr auto: run 1/3" line, no folder
+    # a run that fails mid-sweep (a bad line in train, past the checks) takes its own folder with it
+    bad = tmp_path / "train.tsv"
+    bad.write_text("sentence\tlabel\ngood movie\t1\nbad movie\tmaybe\n", encoding="utf-8")
+    with pytest.raises(LmlabError):
+        finetune(tiny("bert-tiny", tok), "sst2", bad, g / "dev.tsv", tmp_path / "ft", lr="auto",
+                 progress=False, log=said.append)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["train.tsv"], list(tmp_path.iterdir())
+
+
 def test_lr_must_be_positive_or_auto(tok):
     with pytest.raises(LmlabError, match=r"lr must be a number \(got 'fast'\); use a learning rate.*or auto"):
         finetune(tiny("bert-tiny", tok), "sst2", [], [], None, lr="fast")

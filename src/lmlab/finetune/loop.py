@@ -41,7 +41,15 @@ from torch import nn
 
 from lmlab import ownership
 from lmlab.errors import LmlabError
-from lmlab.fileio import atomic_dir, check_replaceable_dir, directory_lock, read_json, replace_dir, write_json
+from lmlab.fileio import (
+    atomic_dir,
+    check_input_file,
+    check_replaceable_dir,
+    directory_lock,
+    read_json,
+    replace_dir,
+    write_json,
+)
 from lmlab.finetune import resume as resume_state
 from lmlab.finetune.config import FinetuneConfig
 from lmlab.finetune.methods import METHODS, FullFineTuning, method_class  # noqa: F401 - public here too
@@ -431,6 +439,17 @@ def _done_line(total: int, best: dict[str, Any], metrics: dict[str, float], sele
     return f"finetune done in {duration(elapsed)} ({total:,} steps): {score}{where}"
 
 
+def _check_sweep_inputs(checkpoint, train, dev) -> None:
+    """What every run of a sweep reads by name: the starting model and the data files."""
+    from lmlab.interop import check_model_dir
+
+    if isinstance(checkpoint, (str, os.PathLike)):
+        check_model_dir(checkpoint)
+    for data in (train, dev):
+        if isinstance(data, (str, os.PathLike)):
+            check_input_file(data)
+
+
 def _lr_sweep(checkpoint, task, train, dev, out, method, method_options, tokenizer, say, hparams,
               cfg: FinetuneConfig) -> FinetuneResult:
     """``lr = "auto"``: one full fine-tuning run per rate of ``cfg.lr_sweep`` (each written to a
@@ -438,7 +457,9 @@ def _lr_sweep(checkpoint, task, train, dev, out, method, method_options, tokeniz
     or the validation slice of train, the same slice for every rate; ties: the smaller rate) and
     renamed into ``out``; the others are deleted. Every arm of a comparison gets the same sweep."""
     target = None if out is None else check_replaceable_dir(out, SUMMARY_FILE, "fine-tuned model")
+    _check_sweep_inputs(checkpoint, train, dev)  # a missing input is one line, before any run starts
     runs: list[tuple[float, FinetuneResult, Path | None]] = []
+    tmp = None
     try:
         for i, lr in enumerate(cfg.lr_sweep):
             say(f"lr auto: run {i + 1}/{len(cfg.lr_sweep)}, lr {lr:g}")
@@ -449,6 +470,7 @@ def _lr_sweep(checkpoint, task, train, dev, out, method, method_options, tokeniz
             res = finetune(start, task, train, dev, tmp, method, method_options, tokenizer=tokenizer, log=say,
                            _resumable=False, **{**hparams, "lr": lr})
             runs.append((lr, res, tmp))
+            tmp = None
         select = cfg.select_metric or runs[0][1].task.main_metric
         best_lr, best, best_dir = max(runs, key=lambda r: (r[1].selection[select], -r[0]))
         scores = {f"{lr:g}": r.selection[select] for lr, r, _ in runs}
@@ -463,8 +485,8 @@ def _lr_sweep(checkpoint, task, train, dev, out, method, method_options, tokeniz
             replace_dir(best_dir, target, "fine-tuned model")
             best.out = target
         return best
-    finally:
-        for _, _, d in runs:
+    finally:  # every rate's folder goes, the one of a run that failed too (this process made them)
+        for d in [d for _, _, d in runs] + [tmp]:
             if d is not None and d.exists():
                 shutil.rmtree(d, ignore_errors=True)
         if target is not None:  # the arms never run (a failure before the first)

@@ -288,8 +288,9 @@ def run_harness(checkpoint: str | os.PathLike, tasks: str | Sequence[str], *,
 
     from lmlab.icl.harness_lm import LmlabLM
     from lmlab.loading import load_model, model_facts
-    from lmlab.runtime import pick_device
+    from lmlab.runtime import check_device, pick_device
 
+    check_device(device)  # before the tasks and the model are read
     if batch_size < 1 or (limit is not None and limit < 1) or (num_fewshot is not None and num_fewshot < 0):
         raise LmlabError("batch size and limit must be positive, num_fewshot not negative",
                          "pass e.g. --batch-size 16 --max-examples 100 --num-fewshot 0")

@@ -256,7 +256,8 @@ def _what(method: dict) -> str:
         return f"quantized {method['layers']} linear layers to int8 ({method['activations']} activations)"
     sparsity = method.get("measured_sparsity_after_finetune", method.get("measured_sparsity", 0.0))
     tuned = f", then fine-tuned {method['finetune_steps']:,} steps" if method.get("finetune_steps") else ""
-    return f"pruned to {sparsity:.0%} sparsity ({method['structure']}, {method['scope']}){tuned}"
+    percent = f"{sparsity:.0%}" if sparsity < 0.995 else f"{sparsity:.4%}"  # not 100% when one is kept
+    return f"pruned to {percent} sparsity ({method['structure']}, {method['scope']}){tuned}"
 
 
 def _size_change(before: float, after: float) -> str:
@@ -342,7 +343,7 @@ def run_quantize(args) -> int:
 
 
 def run_prune(args) -> int:
-    from lmlab.adapt.prune import prune_model
+    from lmlab.adapt.prune import prune_model, sparsity_note
 
     _setup(args)
     if args.steps and not (args.train and args.dev):
@@ -356,7 +357,10 @@ def run_prune(args) -> int:
     if args.steps:
         _say_estimate(before, args.steps * args.batch_size, passes=3)
     masks = prune_model(model, args.sparsity, args.scope, args.structure)
-    _say(f"pruned to sparsity {masks.sparsity(model):.4f} ({args.structure}, {args.scope})")
+    achieved = masks.sparsity(model)
+    shown = f"{achieved:.4f}" if achieved < 0.99995 else f"{achieved:.7f}"  # not 1.0000 when one is kept
+    _say(f"pruned to sparsity {shown} ({args.structure}, {args.scope})"
+         + sparsity_note(masks, args.sparsity, args.structure, args.scope, model))
     method = {"name": "prune", "sparsity": args.sparsity, "scope": args.scope, "structure": args.structure,
               "measured_sparsity": masks.sparsity(model), "finetune_steps": args.steps}
     if args.steps:

@@ -172,3 +172,35 @@ def test_cli_prune_finetune_and_bad_input(data_dir, minilm_dir, tmp_path, capsys
         assert code == 2 and err.startswith("error:") and msg in err and "Traceback" not in err
     with pytest.raises(LmlabError, match="structure"):
         prune_model(model, 0.5, structure="blocks")
+
+
+def test_an_int8_checkpoint_and_train_without_steps_are_refused_before_loading(tmp_path, capsys, monkeypatch):
+    """prune on an int8 checkpoint said 'no weight matrix matched the include/exclude patterns'
+    (options prune does not have); quantize said 'already quantized' after loading it; `--train`
+    without `--steps` did nothing. One refusal for int8 (lmlab.models.refuse_int8, export's), before
+    any weight is read; --train alone is refused."""
+    import lmlab.loading
+    from lmlab.adapt.quantize import quantize_model, save_quantized
+
+    torch.manual_seed(0)
+    model = build_model(get_preset("bert-tiny", vocab_size=300), heads=("seq_cls",)).eval()
+    model.save(tmp_path / "float")
+    quantize_model(model)
+    save_quantized(model, tmp_path / "q")
+    with pytest.raises(LmlabError, match="int8 weights"):
+        prune_model(model, 0.5)                                     # the Python API says so too
+    monkeypatch.setattr(lmlab.loading, "load_model",
+                        lambda *a, **k: (_ for _ in ()).throw(AssertionError("weights read")))
+    for cmd in (["prune", "--sparsity", "0.5"], ["quantize"]):
+        code = exit_code(["compress", *cmd, "--checkpoint", str(tmp_path / "q"),
+                          "--out", str(tmp_path / "x")])
+        err = capsys.readouterr().err
+        assert code == 2 and err.startswith(f"error: {tmp_path / 'q'} holds int8 weights")
+        assert err.count("\n") == 1
+        assert f"lmlab compress {cmd[0]}" in err
+    code = exit_code(["compress", "prune", "--sparsity", "0.5", "--train", "tr.tsv",
+                      "--checkpoint", str(tmp_path / "float"), "--out", str(tmp_path / "x")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("error: --train is read only to fine-tune after pruning")
+    assert "--steps" in err
+    assert not (tmp_path / "x").exists()

@@ -197,6 +197,10 @@ def prune_model(model: nn.Module, sparsity: float, scope: str = "global", struct
     0.5
     """
     _check(sparsity, scope, structure)
+    if getattr(model, "quantization", None):  # its linear layers hold int8 buffers, no float weights
+        raise LmlabError("this model holds int8 weights (lmlab compress quantize), which pruning "
+                         "does not take",
+                         "prune the float model, then quantize it")
     if structure == "heads":
         masks, floored = _head_masks(model, sparsity, scope)
     else:

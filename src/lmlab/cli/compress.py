@@ -186,11 +186,16 @@ def measure(model, task=None, examples=None, batch_size: int = 32,
 # --------------------------------------------------------------------------- shared steps
 
 
-def _load(path: str):
-    """(model, task or None) from a fine-tuned checkpoint or any model directory."""
+def _load(path: str, float_only: str | None = None):
+    """(model, task or None) from a fine-tuned checkpoint or any model directory. ``float_only``:
+    the command (``lmlab compress prune``) that needs float weights, so an int8 checkpoint is
+    refused before it is read (:func:`lmlab.models.refuse_int8`, export's refusal too)."""
     from lmlab.finetune.loop import TASK_FILE, load_finetuned
     from lmlab.loading import load_model
+    from lmlab.models import refuse_int8
 
+    if float_only:
+        refuse_int8(path, float_only)
     if (Path(path) / TASK_FILE).is_file():
         return load_finetuned(path)
     return load_model(path), None
@@ -328,7 +333,7 @@ def run_quantize(args) -> int:
     from lmlab.adapt.quantize import quantize_model, save_quantized
 
     _setup(args)
-    model, task = _load(args.checkpoint)
+    model, task = _load(args.checkpoint, "lmlab compress quantize (it quantizes float weights once)")
     dev = _examples(task, args.dev, args.max_eval_examples, "dev")
     _say(f"quantizing {args.checkpoint} to int8" + (f"; scoring {len(dev):,} dev examples before and after"
                                                      if dev else ""))
@@ -348,7 +353,11 @@ def run_prune(args) -> int:
     _setup(args)
     if args.steps and not (args.train and args.dev):
         raise LmlabError("fine-tuning after pruning (--steps) needs --train and --dev", "pass both files")
-    model, task = _load(args.checkpoint)
+    if args.train and not args.steps:
+        raise LmlabError("--train is read only to fine-tune after pruning, which takes --steps N above 0, "
+                         "and none was given",
+                         "add --steps N (e.g. --steps 200, with --dev), or drop --train")
+    model, task = _load(args.checkpoint, "lmlab compress prune")
     dev = _examples(task, args.dev, args.max_eval_examples, "dev")
     _say(f"pruning {args.checkpoint} to {args.sparsity:.0%} sparsity"
          + (f", then {args.steps:,} fine-tuning steps of {args.batch_size}" if args.steps else "")

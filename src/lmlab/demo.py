@@ -62,9 +62,11 @@ def run_demo(
     device: str = "auto",
 ) -> dict:
     from lmlab.fileio import read_text
+    from lmlab.runtime import check_device
     from lmlab.text_input import check_text
 
     check_text(prompt, "the prompt (--prompt)")  # before minutes of training, not after
+    check_device(device)  # before the tokenizer is trained and the folder filled
     t_all = time.perf_counter()
     corpus_path = builtin_corpus_path()
     text = read_text(corpus_path)

@@ -28,7 +28,6 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
-from lmlab.fileio import read_json
 from lmlab.interop import check_model_dir, load_plain_model
 from lmlab.models.facts import ModelFacts, facts_of
 
@@ -57,9 +56,9 @@ def model_facts(source) -> ModelFacts | None:
 
 
 def _quantized(p) -> bool:
-    from lmlab.models.checkpoint import CONFIG_NAME, is_lmlab_checkpoint
+    from lmlab.models.checkpoint import is_int8_checkpoint
 
-    return is_lmlab_checkpoint(p) and bool(read_json(p / CONFIG_NAME, "model config").get("quantization"))
+    return is_int8_checkpoint(p)
 
 
 def load_model(path: str | os.PathLike, map_location="cpu", tokenizer=None,

@@ -45,6 +45,7 @@ __all__ = [
     "MAX_AUTO_THREADS",
     "PRECISIONS",
     "Machine",
+    "check_device",
     "choose_device",
     "choose_precision",
     "choose_threads",
@@ -147,6 +148,13 @@ def choose_device(requested: str = "auto", local_rank: int = 0) -> tuple[torch.d
     if device.type == "cuda" and device.index is None:
         device = torch.device("cuda", local_rank % torch.cuda.device_count())
     return device, f"{device} (requested)"
+
+
+def check_device(requested: str = "auto") -> None:
+    """Refuse a device this machine does not have (one-line error), before any work: a command
+    that writes files, reads data or loads a model ahead of :func:`resolve`/:func:`pick_device`
+    calls this first, so that an unavailable device costs nothing and leaves nothing behind."""
+    choose_device(requested)
 
 
 def pick_device(requested: str = "auto", local_rank: int = 0) -> torch.device:

@@ -9,7 +9,7 @@ import pytest
 import torch
 from assertions import exit_code
 
-from lmlab.adapt.prune import PruneMasks, nonzero_parameters, prunable_weights, prune_model
+from lmlab.adapt.prune import PruneMasks, nonzero_parameters, prunable_weights, prune_model, sparsity_note
 from lmlab.cli import main
 from lmlab.errors import LmlabError
 from lmlab.loading import load_model
@@ -75,6 +75,28 @@ def test_rows_and_heads_are_removed_whole():
         v = attn.v_proj.weight.view(attn.n_heads, d, -1)
         v[dead_heads] += 1.0
         assert torch.allclose(model(ids).logits, ref, atol=1e-6)
+
+
+@pytest.mark.parametrize("structure,sparsity,scope", [
+    ("heads", 0.9, "layer"), ("rows", 0.999, "layer"), ("unstructured", 0.9999999, "layer"),
+    ("heads", 0.9999999, "global"), ("rows", 0.9999999, "global"), ("unstructured", 0.9999999, "global")])
+def test_a_sparsity_near_one_keeps_one_head_row_or_weight(structure, sparsity, scope):
+    """--sparsity 0.9 --structure heads --scope layer removed every head (sparsity 1.0, a dead
+    model); the selection (adapt.prune._select) now keeps one per layer (layer) / in the model
+    (global), and the note says why the sparsity is not the one asked for."""
+    torch.manual_seed(0)
+    model = build_model(get_preset("bert-tiny", vocab_size=300), heads=("seq_cls",)).eval()
+    masks = prune_model(model, sparsity, scope=scope, structure=structure)
+    assert 0 < masks.sparsity(model) < 1 and masks.floored
+    kept = {n: int(m.sum()) for n, m in masks.masks.items() if n.endswith("weight")}
+    if scope == "layer":
+        assert all(kept.values()), kept                             # something left in every layer
+    else:
+        assert sum(kept.values()) > 0
+    note = sparsity_note(masks, sparsity, structure, scope, model)
+    assert note.startswith(f"; asked for {sparsity:.10g}: at least one") and "kept" in note
+    exact = prune_model(build_model(get_preset("bert-tiny", vocab_size=300)), 0.5)
+    assert not exact.floored and sparsity_note(exact, 0.5, "unstructured", "global") == ""
 
 
 def test_masks_keep_pruned_weights_zero_during_finetuning(data_dir, minilm_dir, tmp_path):
@@ -150,3 +172,35 @@ def test_cli_prune_finetune_and_bad_input(data_dir, minilm_dir, tmp_path, capsys
         assert code == 2 and err.startswith("error:") and msg in err and "Traceback" not in err
     with pytest.raises(LmlabError, match="structure"):
         prune_model(model, 0.5, structure="blocks")
+
+
+def test_an_int8_checkpoint_and_train_without_steps_are_refused_before_loading(tmp_path, capsys, monkeypatch):
+    """prune on an int8 checkpoint said 'no weight matrix matched the include/exclude patterns'
+    (options prune does not have); quantize said 'already quantized' after loading it; `--train`
+    without `--steps` did nothing. One refusal for int8 (lmlab.models.refuse_int8, export's), before
+    any weight is read; --train alone is refused."""
+    import lmlab.loading
+    from lmlab.adapt.quantize import quantize_model, save_quantized
+
+    torch.manual_seed(0)
+    model = build_model(get_preset("bert-tiny", vocab_size=300), heads=("seq_cls",)).eval()
+    model.save(tmp_path / "float")
+    quantize_model(model)
+    save_quantized(model, tmp_path / "q")
+    with pytest.raises(LmlabError, match="int8 weights"):
+        prune_model(model, 0.5)                                     # the Python API says so too
+    monkeypatch.setattr(lmlab.loading, "load_model",
+                        lambda *a, **k: (_ for _ in ()).throw(AssertionError("weights read")))
+    for cmd in (["prune", "--sparsity", "0.5"], ["quantize"]):
+        code = exit_code(["compress", *cmd, "--checkpoint", str(tmp_path / "q"),
+                          "--out", str(tmp_path / "x")])
+        err = capsys.readouterr().err
+        assert code == 2 and err.startswith(f"error: {tmp_path / 'q'} holds int8 weights")
+        assert err.count("\n") == 1
+        assert f"lmlab compress {cmd[0]}" in err
+    code = exit_code(["compress", "prune", "--sparsity", "0.5", "--train", "tr.tsv",
+                      "--checkpoint", str(tmp_path / "float"), "--out", str(tmp_path / "x")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("error: --train is read only to fine-tune after pruning")
+    assert "--steps" in err
+    assert not (tmp_path / "x").exists()

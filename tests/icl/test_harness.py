@@ -219,6 +219,26 @@ def test_cli_prints_and_writes_the_results_and_refuses_bad_input_in_one_line(set
     assert not (tmp_path / "new.json").exists()
 
 
+def test_num_fewshot_beyond_the_task_documents_or_negative_is_one_line_before_the_model(setup, tmp_path,
+                                                                                        capsys, monkeypatch):
+    """--num-fewshot 100000 on a task of a few documents reached the harness' 'Sample larger than
+    population' (the catch-all error) after the model was loaded: now one line naming K and the
+    task's document count (icl.evaluate.check_fewshot, the ICL API's rule), before the weights."""
+    import lmlab.loading
+
+    monkeypatch.setattr(lmlab.loading, "load_model",
+                        lambda *a, **k: (_ for _ in ()).throw(AssertionError("model loaded")))
+    mc = str(setup["tasks"] / "mc.yaml")
+    assert main(["evaluate", "--checkpoint", str(setup["root"] / "ck"), "--harness", mc,
+                 "--num-fewshot", "100000", "--out", str(tmp_path / "h.json")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: K=100,000 few-shot examples asked for, but task 'lmlab_mc' has "
+                          f"{len(QUESTIONS)} document(s)") and err.count("\n") == 1, err
+    with pytest.raises(LmlabError, match="K must be a whole number, 0 or more, got -1"):
+        run_harness(setup["root"] / "ck", mc, num_fewshot=-1, out=tmp_path / "h.json")
+    assert not (tmp_path / "h.json").exists()
+
+
 def test_an_unknown_task_name_is_one_line(setup, monkeypatch):
     import lm_eval.tasks
 

@@ -161,10 +161,30 @@ def test_few_shot_beats_zero_shot_on_a_task_shown_only_in_context(icl_model):
 
 def test_bad_input_is_a_one_line_error(tok):
     model = BigramLM(torch.zeros(tok.vocab_size, tok.vocab_size))
-    with pytest.raises(LmlabError, match="shots pool has 1"):
+    with pytest.raises(LmlabError, match="K=2 few-shot examples asked for, but the shots pool has 1 "):
         evaluate_icl(model, tok, [("a", "b")], [("c", "d")], 2)
     with pytest.raises(LmlabError, match="unknown scoring"):
         evaluate_icl(model, tok, [("a", "b")], [("c", "d")], 0, scoring="vote")
     with pytest.raises(LmlabError, match="pair"):
         evaluate_icl(model, tok, ["just text"], [], 0)
     assert normalize_answer("  Loutre de MER. ") == "loutre de mer"
+
+
+def test_the_few_shot_count_is_checked_against_the_pool_by_one_rule(tok):
+    """K above the documents there are, or negative, is one rule (icl.evaluate.check_fewshot) for
+    evaluate_icl and the harness; a query that is in the pool is not its own example, so a pool
+    of 2 holding the query gives 1 (the old check let K=2 through and drew 1 in silence)."""
+    from lmlab.icl.evaluate import check_fewshot
+
+    model = BigramLM(torch.zeros(tok.vocab_size, tok.vocab_size))
+    pool = [("a", "b"), ("c", "d")]
+    with pytest.raises(LmlabError, match="K=2 few-shot.*has 2 document.*less the query itself"):
+        evaluate_icl(model, tok, [("a", "b")], pool, 2)
+    for bad in (-1, 1.5, True):
+        with pytest.raises(LmlabError, match="must be a whole number, 0 or more"):
+            evaluate_icl(model, tok, [("a", "b")], pool, bad)
+    assert evaluate_icl(model, tok, [("a", "b")], pool, 1)["k"] == 1
+    with pytest.raises(LmlabError) as e:
+        check_fewshot(100_000, 2, "task 'quiz'")
+    assert str(e.value).startswith("K=100,000 few-shot examples asked for, but task 'quiz' has 2 document(s)")
+    assert "--num-fewshot 2 or fewer" in e.value.fix

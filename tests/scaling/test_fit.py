@@ -235,3 +235,28 @@ def test_bad_input_is_a_one_line_error(tmp_path, capsys):
     assert not (tmp_path / "o").exists()
     with pytest.raises(LmlabError, match="unknown scaling-law form"):
         fit_law([RunPoint("x", 1e6, 1e6, 3.0)] * 3, "quadratic")
+
+
+def test_a_bootstrap_beyond_the_bound_is_refused_and_a_long_one_reports_its_progress(tmp_path, capsys,
+                                                                                     monkeypatch):
+    """--bootstrap 1000000000 ran silently until killed (1,000 refits take ~2 s): above
+    MAX_BOOTSTRAP it is a one-line error, before the runs are read, in the CLI and in fit_runs
+    (scaling.fit.check_bootstrap); a bootstrap expected to be long says its estimate and progress."""
+    import lmlab.scaling.fit as fit
+
+    runs = [RunPoint(str(n), n, 2e6, 2.1 + 60.0 * n ** -0.31) for n in np.geomspace(1e4, 1e7, 5)]
+    err = one_line_error(capsys, ["scale", "fit", str(tmp_path / "missing"), "--bootstrap", "1000000000",
+                                  "--out", str(tmp_path / "o")])
+    assert "bootstrap 1,000,000,000 refits is more than the 100,000" in err and "--bootstrap" in err
+    for bad in (fit.MAX_BOOTSTRAP + 1, -1, 2.5):
+        with pytest.raises(LmlabError, match="bootstrap"):
+            fit_runs(runs, bootstrap=bad)
+    monkeypatch.setattr(fit, "BOOTSTRAP_REPORT_S", 0.0)           # every bootstrap counts as long
+    heard = []
+    result = fit_runs(runs, bootstrap=40, log=heard.append)
+    assert result.bootstrap and heard[0].startswith("bootstrap: 40 refits, about ")
+    assert any("/40 refits" in line and "left" in line for line in heard[1:])
+    quiet = []
+    monkeypatch.setattr(fit, "BOOTSTRAP_REPORT_S", 1e9)
+    fit_runs(runs, bootstrap=40, log=quiet.append)
+    assert quiet == []

@@ -13,6 +13,9 @@ blocks (attention projections and FFN); embeddings, norms and the task head are 
   targeted matrices together (layers that matter less lose more); ``scope="layer"`` prunes the
   same fraction of each matrix. Exactly ``round(sparsity · n)`` weights are removed (ties broken
   by position), so the measured sparsity equals the target up to one weight.
+* Whatever the structure, at least one weight/row/head is kept in every pruned matrix or
+  attention layer (``scope="layer"``) and in the model (``scope="global"``): a sparsity near 1
+  that would remove them all stops one short (``PruneMasks.floored``, :func:`sparsity_note`).
 * ``structure="rows"``: whole output neurons (a row of ``W`` and its bias), ranked by the row's
   L2 norm divided by ``sqrt(d_in)`` (so rows of different widths compare under ``global``).
   A pruned FFN neuron outputs exactly zero, so it could be cut from the matrices.
@@ -66,6 +69,9 @@ class PruneMasks:
 
     masks: dict[str, Tensor]
     _handles: list = field(default_factory=list, repr=False)
+    #: True when :func:`prune_model` kept one head/row/weight that the sparsity asked removed
+    #: (never all of a layer, or of the model)
+    floored: bool = False
 
     def _params(self, model: nn.Module) -> dict[str, nn.Parameter]:
         params = dict(model.named_parameters(remove_duplicate=False))
@@ -132,15 +138,31 @@ def _lowest(scores: Tensor, k: int) -> Tensor:
 
 
 def _select(scores: dict[str, Tensor], sparsity: float, scope: str,
-            weight: dict[str, int]) -> dict[str, Tensor]:
-    """Keep-masks over each score tensor. ``weight[name]``: weights removed per pruned entry,
-    so that global selection removes ``sparsity`` of the *weights*, not of the entries."""
+            weight: dict[str, int]) -> tuple[dict[str, Tensor], bool]:
+    """Keep-masks over each score tensor, and whether the floor below cut the removal short.
+    ``weight[name]``: weights removed per pruned entry, so that global selection removes
+    ``sparsity`` of the *weights*, not of the entries.
+
+    The one place that chooses what is removed, so the floor lives here: at least one entry (head,
+    row or weight) is kept in every pruned matrix/attention layer (``scope="layer"``) and in the
+    model (``scope="global"``), however near 1 the sparsity: a layer with nothing left is a dead
+    model, not a sparse one."""
     if scope == "layer":
-        return {n: _lowest(s, round(sparsity * s.numel())) for n, s in scores.items()}
+        out, capped = {}, False
+        for n, s in scores.items():
+            k = round(sparsity * s.numel())
+            if k >= s.numel() > 0:
+                k, capped = s.numel() - 1, True
+            out[n] = _lowest(s, k)
+        return out, capped
     names = list(scores)
     flat = torch.cat([scores[n].flatten().float() for n in names])
+    capped = False
     if all(weight[n] == 1 for n in names):
-        keep = _lowest(flat, round(sparsity * len(flat)))
+        k = round(sparsity * len(flat))
+        if k >= len(flat) > 0:
+            k, capped = len(flat) - 1, True
+        keep = _lowest(flat, k)
     else:  # remove the lowest-scored entries until the removed weights come nearest the target
         cost = torch.cat([torch.full((scores[n].numel(),), float(weight[n]), dtype=torch.float64)
                           for n in names])
@@ -151,6 +173,8 @@ def _select(scores: dict[str, Tensor], sparsity: float, scope: str,
         below = float(removed[k - 1]) if k else 0.0
         if k < len(order) and abs(float(removed[k]) - target) < target - below:
             k += 1
+        if k >= len(order) > 0:
+            k, capped = len(order) - 1, True
         keep = torch.ones(len(flat), dtype=torch.bool)
         keep[order[:k]] = False
     out, start = {}, 0
@@ -158,7 +182,7 @@ def _select(scores: dict[str, Tensor], sparsity: float, scope: str,
         size = scores[n].numel()
         out[n] = keep[start:start + size].view(scores[n].shape)
         start += size
-    return out
+    return out, capped
 
 
 @torch.no_grad()
@@ -173,8 +197,12 @@ def prune_model(model: nn.Module, sparsity: float, scope: str = "global", struct
     0.5
     """
     _check(sparsity, scope, structure)
+    if getattr(model, "quantization", None):  # its linear layers hold int8 buffers, no float weights
+        raise LmlabError("this model holds int8 weights (lmlab compress quantize), which pruning "
+                         "does not take",
+                         "prune the float model, then quantize it")
     if structure == "heads":
-        masks = _head_masks(model, sparsity, scope)
+        masks, floored = _head_masks(model, sparsity, scope)
     else:
         targets = prunable_weights(model, include, exclude)
         if not targets:
@@ -182,22 +210,40 @@ def prune_model(model: nn.Module, sparsity: float, scope: str = "global", struct
                              "parameter names look like layers.0.ffn.fc_in.weight")
         if structure == "unstructured":
             scores = {n: m.weight.detach().abs() for n, m in targets.items()}
-            masks = _select(scores, sparsity, scope, dict.fromkeys(targets, 1))
+            masks, floored = _select(scores, sparsity, scope, dict.fromkeys(targets, 1))
         else:
             scores = {n: m.weight.detach().float().norm(dim=1) / math.sqrt(m.in_features)
                       for n, m in targets.items()}
-            rows = _select(scores, sparsity, scope, {n: m.in_features for n, m in targets.items()})
+            rows, floored = _select(scores, sparsity, scope, {n: m.in_features for n, m in targets.items()})
             masks = {}
             for n, m in targets.items():
                 masks[n] = rows[n][:, None].expand_as(m.weight).clone()
                 if m.bias is not None:
                     masks[n[: -len("weight")] + "bias"] = rows[n].clone()
-    result = PruneMasks(masks)
+    result = PruneMasks(masks, floored=floored)
     result.apply(model)
     return result
 
 
-def _head_masks(model: nn.Module, sparsity: float, scope: str) -> dict[str, Tensor]:
+def sparsity_note(masks: PruneMasks, requested: float, structure: str, scope: str,
+                  model: nn.Module | None = None) -> str:
+    """``""`` when the achieved sparsity is the requested one (to 4 decimals), else why it is not,
+    for the summary line: ``"; asked for 0.999: at least one row is kept in every layer, ..."``."""
+    achieved = masks.sparsity(model)
+    if f"{achieved:.4f}" == f"{requested:.4f}" and not masks.floored:
+        return ""
+    unit = {"heads": "head", "rows": "row", "unstructured": "weight"}[structure]
+    if masks.floored:
+        where = "every layer" if scope == "layer" else "the model"
+        why = f"at least one {unit} is kept in {where}, or it would be dead"
+    elif structure == "unstructured":
+        why = "rounded to whole weights"
+    else:
+        why = f"whole {unit}s are removed, the nearest count to the target"
+    return f"; asked for {requested:.10g}: {why}"
+
+
+def _head_masks(model: nn.Module, sparsity: float, scope: str) -> tuple[dict[str, Tensor], bool]:
     """Masks removing whole attention heads (self-attention of every Transformer block)."""
     from lmlab.models.blocks import Attention
 
@@ -213,7 +259,7 @@ def _head_masks(model: nn.Module, sparsity: float, scope: str) -> dict[str, Tens
         kv = sum(p.weight.view(a.n_kv_heads, d, -1).float().pow(2).sum((1, 2)) for p in (a.k_proj, a.v_proj))
         scores[name] = (q + o + kv.repeat_interleave(g) / g).sqrt()
         per_head[name] = d * (a.q_proj.in_features + a.o_proj.out_features)
-    keep = _select(scores, sparsity, scope, per_head)
+    keep, floored = _select(scores, sparsity, scope, per_head)
     masks = {}
     for name, a in attns.items():
         h, d = a.n_heads, a.head_dim
@@ -228,7 +274,7 @@ def _head_masks(model: nn.Module, sparsity: float, scope: str) -> dict[str, Tens
                 masks[f"{name}.{p}.weight"] = rows[:, None].expand_as(lin.weight).clone()
                 if lin.bias is not None:
                     masks[f"{name}.{p}.bias"] = rows.clone()
-    return masks
+    return masks, floored
 
 
 def nonzero_parameters(model: nn.Module) -> tuple[int, int]:

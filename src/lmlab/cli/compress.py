@@ -186,11 +186,16 @@ def measure(model, task=None, examples=None, batch_size: int = 32,
 # --------------------------------------------------------------------------- shared steps
 
 
-def _load(path: str):
-    """(model, task or None) from a fine-tuned checkpoint or any model directory."""
+def _load(path: str, float_only: str | None = None):
+    """(model, task or None) from a fine-tuned checkpoint or any model directory. ``float_only``:
+    the command (``lmlab compress prune``) that needs float weights, so an int8 checkpoint is
+    refused before it is read (:func:`lmlab.models.refuse_int8`, export's refusal too)."""
     from lmlab.finetune.loop import TASK_FILE, load_finetuned
     from lmlab.loading import load_model
+    from lmlab.models import refuse_int8
 
+    if float_only:
+        refuse_int8(path, float_only)
     if (Path(path) / TASK_FILE).is_file():
         return load_finetuned(path)
     return load_model(path), None
@@ -256,7 +261,8 @@ def _what(method: dict) -> str:
         return f"quantized {method['layers']} linear layers to int8 ({method['activations']} activations)"
     sparsity = method.get("measured_sparsity_after_finetune", method.get("measured_sparsity", 0.0))
     tuned = f", then fine-tuned {method['finetune_steps']:,} steps" if method.get("finetune_steps") else ""
-    return f"pruned to {sparsity:.0%} sparsity ({method['structure']}, {method['scope']}){tuned}"
+    percent = f"{sparsity:.0%}" if sparsity < 0.995 else f"{sparsity:.4%}"  # not 100% when one is kept
+    return f"pruned to {percent} sparsity ({method['structure']}, {method['scope']}){tuned}"
 
 
 def _size_change(before: float, after: float) -> str:
@@ -327,7 +333,7 @@ def run_quantize(args) -> int:
     from lmlab.adapt.quantize import quantize_model, save_quantized
 
     _setup(args)
-    model, task = _load(args.checkpoint)
+    model, task = _load(args.checkpoint, "lmlab compress quantize (it quantizes float weights once)")
     dev = _examples(task, args.dev, args.max_eval_examples, "dev")
     _say(f"quantizing {args.checkpoint} to int8" + (f"; scoring {len(dev):,} dev examples before and after"
                                                      if dev else ""))
@@ -342,12 +348,16 @@ def run_quantize(args) -> int:
 
 
 def run_prune(args) -> int:
-    from lmlab.adapt.prune import prune_model
+    from lmlab.adapt.prune import prune_model, sparsity_note
 
     _setup(args)
     if args.steps and not (args.train and args.dev):
         raise LmlabError("fine-tuning after pruning (--steps) needs --train and --dev", "pass both files")
-    model, task = _load(args.checkpoint)
+    if args.train and not args.steps:
+        raise LmlabError("--train is read only to fine-tune after pruning, which takes --steps N above 0, "
+                         "and none was given",
+                         "add --steps N (e.g. --steps 200, with --dev), or drop --train")
+    model, task = _load(args.checkpoint, "lmlab compress prune")
     dev = _examples(task, args.dev, args.max_eval_examples, "dev")
     _say(f"pruning {args.checkpoint} to {args.sparsity:.0%} sparsity"
          + (f", then {args.steps:,} fine-tuning steps of {args.batch_size}" if args.steps else "")
@@ -356,7 +366,10 @@ def run_prune(args) -> int:
     if args.steps:
         _say_estimate(before, args.steps * args.batch_size, passes=3)
     masks = prune_model(model, args.sparsity, args.scope, args.structure)
-    _say(f"pruned to sparsity {masks.sparsity(model):.4f} ({args.structure}, {args.scope})")
+    achieved = masks.sparsity(model)
+    shown = f"{achieved:.4f}" if achieved < 0.99995 else f"{achieved:.7f}"  # not 1.0000 when one is kept
+    _say(f"pruned to sparsity {shown} ({args.structure}, {args.scope})"
+         + sparsity_note(masks, args.sparsity, args.structure, args.scope, model))
     method = {"name": "prune", "sparsity": args.sparsity, "scope": args.scope, "structure": args.structure,
               "measured_sparsity": masks.sparsity(model), "finetune_steps": args.steps}
     if args.steps:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import sys
 
 from lmlab.cli.common import add_command, add_group
 from lmlab.values import (
@@ -243,10 +244,11 @@ def run_fit(args) -> int:
 
     from lmlab.fileio import write_json
     from lmlab.ownership import claim_dir, claimed_dir
-    from lmlab.scaling.fit import fit_runs
+    from lmlab.scaling.fit import check_bootstrap, fit_runs
     from lmlab.scaling.plot import plot_fit
     from lmlab.scaling.runs import read_runs
 
+    check_bootstrap(args.bootstrap)  # before the runs are read
     # OUT holds fit.json and fit.png: new, empty or an earlier fit's folder, never a user's or a run's
     claim_dir(args.out, FIT_KIND, FIT_ENTRIES, create=False)  # checked now, made when there is a fit
     runs, count = read_runs(args.runs, args.params)
@@ -258,6 +260,7 @@ def run_fit(args) -> int:
         bootstrap=args.bootstrap,
         seed=args.seed,
         hold_out=args.holdout,
+        log=lambda line: print(line, file=sys.stderr, flush=True),
     )
     law = result.law
     data = result.to_dict()

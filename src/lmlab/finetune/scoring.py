@@ -22,7 +22,7 @@ from lmlab import ownership
 from lmlab.errors import LmlabError
 from lmlab.fileio import read_json, write_output_file
 from lmlab.finetune.methods import method_class
-from lmlab.runtime import pick_device
+from lmlab.runtime import check_device, pick_device
 from lmlab.tasks import Task, check_tokenizer, load_task
 from lmlab.tasks.readers import BadLines, Example, limit
 from lmlab.train.estimate import duration
@@ -73,6 +73,7 @@ def evaluate(checkpoint: str | os.PathLike, data, task: str | None = None, *, on
     """
     if batch_size < 1:
         raise LmlabError(f"batch size must be at least 1, got {batch_size}", "pass e.g. batch_size=64")
+    check_device(device)  # before the model is loaded
     if predictions is not None:
         check_predictions_file(predictions, {"--data": data, "--checkpoint": checkpoint})
     model, saved = load_finetuned(checkpoint)

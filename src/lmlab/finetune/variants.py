@@ -32,7 +32,7 @@ from lmlab.finetune.loop import (
     reread,
 )
 from lmlab.models.output import ModelOutput
-from lmlab.runtime import pick_device
+from lmlab.runtime import check_device, pick_device
 from lmlab.tasks import load_task
 from lmlab.tasks.readers import BadLines, limit
 
@@ -104,6 +104,7 @@ def evaluate_variants(checkpoint: str | os.PathLike, variants: dict[str, str | o
 
     if batch_size < 1:
         raise LmlabError(f"batch size must be at least 1, got {batch_size}", "pass e.g. batch_size=64")
+    check_device(device)  # before the variants, the data and the model are read
     if predictions is not None:
         check_predictions_file(predictions, {"--data": data, "--checkpoint": checkpoint,
                                              **{f"--variant {k}": v for k, v in variants.items()}})

@@ -114,6 +114,29 @@ def _pairs(examples, what: str) -> list[tuple[str, str]]:
     return out
 
 
+def check_fewshot_count(k) -> None:
+    """The count alone (:func:`check_fewshot` without a pool): a whole number, 0 or more."""
+    if isinstance(k, bool) or not isinstance(k, int) or k < 0:
+        raise LmlabError(f"the number of few-shot examples K must be a whole number, 0 or more, got {k!r}",
+                         "pass e.g. --num-fewshot 5 (k=5 in Python); 0 = zero-shot")
+
+
+def check_fewshot(k, documents: int, where: str, leaves_out_query: bool = False) -> None:
+    """The one rule for the number ``k`` of few-shot examples (demonstrations) drawn from a pool of
+    ``documents``, for :func:`evaluate_icl` and the harness (``lmlab evaluate --harness
+    --num-fewshot K``) alike: a whole number from 0 to the documents there are (one fewer when the
+    query is drawn from the same documents and is left out of its own examples); a one-line
+    ``LmlabError`` naming K and the count, before any model is run."""
+    check_fewshot_count(k)
+    available = max(documents - (1 if leaves_out_query else 0), 0)
+    if k > available:
+        less = " less the query itself" if leaves_out_query else ""
+        raise LmlabError(f"K={k:,} few-shot examples asked for, but {where} has {documents:,} document(s) "
+                         f"to draw them from{less}",
+                         f"pass --num-fewshot {available} or fewer (k={available} in Python), "
+                         "or give the task more examples")
+
+
 def evaluate_icl(model, tokenizer, task_examples, shots, k: int, template: PromptTemplate | None = None,
                  scoring: str = "likelihood", *, labels: Sequence[str] | None = None, seed: int = 0,
                  max_new_tokens: int | None = None) -> dict[str, Any]:
@@ -145,10 +168,8 @@ def evaluate_icl(model, tokenizer, task_examples, shots, k: int, template: Promp
     pool = _pairs(shots, "shots")
     if not examples:
         raise LmlabError("no task examples to evaluate", "pass at least one (input, answer) pair")
-    if not isinstance(k, int) or k < 0:
-        raise LmlabError(f"k must be a non-negative integer, got {k!r}", "0 = zero-shot, e.g. k=4")
-    if k > len(pool):
-        raise LmlabError(f"k={k} demonstrations requested but the shots pool has {len(pool)}", "lower k")
+    # a query that is also in the pool is never its own demonstration: one fewer to draw from
+    check_fewshot(k, len(pool), "the shots pool", leaves_out_query=any(e in pool for e in examples))
     template = template or PromptTemplate()
     if scoring != "generate":
         labels = list(dict.fromkeys(labels if labels is not None else [a for _, a in examples + pool]))

@@ -237,16 +237,40 @@ def _function_source(yaml_file: Path, spec: str) -> str:
     return str(beside) if beside.is_file() or not module else f"the Python module {module!r}"
 
 
-def check_tasks_load(names: list[str], manager) -> None:
+def check_tasks_load(names: list[str], manager) -> dict:
     """Build the tasks (their datasets included) once before the model is loaded: a task YAML
-    the harness cannot build (no dataset_path, a bad field) is a one-line error, not its traceback."""
+    the harness cannot build (no dataset_path, a bad field) is a one-line error, not its traceback.
+    Returns the harness's ``{name: task}``."""
     try:
-        manager.load(names)
+        return manager.load(names).get("tasks", {})
     except Exception as e:  # noqa: BLE001 - whatever the harness or datasets raise for a bad task
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise LmlabError(f"the harness could not load the task(s) {', '.join(names)}: {type(e).__name__}: "
                          f"{first}", "check the task YAML (dataset_path, splits, doc_to_text...) "
                          "or the task name") from None
+
+
+def check_tasks_fewshot(tasks: dict, num_fewshot: int | None) -> None:
+    """``--num-fewshot K`` against the documents each task draws its few-shot examples from (its
+    fewshot/training/validation split, else its test split), by the ICL rule
+    (:func:`lmlab.icl.evaluate.check_fewshot`); the harness would stop on its first prompt with
+    'Sample larger than population'."""
+    from lmlab.icl.evaluate import check_fewshot, check_fewshot_count
+
+    if num_fewshot is None:  # each task's own setting
+        return
+    check_fewshot_count(num_fewshot)
+    for name, task in tasks.items():
+        if not num_fewshot or not hasattr(task, "fewshot_docs"):
+            continue
+        try:
+            documents = len(task.fewshot_docs())
+        except Exception:  # noqa: BLE001 - a pool the harness builds lazily: its own checks apply
+            continue
+        cfg = getattr(task, "fewshot_cfg", None)
+        same = cfg is not None and getattr(cfg, "split", None) is not None and \
+            cfg.split == getattr(task.config, "test_split", None)
+        check_fewshot(num_fewshot, documents, f"task {name!r}", leaves_out_query=same)
 
 
 def check_scores_next_tokens(model) -> None:
@@ -288,11 +312,13 @@ def run_harness(checkpoint: str | os.PathLike, tasks: str | Sequence[str], *,
 
     from lmlab.icl.harness_lm import LmlabLM
     from lmlab.loading import load_model, model_facts
-    from lmlab.runtime import pick_device
+    from lmlab.runtime import check_device, pick_device
 
-    if batch_size < 1 or (limit is not None and limit < 1) or (num_fewshot is not None and num_fewshot < 0):
-        raise LmlabError("batch size and limit must be positive, num_fewshot not negative",
-                         "pass e.g. --batch-size 16 --max-examples 100 --num-fewshot 0")
+    check_device(device)  # before the tasks and the model are read
+    if batch_size < 1 or (limit is not None and limit < 1):
+        raise LmlabError("batch size and limit must be positive",
+                         "pass e.g. --batch-size 16 --max-examples 100")
+    check_tasks_fewshot({}, num_fewshot)  # K itself, before the tasks are read
     out_path = Path(out) if out is not None else default_output(checkpoint)
     # all before the model is loaded
     check_output(out_path, overwrite, {"--checkpoint": checkpoint, "--harness": local_task_paths(tasks)})
@@ -302,7 +328,8 @@ def run_harness(checkpoint: str | os.PathLike, tasks: str | Sequence[str], *,
     if facts is not None:
         check_scores_next_tokens(facts)
     with quiet_harness():
-        check_tasks_load(names, manager)
+        loaded = check_tasks_load(names, manager)
+    check_tasks_fewshot(loaded, num_fewshot)  # the documents each task draws its examples from
     model = load_model(checkpoint)
     check_model(model)
     model = model.to(pick_device(device))

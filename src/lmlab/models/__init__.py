@@ -35,8 +35,10 @@ from lmlab.models.checkpoint import (
     WEIGHTS_NAME,
     LmlabModel,
     check_tokenizer,
+    is_int8_checkpoint,
     load_state,
     read_safetensors,
+    refuse_int8,
     save_checkpoint,
     tokenizer_matches,
 )
@@ -76,9 +78,11 @@ __all__ = [
     "family_configs",
     "family_spec",
     "get_preset",
+    "is_int8_checkpoint",
     "load_checkpoint",
     "read_checkpoint_meta",
     "model_class",
+    "refuse_int8",
     "save_checkpoint",
     "spec_of_config",
     "spec_of_family",
@@ -191,11 +195,7 @@ def load_checkpoint(directory: str | os.PathLike, map_location: str | torch.devi
     if not directory.is_dir():
         raise LmlabError(f"checkpoint {directory} does not exist", "check the path")
     meta = read_checkpoint_meta(directory)
-    if meta.get("quantization"):  # int8 weights: the adapt package reads them, above this layer
-        raise LmlabError(f"{directory} holds int8 weights (lmlab compress quantize), which this reader "
-                         "does not take",
-                         "use the float checkpoint it was quantized from (in Python, "
-                         "lmlab.loading.load_model opens int8 checkpoints too)")
+    refuse_int8(directory, meta=meta)  # int8 weights: the adapt package reads them, above this layer
     config_dict = dict(meta["config"])
     config_dict.setdefault("family", meta["family"])
     config = config_from_dict(config_dict, where=str(directory / CONFIG_NAME))

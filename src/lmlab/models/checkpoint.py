@@ -246,6 +246,27 @@ def is_lmlab_checkpoint(directory: str | os.PathLike) -> bool:
     return isinstance(data, dict) and "lmlab_format_version" in data
 
 
+def is_int8_checkpoint(directory: str | os.PathLike) -> bool:
+    """Whether ``directory`` is an lmlab checkpoint of int8 weights (``lmlab compress quantize``:
+    its ``config.json`` records a ``quantization``), read from ``config.json`` alone."""
+    if not is_lmlab_checkpoint(directory):
+        return False
+    return bool(read_json(Path(directory) / CONFIG_NAME, "model config").get("quantization"))
+
+
+def refuse_int8(directory: str | os.PathLike, reader: str = "this reader",
+                meta: dict | None = None) -> None:
+    """The one refusal of an int8 checkpoint by a reader that needs float weights (export, the
+    float loader, ``lmlab compress prune/quantize/distill``), before any weight is read.
+    ``meta``: the ``config.json`` when the caller has read it already."""
+    quantized = bool(meta.get("quantization")) if meta is not None else is_int8_checkpoint(directory)
+    if quantized:
+        raise LmlabError(f"{directory} holds int8 weights (lmlab compress quantize), which {reader} "
+                         "does not take",
+                         "use the float checkpoint it was quantized from (in Python, "
+                         "lmlab.loading.load_model opens int8 checkpoints too)")
+
+
 def read_safetensors(path: str | os.PathLike) -> dict[str, torch.Tensor]:
     """All tensors of a safetensors file; a missing or corrupt file is a one-line LmlabError."""
     from safetensors import SafetensorError

@@ -49,6 +49,11 @@ __all__ = [
 ]
 
 EXPONENT_BOUNDS = (1e-3, 3.0)
+#: the most bootstrap refits a fit takes: 1,000 take ~2 s on a CPU core, so 100,000 are minutes and
+#: a billion would run for months (beyond ~10,000 the 95% bands do not move)
+MAX_BOOTSTRAP = 100_000
+#: a bootstrap expected to take longer than this (seconds) reports its estimate and its progress
+BOOTSTRAP_REPORT_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -323,13 +328,43 @@ def fit_law(
     return _law_from_theta(form, res.x), float(res.cost), res.x
 
 
-def _bootstrap(runs, form, theta, huber_delta, samples: int, seed: int) -> dict[str, dict[str, float]]:
+def check_bootstrap(samples) -> None:
+    """The bootstrap count's rule, for the CLI's ``--bootstrap`` and :func:`fit_runs` alike: a whole
+    number from 0 (off) to :data:`MAX_BOOTSTRAP`, checked before any run is read or refit."""
+    if isinstance(samples, bool) or not isinstance(samples, (int, np.integer)) or samples < 0:
+        raise LmlabError(f"bootstrap must be a whole number of refits, 0 (off) or more, got {samples!r}",
+                         "pass e.g. --bootstrap 200 (bootstrap=200 in Python)")
+    if samples > MAX_BOOTSTRAP:
+        raise LmlabError(f"bootstrap {samples:,} refits is more than the {MAX_BOOTSTRAP:,} lmlab runs "
+                         "(1,000 take about 2 s; the 95% bands settle long before)",
+                         f"pass --bootstrap {MAX_BOOTSTRAP} or fewer, e.g. --bootstrap 1000")
+
+
+def _bootstrap(runs, form, theta, huber_delta, samples: int, seed: int,
+               log=None) -> dict[str, dict[str, float]]:
     """Refit on ``samples`` resamples of the runs (with replacement), each started from the full fit
-    and from the grid's middle start; resamples with too few distinct runs are skipped."""
+    and from the grid's middle start; resamples with too few distinct runs are skipped. ``log``
+    hears, for a bootstrap that will take over :data:`BOOTSTRAP_REPORT_S`, the estimate once the
+    first refits are timed and then every tenth of the way."""
+    import time
+
+    from lmlab.train.estimate import duration
+
     rng = np.random.default_rng(seed)
     names = FORMS[form][0]
     fits = []
-    for _ in range(samples):
+    start, report, next_share = time.perf_counter(), False, 0.1
+    for i in range(samples):
+        if log is not None and i == 20:  # the first refits timed
+            per = (time.perf_counter() - start) / i
+            if per * samples > BOOTSTRAP_REPORT_S:
+                report = True
+                log(f"bootstrap: {samples:,} refits, about {duration(per * samples)} "
+                    f"({per * 1000:.1f} ms each; --bootstrap sets the count)")
+        if report and i >= next_share * samples:
+            elapsed = time.perf_counter() - start
+            log(f"bootstrap: {i:,}/{samples:,} refits, {duration(elapsed / i * (samples - i))} left")
+            next_share = math.floor(i / samples * 10 + 1) / 10
         pick = [runs[i] for i in rng.integers(0, len(runs), len(runs))]
         try:
             _check_enough(list({id(r): r for r in pick}.values()), form)
@@ -383,9 +418,13 @@ def fit_runs(
     bootstrap: int = 100,
     seed: int = 0,
     hold_out: str | None = None,
+    log=None,
 ) -> FitResult:
     """Fit a law to ``runs`` (minus the held-out size, if any), with bootstrap spreads and the
-    held-out runs' predicted loss and relative error ``(predicted - actual) / actual``."""
+    held-out runs' predicted loss and relative error ``(predicted - actual) / actual``.
+    ``bootstrap``: refits, 0 to :data:`MAX_BOOTSTRAP` (:func:`check_bootstrap`); ``log`` hears the
+    estimate and progress of a long bootstrap."""
+    check_bootstrap(bootstrap)
     held: list[RunPoint] = []
     if hold_out:
         runs, held = holdout(runs, hold_out)
@@ -399,6 +438,6 @@ def fit_runs(
         raise LmlabError(f"without the held-out runs, {e.problem}", e.fix) from None
     pred = np.log(law.predict([r.n_params for r in runs], [r.n_tokens for r in runs]))
     rmse = float(np.sqrt(np.mean((pred - np.log([r.loss for r in runs])) ** 2)))
-    boot = _bootstrap(runs, law.form, theta, huber_delta, bootstrap, seed) if bootstrap > 0 else {}
+    boot = _bootstrap(runs, law.form, theta, huber_delta, bootstrap, seed, log) if bootstrap > 0 else {}
     held_rows = [_run_dict(r, law) for r in held]
     return FitResult(law, runs, count, cost, rmse, boot, held_rows, _at_bounds(runs, law.form, theta))

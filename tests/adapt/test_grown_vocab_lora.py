@@ -91,3 +91,9 @@ def test_another_base_is_still_refused(tuned, tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("error: ") and "was trained on another base model" in err[-1]
     assert not (tmp_path / "pe").exists()
+    # the fine-tune's own top level is the merged model: an adapter on it would count twice
+    assert main(["export", "--checkpoint", str(out), "--format", "peft", "--base", str(out),
+                 "--out", str(tmp_path / "pe")]) == 2
+    assert "is a LoRA fine-tune with its update merged in" in capsys.readouterr().err
+    assert main(["evaluate", "--checkpoint", str(out), "--variant", f"a={out}", "--data", str(data)]) == 2
+    assert "is a LoRA fine-tune with its update merged in" in capsys.readouterr().err

@@ -230,13 +230,22 @@ def load_peft_model(
 
     d = Path(directory)
     cfg = read_peft_config(d)
-    base = (
-        base_checkpoint
-        if isinstance(base_checkpoint, nn.Module)
-        else load_plain_model(base_checkpoint, map_location)
-    )
+    if isinstance(base_checkpoint, nn.Module):
+        base = base_checkpoint
+    else:
+        base = load_plain_model(base_checkpoint, map_location)
+        mark_merged_lora(base, base_checkpoint)
     model = model_for_adapter(base_for_adapter(base, cfg, d, map_location), cfg, d)
     return load_peft(model.to(map_location), d)
+
+
+def mark_merged_lora(model: nn.Module, path: str | os.PathLike) -> nn.Module:
+    """Record on ``model``, loaded from ``path``, whether it is the merged top level of an ``lmlab
+    finetune --method lora`` output (``path/adapter`` holds LoRA): no adapter may go on it."""
+    files = adapter_files(Path(path) / "adapter")
+    if files is not None and read_peft_config(Path(path) / "adapter").get("method") == "lora":
+        model.merged_lora = str(path)
+    return model
 
 
 def grown_base_dir(directory: str | os.PathLike) -> Path | None:
@@ -259,6 +268,13 @@ def base_for_adapter(base: nn.Module, cfg: dict[str, Any], directory: str | os.P
     --base`` and ``--variant`` (:class:`lmlab.adapt.multi.MultiAdapterModel`) choose it."""
     from lmlab.adapt.prompt import input_embedding
 
+    merged = getattr(base, "merged_lora", None)
+    if merged:
+        raise LmlabError(
+            f"the base model {merged} is a LoRA fine-tune with its update merged in, not a pretrained "
+            "model (the adapter would be applied twice)",
+            "give the pretrained checkpoint (or run folder) it was fine-tuned from",
+        )
     mine = getattr(base.config, "vocab_size", None)
     theirs = cfg["model_config"].get("vocab_size")
     if not (isinstance(mine, int) and isinstance(theirs, int) and theirs > mine):

@@ -25,6 +25,11 @@ class LmlabError(Exception):
         self.fix = fix
 
 
+class UnsupportedInput(LmlabError):
+    """A well-formed input of a kind or with a feature lmlab does not support (a tokenizer.json
+    model type, a normalizer): unlike a corrupt one, a caller may go on without it."""
+
+
 #: what :func:`one_line` escapes: C0 and C1 controls but the tab, DEL, the Unicode line and
 #: paragraph separators, and surrogates (a file name byte that is not UTF-8, kept by Python)
 _UNPRINTABLE = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")

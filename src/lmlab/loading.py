@@ -48,10 +48,10 @@ def model_facts(source) -> ModelFacts | None:
     p = check_model_dir(source)
     if _quantized(p):  # the directories in the order _load tries them
         return checkpoint_facts(p)
+    if is_lmlab_checkpoint(p):  # a LoRA output's merged model, even beside its base/ (a grown vocabulary)
+        return checkpoint_facts(p)
     if (p / "base").is_dir() and adapter_files(p / "adapter") is not None:
         return facts_from_meta(read_peft_config(p / "adapter"), str(p / "adapter"))  # its heads and config
-    if is_lmlab_checkpoint(p):
-        return checkpoint_facts(p)
     return hf_facts(p)
 
 
@@ -104,9 +104,10 @@ def _load(path: str | os.PathLike, map_location):
         from lmlab.adapt.quantize import load_quantized
 
         return load_quantized(p, map_location)
-    from lmlab.adapt.peft_io import adapter_files, load_peft
+    from lmlab.adapt.peft_io import adapter_files, load_peft, mark_merged_lora
+    from lmlab.models.checkpoint import is_lmlab_checkpoint
 
-    if (p / "base").is_dir() and adapter_files(p / "adapter") is not None:
+    if (p / "base").is_dir() and adapter_files(p / "adapter") is not None and not is_lmlab_checkpoint(p):
         model = load_peft(load_plain_model(p / "base", map_location), p / "adapter")
         return model.to(map_location).eval()
-    return load_plain_model(p, map_location)
+    return mark_merged_lora(load_plain_model(p, map_location), p)

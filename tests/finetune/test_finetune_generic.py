@@ -167,3 +167,41 @@ def test_tagging_and_qa_from_tables_train_and_reload(ckpt, tmp_path):
     res = finetune(ckpt, "qa", qa, qa, None, max_steps=2, batch_size=2, max_length=32,
                    fields={"question": "q", "answer": "gold"}, progress=False, log=lambda m: None)
     assert set(res.metrics) == {"exact_match", "f1"}
+
+
+def test_a_column_flag_the_task_does_not_read_is_refused_before_the_model_loads(ckpt, tmp_path, capsys,
+                                                                                 monkeypatch):
+    """sst2 reads single sentences: --text-pair-field / --tags-field used to be dropped silently
+    (rc 0, the same predictions). finetune and evaluate refuse them in one line, before any model
+    is loaded (lmlab.tasks.check_fields)."""
+    import lmlab.finetune.loop as loop
+    import lmlab.finetune.scoring as scoring
+    from lmlab.tasks import load_task
+
+    def no_model(*a, **k):
+        raise AssertionError("the model was loaded")
+
+    monkeypatch.setattr(loop, "load_trainable_model", no_model)
+    monkeypatch.setattr(scoring, "load_finetuned", no_model)
+    ft = tmp_path / "ft"
+    ft.mkdir()
+    (ft / "task.json").write_text(json.dumps({"task": "sst2", "architecture": "encoder", "labels": [0, 1],
+                                              "options": {}}))
+    data = tmp_path / "dev.tsv"
+    data.write_text("sentence\tlabel\ngood film\t1\n")
+    for flags, flag in ((["--text-pair-field", "label"], "--text-pair-field"), (["--tags-field", "0"],
+                                                                               "--tags-field")):
+        assert main(["evaluate", "--checkpoint", str(ft), "--data", str(data), *flags]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err == (f"error: {flag} is not read by task sst2 (it reads the text, label columns); "
+                       f"drop {flag}")
+        assert main(["finetune", "--checkpoint", str(ckpt), "--task", "sst2", "--train", str(data), "--dev",
+                     str(data), "--out", str(tmp_path / "out"), *flags]) == 2
+        assert capsys.readouterr().err.strip().startswith(f"error: {flag} is not read by task sst2")
+        assert not (tmp_path / "out").exists()
+    # a pair task reads the second text; a task.json written before the check still loads
+    assert main(["evaluate", "--checkpoint", str(ft), "--data", str(data), "--task", "rte",
+                 "--text-pair-field", "label"]) == 2
+    assert "fine-tuned for task 'sst2', not 'rte'" in capsys.readouterr().err
+    old = load_task({"task": "sst2", "labels": [0, 1], "options": {"fields": {"text": 0, "tags": 1}}})
+    assert old.options.fields == {"text": 0}

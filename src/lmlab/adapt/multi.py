@@ -43,6 +43,7 @@ from lmlab.adapt.multi_layers import MultiLoRALinear, MultiPrefixAttention, RowS
 from lmlab.adapt.peft_io import (
     adapter_files,
     base_fingerprint,
+    base_for_adapter,
     check_base,
     model_for_adapter,
     read_peft_config,
@@ -115,6 +116,10 @@ class MultiAdapterModel(nn.Module):
             what = arch or type(base).__name__
             raise LmlabError(f"batched variants need an encoder or decoder base, not {what}",
                              "serve encoder-decoder variants one at a time")
+        for path in variants.values():  # a fine-tune that grew the vocabulary brings its grown base
+            if path is not None:
+                d = adapter_dir(path)
+                base = base_for_adapter(base, read_peft_config(d), d)
         fingerprint = base_fingerprint(base)
         loaded: list[_Variant] = []
         for name, path in variants.items():

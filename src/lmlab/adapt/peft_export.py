@@ -233,11 +233,15 @@ class HFNames:
 
         self.model = model
         self.family = model.config.family
-        plain = build_model(model.config, heads=model.head_names, architecture=model.architecture)
+        heads = tuple(model.head_names)
+        if any(h in TASK_HEADS for h in heads):  # a frozen auxiliary head (GPT-style classification's LM
+            heads = tuple(h for h in heads if h in TASK_HEADS)  # loss) is no part of the task's HF class
+        plain = build_model(model.config, heads=heads, architecture=model.architecture)
         if getattr(model, "peft", {}).get("method") == "lora":  # the base *without* the update
             own = {k: v for k, v in model.state_dict().items() if not k.endswith(("lora_A", "lora_B"))}
         else:
             own = base_state_dict(model)
+        own = {k: v for k, v in own.items() if not k.startswith("heads.") or k.split(".")[1] in heads}
         plain.load_state_dict(own)
         self.plain = plain
         _, hf_state = converter(self.family).to_hf(plain)

@@ -230,13 +230,70 @@ def load_peft_model(
 
     d = Path(directory)
     cfg = read_peft_config(d)
-    base = (
-        base_checkpoint
-        if isinstance(base_checkpoint, nn.Module)
-        else load_plain_model(base_checkpoint, map_location)
-    )
-    model = model_for_adapter(base, cfg, d)
+    if isinstance(base_checkpoint, nn.Module):
+        base = base_checkpoint
+    else:
+        base = load_plain_model(base_checkpoint, map_location)
+        mark_merged_lora(base, base_checkpoint)
+    model = model_for_adapter(base_for_adapter(base, cfg, d, map_location), cfg, d)
     return load_peft(model.to(map_location), d)
+
+
+def mark_merged_lora(model: nn.Module, path: str | os.PathLike) -> nn.Module:
+    """Record on ``model``, loaded from ``path``, whether it is the merged top level of an ``lmlab
+    finetune --method lora`` output (``path/adapter`` holds LoRA): no adapter may go on it."""
+    files = adapter_files(Path(path) / "adapter")
+    if files is not None and read_peft_config(Path(path) / "adapter").get("method") == "lora":
+        model.merged_lora = str(path)
+    return model
+
+
+def grown_base_dir(directory: str | os.PathLike) -> Path | None:
+    """The ``base/`` of the fine-tuned folder that holds the adapter ``directory`` (``OUT/adapter``
+    or ``OUT`` itself), or None."""
+    d = Path(directory)
+    for out in ((d.parent, d) if d.name == "adapter" else (d,)):
+        if (out / BASE_DIR).is_dir():
+            return out / BASE_DIR
+    return None
+
+
+def base_for_adapter(base: nn.Module, cfg: dict[str, Any], directory: str | os.PathLike,
+                     map_location: str | torch.device = "cpu") -> nn.Module:
+    """The model the adapter in ``directory`` goes on, given the pretrained ``base`` it was
+    fine-tuned from: ``base`` itself, or, when fine-tuning grew the vocabulary for new special
+    tokens (GPT-style ``[START]``/``[DELIM]``/``[EXTRACT]``, :func:`lmlab.tasks.base.attach_head`),
+    the grown base saved in the fine-tuned folder's ``base/`` (the new rows live only there), once
+    its first rows are checked to be ``base`` 's. The one place ``lmlab export --format peft
+    --base`` and ``--variant`` (:class:`lmlab.adapt.multi.MultiAdapterModel`) choose it."""
+    from lmlab.adapt.prompt import input_embedding
+
+    merged = getattr(base, "merged_lora", None)
+    if merged:
+        raise LmlabError(
+            f"the base model {merged} is a LoRA fine-tune with its update merged in, not a pretrained "
+            "model (the adapter would be applied twice)",
+            "give the pretrained checkpoint (or run folder) it was fine-tuned from",
+        )
+    mine = getattr(base.config, "vocab_size", None)
+    theirs = cfg["model_config"].get("vocab_size")
+    if not (isinstance(mine, int) and isinstance(theirs, int) and theirs > mine):
+        return base
+    where = grown_base_dir(directory)
+    if where is None:
+        return base  # check_base names the mismatch
+    from lmlab.interop import load_plain_model
+
+    grown = load_plain_model(where, map_location)
+    check_base(grown, cfg, str(where))
+    old, new = input_embedding(base).weight, input_embedding(grown).weight
+    if not torch.equal(old.detach().to("cpu", torch.float32), new.detach()[:mine].to("cpu", torch.float32)):
+        raise LmlabError(
+            f"the adapter in {directory} was trained on another base model (the first {mine} token "
+            f"embeddings of {where} differ from the base given)",
+            "give the base model it was fine-tuned from",
+        )
+    return grown
 
 
 def model_for_adapter(base: nn.Module, cfg: dict[str, Any], directory: Path) -> nn.Module:
@@ -271,14 +328,15 @@ def model_for_adapter(base: nn.Module, cfg: dict[str, Any], directory: Path) -> 
 # --------------------------------------------------------------------------- plain weights
 
 
-def base_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
+def base_state_dict(model: nn.Module, merge: bool = True) -> dict[str, torch.Tensor]:
     """The adapted model's weights under the base model's names, without the method's own
-    parameters (wrappers' ``.inner`` dropped); LoRA layers contribute their merged weight."""
+    parameters (wrappers' ``.inner`` dropped); LoRA layers contribute their merged weight, or with
+    ``merge=False`` their frozen base weight (the model without its method)."""
     from lmlab.adapt.lora import LoRALinear
 
     merged = {}
     for name, module in model.named_modules():
-        if isinstance(module, LoRALinear) and not module.merged:
+        if merge and isinstance(module, LoRALinear) and not module.merged:
             merged[f"{name}.weight"] = (module.weight + module.delta_weight()).detach()
     own = ("lora_A", "lora_B", ".adapter.", "prefix_encoder.", "soft_prompt.")
     state = {}
@@ -289,12 +347,13 @@ def base_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
     return state
 
 
-def save_plain(model: nn.Module, directory: str | os.PathLike, tokenizer=None) -> Path:
-    """Save ``model`` without its method as an ordinary lmlab checkpoint (LoRA merged in)."""
+def save_plain(model: nn.Module, directory: str | os.PathLike, tokenizer=None, merge: bool = True) -> Path:
+    """Save ``model`` without its method as an ordinary lmlab checkpoint (LoRA merged in, or left
+    out with ``merge=False``: the base the adapter goes on)."""
     from lmlab.models import build_model, save_checkpoint
 
     plain = build_model(model.config, heads=model.head_names, architecture=model.architecture)
-    plain.load_state_dict(base_state_dict(model))
+    plain.load_state_dict(base_state_dict(model, merge))
     if hasattr(plain, "tie_weights"):
         plain.tie_weights()
     return save_checkpoint(plain, directory, tokenizer=tokenizer)
@@ -345,6 +404,8 @@ class LoRAFineTuning(PeftFineTuning):
     def save(self, model: nn.Module, directory: Path, tokenizer) -> None:
         save_plain(model, directory, tokenizer)  # merged: W + (alpha/r)·B·A (replaces the directory: first)
         save_peft(model, directory / "adapter")
+        if getattr(model, "vocab_grown_from", None):  # new token rows live only here: keep the base too
+            save_plain(model, directory / BASE_DIR, tokenizer, merge=False)
 
     @classmethod
     def load(cls, directory: str | os.PathLike) -> nn.Module:

@@ -202,11 +202,11 @@ def input_paths(name: str, value: object) -> list[str]:
 
 
 def _resolve_run_directories(args: argparse.Namespace) -> None:
-    """A ``--checkpoint``/``--teacher`` that is a pretraining run directory means its newest
-    complete checkpoint (what a user has after ``lmlab pretrain --out RUN``)."""
+    """A ``--checkpoint``/``--teacher``/``--base`` that is a pretraining run directory means its
+    newest complete checkpoint (what a user has after ``lmlab pretrain --out RUN``)."""
     from pathlib import Path
 
-    for name in ("checkpoint", "teacher"):
+    for name in ("checkpoint", "teacher", "base"):
         value = getattr(args, name, None)
         if not isinstance(value, str) or not value:
             continue

@@ -69,7 +69,7 @@ from lmlab.finetune.selection import ROW_PREFIX, selection_record
 from lmlab.models.config import max_length_for
 from lmlab.runtime import resolve
 from lmlab.stopping import RESUME, StopRequests
-from lmlab.tasks import Task, check_tokenizer, make_task
+from lmlab.tasks import Task, check_fields, check_tokenizer, make_task
 from lmlab.tasks.readers import BadLines, limit
 from lmlab.train import distributed as dist
 from lmlab.train.components import RunLogger
@@ -174,6 +174,8 @@ def finetune(checkpoint, task: str | Task, train, dev, out: str | os.PathLike | 
     """
     cfg = FinetuneConfig.from_dict(hparams)
     check_length_fits(checkpoint, cfg.max_length)  # before any work: the model's config is enough
+    if isinstance(task, str):
+        check_fields(task, cfg.fields)  # a --ROLE-field the task would not read: before the model loads
     if cfg.loggers and out is None:  # before any work
         raise LmlabError("loggers write beside the fine-tuned model, but there is no output directory",
                          "pass an output directory (--out)")

@@ -40,15 +40,21 @@ def read_examples(task: Task, data, what: str, bad: BadLines) -> list[Example]:
     raise LmlabError(f"{what} must be a file path or a list of Examples", "pass e.g. glue/sst2/train.tsv")
 
 
-def load_finetuned(checkpoint: str | os.PathLike) -> tuple[nn.Module, Task]:
-    """A fine-tuned model and its task, from a directory written by :func:`finetune`."""
+def finetuned_task(checkpoint: str | os.PathLike) -> Task:
+    """The task saved with a fine-tuned checkpoint (its ``task.json``), without loading the model."""
     d = Path(checkpoint)
     if not d.is_dir():
         raise LmlabError(f"checkpoint {d} does not exist", "pass a directory written by `lmlab finetune`")
     if not (d / TASK_FILE).is_file():
         raise LmlabError(f"{d} is not a fine-tuned checkpoint (no {TASK_FILE})",
                          "fine-tune it first with `lmlab finetune ... --out DIR`")
-    task = load_task(read_json(d / TASK_FILE, "task file"))
+    return load_task(read_json(d / TASK_FILE, "task file"))
+
+
+def load_finetuned(checkpoint: str | os.PathLike) -> tuple[nn.Module, Task]:
+    """A fine-tuned model and its task, from a directory written by :func:`finetune`."""
+    d = Path(checkpoint)
+    task = finetuned_task(d)
     method = "full"
     if (d / SUMMARY_FILE).is_file():
         method = read_json(d / SUMMARY_FILE, "fine-tuning summary").get("method", "full")
@@ -76,11 +82,12 @@ def evaluate(checkpoint: str | os.PathLike, data, task: str | None = None, *, on
     check_device(device)  # before the model is loaded
     if predictions is not None:
         check_predictions_file(predictions, {"--data": data, "--checkpoint": checkpoint})
-    model, saved = load_finetuned(checkpoint)
+    saved = finetuned_task(checkpoint)
     if task is not None and task != saved.name:
         raise LmlabError(f"{checkpoint} was fine-tuned for task {saved.name!r}, not {task!r}",
                          f"pass --task {saved.name} or another checkpoint")
-    reread(saved, **reading)
+    reread(saved, **reading)  # the reading flags are checked against the task before the model loads
+    model, _ = load_finetuned(checkpoint)
     model.to(pick_device(device))
     bad = BadLines(on_bad_line, log, max_bad_fraction)
     examples = limit(read_examples(saved, data, "data", bad), max_examples)
@@ -168,7 +175,11 @@ def check_predictions_file(path: str | os.PathLike, inputs: dict[str, object]) -
 
 def reread(task: Task, format: str | None = None, header: bool | None = None, delimiter: str | None = None,
            fields: dict[str, str | int] | None = None) -> None:
-    """Read the next files of ``task`` (and of the task it wraps) with other reading settings."""
+    """Read the next files of ``task`` (and of the task it wraps) with other reading settings; a
+    column chosen for a role the task does not read is refused (:func:`lmlab.tasks.check_fields`)."""
+    from lmlab.tasks import check_fields
+
+    check_fields(task.name, fields)
     changes: dict[str, Any] = {k: v for k, v in (("format", format), ("header", header),
                                                   ("delimiter", delimiter)) if v is not None}
     if fields:

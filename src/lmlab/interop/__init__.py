@@ -163,23 +163,55 @@ def hf_import(directory: str | os.PathLike):
     d = Path(directory)
     hf_config = _read_hf_config(d)
     module = converter(hf_config["model_type"])
+    tok = _try_tokenizer(d)  # a corrupt tokenizer is refused before any weight is read
     state = read_hf_weights(d)
+    check_hf_weights(state, d)
     model = module.from_hf(hf_config, state, list(hf_config.get("architectures") or []))
-    model.tokenizer = _try_tokenizer(d, model.config)
+    model.tokenizer = tok if tok is not None and tok.vocab_size <= model.config.vocab_size else None
     return model.eval()
 
 
-def _try_tokenizer(d: Path, config):
-    """The directory's tokenizer when lmlab can read it and it fits the model, else None."""
+def _try_tokenizer(d: Path):
+    """The directory's tokenizer; None when it has none or one of a kind lmlab does not read (a
+    tokenizer.json model type or normalizer it does not support). A corrupt one (not JSON, damaged
+    content) is a one-line error: the model would otherwise come without its tokenizer, silently."""
     if not ((d / "tokenizer.json").is_file() or (d / "vocab.txt").is_file()):
         return None
+    from lmlab.errors import UnsupportedInput
     from lmlab.tokenizers import load_tokenizer
 
     try:
-        tok = load_tokenizer(d)
-    except (LmlabError, ImportError, KeyError, ValueError):
+        return load_tokenizer(d)
+    except (UnsupportedInput, ImportError):
         return None
-    return tok if tok.vocab_size <= config.vocab_size else None
+    except LmlabError as e:
+        raise LmlabError(f"the tokenizer of Hugging Face model {d} cannot be read: {e.problem.rstrip('.')}",
+                         "repair or remove its tokenizer files (tokenizer.json, vocab.txt), or download "
+                         "the model again") from None
+
+
+#: integer or boolean tensors that Hugging Face models store besides their weights (position ids,
+#: old GPT-2 causal-mask buffers); the converters leave them out
+_BUFFER_SUFFIXES = ("position_ids", ".attn.bias", ".attn.masked_bias")
+
+
+def check_hf_weights(state: dict, d: Path) -> None:
+    """The weights of a Hugging Face directory must be floating point and finite: an integer weight
+    (a file written wrongly) would be cast silently, and a NaN or infinite one makes every output
+    NaN. One line naming the first bad tensor."""
+    import torch
+
+    for name, t in state.items():
+        if name.endswith(_BUFFER_SUFFIXES):
+            continue
+        if not t.is_floating_point():
+            kind = str(t.dtype).removeprefix("torch.")
+            raise LmlabError(f"weight {name} of Hugging Face model {d} holds {kind} values, not floating "
+                             "point",
+                             "save the model with float32, float16 or bfloat16 weights")
+        if not bool(torch.isfinite(t).all()):
+            raise LmlabError(f"weight {name} of Hugging Face model {d} holds NaN or infinite values",
+                             "the model is damaged: use an earlier checkpoint or download it again")
 
 
 def hf_export(model, directory: str | os.PathLike, tokenizer=None) -> Path:

@@ -52,7 +52,25 @@ TASKS: dict[str, type[Task] | None] = {
 ARCHITECTURES = ("encoder", "decoder", "seq2seq")
 
 __all__ = ["ARCHITECTURES", "TASKS", "BadLines", "Example", "Task", "TaskOptions", "attach_head",
-           "check_tokenizer", "collate", "load_task", "make_task"]
+           "check_fields", "check_tokenizer", "collate", "load_task", "make_task"]
+
+
+def check_fields(name: str, fields: dict[str, Any] | None) -> None:
+    """Every column chosen in ``fields`` (``--ROLE-field``, role -> column) must be one task ``name``
+    reads: a flag the task would ignore is refused, not silently dropped. The one check of the data
+    flags against a task, for ``lmlab finetune`` (before the model is loaded), ``lmlab evaluate``
+    (its overrides, :func:`lmlab.finetune.scoring.reread`) and every task built (:func:`make_task`)."""
+    chosen = sorted(k for k, v in (fields or {}).items() if v is not None)
+    if not chosen or name not in TASKS:
+        return
+    cls = TASKS[name]
+    roles = cls.roles if cls is not None else ()
+    unread = [r for r in chosen if r not in roles]
+    if unread:
+        flag = f"--{unread[0].replace('_', '-')}-field"
+        reads = (f"it reads the {', '.join(roles)} columns" if roles
+                 else "it reads its own file layout, no chosen columns")
+        raise LmlabError(f"{flag} is not read by task {name} ({reads})", f"drop {flag}")
 
 
 def make_task(name: str, architecture: str = "encoder", **options: Any) -> Task:
@@ -71,6 +89,7 @@ def make_task(name: str, architecture: str = "encoder", **options: Any) -> Task:
     if unknown:
         raise LmlabError(f"unknown task options {unknown}", f"use some of: {', '.join(sorted(fields))}")
     opts = TaskOptions(**{**defaults, **given}).validate()
+    check_fields(name, opts.fields)
     if cls is Instruct:   # one formulation for decoders and encoder-decoders alike
         return Instruct(options=opts, architecture=architecture)
     if architecture == "seq2seq":
@@ -97,6 +116,10 @@ def load_task(state: dict[str, Any]) -> Task:
     """Rebuild a task from :meth:`Task.state` (the ``task.json`` of a fine-tuned checkpoint)."""
     if not isinstance(state, dict) or "task" not in state:
         raise LmlabError("task.json is not a task description", "fine-tune the checkpoint again")
-    task = make_task(state["task"], state.get("architecture", "encoder"), **state.get("options", {}))
+    options = dict(state.get("options") or {})
+    cls = TASKS.get(state["task"])
+    if isinstance(options.get("fields"), dict):  # a task.json written before columns were checked
+        options["fields"] = {k: v for k, v in options["fields"].items() if cls and k in cls.roles}
+    task = make_task(state["task"], state.get("architecture", "encoder"), **options)
     task.load_state(state)
     return task

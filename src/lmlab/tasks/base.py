@@ -326,6 +326,9 @@ def attach_head(model, heads: tuple[str, ...], num_labels: int, vocab_size: int 
     if hasattr(new, "tie_weights"):
         new.tie_weights()
     new.tokenizer = getattr(model, "tokenizer", None)
+    grown_from = getattr(model, "vocab_grown_from", None)
+    if "vocab_size" in changes or grown_from:  # the base's size: its new rows exist only in this model
+        new.vocab_grown_from = grown_from or cfg.vocab_size
     return new.to(next(model.parameters()).device).train(model.training)
 
 

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from lmlab.errors import LmlabError
+from lmlab.errors import LmlabError, UnsupportedInput
 from lmlab.fileio import read_json
 from lmlab.lazy import lazy_exports
 
@@ -147,7 +147,7 @@ def _guess_algo(data: dict) -> str:
     if kind == "BPE":
         text = repr(data.get("pre_tokenizer")) + repr(data.get("decoder"))
         return "bytelevel" if "ByteLevel" in text else "bpe"
-    raise LmlabError(
+    raise UnsupportedInput(
         f"tokenizer.json model type {kind!r} is not supported",
         "lmlab reads BPE, WordPiece and Unigram tokenizer.json files",
     )

@@ -33,7 +33,7 @@ from functools import partial
 from itertools import chain
 from typing import Any
 
-from lmlab.errors import LmlabError
+from lmlab.errors import LmlabError, UnsupportedInput
 from lmlab.fileio import check_input_file
 from lmlab.tokenizers.base import Tokenizer, hf_special_tokens, hf_vocab_by_id, roles_from_config
 from lmlab.tokenizers.bert_normalize import BertNormalizer
@@ -362,13 +362,14 @@ class WordPieceTokenizer(Tokenizer):
                        "tokenize_chinese_chars": norm.get("handle_chinese_chars", True),
                        "clean_text": norm.get("clean_text", True)}
         else:
-            raise LmlabError(f"tokenizer.json normalizer {norm.get('type')!r} is not supported by lmlab's "
-                             "WordPiece", "use a BertNormalizer (as BERT tokenizers do) or load it with "
-                             "Hugging Face tokenizers")
+            raise UnsupportedInput(f"tokenizer.json normalizer {norm.get('type')!r} is not supported by "
+                                   "lmlab's WordPiece",
+                                   "use a BertNormalizer (as BERT tokenizers do) or load it with "
+                                   "Hugging Face tokenizers")
         pre = data.get("pre_tokenizer") or {}
         if pre.get("type") != "BertPreTokenizer":
-            raise LmlabError(f"tokenizer.json pre_tokenizer {pre.get('type')!r} is not supported by lmlab's "
-                             "WordPiece", "use a BertPreTokenizer (as BERT tokenizers do)")
+            raise UnsupportedInput(f"tokenizer.json pre_tokenizer {pre.get('type')!r} is not supported by "
+                                   "lmlab's WordPiece", "use a BertPreTokenizer (as BERT tokenizers do)")
         options.update(unk_token=model.get("unk_token", "[UNK]"),
                        continuing_subword_prefix=model.get("continuing_subword_prefix") or "##",
                        max_input_chars_per_word=model.get("max_input_chars_per_word", 100))

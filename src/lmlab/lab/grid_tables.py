@@ -228,8 +228,10 @@ def parse_tasks(value, shared: dict[str, Any]) -> list[TaskSpec]:
             **as_table(entry.get("finetune"), f"tasks[{i}].finetune"),
         }
         for cap in ("max_train_examples", "max_eval_examples"):
-            if entry.get(cap):
-                settings[cap] = entry[cap]
+            if cap in entry:  # a whole number of at least 1 (like --max-train-examples); leave it out for all
+                settings[cap] = values.check(values.Count, entry[cap], f"tasks[{i}].{cap}",
+                                             f"write a whole number of at least 1, or remove {cap} to use "
+                                             "every example")
         settings["progress"] = False
         try:
             FinetuneConfig.from_dict({**settings, "seed": 0}, where="finetune.")

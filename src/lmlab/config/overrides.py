@@ -90,11 +90,10 @@ def override_items(overrides: Iterable[str] | dict[str, Any] | None,
         return []
     if isinstance(overrides, dict):
         return list(overrides.items())
-    if isinstance(overrides, str):
-        raise LmlabError(f"overrides must be a list of SECTION.KEY=VALUE strings, got the string "
-                         f"{overrides!r}",
-                         f'pass a list: ["{overrides}"]')
+    from lmlab.fileio import text_list_argument
+
     items = []
+    overrides = text_list_argument(overrides, "overrides")  # a bare string is not a list of characters
     for item in overrides:
         key, value = split_override(item, example_item)
         items.append((key, parse_value(value)))

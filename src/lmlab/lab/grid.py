@@ -141,9 +141,14 @@ def load_grid(source: str | os.PathLike | dict[str, Any], overrides: list[str] |
     presets, tasks or settings, an objective that cannot train the preset, a task the architecture
     cannot do, missing files, a budget too small) is raised now as a one-line :class:`LmlabError`.
     """
+    from lmlab.fileio import path_argument, text_list_argument
+
+    if overrides is not None:
+        overrides = text_list_argument(overrides, "load_grid's overrides")
     if isinstance(source, dict):
         raw, where = copy.deepcopy(source), "grid"
     else:
+        source = path_argument(source, "load_grid's source (a grid path or dict)")
         raw, where = read_toml(source, "grid file", "configs/grids/objectives-tiny.toml"), str(Path(source))
     if not isinstance(raw, dict):
         raise LmlabError(f"{where} must be a TOML table of grid keys, got {raw!r}", "see configs/grids/")

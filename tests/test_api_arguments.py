@@ -27,6 +27,7 @@ def model(tok):
 
 def _calls(tmp):
     from lmlab.data import TokenShards, prepare_shards
+    from lmlab.finetune import finetune
     from lmlab.lab import load_grid, run_grid
     from lmlab.loading import load_model
     from lmlab.tokenizers import load_tokenizer, train_tokenizer
@@ -60,6 +61,11 @@ def _calls(tmp):
         "run_grid(G, None)": (lambda t, m: run_grid(None, None), "run_grid's grid must be a Grid"),
         "train_tokenizer(str)": (lambda t, m: train_tokenizer("bpe", "low lower", num_merges=4),
                                  'pass a list: ["low lower"]'),
+        "finetune(None, ...)": (lambda t, m: finetune(None, "sst2", small, small, tmp / "o"),
+                                "finetune's checkpoint (a directory or a model) must be a path"),
+        "finetune(m, task, None, ...)": (lambda t, m: finetune(m, "sst2", None, small, tmp / "o"),
+                                         "finetune's train must be a path"),
+        "finetune(..., out=5)": (lambda t, m: finetune(m, "sst2", small, small, 5), "finetune's out must be"),
         "train_tokenizer(5)": (lambda t, m: train_tokenizer("bpe", 5, num_merges=4), "got int 5"),
         "special_tokens=str": (lambda t, m: train_tokenizer("bpe", TEXT, num_merges=4,
                                                              special_tokens="[CLS]"),
@@ -74,7 +80,8 @@ def _calls(tmp):
     "TokenShards(None)", "prepare_shards(None, ...)", "prepare_shards(tok, [None], out)",
     "prepare_shards(tok, files, None)", "prepare_shards(tok, 'small.txt', out)", "pretrain(cfg, None)",
     "pretrain(5, out)", "pretrain(overrides=str)", "load_grid(None)", "load_grid(overrides=str)",
-    "run_grid(G, None)", "train_tokenizer(str)", "train_tokenizer(5)", "special_tokens=str",
+    "run_grid(G, None)", "finetune(None, ...)", "finetune(m, task, None, ...)", "finetune(..., out=5)",
+    "train_tokenizer(str)", "train_tokenizer(5)", "special_tokens=str",
 ])
 def test_a_wrong_kind_of_argument_is_a_one_line_lmlab_error(name, tok, model, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)

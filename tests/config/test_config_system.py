@@ -258,3 +258,38 @@ def test_a_flag_takes_the_range_of_its_field(capsys):
     assert "'dev', 'train-slice'" in capsys.readouterr().err
     assert exit_code([*ALIGN, "--samples", "0"]) == 2
     assert "--samples" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- malformed --set keys
+PRETRAIN = ["pretrain", "--config", "configs/gpt-tiny-clm.toml", "--out", "no/such/run"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "item", "problem", "fix"),
+    [
+        (PRETRAIN, "train.=1", "--set key `train.` has an empty part",
+         "write SECTION.KEY=VALUE, e.g. train.max_steps=100"),
+        (PRETRAIN, ".lr=1", "--set key `.lr` has an empty part", "e.g. train.max_steps=100"),
+        (PRETRAIN, "objective=clm", "objective is a section", "set one of its keys, e.g. objective.name=clm"),
+        (PRETRAIN, "model=5", "model is a section", "e.g. model.preset="),
+        (PRETRAIN, "max_steps=5", "--set key `max_steps` names no section", "e.g. train.max_steps="),
+        (FINETUNE, "finetune=5", "finetune is a section", "e.g. finetune.epochs=3"),
+        (FINETUNE, "finetune.=5", "--set key `finetune.` has an empty part", "e.g. finetune.epochs=3"),
+        (FINETUNE, "lr", "is not of the form SECTION.KEY=VALUE", "e.g. --set finetune.epochs=3"),
+        (ALIGN, "align.=1", "--set key `align.` has an empty part", "e.g. align.beta=0.1"),
+        (ALIGN, "align=1", "align is a section", "e.g. align.beta=0.1"),
+    ],
+)
+def test_a_malformed_set_key_gets_the_right_form(argv, item, problem, fix, capsys):
+    assert exit_code([*argv, "--set", item]) == 2
+    err = assert_one_line_error(capsys, problem, fix)
+    assert ".train." not in err and "finetune.finetune" not in err and "align.align" not in err
+
+
+@pytest.mark.parametrize(("item", "problem"), [("budget.=1", "--set key `budget.` has an empty part"),
+                                               ("pretrain=5", "pretrain is a section")])
+def test_compare_reads_set_with_the_same_reader(item, problem):
+    from lmlab.lab import load_grid
+
+    with pytest.raises(LmlabError, match=problem.replace(".", r"\.")):
+        load_grid({"budget": {"tokens": 1}}, [item])

@@ -230,7 +230,7 @@ def test_other_bad_grids(grid_dict):
         (lambda g: g["pretrain"]["train"].update(seq_len=128), "longer than the model's 64 positions"),
         (lambda g: g["tasks"][0].update(task="sst3"), "unknown task 'sst3'"),
         (lambda g: g["tasks"][0].update(dev="/nonexistent/dev.tsv"), "does not exist"),
-        (lambda g: g["finetune"].update(epoch=2), "unknown fine-tuning settings ['epoch']"),
+        (lambda g: g["finetune"].update(epoch=2), "unknown fine-tuning settings ['finetune.epoch']"),
         (lambda g: g["tasks"][0].update(task="conll"), "not offered for decoder-only models"),
         (
             lambda g: g["arms"].append({"name": "bert", "preset": "bert-tiny", "objective": "mlm"}),
@@ -309,3 +309,44 @@ def test_names_that_would_leave_the_output_directory_are_refused(grid_dict, name
     raw = copy.deepcopy(grid_dict)
     raw["arms"][0]["name"] = name
     assert "cannot be part of a file name" in one_line_error(raw)
+
+
+def _no_tasks(g):
+    g.pop("tasks")
+
+
+@pytest.mark.parametrize(
+    ("edit", "words"),
+    [
+        # a cap of 0 is not "all" (as --max-train-examples 0 is refused): leave the key out for all
+        (lambda g: g["tasks"][0].update(max_train_examples=0), "max_train_examples must be at least 1"),
+        (lambda g: g["tasks"][0].update(max_eval_examples=-1), "max_eval_examples must be at least 1"),
+        # keys the grid sets itself would be ignored
+        (lambda g: g["arms"][1].update(train={"max_steps": 999}), "arms[1].train.max_steps is set by"),
+        (lambda g: g["arms"][0].update(train={"seed": 3}), "arms[0].train.seed is set by the grid's seeds"),
+        (lambda g: g["pretrain"]["train"].update(seed=3), "pretrain.train.seed is set by the grid's seeds"),
+        (lambda g: g["finetune"].update(seed=3), "finetune.seed is set by the grid's seeds"),
+        (lambda g: g["tasks"][0].update(finetune={"seed": 3}), "tasks[0].finetune.seed is set by the grid's"),
+        (lambda g: g["finetune"].update(progress=True), "finetune.progress is set by lmlab compare"),
+        (lambda g: g["arms"][2].update(train={"lr": 1e-2}), "arms[2].train: arm 'scratch'"),
+        # [finetune] is checked as the typed section even when no [[tasks]] uses it
+        (lambda g: (_no_tasks(g), g["finetune"].update(epochs=-7)), "finetune.epochs must be at least 1"),
+        (lambda g: (_no_tasks(g), g["finetune"].update(bogus=1)), "settings ['finetune.bogus']"),
+        (lambda g: (_no_tasks(g), g.update(finetune=5)), "finetune must be a table"),
+    ],
+)
+def test_every_grid_table_is_checked_and_ignored_keys_are_refused(grid_dict, edit, words):
+    edit(grid_dict)
+    assert words in one_line_error(grid_dict)
+
+
+def test_a_grid_file_error_names_the_file_and_key(grid_dict, tmp_path):
+    from lmlab.config.toml import to_toml
+
+    grid_dict.pop("tasks")
+    grid_dict["finetune"]["epochs"] = -7
+    path = tmp_path / "g.toml"
+    path.write_text(to_toml(grid_dict), encoding="utf-8")
+    with pytest.raises(LmlabError) as e:
+        load_grid(path)
+    assert str(e.value).startswith(f"{path}: finetune.epochs must be at least 1")

@@ -128,7 +128,8 @@ class FinetuneConfig:
         hints = typing.get_type_hints(cls, include_extras=True)
         unknown = sorted(set(data) - set(hints))
         if unknown:
-            raise LmlabError(f"unknown fine-tuning settings {unknown}", suggest(unknown[0], hints))
+            raise LmlabError(f"unknown fine-tuning settings {[where + k for k in unknown]}",
+                             suggest(unknown[0], hints))
         if "loggers" in data:  # the message that lists the logger names
             from lmlab.config.loggers import check_loggers
 

@@ -19,6 +19,7 @@ from typing import Any
 from lmlab import values
 from lmlab.config.fields import build_section, section_fields
 from lmlab.config.overrides import Origin, apply_override, override_items
+from lmlab.config.overrides import example as example_override
 from lmlab.config.toml import read_toml
 from lmlab.errors import LmlabError
 
@@ -99,7 +100,7 @@ def section_settings(cls, section: str, args, extra: dict[str, Any] | None = Non
     names = section_fields(cls)
     raw[section].update({k: v for k, v in vars(args).items() if k in names})
     raw[section].update({k: v for k, v in (extra or {}).items() if v is not None})
-    items = override_items(getattr(args, "overrides", None))
+    items = override_items(getattr(args, "overrides", None), example_override(section))
     origin = Origin(str(file or ""), frozenset(k for k, _ in items))
     for key, value in items:
         apply_override(raw, key, value, (section,), origin)

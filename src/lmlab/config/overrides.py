@@ -51,32 +51,71 @@ class Origin:
 NOWHERE = Origin()
 
 
-def override_items(overrides: Iterable[str] | dict[str, Any] | None) -> list[tuple[str, Any]]:
+#: an example key (and value) of each section, for the fix of a malformed ``--set``
+EXAMPLES = {"model": "preset=gpt2-tiny", "objective": "name=clm", "data": 'train=["corpus.txt"]',
+            "train": "max_steps=100", "finetune": "epochs=3", "align": "beta=0.1",
+            "budget": "tokens=20480", "pretrain": "train.lr=1e-3", "sizes": "base.d_model=64"}
+
+
+def example(section: str) -> str:
+    """``SECTION.KEY=VALUE`` written out for ``section`` (``train.max_steps=100``)."""
+    return f"{section}.{EXAMPLES.get(section, 'KEY=VALUE')}"
+
+
+def split_override(item: str, example_item: str = "train.max_steps=100") -> tuple[str, str]:
+    """``"train.lr=3e-4"`` -> ``("train.lr", "3e-4")``: the one reading of a ``--set KEY=VALUE``
+    (recipes, fine-tuning, alignment, grids). The key's parts are checked by :func:`key_parts`."""
+    if not isinstance(item, str) or "=" not in item:
+        raise LmlabError(f"override {item!r} is not of the form SECTION.KEY=VALUE",
+                         f"write e.g. --set {example_item}")
+    key, value = item.split("=", 1)
+    key = key.strip()
+    key_parts(key, example_item)
+    return key, value.strip()
+
+
+def key_parts(key: str, example_item: str = "train.max_steps=100") -> list[str]:
+    """The dotted parts of an override key; an empty part (``train.``, ``.lr``, ``a..b``) is refused."""
+    parts = key.split(".")
+    if not all(p.strip() for p in parts):
+        raise LmlabError(f"--set key `{key}` has an empty part",
+                         f"write SECTION.KEY=VALUE, e.g. {example_item}")
+    return [p.strip() for p in parts]
+
+
+def override_items(overrides: Iterable[str] | dict[str, Any] | None,
+                   example_item: str = "train.max_steps=100") -> list[tuple[str, Any]]:
     """``["train.lr=3e-4"]`` (or a dict) -> ``[("train.lr", 0.0003)]``; values are TOML literals."""
     if not overrides:
         return []
     if isinstance(overrides, dict):
         return list(overrides.items())
+    from lmlab.fileio import text_list_argument
+
     items = []
+    overrides = text_list_argument(overrides, "overrides")  # a bare string is not a list of characters
     for item in overrides:
-        if "=" not in item:
-            raise LmlabError(f"override {item!r} is not of the form section.key=value",
-                             "write e.g. --set train.max_steps=100")
-        key, value = item.split("=", 1)
-        items.append((key.strip(), parse_value(value.strip())))
+        key, value = split_override(item, example_item)
+        items.append((key, parse_value(value)))
     return items
 
 
 def apply_override(raw: dict, key: str, value: Any, sections: Iterable[str],
                    origin: Origin = NOWHERE) -> None:
     """Put ``value`` at the dotted ``key`` of ``raw``, whose first part must be one of ``sections``
-    (an unknown one names the closest)."""
+    (an unknown one names the closest; a section alone, or an empty part, names the right form)."""
     sections = tuple(sections)
-    parts = key.split(".")
-    if len(parts) < 2 or not all(parts):
-        raise LmlabError(f"override key {key!r} needs a section",
-                         f"write e.g. {sections[-1]}.{key}=... (sections: {', '.join(sections)})")
+    if not isinstance(key, str):
+        raise LmlabError(f"override key {key!r} is not text",
+                         f"write SECTION.KEY=VALUE, e.g. {example(sections[-1])}")
+    parts = key_parts(key, example(sections[-1]))
     section = parts[0]
+    if len(parts) == 1:
+        if section in sections:
+            raise LmlabError(f"{section} is a section", f"set one of its keys, e.g. {example(section)}")
+        raise LmlabError(f"--set key `{key}` names no section",
+                         f"write SECTION.KEY=VALUE, e.g. {sections[-1]}.{key}=... "
+                         f"(sections: {', '.join(sections)})")
     if section not in sections:
         raise LmlabError(f"unknown config section {section!r} in {key!r}", suggest(section, sections))
     node = raw.setdefault(section, {})

@@ -57,7 +57,9 @@ def load_config(
     elif isinstance(source, dict):
         raw = {k: dict(v) if isinstance(v, dict) else v for k, v in source.items()}
     else:
-        raw = toml.read_toml(source)
+        from lmlab.fileio import path_argument
+
+        raw = toml.read_toml(path_argument(source, "the config (a recipe path, a dict or a RunConfig)"))
     items = override_items(overrides)
     origin = Origin("" if isinstance(source, (dict, RunConfig)) else str(source),
                     frozenset(k for k, _ in items))

@@ -53,7 +53,15 @@ from lmlab.data.shards import (
     write_index,
 )
 from lmlab.errors import LmlabError
-from lmlab.fileio import atomic_dir, check_encoding, check_input_file, iter_text_lines, require_text
+from lmlab.fileio import (
+    atomic_dir,
+    check_encoding,
+    check_input_file,
+    iter_text_lines,
+    path_argument,
+    path_list_argument,
+    require_text,
+)
 from lmlab.processes import ordered_results, start_method, worker_pool
 from lmlab.tokenizers import load_tokenizer
 
@@ -220,6 +228,9 @@ def prepare_shards(tokenizer: str | os.PathLike, inputs: Sequence[str | os.PathL
     while writing; ``out`` is then left exactly as it was (absent, or the previous shards).
     """
     t0 = time.perf_counter()
+    tokenizer = path_argument(tokenizer, "prepare_shards's tokenizer")
+    inputs = path_list_argument(inputs, "prepare_shards's inputs")
+    out = path_argument(out, "prepare_shards's out")
     files, workers, workers_note = _check_options(inputs, val_fraction, workers, shard_tokens, doc_separator,
                                                   seed, encoding)
     tok = load_tokenizer(tokenizer)

@@ -242,7 +242,9 @@ class TokenShards:
     """
 
     def __init__(self, directory: str | os.PathLike, split: str = "train"):
-        self.directory = Path(directory)
+        from lmlab.fileio import path_argument
+
+        self.directory = path_argument(directory, "TokenShards' directory")
         if not self.directory.is_dir():
             raise LmlabError(f"token shards directory {self.directory} does not exist",
                              "create it with `lmlab data prepare --out DIR`")

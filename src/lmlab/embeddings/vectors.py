@@ -65,7 +65,9 @@ class WordVectors:
 
     def save(self, directory: str | os.PathLike) -> Path:
         """Write ``vectors.npy`` and ``words.txt`` (one word per line) atomically."""
-        directory = Path(directory)
+        from lmlab.fileio import path_argument
+
+        directory = path_argument(directory, "vectors.save's directory")
         with atomic_dir(directory, marker="vectors.npy", what="word-vectors") as tmp:
             buf = io.BytesIO()
             np.save(buf, self.vectors, allow_pickle=False)

@@ -172,6 +172,14 @@ def finetune(checkpoint, task: str | Task, train, dev, out: str | os.PathLike | 
     ``resume``: continue the interrupted run that was writing ``out`` (:mod:`lmlab.finetune.resume`).
     Returns the best dev metrics, the model and the run's numbers.
     """
+    from lmlab.fileio import path_argument
+
+    if not isinstance(checkpoint, nn.Module):
+        checkpoint = path_argument(checkpoint, "finetune's checkpoint (a directory or a model)")
+    train, dev = (data if isinstance(data, (list, tuple)) else path_argument(data, f"finetune's {name}")
+                  for data, name in ((train, "train"), (dev, "dev")))
+    if out is not None:
+        out = path_argument(out, "finetune's out")
     cfg = FinetuneConfig.from_dict(hparams)
     check_length_fits(checkpoint, cfg.max_length)  # before any work: the model's config is enough
     if isinstance(task, str):

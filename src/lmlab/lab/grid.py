@@ -40,7 +40,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lmlab import values
 from lmlab.config.toml import read_toml
 from lmlab.errors import LmlabError
 from lmlab.fileio import check_name
@@ -61,7 +60,6 @@ from lmlab.lab.grid_tables import (
     probe_objective,
     valid_objectives,
 )
-from lmlab.values import Seed
 
 __all__ = [
     "MIN_STEPS",
@@ -143,9 +141,14 @@ def load_grid(source: str | os.PathLike | dict[str, Any], overrides: list[str] |
     presets, tasks or settings, an objective that cannot train the preset, a task the architecture
     cannot do, missing files, a budget too small) is raised now as a one-line :class:`LmlabError`.
     """
+    from lmlab.fileio import path_argument, text_list_argument
+
+    if overrides is not None:
+        overrides = text_list_argument(overrides, "load_grid's overrides")
     if isinstance(source, dict):
         raw, where = copy.deepcopy(source), "grid"
     else:
+        source = path_argument(source, "load_grid's source (a grid path or dict)")
         raw, where = read_toml(source, "grid file", "configs/grids/objectives-tiny.toml"), str(Path(source))
     if not isinstance(raw, dict):
         raise LmlabError(f"{where} must be a TOML table of grid keys, got {raw!r}", "see configs/grids/")
@@ -200,11 +203,17 @@ def _plan(raw: dict[str, Any], where: str, overrides: list[str] | None) -> Grid:
     shared = _pretraining(as_table(raw.get("pretrain"), "pretrain"), budget)
     sizes = _sizes(raw.get("sizes") or {"base": {}})
     arms = parse_arms(raw.get("arms"))
-    for arm in arms:  # a run takes its seed from the grid's seeds; one written here must still be a seed
-        if "seed" in {**shared.train, **arm.train}:
-            values.check(Seed, {**shared.train, **arm.train}["seed"], f"arm {arm.name!r}: train.seed",
-                         "remove it: every run takes its seed from the grid's seeds")
-    tasks = parse_tasks(raw.get("tasks"), as_table(raw.get("finetune"), "finetune"))
+    for i, arm in enumerate(arms):
+        _refuse_grid_owned(arm.train, f"arms[{i}].train", ("max_steps", "seed"))
+        if not arm.pretrained and arm.train:
+            raise LmlabError(f"arms[{i}].train: arm {arm.name!r} (objective 'none') is not pretrained, so "
+                             f"its train settings {sorted(arm.train)} would be ignored",
+                             "remove its train table")
+    finetune = _finetune_section(raw.get("finetune"))
+    tasks = parse_tasks(raw.get("tasks"), finetune)
+    for i, task in enumerate(raw.get("tasks") or []):
+        if isinstance(task, dict) and isinstance(task.get("finetune"), dict):
+            _refuse_grid_owned(task["finetune"], f"tasks[{i}].finetune", FINETUNE_GRID_KEYS)
     shared.read_vocabulary()
     pretrain_runs: list[PretrainRun] = []
     finetune_runs: list[FinetuneRun] = []
@@ -239,9 +248,36 @@ def _pretraining(pre: dict[str, Any], budget: Budget) -> _Pretraining:
         raise LmlabError("[pretrain.data] has no train",
                          "set pretrain.data.train to the corpus (text files or shards)")
     train = as_table(pre.get("train"), "pretrain.train")
-    if "max_steps" in train:
-        raise LmlabError("pretrain.train.max_steps is set by the budget", "remove it and set budget instead")
+    _refuse_grid_owned(train, "pretrain.train", ("max_steps", "seed"))
     return _Pretraining(data, train, as_table(pre.get("model"), "pretrain.model"), budget)
+
+
+#: keys of a run's settings that the grid itself sets (a value written in a table would be ignored)
+_GRID_OWNED = {"max_steps": ("the budget", "remove it and set budget instead"),
+               "seed": ("the grid's seeds", "remove it: every run takes its seed from seeds = [...]"),
+               "progress": ("lmlab compare (its --progress flag)", "remove it")}
+#: the [finetune] keys the grid sets for every fine-tuning run
+FINETUNE_GRID_KEYS = ("seed", "progress")
+
+
+def _refuse_grid_owned(table: dict[str, Any], where: str, keys) -> None:
+    """A key of ``table`` (``where``: ``pretrain.train``...) that the grid sets itself is refused:
+    its value would be ignored."""
+    for key in keys:
+        if key in table:
+            owner, fix = _GRID_OWNED[key]
+            raise LmlabError(f"{where}.{key} is set by {owner}, so this value would be ignored", fix)
+
+
+def _finetune_section(value) -> dict[str, Any]:
+    """``[finetune]``, checked as the typed fine-tuning section (:class:`lmlab.config.FinetuneConfig`)
+    whether or not the grid has ``[[tasks]]``: a grid's every table is checked, used or not."""
+    from lmlab.finetune import FinetuneConfig
+
+    table = as_table(value, "finetune")
+    _refuse_grid_owned(table, "finetune", FINETUNE_GRID_KEYS)
+    FinetuneConfig.from_dict(table, where="finetune.")
+    return table
 
 
 def _vocabulary(data) -> tuple[Any, int, int]:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from lmlab import values
+from lmlab.config.overrides import example, split_override
 from lmlab.config.overrides import suggest as _suggest
 from lmlab.config.toml import parse_value
 from lmlab.errors import LmlabError
@@ -125,13 +126,18 @@ def parse_contrasts(value, arms: list[Arm]) -> list[Contrast]:
     return out
 
 
+#: grid keys that are tables: ``--set`` one of their keys (or a whole inline table)
+GRID_TABLES = ("budget", "pretrain", "sizes", "finetune")
+
+
 def apply_override(raw: dict[str, Any], item: str) -> None:
-    key, sep, value = item.partition("=")
-    parts = key.strip().split(".")
-    if not sep or not all(parts):
-        raise LmlabError(
-            f"override {item!r} is not of the form key=value", "write e.g. --set budget.tokens=20480"
-        )
+    """A ``--set KEY=VALUE`` on the grid's tables; the text is read by the one ``--set`` reader
+    (:func:`lmlab.config.overrides.split_override`)."""
+    key, text = split_override(item, "budget.tokens=20480")
+    value = parse_value(text)
+    parts = key.split(".")
+    if len(parts) == 1 and parts[0] in GRID_TABLES and not isinstance(value, dict):
+        raise LmlabError(f"{parts[0]} is a section", f"set one of its keys, e.g. {example(parts[0])}")
     node = raw
     for part in parts[:-1]:
         if not isinstance(node.setdefault(part, {}), dict):
@@ -141,7 +147,7 @@ def apply_override(raw: dict[str, Any], item: str) -> None:
         node = node[part]
     if parts[:-1] == ["budget"] and parts[-1] in ("tokens", "flops"):
         node.clear()  # a budget has one kind
-    node[parts[-1]] = parse_value(value.strip())
+    node[parts[-1]] = value
 
 
 def parse_arms(value) -> list[Arm]:
@@ -228,8 +234,10 @@ def parse_tasks(value, shared: dict[str, Any]) -> list[TaskSpec]:
             **as_table(entry.get("finetune"), f"tasks[{i}].finetune"),
         }
         for cap in ("max_train_examples", "max_eval_examples"):
-            if entry.get(cap):
-                settings[cap] = entry[cap]
+            if cap in entry:  # a whole number of at least 1 (like --max-train-examples); leave it out for all
+                settings[cap] = values.check(values.Count, entry[cap], f"tasks[{i}].{cap}",
+                                             f"write a whole number of at least 1, or remove {cap} to use "
+                                             "every example")
         settings["progress"] = False
         try:
             FinetuneConfig.from_dict({**settings, "seed": 0}, where="finetune.")

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from lmlab.errors import LmlabError
-from lmlab.fileio import write_json
+from lmlab.fileio import path_argument, write_json
 from lmlab.finetune import finetune
 from lmlab.lab.baselines import DIAGNOSTICS
 from lmlab.lab.grid import FinetuneRun, Grid, PretrainRun
@@ -207,7 +207,10 @@ def run_grid(
     over runs (default: when stderr is a terminal). ``log`` receives the one-line-per-run messages
     (default: stderr).
     """
-    out = Path(out)
+    if not isinstance(grid, Grid):
+        raise LmlabError(f"run_grid's grid must be a Grid, got {type(grid).__name__} {grid!r}",
+                         "pass load_grid(PATH)")
+    out = path_argument(out, "run_grid's out")
     say = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
     runs: list[PretrainRun | FinetuneRun] = []
     for p in grid.pretrain_runs:

@@ -216,7 +216,9 @@ def save_checkpoint(model: LmlabModel, directory: str | os.PathLike, tokenizer=N
     """Save ``model`` (an :class:`LmlabModel`) to ``directory`` atomically; return the path."""
     from safetensors.torch import save_file
 
-    directory = Path(directory)
+    from lmlab.fileio import path_argument
+
+    directory = path_argument(directory, "model.save's directory")
     if not getattr(model, "architecture", ""):
         raise LmlabError(f"{type(model).__name__} is not an lmlab model", "save models built by lmlab.models")
     check_tokenizer(model.config, tokenizer)

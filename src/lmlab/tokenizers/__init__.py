@@ -15,7 +15,6 @@ import importlib
 import os
 import sys
 from collections.abc import Callable, Iterable, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from lmlab.errors import LmlabError, UnsupportedInput
@@ -74,11 +73,14 @@ def train_tokenizer(
     comes out far smaller than ``vocab_size`` (the text holds no more to learn) is said in one
     ``warning:`` line, to ``warn`` (default: stderr).
     """
+    from lmlab.fileio import text_list_argument
     from lmlab.tokenizers.base import DEFAULT_SPECIAL_TOKENS, check_special_tokens
 
     cls = tokenizer_class(algo)
-    if isinstance(texts, str):
-        texts = [texts]
+    if isinstance(texts, str) or not isinstance(texts, Iterable):  # a string would be read as characters
+        text_list_argument(texts, "train_tokenizer's texts")
+    if special_tokens is not None:
+        special_tokens = text_list_argument(special_tokens, "special_tokens")
     if vocab_size is not None and (not isinstance(vocab_size, int) or vocab_size <= 0):
         raise LmlabError(
             f"vocab_size must be a positive integer, got {vocab_size!r}", "pass e.g. vocab_size=8000"
@@ -103,7 +105,9 @@ def load_tokenizer(path: str | os.PathLike) -> Tokenizer:
     A directory may hold ``tokenizer.json`` (+ ``tokenizer_config.json``) or just a ``vocab.txt``
     (+ ``tokenizer_config.json``, whose ``do_lower_case``/``strip_accents`` are honoured).
     """
-    p = Path(path)
+    from lmlab.fileio import path_argument
+
+    p = path_argument(path, "load_tokenizer's path")
     if not p.exists():
         raise LmlabError(
             f"tokenizer {p} does not exist", "pass a tokenizer directory, tokenizer.json or vocab.txt"

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from lmlab.errors import LmlabError
-from lmlab.fileio import atomic_dir, write_json
+from lmlab.fileio import atomic_dir, path_argument, write_json
 
 FORMAT_VERSION = 1
 
@@ -129,7 +129,7 @@ class HfJsonExport:
 
     def save(self, directory: str | os.PathLike) -> Path:
         """Write ``tokenizer.json`` and ``tokenizer_config.json`` into ``directory`` atomically."""
-        directory = Path(directory)
+        directory = path_argument(directory, "tokenizer.save's directory")
         with atomic_dir(directory, marker="tokenizer.json", what="tokenizer") as tmp:
             write_json(tmp / "tokenizer.json", self.to_hf_json(), indent=None)
             write_json(tmp / "tokenizer_config.json", self.tokenizer_config())

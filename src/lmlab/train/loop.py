@@ -91,7 +91,9 @@ def pretrain(
     or a ``{"train.max_steps": 100}`` dict. ``resume``: continue from the newest complete
     checkpoint in ``out_dir`` (starts from scratch when there is none).
     """
-    run_dir = Path(out_dir)
+    from lmlab.fileio import path_argument
+
+    run_dir = path_argument(out_dir, "pretrain's out_dir")
     if config is None:
         if not (resume and (run_dir / "config.toml").is_file()):
             raise LmlabError(

@@ -285,3 +285,20 @@ def test_a_resume_state_of_the_earlier_format_is_refused_in_one_line(start, sst2
         assert err[-1].startswith("error: ") and "state.pt is the resume state of an earlier lmlab" in err[-1]
         assert f"delete {rdir} to start the run over" in err[-1]
     assert (rdir / "state.pt").read_bytes() == b"an earlier lmlab's resume state"  # kept for the user
+
+
+def test_finishing_a_resumed_run_keeps_your_files_in_its_resume_folder(start, sst2, tmp_path, monkeypatch):
+    out = tmp_path / "ft"
+    with monkeypatch.context() as m:
+        StopAt(m, at=5)
+        with pytest.raises(KeyboardInterrupt):
+            finetune(start, "sst2", *sst2, out, **HP, **QUIET)
+    rdir = resume_dir(out)
+    (rdir / "MINE.txt").write_text("mine")
+    (rdir / "checkpoints" / "MINE2.txt").write_text("mine too")
+    (saved_state(out) / "NOTES.md").write_text("notes inside the saved state")
+    res = finetune(start, "sst2", *sst2, out, resume=True, **HP, **QUIET)
+    assert res.steps == 12 and (out / "eval.json").is_file()
+    assert (rdir / "MINE.txt").read_text() == "mine"
+    assert (rdir / "checkpoints" / "MINE2.txt").read_text() == "mine too"
+    assert (rdir / "checkpoints" / "step_5" / "NOTES.md").read_text() == "notes inside the saved state"

@@ -342,3 +342,13 @@ def test_a_run_whose_every_checkpoint_is_damaged_is_one_line_on_resume(tiny_conf
     assert_one_line_error(capsys, "no checkpoint of", "can be read back", "corrupt or truncated",
                           "move", "aside to start over")
     assert [s for s, _ in list_checkpoints(run)] == [2, 4]  # nothing renamed, nothing deleted
+
+
+def test_pruning_keeps_a_checkpoint_that_holds_your_file(tiny_config, tmp_path):
+    run = tmp_path / "run"
+    pretrain(tiny_config(max_steps=4, checkpoint_every=2, keep_checkpoints=2), run, log=lambda m: None)
+    (run / "checkpoints" / "step_2" / "NOTES.md").write_text("mine", encoding="utf-8")
+    pretrain(tiny_config(max_steps=8, checkpoint_every=2, keep_checkpoints=2), run, resume=True,
+             log=lambda m: None)
+    assert (run / "checkpoints" / "step_2" / "NOTES.md").read_text(encoding="utf-8") == "mine"
+    assert [s for s, _ in list_checkpoints(run)] == [2, 6, 8]  # step_4 (lmlab's alone) was pruned

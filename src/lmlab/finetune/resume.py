@@ -40,6 +40,7 @@ from lmlab.train.checkpoint import (
     check_moments,
     check_param_groups,
     check_rng_state,
+    delete_checkpoint,
     latest_checkpoint,
     list_checkpoints,
     set_aside_damaged,
@@ -91,8 +92,14 @@ def discard(out_dir: Path) -> None:
 def _clear_owned(rdir: Path) -> None:
     """Delete what lmlab wrote in the resume folder ``rdir``; anything else in it stays."""
     if rdir.is_dir() and ownership.read_manifest(rdir) is not None:
+        for _, path in list_checkpoints(rdir):  # each one only if it holds nothing of yours
+            delete_checkpoint(path)
+        folder = rdir / CHECKPOINTS
+        if folder.is_dir() and not {p.name for p in folder.iterdir()} - ownership.BOOKKEEPING:
+            ownership.remove_owned_tree(rdir, CHECKPOINTS)
         for name in ENTRIES:
-            ownership.remove_owned_tree(rdir, name)
+            if name != CHECKPOINTS:
+                ownership.remove_owned_tree(rdir, name)
 
 
 def saved_state(out_dir: Path, say=None) -> Path | None:

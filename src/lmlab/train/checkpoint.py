@@ -187,12 +187,30 @@ def save_train_checkpoint(
         ) from None
     if keep > 0:
         for _, old in list_checkpoints(run_dir)[:-keep]:
-            # renamed first (one atomic step), deleted after: a kill mid-way never leaves a step_N
-            # that looks complete but is not, and the next start removes the hidden leftover
-            doomed = old.with_name(f".{old.name}.prune-{os.getpid()}")
-            os.replace(old, doomed)
-            shutil.rmtree(doomed, ignore_errors=True)
+            delete_checkpoint(old)
     return dest
+
+
+def delete_checkpoint(path: Path, say: Callable[[str], None] | None = None) -> bool:
+    """Delete the checkpoint folder ``path`` (pruning, a finished fine-tuning's resume state) only
+    when its manifest proves it is lmlab's and unchanged: a checkpoint holding a file lmlab did not
+    write (your notes) or one changed since is kept, and named once. Returns whether it went.
+
+    Renamed first (one atomic step), deleted after: a kill mid-way never leaves a ``step_N`` that
+    looks complete but is not, and the next start removes the hidden leftover."""
+    from lmlab import ownership
+
+    verdict = ownership.may_replace_dir(path, "checkpoint")
+    if not verdict.ok:
+        key = path.resolve()
+        if key not in _reported:
+            _reported.add(key)
+            (say or _stderr)(f"note: kept the old checkpoint {path}: it {verdict.reason}")
+        return False
+    doomed = path.with_name(f".{path.name}.prune-{os.getpid()}")
+    os.replace(path, doomed)
+    shutil.rmtree(doomed, ignore_errors=True)
+    return True
 
 
 #: what to do about a damaged train state

@@ -131,6 +131,17 @@ def test_predictions_replace_only_a_file_lmlab_wrote(tmp_path):
         check_predictions_file(ours, {})
 
 
+def test_a_file_output_named_like_a_folder_is_refused_before_anything_is_written(tmp_path):
+    from lmlab.fileio import write_output_file
+    from lmlab.finetune.loop import check_predictions_file
+
+    with pytest.raises(LmlabError, match="names a folder, but it takes a file path"):
+        check_predictions_file(f"{tmp_path / 'preds'}/", {})
+    with pytest.raises(LmlabError, match="names a folder"):
+        write_output_file(f"{tmp_path / 'fit'}/", "{}", "scaling fit", "--out")
+    assert list(tmp_path.iterdir()) == []  # no file named preds or fit
+
+
 def test_a_single_file_output_never_replaces_an_entry_of_a_folder_another_command_fills(tmp_path):
     """A pretraining run's metrics.jsonl is lmlab's, but the run's: --predictions (or a harness
     results file) named after it is refused, while the run itself may still rewrite it."""

@@ -403,6 +403,10 @@ def may_replace_file(path: Path, kind: str) -> Verdict:
 
 def check_replaceable_file(path: str | os.PathLike, kind: str, flag: str = "--out") -> Path:
     """``path`` when a ``kind`` file may be written there, else a one-line error (nothing written)."""
+    if str(path).endswith(("/", os.sep)):
+        folder = str(path).rstrip("/" + os.sep) or "."
+        raise LmlabError(f"{flag} {path} names a folder, but it takes a file path",
+                         f"name the file, e.g. {flag} {folder}/{kind.replace(' ', '_')}.jsonl")
     p = Path(path)
     check_destination(p, flag)
     verdict = may_replace_file(p, kind)

@@ -170,7 +170,7 @@ def check_predictions_file(path: str | os.PathLike, inputs: dict[str, object]) -
     ownership.check_output_spares_inputs(p, inputs, "--predictions")
     if p.is_dir():
         raise LmlabError(f"--predictions {p} is a directory", "name a file, e.g. dev.predictions.jsonl")
-    ownership.check_replaceable_file(p, PREDICTIONS_KIND, "--predictions")
+    ownership.check_replaceable_file(path, PREDICTIONS_KIND, "--predictions")  # as given: a trailing /
 
 
 def reread(task: Task, format: str | None = None, header: bool | None = None, delimiter: str | None = None,

@@ -126,12 +126,17 @@ def latest_checkpoint(run_dir: str | Path, say: Callable[[str], None] | None = N
     return None
 
 
+def _say_once(path: Path, msg: str, say) -> None:
+    """Say ``msg`` about the checkpoint ``path`` unless this process already said something of it."""
+    key = path.resolve()
+    if key not in _reported:
+        _reported.add(key)
+        (say or _stderr)(msg)
+
+
 def _name_damaged(damaged: list[tuple[Path, str]], instead: str, say) -> None:
     for path, problem in damaged:
-        key = path.resolve()
-        if key not in _reported:
-            _reported.add(key)
-            (say or _stderr)(f"warning: skipping the damaged checkpoint {path.name} ({problem}); {instead}")
+        _say_once(path, f"warning: skipping the damaged checkpoint {path.name} ({problem}); {instead}", say)
 
 
 def set_aside_damaged(run_dir: str | Path, say: Callable[[str], None] | None = None) -> list[Path]:
@@ -140,9 +145,12 @@ def set_aside_damaged(run_dir: str | Path, say: Callable[[str], None] | None = N
     writes its own ``step_N`` again and its pruning counts only checkpoints it can read. Returns
     the new names."""
     newest = latest_checkpoint(run_dir, say)
+    if newest is None:
+        return []
+    intact = int(_STEP_RE.fullmatch(newest.name).group(1))
     moved = []
     for step, path in list_checkpoints(run_dir):
-        if newest is not None and path != newest and step > int(_STEP_RE.fullmatch(newest.name).group(1)):
+        if step > intact:
             aside, k = path.with_name(f"{path.name}.damaged"), 1
             while aside.exists() or aside.is_symlink():
                 aside, k = path.with_name(f"{path.name}.damaged-{k}"), k + 1
@@ -166,7 +174,6 @@ def save_train_checkpoint(
     ``sharded``: a finished ``torch.distributed.checkpoint`` directory (FSDP: every rank's shards
     of the weights and optimizer state), moved in as ``sharded/`` before the checkpoint appears."""
     dest = checkpoint_path(run_dir, step)
-    previous = latest_checkpoint(run_dir)
     try:
         with atomic_dir(dest, marker="model.safetensors", what="checkpoint") as tmp:
             model.save(tmp)
@@ -180,7 +187,9 @@ def save_train_checkpoint(
                 os.replace(sharded, tmp / SHARDED)
     except OSError as e:
         what = "the disk is full" if e.errno in (errno.ENOSPC, errno.EDQUOT) else (e.strerror or str(e))
-        kept = f"the previous checkpoint {previous} is intact" if previous else "no earlier checkpoint exists"
+        found = list_checkpoints(run_dir)  # only for the message: no work on the saving path
+        kept = (f"the previous checkpoint {found[-1][1]} is intact" if found
+                else "no earlier checkpoint exists")
         raise LmlabError(
             f"could not write checkpoint {dest} ({what}); {kept}",
             "free disk space and continue with --resume",
@@ -202,10 +211,7 @@ def delete_checkpoint(path: Path, say: Callable[[str], None] | None = None) -> b
 
     verdict = ownership.may_replace_dir(path, "checkpoint")
     if not verdict.ok:
-        key = path.resolve()
-        if key not in _reported:
-            _reported.add(key)
-            (say or _stderr)(f"note: kept the old checkpoint {path}: it {verdict.reason}")
+        _say_once(path, f"note: kept the old checkpoint {path}: it {verdict.reason}", say)
         return False
     doomed = path.with_name(f".{path.name}.prune-{os.getpid()}")
     os.replace(path, doomed)

@@ -262,3 +262,20 @@ def test_a_resume_state_far_past_the_data_is_refused_at_once(tmp_path, capsys):
     assert main(["pretrain", "--out", str(run), "--resume", "--set", "train.max_steps=4"]) == 2
     one_line_error(capsys, "train_state.json: data position 1,000,000,000,000 is",
                    "passes over the training data", "resume from an earlier checkpoint")
+
+
+def test_rlhf_refuses_a_batch_that_cannot_fit_before_the_model_loads(gpt_ck, tmp_path, capsys, monkeypatch):
+    """The sizes come from the checkpoint's config: no weight is read before the refusal."""
+    import lmlab.align.loop as loop
+
+    def no_loading(*args, **kwargs):
+        raise AssertionError("the model was loaded before the batch was checked")
+
+    monkeypatch.setattr(loop, "load_policy", no_loading)
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_text(json.dumps({"prompt": "to be", "chosen": " yes", "rejected": " no"}) + "\n")
+    assert main(["align", "--method", "rlhf", "--checkpoint", str(gpt_ck), "--train", str(pairs),
+                 "--dev", str(pairs), "--out", str(tmp_path / "out"), "--device", "cpu",
+                 "--samples", "100000", "--batch-size", "1000", "--no-progress"]) == 2
+    one_line_error(capsys, "an RLHF micro-batch of 1,000 prompts x 100,000 samples", "--samples")
+    assert not (tmp_path / "out").exists()

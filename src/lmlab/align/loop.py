@@ -271,7 +271,10 @@ class Setup:
         self.say(f"saved the aligned model to {self.out}")
 
 
-def setup(checkpoint, train, dev, out, hparams: dict[str, Any], tokenizer, log) -> Setup:
+def setup(checkpoint, train, dev, out, hparams: dict[str, Any], tokenizer, log,
+          check: Callable[[Any, AlignConfig, Any], None] | None = None) -> Setup:
+    """Everything a run needs, each input checked before the model loads: ``check(facts, cfg,
+    device)`` is the method's own check of the checkpoint's facts (its sizes, its kind)."""
     cfg = AlignConfig.from_dict(hparams)
     facts = model_facts(checkpoint)  # the kind of model and its positions, before any data or weight is read
     if facts is not None:
@@ -282,6 +285,8 @@ def setup(checkpoint, train, dev, out, hparams: dict[str, Any], tokenizer, log) 
     out_dir = None if out is None else check_replaceable_dir(out, SUMMARY_FILE, "aligned model")
     machine = resolve(cfg.device, cfg.threads, cfg.precision)
     device = machine.device
+    if facts is not None and check is not None:
+        check(facts, cfg, device)
     torch.manual_seed(cfg.seed)
     bad = BadLines(cfg.on_bad_line, say)
     train_pairs = limit(read_pairs(train, "train", bad, cfg.task), cfg.max_train_examples)

@@ -6,10 +6,18 @@ import os
 from collections.abc import Callable
 
 from lmlab.align.loop import AlignResult, dpo, setup
-from lmlab.align.rlhf import rlhf
+from lmlab.align.rlhf import check_policy, rlhf
 
 #: method name -> the run (each takes the loop's Setup); AlignConfig.method is checked against it
 METHODS: dict[str, Callable] = {"dpo": dpo, "rlhf": rlhf}
+#: method name -> its check of the checkpoint's facts, run before any data or weight is read
+CHECKS: dict[str, Callable] = {"rlhf": check_policy}
+
+
+def _check(facts, cfg, device) -> None:
+    check = CHECKS.get(cfg.method)
+    if check is not None:
+        check(facts, cfg, device)
 
 
 def align(checkpoint, train, dev, out: str | os.PathLike | None, *, tokenizer=None,
@@ -20,6 +28,6 @@ def align(checkpoint, train, dev, out: str | os.PathLike | None, *, tokenizer=No
     :class:`PreferencePair`). ``hparams``: :class:`AlignConfig` fields (``method``, ``beta``,
     ``lr``, ``max_steps``, ``batch_size``...). ``out=None`` writes nothing.
     """
-    run = setup(checkpoint, train, dev, out, hparams, tokenizer, log)
+    run = setup(checkpoint, train, dev, out, hparams, tokenizer, log, check=_check)
     with run.live:  # however the run ends, nothing is left beside ``out`` but ``out``
         return METHODS[run.cfg.method](run)

@@ -50,6 +50,8 @@ from lmlab.align.loop import (
 )
 from lmlab.align.reward import RewardModel, bradley_terry_loss
 from lmlab.errors import LmlabError
+from lmlab.models.config import max_length_for
+from lmlab.models.facts import facts_of
 from lmlab.tasks import collate
 
 
@@ -187,15 +189,25 @@ def rollout_numbers(rm: RewardModel, sampler: Sampler, pairs: PairSet, batch_siz
             "chosen_rate": hits / len(pairs)}
 
 
-def check_policy_batch_fits(model: nn.Module, cfg, device) -> None:
-    """Refuse, before any training, a policy micro-batch that cannot fit (:mod:`lmlab.budget`):
+def check_policy(model, cfg, device) -> None:
+    """Refuse, before any weight is read or any training, what RLHF cannot run (``model``: a model,
+    or a directory's facts, :func:`lmlab.loading.model_facts`): a model that is not a decoder (it
+    samples responses), and a policy micro-batch that cannot fit (:mod:`lmlab.budget`):
     ``batch_size x samples`` rows of up to ``max_length`` tokens, trained through the policy (its
     activations) and read by the frozen reference (its logits)."""
     from lmlab import budget
 
-    mc = model.config
-    rows, length = cfg.batch_size * cfg.samples, position_limit(model, cfg.max_length)
-    vocab, width, layers = int(mc.vocab_size), int(mc.d_model), int(mc.n_layers)
+    facts = facts_of(model)
+    if facts.architecture != "decoder":
+        raise LmlabError("rlhf samples responses from a decoder; this checkpoint is "
+                         f"{'an encoder-decoder' if facts.architecture == 'seq2seq' else 'not a decoder'}",
+                         "use --method dpo for T5 and BART checkpoints")
+    mc = facts.config
+    sizes = [getattr(mc, name, None) for name in ("vocab_size", "d_model", "n_layers")]
+    if not all(isinstance(n, int) for n in sizes):
+        return  # a config that does not say its sizes: the check runs again once the model is loaded
+    vocab, width, layers = sizes
+    rows, length = cfg.batch_size * cfg.samples, max_length_for(mc, None, cfg.max_length)
     need = budget.activation_bytes(rows * length, vocab, width, layers)  # the policy, trained
     need += budget.tensor_bytes(rows, length, vocab)                      # the reference's logits
     budget.require_fits(need, f"an RLHF micro-batch of {cfg.batch_size:,} prompts x {cfg.samples:,} samples "
@@ -285,10 +297,7 @@ class PolicySteps:
 
 def rlhf(run: Setup) -> AlignResult:
     cfg, model, say = run.cfg, run.model, run.say
-    if model.architecture != "decoder":
-        raise LmlabError("rlhf samples responses from a decoder; this checkpoint is an encoder-decoder",
-                         "use --method dpo for T5 and BART checkpoints")
-    check_policy_batch_fits(model, cfg, run.machine.device)
+    check_policy(model, cfg, run.machine.device)  # a directory's facts were checked in setup; a model is here
     t0 = time.perf_counter()
     train_set, dev_set = PairSet(run.train, model, cfg), PairSet(run.dev, model, cfg)
     prompts = sorted({p.prompt for p in run.train})

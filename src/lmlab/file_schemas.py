@@ -290,6 +290,7 @@ class TrainStateFile(TypedDict, total=False):
     initial_val: dict[str, float] | None  # a perplexity may be inf
     elapsed_s: NonNegative
     config: dict[str, Any]
+    inputs: dict[str, Any]  # pretraining: what the run reads, by content (lmlab.train.components.identity)
     machine: Machine | None
     finetune: FinetuneLoopState
 

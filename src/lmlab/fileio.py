@@ -206,23 +206,26 @@ def read_text(path: str | os.PathLike, encoding: str = "utf-8") -> str:
     return "".join(iter_text_lines(path, encoding))
 
 
-def check_replaceable_dir(dest: str | os.PathLike, marker: str, what: str) -> Path:
+def check_replaceable_dir(dest: str | os.PathLike, marker: str, what: str, fix: str | None = None) -> Path:
     """``dest`` (resolved), or a one-line error when writing a ``what`` there would lose files.
 
     Ownership is decided in one place, :mod:`lmlab.ownership`: an existing folder is replaced only
     when its manifest proves it is an earlier ``what`` that lmlab wrote and it holds nothing else.
-    ``marker`` (the file every such output holds) is kept for callers; it proves nothing."""
-    return ownership.check_replaceable_dir(dest, what)
+    ``marker`` (the file every such output holds) is kept for callers; it proves nothing. ``fix``:
+    what the error says to do (:func:`lmlab.ownership.keep_work_fix` for a resumable command)."""
+    return ownership.check_replaceable_dir(dest, what, fix)
 
 
 @contextlib.contextmanager
-def atomic_dir(dest: str | os.PathLike, marker: str, what: str = "lmlab") -> Iterator[Path]:
+def atomic_dir(dest: str | os.PathLike, marker: str, what: str = "lmlab",
+               fix: str | None = None) -> Iterator[Path]:
     """Yield a temporary folder that replaces ``dest`` only if the block completes.
 
     An existing ``dest`` survives untouched if anything fails while writing, and is replaced at
     all only when lmlab provably wrote it as an earlier ``what`` (:mod:`lmlab.ownership`). The new
-    folder gets a manifest listing every file in it, so the next run may replace it in turn."""
-    dest = ownership.check_replaceable_dir(dest, what)
+    folder gets a manifest listing every file in it, so the next run may replace it in turn.
+    ``fix``: what the error says to do when ``dest`` is taken (:func:`check_replaceable_dir`)."""
+    dest = ownership.check_replaceable_dir(dest, what, fix)
     dest.parent.mkdir(parents=True, exist_ok=True)
     ownership.remove_leftovers(dest.parent, dest.name)
     with ownership.temporary_dir(dest.parent, dest.name, what) as tmp:
@@ -231,7 +234,7 @@ def atomic_dir(dest: str | os.PathLike, marker: str, what: str = "lmlab") -> Ite
             raise RuntimeError(f"atomic_dir({dest}): the {what} written has no {marker}")  # a bug, not input
         _usual_permissions(tmp)
         ownership.seal(tmp, what)
-        replace_dir(tmp, dest, what)
+        replace_dir(tmp, dest, what, fix)
 
 
 def remove_leftovers(directory: Path, name: str | None = None, only_dead: bool = False) -> list[Path]:
@@ -242,11 +245,12 @@ def remove_leftovers(directory: Path, name: str | None = None, only_dead: bool =
     return ownership.remove_leftovers(Path(directory), name, locked=not only_dead)
 
 
-def replace_dir(src: Path, dest: Path, kind: str) -> None:
+def replace_dir(src: Path, dest: Path, kind: str, fix: str | None = None) -> None:
     """Move the finished folder ``src`` to ``dest`` (same file system), replacing an old ``dest``
     with two renames, never a moment without a complete one. The old one is checked again once it
     is moved aside: a file that appeared in it while lmlab was writing makes it the user's, and it
-    is put back untouched (a one-line error; ``src`` is left for the caller to remove)."""
+    is put back untouched (a one-line error saying ``fix``, if given; ``src`` is left for the caller
+    to remove)."""
     if dest.exists() or dest.is_symlink():
         old = dest.with_name(f".{dest.name}.old-{os.getpid()}")
         os.replace(dest, old)
@@ -255,7 +259,7 @@ def replace_dir(src: Path, dest: Path, kind: str) -> None:
             os.replace(old, dest)
             raise LmlabError(f"output folder {dest} changed while lmlab was writing: it {verdict.reason}; "
                              "it was left as it is",
-                             "choose a new --out, or move those files away and run again")
+                             fix or "choose a new --out, or move those files away and run again")
         os.replace(src, dest)
         shutil.rmtree(old, ignore_errors=True)
     else:

@@ -177,14 +177,31 @@ def _output_folder(dest: str | os.PathLike) -> tuple[Path, Path]:
     return given, resolved
 
 
-def check_replaceable_dir(dest: str | os.PathLike, kind: str) -> Path:
+#: what to do about an output folder that is taken (see keep_work_fix for a command whose work is kept)
+TAKEN_FIX = "choose a new --out, or move or delete that folder yourself"
+
+
+def keep_work_fix(dest: str | os.PathLike, kept: str | os.PathLike) -> str:
+    """The fix to say when the output ``dest`` of a resumable command is taken by something lmlab
+    did not write: the command's work is kept in ``kept`` (its resume state), which belongs to this
+    path, so another output path would start the work over; the other thing is moved away instead
+    and the same command continues with ``--resume``."""
+    import shlex
+
+    there = shlex.quote(str(dest))
+    return (f"move it away (mv {there} {shlex.quote(str(dest) + '.other')}) and run the same command with "
+            f"--resume: the work is kept in {kept} (another --out would start over)")
+
+
+def check_replaceable_dir(dest: str | os.PathLike, kind: str, fix: str | None = None) -> Path:
     """``dest`` (resolved) when a ``kind`` output may be written there, else a one-line error that
-    names what would have been lost. Nothing is left written either way."""
+    names what would have been lost (``fix``: what to do, :data:`TAKEN_FIX` unless given). Nothing
+    is left written either way."""
     given, resolved = _output_folder(dest)
     verdict = may_replace_dir(resolved, kind)
     if not verdict.ok:
         raise LmlabError(f"output folder {given} exists and {verdict.reason}; nothing was written",
-                         "choose a new --out, or move or delete that folder yourself")
+                         fix or TAKEN_FIX)
     return resolved
 
 

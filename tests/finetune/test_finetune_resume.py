@@ -302,3 +302,150 @@ def test_finishing_a_resumed_run_keeps_your_files_in_its_resume_folder(start, ss
     assert (rdir / "MINE.txt").read_text() == "mine"
     assert (rdir / "checkpoints" / "MINE2.txt").read_text() == "mine too"
     assert (rdir / "checkpoints" / "step_5" / "NOTES.md").read_text() == "notes inside the saved state"
+
+
+#: a shorter run for the identity and output tests: 2 steps an epoch, a state saved at each evaluation
+SMALL = {**HP, "eval_every": 2, "max_train_examples": 32, "max_eval_examples": 16}
+
+
+@pytest.fixture()
+def small(sst2, tmp_path):
+    """``(train, dev)``: copies of SST-2's first rows, the run's own files (read in no time)."""
+    out = []
+    for src, rows in zip(sst2, (32, 16)):
+        dst = tmp_path / src.name
+        dst.write_text("".join(src.read_text(encoding="utf-8").splitlines(keepends=True)[:rows + 1]),
+                       encoding="utf-8")
+        out.append(dst)
+    return tuple(out)
+
+
+def _interrupt(monkeypatch, *args, at: int = 3, **hp):
+    """Fine-tune ``args`` (checkpoint, task, train, dev, out) until a stop after step ``at``."""
+    with monkeypatch.context() as m:
+        StopAt(m, at=at)
+        with pytest.raises(KeyboardInterrupt):
+            finetune(*args, **{**SMALL, **hp}, **QUIET)
+
+
+def _one_readable_line(e: LmlabError) -> str:
+    """The CLI's line of ``e``: one line, with words, not the internals of the identity."""
+    line = f"error: {e.problem}; {e.fix}"
+    assert "\n" not in line and not any(c in e.problem for c in "[]{}'"), line
+    return line
+
+
+def test_resume_checks_the_start_model_and_the_data_by_content_not_by_path_or_time(start, small, tmp_path,
+                                                                                     monkeypatch, minilm_dir):
+    """Another model copied to the --checkpoint path is refused (it was resumed on top of); the very
+    same train file copied again (a new modification time) is the same run (it was refused, with
+    the identity's lists in the message)."""
+    import shutil
+
+    ck, (train, dev), out = tmp_path / "ck", small, tmp_path / "ft"
+    shutil.copytree(start, ck)
+    _interrupt(monkeypatch, ck, "sst2", train, dev, out)
+    shutil.rmtree(ck)  # another model of the same shape, at the same path
+    tok = load_tokenizer(minilm_dir)
+    torch.manual_seed(1)
+    other = build_model(get_preset("bert-tiny", vocab_size=tok.vocab_size), heads=None)
+    save_checkpoint(other, ck, tokenizer=tok)
+    with pytest.raises(LmlabError) as e:
+        finetune(ck, "sst2", train, dev, out, resume=True, **SMALL, **QUIET)
+    line = _one_readable_line(e.value)
+    assert f"--checkpoint {ck} holds other contents than when the run started (model.safetensors differs)" \
+        in line and f"delete {resume_dir(out)} to start the run over" in line
+    assert saved_state(out) is not None  # nothing lost
+    shutil.rmtree(ck)
+    shutil.copytree(start, ck)  # the run's own model and data, copied again: new times, same bytes
+    train.write_bytes(train.read_bytes())
+    res = finetune(ck, "sst2", train, dev, out, resume=True, **SMALL, **QUIET)
+    assert res.steps == 4 and (out / "eval.json").is_file() and not resume_dir(out).exists()
+    # a changed data file is named, in words
+    _interrupt(monkeypatch, ck, "sst2", train, dev, tmp_path / "ft2")
+    train.write_text(train.read_text(encoding="utf-8") + "a new sentence\t1\n", encoding="utf-8")
+    with pytest.raises(LmlabError) as e:
+        finetune(ck, "sst2", train, dev, tmp_path / "ft2", resume=True, **SMALL, **QUIET)
+    assert f"--train {train} holds other contents than when the run started" in _one_readable_line(e.value)
+
+
+def test_a_resume_state_whose_identity_has_paths_and_times_still_resumes(start, small, tmp_path, monkeypatch):
+    """A state saved by an lmlab before content identities (the checkpoint by path, the data files
+    by path, size and modification time) resumes when they match, as it did; when a file changed,
+    one line says how to start over."""
+    import os
+
+    from lmlab.ownership import seal
+
+    (train, dev), out = small, tmp_path / "ft"
+    _interrupt(monkeypatch, start, "sst2", train, dev, out)
+    state = saved_state(out) / "train_state.json"
+    meta = json.loads(state.read_text())
+
+    def stamp(p):
+        return [str(p.resolve()), p.stat().st_size, p.stat().st_mtime_ns]
+
+    settings = meta["finetune"]["identity"]["settings"]
+    meta["finetune"]["identity"] = {"settings": settings, "task": "sst2", "method": "full",
+                                    "method_options": {}, "checkpoint": str(start.resolve()),
+                                    "train": stamp(train), "dev": stamp(dev)}
+    state.write_text(json.dumps(meta))
+    seal(state.parent, "checkpoint")  # as that lmlab wrote it
+    said = []
+    mtime = dev.stat().st_mtime_ns
+    os.utime(dev, ns=(mtime, mtime + 1))  # touched since: that lmlab could not tell, neither can this one
+    with pytest.raises(LmlabError) as e:
+        finetune(start, "sst2", train, dev, out, resume=True, **SMALL, progress=False, log=said.append)
+    line = _one_readable_line(e.value)
+    assert "an earlier lmlab" in line and f"--dev {dev}" in line and f"delete {resume_dir(out)}" in line
+    os.utime(dev, ns=(mtime, mtime))
+    res = finetune(start, "sst2", train, dev, out, resume=True, **SMALL, progress=False, log=said.append)
+    assert res.steps == 4 and any("written by an earlier lmlab" in m for m in said)
+    assert not resume_dir(out).exists()
+
+
+def test_an_output_taken_while_the_run_trains_keeps_the_work_and_says_how_to_resume(start, small, tmp_path,
+                                                                                   monkeypatch):
+    """Something else made OUT while the run trained: the run keeps its last state (the advice used
+    to be a new --out, which starts over and leaves the state behind); moved away, --resume writes
+    the output the uninterrupted run writes."""
+    import os
+
+    whole = tmp_path / "whole"
+    finetune(start, "sst2", *small, whole, **SMALL, **QUIET)
+    out = tmp_path / "ft"
+    original = Engine.step
+
+    def step(engine, i, *a, **k):
+        if i == 2:  # after the state saved at step 2: the steps since are kept too
+            out.mkdir()
+            (out / "theirs.txt").write_text("theirs")
+        return original(engine, i, *a, **k)
+
+    with monkeypatch.context() as m:
+        m.setattr(Engine, "step", step)
+        with pytest.raises(LmlabError) as e:
+            finetune(start, "sst2", *small, out, **SMALL, **QUIET)
+    line = _one_readable_line(e.value)
+    assert f"mv {out} {out}.other" in e.value.fix and "--resume" in e.value.fix and "new --out" not in line
+    assert (out / "theirs.txt").read_text() == "theirs" and saved_state(out).name == "step_4"
+    os.replace(out, tmp_path / "ft.other")
+    res = finetune(start, "sst2", *small, out, resume=True, **SMALL, **QUIET)
+    assert res.steps == 4 and not resume_dir(out).exists()
+    a, b = load_file(whole / "model.safetensors"), load_file(out / "model.safetensors")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert (out / "eval.json").read_text() == (whole / "eval.json").read_text() and rows(out) == rows(whole)
+    assert (tmp_path / "ft.other" / "theirs.txt").read_text() == "theirs"
+
+
+def test_an_output_taken_after_an_interrupted_run_says_to_move_it_not_to_start_over(start, small, tmp_path,
+                                                                                    monkeypatch):
+    out = tmp_path / "ft"
+    _interrupt(monkeypatch, start, "sst2", *small, out)
+    out.mkdir()
+    (out / "theirs.txt").write_text("theirs")
+    for resume in (True, False):
+        with pytest.raises(LmlabError) as e:
+            finetune(start, "sst2", *small, out, resume=resume, **SMALL, **QUIET)
+        assert f"mv {out} {out}.other" in e.value.fix and "new --out" not in e.value.fix
+        assert saved_state(out) is not None and (out / "theirs.txt").read_text() == "theirs"

@@ -352,3 +352,66 @@ def test_pruning_keeps_a_checkpoint_that_holds_your_file(tiny_config, tmp_path):
              log=lambda m: None)
     assert (run / "checkpoints" / "step_2" / "NOTES.md").read_text(encoding="utf-8") == "mine"
     assert [s for s, _ in list_checkpoints(run)] == [2, 6, 8]  # step_4 (lmlab's alone) was pruned
+
+
+def test_resume_compares_the_data_and_the_tokenizer_by_content(tiny_config, tiny_data, tmp_path, shakespeare):
+    """The text written again (a new time) is the same data: no word; other text at the same path
+    is said (it was resumed on silently); another tokenizer in the same folder is refused before
+    anything is tokenised."""
+    import shutil
+
+    from lmlab.tokenizers import train_tokenizer
+
+    train, tok, run = tmp_path / "train.txt", tmp_path / "tok", tmp_path / "run"
+    train.write_text(shakespeare[:30_000], encoding="utf-8")
+    shutil.copytree(tiny_data["tokenizer"], tok)
+
+    def go(steps: int) -> list[str]:
+        cfg = tiny_config(max_steps=steps, checkpoint_every=2)
+        cfg["data"] = {"train": [str(train)], "val": [str(tiny_data["val"])], "tokenizer": str(tok)}
+        said: list[str] = []
+        pretrain(cfg, run, resume=steps > 2, log=said.append)
+        return said
+
+    go(2)
+    train.write_text(shakespeare[:30_000], encoding="utf-8")  # the same text, written again
+    assert not [m for m in go(4) if m.startswith("warning")]
+    train.write_text(shakespeare[30_000:60_000], encoding="utf-8")
+    warned = [m for m in go(6) if m.startswith("warning")]
+    assert warned == ["warning: resuming on changed data: data.train holds other contents than when the run "
+                      "started (train.txt differs): the continued run will differ from an uninterrupted one"]
+    shutil.rmtree(tok)
+    train_tokenizer("bytelevel", shakespeare[-60_000:].splitlines(keepends=True), vocab_size=320).save(tok)
+    with pytest.raises(LmlabError) as e:
+        go(8)
+    assert str(e.value).startswith("--resume on another tokenizer than the run was started with: "
+                                   "data.tokenizer holds other contents than when the run started (")
+    assert list_checkpoints(run)[-1][0] == 6  # nothing was resumed
+
+
+def test_a_checkpoint_folder_taken_while_the_run_trains_says_to_move_it_and_resume(tiny_config, tmp_path,
+                                                                                  monkeypatch):
+    """The advice kept the run's work: a new --out (what it used to say) would start over."""
+    import os
+
+    from lmlab.train.engine import Engine
+
+    run = tmp_path / "run"
+    taken = run / "checkpoints" / "step_4"
+    original = Engine.step
+
+    def step(engine, i, *a, **k):
+        if i == 2:  # after the checkpoint at step 2, something else takes step_4's place
+            taken.mkdir()
+            (taken / "theirs.txt").write_text("theirs")
+        return original(engine, i, *a, **k)
+
+    with monkeypatch.context() as m:
+        m.setattr(Engine, "step", step)
+        with pytest.raises(LmlabError) as e:
+            pretrain(tiny_config(max_steps=4, checkpoint_every=2), run, log=lambda m: None)
+    assert f"mv {taken} {taken}.other" in e.value.fix and "--resume" in e.value.fix
+    assert "new --out" not in e.value.fix and (taken / "theirs.txt").read_text() == "theirs"
+    os.replace(taken, tmp_path / "theirs")
+    s = pretrain(tiny_config(max_steps=4, checkpoint_every=2), run, resume=True, log=lambda m: None)
+    assert s["steps"] == 4 and [step for step, _ in list_checkpoints(run)] == [2, 4]

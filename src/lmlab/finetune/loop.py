@@ -203,7 +203,8 @@ def finetune(checkpoint, task: str | Task, train, dev, out: str | os.PathLike | 
                              resume, _resumable, cfg, meth)
     # one run at a time per output: a second would clear or overwrite the first's resume state and logs
     # (given back when the run ends with nothing there: it finished, or failed before saving a state)
-    with resume_state.claimed(check_replaceable_dir(out, SUMMARY_FILE, "fine-tuned model")) as rdir, \
+    target = check_replaceable_dir(out, SUMMARY_FILE, "fine-tuned model", resume_state.output_fix(out))
+    with resume_state.claimed(target) as rdir, \
             directory_lock(rdir, "fine-tuning output"):
         return _finetune_run(checkpoint, task, train, dev, out, method, method_options, tokenizer, say,
                              resume, _resumable, cfg, meth)
@@ -215,7 +216,8 @@ def _finetune_run(checkpoint, task, train, dev, out, method, method_options, tok
     resumable = out_dir is not None and _resumable
     resume_from = None
     if out_dir is not None:
-        out_dir = check_replaceable_dir(out_dir, SUMMARY_FILE, "fine-tuned model")  # before any work
+        out_dir = check_replaceable_dir(out_dir, SUMMARY_FILE, "fine-tuned model",  # before any work
+                                        resume_state.output_fix(out_dir) if resumable else None)
         if resumable:
             resume_from = resume_state.check_start(out_dir, resume, clear=rank_of_launch() == 0, say=say)
     machine = resolve(cfg.device, cfg.threads, cfg.precision, int(os.environ.get("LOCAL_RANK", "0")),
@@ -224,12 +226,13 @@ def _finetune_run(checkpoint, task, train, dev, out, method, method_options, tok
     info = dist.init(machine.device.type)  # torchrun: every process takes its share of each batch
     if not info.is_main:  # one voice and one writer: rank 0
         say = lambda msg: None  # noqa: E731
+    # what the run reads, by content: checked on a resume before any work, saved with every state
+    identity = _identity(cfg, task, method, method_options, checkpoint, tokenizer, train, dev, resume_from,
+                         say) if resumable else None
     torch.manual_seed(cfg.seed)
     run = _build_run(checkpoint, task, train, dev, tokenizer, cfg, meth, machine, info, say)
-    identity = resume_state.run_identity(cfg.to_dict(), run.task.name, method, method_options or {},
-                                         checkpoint, train, dev)
-    saved = None if resume_from is None else resume_state.load(resume_from, identity, run.model,
-                                                               run.optimizer, len(run.feats))
+    saved = None if resume_from is None else resume_state.load(resume_from, run.model, run.optimizer,
+                                                               len(run.feats))
     baseline = _announce(run, method, say)
     writes = out_dir is not None and info.is_main
     finished = False
@@ -244,10 +247,15 @@ def _finetune_run(checkpoint, task, train, dev, out, method, method_options, tok
                    if cfg.loggers and writes else [])
         run.log = RunLogger(MetricsLog(log_path) if log_path is not None else None, say, loggers=loggers)
         _train(run, saved, say, exits, out_dir if resumable else None, identity)
+        trained = list(run.log.history)  # the rows of the training; _finish adds the chosen model's
         metrics, summary, at_baseline = _finish(run, baseline, method, method_options, say)
         run.log.close()
         if writes:
-            _write_output(out_dir, run, metrics, summary, log_path, live_logs)
+            # the output taken meanwhile: the state at the last step is kept, which --resume turns into
+            # the output (the weights saved are the chosen ones, the training is over)
+            keep = (lambda: resume_state.save(resume_state.checkpointer(out_dir, None), run, identity,
+                                              history=trained)) if resumable else None
+            _write_output(out_dir, run, metrics, summary, log_path, live_logs, keep)
             finished = True
         say(_done_line(run.total, run.best, metrics, run.select, run.prefix, baseline, run.elapsed(),
                        out_dir if writes else None))
@@ -267,6 +275,19 @@ def _finetune_run(checkpoint, task, train, dev, out, method, method_options, tok
     return FinetuneResult(metrics, run.model, run.task, out_dir, run.best["step"], run.total, trainable,
                           total_params, run.log.history, None if baseline is None else baseline[1],
                           at_baseline, cfg.select_on, run.best["metrics"])
+
+
+def _identity(cfg: FinetuneConfig, task, method, method_options, checkpoint, tokenizer, train, dev,
+              resume_from: Path | None, say) -> dict[str, Any]:
+    """The run's identity (:func:`lmlab.finetune.resume.run_identity`); resuming, the saved state's
+    must be the same (one line naming what differs, before the model loads)."""
+    inputs = {"checkpoint": checkpoint, "tokenizer": tokenizer, "train": train, "dev": dev}
+    known = None if resume_from is None else resume_state.saved_identity(resume_from)
+    identity = resume_state.run_identity(cfg.to_dict(), task if isinstance(task, str) else task.name, method,
+                                         method_options or {}, inputs, known)
+    if known is not None:
+        resume_state.check_identity(known, identity, inputs, resume_from, say)
+    return identity
 
 
 def _build_run(checkpoint, task, train, dev, tokenizer, cfg: FinetuneConfig, meth, machine, info,
@@ -391,17 +412,29 @@ def _finish(run: FinetuneRun, baseline, method: str, method_options, say) -> tup
 
 
 def _write_output(out_dir: Path, run: FinetuneRun, metrics: dict, summary: dict, log_path: Path,
-                  live_logs: Path) -> None:
-    """``out`` in one rename: the chosen model, task.json, eval.json, finetune.json, the logs."""
+                  live_logs: Path, keep: Callable[[], Any] | None) -> None:
+    """``out`` in one rename: the chosen model, task.json, eval.json, finetune.json, the logs.
+
+    With ``keep`` (the run can be resumed: it saves the run's state) an ``out`` taken by something
+    else (made while the run trained) keeps the work: the state at the last step is saved in the
+    resume folder, the logs stay there, and the one line says to move the other thing away and run
+    again with ``--resume``, which then only writes the output (another ``--out`` would start over)."""
     rows = log_path.read_text(encoding="utf-8")
-    with atomic_dir(out_dir, marker=SUMMARY_FILE, what="fine-tuned model") as tmp:
-        run.meth.save(run.model, tmp, run.model.tokenizer)
-        write_json(tmp / TASK_FILE, run.task.state())
-        write_json(tmp / EVAL_FILE, metrics)
-        write_json(tmp / SUMMARY_FILE, summary)
-        (tmp / METRICS_FILE).write_text(rows, encoding="utf-8")
-        for folder in logger_dirs(run.cfg.loggers):
-            os.replace(live_logs / folder, tmp / folder)
+    fix = None if keep is None else resume_state.output_fix(out_dir, kept=True)
+    try:
+        with atomic_dir(out_dir, marker=SUMMARY_FILE, what="fine-tuned model", fix=fix) as tmp:
+            run.meth.save(run.model, tmp, run.model.tokenizer)
+            write_json(tmp / TASK_FILE, run.task.state())
+            write_json(tmp / EVAL_FILE, metrics)
+            write_json(tmp / SUMMARY_FILE, summary)
+            (tmp / METRICS_FILE).write_text(rows, encoding="utf-8")
+            for folder in logger_dirs(run.cfg.loggers):  # copied: they stay for a resume if the rename fails
+                shutil.copytree(live_logs / folder, tmp / folder, symlinks=True)
+    except LmlabError:
+        if keep is not None:
+            with contextlib.suppress(LmlabError, OSError):  # else the newest earlier state stays
+                keep()
+        raise
     log_path.unlink(missing_ok=True)
 
 

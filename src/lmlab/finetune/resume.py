@@ -15,8 +15,12 @@ checkpoint in the one resume format of every lmlab loop (:mod:`lmlab.train.compo
 
 ``--resume`` loads it after building the model the usual way and continues; the result (weights,
 ``eval.json``, ``metrics.jsonl`` apart from timings) equals the uninterrupted run's. A resume with
-other settings, task, method or input files is refused, since the rest of the run would no longer
-be that run. When the run ends, its output is in ``OUT`` and ``.OUT.resume/`` is removed. Without
+other settings, task, method or inputs is refused before the model loads, since the rest of the
+run would no longer be that run: the inputs (``--checkpoint``, ``--tokenizer``, ``--train``,
+``--dev``) are recorded by content (:mod:`lmlab.train.components.identity`), not by path or time.
+An ``OUT`` taken by something else while the run trained keeps the work: the state at the last
+step stays here and the one line says to move the other thing away and ``--resume``
+(:func:`output_fix`). When the run ends, its output is in ``OUT`` and ``.OUT.resume/`` is removed. Without
 ``--resume``, a run refuses to start over an interrupted one (the work would be lost); with
 ``--resume`` and nothing to resume, it starts from the beginning. A ``state.pt`` left by an lmlab
 before this format is not read: the run says so in one line (delete the folder to start over).
@@ -24,6 +28,7 @@ before this format is not read: the run says so in one line (delete the folder t
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from pathlib import Path
@@ -43,9 +48,11 @@ from lmlab.train.checkpoint import (
     delete_checkpoint,
     latest_checkpoint,
     list_checkpoints,
+    read_train_state,
     set_aside_damaged,
 )
 from lmlab.train.components.checkpointer import Checkpointer, StateDictWeights, optimizer_state
+from lmlab.train.components.identity import differences, input_fingerprint
 from lmlab.train.components.resume_state import ResumeState, random_streams
 
 OLD_STATE_FILE = "state.pt"  # the resume state of lmlab before the one resume format
@@ -108,23 +115,25 @@ def saved_state(out_dir: Path, say=None) -> Path | None:
     return latest_checkpoint(resume_dir(out_dir), say)
 
 
-def input_identity(data) -> Any:
-    """A file input as (absolute path, size, modification time); in-memory examples by count."""
-    if isinstance(data, (str, os.PathLike)):
-        p = Path(data)
-        st = p.stat() if p.exists() else None
-        return [str(p.resolve()), st.st_size if st else None, st.st_mtime_ns if st else None]
-    return ["examples", len(data)]
+#: a run's inputs (run_identity's ``inputs``), by the flag that names them
+INPUT_FLAGS = {"checkpoint": "--checkpoint", "tokenizer": "--tokenizer", "train": "--train", "dev": "--dev"}
+#: the identity recorded by this lmlab: inputs by content (an earlier one recorded paths and times)
+IDENTITY_VERSION = 2
 
 
 def run_identity(config: dict[str, Any], task: str, method: str, method_options: dict[str, Any],
-                 checkpoint, train, dev) -> dict[str, Any]:
-    """What a run was started with; a resume must match it (apart from :data:`FREE_SETTINGS`)."""
+                 inputs: dict[str, Any], known: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What a run was started with; a resume must match it: the settings (apart from
+    :data:`FREE_SETTINGS`), task and method, and the contents of ``inputs`` (``{role: path, model,
+    tokenizer or examples}``, roles of :data:`INPUT_FLAGS`), fingerprinted by
+    :mod:`lmlab.train.components.identity`. ``known``: the identity saved by the interrupted run,
+    whose digests are reused for the files untouched since."""
     settings = {k: v for k, v in config.items() if k not in FREE_SETTINGS}
-    start = str(Path(checkpoint).resolve()) if isinstance(checkpoint, (str, os.PathLike)) else "model"
-    return {"settings": _plain(settings), "task": task, "method": method,
-            "method_options": _plain(method_options), "checkpoint": start,
-            "train": input_identity(train), "dev": input_identity(dev)}
+    ours = isinstance(known, dict) and known.get("version") == IDENTITY_VERSION
+    before = known.get("inputs", {}) if ours else {}
+    return {"version": IDENTITY_VERSION, "settings": _plain(settings), "task": task, "method": method,
+            "method_options": _plain(method_options),
+            "inputs": {role: input_fingerprint(src, before.get(role)) for role, src in inputs.items()}}
 
 
 def _plain(obj):
@@ -134,6 +143,109 @@ def _plain(obj):
     if isinstance(obj, (list, tuple)):
         return [_plain(v) for v in obj]
     return obj
+
+
+def saved_identity(path: Path) -> dict[str, Any]:
+    """The identity recorded in the checkpoint ``path`` (its ``train_state.json``, checked whole)."""
+    fix = f"delete {path.parent.parent} to start the run over"
+    try:
+        meta = read_train_state(path)
+    except LmlabError as e:
+        raise LmlabError(e.problem, fix) from None
+    if "finetune" not in meta:
+        raise LmlabError(f"{path / STATE_JSON}: finetune: is missing (a pretraining checkpoint?)", fix)
+    return meta["finetune"]["identity"]
+
+
+def check_identity(saved: dict[str, Any], identity: dict[str, Any], inputs: dict[str, Any], path: Path,
+                   say=None) -> None:
+    """Before any work: the run resumed from the checkpoint ``path`` is the one that saved it (same
+    settings, task, method and input contents), else one line naming what differs. A state written
+    by an earlier lmlab (inputs by path and time) is checked as that lmlab did."""
+    rdir = path.parent.parent
+    detail = _setting_changes(saved, identity)
+    if saved.get("version") != IDENTITY_VERSION:
+        _check_earlier_identity(saved, inputs, detail, rdir, say)
+        return
+    names = {role: _input_name(role, src) for role, src in inputs.items()}
+    detail += differences(saved.get("inputs", {}), identity["inputs"], names)
+    if detail:
+        raise LmlabError(f"--resume does not continue the interrupted run: {', '.join(detail)}",
+                         f"resume with the run's own settings and files, or delete {rdir} to start the run "
+                         "over")
+
+
+def _setting_changes(saved: dict[str, Any], identity: dict[str, Any]) -> list[str]:
+    """The settings, task, method and method options that differ, as ``"lr 0.0005 -> 0.001"``."""
+    out = []
+    a, b = saved.get("settings", {}), identity["settings"]
+    out += [f"{k} {_shown(a.get(k))} -> {_shown(b.get(k))}" for k in sorted(set(a) | set(b))
+            if a.get(k) != b.get(k)]
+    for key, flag in (("task", "--task"), ("method", "--method")):
+        if saved.get(key) != identity[key]:
+            out.append(f"{flag} {_shown(saved.get(key))} -> {_shown(identity[key])}")
+    a, b = saved.get("method_options", {}), identity["method_options"]
+    out += [f"--method-option {k} {_shown(a.get(k))} -> {_shown(b.get(k))}" for k in sorted(set(a) | set(b))
+            if a.get(k) != b.get(k)]
+    return out
+
+
+def _shown(value) -> str:
+    """A setting's value in a message: as written on a command line, JSON for lists and tables."""
+    if value is None:
+        return "unset"
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def _input_name(role: str, source) -> str:
+    """``--train data/train.tsv``, or what was given in memory (the Python API)."""
+    if isinstance(source, (str, os.PathLike)):
+        return f"{INPUT_FLAGS.get(role, role)} {source}"
+    return {"checkpoint": "the model", "tokenizer": "the tokenizer"}.get(role, f"the {role} examples") + \
+        " given in memory"
+
+
+def _check_earlier_identity(saved: dict[str, Any], inputs: dict[str, Any], detail: list[str], rdir: Path,
+                            say) -> None:
+    """A state saved by an lmlab before content identities: its inputs were recorded by path (the
+    checkpoint) and by path, size and modification time (the data files). Resumed when they match,
+    as that lmlab did; else one line (an identical copy cannot be told from another file)."""
+    def recorded(role, source):
+        if role == "checkpoint":
+            return str(Path(source).resolve()) if isinstance(source, (str, os.PathLike)) else "model"
+        if isinstance(source, (str, os.PathLike)):
+            p = Path(source)
+            st = p.stat() if p.exists() else None
+            return [str(p.resolve()), st.st_size if st else None, st.st_mtime_ns if st else None]
+        return ["examples", len(source)]
+
+    for role in ("checkpoint", "train", "dev"):
+        if role in saved and saved[role] != recorded(role, inputs.get(role)):
+            what = "path" if role == "checkpoint" else "file"
+            detail.append(f"{_input_name(role, inputs.get(role))} is not the {what} the run started with, or "
+                          "was modified since")
+    if detail:
+        raise LmlabError(f"--resume does not continue the interrupted run, whose state an earlier lmlab "
+                         f"wrote (inputs recorded by path and time, not content): {', '.join(detail)}",
+                         f"resume with the run's own settings and files as they were, or delete {rdir} to "
+                         "start the run over")
+    if say is not None:
+        say(f"note: the resume state in {rdir} was written by an earlier lmlab, which recorded the inputs by "
+            "path and time: resuming as it would (their contents cannot be checked)")
+
+
+def output_fix(out_dir: str | os.PathLike, kept: bool = False) -> str | None:
+    """What to do when the output ``out_dir`` is taken by something else: move it away and resume
+    (:func:`lmlab.ownership.keep_work_fix`) when the work is kept in the resume folder (``kept``: it
+    will be; else when an interrupted run left a state there), else None (the usual advice)."""
+    out_dir = Path(out_dir)
+    try:
+        rdir = resume_dir(out_dir)
+    except ValueError:  # "." or "/": no resume folder, and the usual checks refuse such an output
+        return None
+    if kept or list_checkpoints(rdir):
+        return ownership.keep_work_fix(out_dir, rdir)
+    return None
 
 
 def holds_state(out_dir: Path) -> bool:
@@ -167,8 +279,9 @@ def check_start(out_dir: Path, resume: bool, clear: bool = True, say=None) -> Pa
     return None
 
 
-def save(saver: Checkpointer, run, identity: dict[str, Any]) -> Path:
-    """Checkpoint the fine-tuning ``run`` (:class:`lmlab.finetune.run.FinetuneRun`) at its step."""
+def save(saver: Checkpointer, run, identity: dict[str, Any], history: list | None = None) -> Path:
+    """Checkpoint the fine-tuning ``run`` (:class:`lmlab.finetune.run.FinetuneRun`) at its step
+    (``history``: the metrics rows so far, when not all of the run's log)."""
     tensors, opt_meta = optimizer_state(run.optimizer)
     tensors.update(random_streams({"shuffle": run.gen}))
     tensors.update({f"best.{k}": v.detach().cpu() for k, v in (run.best["snap"] or {}).items()})
@@ -181,13 +294,14 @@ def save(saver: Checkpointer, run, identity: dict[str, Any]) -> Path:
             "finetune": {"identity": identity, "order": run.order, "run_loss": run.run_loss,
                          "n_loss": run.n_loss, "best": {"score": score, "metrics": best["metrics"],
                                                         "step": best["step"]},
-                         "history": run.log.history}}
+                         "history": run.log.history if history is None else history}}
     return saver.save(run.step, StateDictWeights(run.model.state_dict()), tensors, meta)
 
 
-def load(path: Path, identity: dict[str, Any], model, optimizer, examples: int):
-    """``(tensors, meta, weights)`` of the checkpoint ``path``, after checking that this run is the
-    one that saved it and that it fits the run's ``model``, ``optimizer`` and ``examples``."""
+def load(path: Path, model, optimizer, examples: int):
+    """``(tensors, meta, weights)`` of the checkpoint ``path`` (whose identity
+    :func:`check_identity` accepted), after checking that it fits the run's ``model``, ``optimizer``
+    and ``examples``."""
     fix = f"delete {path.parent.parent} to start the run over"
     try:
         tensors, meta, weights = Checkpointer.read(path)
@@ -195,25 +309,8 @@ def load(path: Path, identity: dict[str, Any], model, optimizer, examples: int):
         raise LmlabError(e.problem, fix) from None
     if "finetune" not in meta:
         raise LmlabError(f"{path / STATE_JSON}: finetune: is missing (a pretraining checkpoint?)", fix)
-    _check_identity(meta["finetune"]["identity"], identity, path)
     _check_fits(path, tensors, meta, weights, model, optimizer, examples)
     return tensors, meta, weights
-
-
-def _check_identity(saved: dict[str, Any], identity: dict[str, Any], path: Path) -> None:
-    changed = sorted(k for k in set(saved) | set(identity) if saved.get(k) != identity.get(k))
-    if not changed:
-        return
-    detail = []
-    for k in changed:
-        if k == "settings":
-            a, b = saved.get(k, {}), identity.get(k, {})
-            detail += [f"{s} {a.get(s)!r} -> {b.get(s)!r}" for s in sorted(set(a) | set(b))
-                       if a.get(s) != b.get(s)]
-        else:
-            detail.append(f"{k} {saved.get(k)!r} -> {identity.get(k)!r}")
-    raise LmlabError(f"--resume with other settings than the interrupted run: {'; '.join(detail)}",
-                     f"resume with the same command, or delete {path.parent.parent} to start over")
 
 
 def _check_fits(path: Path, tensors: dict[str, torch.Tensor], meta: dict[str, Any],

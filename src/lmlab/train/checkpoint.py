@@ -173,9 +173,13 @@ def save_train_checkpoint(
 
     ``sharded``: a finished ``torch.distributed.checkpoint`` directory (FSDP: every rank's shards
     of the weights and optimizer state), moved in as ``sharded/`` before the checkpoint appears."""
+    from lmlab.ownership import keep_work_fix
+
     dest = checkpoint_path(run_dir, step)
+    # a folder that took its place meanwhile is moved away, not the run: the run folder holds its work
     try:
-        with atomic_dir(dest, marker="model.safetensors", what="checkpoint") as tmp:
+        with atomic_dir(dest, marker="model.safetensors", what="checkpoint",
+                        fix=keep_work_fix(dest, run_dir)) as tmp:
             model.save(tmp)
             save_file(
                 {k: v.contiguous() for k, v in tensors.items()},

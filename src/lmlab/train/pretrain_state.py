@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from lmlab.data.shards import INDEX_FILE
 from lmlab.errors import LmlabError
 from lmlab.ownership import start_temporary
 from lmlab.train import distributed as dist_
@@ -20,8 +21,10 @@ from lmlab.train.checkpoint import (
     set_aside_damaged,
 )
 from lmlab.train.components.checkpointer import optimizer_state, restore_optimizer
+from lmlab.train.components.identity import fingerprint, how_it_differs, same
 from lmlab.train.components.resume_state import ResumeState, random_streams, restore_random_streams
-from lmlab.train.config import RunConfig, load_config, read_toml
+from lmlab.train.config import DataConfig, RunConfig, load_config, read_toml
+from lmlab.train.data import expand, resolve
 from lmlab.train.metrics import read_metrics
 
 #: train.* keys that may change on --resume without changing the run's past or its arithmetic
@@ -49,37 +52,99 @@ def saved_machine(run_dir: Path, resume: bool, say=None) -> dict | None:
     return state.get("machine")
 
 
+def run_inputs(data: DataConfig) -> dict[str, list[Path]]:
+    """The files and folders a run's ``[data]`` reads, by setting: ``data.train``, ``data.val``
+    and, for text, ``data.tokenizer`` (its folder, or the text files a table trains it on; token
+    shards bring their own tokenizer, inside ``data.train``)."""
+    out = {"data.train": resolve(data.train, "data.train")}
+    if data.val:
+        out["data.val"] = resolve(data.val, "data.val")
+    tok = data.tokenizer
+    if any((p / INDEX_FILE).is_file() for p in out["data.train"]):
+        return out
+    if isinstance(tok, str) and tok:
+        out["data.tokenizer"] = [Path(expand(tok))]
+    elif isinstance(tok, dict) and tok.get("input"):
+        given = tok["input"]
+        out["data.tokenizer"] = resolve([given] if isinstance(given, str) else given, "data.tokenizer.input")
+    elif isinstance(tok, dict):
+        out["data.tokenizer"] = out["data.train"]  # trained on the training text
+    return out
+
+
+def input_identity(data: DataConfig, known: dict | None = None) -> dict[str, dict]:
+    """What the run reads, by content (:mod:`lmlab.train.components.identity`), saved with every
+    checkpoint (``inputs``); ``known``: the saved one, whose digests are reused for untouched files."""
+    known = known if isinstance(known, dict) else {}
+    roles = run_inputs(data)
+    out: dict[str, dict] = {}
+    for role, paths in roles.items():
+        again = next((out[r] for r in out if roles[r] == paths), None)  # the same files: hashed once
+        out[role] = again if again is not None else fingerprint(paths, known.get(role))
+    return out
+
+
 def check_run_dir(trainer) -> Path | None:
     """The checkpoint to resume from (None: start), or a one-line error for a run folder that holds
-    a run without ``--resume``, or a resume with another model, objective or tokenizer."""
+    a run without ``--resume``, or a resume with another model, objective or tokenizer (by setting
+    or by content). Sets ``trainer.inputs``, the run's :func:`input_identity`."""
     existing = latest_checkpoint(trainer.run_dir, trainer.log)
     if not trainer.resume:
         if existing is not None:
             raise LmlabError(f"{trainer.run_dir} already holds a run (checkpoint {existing.name})",
                              "pass --resume to continue it, or choose a new --out")
+        trainer.inputs = input_identity(trainer.cfg.data)
         return None
     if existing is None:
         trainer.log(f"resume: no checkpoint in {trainer.run_dir / 'checkpoints'}, starting from scratch")
+        trainer.inputs = input_identity(trainer.cfg.data)
         return None
     if trainer.info.is_main:  # one process renames; the resumed run writes those steps again
         set_aside_damaged(trainer.run_dir, trainer.log)
+    saved_inputs = read_train_state(existing).get("inputs")  # None: saved by an lmlab before inputs
+    trainer.inputs = input_identity(trainer.cfg.data, saved_inputs)
     saved_path = trainer.run_dir / "config.toml"
-    if saved_path.is_file():
-        compare_configs(trainer, load_config(read_toml(saved_path)))
+    saved = load_config(read_toml(saved_path)) if saved_path.is_file() else None
+    compare_configs(trainer, saved, saved_inputs)
     return existing
 
 
-def compare_configs(trainer, saved: RunConfig) -> None:
-    now, old = trainer.cfg.to_dict(), saved.to_dict()
+def compare_configs(trainer, saved: RunConfig | None, saved_inputs: dict | None = None) -> None:
+    """A resume with another model, objective or tokenizer (its setting, or the contents of its
+    folder or of the text it is trained on) is refused; other changes (settings, the contents of
+    the data) are said in a warning. A data path that changed while its contents did not is no
+    change. ``saved_inputs``: the :func:`input_identity` the checkpoint recorded (None: none)."""
+    now = trainer.cfg.to_dict()
+    old = saved.to_dict() if saved is not None else now
     diffs = [(section, key) for section in now for key in sorted(set(now[section]) | set(old[section]))
              if now[section].get(key) != old[section].get(key)]
+    before, inputs = saved_inputs or {}, trainer.inputs if saved_inputs is not None else {}
+    content = sorted(r for r in set(before) | set(inputs) if not same(before.get(r), inputs.get(r)))
+
+    def moved(section: str, key: str) -> bool:  # another path, the same contents
+        role = f"{section}.{key}"
+        folders = key != "tokenizer" or all(isinstance(c[section].get(key), str) for c in (old, now))
+        return role in before and role in inputs and role not in content and folders
+
+    diffs = [(s, k) for s, k in diffs if not moved(s, k)]
     fatal = [f"{s}.{k}" for s, k in diffs if s in ("model", "objective") or (s, k) == ("data", "tokenizer")]
     if fatal:
         raise LmlabError(f"--resume with a different {', '.join(fatal)} than the run was started with",
                          "resume with the run's own config (RUN_DIR/config.toml) or start a new run")
+    trained = not isinstance(now["data"].get("tokenizer"), str)  # a table: the tokenizer is trained on text
+    names = {"data.tokenizer": "the text data.tokenizer is trained on"} if trained else {}
+    said = {r: f"{names.get(r, r)} {how_it_differs(before.get(r), inputs.get(r))}" for r in content}
+    if "data.tokenizer" in said:
+        raise LmlabError(f"--resume on another tokenizer than the run was started with: "
+                         f"{said['data.tokenizer']}",
+                         "resume with the run's own data and tokenizer, or start a new run (another --out)")
     changed = [f"{s}.{k}" for s, k in diffs if not (s == "train" and k in RESUME_FREE_KEYS)]
     if changed:
         trainer.log(f"warning: resuming with changed {', '.join(changed)}: the continued run will differ "
+                    "from an uninterrupted one")
+    data = [words for role, words in said.items() if role not in changed]  # a changed path: said above
+    if data:
+        trainer.log(f"warning: resuming on changed data: {', '.join(data)}: the continued run will differ "
                     "from an uninterrupted one")
 
 
@@ -97,6 +162,7 @@ def save(trainer) -> None:
     meta = {**state.meta(), "epoch": trainer.windows.epoch_of(trainer.position),
             "rows_per_step": trainer.rows_per_step, "world_size": trainer.info.world_size,
             "optimizer": opt_meta, "initial_val": trainer.initial_val, "config": trainer.cfg.to_dict(),
+            "inputs": trainer.inputs,
             "machine": {"threads": trainer.machine.threads, "precision": trainer.machine.precision}}
     model = trainer.model
     if trainer.info.mode == "fsdp":  # gather the full weights (collective) into a CPU copy

@@ -4,6 +4,7 @@
   step after step and asks its components when to evaluate, log, save and stop;
 * :mod:`.resume_state`: :class:`ResumeState`, where a run stands (step, data position, tokens,
   time), and the random streams a resume restores;
+* :mod:`.identity`: what a ``--resume`` must find unchanged, the inputs' fingerprints by content;
 * :mod:`.checkpointer`: :class:`Checkpointer`, the one resume format (``step_N/`` folders of
   ``train_state.json`` checked by :class:`lmlab.file_schemas.TrainStateFile`,
   ``train_state.safetensors`` and the weights), written atomically, pruned, read back whole;

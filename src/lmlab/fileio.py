@@ -21,51 +21,6 @@ from lmlab.errors import LmlabError
 from lmlab.text_input import SURROGATE, surrogate_problem
 
 
-def path_argument(value: object, what: str) -> Path:
-    """``value`` as a Path when it is one (a str or an ``os.PathLike``), else a one-line error: the
-    entry check of every public function that takes a path (``load_tokenizer(None)`` must not fail
-    deep inside with a TypeError). ``what`` names the argument (``"load_tokenizer's path"``)."""
-    if isinstance(value, (str, os.PathLike)) and not isinstance(value, bytes):
-        text = os.fspath(value)
-        if isinstance(text, str) and text and "\x00" not in text:
-            return Path(text)
-        raise LmlabError(f"{what} must be a path, got {value!r}", "pass a file or folder path, e.g. \"out\"")
-    raise LmlabError(f"{what} must be a path (str or os.PathLike), got {type(value).__name__} {value!r}",
-                     "pass a file or folder path, e.g. \"out\"")
-
-
-def text_list_argument(value: object, what: str) -> list[str]:
-    """``value`` as a list of strings when it is a list or tuple of them, else a one-line error. A bare
-    string is refused, not iterated as characters (``special_tokens="[CLS]"`` is not 5 tokens)."""
-    if isinstance(value, str):
-        raise LmlabError(f"{what} must be a list of strings, got the string {_short(value)!r}",
-                         f"pass a list: [{json.dumps(_short(value), ensure_ascii=False)}]")
-    if not isinstance(value, (list, tuple)):
-        raise LmlabError(f"{what} must be a list of strings, got {type(value).__name__} {value!r}",
-                         'pass a list, e.g. ["..."]')
-    for i, item in enumerate(value):
-        if not isinstance(item, str):
-            raise LmlabError(f"{what}[{i}] must be a string, got {type(item).__name__} {item!r}",
-                             'pass a list of strings, e.g. ["..."]')
-    return list(value)
-
-
-def _short(text: str, limit: int = 40) -> str:
-    return text if len(text) <= limit else text[:limit - 3] + "..."
-
-
-def path_list_argument(value: object, what: str) -> list[Path]:
-    """``value`` as a list of Paths when it is a list or tuple of paths; a bare path (a str or an
-    ``os.PathLike``) is refused with the list to write, so ``"small.txt"`` is not read as characters."""
-    if isinstance(value, (str, os.PathLike)):
-        raise LmlabError(f"{what} must be a list of paths, got the single path {_short(str(value))!r}",
-                         f"pass a list: [{json.dumps(_short(str(value)), ensure_ascii=False)}]")
-    if not isinstance(value, (list, tuple)):
-        raise LmlabError(f"{what} must be a list of paths, got {type(value).__name__} {value!r}",
-                         'pass a list, e.g. ["corpus.txt"]')
-    return [path_argument(item, f"{what}[{i}]") for i, item in enumerate(value)]
-
-
 def existing_file(path: str | os.PathLike, what: str = "input file", fix: str = "check the path") -> Path:
     """``path`` as a Path when it is a file that exists, else a one-line error saying which it is not:
     missing, a directory, or something else (a socket, a dangling link). The one check of every file

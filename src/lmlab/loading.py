@@ -69,9 +69,13 @@ def load_model(path: str | os.PathLike, map_location="cpu", tokenizer=None,
     caller's test of the model's :class:`ModelFacts` (raising a one-line
     :class:`~lmlab.errors.LmlabError`), run on the directory's config before any weight is read
     (on the built model when only it can tell)."""
-    from lmlab.fileio import path_argument
+    from lmlab.arguments import callable_argument, path_argument, tokenizer_argument
 
     path = path_argument(path, "load_model's path")
+    if tokenizer is not None:
+        tokenizer_argument(tokenizer, "load_model's tokenizer", path=True)
+    if check is not None:
+        callable_argument(check, "load_model's check")
     facts = model_facts(path) if check is not None else None
     if facts is not None:
         check(facts)

@@ -104,6 +104,9 @@ def _load_average() -> float:
 
 def choose_threads(requested: int | None = 0, local_world_size: int = 1) -> tuple[int, str]:
     """``(threads, reason)``: ``requested`` when above 0, else the automatic count (module doc)."""
+    if requested is not None and (isinstance(requested, bool) or not isinstance(requested, int)):
+        raise LmlabError(f"thread count must be a whole number, got {type(requested).__name__} {requested!r}",
+                         "pass e.g. --threads 2, or 0 for auto")
     if requested:
         if requested < 0:
             raise LmlabError(f"thread count must be 0 (auto) or more, got {requested}",

@@ -272,6 +272,9 @@ _WORDS = {
     "int_parsing_size": "must be a whole number of at most 2**63 - 1",
     "string_too_short": "must not be empty",
     "missing": "is missing",
+    "int_type": "must be a whole number",
+    "float_type": "must be a number",
+    "bool_type": "must be True or False",
 }
 
 
@@ -315,11 +318,13 @@ def hint(kind: Any) -> str:
     return ""
 
 
-def check(kind: Any, value: Any, where: str, fix: str = "") -> Any:
+def check(kind: Any, value: Any, where: str, fix: str = "", *, strict: bool = False) -> Any:
     """``value`` validated (and converted) as ``kind``, or a one-line :class:`LmlabError` naming
-    ``where`` (a flag, ``FILE key``), the value and ``fix`` (by default: what ``kind`` accepts)."""
+    ``where`` (a flag, ``FILE key``), the value and ``fix`` (by default: what ``kind`` accepts).
+    ``strict``: no conversion between kinds (the text "10" is not a number, 10.0 not a whole one),
+    for an argument of the Python API (:func:`lmlab.arguments.number_argument`)."""
     try:
-        return _adapter(kind).validate_python(value)
+        return _adapter(kind).validate_python(value, strict=strict or None)
     except ValidationError as e:
         words = hint(kind)
         fix = fix or (f"use {words}" if words else "see --help for the valid values")

@@ -16,8 +16,8 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from lmlab.arguments import eager_checks, trusted_inputs
 from lmlab.models import build_model, get_preset
-from lmlab.models.checkpoint import eager_checks, trusted_inputs
 from lmlab.objectives import get_objective
 from lmlab.train import pretrain
 from lmlab.train.engine import Engine

@@ -33,6 +33,7 @@ import importlib
 import inspect
 from typing import TYPE_CHECKING, Any
 
+from lmlab.arguments import describe, model_argument
 from lmlab.errors import LmlabError
 
 if TYPE_CHECKING:  # torch is imported where a model is touched, so that METHODS costs nothing to read
@@ -128,6 +129,10 @@ def _guess(text: str) -> Any:
 def apply_method(model: nn.Module, method: str, options: dict[str, Any] | None = None) -> dict[str, Any]:
     """Apply ``method`` to ``model`` in place; return the resolved options (recorded on the model
     as ``model.peft = {"method": ..., "options": ...}`` for :mod:`lmlab.adapt.peft_io`)."""
+    model = model_argument(model, "apply_method's model")
+    if options is not None and not isinstance(options, dict):
+        raise LmlabError(f"apply_method's options must be a dict, got {describe(options)}",
+                         "pass e.g. {\"r\": 8}")
     if getattr(model, "peft", None):
         raise LmlabError(
             f"this model already has {model.peft['method']} applied", "apply one method to a fresh base model"
@@ -145,6 +150,7 @@ def apply_method(model: nn.Module, method: str, options: dict[str, Any] | None =
 
 def trainable_parameters(model: nn.Module) -> tuple[int, int, float]:
     """``(n_trainable, n_total, share)``: distinct parameters (tied ones once), method included."""
+    model = model_argument(model, "trainable_parameters' model")
     params = list(model.parameters())  # de-duplicated by identity
     n_total = sum(p.numel() for p in params)
     n_trainable = sum(p.numel() for p in params if p.requires_grad)

@@ -34,6 +34,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from lmlab import values
+from lmlab.arguments import describe, model_argument, number_argument, optional_number, tensor_argument
 from lmlab.errors import LmlabError
 from lmlab.losses import IGNORE, head_loss
 
@@ -44,12 +46,13 @@ def soft_target_loss(student_logits: Tensor, teacher_logits: Tensor, temperature
 
     Logits ``[..., C]``; ``mask`` (boolean, the leading shape) selects the rows that count.
     """
+    tensor_argument(student_logits, "student_logits", kind="float")
+    tensor_argument(teacher_logits, "teacher_logits", kind="float")
     if student_logits.shape != teacher_logits.shape:
         raise LmlabError(f"student logits {tuple(student_logits.shape)} and teacher logits "
                          f"{tuple(teacher_logits.shape)} differ in shape",
                          "distil into a student with the same heads, labels and vocabulary as the teacher")
-    if temperature <= 0:
-        raise LmlabError(f"temperature must be > 0, got {temperature}", "e.g. temperature=2")
+    number_argument(values.Temperature, temperature, "temperature")  # the range of --temperature
     c = student_logits.shape[-1]
     s, t = student_logits.reshape(-1, c).float(), teacher_logits.reshape(-1, c).float()
     if mask is not None:
@@ -66,9 +69,9 @@ def soft_target_loss(student_logits: Tensor, teacher_logits: Tensor, temperature
 def kd_loss(student_logits: Tensor, teacher_logits: Tensor, hard_loss: Tensor | None,
             temperature: float = 2.0, alpha: float = 0.5, mask: Tensor | None = None) -> Tensor:
     """``alpha · soft_target_loss + (1 - alpha) · hard_loss`` (``hard_loss`` may be None when alpha=1)."""
-    if not 0 <= alpha <= 1:
-        raise LmlabError(f"alpha must be in [0, 1], got {alpha}",
-                         "alpha is the weight of the soft loss, e.g. 0.5")
+    number_argument(values.Probability, alpha, "alpha")  # the weight of the soft loss: --alpha's range
+    if hard_loss is not None:
+        tensor_argument(hard_loss, "hard_loss", dims=0, shape="a 0-d loss", kind="float")
     soft = soft_target_loss(student_logits, teacher_logits, temperature, mask) if alpha > 0 else 0.0
     if alpha == 1:
         return soft
@@ -105,12 +108,16 @@ def distillation_loss(student: nn.Module, teacher: nn.Module, inputs: dict[str, 
     ``inputs``: the keyword arguments of the models' forward, labels included (they give the hard
     loss, the model's own). The teacher runs without gradients. Returns ``(loss, {"soft", "hard"})``.
     """
+    student = model_argument(student, "distillation_loss' student")
+    teacher = model_argument(teacher, "distillation_loss' teacher")
+    if not isinstance(inputs, dict):
+        raise LmlabError(f"distillation_loss' inputs must be a dict of the models' keyword arguments, got "
+                         f"{describe(inputs)}", "pass e.g. {'input_ids': ids, 'labels': labels}")
     if "span" in getattr(student, "head_names", ()):
         raise LmlabError("distillation of extractive-QA (span) heads is not supported",
                          "distil a classification, token-classification, MLM or LM head")
-    if not 0 <= alpha <= 1:
-        raise LmlabError(f"alpha must be in [0, 1], got {alpha}",
-                         "alpha is the weight of the soft loss, e.g. 0.5")
+    number_argument(values.Probability, alpha, "alpha")
+    number_argument(values.Temperature, temperature, "temperature")
     labels = inputs.get("labels")
     scoring = {k: v for k, v in inputs.items() if k != "labels"}  # models compute no loss
     s_out = student(**scoring)
@@ -149,6 +156,14 @@ def make_student(teacher: nn.Module, n_layers: int | None = None, layers: Sequen
     """
     from lmlab.models import build_model
 
+    teacher = model_argument(teacher, "make_student's teacher")
+    optional_number(values.Count, n_layers, "make_student's n_layers")
+    if layers is not None:
+        if isinstance(layers, (str, bytes)) or not isinstance(layers, Sequence):
+            raise LmlabError(f"make_student's layers must be a list of teacher layer numbers, got "
+                             f"{describe(layers)}", "pass e.g. layers=[0, 2, 4]")
+        number_argument(values.Layers, list(layers), "make_student's layers")
+    number_argument(values.Seed, seed, "make_student's seed")
     arch = getattr(teacher, "architecture", "")
     if arch not in ("encoder", "decoder"):
         raise LmlabError(f"cannot build a student for a {arch or type(teacher).__name__} model",
@@ -214,8 +229,16 @@ def distill(teacher: nn.Module, student: nn.Module, task, train: Sequence, dev: 
     from lmlab.train.estimate import duration
     from lmlab.train.optim import adamw, warmup_decay_lr
 
-    if steps < 1 or batch_size < 1:
-        raise LmlabError("steps and batch_size must be positive", "e.g. steps=1000, batch_size=32")
+    teacher = model_argument(teacher, "distill's teacher")
+    student = model_argument(student, "distill's student")
+    checks = ((values.Count, steps, "steps"), (values.BatchSize, batch_size, "batch_size"),
+              (values.LearningRate, lr, "lr"), (values.WeightDecay, weight_decay, "weight_decay"),
+              (values.Fraction, warmup_ratio, "warmup_ratio"),
+              (values.Temperature, temperature, "temperature"),
+              (values.Probability, alpha, "alpha"), (values.GradClip, grad_clip, "grad_clip"),
+              (values.Seed, seed, "seed"), (values.Count, log_every, "log_every"))
+    for kind, value, name in checks:
+        number_argument(kind, value, f"distill's {name}")  # each the range of its flag or recipe key
     tok = check_tokenizer(student)
     t_tok = getattr(teacher, "tokenizer", None)
     if t_tok is not None and t_tok.vocab_size != tok.vocab_size:
@@ -293,6 +316,7 @@ def _shorter_distill_hint(seconds_per_step: float) -> str:
 
 def agreement(task, a: nn.Module, b: nn.Module, examples: Sequence) -> float:
     """Share of ``examples`` on which two models predict the same label."""
+    a, b = model_argument(a, "agreement's a"), model_argument(b, "agreement's b")
     was = a.training, b.training
     a.eval(), b.eval()
     try:

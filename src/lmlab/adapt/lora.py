@@ -27,6 +27,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from lmlab.adapt import freeze_base, transformer_blocks, unfreeze_task_heads
+from lmlab.arguments import model_argument
 from lmlab.errors import LmlabError
 
 #: named groups of target modules
@@ -161,6 +162,7 @@ def merge_lora(model: nn.Module, unload: bool = False) -> nn.Module:
     ``unload=True`` also puts plain ``nn.Linear`` layers back (sharing the merged weights) and drops
     ``model.peft``, leaving an ordinary model that ``model.save()`` writes as a normal checkpoint.
     """
+    model = model_argument(model, "merge_lora's model")
     layers = lora_layers(model)
     if not layers:
         raise LmlabError(

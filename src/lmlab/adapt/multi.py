@@ -50,6 +50,7 @@ from lmlab.adapt.peft_io import (
 )
 from lmlab.adapt.prefix import PrefixEncoder
 from lmlab.adapt.prompt import input_embedding, strip_prompt
+from lmlab.arguments import describe, model_argument
 from lmlab.errors import LmlabError
 
 #: methods whose variants can share a batch
@@ -109,6 +110,10 @@ class MultiAdapterModel(nn.Module):
         super().__init__()
         from lmlab.models.checkpoint import read_safetensors
 
+        base = model_argument(base, "MultiAdapterModel's base")
+        if not isinstance(variants, dict):
+            raise LmlabError(f"MultiAdapterModel's variants must be a dict of name -> adapter directory, got "
+                             f"{describe(variants)}", "pass e.g. {'sst2': 'ft/sst2', 'base': None}")
         if not variants:
             raise LmlabError("no variants given", "name at least one: {'name': 'adapter/dir'}")
         arch = getattr(base, "architecture", "")
@@ -474,5 +479,8 @@ def generate_variants(model: MultiAdapterModel, input_ids: Tensor, attention_mas
     """:func:`lmlab.generate.generate` with row ``i`` continued by variant ``variants[i]``."""
     from lmlab.generate import generate
 
+    if not isinstance(model, MultiAdapterModel):
+        raise LmlabError(f"generate_variants' model must be a MultiAdapterModel, got {describe(model)}",
+                         "wrap the base first: MultiAdapterModel(base, {'name': 'adapter/dir'})")
     with model.serving(variants):
         return generate(model, input_ids, attention_mask, **options)

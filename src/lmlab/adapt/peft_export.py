@@ -49,6 +49,7 @@ from torch import nn
 
 from lmlab.adapt import TASK_HEADS
 from lmlab.adapt.peft_io import write_adapter
+from lmlab.arguments import model_argument, path_argument
 from lmlab.errors import LmlabError
 
 PEFT_NAMES = ("adapter_config.json", "adapter_model.safetensors")  # what peft reads
@@ -64,6 +65,8 @@ def export_peft(model: nn.Module, directory: str | os.PathLike, with_base: bool 
 
     ``with_base``: also write ``base/``, the model without its method as a Hugging Face model
     directory with the task head (what ``PeftModel.from_pretrained`` goes on top of)."""
+    model = model_argument(model, "export_peft's model")
+    directory = path_argument(directory, "export_peft's directory")
     method = (getattr(model, "peft", None) or {}).get("method")
     writers = {"lora": _lora, "prefix": _prefix, "prompt": _prompt}
     if method not in writers:

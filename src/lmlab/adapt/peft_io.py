@@ -36,6 +36,7 @@ import torch
 from torch import nn
 
 from lmlab.adapt import apply_method, resolve_options, trainable_parameters
+from lmlab.arguments import model_argument, path_argument
 from lmlab.errors import LmlabError
 from lmlab.fileio import atomic_dir, read_json, write_json
 
@@ -62,6 +63,8 @@ def save_peft(model: nn.Module, directory: str | os.PathLike, base_model: str | 
 
     ``base_model``: where the base came from (recorded for the reader; optional).
     """
+    model = model_argument(model, "save_peft's model")
+    directory = path_argument(directory, "save_peft's directory")
     peft = getattr(model, "peft", None)
     if not peft:
         raise LmlabError(
@@ -228,7 +231,10 @@ def load_peft_model(
     PEFT ``directory``: the body comes from the base, the task head and method from the adapter."""
     from lmlab.interop import load_plain_model
 
-    d = Path(directory)
+    d = path_argument(directory, "load_peft_model's directory")
+    if not isinstance(base_checkpoint, nn.Module):
+        base_checkpoint = path_argument(base_checkpoint,
+                                        "load_peft_model's base_checkpoint (a directory or a model)")
     cfg = read_peft_config(d)
     if isinstance(base_checkpoint, nn.Module):
         base = base_checkpoint

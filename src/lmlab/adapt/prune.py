@@ -41,6 +41,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor, nn
 
+from lmlab import values
+from lmlab.arguments import describe, model_argument, number_argument, tensor_argument
 from lmlab.errors import LmlabError
 
 STRUCTURES = ("unstructured", "rows", "heads")
@@ -72,6 +74,13 @@ class PruneMasks:
     #: True when :func:`prune_model` kept one head/row/weight that the sparsity asked removed
     #: (never all of a layer, or of the model)
     floored: bool = False
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.masks, dict):
+            raise LmlabError(f"PruneMasks' masks must be a dict of parameter name -> bool tensor, got "
+                             f"{describe(self.masks)}", "make them with prune_model(model, sparsity)")
+        for name, mask in self.masks.items():
+            tensor_argument(mask, f"PruneMasks' mask of {name!r}")
 
     def _params(self, model: nn.Module) -> dict[str, nn.Parameter]:
         params = dict(model.named_parameters(remove_duplicate=False))
@@ -120,8 +129,7 @@ class PruneMasks:
 
 
 def _check(sparsity: float, scope: str, structure: str) -> None:
-    if not (isinstance(sparsity, (int, float)) and 0 <= sparsity < 1):
-        raise LmlabError(f"sparsity {sparsity!r} must be a fraction in [0, 1)", "e.g. --sparsity 0.5")
+    number_argument(values.Fraction, sparsity, "sparsity")  # the range of --sparsity
     if scope not in SCOPES:
         raise LmlabError(f"unknown pruning scope {scope!r}", f"choose one of: {', '.join(SCOPES)}")
     if structure not in STRUCTURES:
@@ -196,6 +204,7 @@ def prune_model(model: nn.Module, sparsity: float, scope: str = "global", struct
     >>> round(masks.sparsity(model), 3)
     0.5
     """
+    model = model_argument(model, "prune_model's model")
     _check(sparsity, scope, structure)
     if getattr(model, "quantization", None):  # its linear layers hold int8 buffers, no float weights
         raise LmlabError("this model holds int8 weights (lmlab compress quantize), which pruning "
@@ -279,6 +288,7 @@ def _head_masks(model: nn.Module, sparsity: float, scope: str) -> tuple[dict[str
 
 def nonzero_parameters(model: nn.Module) -> tuple[int, int]:
     """``(nonzero, total)`` over the distinct parameters (int8 weights of quantized layers included)."""
+    model = model_argument(model, "nonzero_parameters' model")
     nonzero = total = 0
     tensors = list(model.parameters()) + [b for n, b in model.named_buffers() if n.endswith("qweight")]
     for t in tensors:

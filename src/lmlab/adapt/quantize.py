@@ -42,6 +42,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from lmlab.arguments import model_argument, path_argument, tokenizer_argument
 from lmlab.errors import LmlabError
 
 ACTIVATION_MODES = ("dynamic", "none")
@@ -171,6 +172,7 @@ def quantize_model(model: nn.Module, activations: str = "dynamic", include=("*",
     layer, task heads included). The model is put in eval mode; record of what was done is kept
     as ``model.quantization`` (saved by :func:`save_quantized`).
     """
+    model = model_argument(model, "quantize_model's model")
     check_activations(activations)
     if getattr(model, "quantization", None):
         raise LmlabError("this model is already quantized", "quantize the float model once")
@@ -187,6 +189,7 @@ def quantize_model(model: nn.Module, activations: str = "dynamic", include=("*",
 
 def linear_weight_bytes(model: nn.Module) -> int:
     """Bytes held by the weight matrices of the linear layers (float or int8 + scales); biases excluded."""
+    model = model_argument(model, "linear_weight_bytes' model")
     total, seen = 0, set()
     for m in model.modules():
         if isinstance(m, Int8Linear):
@@ -214,6 +217,10 @@ def save_quantized(model: nn.Module, directory: str | os.PathLike, tokenizer=Non
         check_tokenizer,
     )
 
+    model = model_argument(model, "save_quantized's model")
+    directory = path_argument(directory, "save_quantized's directory")
+    if tokenizer is not None:
+        tokenizer_argument(tokenizer, "save_quantized's tokenizer")
     info = getattr(model, "quantization", None)
     if not info or not getattr(model, "architecture", ""):
         raise LmlabError(f"{type(model).__name__} is not a quantized lmlab model",
@@ -224,7 +231,6 @@ def save_quantized(model: nn.Module, directory: str | os.PathLike, tokenizer=Non
     meta = {"lmlab_format_version": FORMAT_VERSION, "architecture": model.architecture,
             "family": model.config.family, "heads": list(getattr(model, "head_names", ())),
             "config": model.config.to_dict(), "quantization": info}
-    directory = Path(directory)
     with atomic_dir(directory, marker=WEIGHTS_NAME, what="model") as tmp:
         save_file({k: v.cpu() for k, v in state.items()}, str(tmp / WEIGHTS_NAME), metadata={"format": "pt"})
         write_json(tmp / CONFIG_NAME, meta)

@@ -90,7 +90,7 @@ def override_items(overrides: Iterable[str] | dict[str, Any] | None,
         return []
     if isinstance(overrides, dict):
         return list(overrides.items())
-    from lmlab.fileio import text_list_argument
+    from lmlab.arguments import text_list_argument
 
     items = []
     overrides = text_list_argument(overrides, "overrides")  # a bare string is not a list of characters

@@ -57,7 +57,7 @@ def load_config(
     elif isinstance(source, dict):
         raw = {k: dict(v) if isinstance(v, dict) else v for k, v in source.items()}
     else:
-        from lmlab.fileio import path_argument
+        from lmlab.arguments import path_argument
 
         raw = toml.read_toml(path_argument(source, "the config (a recipe path, a dict or a RunConfig)"))
     items = override_items(overrides)

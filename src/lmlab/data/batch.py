@@ -10,6 +10,9 @@ from dataclasses import dataclass
 
 from torch import Tensor
 
+from lmlab.arguments import tensor_argument
+from lmlab.errors import LmlabError
+
 
 @dataclass
 class TokenBatch:
@@ -31,6 +34,18 @@ class TokenBatch:
     #: every row holds one document (no mask to build); known on the host once the batch has been
     #: moved by :meth:`to` from the CPU, so deciding costs no device read. None: not looked at yet.
     single_document: bool | None = None
+
+    def __post_init__(self) -> None:
+        """Three ``[B, T]`` integer tensors of one shape (and ``offsets`` too when given), else a
+        one-line error (:func:`lmlab.arguments.tensor_argument`): no value is read."""
+        shape = tensor_argument(self.input_ids, "TokenBatch's input_ids", dims=2, kind="integer").shape
+        for name in ("doc_ids", "position_ids", "offsets"):
+            t = getattr(self, name)
+            if t is None and name == "offsets":
+                continue
+            if tensor_argument(t, f"TokenBatch's {name}", dims=2, kind="integer").shape != shape:
+                raise LmlabError(f"TokenBatch's {name} has shape {tuple(t.shape)}, its input_ids "
+                                 f"{tuple(shape)}", "pass one entry per token")
 
     def to(self, device, non_blocking: bool = False) -> TokenBatch:
         single = self.single_document

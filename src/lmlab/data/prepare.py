@@ -39,7 +39,8 @@ from typing import Any
 
 import numpy as np
 
-from lmlab import ownership
+from lmlab import ownership, values
+from lmlab.arguments import number_argument, path_argument, path_list_argument
 from lmlab.budget import cap_workers
 from lmlab.data.options import DEFAULT_SHARD_TOKENS, DOC_SEPARATORS, default_workers
 from lmlab.data.records import input_bytes, is_dataset_dir, is_record_file, iter_record_texts
@@ -58,8 +59,6 @@ from lmlab.fileio import (
     check_encoding,
     check_input_file,
     iter_text_lines,
-    path_argument,
-    path_list_argument,
     require_text,
 )
 from lmlab.processes import ordered_results, start_method, worker_pool
@@ -278,19 +277,14 @@ def _check_options(inputs, val_fraction: float, workers: int | None, shard_token
     if not isinstance(inputs, (list, tuple)) or not inputs:
         raise LmlabError("no input files given", "pass one or more text files")
     files = [Path(f) if is_dataset_dir(f) else check_input_file(f) for f in inputs]
-    if not 0.0 <= val_fraction < 1.0:
-        raise LmlabError(f"val fraction must be in [0, 1), got {val_fraction}",
-                         "pass e.g. --val-fraction 0.01")
-    workers = default_workers() if workers is None else workers
-    if workers < 1:
-        raise LmlabError(f"workers must be at least 1, got {workers}", "pass e.g. --workers 2")
+    # the ranges of --val-fraction, --workers, --shard-tokens and --seed
+    number_argument(values.Fraction, val_fraction, "prepare_shards' val_fraction")
+    workers = default_workers() if workers is None else number_argument(values.Workers, workers,
+                                                                         "prepare_shards' workers")
     workers, workers_note = cap_workers(workers)  # each worker is a process with its own tokenizer
-    if shard_tokens < 1:
-        raise LmlabError(f"shard size must be at least 1 token, got {shard_tokens}",
-                         "pass e.g. --shard-tokens 100000000")
+    number_argument(values.Count, shard_tokens, "prepare_shards' shard_tokens")
     _check_separator(doc_separator)
-    if not -(2**63) <= seed < 2**63:
-        raise LmlabError(f"seed {seed} does not fit in 64 bits", "pass a smaller --seed")
+    number_argument(values.Seed, seed, "prepare_shards' seed")
     check_encoding(encoding)
     return files, workers, workers_note
 

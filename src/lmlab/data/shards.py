@@ -242,7 +242,7 @@ class TokenShards:
     """
 
     def __init__(self, directory: str | os.PathLike, split: str = "train"):
-        from lmlab.fileio import path_argument
+        from lmlab.arguments import path_argument
 
         self.directory = path_argument(directory, "TokenShards' directory")
         if not self.directory.is_dir():

@@ -65,7 +65,7 @@ class WordVectors:
 
     def save(self, directory: str | os.PathLike) -> Path:
         """Write ``vectors.npy`` and ``words.txt`` (one word per line) atomically."""
-        from lmlab.fileio import path_argument
+        from lmlab.arguments import path_argument
 
         directory = path_argument(directory, "vectors.save's directory")
         with atomic_dir(directory, marker="vectors.npy", what="word-vectors") as tmp:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from lmlab.arguments import describe
 from lmlab.errors import LmlabError
 
 _WORD = re.compile(r"[a-z]+(?:'[a-z]+)?")
@@ -59,7 +60,13 @@ def corpus_words(texts: str | Iterable[str]) -> list[str]:
     """All words of one text or of several texts, in order."""
     if isinstance(texts, str):
         return words(texts)
+    if not isinstance(texts, Iterable):
+        raise LmlabError(f"the texts must be a string or an iterable of strings, got {describe(texts)}",
+                         'pass e.g. ["a first text", "a second one"]')
     out: list[str] = []
-    for t in texts:
+    for i, t in enumerate(texts):
+        if not isinstance(t, str):
+            raise LmlabError(f"texts[{i}] must be a string, got {describe(t)}",
+                             "pass strings (decode bytes first)")
         out.extend(words(t))
     return out

@@ -172,7 +172,7 @@ def finetune(checkpoint, task: str | Task, train, dev, out: str | os.PathLike | 
     ``resume``: continue the interrupted run that was writing ``out`` (:mod:`lmlab.finetune.resume`).
     Returns the best dev metrics, the model and the run's numbers.
     """
-    from lmlab.fileio import path_argument
+    from lmlab.arguments import callable_argument, describe, flag_argument, path_argument, tokenizer_argument
 
     if not isinstance(checkpoint, nn.Module):
         checkpoint = path_argument(checkpoint, "finetune's checkpoint (a directory or a model)")
@@ -180,6 +180,14 @@ def finetune(checkpoint, task: str | Task, train, dev, out: str | os.PathLike | 
                   for data, name in ((train, "train"), (dev, "dev")))
     if out is not None:
         out = path_argument(out, "finetune's out")
+    if tokenizer is not None:
+        tokenizer_argument(tokenizer, "finetune's tokenizer", path=True)
+    if method_options is not None and not isinstance(method_options, dict):
+        raise LmlabError(f"finetune's method_options must be a dict, got {describe(method_options)}",
+                         "pass e.g. {\"r\": 8}")
+    if log is not None:
+        callable_argument(log, "finetune's log")
+    flag_argument(resume, "finetune's resume")
     cfg = FinetuneConfig.from_dict(hparams)
     check_length_fits(checkpoint, cfg.max_length)  # before any work: the model's config is enough
     if isinstance(task, str):

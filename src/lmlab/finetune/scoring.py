@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from lmlab import ownership
+from lmlab.arguments import callable_argument, path_argument
 from lmlab.errors import LmlabError
 from lmlab.fileio import read_json, write_output_file
 from lmlab.finetune.methods import method_class
@@ -53,7 +54,7 @@ def finetuned_task(checkpoint: str | os.PathLike) -> Task:
 
 def load_finetuned(checkpoint: str | os.PathLike) -> tuple[nn.Module, Task]:
     """A fine-tuned model and its task, from a directory written by :func:`finetune`."""
-    d = Path(checkpoint)
+    d = path_argument(checkpoint, "load_finetuned's checkpoint")
     task = finetuned_task(d)
     method = "full"
     if (d / SUMMARY_FILE).is_file():
@@ -77,8 +78,13 @@ def evaluate(checkpoint: str | os.PathLike, data, task: str | None = None, *, on
     ``log`` (default: stderr) hears what will be scored, the progress over the batches (a bar on a
     terminal, a line every ~5% otherwise; none with ``progress=False``) and a one-line summary.
     """
-    if batch_size < 1:
-        raise LmlabError(f"batch size must be at least 1, got {batch_size}", "pass e.g. batch_size=64")
+    checkpoint = path_argument(checkpoint, "evaluate's checkpoint")
+    if isinstance(data, (str, bytes)) or not isinstance(data, Sequence):  # a list of Examples is read below
+        data = path_argument(data, "evaluate's data (a file or a list of examples)")
+    if log is not None:
+        callable_argument(log, "evaluate's log")
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise LmlabError(f"batch size must be at least 1, got {batch_size!r}", "pass e.g. batch_size=64")
     check_device(device)  # before the model is loaded
     if predictions is not None:
         check_predictions_file(predictions, {"--data": data, "--checkpoint": checkpoint})

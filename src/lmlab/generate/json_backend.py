@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from lmlab import values
+from lmlab.arguments import number_argument, token_id_argument, tokenizer_argument
 from lmlab.errors import LmlabError
 from lmlab.generate.json_schema import DEFAULT_MAX_ARRAY_ITEMS, DEFAULT_MAX_STRING_LENGTH
 from lmlab.generate.llguidance_json import (
@@ -149,6 +151,11 @@ def json_schema_constraint(schema: Any, tokenizer, *, backend: str = "auto", pro
     The result has ``.backend`` (``"llguidance"`` or ``"lmlab"``), ``.eos`` and ``.text(ids)``.
     With ``backend="auto"`` every row ends, valid, within ``max_new_tokens``, or this raises first.
     """
+    tokenizer = tokenizer_argument(tokenizer, "json_schema_constraint's tokenizer")
+    number_argument(values.Size, prompt_len, "json_schema_constraint's prompt_len")
+    number_argument(values.Count, max_new_tokens, "json_schema_constraint's max_new_tokens")
+    if eos_token_id is not None:
+        token_id_argument(eos_token_id, "json_schema_constraint's eos_token_id", tokenizer.vocab_size)
     chosen = resolve_backend(backend, tokenizer, schema, max_new_tokens=max_new_tokens, **options)
     if chosen == "llguidance":
         from lmlab.generate.llguidance_json import LlguidanceJsonConstraint

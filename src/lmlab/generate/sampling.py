@@ -23,6 +23,8 @@ from collections.abc import Callable, Sequence
 
 import torch
 
+from lmlab import values
+from lmlab.arguments import number_argument, optional_number
 from lmlab.errors import LmlabError
 
 LogitsProcessor = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
@@ -63,17 +65,16 @@ def top_p(scores: torch.Tensor, p: float) -> torch.Tensor:
 
 
 def check_sampling_options(temperature_: float, top_k_: int | None, top_p_: float | None,
-                           penalty: float) -> None:
-    """One-line errors for impossible settings."""
-    if not temperature_ > 0:
-        raise LmlabError(f"temperature must be > 0, got {temperature_}",
+                           penalty: float, do_sample: bool = True) -> None:
+    """One-line errors for impossible settings, each range the one its flag of ``lmlab generate``
+    has (:mod:`lmlab.values`); ``temperature`` 0 (greedy) only when not sampling."""
+    number_argument(values.SamplingTemperature, temperature_, "temperature")
+    if do_sample and not temperature_ > 0:
+        raise LmlabError(f"temperature must be > 0 when sampling, got {temperature_}",
                          "use greedy decoding (do_sample=False / --temperature 0) for the most likely tokens")
-    if top_k_ is not None and (not isinstance(top_k_, int) or top_k_ < 1):
-        raise LmlabError(f"top_k must be a positive integer, got {top_k_!r}", "e.g. top_k=50")
-    if top_p_ is not None and not 0 < top_p_ <= 1:
-        raise LmlabError(f"top_p must be in (0, 1], got {top_p_}", "e.g. top_p=0.9")
-    if not penalty > 0:
-        raise LmlabError(f"repetition_penalty must be > 0, got {penalty}", "1.0 = no penalty; e.g. 1.2")
+    optional_number(values.Count, top_k_, "top_k")
+    optional_number(values.TopP, top_p_, "top_p")
+    number_argument(values.Penalty, penalty, "repetition_penalty")
 
 
 def build_processors(*, do_sample: bool, temperature_: float = 1.0, top_k_: int | None = None,

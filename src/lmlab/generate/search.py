@@ -32,7 +32,19 @@ from collections.abc import Sequence
 
 import torch
 
-from lmlab import budget
+from lmlab import budget, values
+from lmlab.arguments import (
+    callable_argument,
+    describe,
+    flag_argument,
+    id_list_argument,
+    ids_argument,
+    model_argument,
+    number_argument,
+    optional_number,
+    tensor_argument,
+    token_id_argument,
+)
 from lmlab.errors import LmlabError
 from lmlab.generate.sampling import (
     LogitsProcessor,
@@ -189,14 +201,27 @@ def generate(model, input_ids: torch.Tensor, attention_mask: torch.Tensor | None
         ``[B * num_return_sequences, L]`` token ids (see the module docstring for what they hold);
         rows of one prompt are consecutive.
     """
+    model = model_argument(model, "generate's model")
+    check_can_generate(model)
     cfg = model.config
     kind = getattr(model, "architecture", "")
-    check_can_generate(model)
     input_ids = _check_prompt(model, input_ids)
+    if attention_mask is not None:
+        attention_mask = tensor_argument(attention_mask, "attention_mask", dims=2, lists=True)
+    flag_argument(do_sample, "do_sample")
+    flag_argument(use_cache, "use_cache")
     _check_options(kind, input_ids, attention_mask, max_new_tokens=max_new_tokens, do_sample=do_sample,
                    num_beams=num_beams, num_return_sequences=num_return_sequences)
-    check_sampling_options(temperature if do_sample else 1.0, top_k, top_p, repetition_penalty)
+    check_sampling_options(temperature, top_k, top_p, repetition_penalty, do_sample=do_sample)
+    number_argument(values.LengthPenalty, length_penalty, "length_penalty")
+    optional_number(values.Seed, seed, "seed")
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise LmlabError(f"generator must be a torch.Generator, got {describe(generator)}",
+                         "pass torch.Generator().manual_seed(0), or seed=0")
+    logits_processors = _processors(logits_processors)
     stops = _stop_conditions(cfg, eos_token_id, stop_sequences)
+    if pad_token_id is not None:
+        pad_token_id = token_id_argument(pad_token_id, "pad_token_id", cfg.vocab_size)
     if pad_token_id is None:
         pad_token_id = getattr(cfg, "pad_token_id", None)
     if pad_token_id is None:
@@ -269,10 +294,9 @@ def check_counts(*, max_new_tokens, do_sample: bool, num_beams, num_return_seque
     """The one rule of how many tokens, beams and sequences a decoding takes, each a one-line error
     naming the setting as the caller wrote it (``names``: the arguments, or a command's flags), so
     that a command can run it before loading the model."""
-    for key, value, example in (("max_new_tokens", max_new_tokens, "50"), ("num_beams", num_beams, "1"),
-                                ("num_return_sequences", num_return_sequences, "1")):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise LmlabError(f"{names[key]} must be a positive integer, got {value!r}", f"e.g. {example}")
+    number_argument(values.Count, max_new_tokens, names["max_new_tokens"])
+    number_argument(values.BatchSize, num_beams, names["num_beams"])
+    number_argument(values.BatchSize, num_return_sequences, names["num_return_sequences"])
     beams, returned, n = names["num_beams"], names["num_return_sequences"], num_return_sequences
     if num_beams > 1 and n > num_beams:
         raise LmlabError(f"{returned} {n} exceeds {beams} {num_beams} (beam search returns its best beams)",
@@ -287,16 +311,26 @@ def _stop_conditions(cfg, eos_token_id: int | Sequence[int] | None,
     """The stop tokens (None: the config's ``eos_token_id``) and sequences, each id checked."""
     if eos_token_id is None:
         eos_token_id = getattr(cfg, "eos_token_id", None)
+    v = cfg.vocab_size
     if eos_token_id is None:
         eos = []
+    elif isinstance(eos_token_id, (list, tuple)) or getattr(eos_token_id, "dim", lambda: 0)() == 1:
+        eos = id_list_argument(eos_token_id, "eos_token_id", v)
     else:
-        eos = [eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id)
-    stops = _Stops(eos, stop_sequences)
-    for t in stops.eos + [t for s in stops.sequences for t in s]:
-        if not 0 <= t < cfg.vocab_size:
-            raise LmlabError(f"stop token id {t} is out of range for the vocabulary of {cfg.vocab_size}",
-                             "pass ids from the model's tokenizer")
-    return stops
+        eos = [token_id_argument(eos_token_id, "eos_token_id", v)]
+    if isinstance(stop_sequences, (str, bytes)) or not isinstance(stop_sequences, (list, tuple)):
+        raise LmlabError(f"stop_sequences must be a list of token-id lists, got {describe(stop_sequences)}",
+                         "pass e.g. [tokenizer.encode(text)]")
+    sequences = [id_list_argument(s, f"stop_sequences[{i}]", v) for i, s in enumerate(stop_sequences)]
+    return _Stops(eos, sequences)
+
+
+def _processors(processors) -> Sequence[LogitsProcessor]:
+    """``logits_processors`` as a list of callables (one function alone is refused with the list)."""
+    if callable(processors) or not isinstance(processors, (list, tuple)):
+        fix = "pass a list: [processor]" if callable(processors) else "pass a list of functions"
+        raise LmlabError(f"logits_processors must be a list of functions, got {describe(processors)}", fix)
+    return [callable_argument(p, f"logits_processors[{i}]") for i, p in enumerate(processors)]
 
 
 def _decoder_start(cfg, decoder_start_token_id: int | None) -> int:
@@ -306,7 +340,7 @@ def _decoder_start(cfg, decoder_start_token_id: int | None) -> int:
     if decoder_start_token_id is None:
         raise LmlabError("the model config has no decoder_start_token_id",
                          "pass decoder_start_token_id=...")
-    return decoder_start_token_id
+    return token_id_argument(decoder_start_token_id, "decoder_start_token_id", cfg.vocab_size)
 
 
 def generation_bytes(model, rows: int, prompt_len: int, max_new_tokens: int, use_cache: bool = True,
@@ -329,22 +363,16 @@ def generation_bytes(model, rows: int, prompt_len: int, max_new_tokens: int, use
 
 
 def _check_prompt(model, input_ids) -> torch.Tensor:
-    if not isinstance(input_ids, torch.Tensor):
-        input_ids = torch.as_tensor(input_ids, dtype=torch.long)
-    if input_ids.dim() == 1:
-        input_ids = input_ids[None]
-    if input_ids.dim() != 2 or input_ids.shape[1] == 0:
+    """The prompt as a ``[batch, length]`` long tensor (one prompt ``[length]`` gains the batch
+    dimension; a list of lists of ids is taken as the tensor it spells), its ids in the vocabulary."""
+    ids = tensor_argument(input_ids, "the prompt (input_ids)", dims=(1, 2), kind="integer", lists=True)
+    if ids.dim() == 1:
+        ids = ids[None]
+    if ids.shape[1] == 0:
         raise LmlabError(f"the prompt must be a non-empty [batch, length] id tensor, got shape "
-                         f"{tuple(input_ids.shape)}", "start with at least one token (e.g. the BOS id)")
-    if input_ids.dtype not in (torch.long, torch.int32, torch.int16, torch.int8, torch.uint8):
-        raise LmlabError(f"prompt ids must be integers, got {input_ids.dtype}", "pass token ids")
-    v = model.config.vocab_size
-    lo, hi = int(input_ids.min()), int(input_ids.max())
-    if lo < 0 or hi >= v:
-        bad = hi if hi >= v else lo
-        raise LmlabError(f"prompt token id {bad} is out of range for the model's vocabulary of {v}",
-                         "encode the prompt with the model's own tokenizer")
-    return input_ids.long()
+                         f"{tuple(ids.shape)}", "start with at least one token (e.g. the BOS id)")
+    return ids_argument(ids, "prompt", model.config.vocab_size,
+                        fix="encode the prompt with the model's own tokenizer").long()
 
 
 def _check_length(model, start_len: int, max_new_tokens: int) -> None:

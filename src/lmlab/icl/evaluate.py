@@ -26,6 +26,14 @@ from typing import Any
 
 import torch
 
+from lmlab import values
+from lmlab.arguments import (
+    describe,
+    model_argument,
+    number_argument,
+    optional_number,
+    tokenizer_argument,
+)
 from lmlab.errors import LmlabError
 from lmlab.icl.prompts import PromptTemplate
 from lmlab.models.config import position_limit
@@ -157,6 +165,14 @@ def evaluate_icl(model, tokenizer, task_examples, shots, k: int, template: Promp
     Returns:
         ``{"accuracy", "correct", "n", "k", "scoring", "predictions"}``.
     """
+    model = model_argument(model, "evaluate_icl's model")
+    tokenizer = tokenizer_argument(tokenizer, "evaluate_icl's tokenizer")
+    check_fewshot_count(k)
+    number_argument(values.Seed, seed, "evaluate_icl's seed")
+    optional_number(values.Count, max_new_tokens, "evaluate_icl's max_new_tokens")
+    if template is not None and not isinstance(template, PromptTemplate):
+        raise LmlabError(f"evaluate_icl's template must be a PromptTemplate, got {describe(template)}",
+                         "pass PromptTemplate(example='{input} => {answer}') (lmlab.icl)")
     if getattr(model, "architecture", "") != "decoder":
         raise LmlabError("in-context learning needs a decoder (a left-to-right language model)",
                          "use a gpt2 or llama checkpoint")
@@ -187,8 +203,8 @@ def evaluate_icl(model, tokenizer, task_examples, shots, k: int, template: Promp
         else:
             conts = [template.continuation(x, lab) for lab in labels]
             scores = continuation_logprobs(model, tokenizer, prompt, conts)
-            values = [s / n if scoring == "likelihood-mean" else s for s, n in scores]
-            pred = labels[max(range(len(labels)), key=values.__getitem__)]
+            totals = [s / n if scoring == "likelihood-mean" else s for s, n in scores]
+            pred = labels[max(range(len(labels)), key=totals.__getitem__)]
             hit = pred == y
         predictions.append(pred)
         correct += int(hit)

@@ -307,6 +307,15 @@ def run_harness(checkpoint: str | os.PathLike, tasks: str | Sequence[str], *,
     :func:`default_output`). Returns what was written, plus the per-example ``samples`` (written
     too with ``log_samples``) and the file's ``path``. A local task file that brings Python code
     (``!function``) is refused unless ``allow_code`` (:func:`check_task_code`)."""
+    from lmlab import values
+    from lmlab.arguments import number_argument, optional_number, path_argument
+
+    checkpoint = path_argument(checkpoint, "run_harness's checkpoint")
+    if out is not None:
+        out = path_argument(out, "run_harness's out")
+    number_argument(values.BatchSize, batch_size, "run_harness's batch_size")
+    optional_number(values.Count, limit, "run_harness's limit")
+    number_argument(values.Seed, seed, "run_harness's seed")
     check_installed()
     import lm_eval
 
@@ -315,9 +324,6 @@ def run_harness(checkpoint: str | os.PathLike, tasks: str | Sequence[str], *,
     from lmlab.runtime import check_device, pick_device
 
     check_device(device)  # before the tasks and the model are read
-    if batch_size < 1 or (limit is not None and limit < 1):
-        raise LmlabError("batch size and limit must be positive",
-                         "pass e.g. --batch-size 16 --max-examples 100")
     check_tasks_fewshot({}, num_fewshot)  # K itself, before the tasks are read
     out_path = Path(out) if out is not None else default_output(checkpoint)
     # all before the model is loaded

@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from lmlab.arguments import describe
 from lmlab.errors import LmlabError
 
 
@@ -31,6 +32,11 @@ class PromptTemplate:
     separator: str = "\n"
 
     def __post_init__(self):
+        for name in ("description", "example", "separator"):
+            value = getattr(self, name)
+            if not isinstance(value, str):
+                raise LmlabError(f"PromptTemplate's {name} must be a string, got {describe(value)}",
+                                 'pass e.g. PromptTemplate("Classify the sentiment.", "{input} => {answer}")')
         if self.example.count("{answer}") != 1 or self.example.count("{input}") != 1 or \
                 self.example.index("{input}") > self.example.index("{answer}"):
             raise LmlabError(f"example format {self.example!r} must hold {{input}} then {{answer}}, "

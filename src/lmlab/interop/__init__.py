@@ -22,6 +22,7 @@ import os
 import shutil
 from pathlib import Path
 
+from lmlab.arguments import model_argument, path_argument, tokenizer_argument
 from lmlab.errors import LmlabError
 from lmlab.fileio import atomic_dir, inside, read_json, write_json
 
@@ -218,10 +219,16 @@ def hf_export(model, directory: str | os.PathLike, tokenizer=None) -> Path:
     """Write ``model`` as a Hugging Face directory (config.json, model.safetensors, tokenizer files)."""
     from safetensors.torch import save_file
 
+    model = model_argument(model, "hf_export's model")
+    directory = path_argument(directory, "hf_export's directory")
+    if tokenizer is not None:
+        tokenizer_argument(tokenizer, "hf_export's tokenizer")
+    if not getattr(model, "architecture", ""):
+        raise LmlabError(f"{type(model).__name__} is not an lmlab model",
+                         "export models built by lmlab.models")
     module = converter(model.config.family)
     hf_config, state = module.to_hf(model)
     tokenizer = tokenizer if tokenizer is not None else getattr(model, "tokenizer", None)
-    directory = Path(directory)
     with atomic_dir(directory, marker="config.json", what="Hugging Face model") as tmp:
         save_file(
             {k: v.detach().contiguous().cpu() for k, v in state.items()},

@@ -141,7 +141,7 @@ def load_grid(source: str | os.PathLike | dict[str, Any], overrides: list[str] |
     presets, tasks or settings, an objective that cannot train the preset, a task the architecture
     cannot do, missing files, a budget too small) is raised now as a one-line :class:`LmlabError`.
     """
-    from lmlab.fileio import path_argument, text_list_argument
+    from lmlab.arguments import path_argument, text_list_argument
 
     if overrides is not None:
         overrides = text_list_argument(overrides, "load_grid's overrides")

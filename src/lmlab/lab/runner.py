@@ -28,8 +28,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lmlab.arguments import path_argument
 from lmlab.errors import LmlabError
-from lmlab.fileio import path_argument, write_json
+from lmlab.fileio import write_json
 from lmlab.finetune import finetune
 from lmlab.lab.baselines import DIAGNOSTICS
 from lmlab.lab.grid import FinetuneRun, Grid, PretrainRun

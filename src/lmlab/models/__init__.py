@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 
+from lmlab.arguments import text_list_argument
 from lmlab.budget import require_weights_fit
 from lmlab.deprecation import warn_deprecated
 from lmlab.errors import LmlabError
@@ -120,7 +121,12 @@ def build_model(config, heads=None, architecture: str | None = None):
     heads, ``()`` = the bare network.
     """
     if isinstance(config, str):
+        if config not in PRESETS and (os.sep in config or os.path.isdir(config)):
+            raise LmlabError(f"build_model's config {config!r} is a path, not a preset name",
+                             f"to load a saved model, use load_model({config!r}) (lmlab.loading)")
         config = get_preset(config)
+    if heads is not None:
+        heads = tuple(text_list_argument(heads, "build_model's heads"))  # "lm" is not ("l", "m")
     spec = family_spec(architecture) if architecture else _spec_to_build(config)
     check_fits_in_memory(config, spec.name)
     return spec.build(config, heads)
@@ -130,9 +136,14 @@ def _spec_to_build(config) -> FamilySpec:
     try:
         return spec_of_config(config)
     except LmlabError:
-        raise LmlabError(f"cannot build a model from a {type(config).__name__}",
-                         "pass the config of a model family (EncoderConfig, DecoderConfig, "
-                         "Seq2SeqConfig, RNNConfig ...) or a preset name") from None
+        if isinstance(config, os.PathLike):
+            fix = f"to load a saved model, use load_model({os.fspath(config)!r}) (lmlab.loading)"
+        elif isinstance(config, dict):
+            fix = "turn a dict into a config with config_from_dict(d) (with its 'family'), or use get_preset"
+        else:
+            fix = ("pass the config of a model family (EncoderConfig, DecoderConfig, Seq2SeqConfig, "
+                   "RNNConfig ...) or a preset name")
+        raise LmlabError(f"cannot build a model from a {type(config).__name__}", fix) from None
 
 
 def read_checkpoint_meta(directory: str | os.PathLike) -> dict[str, Any]:

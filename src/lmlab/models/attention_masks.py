@@ -33,8 +33,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from lmlab.arguments import describe, eager_checks, tensor_argument
 from lmlab.errors import LmlabError
-from lmlab.models.checkpoint import eager_checks
 
 BACKENDS = ("sdpa", "flex")
 
@@ -65,12 +65,25 @@ class MaskSpec:
     pattern: Tensor | None = None
     query_stream: Tensor | None = None
 
+    def __post_init__(self) -> None:
+        """A one-line error for a field of the wrong kind (a list where a tensor goes); no value is read."""
+        if not isinstance(self.causal, bool):
+            raise LmlabError(f"MaskSpec's causal must be True or False, got {describe(self.causal)}",
+                             "pass causal=True or causal=False")
+        for name in ("padding", "doc_ids", "prefix", "pattern", "query_stream"):
+            value = getattr(self, name)
+            if value is not None:
+                tensor_argument(value, f"MaskSpec's {name}")
+
 
 def kernel_mask(spec: MaskSpec | None, q_len: int, kv_len: int | None = None, *,
                 dtype: torch.dtype = torch.float32, device=None, backend: str = "sdpa"):
     """The kernel's mask for ``spec``: ``(mask, is_causal)`` where ``mask`` is None (the fused
     kernel's own ``is_causal`` path, or nothing masked), a dense additive/boolean tensor for SDPA,
     or (``backend="flex"``, packed documents without padding) a FlexAttention BlockMask."""
+    if spec is not None and not isinstance(spec, MaskSpec):
+        raise LmlabError(f"kernel_mask's spec must be a MaskSpec or None, got {describe(spec)}",
+                         "pass e.g. MaskSpec(causal=True)")
     spec = spec or MaskSpec()
     if spec.query_stream is not None:
         spec = MaskSpec(padding=spec.padding, pattern=two_stream_pattern(spec.pattern, spec.query_stream))

@@ -14,15 +14,13 @@ model, so :func:`lmlab.models.load_checkpoint` lives beside ``build_model`` in t
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import torch
 from torch import nn
 
+from lmlab.arguments import eager_checks, ids_argument, path_argument, tokenizer_argument
 from lmlab.errors import LmlabError
 from lmlab.fileio import atomic_dir, read_json, write_json
 
@@ -30,32 +28,6 @@ FORMAT_VERSION = 1
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
 TOKENIZER_DIR = "tokenizer"
-
-
-_TRUSTED = contextvars.ContextVar("lmlab_trusted_inputs", default=False)
-
-
-def eager_checks() -> bool:
-    """Whether to run the input checks that read a tensor's values on the host (ids in the
-    vocabulary, positions in range, "is there padding at all"): not while ``torch.compile``
-    traces the model, where such a read would split the graph, and not inside
-    :func:`trusted_inputs`, where each read would make the host wait for the device. The trainer
-    checks its data's ids and lengths once, before the first step, so its steps lose nothing."""
-    if torch.compiler.is_compiling():  # first: dynamo cannot trace a ContextVar lookup
-        return False
-    return not _TRUSTED.get()
-
-
-@contextlib.contextmanager
-def trusted_inputs() -> Iterator[None]:
-    """Skip the host-reading input checks of every model forward inside the block: for a training
-    loop whose data was checked once (ids in the vocabulary, windows within the positions), so a
-    step on a GPU never waits on the device for them."""
-    token = _TRUSTED.set(True)
-    try:
-        yield
-    finally:
-        _TRUSTED.reset(token)
 
 
 class LmlabModel(nn.Module):
@@ -123,23 +95,12 @@ class LmlabModel(nn.Module):
         return tuple(heads)
 
     def check_input_ids(self, input_ids: torch.Tensor) -> None:
-        """One-line error for ids outside the vocabulary (instead of an index error deep inside)."""
-        if not eager_checks():
-            return
-        if input_ids.dim() != 2:
-            raise LmlabError(
-                f"input_ids must be [batch, length], got shape {tuple(input_ids.shape)}",
-                "add a batch dimension: ids[None]",
-            )
-        if input_ids.numel() == 0:
+        """One-line error for ids that are not a ``[batch, length]`` integer tensor, or lie outside
+        the vocabulary (instead of an index error deep inside): :func:`lmlab.arguments.ids_argument`."""
+        ids_argument(input_ids, "input_ids", self.config.vocab_size,
+                     fix="encode with the tokenizer the model was trained with (or resize vocab_size)")
+        if eager_checks() and input_ids.numel() == 0:
             raise LmlabError("input_ids is empty", "pass at least one token")
-        lo, hi = int(input_ids.min()), int(input_ids.max())
-        v = self.config.vocab_size
-        if lo < 0 or hi >= v:
-            raise LmlabError(
-                f"token id {hi if hi >= v else lo} is out of range for this model's vocabulary of {v}",
-                "encode with the tokenizer the model was trained with (or resize vocab_size)",
-            )
 
 
 def check_tokenizer(config, tokenizer) -> None:
@@ -216,11 +177,11 @@ def save_checkpoint(model: LmlabModel, directory: str | os.PathLike, tokenizer=N
     """Save ``model`` (an :class:`LmlabModel`) to ``directory`` atomically; return the path."""
     from safetensors.torch import save_file
 
-    from lmlab.fileio import path_argument
-
     directory = path_argument(directory, "model.save's directory")
     if not getattr(model, "architecture", ""):
         raise LmlabError(f"{type(model).__name__} is not an lmlab model", "save models built by lmlab.models")
+    if tokenizer is not None:
+        tokenizer_argument(tokenizer, "model.save's tokenizer")
     check_tokenizer(model.config, tokenizer)
     state, _ = _unique_state(model)
     meta = {

@@ -31,6 +31,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from lmlab import values
+from lmlab.arguments import flag_argument, number_argument, optional_number, text_list_argument
 from lmlab.errors import LmlabError
 
 __all__ = [
@@ -117,7 +119,12 @@ def count_parameters(config: Any, heads: tuple[str, ...] | None = None) -> Param
     the bare network. Counted heads: ``mlm``, ``nsp``, ``discriminator`` (encoders), ``lm``.
     """
     spec, counter = _spec(config, "count_parameters")
-    return counter(config, spec.default_heads(config) if heads is None else tuple(heads))
+    return counter(config, spec.default_heads(config) if heads is None else _heads(heads, "count_parameters"))
+
+
+def _heads(heads: Any, fn: str) -> tuple[str, ...]:
+    """``heads`` as a tuple of head names (a bare name is refused with the list to write)."""
+    return tuple(text_list_argument(heads, f"{fn}'s heads"))
 
 
 # ----------------------------------------------------------------------------- FLOPs
@@ -153,11 +160,13 @@ def forward_flops(
     * ``heads`` (encoders): None = the family's pretraining head; ``mlm`` runs at
       ``logit_positions``, ``discriminator`` at every position.
     """
-    if seq_len <= 0 or batch_size <= 0:
-        raise LmlabError(f"seq_len and batch_size must be positive, got {seq_len} and {batch_size}",
-                         "pass the sequence length and batch size of a real batch")
+    for name, value in (("seq_len", seq_len), ("batch_size", batch_size)):
+        number_argument(values.Count, value, f"forward_flops' {name}")
+    optional_number(values.Count, decoder_len, "forward_flops' decoder_len")
+    optional_number(values.Size, logit_positions, "forward_flops' logit_positions")
+    flag_argument(attention, "forward_flops' attention")
     spec, counter = _spec(config, "forward_flops")
-    heads = spec.default_heads(config) if heads is None else tuple(heads)
+    heads = spec.default_heads(config) if heads is None else _heads(heads, "forward_flops")
     return counter(config, seq_len, batch_size, decoder_len, logit_positions, attention, heads)
 
 
@@ -183,6 +192,10 @@ def approx_training_flops(
     ``D`` = training tokens; the attention term needs ``n_layers``, ``context`` and ``d_model``
     (leave them 0 to drop it, as Chinchilla's ``C = 6ND`` does).
     """
+    for kind, value, name in ((values.NonNegative, n_params, "n_params"),
+                              (values.NonNegative, n_tokens, "n_tokens"), (values.Size, n_layers, "n_layers"),
+                              (values.Size, context, "context"), (values.Size, d_model, "d_model")):
+        number_argument(kind, value, f"approx_training_flops' {name}")
     return 6.0 * n_params * n_tokens + 12.0 * n_layers * context * d_model * n_tokens
 
 

@@ -111,7 +111,7 @@ def get_preset(name: str, **overrides):
     for special in ("pad_token_id", "bos_token_id", "eos_token_id"):
         # a smaller vocabulary (your own tokenizer) drops the preset's special ids that no longer fit
         v = getattr(cfg, special, None)
-        if special not in overrides and isinstance(v, int) and v >= vocab:
+        if special not in overrides and isinstance(v, int) and isinstance(vocab, int) and v >= vocab:
             overrides[special] = None
     return dataclasses.replace(cfg, **overrides).validate()
 

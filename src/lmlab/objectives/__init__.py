@@ -31,6 +31,11 @@ __all__ = ["OBJECTIVES", "Objective", "TokenBatch", "get_objective"]
 
 
 def get_objective(name: str) -> type[Objective]:
+    """The objective class registered as ``name`` (:data:`OBJECTIVES`)."""
+    if not isinstance(name, str):
+        raise LmlabError(f"get_objective's name must be an objective name, got {type(name).__name__} "
+                         f"{name!r}",
+                         f"choose one of: {', '.join(OBJECTIVES)}")
     if name not in OBJECTIVES:
         import difflib
 

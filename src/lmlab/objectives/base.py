@@ -20,6 +20,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
+from lmlab.arguments import tokenizer_argument
 from lmlab.data.batch import TokenBatch
 from lmlab.errors import LmlabError
 from lmlab.losses import IGNORE, selected_mean_cross_entropy, token_loss
@@ -181,6 +182,8 @@ class Objective(nn.Module):
 
     def __init__(self, tokenizer, **params: Any):
         super().__init__()
+        if not isinstance(getattr(tokenizer, "vocab_size", None), int):  # what an objective reads of it
+            tokenizer_argument(tokenizer, f"{type(self).__name__}'s tokenizer")
         self.tokenizer = tokenizer
         self.vocab_size = tokenizer.vocab_size
         self.special_ids = torch.tensor(sorted(tokenizer.special_ids), dtype=torch.long)

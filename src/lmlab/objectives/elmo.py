@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from lmlab.arguments import ids_argument, tensor_argument
 from lmlab.data.batch import TokenBatch
 from lmlab.errors import LmlabError
 from lmlab.losses import IGNORE
@@ -43,6 +44,15 @@ def bilm_losses(
     ``logits[:, k]`` predicts ``input_ids[:, k+1]``; ``backward_logits[:, k]`` predicts
     ``input_ids[:, k-1]``.
     """
+    tensor_argument(logits, "bilm_losses' logits", dims=3, kind="float", shape="[batch, length, vocab]")
+    tensor_argument(backward_logits, "bilm_losses' backward_logits", dims=3, kind="float",
+                    shape="[batch, length, vocab]")
+    ids = ids_argument(input_ids, "bilm_losses' input_ids", logits.shape[-1])
+    tensor_argument(doc_ids, "bilm_losses' doc_ids", dims=2, kind="integer")
+    if logits.shape != backward_logits.shape or logits.shape[:2] != ids.shape or doc_ids.shape != ids.shape:
+        raise LmlabError(f"bilm_losses' shapes disagree: logits {tuple(logits.shape)}, backward_logits "
+                         f"{tuple(backward_logits.shape)}, input_ids {tuple(ids.shape)}, doc_ids "
+                         f"{tuple(doc_ids.shape)}", "pass [B, T, V] scores for the [B, T] ids and doc_ids")
     same = doc_ids[:, 1:] == doc_ids[:, :-1]
     fwd_targets = forward_targets(input_ids, doc_ids)
     bwd_targets = input_ids[:, :-1].masked_fill(~same, IGNORE)

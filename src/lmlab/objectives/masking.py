@@ -36,10 +36,13 @@ moved to the data's), so a batch is a pure function of its tokens and the genera
 from __future__ import annotations
 
 import hashlib
+from typing import Any
 
 import torch
 from torch import Tensor
 
+from lmlab import values
+from lmlab.arguments import describe, number_argument, tensor_argument
 from lmlab.data.batch import TokenBatch
 from lmlab.errors import LmlabError
 from lmlab.losses import IGNORE
@@ -51,11 +54,13 @@ ROLE_TOKENS = {"mask": "[MASK]", "cls": "[CLS]", "sep": "[SEP]", "eos": "</s>", 
 # ----------------------------------------------------------------------------- random draws
 def rand(shape, generator: torch.Generator, device=None) -> Tensor:
     """Uniform ``[0, 1)`` numbers drawn from ``generator`` (on its device), moved to ``device``."""
+    _generator(generator, "rand")
     return torch.rand(shape, generator=generator, device=generator.device).to(device)
 
 
 def randint(high: int, shape, generator: torch.Generator, device=None) -> Tensor:
     """Integers in ``[0, high)`` drawn from ``generator`` (on its device), moved to ``device``."""
+    _generator(generator, "randint")
     return torch.randint(high, shape, generator=generator, device=generator.device).to(device)
 
 
@@ -99,6 +104,12 @@ def seeded_uniforms(seed: Tensor, n: int) -> Tensor:
     return hashed_uniforms(keys, bits=24).float()  # 24 bits: exact in float32, so always below 1
 
 
+def _generator(generator: Any, fn: str) -> None:
+    if not isinstance(generator, torch.Generator):
+        raise LmlabError(f"{fn}'s generator must be a torch.Generator, got {describe(generator)}",
+                         "pass the generator prepare() was given, or torch.Generator().manual_seed(0)")
+
+
 def row_generator(seed: int, row: Tensor) -> torch.Generator:
     """A generator seeded by ``(seed, row contents)``: the static-masking key of one example."""
     h = hashlib.blake2b(row.detach().cpu().to(torch.int64).numpy().tobytes(), digest_size=8,
@@ -109,6 +120,8 @@ def row_generator(seed: int, row: Tensor) -> torch.Generator:
 # ----------------------------------------------------------------------------- vocabulary facts
 def special_mask(ids: Tensor, special_ids: Tensor) -> Tensor:
     """Boolean mask of special-token positions."""
+    tensor_argument(ids, "special_mask's ids", kind="integer")
+    tensor_argument(special_ids, "special_mask's special_ids", kind="integer")
     return torch.isin(ids, special_ids.to(ids.device))
 
 
@@ -187,6 +200,9 @@ def document_ids(batch: TokenBatch) -> Tensor | None:
     """``batch.doc_ids`` for the model, which then keeps attention inside each document
     (:mod:`lmlab.models.attention_masks`), or None when every row holds a single document
     (nothing to block: the fused kernel's fast path)."""
+    if not isinstance(batch, TokenBatch):
+        raise LmlabError(f"document_ids' batch must be a TokenBatch, got {describe(batch)}",
+                         "pass the batch prepare() was given")
     if batch.is_single_document():
         return None
     return batch.doc_ids
@@ -195,6 +211,11 @@ def document_ids(batch: TokenBatch) -> Tensor | None:
 # ----------------------------------------------------------------------------- selection
 def select_tokens(candidates: Tensor, rate: float, generator: torch.Generator) -> Tensor:
     """Each candidate position independently with probability ``rate`` (BERT/RoBERTa)."""
+    tensor_argument(candidates, "select_tokens' candidates")
+    if candidates.dtype != torch.bool:
+        raise LmlabError(f"select_tokens' candidates must be a bool mask, got {describe(candidates)}",
+                         "pass e.g. ~special_mask(ids, special_ids)")
+    number_argument(values.Probability, rate, "select_tokens' rate")
     return candidates & (rand(candidates.shape, generator, candidates.device) < rate)
 
 

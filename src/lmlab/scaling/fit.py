@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from lmlab.arguments import describe
 from lmlab.errors import LmlabError
 from lmlab.scaling.forms import FORMS
 from lmlab.scaling.runs import RunPoint
@@ -424,6 +425,11 @@ def fit_runs(
     held-out runs' predicted loss and relative error ``(predicted - actual) / actual``.
     ``bootstrap``: refits, 0 to :data:`MAX_BOOTSTRAP` (:func:`check_bootstrap`); ``log`` hears the
     estimate and progress of a long bootstrap."""
+    if not isinstance(runs, (list, tuple)) or not all(isinstance(r, RunPoint) for r in runs):
+        listed = isinstance(runs, (list, tuple))
+        bad = [r for r in runs if not isinstance(r, RunPoint)][0] if listed else runs
+        raise LmlabError(f"fit_runs' runs must be a list of RunPoint, got {describe(bad)}",
+                         "pass e.g. [RunPoint('a', 1e6, 2e7, 3.2), ...], or read_runs([run dirs])[0]")
     check_bootstrap(bootstrap)
     held: list[RunPoint] = []
     if hold_out:

@@ -35,6 +35,16 @@ class RunPoint:
     n_tokens: float
     loss: float
 
+    def __post_init__(self) -> None:
+        from lmlab import values
+
+        if not isinstance(self.name, str):
+            raise LmlabError(f"RunPoint's name must be a string, got {type(self.name).__name__} "
+                             f"{self.name!r}",
+                             "pass e.g. RunPoint('gpt-1m', 1e6, 2e7, 3.2)")
+        for field_ in ("n_params", "n_tokens", "loss"):  # a log of each is taken
+            values.check(values.Positive, getattr(self, field_), f"RunPoint {self.name!r}: {field_}")
+
     @property
     def flops(self) -> float:
         """Training compute by the rule of thumb ``C = 6·N·D``."""

@@ -73,7 +73,7 @@ def train_tokenizer(
     comes out far smaller than ``vocab_size`` (the text holds no more to learn) is said in one
     ``warning:`` line, to ``warn`` (default: stderr).
     """
-    from lmlab.fileio import text_list_argument
+    from lmlab.arguments import text_list_argument
     from lmlab.tokenizers.base import DEFAULT_SPECIAL_TOKENS, check_special_tokens
 
     cls = tokenizer_class(algo)
@@ -105,7 +105,7 @@ def load_tokenizer(path: str | os.PathLike) -> Tokenizer:
     A directory may hold ``tokenizer.json`` (+ ``tokenizer_config.json``) or just a ``vocab.txt``
     (+ ``tokenizer_config.json``, whose ``do_lower_case``/``strip_accents`` are honoured).
     """
-    from lmlab.fileio import path_argument
+    from lmlab.arguments import path_argument
 
     p = path_argument(path, "load_tokenizer's path")
     if not p.exists():

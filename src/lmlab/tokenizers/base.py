@@ -36,6 +36,7 @@ from typing import Any, ClassVar
 
 import regex
 
+from lmlab.arguments import text_argument
 from lmlab.errors import LmlabError
 from lmlab.tokenizers.hf_json import (  # noqa: F401 (re-exported: the format's home is hf_json)
     FORMAT_VERSION,
@@ -216,8 +217,8 @@ class Tokenizer(TemplateEncoding, HfJsonExport, ABC):
         try:
             fast = find is None or find(text) is None
         except TypeError:
-            raise LmlabError(f"encode takes a string, got {type(text).__name__}",
-                             "pass the text as str (decode bytes first)") from None
+            text_argument(text, "encode")  # not a string: the one-line error
+            raise
         if fast:
             return list(chain.from_iterable(map(words, (fast_split or split)(text))))
         ids: list[int] = []
@@ -230,6 +231,7 @@ class Tokenizer(TemplateEncoding, HfJsonExport, ABC):
 
     def tokenize_with_offsets(self, text: str) -> list[tuple[str, int, int]]:
         """``(token, start, end)`` for every token of ``text``, special tokens included where written."""
+        text_argument(text, "tokenize")
         out: list[tuple[str, int, int]] = []
         for piece, start, special in self._split_specials(text):
             if special:

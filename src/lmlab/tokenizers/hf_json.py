@@ -8,8 +8,9 @@ import os
 from pathlib import Path
 from typing import Any
 
+from lmlab.arguments import path_argument
 from lmlab.errors import LmlabError
-from lmlab.fileio import atomic_dir, path_argument, write_json
+from lmlab.fileio import atomic_dir, write_json
 
 FORMAT_VERSION = 1
 

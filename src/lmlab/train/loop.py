@@ -32,11 +32,11 @@ from typing import Any
 import torch
 from torch import nn
 
+from lmlab.arguments import trusted_inputs
 from lmlab.data.batch import TokenBatch
 from lmlab.data.packing import PackedWindows, eval_starts
 from lmlab.errors import LmlabError
 from lmlab.fileio import atomic_write_text, directory_lock, remove_leftovers, write_json
-from lmlab.models.checkpoint import trusted_inputs
 from lmlab.ownership import claimed_dir
 from lmlab.runtime import resolve
 from lmlab.stopping import RESUME, StopRequests
@@ -91,9 +91,12 @@ def pretrain(
     or a ``{"train.max_steps": 100}`` dict. ``resume``: continue from the newest complete
     checkpoint in ``out_dir`` (starts from scratch when there is none).
     """
-    from lmlab.fileio import path_argument
+    from lmlab.arguments import callable_argument, flag_argument, path_argument
 
     run_dir = path_argument(out_dir, "pretrain's out_dir")
+    flag_argument(resume, "pretrain's resume")
+    if log is not None:
+        callable_argument(log, "pretrain's log")
     if config is None:
         if not (resume and (run_dir / "config.toml").is_file()):
             raise LmlabError(

@@ -24,6 +24,7 @@ import math
 import torch
 from torch import Tensor, nn
 
+from lmlab.arguments import eager_checks
 from lmlab.deprecation import pop_deprecated
 from lmlab.errors import LmlabError
 from lmlab.losses import head_loss, warn_labels_in_forward
@@ -35,7 +36,7 @@ from lmlab.models.blocks import (
     init_weights,
     make_norm,
 )
-from lmlab.models.checkpoint import LmlabModel, eager_checks
+from lmlab.models.checkpoint import LmlabModel
 from lmlab.models.decoder.config import DecoderConfig
 from lmlab.models.heads import DECODER_HEADS, LastTokenClassificationHead, LMHead, check_heads
 from lmlab.models.output import ModelOutput

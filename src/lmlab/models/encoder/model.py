@@ -33,6 +33,7 @@ import dataclasses
 import torch
 from torch import Tensor, nn
 
+from lmlab.arguments import eager_checks
 from lmlab.deprecation import pop_deprecated
 from lmlab.errors import LmlabError
 from lmlab.losses import IGNORE, head_loss, selected_mean_cross_entropy, warn_labels_in_forward
@@ -45,7 +46,7 @@ from lmlab.models.blocks import (
     TransformerBlock,
     init_weights,
 )
-from lmlab.models.checkpoint import LmlabModel, eager_checks
+from lmlab.models.checkpoint import LmlabModel
 from lmlab.models.encoder.config import EncoderConfig
 from lmlab.models.heads import (
     ENCODER_HEADS,

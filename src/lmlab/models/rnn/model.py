@@ -42,6 +42,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from lmlab import values
+from lmlab.arguments import flag_argument, number_argument, text_list_argument
 from lmlab.errors import LmlabError
 from lmlab.losses import IGNORE, warn_labels_in_forward
 from lmlab.models.checkpoint import LmlabModel
@@ -158,8 +160,8 @@ class ScalarMix(nn.Module):
 
     def __init__(self, num_layers: int, layer_norm: bool = False):
         super().__init__()
-        if num_layers < 1:
-            raise LmlabError(f"ScalarMix needs at least one layer, got {num_layers}", "pass num_layers >= 1")
+        number_argument(values.Count, num_layers, "ScalarMix's num_layers")
+        flag_argument(layer_norm, "ScalarMix's layer_norm")
         self.scalars = nn.Parameter(torch.zeros(num_layers))
         self.gamma = nn.Parameter(torch.ones(()))
         self.layer_norm = layer_norm
@@ -179,9 +181,11 @@ class ScalarMix(nn.Module):
 # --------------------------------------------------------------------------- shared model base
 class _RNNBase(LmlabModel):
     architecture = "rnn"
+    config_class = RNNConfig
+    example_preset = "lstm-tiny"
 
     def __init__(self, config: RNNConfig):
-        super().__init__(config.validate())
+        super().__init__(config)  # checked to be an RNNConfig and validated there
 
     def _reject(self, unused: dict) -> None:
         """Arguments of the Transformer forward signature that a recurrent model cannot honour."""
@@ -232,6 +236,8 @@ class ELMoBiLM(_RNNBase):
     are the L+1 biLM layers ``[B, T, 2 * d_model]``; ``last_hidden_state`` is the top one.
     """
 
+    example_preset = "elmo-tiny"
+
     def __init__(self, config: RNNConfig, vocab: Sequence[str] | None = None):
         super().__init__(config)
         self.token_encoder = CharCNN(config)
@@ -241,7 +247,7 @@ class ELMoBiLM(_RNNBase):
         self.softmax = nn.Linear(config.d_model, config.vocab_size)
         self.register_buffer("char_table", torch.zeros(config.vocab_size, config.max_chars, dtype=torch.long))
         if vocab is not None:
-            self.set_vocab(vocab)
+            self.set_vocab(text_list_argument(vocab, "ELMoBiLM's vocab"))
 
     def set_vocab(self, vocab: Sequence[str]) -> None:
         """Build the token-id -> characters table from the tokenizer's token strings (id order)."""

@@ -34,6 +34,7 @@ import math
 import torch
 from torch import Tensor, nn
 
+from lmlab.arguments import eager_checks
 from lmlab.errors import LmlabError
 from lmlab.losses import IGNORE, token_loss, warn_labels_in_forward
 from lmlab.models.attention_masks import MaskSpec, kernel_mask
@@ -46,7 +47,7 @@ from lmlab.models.blocks import (
     init_weights,
     make_norm,
 )
-from lmlab.models.checkpoint import LmlabModel, eager_checks
+from lmlab.models.checkpoint import LmlabModel
 from lmlab.models.output import ModelOutput
 from lmlab.models.seq2seq.config import Seq2SeqConfig
 
@@ -175,12 +176,11 @@ class Seq2SeqModel(LmlabModel):
     """
 
     architecture = "seq2seq"
+    config_class = Seq2SeqConfig
+    example_preset = "t5-tiny"
 
     def __init__(self, config: Seq2SeqConfig, heads: tuple[str, ...] | list[str] | None = None):
-        if not isinstance(config, Seq2SeqConfig):
-            raise LmlabError(f"Seq2SeqModel needs a Seq2SeqConfig, got {type(config).__name__}",
-                             "use get_preset('t5-tiny') or get_preset('bart-tiny')")
-        super().__init__(config.validate())
+        super().__init__(config)  # checked to be a Seq2SeqConfig and validated there
         cfg = self.config
         heads = ("lm",) if not heads else tuple(heads)  # None / () : the LM head is the model
         if heads != ("lm",):

@@ -145,10 +145,11 @@ def test_a_file_output_named_like_a_folder_is_refused_before_anything_is_written
 def test_a_single_file_output_never_replaces_an_entry_of_a_folder_another_command_fills(tmp_path):
     """A pretraining run's metrics.jsonl is lmlab's, but the run's: --predictions (or a harness
     results file) named after it is refused, while the run itself may still rewrite it."""
+    from lmlab.fileio import append_line
     from lmlab.finetune.loop import PREDICTIONS_KIND
 
     run = ownership.claim_dir(tmp_path / "run", "pretraining run", ("metrics.jsonl", "checkpoints"))
-    (run / "metrics.jsonl").write_text('{"step": 1, "loss": 5.0}\n')
+    append_line(run / "metrics.jsonl", '{"step": 1, "loss": 5.0}')  # as the run writes it: stamped
     with pytest.raises(LmlabError, match="exists and belongs to the pretraining run in"):
         ownership.check_replaceable_file(run / "metrics.jsonl", PREDICTIONS_KIND, "--predictions")
     assert ownership.may_replace_file(run / "metrics.jsonl", "pretraining run").ok

@@ -87,6 +87,9 @@ def _run_in(out: Path, text: str, lines: list[str], corpus_path: Path, vocab_siz
 
     held_out = "".join(lines[-2000:])
     train = lines[:-2000]
+    # the demo always starts fresh: an earlier demo's run goes first (only when all in it is what
+    # lmlab wrote there, unchanged; else one line, before any work)
+    remove_owned_tree(out, "run")
     print(
         f"[1/3] training a {algo} tokenizer ({vocab_size} tokens) on {corpus_path.name} "
         f"({len(text) / 1e6:.2f} MB, {len(lines)} lines)"
@@ -115,7 +118,6 @@ def _run_in(out: Path, text: str, lines: list[str], corpus_path: Path, vocab_siz
     atomic_write_text(out / "train.txt", "".join(train))
     atomic_write_text(out / "val.txt", held_out)
     run_dir = out / "run"
-    remove_owned_tree(out, "run")  # the demo always starts fresh (only the run an earlier demo wrote)
     try:
         summary = pretrain(demo_config(out, steps, device), run_dir,
                            log=lambda m: print(f"  {m}", flush=True))

@@ -181,15 +181,16 @@ def atomic_dir(dest: str | os.PathLike, marker: str, what: str = "lmlab",
     folder gets a manifest listing every file in it, so the next run may replace it in turn.
     ``fix``: what the error says to do when ``dest`` is taken (:func:`check_replaceable_dir`)."""
     dest = ownership.check_replaceable_dir(dest, what, fix)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    ownership.remove_leftovers(dest.parent, dest.name)
-    with ownership.temporary_dir(dest.parent, dest.name, what) as tmp:
-        yield tmp
-        if not (tmp / marker).is_file():
-            raise RuntimeError(f"atomic_dir({dest}): the {what} written has no {marker}")  # a bug, not input
-        _usual_permissions(tmp)
-        ownership.seal(tmp, what)
-        replace_dir(tmp, dest, what, fix)
+    # the folders made for it are removed again if the block fails (ownership.parents_made)
+    with ownership.parents_made(dest):
+        ownership.remove_leftovers(dest.parent, dest.name)
+        with ownership.temporary_dir(dest.parent, dest.name, what) as tmp:
+            yield tmp
+            if not (tmp / marker).is_file():
+                raise RuntimeError(f"atomic_dir({dest}): the {what} written has no {marker}")  # a bug
+            _usual_permissions(tmp)
+            ownership.seal(tmp, what)
+            replace_dir(tmp, dest, what, fix)
 
 
 def remove_leftovers(directory: Path, name: str | None = None, only_dead: bool = False) -> list[Path]:
@@ -207,7 +208,7 @@ def replace_dir(src: Path, dest: Path, kind: str, fix: str | None = None) -> Non
     is put back untouched (a one-line error saying ``fix``, if given; ``src`` is left for the caller
     to remove)."""
     if dest.exists() or dest.is_symlink():
-        old = dest.with_name(f".{dest.name}.old-{os.getpid()}")
+        old = dest.with_name(ownership.derived_name(dest.name, dest.parent, f"old-{os.getpid()}"))
         os.replace(dest, old)
         verdict = ownership.may_replace_dir(old, kind)
         if not verdict.ok:
@@ -226,11 +227,18 @@ def directory_lock(directory: str | os.PathLike, what: str = "run directory") ->
     """Hold an exclusive lock on ``directory`` (its ``.lock`` file) for the block, or raise a one-line
     error naming the process that holds it. The operating system drops the lock when its process
     ends, however it ends (kill -9 included), so a stale lock never blocks the next run."""
+    d = Path(directory)
+    with ownership.parents_made(d):
+        d.mkdir(exist_ok=True)
+        with _locked(d, what):
+            yield
+
+
+@contextlib.contextmanager
+def _locked(d: Path, what: str) -> Iterator[None]:
     import fcntl
     import socket
 
-    d = Path(directory)
-    d.mkdir(parents=True, exist_ok=True)
     f = open(d / ".lock", "a+", encoding="utf-8")  # noqa: SIM115 - held for the whole block
     try:
         try:
@@ -261,10 +269,14 @@ def _usual_permissions(directory: Path) -> None:
 def atomic_write_bytes(dest: str | os.PathLike, data: bytes) -> None:
     """Write ``data`` to ``dest`` via a temporary file and rename. The temporary file lives in a
     marked temporary folder beside ``dest`` (:func:`lmlab.ownership.temporary_dir`), so a kill
-    mid-write leaves nothing a later run could mistake for, or that looks like, a user's file."""
+    mid-write leaves nothing a later run could mistake for, or that looks like, a user's file.
+
+    In a folder a command fills (a run, a fit's folder...), ``dest`` is written over only while it
+    is what lmlab wrote there (a one-line error otherwise, the file left as it is), and is stamped
+    in that folder's manifest once written (:func:`lmlab.ownership.record_file`)."""
     dest = Path(dest)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    with ownership.temporary_dir(dest.parent, dest.name, "file") as tmp:
+    ownership.check_overwrite(dest)
+    with ownership.parents_made(dest), ownership.temporary_dir(dest.parent, dest.name, "file") as tmp:
         part = tmp / dest.name
         with open(part, "wb") as f:
             f.write(data)
@@ -273,6 +285,18 @@ def atomic_write_bytes(dest: str | os.PathLike, data: bytes) -> None:
         os.chmod(part, 0o666 & ~ownership.current_umask())
         os.replace(part, dest)
         shutil.rmtree(tmp, ignore_errors=True)
+    ownership.record_file(dest)
+
+
+def append_line(path: str | os.PathLike, line: str) -> None:
+    """Append ``line`` (a newline added) to the log ``path`` and flush it, so a killed run keeps its
+    log; stamped like every file lmlab writes (:func:`lmlab.ownership.record_file`)."""
+    path = Path(path)
+    with ownership.parents_made(path):
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(line.rstrip("\n") + "\n")
+            f.flush()
+    ownership.record_file(path)
 
 
 def write_output_file(dest: str | os.PathLike, data: bytes | str, kind: str, flag: str = "--out") -> Path:

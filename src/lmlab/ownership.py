@@ -5,14 +5,17 @@ lmlab replaces or deletes only what it can prove it wrote. The proof is a manife
 
 * a **whole output** (a tokenizer, a model, token shards, a fine-tuned model...) is written under a
   temporary name and renamed into place (:func:`lmlab.fileio.atomic_dir`); its manifest names its
-  kind and lists every file with its size and modification time, so a later run may replace it
-  only while it still holds exactly those files. A file the user added, or a file the user edited,
-  makes the folder theirs again: it is refused, never wiped.
+  kind and lists every file with its size and modification time, and every empty folder
+  (:func:`list_files`), so a later run may replace it only while it still holds exactly those. A
+  file, link or folder the user added, or a file the user edited, makes the folder theirs again:
+  it is refused, never wiped.
 * a **folder written over time** (a pretraining run, the demo's folder, a comparison grid) is
   claimed when it is new or empty (:func:`claim_dir`); its manifest names the entries the command
-  writes there (``metrics.jsonl``, ``checkpoints``...). Entries the user adds are never touched.
-  A command that ends having written nothing there gives the claim back (:func:`claimed_dir`), so
-  a refused or stopped command leaves no trace.
+  writes there (``metrics.jsonl``, ``checkpoints``...) and stamps every file lmlab writes there
+  as it finishes writing it (:func:`record_file`). Entries the user adds are never touched; a file
+  of an entry is written again (:func:`check_overwrite`) or deleted (:func:`remove_owned_tree`)
+  only while its stamp matches. A command that ends having written nothing there gives the claim
+  back (:func:`claimed_dir`), so a refused or stopped command leaves no trace.
 * a **single file** written into a user's folder (``--predictions``, ``fit.json``) is recorded in
   that folder's manifest (:func:`record_file`), and replaced only while it is unchanged.
 * a **temporary** (``.NAME.tmp-PID-*``, ``.NAME.old-PID``, ``.NAME.prune-PID``) is always a folder
@@ -23,14 +26,20 @@ lmlab replaces or deletes only what it can prove it wrote. The proof is a manife
 
 A marker file (``config.json``, ``tokenizer.json``) says what a folder *is*, never who owns it.
 
+Every name lmlab derives from an output's name (its temporaries, ``.NAME.old-PID``,
+``.NAME.prune-PID``, ``.NAME.resume``) comes from :func:`derived_name`, within the file system's
+limit on a name however long the output's name is. The folders made above an output are made by
+:func:`parents_made`, which removes them again when the command fails.
+
 Before any of this, every output of every command passes two checks here: it may not be, hold or lie
 inside one of the command's inputs (:func:`check_output_spares_inputs`), and it must be somewhere
-lmlab can write (:func:`check_destination`).
+lmlab can write, under names the file system takes (:func:`check_destination`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import re
@@ -83,16 +92,37 @@ def _stamp(path: Path) -> dict:
     return {"size": st.st_size, "mtime_ns": st.st_mtime_ns}
 
 
+#: how an empty folder is recorded (it has no size or time worth comparing)
+FOLDER = {"folder": True}
+
+
 def list_files(directory: Path) -> dict[str, dict]:
-    """Every file under ``directory`` (relative POSIX path -> size and mtime), bookkeeping aside."""
+    """Everything under ``directory`` that a manifest must account for, bookkeeping aside: every file
+    and link (relative POSIX path -> size and mtime) and every empty folder (-> :data:`FOLDER`), so
+    an empty folder someone made inside an output is as visible as a file would be."""
     found: dict[str, dict] = {}
     for root, dirs, files in os.walk(directory):
         base = Path(root)
-        for name in files + [d for d in dirs if (base / d).is_symlink()]:
+        links = [d for d in dirs if (base / d).is_symlink()]
+        for name in files + links:
             rel = (base / name).relative_to(directory).as_posix()
             if rel not in BOOKKEEPING:
                 found[rel] = _stamp(base / name)
+        if not files and not dirs and base != Path(directory):
+            found[base.relative_to(directory).as_posix()] = dict(FOLDER)
     return found
+
+
+def _matches(recorded: object, path: Path, now: dict | None = None) -> bool:
+    """Whether ``path`` is as ``recorded`` says lmlab left it: the same size and time for a file or a
+    link, still a folder for a recorded empty folder."""
+    if not isinstance(recorded, dict) or recorded.get("tree"):
+        return False
+    if recorded.get("folder"):
+        return path.is_dir() and not path.is_symlink()
+    now = now or _stamp(path)
+    return not now.get("folder") and (recorded.get("size"), recorded.get("mtime_ns")) == (
+        now["size"], now["mtime_ns"])
 
 
 def seal(directory: Path, kind: str) -> None:
@@ -126,9 +156,7 @@ def foreign_entries(directory: Path, manifest: dict | None) -> list[str]:
         top = rel.split("/", 1)[0]
         if top in trees:
             continue
-        recorded = entries.get(rel)
-        if not isinstance(recorded, dict) or recorded.get("tree") or (
-                recorded.get("size"), recorded.get("mtime_ns")) != (stamp["size"], stamp["mtime_ns"]):
+        if not _matches(entries.get(rel), directory / rel, stamp):  # a file, a link or an empty folder
             foreign.append(rel)
             if len(foreign) >= 3:
                 break
@@ -205,24 +233,47 @@ def check_replaceable_dir(dest: str | os.PathLike, kind: str, fix: str | None = 
     return resolved
 
 
-def claim_dir(dest: str | os.PathLike, kind: str, entries: tuple[str, ...], create: bool = True) -> Path:
+def claim_dir(dest: str | os.PathLike, kind: str, entries: tuple[str, ...], create: bool = True,
+              logs: tuple[str, ...] = ()) -> Path:
     """Take ``dest`` as a folder that this ``kind`` of command fills over time, writing the top-level
     ``entries`` (files or folders) there. A new or empty folder is claimed (its manifest records the
     entries as lmlab's); a folder claimed earlier by the same kind is reused as it is (a resumed
-    run, a re-run demo); anything else is refused in one line. Returns the resolved path.
-    ``create=False``: only check, before the work, that the claim will succeed (nothing is made)."""
+    run, a re-run demo), unless one of its files is no longer what lmlab wrote there
+    (:func:`claimed_file_verdict`: the command would write over it); anything else is refused in one
+    line. Returns the resolved path. ``create=False``: only check, before the work, that the claim
+    will succeed (nothing is made). ``logs``: the entries that are logs the command continues
+    rather than writes anew (a run's ``metrics.jsonl``: a resumed run keeps its rows up to its
+    checkpoint, a damaged one is named by its own check); they are not asked to be unchanged
+    before they are written to, only before they are deleted. The folders above ``dest`` that it
+    makes stay: use :func:`claimed_dir`, which removes them again when nothing was written."""
     given, resolved = _output_folder(dest)
+    return _claim(given, resolved, kind, entries, create, logs)
+
+
+def _claim(given: Path, resolved: Path, kind: str, entries: tuple[str, ...], create: bool,
+           logs: tuple[str, ...] = ()) -> Path:
     manifest = read_manifest(resolved) if resolved.is_dir() else None
     if manifest is not None and manifest.get("kind") == kind and manifest.get("state") == "claimed":
         recorded = manifest.get("entries", {})
+        # what it writes again must still be lmlab's, unchanged (while another process holds the
+        # folder, that one is writing them: its lock refuses this command, lmlab.fileio.directory_lock)
+        again = [e for e in entries if e in recorded and not _is_log(recorded[e])] \
+            if _lock_is_free(resolved) else []
+        for name in again:
+            path = resolved / name
+            if path.is_symlink() or (path.exists() and not path.is_dir()):
+                verdict = claimed_file_verdict(manifest, name, path)
+                if not verdict.ok:
+                    raise LmlabError(f"output folder {given} holds {name}, which {verdict.reason}; "
+                                     "nothing was written", "choose a new --out, or move that file away")
         missing = [e for e in entries if e not in recorded]
         if missing and create:  # a newer lmlab writes more entries: claim those not already there
             clash = [e for e in missing if (resolved / e).exists()]
             if clash:
                 raise LmlabError(f"output folder {given} holds {clash[0]}, which lmlab did not write there",
                                  "choose a new --out, or move that file away")
-            added = {e: {"tree": True} for e in missing}
-            write_manifest(resolved, {**manifest, "entries": {**recorded, **added}})
+            added = {e: _entry(e, logs) for e in missing}
+            write_manifest(resolved, {**_body(manifest), "entries": {**recorded, **added}})
         return resolved
     if resolved.is_dir() and any(p.name not in BOOKKEEPING for p in resolved.iterdir()):
         if manifest is None:
@@ -236,18 +287,40 @@ def claim_dir(dest: str | os.PathLike, kind: str, entries: tuple[str, ...], crea
     if not create:
         return resolved
     made = not resolved.exists()
-    resolved.mkdir(parents=True, exist_ok=True)
-    owned = {e: {"tree": True} for e in entries}
-    # "made": lmlab made the folder itself, so giving the claim back (release_claim) removes it too
-    write_manifest(resolved, {"kind": kind, "state": "claimed", "entries": owned, "made": made})
+    make_parents(resolved)
+    resolved.mkdir(exist_ok=True)
+    owned = {e: _entry(e, logs) for e in entries}
+    # "made": lmlab made the folder itself, so giving the claim back (release_claim) removes it too;
+    # "stamped": every file lmlab writes here is recorded as it is written (record_file), so one that
+    # is not recorded is not lmlab's (a claim of an lmlab before stamps trusts its entries whole)
+    write_manifest(resolved, {"kind": kind, "state": "claimed", "entries": owned, "made": made,
+                              "stamped": True, "files": {}})
     return resolved
 
 
-def _holds_only_bookkeeping(directory: Path) -> bool:
-    """Whether ``directory`` holds nothing but lmlab's bookkeeping files and empty folders."""
-    for _root, dirs, files in os.walk(directory):
-        if any(name not in BOOKKEEPING for name in files) or any(
-                (Path(_root) / d).is_symlink() for d in dirs):
+def _entry(name: str, logs: tuple[str, ...]) -> dict:
+    """How a claim records its entry ``name``: lmlab's (a tree: a file or a folder), and a log the
+    command continues when it is one of ``logs``."""
+    return {"tree": True, "log": True} if name in logs else {"tree": True}
+
+
+def _is_log(entry: object) -> bool:
+    return isinstance(entry, dict) and bool(entry.get("log"))
+
+
+def _body(manifest: dict) -> dict:
+    """``manifest`` without its format tag (what :func:`write_manifest` is given back)."""
+    return {k: v for k, v in manifest.items() if k != "lmlab_manifest"}
+
+
+def _holds_only_bookkeeping(directory: Path, entries: dict) -> bool:
+    """Whether ``directory`` holds nothing but lmlab's bookkeeping files and empty folders among the
+    ``entries`` a command writes (an empty folder of anyone else's is something: it stays)."""
+    for root, dirs, files in os.walk(directory):
+        base = Path(root)
+        if any(name not in BOOKKEEPING for name in files) or any((base / d).is_symlink() for d in dirs):
+            return False
+        if base == Path(directory) and any(d not in entries for d in dirs):
             return False
     return True
 
@@ -270,13 +343,13 @@ def _lock_is_free(directory: Path) -> bool:
 
 def release_claim(directory: str | os.PathLike) -> bool:
     """Give back the claim of ``directory`` (:func:`claim_dir`) when nothing was written into it: it
-    holds only lmlab's bookkeeping (manifest, lock) and empty folders, and no process holds its lock.
-    Those are removed, and the folder itself when lmlab made it; a folder the user had stays, empty.
-    Returns whether the claim was given back."""
+    holds only lmlab's bookkeeping (manifest, lock) and empty folders of its entries, and no process
+    holds its lock. Those are removed, and the folder itself when lmlab made it; a folder the user
+    had stays, empty. Returns whether the claim was given back."""
     d = Path(directory)
     manifest = read_manifest(d) if d.is_dir() and not d.is_symlink() else None
-    if manifest is None or manifest.get("state") != "claimed" or not _holds_only_bookkeeping(d) \
-            or not _lock_is_free(d):
+    if manifest is None or manifest.get("state") != "claimed" \
+            or not _holds_only_bookkeeping(d, manifest.get("entries", {})) or not _lock_is_free(d):
         return False
     for root, dirs, files in os.walk(d, topdown=False):
         for name in files:
@@ -292,31 +365,19 @@ def release_claim(directory: str | os.PathLike) -> bool:
 
 
 @contextlib.contextmanager
-def claimed_dir(dest: str | os.PathLike, kind: str, entries: tuple[str, ...]):
+def claimed_dir(dest: str | os.PathLike, kind: str, entries: tuple[str, ...], logs: tuple[str, ...] = ()):
     """:func:`claim_dir` for a command that fills the folder: yields the resolved path. When the
     block ends having written nothing there (it failed or was stopped before its first file, or it
     moved what it wrote elsewhere), the claim is given back (:func:`release_claim`): a folder
-    lmlab made disappears with the parent folders made for it, a folder the user had is left as
-    it was. A command that fails before writing anything leaves no trace."""
-    resolved = Path(dest).resolve()
-    top = resolved  # the outermost folder that does not exist yet: made for this claim
-    while not top.parent.exists() and top.parent != top:
-        top = top.parent
-    made_parents = not resolved.exists() and top != resolved
-    path = claim_dir(dest, kind, entries)
-    try:
-        yield path
-    finally:
-        if release_claim(path) and made_parents and not path.exists():
-            parent = path.parent
-            while True:  # the parents made for it, while they are empty
-                try:
-                    parent.rmdir()
-                except OSError:
-                    break
-                if parent == top:
-                    break
-                parent = parent.parent
+    lmlab made disappears with the parent folders made for it (:func:`parents_made`), a folder the
+    user had is left as it was. A command that fails before writing anything leaves no trace."""
+    given, resolved = _output_folder(dest)  # checked before any folder is made for it
+    with parents_made(resolved):
+        path = _claim(given, resolved, kind, entries, True, logs)
+        try:
+            yield path
+        finally:
+            release_claim(path)
 
 
 def owns_entry(directory: Path, name: str) -> bool:
@@ -325,19 +386,273 @@ def owns_entry(directory: Path, name: str) -> bool:
     return bool(manifest and manifest.get("state") == "claimed" and name in manifest.get("entries", {}))
 
 
-def remove_owned_tree(directory: Path, name: str) -> None:
-    """Delete the entry ``name`` of the claimed folder ``directory`` (the demo's fresh start), only
-    when the manifest records it as lmlab's."""
+# --------------------------------------------------------- what lmlab wrote in a folder it fills
+def _claim_of(path: Path) -> tuple[Path, dict, str] | None:
+    """``(folder, manifest, relative path)`` when ``path`` is an entry of a folder a command fills
+    (:func:`claim_dir`) or lies inside one: the nearest folder above ``path`` that holds a manifest
+    is that claimed folder. None for anything else (a temporary, an output written in one go, a
+    user's folder): those have their own proof."""
+    path = Path(os.path.abspath(path))
+    for folder in path.parents:
+        manifest = read_manifest(folder)
+        if manifest is None:
+            continue
+        if manifest.get("state") != "claimed":
+            return None
+        rel = path.relative_to(folder).as_posix()
+        return (folder, manifest, rel) if rel.split("/", 1)[0] in manifest.get("entries", {}) else None
+    return None
+
+
+def claimed_file_verdict(manifest: dict, rel: str, path: Path) -> Verdict:
+    """Is ``path`` (``rel`` inside the claimed folder of ``manifest``) still what lmlab wrote there?
+    Yes when the manifest's stamp of it (:func:`record_file`) matches; a claim made before lmlab
+    stamped what it writes trusts its entries whole."""
+    recorded = manifest.get("files", {}).get(rel) if isinstance(manifest.get("files"), dict) else None
+    entry = manifest.get("entries", {}).get(rel)
+    if recorded is None and isinstance(entry, dict) and "size" in entry:
+        recorded = entry  # a single file recorded in the folder's entries (record_file with a kind)
+    if recorded is not None:
+        return Verdict(True) if _matches(recorded, path) else Verdict(False, "changed since lmlab wrote it")
+    if manifest.get("stamped"):
+        return Verdict(False, "was not written by lmlab")
+    return Verdict(True)
+
+
+def record_file(path: str | os.PathLike, kind: str | None = None) -> None:
+    """Record that lmlab has just finished writing the file ``path`` (its size and modification
+    time), so that it may later replace or delete it while it is unchanged, and only then:
+
+    * inside a folder a command fills (an entry, or a file inside a folder entry), in that folder's
+      manifest (every file lmlab writes there is stamped: :func:`lmlab.fileio.atomic_write_bytes`
+      and :func:`lmlab.fileio.append_line` call this);
+    * else, for a ``kind`` of single file written into a user's folder (``--predictions``), in
+      that folder's manifest. Without ``kind`` nothing is recorded anywhere else (a temporary or an
+      output written in one go is sealed whole)."""
+    p = Path(path)
+    claim = _claim_of(p)
+    if claim is not None:
+        folder, manifest, rel = claim
+        files = dict(manifest.get("files") or {})
+        files[rel] = _stamp(p)
+        write_manifest(folder, {**_body(manifest), "files": files})
+        return
+    if kind is None:
+        return
+    manifest = read_manifest(p.parent) or {"kind": None, "state": "files", "entries": {}}
+    entries = dict(manifest.get("entries", {}))
+    entries[p.name] = {"kind": kind, **_stamp(p)}
+    write_manifest(p.parent, _body(manifest) | {"entries": entries})
+
+
+def record_tree(directory: str | os.PathLike) -> None:
+    """:func:`record_file` for everything under the folder ``directory`` that lmlab just finished
+    writing through another library (a TensorBoard or W&B logger's files), in one manifest write."""
+    d = Path(directory)
+    claim = _claim_of(d)
+    if claim is None or not d.is_dir() or d.is_symlink():
+        return
+    folder, manifest, rel = claim
+    files = dict(manifest.get("files") or {})
+    files.update({f"{rel}/{inner}": stamp for inner, stamp in list_files(d).items()})
+    write_manifest(folder, {**_body(manifest), "files": files})
+
+
+def check_overwrite(path: str | os.PathLike) -> None:
+    """One-line error when lmlab is about to write over ``path``, a file inside a folder a command
+    fills, that it cannot prove it wrote, unchanged (:func:`claimed_file_verdict`): the user put it
+    there, or edited it since. The file is left as it is. A log the command continues is written to
+    (see :func:`claim_dir`'s ``logs``)."""
+    p = Path(path)
+    if not (p.exists() or p.is_symlink()):
+        return
+    claim = _claim_of(p)
+    if claim is None:
+        return
+    folder, manifest, rel = claim
+    verdict = claimed_file_verdict(manifest, rel, p)
+    if not verdict.ok and not _is_log(manifest.get("entries", {}).get(rel)):
+        raise LmlabError(f"{p} {verdict.reason}; it was left as it is, and nothing was written over it",
+                         "move that file away, then run the command again")
+
+
+def unproven(directory: Path, name: str) -> list[str]:
+    """What under the entry ``name`` of the claimed folder ``directory`` lmlab cannot prove it wrote,
+    unchanged (first few, relative to that entry): a file not stamped, or changed since
+    (:func:`claimed_file_verdict`), an empty folder nothing records, a link, anything inside an
+    output of its own that its manifest does not account for. Empty: lmlab may delete it all."""
+    entry = directory / name
+    found: list[str] = []
+    _unproven_in(entry, directory, read_manifest(directory) or {}, found, entry, top=True)
+    return found[:3]
+
+
+def _unproven_in(path: Path, folder: Path, manifest: dict, found: list[str], entry: Path,
+                 top: bool = False) -> None:
+    """:func:`unproven` for ``path``, inside the claimed ``folder`` (``manifest``)."""
+    rel = path.relative_to(folder).as_posix()
+    shown = path.relative_to(entry).as_posix() if path != entry else entry.name
+    if len(found) >= 3:
+        return
+    if path.is_symlink() or not path.is_dir():
+        if not claimed_file_verdict(manifest, rel, path).ok:
+            found.append(shown)
+        return
+    own = read_manifest(path)
+    if own is not None:  # an output of its own (a checkpoint, a tokenizer, a run): its manifest proves it
+        if own.get("state") == "claimed":
+            for child in sorted(path.iterdir()):
+                if child.name in BOOKKEEPING or is_dead_leftover(child):
+                    continue
+                if child.name not in own.get("entries", {}):
+                    found.append(child.relative_to(entry).as_posix())
+                else:
+                    _unproven_in(child, path, own, found, entry, top=True)
+                if len(found) >= 3:
+                    return
+            return
+        if own.get("state") == "complete":
+            prefix = "" if path == entry else f"{shown}/"
+            found.extend(f"{prefix}{inner}" for inner in foreign_entries(path, own))
+        elif not is_dead_leftover(path):
+            found.append(shown)
+        return
+    children = sorted(c for c in path.iterdir() if c.name not in BOOKKEEPING)
+    if not children and not top and manifest.get("stamped") \
+            and not _matches(manifest.get("files", {}).get(rel), path):
+        found.append(shown)  # an empty folder inside an entry that lmlab did not record making
+    for child in children:
+        if not is_dead_leftover(child):
+            _unproven_in(child, folder, manifest, found, entry)
+
+
+def remove_owned_tree(directory: Path, name: str, refuse: bool = True) -> bool:
+    """Delete the entry ``name`` of the claimed folder ``directory`` (the demo's fresh start, a
+    finished fine-tuning's resume state), only when the manifest records it as lmlab's and all in
+    it is what lmlab wrote, unchanged (:func:`unproven`). Otherwise nothing is deleted: a one-line
+    error, or with ``refuse=False`` it is kept (returns False)."""
     path = directory / name
     if not (path.exists() or path.is_symlink()):
-        return
+        return True
     if not owns_entry(directory, name):
+        if not refuse:
+            return False
         raise LmlabError(f"{path} was not written by lmlab; nothing was deleted",
                          "choose a new --out, or move that file away")
+    foreign = unproven(directory, name)
+    if foreign:
+        if not refuse:
+            return False
+        what = ("was not written by lmlab, or changed since" if path.is_symlink() or not path.is_dir()
+                else f"holds {', '.join(foreign)}, which lmlab did not write or that changed since")
+        raise LmlabError(f"{path} {what}; nothing was deleted",
+                         "move those files away, or choose a new --out")
     if path.is_dir() and not path.is_symlink():
         shutil.rmtree(path)
     else:
         path.unlink()
+    manifest = read_manifest(directory)
+    files = (manifest or {}).get("files")
+    if isinstance(files, dict):
+        kept = {k: v for k, v in files.items() if k != name and not k.startswith(f"{name}/")}
+        write_manifest(directory, {**_body(manifest), "files": kept})
+    return True
+
+
+# ------------------------------------------------------------------ folders made for an output
+def make_parents(path: str | os.PathLike) -> list[Path]:
+    """Make the missing folders above ``path``; returns those this call made, outermost first (the
+    one place lmlab makes the folders an output goes in: :func:`parents_made` removes them again)."""
+    missing = []
+    parent = Path(os.path.abspath(path)).parent
+    while not (parent.exists() or parent.is_symlink()) and parent != parent.parent:
+        missing.append(parent)
+        parent = parent.parent
+    made = []
+    for folder in reversed(missing):
+        try:
+            folder.mkdir()
+        except FileExistsError:  # made meanwhile by someone else: not this call's
+            continue
+        made.append(folder)
+    return made
+
+
+def remove_made(made: list[Path]) -> None:
+    """Remove the folders :func:`make_parents` made (``made``), innermost first, while they are empty."""
+    for folder in reversed(made):
+        try:
+            folder.rmdir()
+        except FileNotFoundError:
+            continue
+        except OSError:  # something is in it now (the output, or anyone's file): it and those above stay
+            return
+
+
+@contextlib.contextmanager
+def parents_made(path: str | os.PathLike):
+    """Make the missing folders above the output ``path`` for the block (:func:`make_parents`), and
+    when it ends remove those still empty (:func:`remove_made`): a command that fails or is stopped
+    leaves none of them behind; one that succeeded has its output in them. Yields the folders made."""
+    made = make_parents(path)
+    try:
+        yield made
+    finally:
+        remove_made(made)
+
+
+# ------------------------------------------------------------------- names derived from an output's
+#: bytes a derived name keeps after the output's own name: the dots, ``tmp-PID-LABEL`` and the 8
+#: random characters of a temporary (``old-PID``, ``prune-PID`` and ``resume`` are shorter)
+_SUFFIX_ROOM = 56
+_HASH = 10
+_SHORTENED = re.compile(rf".*~[0-9a-f]{{{_HASH}}}")
+
+
+def name_max(folder: str | os.PathLike) -> int:
+    """The longest name, in bytes, that the file system holding ``folder`` (or its nearest existing
+    folder above) takes for one file or folder (255 on Linux and macOS file systems)."""
+    p = Path(os.path.abspath(folder))
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    try:
+        return int(os.pathconf(p, "PC_NAME_MAX"))
+    except (OSError, ValueError):
+        return 255
+
+
+def name_bytes(name: str) -> int:
+    """The length of ``name`` on disk, in bytes (what the file system's limit counts)."""
+    return len(os.fsencode(name))
+
+
+def _stem(name: str, folder: Path) -> str:
+    """``name`` as the names derived from it spell it: itself, or, when it leaves no room for the
+    longest suffix within the limit, its start and a short hash of the whole (``abc...~1f2e3d4c5b``),
+    the same for every derived name of that output."""
+    room = name_max(folder) - _SUFFIX_ROOM
+    if name_bytes(name) <= room:
+        return name
+    digest = hashlib.sha256(os.fsencode(name)).hexdigest()[:_HASH]
+    kept, size = [], 0
+    for ch in name:
+        size += name_bytes(ch)
+        if size > room - _HASH - 1:
+            break
+        kept.append(ch)
+    return "".join(kept) + "~" + digest
+
+
+def derived_name(name: str, folder: str | os.PathLike, what: str) -> str:
+    """The name of what lmlab keeps beside the output ``folder/name``: ``.NAME.WHAT``, with WHAT one
+    of ``tmp-PID-LABEL`` (a temporary; :func:`make_temporary` adds 8 random characters),
+    ``old-PID`` (an output being replaced), ``prune-PID`` (a checkpoint being deleted) or
+    ``resume`` (a fine-tuning's resume state). The one place these names are made: each stays within
+    the file system's limit on a name (:func:`name_max`), however long NAME is (:func:`_stem`)."""
+    folder = Path(folder)
+    derived = f".{_stem(name, folder)}.{what}"
+    over = name_bytes(derived) + 8 - name_max(folder)
+    return derived if over <= 0 else derived[:len(derived) - over]  # only an overlong label is cut
 
 
 # ------------------------------------------------------------------------- where an output may go
@@ -358,8 +673,14 @@ def check_destination(path: str | os.PathLike, flag: str = "--out") -> None:
         what = "a file" if base.is_file() else "not a folder"
         raise LmlabError(f"{flag} {given} cannot be written: {base} is {what}; nothing was written",
                          f"choose a {flag} path that does not go through a file")
+    limit = name_max(base)
+    for part in target.relative_to(base).parts:  # the names still to be made
+        if name_bytes(part) > limit:
+            raise LmlabError(f"{flag} {given} cannot be written: a name in it is {name_bytes(part)} bytes "
+                             f"long, and the file system of {base} takes at most {limit} bytes per name; "
+                             "nothing was written", f"choose a {flag} path with shorter names")
     try:
-        probe = tempfile.mkdtemp(prefix=f".{target.name}.tmp-{os.getpid()}-check", dir=base)
+        probe = tempfile.mkdtemp(prefix=derived_name(target.name, base, f"tmp-{os.getpid()}-check"), dir=base)
     except OSError as e:
         why = {errno.EROFS: "is on a read-only file system", errno.ENOSPC: "is on a full disk",
                errno.EDQUOT: "is on a disk over its quota"}.get(e.errno, "is not writable")
@@ -395,25 +716,32 @@ def check_output_spares_inputs(out: str | os.PathLike, inputs: dict[str, object]
 
 # ---------------------------------------------------------------------------------- single files
 def may_replace_file(path: Path, kind: str) -> Verdict:
-    """May lmlab write a ``kind`` file at ``path``? Yes when nothing is there, or when the folder's
-    manifest records that lmlab wrote this very file (same size and time)."""
+    """May lmlab write a ``kind`` file at ``path``? Yes when nothing is there, or when a manifest
+    records that lmlab wrote this very file (same size and time) as that kind of file: the manifest
+    of the user's folder it was written into, or of the folder a command fills (whose files are
+    that command's, no other's)."""
     if not path.exists() and not path.is_symlink():
         return Verdict(True)
     if path.is_symlink() or not path.is_file():
         return Verdict(False, "is not a regular file")
+    claim = _claim_of(path)
+    if claim is not None:
+        folder, manifest, rel = claim
+        entry = manifest.get("entries", {}).get(rel.split("/", 1)[0])
+        own = entry.get("kind") if isinstance(entry, dict) else None  # a single file recorded there
+        if own is None and manifest.get("kind") != kind:
+            # an entry of a folder a command fills (a run's metrics.jsonl): that command's, no other's
+            return Verdict(False, f"belongs to the {manifest.get('kind')} in {folder}")
+        if own is not None and own != kind:
+            return Verdict(False, f"is a {own}, not a {kind}")
+        return claimed_file_verdict(manifest, rel, path)
     manifest = read_manifest(path.parent)
     recorded = (manifest or {}).get("entries", {}).get(path.name)
     if not isinstance(recorded, dict) or recorded.get("tree"):
-        if manifest and manifest.get("state") == "claimed" and path.name in manifest.get("entries", {}):
-            # an entry of a folder a command fills (a run's metrics.jsonl): that command's, no other's
-            if manifest.get("kind") == kind:
-                return Verdict(True)
-            return Verdict(False, f"belongs to the {manifest.get('kind')} in {path.parent}")
         return Verdict(False, "was not written by lmlab")
     if recorded.get("kind", kind) != kind:
         return Verdict(False, f"is a {recorded.get('kind')}, not a {kind}")
-    stamp = _stamp(path)
-    if (recorded.get("size"), recorded.get("mtime_ns")) != (stamp["size"], stamp["mtime_ns"]):
+    if not _matches(recorded, path):
         return Verdict(False, "changed since lmlab wrote it")
     return Verdict(True)
 
@@ -431,18 +759,6 @@ def check_replaceable_file(path: str | os.PathLike, kind: str, flag: str = "--ou
         raise LmlabError(f"{flag} {p} exists and {verdict.reason}; nothing was written",
                          f"choose a new {flag} path, or move or delete that file yourself")
     return p
-
-
-def record_file(path: str | os.PathLike, kind: str) -> None:
-    """Record in its folder's manifest that lmlab wrote the file ``path`` (a ``kind``)."""
-    p = Path(path)
-    manifest = read_manifest(p.parent) or {"kind": None, "state": "files", "entries": {}}
-    if manifest.get("state") == "claimed" and p.name in manifest.get("entries", {}):
-        return  # already an entry of a folder lmlab fills
-    entries = dict(manifest.get("entries", {}))
-    entries[p.name] = {"kind": kind, **_stamp(p)}
-    kept = {k: v for k, v in manifest.items() if k != "lmlab_manifest"}
-    write_manifest(p.parent, kept | {"entries": entries})
 
 
 # ------------------------------------------------------------------------------------ leftovers
@@ -488,26 +804,30 @@ def remove_leftovers(directory: Path, name: str | None = None, locked: bool = Fa
     removed: list[Path] = []
     if not Path(directory).is_dir():
         return removed
+    stem = None if name is None else _stem(name, Path(directory))
     for p in Path(directory).iterdir():
         m = _TEMPORARY.fullmatch(p.name)
-        if not m or (name is not None and m["name"] != name) or not is_dead_leftover(p, locked):
+        if not m or (stem is not None and m["name"] != stem) or not is_dead_leftover(p, locked):
             continue
-        final = p.with_name(m["name"])
-        if m["what"] == "old" and not (final.exists() or final.is_symlink()):
-            os.replace(p, final)
-            continue
+        if m["what"] == "old":
+            if name is None and _SHORTENED.fullmatch(m["name"]):
+                continue  # its output's name was shortened: put back by the next run of that output
+            final = p.with_name(name if name is not None else m["name"])
+            if not (final.exists() or final.is_symlink()):
+                os.replace(p, final)
+                continue
         shutil.rmtree(p, ignore_errors=True)
         removed.append(p)
     return removed
 
 
 def make_temporary(parent: Path, name: str, kind: str, label: str = "") -> Path:
-    """A new folder ``parent/.NAME.tmp-PID-LABEL...`` marked as this process's work in progress
-    (the caller removes it; if the process dies first, the next run of the same output does)."""
+    """A new folder ``parent/.NAME.tmp-PID-LABEL...`` (:func:`derived_name`) marked as this
+    process's work in progress (the caller removes it; if the process dies first, the next run of
+    the same output does). ``parent`` exists (the caller made it: :func:`parents_made`)."""
     import tempfile
 
-    parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{name}.tmp-{os.getpid()}-{label}", dir=parent))
+    tmp = Path(tempfile.mkdtemp(prefix=derived_name(name, parent, f"tmp-{os.getpid()}-{label}"), dir=parent))
     try:
         os.chmod(tmp, 0o777 & ~current_umask())  # mkdtemp makes it private; give it the usual permissions
         start_temporary(tmp, kind)
@@ -524,13 +844,13 @@ def live_dir(output: Path, kind: str):
     tail), its loggers' files. Removed when the block ends, however it ends; first, whatever killed
     runs into the same output left is removed (:func:`remove_leftovers`: their processes ended)."""
     output = Path(output)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    remove_leftovers(output.parent, output.name)
-    tmp = make_temporary(output.parent, output.name, kind, "live-")
-    try:
-        yield tmp
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    with parents_made(output):  # the folders made for the output go too, unless it was written there
+        remove_leftovers(output.parent, output.name)
+        tmp = make_temporary(output.parent, output.name, kind, "live-")
+        try:
+            yield tmp
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 @contextlib.contextmanager

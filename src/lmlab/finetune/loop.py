@@ -43,6 +43,7 @@ from lmlab import ownership
 from lmlab.errors import LmlabError
 from lmlab.fileio import (
     atomic_dir,
+    atomic_write_text,
     check_input_file,
     check_replaceable_dir,
     directory_lock,
@@ -347,7 +348,7 @@ def _live_files(out_dir: Path, resumable: bool, live: contextlib.ExitStack) -> t
     else:
         folder = live.enter_context(ownership.live_dir(out_dir, "fine-tuning logs"))
         log_path, live_logs = folder / METRICS_FILE, folder / resume_state.LOGS
-    log_path.write_text("", encoding="utf-8")
+    atomic_write_text(log_path, "")  # in the resume folder: stamped as lmlab's (ownership.record_file)
     return log_path, live_logs
 
 
@@ -363,7 +364,7 @@ def _train(run: FinetuneRun, saved, say, exits: contextlib.ExitStack, resume_out
         run.restore(*saved)
         log.history.extend(saved[1]["finetune"]["history"])
         if log.metrics is not None:
-            log.metrics.path.write_text("".join(json.dumps(r) + "\n" for r in log.history), encoding="utf-8")
+            atomic_write_text(log.metrics.path, "".join(json.dumps(r) + "\n" for r in log.history))
         say(f"resumed at step {run.step} of {run.total} (best {run.prefix} {run.select} so far "
             f"{run.best['score']:.4f}, step {run.best['step']})")
         log.progress.update(run.step, [])
@@ -509,6 +510,16 @@ def _lr_sweep(checkpoint, task, train, dev, out, method, method_options, tokeniz
     renamed into ``out``; the others are deleted. Every arm of a comparison gets the same sweep."""
     target = None if out is None else check_replaceable_dir(out, SUMMARY_FILE, "fine-tuned model")
     _check_sweep_inputs(checkpoint, train, dev)  # a missing input is one line, before any run starts
+    # the folders made for ``out`` go again if the sweep fails (ownership.parents_made)
+    parents = contextlib.nullcontext() if target is None else ownership.parents_made(target)
+    with parents:
+        return _sweep(target, checkpoint, task, train, dev, method, method_options, tokenizer, say, hparams,
+                      cfg)
+
+
+def _sweep(target, checkpoint, task, train, dev, method, method_options, tokenizer, say, hparams,
+           cfg: FinetuneConfig) -> FinetuneResult:
+    """:func:`_lr_sweep`'s runs, in the folder made for ``target`` (its parent exists)."""
     runs: list[tuple[float, FinetuneResult, Path | None]] = []
     tmp = None
     try:

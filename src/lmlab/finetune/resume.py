@@ -64,7 +64,7 @@ FREE_SETTINGS = ("progress", "threads", "save_every", "loggers", "device")
 
 def resume_dir(out_dir: Path) -> Path:
     """Where the resume state of a run writing ``out_dir`` lives (a hidden sibling)."""
-    return out_dir.with_name(f".{out_dir.name}.resume")
+    return out_dir.with_name(ownership.derived_name(out_dir.name, out_dir.parent, "resume"))
 
 
 #: what a run writes in its resume folder
@@ -103,10 +103,10 @@ def _clear_owned(rdir: Path) -> None:
             delete_checkpoint(path)
         folder = rdir / CHECKPOINTS
         if folder.is_dir() and not {p.name for p in folder.iterdir()} - ownership.BOOKKEEPING:
-            ownership.remove_owned_tree(rdir, CHECKPOINTS)
-        for name in ENTRIES:
+            ownership.remove_owned_tree(rdir, CHECKPOINTS, refuse=False)
+        for name in ENTRIES:  # each only if all in it is what lmlab wrote, unchanged: else it stays
             if name != CHECKPOINTS:
-                ownership.remove_owned_tree(rdir, name)
+                ownership.remove_owned_tree(rdir, name, refuse=False)
 
 
 def saved_state(out_dir: Path, say=None) -> Path | None:

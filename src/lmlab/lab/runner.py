@@ -30,7 +30,7 @@ from typing import Any
 
 from lmlab.arguments import path_argument
 from lmlab.errors import LmlabError
-from lmlab.fileio import write_json
+from lmlab.fileio import append_line, write_json
 from lmlab.finetune import finetune
 from lmlab.lab.baselines import DIAGNOSTICS
 from lmlab.lab.grid import FinetuneRun, Grid, PretrainRun
@@ -93,11 +93,8 @@ class _Display:
 
 def _run_log(path: Path, display: _Display, prefix: str) -> Callable[[str], None]:
     """A log callback for the trainer / fine-tuner: into the run's log file and the bar's postfix."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-
     def log(msg: str) -> None:
-        with open(path, "a", encoding="utf-8") as f:
-            f.write(msg.rstrip("\n") + "\n")
+        append_line(path, msg)
         display.status(f"{prefix}: {msg.strip().splitlines()[-1] if msg.strip() else ''}")
 
     return log

@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from lmlab import ownership
 from lmlab.config.loggers import LOGGER_PACKAGES, check_loggers  # noqa: F401 (offered here too)
 from lmlab.errors import LmlabError
 from lmlab.fileio import read_json, write_json
@@ -48,7 +49,8 @@ class TensorBoardLogger:
 
         # purge_step: events from a killed run's steps beyond the checkpoint are discarded
         purge = None if resume_after is None else resume_after + 1
-        self.writer = SummaryWriter(str(Path(run_dir) / self.DIRECTORY), purge_step=purge)
+        self.folder = Path(run_dir) / self.DIRECTORY
+        self.writer = SummaryWriter(str(self.folder), purge_step=purge)
 
     def log(self, row: dict[str, Any], step: int) -> None:
         for key, value in scalars(row).items():
@@ -57,6 +59,7 @@ class TensorBoardLogger:
 
     def close(self) -> None:
         self.writer.close()
+        ownership.record_tree(self.folder)  # its files are lmlab's, as they are now
 
 
 class WandbLogger:
@@ -69,7 +72,8 @@ class WandbLogger:
 
         run_dir = Path(run_dir)
         folder = run_dir / self.DIRECTORY
-        folder.mkdir(parents=True, exist_ok=True)
+        folder.mkdir(parents=True, exist_ok=True)  # inside the run (or its live folder), never above it
+        self.folder = folder
         self.state_path = folder / self.STATE
         state = read_json(self.state_path, "W&B run state") if self.state_path.is_file() else None
         how: dict[str, Any] = {}
@@ -111,6 +115,7 @@ class WandbLogger:
         # files are complete when lmlab returns (and fine-tuning moves them into its output)
         if getattr(wandb.setup(), "most_recent_active_run", "unknown") is None:
             wandb.teardown()
+        ownership.record_tree(self.folder)  # its files are lmlab's, as they are now
 
 
 #: name -> (class, the module it needs, the extra that installs it)

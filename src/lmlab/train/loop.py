@@ -75,6 +75,8 @@ class TrainStep(nn.Module):
 RUN_KIND = "pretraining run"
 RUN_ENTRIES = ("config.toml", "metrics.jsonl", "summary.json", "loss.png", CHECKPOINTS, "data",
                "tensorboard", "wandb")
+#: the run's log that a resumed run continues (keeping its rows up to the checkpoint's step)
+RUN_LOGS = ("metrics.jsonl",)
 
 
 def pretrain(
@@ -114,7 +116,7 @@ def pretrain(
         return Trainer(cfg, run_dir, resume, log).run()
     # a new or empty folder becomes the run's; an earlier run's is continued; anything else is refused;
     # a run that fails before writing anything gives the folder back (no trace)
-    with claimed_dir(run_dir, RUN_KIND, RUN_ENTRIES), \
+    with claimed_dir(run_dir, RUN_KIND, RUN_ENTRIES, logs=RUN_LOGS), \
             directory_lock(run_dir, "run directory"):  # two runs into one directory would mix their files
         # holding the lock, whatever an earlier, killed process left half-written here is dead
         for leftover_dir in (run_dir / "checkpoints", run_dir / "data", run_dir):

@@ -20,7 +20,7 @@ from typing import Any
 from lmlab import values
 from lmlab.errors import LmlabError
 from lmlab.file_schemas import MetricsRow
-from lmlab.fileio import atomic_write_text
+from lmlab.fileio import append_line, atomic_write_text
 
 #: what to do about a damaged metrics log
 METRICS_FIX = ("the run's metrics log is damaged: restore it, or remove the bad line (a resume "
@@ -75,10 +75,7 @@ class MetricsLog:
         return kept
 
     def append(self, row: dict[str, Any]) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.path, "a", encoding="utf-8") as f:
-            f.write(json.dumps(row) + "\n")
-            f.flush()
+        append_line(self.path, json.dumps(row))
 
 
 def perplexity(mean_nll: float) -> float:

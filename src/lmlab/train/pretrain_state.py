@@ -10,7 +10,7 @@ from pathlib import Path
 
 from lmlab.data.shards import INDEX_FILE
 from lmlab.errors import LmlabError
-from lmlab.ownership import start_temporary
+from lmlab.ownership import derived_name, start_temporary
 from lmlab.train import distributed as dist_
 from lmlab.train.checkpoint import (
     CHECKPOINTS,
@@ -180,7 +180,8 @@ def save(trainer) -> None:
 
 def _save_shards(trainer) -> Path:
     """FSDP: every rank writes its shards beside the checkpoint; rank 0 moves them in."""
-    sharded = trainer.run_dir / CHECKPOINTS / f".step_{trainer.step}.tmp-{trainer.rank0_pid}-sharded"
+    folder = trainer.run_dir / CHECKPOINTS
+    sharded = folder / derived_name(f"step_{trainer.step}", folder, f"tmp-{trainer.rank0_pid}-sharded")
     if trainer.info.is_main:  # marked as this process's, so a killed run's shards are removed next start
         sharded.mkdir(parents=True, exist_ok=True)
         start_temporary(sharded, "checkpoint shards")

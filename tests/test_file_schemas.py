@@ -123,7 +123,7 @@ METRICS = {
     "a scalar row": (b"5\n", "line 1 must be a valid dictionary (got 5)"),
     "a list row": (b"[1, 2]\n", "line 1 must be a valid dictionary"),
     "a row without step": (b'{"loss": 1.0}\n', "line 1: step: is missing"),
-    "a text loss": (b'{"step": 1, "loss": "low"}\n', "line 1: loss: must be a valid number"),
+    "a text loss": (b'{"step": 1, "loss": "low"}\n', "line 1: loss: must be a number"),
     "a broken middle line": (b'{"step": 1, "lo\n{"step": 2}\n', "line 1 is not JSON"),
 }
 
@@ -147,7 +147,7 @@ def test_a_metrics_line_cut_off_by_a_kill_is_skipped(mine, capsys):
 INDEX_EDITS = {
     "an empty shard list": (lambda i: i["splits"]["train"].update(shards=[]), "splits.train: its shards"),
     "a shard of no tokens": (lambda i: i["splits"]["train"]["shards"][0].update(tokens=0), "tokens: must be"),
-    "a string vocab_size": (lambda i: i.update(vocab_size="300"), "vocab_size: must be a valid integer"),
+    "a string vocab_size": (lambda i: i.update(vocab_size="300"), "vocab_size: must be a whole number"),
     "splits as a list": (lambda i: i.update(splits=[]), "splits: must be a valid dictionary"),
     "an unknown dtype": (lambda i: i.update(dtype="int8"), "dtype: "),
     "a null document count": (lambda i: i["splits"]["train"].update(documents=None), "documents: "),
@@ -173,7 +173,7 @@ def test_token_ids_beyond_the_vocabulary_are_one_line_before_training(mine, caps
 
 # ----------------------------------------------------------------------------------- model config.json
 CONFIG_EDITS = {
-    "a null norm_eps": (lambda c: c["config"].update(norm_eps=None), "config.norm_eps: must be a valid"),
+    "a null norm_eps": (lambda c: c["config"].update(norm_eps=None), "config.norm_eps: must be a number"),
     "a string norm_eps": (lambda c: c["config"].update(norm_eps="1e-5"), "config.norm_eps: "),
     "a negative norm_eps": (lambda c: c["config"].update(norm_eps=-1), "config.norm_eps: ", "(got -1)"),
     "a NaN norm_eps": (lambda c: c["config"].update(norm_eps=float("nan")), "config.norm_eps: "),

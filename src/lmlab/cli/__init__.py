@@ -233,6 +233,12 @@ def _check_outputs(args: argparse.Namespace) -> None:
     from lmlab.fileio import check_replaceable_dir
 
     inputs = {shown: input_paths(k, getattr(args, k)) for k, shown in INPUT_ARGS.items() if hasattr(args, k)}
+    for k, shown in INPUT_ARGS.items():  # a list of files or runs: each once (a file read twice, a run
+        value = getattr(args, k, None)     # counted twice, means nothing); --harness checks its own
+        if isinstance(value, list) and k not in ("harness", "variant"):
+            from lmlab.values import check_distinct
+
+            check_distinct(value, shown, f"give each path to {shown} once", key=lambda v: os.path.realpath(v))
     for name in OUTPUT_ARGS:
         out = getattr(args, name, None)
         if isinstance(out, str) and out:

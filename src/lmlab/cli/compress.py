@@ -352,12 +352,7 @@ def run_prune(args) -> int:
     from lmlab.adapt.prune import prune_model, sparsity_note
 
     _setup(args)
-    if args.steps and not (args.train and args.dev):
-        raise LmlabError("fine-tuning after pruning (--steps) needs --train and --dev", "pass both files")
-    if args.train and not args.steps:
-        raise LmlabError("--train is read only to fine-tune after pruning, which takes --steps N above 0, "
-                         "and none was given",
-                         "add --steps N (e.g. --steps 200, with --dev), or drop --train")
+    # --steps without --train/--dev, --train without --steps: refused by lmlab.cli.flag_rules
     model, task = _load(args.checkpoint, "lmlab compress prune")
     dev = _examples(task, args.dev, args.max_eval_examples, "dev")
     _say(f"pruning {args.checkpoint} to {args.sparsity:.0%} sparsity"

@@ -178,7 +178,7 @@ def register(sub) -> None:
                    help="continue the interrupted run that was writing --out (stopped by Ctrl-C, SIGTERM or "
                         "a crash), exactly where its last resume state left it")
     add_data_arguments(p, given_only=True)
-    p.set_defaults(func=run, out_kind=("finetune.json", "fine-tuned model"))
+    p.set_defaults(func=run, out_kind=("finetune.json", "fine-tuned model"), rule_settings=rule_settings)
 
 
 def add_data_arguments(p, given_only: bool = False) -> None:
@@ -226,12 +226,18 @@ def settings_of(args) -> dict:
 
         template = read_template(args.template_file)
     fields = data_settings(args).get("fields")
-    hparams = section_settings(FinetuneConfig, "finetune", args, {"fields": fields, "template": template})
-    for key, words in (("packing", "--packing/--no-packing is"), ("template", "--template is the prompt "
-                                                                   "template")):
-        if hparams.get(key) is not None and args.task != "instruct":
-            raise LmlabError(f"{words} for --task instruct", f"drop finetune.{key}")
-    return hparams
+    # settings that go with one task, one mode (--packing with instruct, --select-fraction with
+    # train-slice...): refused by lmlab.cli.flag_rules, before this runs again for the run itself
+    return section_settings(FinetuneConfig, "finetune", args, {"fields": fields, "template": template})
+
+
+def rule_settings(args) -> tuple[str, dict, dict]:
+    """What :func:`lmlab.cli.flag_rules.check_flag_rules` needs of a fine-tuning command: the
+    section, the settings given anywhere (--config, flags, --set) and the defaults."""
+    import dataclasses
+
+    defaults = {f.name: f.default for f in dataclasses.fields(FinetuneConfig)}
+    return "finetune", settings_of(args), defaults
 
 
 def run(args) -> int:

@@ -20,6 +20,7 @@ BASE = {
     "finetune": ["finetune", "--checkpoint", "CK", "--task", "sst2", "--train", "TR", "--dev", "DV",
                  "--out", "OUT"],
     "evaluate": ["evaluate", "--checkpoint", "CK"],
+    "align": ["align", "--checkpoint", "CK", "--train", "TR", "--dev", "DV", "--out", "OUT"],
     "generate": ["generate", "--checkpoint", "CK"],
     "compress distill": ["compress", "distill", "--teacher", "CK", "--train", "TR", "--out", "OUT"],
     "compress prune": ["compress", "prune", "--checkpoint", "CK", "--out", "OUT", "--sparsity", "0.5"],
@@ -43,6 +44,14 @@ BROKEN = {
     ("finetune", "--rouge-stemmer", "--task"): ["--rouge-stemmer"],
     ("finetune", "--packing/--no-packing", "--task"): ["--no-packing"],
     ("finetune", "--template", "--task"): ["--template", "TEMPLATE"],
+    ("align", "--sft-steps", "--method"): ["--sft-steps", "10"],
+    ("align", "--reward-steps", "--method"): ["--reward-steps", "10", "--method", "dpo"],
+    ("align", "--reward-lr", "--method"): ["--reward-lr", "1e-3"],
+    ("align", "--samples", "--method"): ["--samples", "2"],
+    ("align", "--max-new-tokens", "--method"): ["--max-new-tokens", "2"],
+    ("align", "--temperature", "--method"): ["--temperature", "0.5"],
+    ("align", "--loss", "--method"): ["--loss", "ipo", "--method", "rlhf"],
+    ("align", "--label-smoothing", "--method"): ["--label-smoothing", "0.1", "--method", "rlhf"],
     ("evaluate", "--max-bad-fraction", "--on-bad-line"): ["--max-bad-fraction", "0.5", "--on-bad-line",
                                                           "error"],
     ("evaluate", "--delimiter", "--format"): ["--format", "jsonl", "--delimiter", "tab"],
@@ -100,7 +109,8 @@ def test_partners_given_satisfy_the_rules_and_a_config_counts(tmp_path):
           "tokenizer train": ["--algo", "wordpiece", "--lowercase", "--score", "ratio"],
           "compress prune": ["--steps", "3", "--train", "TR", "--dev", "DV"],
           "compress distill": ["--student-layers", "0", "--init", "teacher"],
-          "export": ["--format", "peft", "--base", "B"]}
+          "export": ["--format", "peft", "--base", "B"],
+          "align": ["--method", "rlhf", "--sft-steps", "10", "--samples", "2"]}
     for command, extra in ok.items():
         check_flag_rules(parser, parser.parse_args(BASE[command] + extra))
     config = tmp_path / "ft.toml"

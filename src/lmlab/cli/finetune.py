@@ -8,7 +8,13 @@ import json
 from lmlab.adapt import METHODS as ADAPT_METHODS
 from lmlab.cli.common import add_command, is_main_process
 from lmlab.config.finetune import FinetuneConfig
-from lmlab.config.flags import MACHINE_FLAGS, add_config_flags, add_section_flags, section_settings
+from lmlab.config.flags import (
+    MACHINE_FLAGS,
+    add_config_flags,
+    add_section_flags,
+    rule_settings,
+    section_settings,
+)
 from lmlab.errors import LmlabError
 from lmlab.values import lr_flag, path_flag, text_flag
 
@@ -178,7 +184,8 @@ def register(sub) -> None:
                    help="continue the interrupted run that was writing --out (stopped by Ctrl-C, SIGTERM or "
                         "a crash), exactly where its last resume state left it")
     add_data_arguments(p, given_only=True)
-    p.set_defaults(func=run, out_kind=("finetune.json", "fine-tuned model"), rule_settings=rule_settings)
+    p.set_defaults(func=run, out_kind=("finetune.json", "fine-tuned model"),
+                   rule_settings=rule_settings(FinetuneConfig, "finetune", settings_of))
 
 
 def add_data_arguments(p, given_only: bool = False) -> None:
@@ -229,15 +236,6 @@ def settings_of(args) -> dict:
     # settings that go with one task, one mode (--packing with instruct, --select-fraction with
     # train-slice...): refused by lmlab.cli.flag_rules, before this runs again for the run itself
     return section_settings(FinetuneConfig, "finetune", args, {"fields": fields, "template": template})
-
-
-def rule_settings(args) -> tuple[str, dict, dict]:
-    """What :func:`lmlab.cli.flag_rules.check_flag_rules` needs of a fine-tuning command: the
-    section, the settings given anywhere (--config, flags, --set) and the defaults."""
-    import dataclasses
-
-    defaults = {f.name: f.default for f in dataclasses.fields(FinetuneConfig)}
-    return "finetune", settings_of(args), defaults
 
 
 def run(args) -> int:

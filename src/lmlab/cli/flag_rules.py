@@ -123,6 +123,13 @@ RULES: dict[str, tuple[Rule, ...]] = {
         Needs("--packing/--no-packing", "--task", ("instruct",)),
         Needs("--template", "--task", ("instruct",)),
     ),
+    "align": (
+        *(Needs(flag, "--method", ("rlhf",), why="a setting of RLHF")
+          for flag in ("--sft-steps", "--reward-steps", "--reward-lr", "--samples", "--max-new-tokens",
+                       "--temperature")),
+        *(Needs(flag, "--method", ("dpo",), why="a setting of DPO's loss") for flag in ("--loss",
+                                                                                    "--label-smoothing")),
+    ),
     "evaluate": (
         Needs("--max-bad-fraction", "--on-bad-line", ("skip",)),
         Needs("--delimiter", "--format", ("csv", None), shown="--format csv (or .csv files)"),

@@ -110,6 +110,19 @@ def section_settings(cls, section: str, args, extra: dict[str, Any] | None = Non
     return {k: getattr(checked, k) for k in raw[section]}
 
 
+def rule_settings(cls, section: str, settings=None):
+    """The ``rule_settings`` a command whose flags mirror section ``cls`` gives
+    :func:`lmlab.cli.flag_rules.check_flag_rules`: ``args -> (section, the settings given anywhere
+    (--config, flags, --set), the section's defaults)``; ``settings(args)``: the command's own
+    reading of them (default :func:`section_settings`)."""
+    defaults = {f.name: f.default for f in dataclasses.fields(cls)}
+
+    def given(args) -> tuple[str, dict[str, Any], dict[str, Any]]:
+        return section, (settings(args) if settings else section_settings(cls, section, args)), defaults
+
+    return given
+
+
 def _check_tables(raw: dict[str, Any], section: str, file) -> None:
     for key, value in raw.items():
         if key != section:

@@ -118,7 +118,7 @@ def test_objective_parameters_have_ranges():
     ('name = "../../../escape"', "grid name '../../../escape' cannot be part of a file name"),
     ("seeds = [-1]", "seeds: 0: must be at least 0 (got -1)"),
     (f"seeds = [{HUGE}]", "seeds: 0: must be at most 9223372036854775807"),
-    ("seeds = [1, 1]", "seeds must be distinct"),
+    ("seeds = [1, 1]", "seeds lists 1 twice"),
     ("budget = {tokens = nan}", "budget.tokens must be a finite number"),
 ])
 def test_grid_values_are_checked_before_anything_else(tmp_path, capsys, change, needle):

@@ -20,7 +20,7 @@ import difflib
 import math
 import re
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Annotated, Any, TypeVar
 
 from pydantic import (
@@ -167,14 +167,64 @@ Count = whole(1, COUNT_MAX, hint="a whole number of at least 1")  # how many of 
 Size = whole(0, COUNT_MAX, hint="a whole number of at least 0")  # 0 allowed (often "all" or "off")
 #: rows held in memory at once: batch sizes, beams, samples per prompt
 BatchSize = whole(1, BATCH_MAX, hint=f"a whole number from 1 to {BATCH_MAX}")
-#: the seeds of a series of runs (a grid's): one or more
-Seeds = Annotated[list[Seed], Field(min_length=1, description="a list of seeds, e.g. [0, 1, 2]")]
+class ListProblem(ValueError):
+    """What is wrong with a list as written (an empty item), in words an error shows as they are."""
+
+
+def repeated(items: Iterable[Any], key: Callable[[Any], Any] | None = None) -> Any:
+    """The first item of ``items`` that repeats an earlier one (compared by ``key(item)``), or None."""
+    seen = set()
+    for item in items:
+        k = item if key is None else key(item)
+        if k in seen:
+            return item
+        seen.add(k)
+    return None
+
+
+def _no_repeats(items: Any) -> Any:
+    twice = repeated(items)
+    if twice is not None:
+        raise ValueError(f"lists {twice!r} twice (each may appear once)")
+    return items
+
+
+#: a list type whose items may not repeat (pydantic checks it after the items): layer numbers, the
+#: learning rates of a sweep, the seeds of a grid, where a repeat would only do the same work twice
+NoRepeats = AfterValidator(_no_repeats)
+
+
+def check_distinct(items: Iterable[Any], where: str, fix: str,
+                   key: Callable[[Any], Any] | None = None) -> None:
+    """The one refusal of a list whose items repeat where a repeat means nothing (a run counted
+    twice, a file read twice, the same task scored twice): one line naming ``where`` and the item;
+    ``key`` says when two items are the same (e.g. their resolved path)."""
+    twice = repeated(items, key)
+    if twice is not None:
+        raise LmlabError(f"{str(twice)!r} is given twice in {where}", fix)
+
+
+def comma_list(text: str, convert: Callable[[str], T] = str) -> list[T]:  # type: ignore[assignment]
+    """The one reader of a comma-separated list as written on a command line (``"0, 2,4"``): each
+    item stripped and converted; an empty item (a doubled, leading or trailing comma: ``1,2,,3``,
+    ``"0, "``) is a :class:`ListProblem`, never dropped in silence; an unreadable one a ValueError."""
+    parts = [part.strip() for part in text.split(",")]
+    if not any(parts):
+        raise ListProblem("is empty")
+    if not all(parts):
+        raise ListProblem("has an empty item (a doubled, leading or trailing comma)")
+    return [convert(part) for part in parts]
+
+
+#: the seeds of a series of runs (a grid's): one or more, each once
+Seeds = Annotated[list[Seed], Field(min_length=1, description="a list of seeds, e.g. [0, 1, 2]"), NoRepeats]
 Threads = whole(0, 4096, hint="a number of threads from 0 (automatic) to 4096")
 Workers = whole(1, 1024, hint="a number of processes from 1 to 1024")
 Text = Annotated[str, BeforeValidator(_no_surrogates), Field(min_length=1, description="non-empty text")]
 Flag = StrictBool
-#: layer numbers (``--student-layers 0,2,4``), at least one
-Layers = Annotated[list[Size], Field(min_length=1, description="comma-separated layer numbers, e.g. 0,2,4")]
+#: layer numbers (``--student-layers 0,2,4``), at least one, each once
+Layers = Annotated[list[Size], Field(min_length=1, description="comma-separated layer numbers, each once, "
+                                                                "e.g. 0,2,4"), NoRepeats]
 
 #: token ids as given on a command line (``--ids 12,7 301``)
 TokenIds = Annotated[list[Size], Field(min_length=1, description="token ids (whole numbers of at least 0), "
@@ -182,8 +232,8 @@ TokenIds = Annotated[list[Size], Field(min_length=1, description="token ids (who
 
 
 def comma_ints(text: str) -> list[int]:
-    """``"0, 2,4"`` -> ``[0, 2, 4]`` (a ValueError for anything else)."""
-    return [int(part) for part in text.split(",") if part.strip()]
+    """``"0, 2,4"`` -> ``[0, 2, 4]`` (:func:`comma_list`: a ValueError for anything else)."""
+    return comma_list(text, int)
 
 
 #: where torch runs: auto, cpu, cuda, cuda:N or mps (``meta`` and the like hold no numbers)
@@ -344,6 +394,8 @@ def flag(kind: Any, parse: Callable[[str], Any] | None = None) -> Callable[[str]
     def convert(text: str):
         try:
             raw = text if parse is None else parse(text)
+        except ListProblem as e:
+            raise argparse.ArgumentTypeError(f"{e} (got {text!r}){use}") from None
         except ValueError:
             raise argparse.ArgumentTypeError(f"cannot be read (got {text!r}){use}") from None
         try:
@@ -371,9 +423,10 @@ def either(kind: Any, *words: str) -> Any:
 
 #: a learning rate, or "auto": fine-tuning sweeps the rates of lr_sweep and keeps the best on dev
 LearningRateOrAuto = either(LearningRate, "auto")
-#: the rates an lr = "auto" sweep tries, at least one
+#: the rates an lr = "auto" sweep tries, at least one, each once (a repeat would train the same run twice)
 LearningRates = Annotated[tuple[LearningRate, ...],
-                          Field(min_length=1, description="learning rates greater than 0, e.g. [1e-4, 3e-4]")]
+                          Field(min_length=1, description="learning rates greater than 0, each once, e.g. "
+                                                          "[1e-4, 3e-4]"), NoRepeats]
 
 
 # ready-made flag types for the common cases

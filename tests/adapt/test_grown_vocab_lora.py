@@ -97,3 +97,24 @@ def test_another_base_is_still_refused(tuned, tmp_path, capsys):
     assert "is a LoRA fine-tune with its update merged in" in capsys.readouterr().err
     assert main(["evaluate", "--checkpoint", str(out), "--variant", f"a={out}", "--data", str(data)]) == 2
     assert "is a LoRA fine-tune with its update merged in" in capsys.readouterr().err
+
+
+def test_export_and_variant_refuse_the_same_bases(tuned, tmp_path, capsys):
+    """`export --format peft --base X` checked only the shapes (and the grown rows), so a base of the
+    same size with other weights (another fine-tune of the run) was exported as the adapter's base,
+    while `evaluate --variant` refused it by fingerprint. One check now (peft_io.check_same_base,
+    called by base_for_adapter): both refuse it, naming the fingerprints."""
+    root, step, data, out, tok = tuned
+    other = load_model(out / "base")                      # the adapter's own (grown) base, retouched
+    with torch.no_grad():
+        other.final_norm.weight.add_(0.5)
+    other.save(tmp_path / "other", tokenizer=tok)
+    runs = {"export": ["export", "--checkpoint", str(out), "--format", "peft", "--base",
+                       str(tmp_path / "other"), "--out", str(tmp_path / "pe")],
+            "variant": ["evaluate", "--checkpoint", str(tmp_path / "other"), "--variant", f"a={out}",
+                        "--data", str(data)]}
+    for argv in runs.values():
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip().splitlines()[-1]
+        assert err.startswith("error: ") and "was trained on another base model (fingerprint" in err, err
+    assert not (tmp_path / "pe").exists()

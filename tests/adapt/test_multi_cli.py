@@ -67,12 +67,12 @@ def test_generate_variants_prints_each_rows_own_greedy_continuation(gpt, tmp_pat
 
 
 @pytest.mark.parametrize("args,message", [
-    (["--variant", "x=/nonexistent"], "--variant and --prompts go together"),
+    (["--variant", "x=/nonexistent"], "--variant applies only with --prompts"),
     (["--variant", "=d", "--prompts", "p.jsonl"], "is not NAME=DIR"),
     (["--variant", "a", "--variant", "a", "--prompts", "p.jsonl"], "named twice"),
     (["--variant", "a=/nonexistent", "--prompts", "p.jsonl"], "holds no lmlab adapter"),
     (["--variant", "a", "--prompts", "ROWS"], "unknown variant 'lora'"),
-    (["--variant", "a", "--prompts", "ROWS", "--prompt", "x"], "cannot be combined with --variant"),
+    (["--variant", "a", "--prompts", "ROWS", "--prompt", "x"], "--prompt cannot be combined with --variant"),
 ])
 def test_generate_variant_errors_are_one_line(gpt, tmp_path, capsys, args, message):
     root, _, _ = gpt

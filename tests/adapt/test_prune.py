@@ -201,6 +201,6 @@ def test_an_int8_checkpoint_and_train_without_steps_are_refused_before_loading(t
     code = exit_code(["compress", "prune", "--sparsity", "0.5", "--train", "tr.tsv",
                       "--checkpoint", str(tmp_path / "float"), "--out", str(tmp_path / "x")])
     err = capsys.readouterr().err
-    assert code == 2 and err.startswith("error: --train is read only to fine-tune after pruning")
+    assert code == 2 and err.startswith("error: --train applies only with --steps N above 0")
     assert "--steps" in err
     assert not (tmp_path / "x").exists()

@@ -145,3 +145,46 @@ def test_task_accuracy_within_one_point_and_cli_roundtrip(tmp_path, data_dir, mi
     code = main(["evaluate", "--checkpoint", str(tmp_path / "q"), "--data", str(g / "dev.tsv"),
                  "--max-examples", "300"])
     assert code == 0 and json.loads(capsys.readouterr().out)["accuracy"] == pytest.approx(after)
+
+
+def test_every_command_that_trains_refuses_int8_weights_before_loading(ckpt, tmp_path, capsys, monkeypatch):
+    """`lmlab finetune` (any --method), `lmlab align` and `compress distill --init teacher` took an int8
+    checkpoint and wrote a broken model (a fine-tune trained half the weights; evaluate then refused
+    it). The one place a model is opened for training (lmlab.finetune.loop.load_trainable_model)
+    refuses it from config.json, as export and prune do (lmlab.models.refuse_int8); in memory too."""
+    import lmlab.loading
+    from lmlab.adapt.distill import distill, make_student
+    from lmlab.finetune import finetune
+
+    model = load_model(ckpt)
+    quantize_model(model)
+    save_quantized(model, tmp_path / "q", tokenizer=model.tokenizer)
+    (tmp_path / "q" / "task.json").write_text("{}")                    # as if fine-tuned (distill's test)
+    data = tmp_path / "d.tsv"
+    data.write_text("sentence\tlabel\ngood\t1\nbad\t0\n")
+    pairs = tmp_path / "p.jsonl"
+    pairs.write_text(json.dumps({"prompt": "a", "chosen": " b", "rejected": " c"}) + "\n")
+    monkeypatch.setattr(lmlab.loading, "load_model",
+                        lambda *a, **k: (_ for _ in ()).throw(AssertionError("weights read")))
+    q, out = str(tmp_path / "q"), str(tmp_path / "out")
+    commands = {
+        "fine-tuning": [["finetune", "--checkpoint", q, "--task", "sst2", "--train", str(data), "--dev",
+                         str(data), "--out", out, *more] for more in ([], ["--method", "lora"],
+                                                                      ["--lr", "auto"])],
+        "preference tuning": [["align", "--checkpoint", q, "--train", str(pairs), "--dev", str(pairs),
+                               "--out", out]],
+        "--init teacher": [["compress", "distill", "--teacher", q, "--train", str(data), "--out", out]],
+    }
+    for reader, argvs in commands.items():
+        for argv in argvs:
+            assert main(argv) == 2, argv
+            err = capsys.readouterr().err
+            assert err.startswith(f"error: {q} holds int8 weights") and reader in err and err.count("\n") == 1
+    assert not (tmp_path / "out").exists() and not list(tmp_path.glob(".out*"))
+    with pytest.raises(LmlabError, match="int8 weights"):
+        finetune(model, "sst2", str(data), str(data), None, max_steps=1)
+    with pytest.raises(LmlabError, match="int8 weights"):
+        make_student(model, 1)
+    float_model = build_model(get_preset("gpt2-tiny", vocab_size=model.config.vocab_size))
+    with pytest.raises(LmlabError, match="int8 weights"):
+        distill(float_model, model, None, [])

@@ -99,7 +99,7 @@ def test_instruct_flags_are_checked(setup, capsys):
     assert "no {instruction} placeholder" in capsys.readouterr().err
     args[4] = "sst2"
     assert main(args + ["--no-packing"]) == 2
-    assert "--packing/--no-packing is for --task instruct" in capsys.readouterr().err
+    assert "--packing/--no-packing applies only with --task instruct" in capsys.readouterr().err
     args[4] = "instruct"
     assert main(args + ["--method", "prefix", "--no-progress"]) == 2
     assert "packed rows cannot take a prefix" in capsys.readouterr().err

@@ -208,8 +208,8 @@ def test_cli_prints_and_writes_the_results_and_refuses_bad_input_in_one_line(set
     cases = [
         (["--harness", str(tmp_path / "missing.yaml"), *fresh], "does not exist"),
         (["--harness", mc, "--out", str(out)], "already exists; pass --overwrite"),
-        (["--harness", mc, "--data", mc], "--harness scores harness tasks"),
-        (["--out", str(out)], "--out go with --harness"),
+        (["--harness", mc, "--data", mc], "--data cannot be combined with --harness"),
+        (["--out", str(out)], "--out applies only with --harness"),
         (["--harness", str(no_data), *fresh], "could not load the task(s) lmlab_no_data"),
     ]
     for extra, needle in cases:

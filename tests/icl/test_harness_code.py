@@ -98,4 +98,4 @@ def test_the_cli_refuses_in_one_line_and_allow_code_goes_with_harness(tasks, tmp
     assert_one_line_error(capsys, f"would run {tasks / 'helpers.py'}; pass --allow-code")
     assert not (tasks / "RAN").exists()
     assert main(["evaluate", "--checkpoint", str(tmp_path / "ck"), "--data", "x.tsv", "--allow-code"]) == 2
-    assert_one_line_error(capsys, "--allow-code go with --harness")
+    assert_one_line_error(capsys, "--allow-code applies only with --harness")

@@ -124,7 +124,7 @@ def test_wordpiece_score_option(tmp_path, capsys, corpus_file, trained):
     assert load_tokenizer(trained("wordpiece")).vocab == gain.vocab
     err = one_line_error(*run(capsys, "tokenizer", "train", "--algo", "bpe", "--vocab-size", VOCAB, "--score",
                               "gain", "--input", corpus_file, "--out", tmp_path / "bpe")[::2])
-    assert "--score applies only to --algo wordpiece" in err and not (tmp_path / "bpe").exists()
+    assert "--score applies only with --algo wordpiece" in err and not (tmp_path / "bpe").exists()
 
 
 # --------------------------------------------------------------------------- bad input

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from lmlab.arguments import describe, model_argument
 from lmlab.errors import LmlabError
+from lmlab.values import ListProblem, comma_list
 
 if TYPE_CHECKING:  # torch is imported where a model is touched, so that METHODS costs nothing to read
     from torch import nn
@@ -106,7 +107,9 @@ def _coerce(method: str, name: str, value: Any, default: Any) -> Any:
         if isinstance(default, float):
             return float(value)
         if isinstance(default, (tuple, list)):
-            return [s.strip() for s in value.split(",") if s.strip()]
+            return comma_list(value)
+    except ListProblem as e:
+        raise LmlabError(f"{method} option {name}={value!r} {e}", f"give e.g. {name}=a,b") from None
     except ValueError:
         raise LmlabError(
             f"{method} option {name}={value!r} is not a {type(default).__name__}",

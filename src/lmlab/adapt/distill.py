@@ -147,6 +147,10 @@ def student_layers(n_teacher: int, n_student: int) -> list[int]:
     return [i * n_teacher // n_student for i in range(n_student)]
 
 
+#: who refuses an int8 teacher (:func:`lmlab.models.refuse_int8`): a student copied from it
+TEACHER_INIT_READER = "a student initialised from its teacher (--init teacher)"
+
+
 def make_student(teacher: nn.Module, n_layers: int | None = None, layers: Sequence[int] | None = None,
                  init: str = "teacher", seed: int = 0) -> nn.Module:
     """A copy of ``teacher``'s architecture with fewer layers (same heads, vocabulary, tokenizer).
@@ -170,6 +174,10 @@ def make_student(teacher: nn.Module, n_layers: int | None = None, layers: Sequen
                          "distil an encoder or decoder Transformer")
     if init not in ("teacher", "fresh"):
         raise LmlabError(f"unknown student init {init!r}", "use 'teacher' or 'fresh'")
+    if init == "teacher":  # the student starts from the teacher's float weights, then trains
+        from lmlab.models.checkpoint import refuse_int8
+
+        refuse_int8(teacher, TEACHER_INIT_READER)
     cfg = teacher.config
     if layers is None:
         layers = student_layers(cfg.n_layers, n_layers or max(1, cfg.n_layers // 2))
@@ -231,6 +239,9 @@ def distill(teacher: nn.Module, student: nn.Module, task, train: Sequence, dev: 
 
     teacher = model_argument(teacher, "distill's teacher")
     student = model_argument(student, "distill's student")
+    from lmlab.models.checkpoint import refuse_int8
+
+    refuse_int8(student, "distillation (it trains the student)")
     checks = ((values.Count, steps, "steps"), (values.BatchSize, batch_size, "batch_size"),
               (values.LearningRate, lr, "lr"), (values.WeightDecay, weight_decay, "weight_decay"),
               (values.Fraction, warmup_ratio, "warmup_ratio"),

@@ -18,7 +18,8 @@ side by side, kinds mixed freely, with every row's outputs equal to its variant 
   its own copy (:class:`~lmlab.adapt.multi_layers.RowwiseModule`); heads must have one shape.
 
 Every adapter records a fingerprint of the base it was trained on
-(:func:`lmlab.adapt.peft_io.base_fingerprint`); an adapter from another base is refused.
+(:func:`lmlab.adapt.peft_io.base_fingerprint`); an adapter from another base is refused
+(:func:`lmlab.adapt.peft_io.check_same_base`, the check of ``lmlab export --format peft`` too).
 
 >>> model = MultiAdapterModel(base, {"pos": "ft/lora", "neg": "ft/prefix", "plain": None})  # doctest: +SKIP
 >>> out = model(ids, attention_mask=mask, variant_ids=["pos", "neg", "plain"])          # doctest: +SKIP
@@ -42,9 +43,9 @@ from torch import Tensor, nn
 from lmlab.adapt.multi_layers import MultiLoRALinear, MultiPrefixAttention, RowState, RowwiseModule
 from lmlab.adapt.peft_io import (
     adapter_files,
-    base_fingerprint,
     base_for_adapter,
     check_base,
+    check_same_base,
     model_for_adapter,
     read_peft_config,
 )
@@ -125,7 +126,6 @@ class MultiAdapterModel(nn.Module):
             if path is not None:
                 d = adapter_dir(path)
                 base = base_for_adapter(base, read_peft_config(d), d)
-        fingerprint = base_fingerprint(base)
         loaded: list[_Variant] = []
         for name, path in variants.items():
             if path is None:
@@ -138,11 +138,7 @@ class MultiAdapterModel(nn.Module):
                                  "batch",
                                  f"batch {', '.join(BATCHABLE)} variants; serve the others one at a time")
             check_base(base, cfg, str(d))
-            saved = cfg.get("base_fingerprint")
-            if saved is not None and saved != fingerprint:
-                raise LmlabError(f"variant {name!r} ({d}) was trained on another base model (fingerprint "
-                                 f"{saved}, this base {fingerprint})",
-                                 "give every variant the base it was trained from")
+            check_same_base(base, cfg, d, f"variant {name!r} ({d})")  # the base every variant is served on
             loaded.append(_Variant(name, d, cfg, read_safetensors(adapter_files(d)[1])))
         tuned = [v for v in loaded if v.cfg]
         heads = {tuple(v.cfg["heads"]) for v in tuned}

@@ -93,23 +93,29 @@ def save_peft(model: nn.Module, directory: str | os.PathLike, base_model: str | 
 def base_fingerprint(model: nn.Module) -> str:
     """A short hash of the frozen weights no method changes - the token embeddings and the body's
     norms (a sample of each, rounded to bfloat16 so an fp32 and a bf16 copy agree) - so that
-    adapters can be checked to share one base (:mod:`lmlab.adapt.multi`)."""
+    adapters can be checked to share one base (:func:`check_same_base`)."""
     import hashlib
 
-    from lmlab.adapt.prompt import input_embedding
-    from lmlab.models.blocks import RMSNorm
-
     h = hashlib.sha256()
-    weights = [("embed", input_embedding(model).weight)]
-    for name, m in model.named_modules():
-        if isinstance(m, (nn.LayerNorm, RMSNorm)) and not name.startswith(("heads.", "pooler.")):
-            weights.append((name.replace(".inner.", "."), m.weight))
-    for name, w in weights:
+    for name, w in _fingerprinted(model):
         flat = w.detach().flatten()
         sample = flat[:: max(1, flat.numel() // 4096)][:4096]
         h.update(f"{name}:{tuple(w.shape)}".encode())
         h.update(sample.to("cpu", torch.bfloat16).float().numpy().tobytes())
     return h.hexdigest()[:16]
+
+
+def _fingerprinted(model: nn.Module) -> list[tuple[str, torch.Tensor]]:
+    """``(name, weight)`` of what :func:`base_fingerprint` hashes: ``embed``, then each norm by its
+    module name (a method's wrapper, ``.inner.``, left out of the name)."""
+    from lmlab.adapt.prompt import input_embedding
+    from lmlab.models.blocks import RMSNorm
+
+    weights = [("embed", input_embedding(model).weight)]
+    for name, m in model.named_modules():
+        if isinstance(m, (nn.LayerNorm, RMSNorm)) and not name.startswith(("heads.", "pooler.")):
+            weights.append((name.replace(".inner.", "."), m.weight))
+    return weights
 
 
 def write_adapter(directory: str | os.PathLike, state: dict[str, torch.Tensor], config: dict[str, Any],
@@ -270,8 +276,10 @@ def base_for_adapter(base: nn.Module, cfg: dict[str, Any], directory: str | os.P
     fine-tuned from: ``base`` itself, or, when fine-tuning grew the vocabulary for new special
     tokens (GPT-style ``[START]``/``[DELIM]``/``[EXTRACT]``, :func:`lmlab.tasks.base.attach_head`),
     the grown base saved in the fine-tuned folder's ``base/`` (the new rows live only there), once
-    its first rows are checked to be ``base`` 's. The one place ``lmlab export --format peft
-    --base`` and ``--variant`` (:class:`lmlab.adapt.multi.MultiAdapterModel`) choose it."""
+    its first rows are checked to be ``base`` 's; either way the base chosen must be the one the
+    adapter was trained on (:func:`check_same_base`). The one place ``lmlab export --format peft
+    --base``, :func:`load_peft_model` and ``--variant`` (:class:`lmlab.adapt.multi.MultiAdapterModel`)
+    choose and check it."""
     from lmlab.adapt.prompt import input_embedding
 
     merged = getattr(base, "merged_lora", None)
@@ -284,6 +292,7 @@ def base_for_adapter(base: nn.Module, cfg: dict[str, Any], directory: str | os.P
     mine = getattr(base.config, "vocab_size", None)
     theirs = cfg["model_config"].get("vocab_size")
     if not (isinstance(mine, int) and isinstance(theirs, int) and theirs > mine):
+        check_same_base(base, cfg, directory)
         return base
     where = grown_base_dir(directory)
     if where is None:
@@ -299,7 +308,45 @@ def base_for_adapter(base: nn.Module, cfg: dict[str, Any], directory: str | os.P
             f"embeddings of {where} differ from the base given)",
             "give the base model it was fine-tuned from",
         )
+    check_same_base(grown, cfg, directory)
     return grown
+
+
+def check_same_base(base: nn.Module, cfg: dict[str, Any], directory: str | os.PathLike,
+                    what: str | None = None) -> None:
+    """``base`` must be the model the adapter in ``directory`` (config ``cfg``; ``what`` names it in
+    the message) was trained on: the same :func:`base_fingerprint` of the weights no method changes,
+    when the adapter recorded one (adapters saved before fingerprints have none) and trained none of
+    them. Called by :func:`base_for_adapter`, so ``lmlab export --format peft --base`` and
+    ``--variant`` refuse the same bases."""
+    what = what or f"the adapter in {directory}"
+    saved = cfg.get("base_fingerprint")
+    if saved is None or _trains_fingerprinted(directory, base):
+        return
+    now = base_fingerprint(base)
+    if saved != now:
+        raise LmlabError(f"{what} was trained on another base model (fingerprint {saved}, this base {now})",
+                         "give the base model it was fine-tuned from (the --checkpoint of that "
+                         "lmlab finetune)")
+
+
+def _trains_fingerprinted(directory: str | os.PathLike, base: nn.Module) -> bool:
+    """Whether the adapter in ``directory`` holds trained weights that :func:`base_fingerprint`
+    hashes (the adapter method trains the layer norms, as Houlsby et al. do): its recorded
+    fingerprint is then of the tuned model, not of its base, and says nothing about the base (the
+    shapes are still checked, :func:`check_base`)."""
+    from safetensors import SafetensorError, safe_open
+
+    files = adapter_files(directory)
+    if files is None or not files[1].is_file():
+        return False
+    hashed = {f"{name}.weight" for name, _ in _fingerprinted(base) if name != "embed"}
+    try:
+        with safe_open(str(files[1]), "pt") as f:
+            names = list(f.keys())
+    except (SafetensorError, OSError):
+        return False  # unreadable: refused as corrupt when its weights are read
+    return any(key.replace(".inner.", ".") in hashed for key in names)
 
 
 def model_for_adapter(base: nn.Module, cfg: dict[str, Any], directory: Path) -> nn.Module:

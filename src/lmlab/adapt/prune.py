@@ -206,10 +206,9 @@ def prune_model(model: nn.Module, sparsity: float, scope: str = "global", struct
     """
     model = model_argument(model, "prune_model's model")
     _check(sparsity, scope, structure)
-    if getattr(model, "quantization", None):  # its linear layers hold int8 buffers, no float weights
-        raise LmlabError("this model holds int8 weights (lmlab compress quantize), which pruning "
-                         "does not take",
-                         "prune the float model, then quantize it")
+    from lmlab.models.checkpoint import refuse_int8
+
+    refuse_int8(model, "pruning")  # its linear layers hold int8 buffers, no float weights
     if structure == "heads":
         masks, floored = _head_masks(model, sparsity, scope)
     else:

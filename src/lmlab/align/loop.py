@@ -136,7 +136,7 @@ def load_policy(checkpoint, tokenizer=None) -> nn.Module:
     """The starting model (a directory or a model), as fine-tuning opens it, if it writes text."""
     if isinstance(checkpoint, nn.Module):
         check_generative(checkpoint)           # before fine-tuning's more general complaint
-    model = load_trainable_model(checkpoint, tokenizer)
+    model = load_trainable_model(checkpoint, tokenizer, "preference tuning")
     check_generative(model)
     return model
 

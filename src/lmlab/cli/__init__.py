@@ -17,6 +17,7 @@ import sys
 from safetensors import SafetensorError
 
 from lmlab import __version__
+from lmlab.cli.flag_rules import check_flag_rules
 from lmlab.errors import LmlabError, one_line
 from lmlab.stopping import as_stopped, unwind_on_signals
 from lmlab.text_input import check_argument_text
@@ -84,6 +85,22 @@ class Parser(argparse.ArgumentParser):
     def error(self, message: str):  # type: ignore[override]
         self.exit(2, f"error: {message}; see `{self.prog} --help`\n")
 
+    # Which options the command line gave (not their defaults), for the flag rules
+    # (lmlab.cli.flag_rules): argparse reads the values of every option it meets through
+    # _get_values, and a subcommand's namespace is copied into its parent's.
+    def parse_known_args(self, args=None, namespace=None):  # type: ignore[override]
+        from lmlab.cli.flag_rules import GIVEN
+
+        self._given: set[str] = set()
+        namespace, extras = super().parse_known_args(args, namespace)
+        setattr(namespace, GIVEN, frozenset(set(getattr(namespace, GIVEN, ())) | self._given))
+        return namespace, extras
+
+    def _get_values(self, action, arg_strings):  # type: ignore[override]
+        if action.option_strings:
+            self._given.add(action.dest)
+        return super()._get_values(action, arg_strings)
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="lmlab", description=DESCRIPTION, formatter_class=HelpFormatter)
@@ -108,6 +125,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if args.command is None else 2
     try:
         with unwind_on_signals():
+            check_flag_rules(parser, args)  # a flag given without the one it needs (lmlab.cli.flag_rules)
             check_argument_text(parser, args)  # text values (--prompt, --text...) that are not UTF-8
             _resolve_run_directories(args)
             _check_outputs(args)
@@ -233,6 +251,12 @@ def _check_outputs(args: argparse.Namespace) -> None:
     from lmlab.fileio import check_replaceable_dir
 
     inputs = {shown: input_paths(k, getattr(args, k)) for k, shown in INPUT_ARGS.items() if hasattr(args, k)}
+    for k, shown in INPUT_ARGS.items():  # a list of files or runs: each once (a file read twice, a run
+        value = getattr(args, k, None)     # counted twice, means nothing); --harness checks its own
+        if isinstance(value, list) and k not in ("harness", "variant"):
+            from lmlab.values import check_distinct
+
+            check_distinct(value, shown, f"give each path to {shown} once", key=lambda v: os.path.realpath(v))
     for name in OUTPUT_ARGS:
         out = getattr(args, name, None)
         if isinstance(out, str) and out:

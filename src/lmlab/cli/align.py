@@ -6,7 +6,13 @@ import json
 
 from lmlab.cli.common import add_command
 from lmlab.config.align import TASKS, AlignConfig
-from lmlab.config.flags import MACHINE_FLAGS, add_config_flags, add_section_flags, section_settings
+from lmlab.config.flags import (
+    MACHINE_FLAGS,
+    add_config_flags,
+    add_section_flags,
+    rule_settings,
+    section_settings,
+)
 from lmlab.values import path_flag
 
 DESCRIPTION = """\
@@ -117,7 +123,8 @@ def register(sub) -> None:
     add_section_flags(p.add_argument_group("preference"), AlignConfig, PREFERENCE_FLAGS)
     add_section_flags(p.add_argument_group("rlhf"), AlignConfig, RLHF_FLAGS)
     add_section_flags(p.add_argument_group("training"), AlignConfig, TRAINING_FLAGS)
-    p.set_defaults(func=run, out_kind=("align.json", "aligned model"))
+    p.set_defaults(func=run, out_kind=("align.json", "aligned model"),
+                   rule_settings=rule_settings(AlignConfig, "align"))
 
 
 def run(args) -> int:

@@ -188,8 +188,9 @@ def measure(model, task=None, examples=None, batch_size: int = 32,
 
 def _load(path: str, float_only: str | None = None):
     """(model, task or None) from a fine-tuned checkpoint or any model directory. ``float_only``:
-    the command (``lmlab compress prune``) that needs float weights, so an int8 checkpoint is
-    refused before it is read (:func:`lmlab.models.refuse_int8`, export's refusal too)."""
+    the command that needs float weights (prune, quantize, distill --init teacher), so an int8
+    checkpoint is refused before it is read (:func:`lmlab.models.refuse_int8`, export's and
+    fine-tuning's refusal too)."""
     from lmlab.finetune.loop import TASK_FILE, load_finetuned
     from lmlab.loading import load_model
     from lmlab.models import refuse_int8
@@ -351,12 +352,7 @@ def run_prune(args) -> int:
     from lmlab.adapt.prune import prune_model, sparsity_note
 
     _setup(args)
-    if args.steps and not (args.train and args.dev):
-        raise LmlabError("fine-tuning after pruning (--steps) needs --train and --dev", "pass both files")
-    if args.train and not args.steps:
-        raise LmlabError("--train is read only to fine-tune after pruning, which takes --steps N above 0, "
-                         "and none was given",
-                         "add --steps N (e.g. --steps 200, with --dev), or drop --train")
+    # --steps without --train/--dev, --train without --steps: refused by lmlab.cli.flag_rules
     model, task = _load(args.checkpoint, "lmlab compress prune")
     dev = _examples(task, args.dev, args.max_eval_examples, "dev")
     _say(f"pruning {args.checkpoint} to {args.sparsity:.0%} sparsity"
@@ -397,7 +393,10 @@ def run_distill(args) -> int:
     if not (Path(args.teacher) / TASK_FILE).is_file():  # before its weights are read
         raise LmlabError(f"{args.teacher} is not a fine-tuned checkpoint (no task.json)",
                          "fine-tune the teacher with `lmlab finetune ... --out DIR` first")
-    teacher, task = _load(args.teacher)
+    from lmlab.adapt.distill import TEACHER_INIT_READER
+
+    # an int8 teacher can give soft targets, but no float weights to copy into a student
+    teacher, task = _load(args.teacher, TEACHER_INIT_READER if args.init == "teacher" else None)
     train = _examples(task, args.train, args.max_train_examples, "train")
     dev = _examples(task, args.dev, args.max_eval_examples, "dev")
     student = make_student(teacher, args.layers, args.student_layers, args.init, args.seed)

@@ -43,10 +43,6 @@ EXAMPLES = """\
   lmlab evaluate --checkpoint bert/ --variant lora=ft/lora --variant pt=ft/prompt --data sst2/dev.tsv"""
 
 
-#: options that go with --harness only
-HARNESS_ONLY = ("num_fewshot", "out", "overwrite", "log_samples", "seed", "allow_code")
-
-
 def register(sub) -> None:
     p = add_command(sub, "evaluate", "score a fine-tuned checkpoint on a data file, or a language model "
                     "on lm-evaluation-harness tasks", DESCRIPTION, EXAMPLES)
@@ -88,11 +84,8 @@ def run(args) -> int:
     from lmlab.errors import LmlabError
     from lmlab.finetune import evaluate
 
-    if args.harness is not None:
+    if args.harness is not None:  # options of one mode given in the other: lmlab.cli.flag_rules
         return _run_harness(args)
-    harness_only = [f"--{k.replace('_', '-')}" for k in HARNESS_ONLY if getattr(args, k) not in (None, False)]
-    if harness_only:
-        raise LmlabError(f"{', '.join(harness_only)} go with --harness", "pass --harness TASKS, or drop them")
     if args.data is None:
         raise LmlabError("lmlab evaluate needs --data FILE (a fine-tuned checkpoint) or --harness TASKS",
                          "pass one of them")
@@ -109,12 +102,8 @@ def run(args) -> int:
 def _run_harness(args) -> int:
     import sys
 
-    from lmlab.errors import LmlabError
     from lmlab.icl.harness import run_harness
 
-    if args.data is not None or args.task is not None or args.variant:
-        raise LmlabError("--harness scores harness tasks, not a --data file of a --task or --variant",
-                         "drop --data/--task/--variant, or drop --harness")
     record = run_harness(args.checkpoint, args.harness, out=args.out, overwrite=args.overwrite,
                          num_fewshot=args.num_fewshot, limit=args.max_examples,
                          batch_size=args.batch_size or 16, device=args.device, seed=args.seed or 0,

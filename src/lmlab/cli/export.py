@@ -100,10 +100,7 @@ def _export_peft(args) -> int:
     from lmlab.adapt.peft_io import adapter_files, load_peft_model
     from lmlab.errors import LmlabError
 
-    adapter = Path(args.checkpoint) / "adapter"
-    if not args.base:
-        raise LmlabError("--format peft needs the pretrained checkpoint the fine-tune started from",
-                         "add --base DIR")
+    adapter = Path(args.checkpoint) / "adapter"  # --base is given (lmlab.cli.flag_rules)
     if adapter_files(adapter) is None:
         raise LmlabError(f"{args.checkpoint} holds no adapter/ (not a parameter-efficient fine-tune)",
                          "pass the --out of `lmlab finetune --method lora|prefix|prompt`")

@@ -8,7 +8,13 @@ import json
 from lmlab.adapt import METHODS as ADAPT_METHODS
 from lmlab.cli.common import add_command, is_main_process
 from lmlab.config.finetune import FinetuneConfig
-from lmlab.config.flags import MACHINE_FLAGS, add_config_flags, add_section_flags, section_settings
+from lmlab.config.flags import (
+    MACHINE_FLAGS,
+    add_config_flags,
+    add_section_flags,
+    rule_settings,
+    section_settings,
+)
 from lmlab.errors import LmlabError
 from lmlab.values import lr_flag, path_flag, text_flag
 
@@ -178,7 +184,8 @@ def register(sub) -> None:
                    help="continue the interrupted run that was writing --out (stopped by Ctrl-C, SIGTERM or "
                         "a crash), exactly where its last resume state left it")
     add_data_arguments(p, given_only=True)
-    p.set_defaults(func=run, out_kind=("finetune.json", "fine-tuned model"))
+    p.set_defaults(func=run, out_kind=("finetune.json", "fine-tuned model"),
+                   rule_settings=rule_settings(FinetuneConfig, "finetune", settings_of))
 
 
 def add_data_arguments(p, given_only: bool = False) -> None:
@@ -226,12 +233,9 @@ def settings_of(args) -> dict:
 
         template = read_template(args.template_file)
     fields = data_settings(args).get("fields")
-    hparams = section_settings(FinetuneConfig, "finetune", args, {"fields": fields, "template": template})
-    for key, words in (("packing", "--packing/--no-packing is"), ("template", "--template is the prompt "
-                                                                   "template")):
-        if hparams.get(key) is not None and args.task != "instruct":
-            raise LmlabError(f"{words} for --task instruct", f"drop finetune.{key}")
-    return hparams
+    # settings that go with one task, one mode (--packing with instruct, --select-fraction with
+    # train-slice...): refused by lmlab.cli.flag_rules, before this runs again for the run itself
+    return section_settings(FinetuneConfig, "finetune", args, {"fields": fields, "template": template})
 
 
 def run(args) -> int:

@@ -6,7 +6,6 @@ import json
 
 from lmlab.cli.common import add_command
 from lmlab.cli.generate_variants import add_arguments as add_variant_arguments
-from lmlab.cli.generate_variants import check_arguments as check_variant_arguments
 from lmlab.errors import LmlabError
 from lmlab.values import (
     LengthPenalty,
@@ -180,14 +179,11 @@ def run(args) -> int:
     from lmlab.generate import generate
 
     mode = _decoding_mode(args)
-    check_variant_arguments(args)
+    # --variant with --prompt, --json-schema...: refused by lmlab.cli.flag_rules
     if args.variant:
         from lmlab.cli.generate_variants import run_variants
 
         return run_variants(args, mode, _continuation)
-    if args.grammar_backend and not args.json_schema:
-        raise LmlabError("--grammar-backend chooses the engine of --json-schema decoding",
-                         "add --json-schema FILE or drop --grammar-backend")
     args.grammar_backend = args.grammar_backend or "auto"
     if args.json_schema:
         schema = _read_schema(args)
@@ -270,9 +266,6 @@ def _read_schema(args):
     if args.num_beams > 1:
         raise LmlabError("--json-schema works with sampling or greedy decoding, not beam search",
                          "drop --num-beams")
-    if args.stop:
-        raise LmlabError("--json-schema ends each output when its document is complete and takes no --stop",
-                         "drop --stop")
     schema = read_json(args.json_schema, "JSON Schema file")
     check_json_schema(schema, args.grammar_backend)    # unsupported keywords: before the model is loaded
     return schema

@@ -48,18 +48,6 @@ def read_prompts(path: str, names: list[str]) -> list[tuple[str, str]]:
     return rows
 
 
-def check_arguments(args) -> None:
-    """Options that do not go together with --variant/--prompts (before anything is loaded)."""
-    if not args.variant and not args.prompts:
-        return
-    if not args.variant or not args.prompts:
-        raise LmlabError("--variant and --prompts go together", "pass the variants and a --prompts FILE")
-    given = (("--prompt", args.prompt), ("--json-schema", args.json_schema), ("--tokenizer", args.tokenizer))
-    clash = [flag for flag, value in given if value]
-    if clash:
-        raise LmlabError(f"{', '.join(clash)} cannot be combined with --variant", "drop them")
-
-
 def run_variants(args, mode: dict, continuation) -> int:
     """Generate every row of --prompts with its variant, BATCH_ROWS rows at a time;
     ``continuation(tok, new_ids, eos, stops)`` is the text printed for the new ids."""

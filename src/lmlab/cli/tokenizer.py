@@ -164,10 +164,7 @@ def run_train(args) -> int:
         raise LmlabError(
             "--vocab-size is required", "pass e.g. --vocab-size 8000 (or --num-merges K with --algo bpe)"
         )
-    if args.num_merges is not None and args.algo != "bpe":
-        raise LmlabError("--num-merges applies only to --algo bpe", "use --vocab-size")
-    if args.score is not None and args.algo != "wordpiece":
-        raise LmlabError("--score applies only to --algo wordpiece", "leave it out")
+    # flags of one algorithm (--num-merges, --score, --lowercase): refused with others by lmlab.cli.flag_rules
     specials = list(DEFAULT_SPECIAL_TOKENS if args.special_tokens is None else args.special_tokens)
     specials += sentinel_tokens(args.sentinels, "--sentinels")  # their count checked first (lmlab.budget)
     options = {}

@@ -127,7 +127,10 @@ def _coerce_sequence(value: Any, hint, key: str, where: str, text: bool = False)
         if not (text or words):
             refuse_text(value, list, key, where)
         split = not words or "," in value
-        value = [v.strip() for v in value.split(",") if v.strip()] if split else [value]
+        try:
+            value = [] if not value.strip() else values.comma_list(value) if split else [value]
+        except values.ListProblem as e:
+            raise LmlabError(f"{where} {e} (got {value!r})", f"write e.g. {key}=a,b or {key}=[]") from None
     if isinstance(value, tuple):
         value = list(value)
     if not isinstance(value, list):

@@ -98,14 +98,29 @@ def section_settings(cls, section: str, args, extra: dict[str, Any] | None = Non
         _check_tables(raw, section, file)
         raw.setdefault(section, {})
     names = section_fields(cls)
-    raw[section].update({k: v for k, v in vars(args).items() if k in names})
+    flags = {k: v for k, v in vars(args).items() if k in names}  # SUPPRESS: only the flags given
+    raw[section].update(flags)
     raw[section].update({k: v for k, v in (extra or {}).items() if v is not None})
     items = override_items(getattr(args, "overrides", None), example_override(section))
-    origin = Origin(str(file or ""), frozenset(k for k, _ in items))
+    origin = Origin(str(file or ""), frozenset(k for k, _ in items),
+                    tuple((f"{section}.{k}", f"--{k.replace('_', '-')}") for k in flags))
     for key, value in items:
         apply_override(raw, key, value, (section,), origin)
     checked = build_section(cls, dict(raw[section]), section, origin, f"{section} setting")
     return {k: getattr(checked, k) for k in raw[section]}
+
+
+def rule_settings(cls, section: str, settings=None):
+    """The ``rule_settings`` a command whose flags mirror section ``cls`` gives
+    :func:`lmlab.cli.flag_rules.check_flag_rules`: ``args -> (section, the settings given anywhere
+    (--config, flags, --set), the section's defaults)``; ``settings(args)``: the command's own
+    reading of them (default :func:`section_settings`)."""
+    defaults = {f.name: f.default for f in dataclasses.fields(cls)}
+
+    def given(args) -> tuple[str, dict[str, Any], dict[str, Any]]:
+        return section, (settings(args) if settings else section_settings(cls, section, args)), defaults
+
+    return given
 
 
 def _check_tables(raw: dict[str, Any], section: str, file) -> None:

@@ -22,17 +22,21 @@ def suggest(name: str, choices: Iterable[str], prefix: str = "") -> str:
 
 @dataclass(frozen=True)
 class Origin:
-    """Where a config's values came from, to name it in errors: its file ("" for a dict) and the
-    keys that ``--set`` gave."""
+    """Where a config's values came from, to name it in errors: its file ("" for a dict), the
+    keys that ``--set`` gave and those a command-line flag gave (``section.key`` -> ``--flag``)."""
 
     file: str = ""
     set_keys: frozenset[str] = frozenset()
+    flags: tuple[tuple[str, str], ...] = ()
 
     def of(self, key: str) -> str:
         """Where ``key``'s value was written: ``--set train.lr``, ``FILE:LINE: train.lr`` (``FILE:
         train.lr`` when the line is not found) or ``train.lr``."""
         if self.from_command_line(key):
             return f"--set {key}"
+        flag = dict(self.flags).get(key)
+        if flag:
+            return flag
         if not self.file:
             return key
         line = key_line(self.file, key)

@@ -67,6 +67,7 @@ from lmlab.finetune.scoring import (  # noqa: F401 - lmlab.finetune.loop's publi
     reread,
 )
 from lmlab.finetune.selection import ROW_PREFIX, selection_record
+from lmlab.models.checkpoint import refuse_int8
 from lmlab.models.config import max_length_for
 from lmlab.runtime import resolve
 from lmlab.stopping import RESUME, StopRequests
@@ -120,10 +121,14 @@ def at_trivial_baseline(metrics: dict[str, float], baseline, select: str, margin
     return bool(metrics[select] <= baseline[1][select] + margin)
 
 
-def load_trainable_model(checkpoint, tokenizer):
-    """The model to fine-tune or align: a checkpoint path or module, with ``tokenizer`` attached."""
+def load_trainable_model(checkpoint, tokenizer, purpose: str = "fine-tuning"):
+    """The model to fine-tune or align (``purpose``, for messages): a checkpoint path or module,
+    with ``tokenizer`` attached. The one place a model is opened to be trained: int8 weights (which
+    cannot be trained) are refused here, a directory's from its ``config.json`` before any weight is
+    read (:func:`lmlab.models.refuse_int8`)."""
     from lmlab.loading import attach_tokenizer, load_model
 
+    refuse_int8(checkpoint, purpose)
     model = checkpoint if isinstance(checkpoint, nn.Module) else load_model(checkpoint)
     if tokenizer is not None:
         model = attach_tokenizer(model, tokenizer)  # checked against the embedding table
@@ -190,6 +195,7 @@ def finetune(checkpoint, task: str | Task, train, dev, out: str | os.PathLike | 
         callable_argument(log, "finetune's log")
     flag_argument(resume, "finetune's resume")
     cfg = FinetuneConfig.from_dict(hparams)
+    refuse_int8(checkpoint, "fine-tuning")  # before any work (an --lr auto sweep, the output's lock)
     check_length_fits(checkpoint, cfg.max_length)  # before any work: the model's config is enough
     if isinstance(task, str):
         check_fields(task, cfg.fields)  # a --ROLE-field the task would not read: before the model loads

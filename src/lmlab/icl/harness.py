@@ -70,16 +70,25 @@ def check_output(out: Path, overwrite: bool, inputs: dict[str, object] | None = 
 def local_task_paths(tasks: str | Sequence[str]) -> list[Path]:
     """The task files and folders among ``tasks`` (what :func:`resolve_tasks` reads from disk)."""
     items = [tasks] if isinstance(tasks, str) else list(tasks)
-    specs = [part.strip() for item in items for part in str(item).split(",") if part.strip()]
-    return [Path(spec).expanduser() for spec in specs if Path(spec).expanduser().exists()]
+    if not any(str(item).strip() for item in items):
+        return []
+    return [Path(spec).expanduser() for spec in split_tasks(items) if Path(spec).expanduser().exists()]
 
 
 def split_tasks(tasks: str | Sequence[str]) -> list[str]:
-    """``"a,b"`` or ``["a", "b,c"]`` -> ``["a", "b", "c"]`` (empty items dropped)."""
+    """``"a,b"`` or ``["a", "b,c"]`` -> ``["a", "b", "c"]`` (:func:`lmlab.values.comma_list`: an
+    empty item is refused, as is a task named twice, which would be scored twice)."""
+    from lmlab.values import ListProblem, check_distinct, comma_list
+
     items = [tasks] if isinstance(tasks, str) else list(tasks)
-    out = [part.strip() for item in items for part in str(item).split(",") if part.strip()]
-    if not out:
+    fix = "pass e.g. --harness hellaswag,arc_easy or --harness my_task.yaml, each task once"
+    if not any(str(item).strip() for item in items):
         raise LmlabError("no harness tasks given", "pass e.g. --harness hellaswag or --harness my_task.yaml")
+    try:
+        out = [part for item in items for part in comma_list(str(item))]
+    except ListProblem as e:
+        raise LmlabError(f"--harness {','.join(map(str, items))!r} {e}", fix) from None
+    check_distinct(out, "--harness", fix)
     return out
 
 

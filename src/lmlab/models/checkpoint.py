@@ -217,14 +217,20 @@ def is_int8_checkpoint(directory: str | os.PathLike) -> bool:
     return bool(read_json(Path(directory) / CONFIG_NAME, "model config").get("quantization"))
 
 
-def refuse_int8(directory: str | os.PathLike, reader: str = "this reader",
-                meta: dict | None = None) -> None:
-    """The one refusal of an int8 checkpoint by a reader that needs float weights (export, the
-    float loader, ``lmlab compress prune/quantize/distill``), before any weight is read.
-    ``meta``: the ``config.json`` when the caller has read it already."""
-    quantized = bool(meta.get("quantization")) if meta is not None else is_int8_checkpoint(directory)
+def refuse_int8(source, reader: str = "this reader", meta: dict | None = None) -> None:
+    """The one refusal of int8 weights by a reader that needs float weights: export, the float
+    loader, every command that trains or rewrites weights (fine-tuning, alignment, ``lmlab compress
+    prune/quantize``, a distilled student copied from its teacher). ``source``: a checkpoint
+    directory, told from its ``config.json`` before any weight is read (``meta``: that file when
+    the caller has read it already), or a model in memory (``lmlab compress quantize`` marks it
+    with ``quantization``)."""
+    if isinstance(source, nn.Module):
+        quantized, what = bool(getattr(source, "quantization", None)), "this model"
+    else:
+        quantized = bool(meta.get("quantization")) if meta is not None else is_int8_checkpoint(source)
+        what = str(source)
     if quantized:
-        raise LmlabError(f"{directory} holds int8 weights (lmlab compress quantize), which {reader} "
+        raise LmlabError(f"{what} holds int8 weights (lmlab compress quantize), which {reader} "
                          "does not take",
                          "use the float checkpoint it was quantized from (in Python, "
                          "lmlab.loading.load_model opens int8 checkpoints too)")

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from lmlab.errors import LmlabError
 from lmlab.fileio import read_json
+from lmlab.values import check_distinct
 
 __all__ = ["COUNTS", "RunPoint", "read_run", "read_runs"]
 
@@ -171,6 +172,8 @@ def read_runs(paths: list[str | os.PathLike], count: str = "auto") -> tuple[list
                 dirs.extend(children)
                 continue
         dirs.append(p)
+    # one run given twice (run1 run1, or runs/ and runs/a) would weigh its point twice in the fit
+    check_distinct(dirs, "the runs (RUN_DIR)", "give each run once", key=lambda d: d.resolve())
     if count == "auto":
         has_config = all(_checkpoint_config(d, _summary_or_empty(d)) is not None for d in dirs if d.is_dir())
         count = "non-embedding" if has_config else "total"

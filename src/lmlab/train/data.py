@@ -25,6 +25,7 @@ from lmlab.data.shards import INDEX_FILE, TokenShards, read_index
 from lmlab.errors import LmlabError
 from lmlab.fileio import read_json, write_json
 from lmlab.train.config import DataConfig
+from lmlab.values import check_distinct
 
 DEFAULT_DATA = "../shared/data"
 
@@ -78,7 +79,25 @@ def resolve(entries: list[str], what: str) -> list[Path]:
             out.extend(files)
         else:
             out.append(p)
+    # a file named twice (by two entries, a folder and a file in it, overlapping patterns) would be
+    # tokenised twice: its documents counted twice, and split between train and val
+    check_distinct(out, what, f"name each file once in {what}", key=os.path.realpath)
     return out
+
+
+def check_val_apart(train_paths: list[Path], val_paths: list[Path]) -> None:
+    """``data.val`` may not read what ``data.train`` reads: a file in both, or the train split of
+    the shards ``data.train`` names, would score the model on text it trained on."""
+    train = {os.path.realpath(p) for p in train_paths}
+    for p in val_paths:
+        same = os.path.realpath(p) in train
+        if same and _is_shards(p) and read_index(p)["splits"].get("val", {}).get("tokens"):
+            continue  # the shards' own held-out val split
+        if same:
+            raise LmlabError(f"data.val {p} is also in data.train: validation would score the model on "
+                             "text it trains on",
+                             "give data.val other files, or set data.val=[] and hold out "
+                             "data.val_fraction of the training documents")
 
 
 def _is_shards(p: Path) -> bool:
@@ -107,6 +126,7 @@ def prepare_run_data(
     """Open (building first when ``build``) the train and val token shards of a run."""
     train_paths = resolve(cfg.train, "data.train")
     val_paths = resolve(cfg.val, "data.val") if cfg.val else []
+    check_val_apart(train_paths, val_paths)  # before a tokenizer is trained
     data_dir = _data_dir(cfg, run_dir)
     tok_spec = cfg.tokenizer
     tokenizer = None

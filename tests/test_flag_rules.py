@@ -1,0 +1,124 @@
+"""Flags that go together: one table (lmlab.cli.flag_rules.RULES), checked for every command right
+after parsing. Every declared dependency is tried here: its flag given without its partner (or with
+the partner it excludes) is one line naming both, exit code 2, before any work; defaults never
+trigger a rule; a partner given in --config counts."""
+
+from __future__ import annotations
+
+import pytest
+from assertions import assert_one_line_error, exit_code
+
+from lmlab.cli import build_parser
+from lmlab.cli.flag_rules import RULES, Excludes, check_flag_rules
+from lmlab.errors import LmlabError
+
+#: each command's required arguments (paths that need not exist: the rules come first)
+BASE = {
+    "tokenizer train": ["tokenizer", "train", "--algo", "unigram", "--vocab-size", "50", "--input", "IN",
+                        "--out", "OUT"],
+    "export": ["export", "--checkpoint", "CK", "--out", "OUT"],
+    "finetune": ["finetune", "--checkpoint", "CK", "--task", "sst2", "--train", "TR", "--dev", "DV",
+                 "--out", "OUT"],
+    "evaluate": ["evaluate", "--checkpoint", "CK"],
+    "align": ["align", "--checkpoint", "CK", "--train", "TR", "--dev", "DV", "--out", "OUT"],
+    "generate": ["generate", "--checkpoint", "CK"],
+    "compress distill": ["compress", "distill", "--teacher", "CK", "--train", "TR", "--out", "OUT"],
+    "compress prune": ["compress", "prune", "--checkpoint", "CK", "--out", "OUT", "--sparsity", "0.5"],
+}
+H = ["--harness", "hellaswag"]
+V = ["--variant", "a", "--prompts", "P"]
+#: (command, flag, partner) -> what breaks that rule, added to BASE
+BROKEN = {
+    ("tokenizer train", "--num-merges", "--algo"): ["--num-merges", "10"],
+    ("tokenizer train", "--num-merges", "--vocab-size"): ["--algo", "bpe", "--num-merges", "10"],
+    ("tokenizer train", "--score", "--algo"): ["--score", "ratio"],
+    ("tokenizer train", "--lowercase", "--algo"): ["--lowercase"],
+    ("export", "--base", "--format"): ["--base", "B", "--format", "hf"],
+    ("export", "--format", "--base"): ["--format", "peft"],
+    ("finetune", "--select-fraction", "--select-on"): ["--select-fraction", "0.3"],
+    ("finetune", "--lr-sweep", "--lr"): ["--lr-sweep", "1e-3", "1e-4"],
+    ("finetune", "--doc-stride", "--task"): ["--doc-stride", "64"],
+    ("finetune", "--max-answer-length", "--task"): ["--max-answer-length", "10"],
+    ("finetune", "--max-bad-fraction", "--on-bad-line"): ["--max-bad-fraction", "0.5"],
+    ("finetune", "--delimiter", "--format"): ["--format", "tsv", "--delimiter", ";"],
+    ("finetune", "--rouge-stemmer", "--task"): ["--rouge-stemmer"],
+    ("finetune", "--packing/--no-packing", "--task"): ["--no-packing"],
+    ("finetune", "--template", "--task"): ["--template", "TEMPLATE"],
+    ("align", "--sft-steps", "--method"): ["--sft-steps", "10"],
+    ("align", "--reward-steps", "--method"): ["--reward-steps", "10", "--method", "dpo"],
+    ("align", "--reward-lr", "--method"): ["--reward-lr", "1e-3"],
+    ("align", "--samples", "--method"): ["--samples", "2"],
+    ("align", "--max-new-tokens", "--method"): ["--max-new-tokens", "2"],
+    ("align", "--temperature", "--method"): ["--temperature", "0.5"],
+    ("align", "--loss", "--method"): ["--loss", "ipo", "--method", "rlhf"],
+    ("align", "--label-smoothing", "--method"): ["--label-smoothing", "0.1", "--method", "rlhf"],
+    ("evaluate", "--max-bad-fraction", "--on-bad-line"): ["--max-bad-fraction", "0.5", "--on-bad-line",
+                                                          "error"],
+    ("evaluate", "--delimiter", "--format"): ["--format", "jsonl", "--delimiter", "tab"],
+    ("evaluate", "--num-fewshot", "--harness"): ["--num-fewshot", "2"],
+    ("evaluate", "--out", "--harness"): ["--out", "R"],
+    ("evaluate", "--overwrite", "--harness"): ["--overwrite"],
+    ("evaluate", "--log-samples", "--harness"): ["--log-samples"],
+    ("evaluate", "--seed", "--harness"): ["--seed", "0"],
+    ("evaluate", "--allow-code", "--harness"): ["--allow-code"],
+    ("evaluate", "--data", "--harness"): ["--data", "D", *H],
+    ("evaluate", "--task", "--harness"): ["--task", "sst2", *H],
+    ("evaluate", "--variant", "--harness"): ["--variant", "a=b", *H],
+    ("generate", "--grammar-backend", "--json-schema"): ["--grammar-backend", "lmlab"],
+    ("generate", "--stop", "--json-schema"): ["--json-schema", "S", "--stop", "}"],
+    ("generate", "--variant", "--prompts"): ["--variant", "a"],
+    ("generate", "--prompts", "--variant"): ["--prompts", "P"],
+    ("generate", "--prompt", "--variant"): [*V, "--prompt", "x"],
+    ("generate", "--json-schema", "--variant"): [*V, "--json-schema", "S"],
+    ("generate", "--tokenizer", "--variant"): [*V, "--tokenizer", "T"],
+    ("compress distill", "--student-layers", "--init"): ["--init", "fresh", "--student-layers", "0"],
+    ("compress distill", "--layers", "--student-layers"): ["--layers", "1", "--student-layers", "0,1"],
+    ("compress prune", "--train", "--steps"): ["--train", "TR"],
+    ("compress prune", "--steps", "--train"): ["--steps", "3", "--dev", "DV"],
+    ("compress prune", "--steps", "--dev"): ["--steps", "3", "--train", "TR"],
+}
+CASES = [pytest.param(command, rule, id=f"{command} {rule.flag} {rule.partner}")
+         for command, rules in RULES.items() for rule in rules]
+
+
+def test_every_rule_is_tried_and_names_flags_the_command_has():
+    assert {(c, r.flag, r.partner) for c, rules in RULES.items() for r in rules} == set(BROKEN)
+    parser = build_parser()
+    for argv in BASE.values():                  # the base alone breaks no rule: defaults never count
+        check_flag_rules(parser, parser.parse_args(argv))
+
+
+@pytest.mark.parametrize("command, rule", CASES)
+def test_a_flag_without_its_partner_is_one_line_naming_both(tmp_path, capsys, command, rule):
+    template = tmp_path / "template.txt"
+    template.write_text("{instruction}\n")
+    paths = {"OUT": tmp_path / "out", "TEMPLATE": template}
+    argv = [str(paths.get(a, a)) for a in BASE[command] + BROKEN[(command, rule.flag, rule.partner)]]
+    assert exit_code(argv) == 2
+    err = assert_one_line_error(capsys, rule.flag, rule.partner)
+    assert ("cannot be combined" if isinstance(rule, Excludes) else "applies only with") in err \
+        or " needs " in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_partners_given_satisfy_the_rules_and_a_config_counts(tmp_path):
+    parser = build_parser()
+    ok = {"finetune": ["--select-on", "train-slice", "--select-fraction", "0.3", "--lr", "auto", "--lr-sweep",
+                       "1e-3", "--on-bad-line", "skip", "--max-bad-fraction", "0.5", "--format", "csv",
+                       "--delimiter", ";"],
+          "tokenizer train": ["--algo", "wordpiece", "--lowercase", "--score", "ratio"],
+          "compress prune": ["--steps", "3", "--train", "TR", "--dev", "DV"],
+          "compress distill": ["--student-layers", "0", "--init", "teacher"],
+          "export": ["--format", "peft", "--base", "B"],
+          "align": ["--method", "rlhf", "--sft-steps", "10", "--samples", "2"]}
+    for command, extra in ok.items():
+        check_flag_rules(parser, parser.parse_args(BASE[command] + extra))
+    config = tmp_path / "ft.toml"
+    config.write_text('[finetune]\nlr = "auto"\n')            # the partner in the file: --lr-sweep applies
+    check_flag_rules(parser, parser.parse_args([*BASE["finetune"], "--config", str(config), "--lr-sweep",
+                                                "1e-3"]))
+    config.write_text("[finetune]\nselect_fraction = 0.3\n")  # the flag in the file: refused, named so
+    with pytest.raises(LmlabError, match=r"^finetune.select_fraction applies only with --select-on "):
+        check_flag_rules(parser, parser.parse_args([*BASE["finetune"], "--config", str(config)]))
+    check_flag_rules(parser, parser.parse_args([*BASE["finetune"], "--config", str(config), "--set",
+                                                "finetune.select_on=train-slice"]))

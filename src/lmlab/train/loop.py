@@ -188,12 +188,13 @@ class Trainer:
         # names every rank agrees on (FSDP shards are written beside the checkpoint by all ranks)
         here = torch.device("cuda", self.info.local_rank) if dev_type == "cuda" else torch.device("cpu")
         self.rank0_pid = dist_.broadcast_int(os.getpid(), self.info, here)
-        threads, precision = t.threads, t.precision
+        precision, kept = t.precision, None
         saved = pretrain_state.saved_machine(self.run_dir, self.resume, self.log)
         if saved:
-            threads = threads or saved.get("threads", 0)
+            kept = saved.get("threads") or None  # below a count asked for (config, OMP_NUM_THREADS)
             precision = saved.get("precision", precision) if precision == "auto" else precision
-        self.machine = resolve(t.device, threads, precision, self.info.local_rank, self.info.local_world_size)
+        self.machine = resolve(t.device, t.threads, precision, self.info.local_rank,
+                               self.info.local_world_size, keep_threads=kept)
 
     def _prepare_data(self) -> None:
         """The run's tokenizer and shards: rank 0 builds them, the others wait and open them."""

@@ -46,7 +46,6 @@ import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-
 from typing import TYPE_CHECKING
 
 from lmlab.errors import LmlabError
@@ -56,10 +55,10 @@ if TYPE_CHECKING:
 
 __all__ = [
     "MAX_AUTO_THREADS",
-    "PRECISIONS",
     "PRECISION_NAMES",
     "THREAD_VARIABLES",
     "Machine",
+    "available_cpus",
     "check_device",
     "choose_device",
     "choose_precision",
@@ -108,12 +107,24 @@ def _cgroup_cpu_limit(path: Path = Path("/sys/fs/cgroup/cpu.max")) -> int | None
     return max(1, math.ceil(int(quota) / int(period)))
 
 
+def available_cpus() -> int:
+    """Logical CPUs this process may run on: its affinity mask, capped by the cgroup v2 quota (not
+    ``os.cpu_count()``, which counts the whole machine). The one count of CPUs for a number of
+    worker processes (``data prepare --workers``, ``encode_many``); threads: :func:`choose_threads`."""
+    try:
+        n = len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS, Windows: no affinity API
+        n = os.cpu_count() or 1
+    quota = _cgroup_cpu_limit()
+    return max(1, min(n, quota) if quota else n)
+
+
 def physical_cores() -> int:
     """Physical cores this process may use: affinity mask, SMT siblings once, cgroup quota."""
     try:
         cpus = sorted(os.sched_getaffinity(0))
     except AttributeError:  # macOS, Windows: no affinity API
-        return max(1, os.cpu_count() or 1)
+        return available_cpus()
     cores = set()
     for cpu in cpus:
         siblings = Path(f"/sys/devices/system/cpu/cpu{cpu}/topology/thread_siblings_list")

@@ -46,7 +46,7 @@ from lmlab.train.builder import build_run, check_run, model_config
 from lmlab.train.checkpoint import CHECKPOINTS
 from lmlab.train.components import Checkpointer, Evaluator, FitLoop, RunLogger
 from lmlab.train.config import RunConfig, load_config, override_items, to_toml
-from lmlab.train.data import prepare_run_data
+from lmlab.train.data import check_data, prepare_run_data
 from lmlab.train.engine import Engine
 from lmlab.train.loggers import open_loggers
 from lmlab.train.metrics import MetricsLog, plot_losses
@@ -151,7 +151,8 @@ class Trainer:
         cfg, t = self.cfg, self.cfg.train
         self._resolve_machine()
         objective_cls, arch = check_run(cfg)  # cheap checks first: nothing is tokenised for a bad recipe
-        self.ckpt = pretrain_state.check_run_dir(self)
+        self.ckpt = pretrain_state.check_run_dir(self)  # a resume's own checks (its inputs' identity) first
+        check_data(cfg.data)  # no validation data, a missing file...: before a tokenizer is trained
         self._prepare_data()
         tok = self.data.tokenizer
 

@@ -74,6 +74,12 @@ def _calls(tmp):
         "special_tokens=str": (lambda t, m: train_tokenizer("bpe", TEXT, num_merges=4,
                                                              special_tokens="[CLS]"),
                                'special_tokens must be a list of strings, got the string'),
+        # numbers among the texts (a TypeError from deep inside the learner before)
+        "train_tokenizer([1, 2, 3])": (lambda t, m: train_tokenizer("bytelevel", [1, 2, 3], vocab_size=280),
+                                       "train_tokenizer's texts[0] must be a string, got int 1"),
+        "train_tokenizer(generator of ints)": (
+            lambda t, m: train_tokenizer("bytelevel", (x for x in ["low", 7]), vocab_size=280),
+            "train_tokenizer's texts[1] must be a string, got int 7"),
     }
 
 
@@ -85,7 +91,8 @@ def _calls(tmp):
     "prepare_shards(tok, files, None)", "prepare_shards(tok, 'small.txt', out)", "pretrain(cfg, None)",
     "pretrain(5, out)", "pretrain(overrides=str)", "load_grid(None)", "load_grid(overrides=str)",
     "run_grid(G, None)", "finetune(None, ...)", "finetune(m, task, None, ...)", "finetune(..., out=5)",
-    "train_tokenizer(str)", "train_tokenizer(5)", "special_tokens=str",
+    "train_tokenizer(str)", "train_tokenizer(5)", "special_tokens=str", "train_tokenizer([1, 2, 3])",
+    "train_tokenizer(generator of ints)",
 ])
 def test_a_wrong_kind_of_argument_is_a_one_line_lmlab_error(name, tok, model, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)

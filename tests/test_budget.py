@@ -80,9 +80,20 @@ def test_the_machine_is_its_memory_or_its_containers_limit(tmp_path, monkeypatch
 
 
 def test_workers_beyond_the_cpus_are_capped_with_a_note(monkeypatch):
-    monkeypatch.setattr("os.cpu_count", lambda: 4)
+    monkeypatch.setattr("lmlab.runtime.available_cpus", lambda: 4)
     assert budget.cap_workers(2) == (2, None)
     assert budget.cap_workers(100_000) == (4, "--workers 100,000 capped to this machine's 4 CPUs")
+
+
+def test_worker_counts_are_the_cpus_this_process_may_use_not_the_machines(monkeypatch):
+    """A cgroup quota of one CPU (a container) caps the workers (os.cpu_count counts the host's)."""
+    from lmlab import runtime
+    from lmlab.data.options import default_workers
+
+    monkeypatch.setattr(runtime, "_cgroup_cpu_limit", lambda *a: 1)
+    assert budget.cap_workers(8) == (1, "--workers 8 capped to this machine's 1 CPU")
+    assert default_workers() == 1
+    assert runtime.available_cpus() == 1
 
 
 # ----------------------------------------------------------------------------- each command
@@ -193,7 +204,7 @@ def test_lines_within_the_limit_stream_as_before(tmp_path, monkeypatch):
 
 
 def test_data_prepare_starts_no_more_workers_than_cpus(tmp_path, capsys, monkeypatch, tiny_tok):
-    monkeypatch.setattr("os.cpu_count", lambda: 1)
+    monkeypatch.setattr("lmlab.runtime.available_cpus", lambda: 1)
     tiny_tok.save(tmp_path / "tok")
     (tmp_path / "t.txt").write_text("to be or not to be\n\nthat is the question\n")
     assert main(["data", "prepare", "--tokenizer", str(tmp_path / "tok"), "--input", str(tmp_path / "t.txt"),

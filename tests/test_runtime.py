@@ -42,6 +42,7 @@ def test_cgroup_quota_parsing(tmp_path, text, want):
     (1, 0.0, 1, 1),
 ])
 def test_auto_threads_are_the_idle_physical_cores(monkeypatch, cores, load, processes, want):
+    _no_thread_variables(monkeypatch)
     monkeypatch.setattr(runtime, "physical_cores", lambda: cores)
     monkeypatch.setattr(runtime, "_load_average", lambda: load)
     n, reason = runtime.choose_threads(0, processes)
@@ -50,10 +51,65 @@ def test_auto_threads_are_the_idle_physical_cores(monkeypatch, cores, load, proc
     assert runtime.choose_threads(None, processes)[0] == want  # None (a command's unset flag) = auto
 
 
-def test_requested_threads_are_used_as_given():
+def _no_thread_variables(monkeypatch):
+    for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def test_requested_threads_are_used_as_given(monkeypatch):
+    _no_thread_variables(monkeypatch)
     assert runtime.choose_threads(3) == (3, "3 (requested)")
     with pytest.raises(LmlabError, match="thread count"):
         runtime.choose_threads(-1)
+
+
+@pytest.mark.parametrize(("env", "requested", "keep", "want"), [
+    ({"OMP_NUM_THREADS": "1"}, 0, None, (1, "1 (OMP_NUM_THREADS=1)")),  # the idle machine's auto is 2
+    ({"OMP_NUM_THREADS": "1"}, None, None, (1, "1 (OMP_NUM_THREADS=1)")),
+    ({"OMP_NUM_THREADS": "3"}, 0, 2, (3, "3 (OMP_NUM_THREADS=3)")),  # above a resumed run's count
+    ({"MKL_NUM_THREADS": "3"}, 0, None, (3, "3 (MKL_NUM_THREADS=3)")),
+    ({"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "3"}, 0, None, (1, "1 (OMP_NUM_THREADS=1)")),
+    ({"OMP_NUM_THREADS": "4,2"}, 0, None, (4, "4 (OMP_NUM_THREADS=4,2)")),  # OpenMP's nested list
+    ({"OMP_NUM_THREADS": "1"}, 3, None, (3, "3 (requested; OMP_NUM_THREADS=1 not used)")),
+    ({"OMP_NUM_THREADS": "3"}, 3, None, (3, "3 (requested)")),
+    ({}, 0, 1, (1, "1 (as this run started; set the thread count or OMP_NUM_THREADS to change it)")),
+    ({"OMP_NUM_THREADS": ""}, 0, None, (2, None)),  # empty: not set, auto
+])
+def test_thread_variables_apply_between_a_requested_count_and_auto(monkeypatch, env, requested, keep, want):
+    """One precedence: a count asked for > OMP_NUM_THREADS > MKL_NUM_THREADS > a resumed run's count
+    > auto, and the reason names the one that applied (OMP_NUM_THREADS=1 used to give 2, auto)."""
+    _no_thread_variables(monkeypatch)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(runtime, "physical_cores", lambda: 2)
+    monkeypatch.setattr(runtime, "_load_average", lambda: 0.0)
+    n, reason = runtime.choose_threads(requested, **({"keep": keep} if keep else {}))
+    assert n == want[0]
+    assert reason == want[1] if want[1] else reason.startswith("2 (auto:")
+
+
+@pytest.mark.parametrize("value", ["abc", "0", "-1", "1.5", "2x", "٣"])
+def test_a_thread_variable_that_is_no_count_is_a_one_line_error(monkeypatch, value):
+    _no_thread_variables(monkeypatch)
+    monkeypatch.setenv("OMP_NUM_THREADS", value)
+    for requested in (0, 2):  # refused whichever count applies: torch and OpenMP read it too
+        with pytest.raises(LmlabError, match=f"^OMP_NUM_THREADS={value!r} is not a whole number of threads "
+                                             "from 1; set OMP_NUM_THREADS to e.g. 2, or unset it"):
+            runtime.choose_threads(requested)
+    with pytest.raises(LmlabError, match="OMP_NUM_THREADS="):
+        runtime.check_device("cpu")  # the check a command makes before any work
+
+
+def test_commands_that_only_run_a_model_take_the_same_thread_policy(monkeypatch):
+    _no_thread_variables(monkeypatch)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    before = torch.get_num_threads()
+    try:
+        runtime.set_threads(2)
+        assert runtime.pick_device("cpu") == torch.device("cpu")
+        assert torch.get_num_threads() == 1
+    finally:
+        runtime.set_threads(before)
 
 
 def test_auto_precision_is_bf16_on_a_gpu_that_has_it_and_fp32_elsewhere(monkeypatch):
@@ -83,7 +139,8 @@ def test_unavailable_or_unknown_device_is_a_one_line_error():
     assert runtime.pick_device("cpu") == torch.device("cpu")
 
 
-def test_resolve_applies_the_threads_and_records_every_decision():
+def test_resolve_applies_the_threads_and_records_every_decision(monkeypatch):
+    _no_thread_variables(monkeypatch)
     before = torch.get_num_threads()
     try:
         machine = runtime.resolve(device="cpu", threads=1, precision="auto")
@@ -105,3 +162,14 @@ def test_the_thread_count_is_set_in_one_place():
              for f in sorted((ROOT / folder).rglob("*.py"))
              if re.search(r"\bset_num_threads\(", f.read_text(encoding="utf-8"))]
     assert calls == ["src/lmlab/runtime.py"]
+
+
+def test_a_command_that_runs_a_model_refuses_a_bad_thread_variable_before_reading_it(monkeypatch, capsys,
+                                                                                     tmp_path):
+    from lmlab.cli import main
+
+    _no_thread_variables(monkeypatch)
+    monkeypatch.setenv("OMP_NUM_THREADS", "abc")
+    assert main(["generate", "--checkpoint", str(tmp_path / "none"), "--prompt", "to"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: OMP_NUM_THREADS='abc' is not a whole number") and err.count("\n") == 1

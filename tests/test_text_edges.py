@@ -225,3 +225,36 @@ def test_a_path_with_a_newline_is_named_on_one_line(checkpoint, tmp_path, capsys
     assert run(["data", "prepare", "--tokenizer", str(checkpoint / "tok"), "--input",
                 str(tmp_path / "two\nlines" / "x.txt"), "--out", str(tmp_path / "o")]) == 2
     assert_one_line_error(capsys, "two\\nlines/x.txt does not exist")
+
+
+# --------------------------------------------------------------------------- text files
+
+
+def test_a_text_file_that_is_not_in_its_encoding_is_one_line_naming_file_line_and_offset(tmp_path):
+    """Whichever codec refuses the bytes (utf-16 without a byte-order mark raises a bare UnicodeError,
+    which used to end in the catch-all 'tokenizer failed on input lmlab does not check yet')."""
+    utf8 = tmp_path / "u.txt"
+    utf8.write_text("plain line\nanother\n", encoding="utf-8")
+    with pytest.raises(LmlabError) as e:
+        list(iter_text_lines(utf8, "utf-16"))
+    assert str(e.value).startswith(f"{utf8} line 1, byte offset 0: not valid utf-16 (UTF-16 stream does not "
+                                   "start with BOM); convert the file to UTF-8 or pass its encoding "
+                                   "(--encoding")
+    latin = tmp_path / "l.txt"
+    latin.write_bytes(b"plain\nna\xefve\n")
+    with pytest.raises(LmlabError, match=r"l.txt line 2, byte offset 8: not valid utf-8 \(byte b'\\xef'\); "
+                                         r"convert the file to UTF-8 or pass its encoding \(--encoding"):
+        list(iter_text_lines(latin, "utf-8"))
+    # a file lmlab reads as UTF-8 whatever the user says (a task's TSV): no --encoding to suggest
+    with pytest.raises(LmlabError, match=r"line 2, byte offset 8: .*; convert the file to UTF-8 \(") as e:
+        list(iter_text_lines(latin))
+    assert "--encoding" not in str(e.value)
+
+
+def test_tokenizer_train_with_the_wrong_encoding_names_the_file(tmp_path, capsys):
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("to be or not to be\n" * 20, encoding="utf-8")
+    assert main(["tokenizer", "train", "--algo", "bytelevel", "--vocab-size", "280", "--input", str(corpus),
+                 "--out", str(tmp_path / "t"), "--encoding", "utf-16"]) == 2
+    assert_one_line_error(capsys, f"error: {corpus} line 1, byte offset 0: not valid utf-16", "--encoding")
+    assert not (tmp_path / "t").exists()

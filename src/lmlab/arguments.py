@@ -5,7 +5,8 @@ Every public function checks its arguments here before any work, so that a wrong
 ``TypeError`` or ``AttributeError`` from deep inside (nor a silent wrong answer):
 
 * :func:`path_argument`, :func:`path_list_argument`, :func:`text_list_argument`: paths and lists
-  (a bare string where a list goes is refused, not read as characters);
+  (a bare string where a list goes is refused, not read as characters); :func:`text_stream_argument`
+  for texts that may also come as a generator or an open file (checked as they are read);
 * :func:`model_argument`, :func:`tokenizer_argument`: a model or a tokenizer (a path in their place
   says how to load it; a tokenizer in place of a model is named as such);
 * :func:`tensor_argument`, :func:`ids_argument`: tensors of the right kind, rank and shape; token
@@ -28,7 +29,7 @@ import contextvars
 import json
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -119,6 +120,24 @@ def text_list_argument(value: object, what: str) -> list[str]:
             raise LmlabError(f"{what}[{i}] must be a string, got {describe(item)}",
                              'pass a list of strings, e.g. ["..."]')
     return list(value)
+
+
+def text_stream_argument(value: object, what: str) -> Iterable[str]:
+    """``value`` as texts: a list or tuple checked whole now (:func:`text_list_argument`), any other
+    iterable (a generator, an open file) item by item as it is read, so a corpus is never held
+    whole for the check; an item that is not a string is one line naming its index. A bare string
+    or bytes is refused, not read as characters."""
+    if isinstance(value, (list, tuple, str, bytes)) or not isinstance(value, Iterable):
+        return text_list_argument(value, what)
+    return _checked_texts(value, what)
+
+
+def _checked_texts(items: Iterable[object], what: str) -> Iterator[str]:
+    for i, item in enumerate(items):
+        if not isinstance(item, str):
+            raise LmlabError(f"{what}[{i}] must be a string, got {describe(item)}",
+                             'pass strings, e.g. ["..."] or an open text file')
+        yield item
 
 
 def path_list_argument(value: object, what: str) -> list[Path]:

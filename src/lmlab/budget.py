@@ -18,7 +18,8 @@ limit when the process runs in a smaller container, or a CUDA device's memory wh
 live there. Loops whose length comes from a file are bounded by the constants below, and
 text lines are read with at most :data:`MAX_LINE_CHARS` characters each.
 
-This module imports nothing from lmlab but :mod:`lmlab.errors`, so every layer may use it.
+This module imports nothing from lmlab but :mod:`lmlab.errors` and :mod:`lmlab.runtime`, so every
+layer may use it.
 """
 
 from __future__ import annotations
@@ -166,10 +167,13 @@ def require_weights_fit(n_parameters: int, family: str, fix: str, device=None) -
 
 
 def cap_workers(requested: int, flag: str = "--workers") -> tuple[int, str | None]:
-    """``(workers, note)``: ``requested`` worker processes, or this machine's CPU count when that
-    is fewer (more processes than CPUs only take memory: each holds its own copy of what it needs),
+    """``(workers, note)``: ``requested`` worker processes, or the CPUs this process may run on
+    (:func:`lmlab.runtime.available_cpus`) when those are fewer (more processes than CPUs only
+    take memory: each holds its own copy of what it needs),
     with a note saying so; ``note`` is None when nothing was capped."""
-    cpus = os.cpu_count() or 1
+    from lmlab.runtime import available_cpus
+
+    cpus = available_cpus()
     if requested <= cpus:
         return requested, None
     return cpus, f"{flag} {requested:,} capped to this machine's {cpus} CPU{'s' if cpus != 1 else ''}"

@@ -75,12 +75,25 @@ def check_encoding(encoding: str) -> None:
                          "pass a Python codec name such as utf-8 or latin-1") from None
 
 
-def iter_text_lines(path: str | os.PathLike, encoding: str = "utf-8") -> Iterator[str]:
+#: what a decoding error says to do, when the user may name the file's encoding (a command's
+#: ``--encoding``, a recipe's ``data.encoding``) and when the file is UTF-8 by definition
+ENCODING_FIX = ("convert the file to UTF-8 or pass its encoding (--encoding, data.encoding in a recipe; "
+                "e.g. latin-1, utf-16-le)")
+UTF8_FIX = "convert the file to UTF-8 (lmlab reads this file as UTF-8)"
+
+
+def iter_text_lines(path: str | os.PathLike, encoding: str | None = None) -> Iterator[str]:
     """Stream a text file line by line (newlines kept), with a clear error on undecodable bytes.
 
     A UTF-8 byte-order mark at the start is dropped. ``encoding`` may be any Python codec name
-    (e.g. ``latin-1`` for ISO-8859-1 files). A file whose name ends in ``.gz`` is read through gzip.
+    (e.g. ``latin-1`` for ISO-8859-1 files); None (UTF-8) for a file whose encoding the user cannot
+    choose, so the error does not suggest ``--encoding``. A file whose name ends in ``.gz`` is read
+    through gzip. The one reader of text files: bytes that are not text in the encoding are one
+    line naming the file, the line and the byte offset, whichever codec refuses them (utf-16
+    without a byte-order mark included).
     """
+    fix = UTF8_FIX if encoding is None else ENCODING_FIX
+    encoding = encoding or "utf-8"
     check_encoding(encoding)
     p = check_input_file(path)
     enc = "utf-8-sig" if encoding.lower().replace("_", "-") in ("utf-8", "utf8") else encoding
@@ -90,19 +103,21 @@ def iter_text_lines(path: str | os.PathLike, encoding: str = "utf-8") -> Iterato
             for lineno, line in enumerate(_bounded_lines(f, p), 1):  # noqa: B007
                 if enc != "utf-8-sig" and SURROGATE.search(line):  # utf-7, unicode_escape... may make one
                     raise LmlabError(f"{p} line {lineno} is not text in {encoding} "
-                                     f"({surrogate_problem(line, escaped_bytes=False)})",
-                                     "convert the file to UTF-8 or pass its encoding (--encoding latin-1...)")
+                                     f"({surrogate_problem(line, escaped_bytes=False)})", fix)
                 yield line
     except (gzip.BadGzipFile, EOFError) as e:
         raise LmlabError(f"{p} is not a complete gzip file ({e})",
                          "re-download or re-compress it, or pass the uncompressed text") from None
-    except UnicodeDecodeError as e:
+    except UnicodeError as e:  # UnicodeDecodeError, and the bare UnicodeError of utf-16/32 without a BOM
         # The reader decodes ahead in chunks, so the line being read is not the bad one: find it.
-        bad_line, bad_byte = _locate_decode_error(p, enc) or (lineno + 1, e.object[e.start:e.start + 1])
+        found = _locate_decode_error(p, enc)
+        if found is None:
+            bad = e.object[e.start:e.start + 1] if isinstance(e, UnicodeDecodeError) else None
+            found = (lineno + 1, None, f"byte {bad!r}" if bad else str(e))
+        bad_line, offset, what = found
+        at = f", byte offset {offset:,}" if offset is not None else ""
         raise LmlabError(
-            f"{p} line {bad_line}: byte {bad_byte!r} is not valid {encoding}",
-            "convert the file to UTF-8 or pass its encoding (e.g. --encoding latin-1)",
-        ) from None
+            f"{p} line {bad_line}{at}: not valid {encoding} ({what})", fix) from None
 
 
 def require_text(items: Iterable[str], path: str | os.PathLike) -> Iterator[str]:
@@ -141,22 +156,30 @@ def _bounded_lines(f, path: Path) -> Iterator[str]:
         yield line
 
 
-def _locate_decode_error(path: Path, encoding: str) -> tuple[int, bytes] | None:
-    """(1-based line number, offending byte) of the first undecodable byte in ``path``, if found
-    (read in pieces of at most 1 MB: a line is never held whole)."""
+def _locate_decode_error(path: Path, encoding: str) -> tuple[int, int, str] | None:
+    """``(1-based line number, byte offset, what is wrong)`` of the first undecodable bytes in
+    ``path``, if found (read in pieces of at most 1 MB: a line is never held whole): ``"byte
+    b'\\xff'"``, or the codec's own words (``UTF-16 stream does not start with BOM``). The offset
+    counts the bytes of the decompressed text for a ``.gz`` file."""
     decoder = codecs.getincrementaldecoder(encoding)()
-    lineno = 1
+    lineno, offset = 1, 0
     with _open(path, "rb") as f:
-        while raw := f.readline(1 << 20):
+        while True:
+            raw = f.readline(1 << 20)
+            pending = len(decoder.getstate()[0])  # bytes of an unfinished character, held from before
             try:
-                decoder.decode(raw)
+                decoder.decode(raw, final=not raw)
             except UnicodeDecodeError as e:
-                return lineno, e.object[e.start:e.start + 1]
+                return lineno, offset - pending + e.start, f"byte {e.object[e.start:e.start + 1]!r}"
+            except UnicodeError as e:  # a codec that refuses the stream as a whole (no BOM)
+                return lineno, offset - pending, str(e)
+            if not raw:
+                return None
+            offset += len(raw)
             lineno += raw.endswith(b"\n")
-    return None
 
 
-def read_text(path: str | os.PathLike, encoding: str = "utf-8") -> str:
+def read_text(path: str | os.PathLike, encoding: str | None = None) -> str:
     """Read a whole text file (see :func:`iter_text_lines` for the checks)."""
     return "".join(iter_text_lines(path, encoding))
 

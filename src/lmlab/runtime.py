@@ -6,19 +6,29 @@ device :func:`pick_device`, so ``auto`` means the same everywhere. The answer is
 reason for each choice; runs write :meth:`Machine.record` into their metadata (``summary.json``,
 ``finetune.json``, the aligned model's summary) so a result says what it ran on. Nothing here is
 timed: a probe on a busy machine measures the other processes, and its answer changes from run to
-run. This module imports nothing from lmlab but its errors, so the models may use it.
+run. This module imports nothing from lmlab but its errors, so the models may use it, and torch only
+when a function needs it, so the command line checks the thread variables before torch (and the
+OpenMP runtime, which reads them too) is loaded.
 
 * **Device.** ``auto`` = the CUDA device of this process's local rank when there is one, else
   the CPU. A named device that is not there is a one-line error.
-* **Threads.** ``0`` (auto) = the physical cores this process may run on
-  (``os.sched_getaffinity``, SMT siblings once, the cgroup v2 CPU quota), shared among the
-  processes of a distributed run on this node, at most :data:`MAX_AUTO_THREADS`, less the cores
-  the rest of the machine keeps busy (the 1-minute load average), and never below 1. Threads that
-  share their cores with other processes stall each other at every parallel region: on a busy
-  2-core machine gpt-tiny-clm trained at 10.0k tokens/s on 1 thread and 3.2k on 2 (PyTorch's own
-  default is every logical CPU). In a container the load average is the host's: a
-  busy host means 1 thread (set the count to use a quota the host's load does not touch).
-  :func:`set_threads` is the one place lmlab sets the count.
+* **Threads.** The first of these that is set applies, and the reason line names it:
+  1. a count asked for: ``train.threads``, ``--threads``, a Python API's ``threads=`` (above 0);
+  2. the environment: ``OMP_NUM_THREADS``, else ``MKL_NUM_THREADS`` (:data:`THREAD_VARIABLES`),
+     a whole number from 1 (an OpenMP list ``4,2`` gives its first number; empty = not set);
+     any other value is a one-line error before any work, whichever count applies;
+  3. a resumed run's count from its start (``keep``): its numbers do not change mid-run;
+  4. ``0`` (auto) = the physical cores this process may run on (``os.sched_getaffinity``, SMT
+     siblings once, the cgroup v2 CPU quota), shared among the processes of a distributed run on
+     this node, at most :data:`MAX_AUTO_THREADS`, less the cores the rest of the machine keeps busy
+     (the 1-minute load average), and never below 1. Threads that share their cores with other
+     processes stall each other at every parallel region: on a busy 2-core machine gpt-tiny-clm
+     trained at 10.0k tokens/s on 1 thread and 3.2k on 2 (PyTorch's own default is every logical
+     CPU). In a container the load average is the host's: a busy host means 1 thread (set the
+     count to use a quota the host's load does not touch).
+  A count set earlier with ``torch.set_num_threads`` is not read: it is replaced by the above.
+  :func:`set_threads` is the one place lmlab sets the count; the commands that run a model
+  without training it get the same policy through :func:`pick_device`.
 * **Precision.** ``auto`` = bfloat16 autocast on a CUDA GPU that has bfloat16, float32 everywhere
   else (CPUs included: autocast changes the numbers, and a whole training step of the small models
   gained nothing from it even on a CPU with AVX512-BF16). An explicit ``bf16`` or ``fp16`` is
@@ -36,15 +46,19 @@ import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 from lmlab.errors import LmlabError
 
+if TYPE_CHECKING:
+    import torch
+
 __all__ = [
     "MAX_AUTO_THREADS",
-    "PRECISIONS",
+    "PRECISION_NAMES",
+    "THREAD_VARIABLES",
     "Machine",
+    "available_cpus",
     "check_device",
     "choose_device",
     "choose_precision",
@@ -53,13 +67,30 @@ __all__ = [
     "pick_device",
     "resolve",
     "set_threads",
+    "threads_from_environment",
 ]
 
 #: ``threads = 0`` never picks more: small models stop gaining well before, and a large machine's
 #: other users keep the rest
 MAX_AUTO_THREADS = 16
-#: precision name -> autocast dtype (None = plain float32)
-PRECISIONS: dict[str, torch.dtype | None] = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+#: the environment variables that set a thread count, in the order they apply (PyTorch, OpenMP and
+#: MKL read them too: lmlab honours what they would)
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
+#: the precision names; ``PRECISIONS`` (module attribute, made when first used: it needs torch) maps
+#: each to its autocast dtype (None = plain float32)
+PRECISION_NAMES = ("fp32", "bf16", "fp16")
+
+
+def _precisions() -> dict[str, torch.dtype | None]:
+    import torch
+
+    return {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def __getattr__(name: str):
+    if name == "PRECISIONS":
+        return _precisions()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 # ----------------------------------------------------------------------------- threads
@@ -76,12 +107,24 @@ def _cgroup_cpu_limit(path: Path = Path("/sys/fs/cgroup/cpu.max")) -> int | None
     return max(1, math.ceil(int(quota) / int(period)))
 
 
+def available_cpus() -> int:
+    """Logical CPUs this process may run on: its affinity mask, capped by the cgroup v2 quota (not
+    ``os.cpu_count()``, which counts the whole machine). The one count of CPUs for a number of
+    worker processes (``data prepare --workers``, ``encode_many``); threads: :func:`choose_threads`."""
+    try:
+        n = len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS, Windows: no affinity API
+        n = os.cpu_count() or 1
+    quota = _cgroup_cpu_limit()
+    return max(1, min(n, quota) if quota else n)
+
+
 def physical_cores() -> int:
     """Physical cores this process may use: affinity mask, SMT siblings once, cgroup quota."""
     try:
         cpus = sorted(os.sched_getaffinity(0))
     except AttributeError:  # macOS, Windows: no affinity API
-        return max(1, os.cpu_count() or 1)
+        return available_cpus()
     cores = set()
     for cpu in cpus:
         siblings = Path(f"/sys/devices/system/cpu/cpu{cpu}/topology/thread_siblings_list")
@@ -102,16 +145,42 @@ def _load_average() -> float:
         return 0.0
 
 
-def choose_threads(requested: int | None = 0, local_world_size: int = 1) -> tuple[int, str]:
-    """``(threads, reason)``: ``requested`` when above 0, else the automatic count (module doc)."""
-    if requested is not None and (isinstance(requested, bool) or not isinstance(requested, int)):
-        raise LmlabError(f"thread count must be a whole number, got {type(requested).__name__} {requested!r}",
-                         "pass e.g. --threads 2, or 0 for auto")
-    if requested:
-        if requested < 0:
-            raise LmlabError(f"thread count must be 0 (auto) or more, got {requested}",
+def threads_from_environment() -> tuple[int, str] | None:
+    """``(threads, "OMP_NUM_THREADS=2")`` from the first of :data:`THREAD_VARIABLES` that is set
+    (not empty), None when none is; a value that is not a whole number from 1 is a one-line error
+    (every one set is checked, the one that applies or not: the libraries read them too)."""
+    found = None
+    for name in THREAD_VARIABLES:
+        raw = os.environ.get(name, "")
+        if not raw.strip():
+            continue
+        first = raw.strip().split(",")[0].strip()  # OpenMP's nested list: 4,2 = 4 at the outer level
+        if not (first.isascii() and first.isdigit()) or int(first) < 1:
+            raise LmlabError(f"{name}={raw!r} is not a whole number of threads from 1",
+                             f"set {name} to e.g. 2, or unset it (lmlab then chooses)")
+        found = found or (int(first), f"{name}={raw.strip()}")
+    return found
+
+
+def choose_threads(requested: int | None = 0, local_world_size: int = 1,
+                   keep: int | None = None) -> tuple[int, str]:
+    """``(threads, reason)``: ``requested`` when above 0, else ``OMP_NUM_THREADS`` /
+    ``MKL_NUM_THREADS``, else ``keep`` (a resumed run's count), else the automatic count (module doc)."""
+    for value, what in ((requested, "thread count"), (keep, "kept thread count")):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise LmlabError(f"{what} must be a whole number, got {type(value).__name__} {value!r}",
                              "pass e.g. --threads 2, or 0 for auto")
-        return requested, f"{requested} (requested)"
+        if value is not None and value < 0:
+            raise LmlabError(f"{what} must be 0 (auto) or more, got {value}",
+                             "pass e.g. --threads 2, or 0 for auto")
+    env = threads_from_environment()  # checked whichever applies
+    if requested:
+        ignored = f"; {env[1]} not used" if env and env[0] != requested else ""
+        return requested, f"{requested} (requested{ignored})"
+    if env:
+        return env[0], f"{env[0]} ({env[1]})"
+    if keep:
+        return keep, f"{keep} (as this run started; set the thread count or OMP_NUM_THREADS to change it)"
     processes = max(1, local_world_size)
     total = physical_cores()
     load = _load_average()
@@ -120,11 +189,13 @@ def choose_threads(requested: int | None = 0, local_world_size: int = 1) -> tupl
     n = max(1, min(cores, MAX_AUTO_THREADS, math.floor(free + 0.5)))
     share = f", {cores} for each of {processes} processes on this node" if processes > 1 else ""
     return n, (f"{n} (auto: {total} physical core(s) available to this process{share}, "
-               f"load average {load:.1f}; set the thread count to override)")
+               f"load average {load:.1f}; set the thread count or OMP_NUM_THREADS to override)")
 
 
 def set_threads(n: int) -> None:
     """Set PyTorch's intra-op thread count: the one place lmlab does."""
+    import torch
+
     if torch.get_num_threads() != n:
         torch.set_num_threads(n)
 
@@ -135,6 +206,8 @@ def set_threads(n: int) -> None:
 def choose_device(requested: str = "auto", local_rank: int = 0) -> tuple[torch.device, str]:
     """``(device, reason)``: ``auto`` = CUDA (this local rank's GPU) when available, else the CPU;
     a named device is checked (``cuda`` alone means this local rank's GPU)."""
+    import torch
+
     if requested == "auto":
         if torch.cuda.is_available():
             device = torch.device("cuda", local_rank % torch.cuda.device_count())
@@ -154,15 +227,21 @@ def choose_device(requested: str = "auto", local_rank: int = 0) -> tuple[torch.d
 
 
 def check_device(requested: str = "auto") -> None:
-    """Refuse a device this machine does not have (one-line error), before any work: a command
-    that writes files, reads data or loads a model ahead of :func:`resolve`/:func:`pick_device`
-    calls this first, so that an unavailable device costs nothing and leaves nothing behind."""
+    """Refuse a device this machine does not have, or a thread-count variable that is no count
+    (``OMP_NUM_THREADS=abc``), in one line, before any work: a command that writes files, reads
+    data or loads a model ahead of :func:`resolve`/:func:`pick_device` calls this first, so that a
+    bad machine setting costs nothing and leaves nothing behind."""
     choose_device(requested)
+    threads_from_environment()
 
 
 def pick_device(requested: str = "auto", local_rank: int = 0) -> torch.device:
-    """The device of :func:`choose_device`, without its reason."""
-    return choose_device(requested, local_rank)[0]
+    """The device of :func:`choose_device`, for a command that runs a model without training it
+    (evaluate, generate, the harness): it also sets the thread count by the one policy
+    (:func:`choose_threads`: ``OMP_NUM_THREADS``, else auto), as :func:`resolve` does for training."""
+    device = choose_device(requested, local_rank)[0]
+    set_threads(choose_threads(None)[0])
+    return device
 
 
 # ----------------------------------------------------------------------------- precision
@@ -170,7 +249,9 @@ def pick_device(requested: str = "auto", local_rank: int = 0) -> torch.device:
 
 def choose_precision(requested: str, device: torch.device) -> tuple[torch.dtype | None, str]:
     """``(autocast dtype or None for float32, reason)`` for ``requested`` in auto|fp32|bf16|fp16."""
-    if requested not in ("auto", *PRECISIONS):
+    import torch
+
+    if requested not in ("auto", *PRECISION_NAMES):
         raise LmlabError(f"unknown precision {requested!r}", "use auto, fp32, bf16 or fp16")
     cuda = device.type == "cuda"
     if requested == "auto":
@@ -182,7 +263,7 @@ def choose_precision(requested: str, device: torch.device) -> tuple[torch.dtype 
         raise LmlabError("precision bf16 was asked for but this GPU has no bfloat16", "use fp16 or fp32")
     if requested == "fp32":
         return None, "fp32 (requested)"
-    return PRECISIONS[requested], f"{requested} autocast (requested)"
+    return _precisions()[requested], f"{requested} autocast (requested)"
 
 
 # ----------------------------------------------------------------------------- all together
@@ -201,12 +282,14 @@ class Machine:
     @property
     def precision(self) -> str:
         """``fp32``, ``bf16`` or ``fp16``."""
-        return next(name for name, dtype in PRECISIONS.items() if dtype is self.dtype)
+        return next(name for name, dtype in _precisions().items() if dtype is self.dtype)
 
     def autocast(self):
         """Context manager for the forward pass (a no-op in float32)."""
         if self.dtype is None:
             return contextlib.nullcontext()
+        import torch
+
         return torch.autocast(self.device.type, dtype=self.dtype)
 
     @property
@@ -221,11 +304,12 @@ class Machine:
 
 
 def resolve(device: str = "auto", threads: int | None = 0, precision: str = "auto",
-            local_rank: int = 0, local_world_size: int = 1) -> Machine:
-    """Choose the device, the thread count and the precision, set the thread count, return them."""
+            local_rank: int = 0, local_world_size: int = 1, keep_threads: int | None = None) -> Machine:
+    """Choose the device, the thread count and the precision, set the thread count, return them.
+    ``keep_threads``: the count a resumed run started with (:func:`choose_threads`' ``keep``)."""
     dev, device_reason = choose_device(device, local_rank)
     dtype, precision_reason = choose_precision(precision, dev)
-    n, threads_reason = choose_threads(threads, local_world_size)
+    n, threads_reason = choose_threads(threads, local_world_size, keep_threads)
     set_threads(n)
     return Machine(dev, n, dtype, {"device": device_reason, "threads": threads_reason,
                                    "precision": precision_reason})

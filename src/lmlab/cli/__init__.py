@@ -19,6 +19,7 @@ from safetensors import SafetensorError
 from lmlab import __version__
 from lmlab.cli.flag_rules import check_flag_rules
 from lmlab.errors import LmlabError, one_line
+from lmlab.runtime import threads_from_environment
 from lmlab.stopping import as_stopped, unwind_on_signals
 from lmlab.text_input import check_argument_text
 
@@ -127,6 +128,7 @@ def main(argv: list[str] | None = None) -> int:
         with unwind_on_signals():
             check_flag_rules(parser, args)  # a flag given without the one it needs (lmlab.cli.flag_rules)
             check_argument_text(parser, args)  # text values (--prompt, --text...) that are not UTF-8
+            threads_from_environment()  # OMP_NUM_THREADS=abc: one line, before torch (and OpenMP) load
             _resolve_run_directories(args)
             _check_outputs(args)
             result = args.func(args)

@@ -144,7 +144,7 @@ def _common(p) -> None:
     p.add_argument("--eval-batch-size", type=batch_flag, default=32, metavar="N",
                    help="examples per batch when scoring --dev")
     p.add_argument("--threads", type=threads_flag, default=None, metavar="N",
-                   help="torch threads (default, or 0: auto, as every command)")
+                   help="torch threads (default, or 0: OMP_NUM_THREADS, else auto, as every command)")
 
 
 # --------------------------------------------------------------------------- measuring

@@ -180,6 +180,9 @@ def run(args) -> int:
 
     mode = _decoding_mode(args)
     # --variant with --prompt, --json-schema...: refused by lmlab.cli.flag_rules
+    from lmlab.runtime import check_device, pick_device
+
+    check_device(args.device or "auto")  # a bad device or OMP_NUM_THREADS: before the model is read
     if args.variant:
         from lmlab.cli.generate_variants import run_variants
 
@@ -188,9 +191,7 @@ def run(args) -> int:
     if args.json_schema:
         schema = _read_schema(args)
     model, tok = _load(args)
-    from lmlab.runtime import choose_device
-
-    device = choose_device(args.device or "auto")[0]  # a bad or absent device is a one-line error
+    device = pick_device(args.device or "auto")  # and the thread count (lmlab.runtime's one policy)
     model.to(device)
     cfg = model.config
     eos = cfg.eos_token_id if getattr(cfg, "eos_token_id", None) is not None else tok.eos_id

@@ -56,11 +56,11 @@ def run_variants(args, mode: dict, continuation) -> int:
     from lmlab.adapt.multi import MultiAdapterModel, generate_variants, parse_variants
     from lmlab.generate.search import check_can_generate
     from lmlab.loading import load_model
-    from lmlab.runtime import choose_device
+    from lmlab.runtime import pick_device
 
     variants = parse_variants(args.variant)
     rows = read_prompts(args.prompts, list(variants))
-    device = choose_device(args.device or "auto")[0]
+    device = pick_device(args.device or "auto")  # and the thread count (lmlab.runtime's one policy)
     base = load_model(args.checkpoint, check=check_can_generate)
     tok = getattr(base, "tokenizer", None)
     if tok is None:

@@ -96,7 +96,7 @@ class AlignConfig:
     seed: Seed = 0
     device: Device = "auto"
     precision: Precision = "auto"         # auto = bf16 autocast on a CUDA GPU that has it, else fp32
-    threads: Threads | None = None        # None or 0: torch's default
+    threads: Threads | None = None        # None or 0: OMP_NUM_THREADS, else auto (lmlab.runtime)
     progress: bool = True
     # RLHF (method "rlhf"): supervised warm-up, the reward model's own training, then the policy phase
     sft_steps: Size = 0                   # steps of supervised training on the chosen responses first

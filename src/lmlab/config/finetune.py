@@ -93,7 +93,7 @@ class FinetuneConfig:
     max_bad_fraction: Probability = 0.01  # with on_bad_line="skip": more malformed rows stop the run
     device: Device = "auto"
     precision: Precision = "auto"         # auto = bf16 autocast on a CUDA GPU that has it, else fp32
-    threads: Threads | None = None        # None or 0: torch's default
+    threads: Threads | None = None        # None or 0: OMP_NUM_THREADS, else auto (lmlab.runtime)
     progress: bool = True
     loggers: tuple[Text, ...] = ()        # also write the metrics rows there, e.g. ("tensorboard",)
     save_every: Count | None = None       # resume state every N steps (default: after each evaluation)

@@ -27,7 +27,7 @@ from lmlab.errors import LmlabError
 MACHINE_FLAGS: dict[str, str | dict[str, Any]] = {
     "device": {"help": "auto, cpu, cuda, cuda:1...", "metavar": "DEVICE"},
     "precision": "auto: bf16 autocast on a CUDA GPU with bfloat16, fp32 elsewhere",
-    "threads": {"help": "torch CPU threads", "metavar": "N"},
+    "threads": {"help": "torch CPU threads (default: OMP_NUM_THREADS, else auto)", "metavar": "N"},
     "progress": {"flag": "--no-progress", "action": "store_false", "help": "no progress bar"},
 }
 #: argparse settings a flag table may give besides ``help`` (everything else comes from the field)

@@ -3,12 +3,13 @@
 
 from __future__ import annotations
 
-import os
-
 #: what makes a document: blank-line separated paragraphs, each non-blank line, or each whole file
 DOC_SEPARATORS = ("blank-line", "line", "file")
 DEFAULT_SHARD_TOKENS = 100_000_000
 
 
 def default_workers() -> int:
-    return max(1, min(2, os.cpu_count() or 1))
+    """2, or 1 where this process may run on one CPU only (:func:`lmlab.runtime.available_cpus`)."""
+    from lmlab.runtime import available_cpus
+
+    return min(2, available_cpus())

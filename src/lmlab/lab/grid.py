@@ -282,15 +282,17 @@ def _finetune_section(value) -> dict[str, Any]:
 
 def _vocabulary(data) -> tuple[Any, int, int]:
     """``(tokenizer or None, shards' vocabulary, a tokenizer table's vocab_size)`` of ``[data]``,
-    read without training or tokenising anything: what the trainer's tokenizer and shards will be."""
+    read without training or tokenising anything: what the trainer's tokenizer and shards will be.
+    ``[data]`` is checked first as the trainer checks it (:func:`lmlab.train.data.check_data`)."""
     from lmlab.data.shards import INDEX_FILE, TOKENIZER_DIR
     from lmlab.tokenizers import load_tokenizer
-    from lmlab.train.data import expand, resolve
+    from lmlab.train.data import check_data, expand
 
-    first = resolve(data.train[:1], "data.train")[0]
-    if first.is_dir() and (first / INDEX_FILE).is_file():
+    plan = check_data(data, "pretrain.")
+    if plan.train_is_shards:
         from lmlab.fileio import read_json
 
+        first = plan.train[0]
         vocab = int(read_json(first / INDEX_FILE, "shards index")["vocab_size"])
         own = first / TOKENIZER_DIR
         return (load_tokenizer(own) if own.is_dir() else None), vocab, vocab
@@ -301,14 +303,7 @@ def _vocabulary(data) -> tuple[Any, int, int]:
             raise LmlabError("pretrain.data.tokenizer needs vocab_size",
                              'write tokenizer = {algo = "bytelevel", vocab_size = 4096}')
         return None, 0, size
-    if not tok:
-        raise LmlabError("data.train is text but no data.tokenizer is given",
-                         "set pretrain.data.tokenizer to a tokenizer directory or a table {algo, vocab_size}")
-    path = Path(expand(tok))
-    if not path.exists():
-        raise LmlabError(f"pretrain.data.tokenizer {path} does not exist",
-                         "train one with `lmlab tokenizer train`")
-    return load_tokenizer(path), 0, 0
+    return load_tokenizer(Path(expand(tok))), 0, 0
 
 
 def _plan_pretrain(arm: Arm, size: str, size_model: dict[str, Any], seed: int,

@@ -73,12 +73,11 @@ def train_tokenizer(
     comes out far smaller than ``vocab_size`` (the text holds no more to learn) is said in one
     ``warning:`` line, to ``warn`` (default: stderr).
     """
-    from lmlab.arguments import text_list_argument
+    from lmlab.arguments import text_list_argument, text_stream_argument
     from lmlab.tokenizers.base import DEFAULT_SPECIAL_TOKENS, check_special_tokens
 
     cls = tokenizer_class(algo)
-    if isinstance(texts, str) or not isinstance(texts, Iterable):  # a string would be read as characters
-        text_list_argument(texts, "train_tokenizer's texts")
+    texts = text_stream_argument(texts, "train_tokenizer's texts")  # not characters, not numbers
     if special_tokens is not None:
         special_tokens = text_list_argument(special_tokens, "special_tokens")
     if vocab_size is not None and (not isinstance(vocab_size, int) or vocab_size <= 0):

@@ -27,7 +27,6 @@ On-disk format (stable, and the one users already know): a directory with
 from __future__ import annotations
 
 import numbers
-import os
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Sequence
@@ -270,9 +269,9 @@ class Tokenizer(TemplateEncoding, HfJsonExport, ABC):
                              "pass e.g. workers=2 (None: the CPUs this process may use)")
         texts = texts if isinstance(texts, list) else list(texts)
         if workers is None:
-            workers = (
-                len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-            )
+            from lmlab.runtime import available_cpus
+
+            workers = available_cpus()
         workers = max(1, min(workers, -(-len(texts) // chunk_size)))
         from multiprocessing import current_process
 

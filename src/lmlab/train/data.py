@@ -120,41 +120,125 @@ def _fingerprint(files: list[Path]) -> list[list]:
     return [[str(f.resolve()), *input_stat(f)] for f in files]
 
 
+@dataclass(frozen=True)
+class DataPlan:
+    """What :func:`check_data` found in ``[data]``: the paths it names and what they are."""
+
+    train: list[Path]
+    val: list[Path]
+    train_is_shards: bool
+    val_is_shards: bool
+
+
+def check_data(cfg: DataConfig, where: str = "") -> DataPlan:
+    """Every check of ``[data]`` that needs the config and a look at the files, not their text: the
+    paths exist, shards are not mixed with text, a text run has a tokenizer (a directory that exists,
+    or a table with a known ``algo``), there is validation data (``data.val``, a ``val_fraction``
+    above 0, or the val split of the shards) and it is not text ``data.train`` reads too, and shards
+    made with another tokenizer are not paired.
+    The trainer makes them before anything is written or trained (a refused recipe leaves no run
+    folder), :func:`prepare_run_data` and the lab's grid planner through here too. ``where``
+    prefixes the setting names in the messages (``pretrain.`` in a grid)."""
+    from lmlab.data.shards import tokenizer_sha256
+
+    train_paths = resolve(cfg.train, f"{where}data.train")
+    val_paths = resolve(cfg.val, f"{where}data.val") if cfg.val else []
+    check_val_apart(train_paths, val_paths)
+    train_is_shards = _kind(train_paths, f"{where}data.train") == "shards"
+    val_is_shards = bool(val_paths) and _kind(val_paths, f"{where}data.val") == "shards"
+    tok_dir = None
+    if train_is_shards:
+        if not val_paths:
+            _split_or_fail(train_paths[0], "val", f"{where}data.train shards have an empty val split; "
+                           f"set {where}data.val")
+        tok_dir = train_paths[0] / "tokenizer"
+    else:
+        tok_dir = _check_tokenizer_spec(cfg.tokenizer, where)
+        if not val_paths and cfg.val_fraction == 0:
+            raise LmlabError(
+                f"no validation data: {where}data.val is empty and {where}data.val_fraction is 0",
+                f"set {where}data.val to text files or shards, or {where}data.val_fraction=0.01",
+            )
+    if val_is_shards:
+        sha_v = read_index(val_paths[0]).get("tokenizer", {}).get("sha256")
+        if train_is_shards:
+            sha_t = read_index(train_paths[0]).get("tokenizer", {}).get("sha256")
+        else:
+            sha_t = tokenizer_sha256(tok_dir) if tok_dir is not None and tok_dir.is_dir() else None
+        if sha_t and sha_v and sha_t != sha_v:
+            raise _other_tokenizers(train_paths[0] if train_is_shards else tok_dir, val_paths[0],
+                                    train_is_shards)
+    return DataPlan(train_paths, val_paths, train_is_shards, val_is_shards)
+
+
+def _other_tokenizers(train: Path, val: Path, train_is_shards: bool = True) -> LmlabError:
+    what = f"train shards {train}" if train_is_shards else f"tokenizer {train}"
+    return LmlabError(f"{what} and val shards {val} were made with different tokenizers",
+                      "prepare both with the same tokenizer")
+
+
+def _check_tokenizer_spec(spec, where: str = "") -> Path | None:
+    """The tokenizer directory ``data.tokenizer`` names (None for a table, trained by the run), or a
+    one-line error: none given, a directory that does not exist, a table without a known ``algo``."""
+    if isinstance(spec, str):
+        if not spec:
+            raise LmlabError(
+                f"{where}data.train is text but no {where}data.tokenizer is given",
+                f"set {where}data.tokenizer to a tokenizer directory or a table {{algo, vocab_size}}",
+            )
+        p = Path(expand(spec))
+        if not p.exists():
+            raise LmlabError(
+                f"{where}data.tokenizer {p} does not exist",
+                "train one with `lmlab tokenizer train` or give a table {algo, vocab_size}",
+            )
+        return p
+    if not spec.get("algo"):
+        raise LmlabError(f"{where}data.tokenizer table needs algo",
+                         'e.g. tokenizer = {algo = "bytelevel", vocab_size = 4096}')
+    from lmlab.tokenizers import tokenizer_class
+
+    try:
+        tokenizer_class(spec["algo"])
+    except LmlabError as e:
+        raise LmlabError(f"{where}data.tokenizer: {e.problem}", e.fix) from None
+    inputs = spec.get("input")
+    if inputs:
+        resolve([inputs] if isinstance(inputs, str) else inputs, f"{where}data.tokenizer.input")
+    return None
+
+
 def prepare_run_data(
     cfg: DataConfig, run_dir: Path, log: Callable[[str], None], build: bool = True
 ) -> RunData:
-    """Open (building first when ``build``) the train and val token shards of a run."""
-    train_paths = resolve(cfg.train, "data.train")
-    val_paths = resolve(cfg.val, "data.val") if cfg.val else []
-    check_val_apart(train_paths, val_paths)  # before a tokenizer is trained
+    """Open (building first when ``build``) the train and val token shards of a run (checked first
+    by :func:`check_data`)."""
+    plan = check_data(cfg)
+    train_paths, val_paths = plan.train, list(plan.val)
     data_dir = _data_dir(cfg, run_dir)
     tok_spec = cfg.tokenizer
     tokenizer = None
     tok_dir: Path | None = None
+    val_is_shards = plan.val_is_shards
 
-    if _kind(train_paths, "data.train") == "shards":
+    if plan.train_is_shards:
         train = TokenShards(train_paths[0], "train")
         tok_dir = train.directory / "tokenizer"
     else:
         tok_dir = _tokenizer_dir(tok_spec, train_paths, data_dir, cfg, log, build)
         split_val = not val_paths
-        if split_val and cfg.val_fraction == 0:
-            raise LmlabError(
-                "no validation data: data.val is empty and data.val_fraction is 0",
-                "set data.val to text files or shards, or data.val_fraction=0.01",
-            )
         out = _prepare_text(
             train_paths, data_dir / "train", tok_dir, cfg, cfg.val_fraction if split_val else 0.0, log, build
         )
         train = TokenShards(out, "train")
         if split_val:
-            val_paths = [out]
+            val_paths, val_is_shards = [out], True
 
     if not val_paths:
         val = _split_or_fail(
             train.directory, "val", "data.train shards have an empty val split; set data.val"
         )
-    elif _kind(val_paths, "data.val") == "shards":
+    elif val_is_shards:
         index = read_index(val_paths[0])
         split = "val" if index["splits"].get("val", {}).get("tokens") else "train"
         val = TokenShards(val_paths[0], split)
@@ -164,15 +248,10 @@ def prepare_run_data(
 
     sha_t = train.index.get("tokenizer", {}).get("sha256")
     sha_v = val.index.get("tokenizer", {}).get("sha256")
-    if sha_t and sha_v and sha_t != sha_v:
-        raise LmlabError(
-            f"train shards {train.directory} and val shards {val.directory} were made with "
-            "different tokenizers",
-            "prepare both with the same tokenizer",
-        )
+    if sha_t and sha_v and sha_t != sha_v:  # a tokenizer trained by this run (check_data had none yet)
+        raise _other_tokenizers(train.directory, val.directory)
     tokenizer = train.tokenizer()
-    train_is_shards = _kind(train_paths, "data.train") == "shards"
-    return RunData(train, val, tokenizer, describe_val(cfg, train_is_shards))
+    return RunData(train, val, tokenizer, describe_val(cfg, plan.train_is_shards))
 
 
 def describe_val(cfg: DataConfig, train_is_shards: bool = False) -> str:
@@ -212,26 +291,11 @@ def _split_or_fail(directory: Path, split: str, message: str) -> TokenShards:
 def _tokenizer_dir(
     spec, train_paths: list[Path], data_dir: Path, cfg: DataConfig, log: Callable[[str], None], build: bool
 ) -> Path:
-    if isinstance(spec, str):
-        if not spec:
-            raise LmlabError(
-                "data.train is text but no data.tokenizer is given",
-                "set data.tokenizer to a tokenizer directory or a table {algo, vocab_size}",
-            )
-        p = Path(expand(spec))
-        if not p.exists():
-            raise LmlabError(
-                f"data.tokenizer {p} does not exist",
-                "train one with `lmlab tokenizer train` or give a table {algo, vocab_size}",
-            )
-        return p
+    if isinstance(spec, str):  # checked by check_data
+        return Path(expand(spec))
     spec = dict(spec)
-    algo = spec.pop("algo", None)
+    algo = spec.pop("algo")  # checked by check_data
     vocab_size = spec.pop("vocab_size", None)
-    if not algo:
-        raise LmlabError(
-            "data.tokenizer table needs algo", 'e.g. tokenizer = {algo = "bytelevel", vocab_size = 4096}'
-        )
     inputs = spec.pop("input", None)
     files = (
         resolve([inputs] if isinstance(inputs, str) else inputs, "data.tokenizer.input")

@@ -46,7 +46,7 @@ from lmlab.train.builder import build_run, check_run, model_config
 from lmlab.train.checkpoint import CHECKPOINTS
 from lmlab.train.components import Checkpointer, Evaluator, FitLoop, RunLogger
 from lmlab.train.config import RunConfig, load_config, override_items, to_toml
-from lmlab.train.data import prepare_run_data
+from lmlab.train.data import check_data, prepare_run_data
 from lmlab.train.engine import Engine
 from lmlab.train.loggers import open_loggers
 from lmlab.train.metrics import MetricsLog, plot_losses
@@ -153,7 +153,8 @@ class Trainer:
         cfg, t = self.cfg, self.cfg.train
         self._resolve_machine()
         objective_cls, arch = check_run(cfg)  # cheap checks first: nothing is tokenised for a bad recipe
-        self.ckpt = pretrain_state.check_run_dir(self)
+        self.ckpt = pretrain_state.check_run_dir(self)  # a resume's own checks (its inputs' identity) first
+        check_data(cfg.data)  # no validation data, a missing file...: before a tokenizer is trained
         self._prepare_data()
         tok = self.data.tokenizer
 
@@ -190,12 +191,13 @@ class Trainer:
         # names every rank agrees on (FSDP shards are written beside the checkpoint by all ranks)
         here = torch.device("cuda", self.info.local_rank) if dev_type == "cuda" else torch.device("cpu")
         self.rank0_pid = dist_.broadcast_int(os.getpid(), self.info, here)
-        threads, precision = t.threads, t.precision
+        precision, kept = t.precision, None
         saved = pretrain_state.saved_machine(self.run_dir, self.resume, self.log)
         if saved:
-            threads = threads or saved.get("threads", 0)
+            kept = saved.get("threads") or None  # below a count asked for (config, OMP_NUM_THREADS)
             precision = saved.get("precision", precision) if precision == "auto" else precision
-        self.machine = resolve(t.device, threads, precision, self.info.local_rank, self.info.local_world_size)
+        self.machine = resolve(t.device, t.threads, precision, self.info.local_rank,
+                               self.info.local_world_size, keep_threads=kept)
 
     def _prepare_data(self) -> None:
         """The run's tokenizer and shards: rank 0 builds them, the others wait and open them."""

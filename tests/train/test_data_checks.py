@@ -1,0 +1,61 @@
+"""``[data]`` is checked whole before a run does any work (lmlab.train.data.check_data): a recipe
+without validation data, or whose data.val mixes shards with text, is one line and leaves no run
+folder; it used to train the tokenizer (and tokenise the text) first and leave them behind."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from lmlab.errors import LmlabError
+from lmlab.train import pretrain
+
+
+def _text_recipe(tiny_config, tiny_data, **data):
+    cfg = tiny_config(max_steps=1)
+    cfg["data"] = {"train": [str(tiny_data["root"] / "val.txt")],
+                   "tokenizer": {"algo": "bytelevel", "vocab_size": 300}, **data}
+    return cfg
+
+
+@pytest.mark.parametrize(("data", "words"), [
+    ({"val_fraction": 0.0}, "^no validation data: data.val is empty and data.val_fraction is 0; "),
+    ({"val": ["VAL_SHARDS", "VAL_TEXT"]}, "^data.val mixes token shards with other inputs"),
+    ({"val_fraction": 0.1, "tokenizer": {"algo": "bpe-typo", "vocab_size": 300}},
+     "^data.tokenizer: unknown tokenizer algorithm 'bpe-typo'"),
+])
+def test_a_refused_data_table_leaves_no_run_folder(tiny_config, tiny_data, tmp_path, data, words):
+    data = copy.deepcopy(data)
+    if "val" in data:
+        data["val"] = [str(tiny_data["val"]), str(tiny_data["root"] / "val.txt")]
+    said: list[str] = []
+    with pytest.raises(LmlabError, match=words):
+        pretrain(_text_recipe(tiny_config, tiny_data, **data), tmp_path / "run", log=said.append)
+    assert not (tmp_path / "run").exists()
+    assert not any("training a" in line or "tokenising" in line for line in said), said
+
+
+def test_val_shards_of_another_tokenizer_are_refused_before_the_train_text_is_tokenised(
+        tiny_config, tiny_data, tmp_path):
+    from lmlab.tokenizers import train_tokenizer
+
+    other = train_tokenizer("bytelevel", ["to be or not to be, that is the question\n"] * 5, vocab_size=270)
+    other.save(tmp_path / "other")
+    cfg = _text_recipe(tiny_config, tiny_data, tokenizer=str(tmp_path / "other"), val=[str(tiny_data["val"])])
+    with pytest.raises(LmlabError, match=r"^tokenizer .*other and val shards .* were made with different "
+                                         "tokenizers"):
+        pretrain(cfg, tmp_path / "run", log=lambda m: None)
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_grid_without_validation_data_is_refused_as_it_is_planned(tiny_data):
+    from lmlab.lab import load_grid
+
+    grid = {"name": "t", "seeds": [0], "budget": {"tokens": 40_960},
+            "pretrain": {"data": {"train": [str(tiny_data["root"] / "val.txt")],
+                                  "tokenizer": {"algo": "bytelevel", "vocab_size": 300}},
+                         "train": {"batch_size": 8, "seq_len": 32}, "model": {"max_positions": 64}},
+            "arms": [{"name": "gpt", "preset": "gpt2-tiny", "objective": "clm"}]}
+    with pytest.raises(LmlabError, match="no validation data: pretrain.data.val is empty"):
+        load_grid(grid)

@@ -28,7 +28,7 @@ def _text_recipe(tiny_config, tiny_data, **data):
 def test_a_refused_data_table_leaves_no_run_folder(tiny_config, tiny_data, tmp_path, data, words):
     data = copy.deepcopy(data)
     if "val" in data:
-        data["val"] = [str(tiny_data["val"]), str(tiny_data["root"] / "val.txt")]
+        data["val"] = [str(tiny_data["val"]), str(tiny_data["root"] / "train.txt")]
     said: list[str] = []
     with pytest.raises(LmlabError, match=words):
         pretrain(_text_recipe(tiny_config, tiny_data, **data), tmp_path / "run", log=said.append)

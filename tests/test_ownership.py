@@ -150,7 +150,7 @@ def test_a_single_file_output_never_replaces_an_entry_of_a_folder_another_comman
 
     run = ownership.claim_dir(tmp_path / "run", "pretraining run", ("metrics.jsonl", "checkpoints"))
     append_line(run / "metrics.jsonl", '{"step": 1, "loss": 5.0}')  # as the run writes it: stamped
-    with pytest.raises(LmlabError, match="exists and belongs to the pretraining run in"):
+    with pytest.raises(LmlabError, match="is inside the pretraining run .*its metrics.jsonl"):
         ownership.check_replaceable_file(run / "metrics.jsonl", PREDICTIONS_KIND, "--predictions")
     assert ownership.may_replace_file(run / "metrics.jsonl", "pretraining run").ok
     assert (run / "metrics.jsonl").read_text() == '{"step": 1, "loss": 5.0}\n'

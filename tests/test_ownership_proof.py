@@ -151,7 +151,7 @@ def test_a_file_written_over_while_a_command_fills_its_folder_is_left_as_it_is(t
             atomic_write_text(d / "fit.json", "{}\n")
     assert (tmp_path / "fit" / "fit.json").read_text() == "yours, written meanwhile\n"
     # a single-file output never replaces it either, whatever its kind
-    with pytest.raises(LmlabError, match="belongs to the scaling fit"):
+    with pytest.raises(LmlabError, match="is inside the scaling fit .*its fit.json"):
         write_output_file(tmp_path / "fit" / "fit.json", "{}", "predictions", "--predictions")
 
 
@@ -159,7 +159,8 @@ def test_a_folder_filled_over_time_is_deleted_only_when_all_in_it_is_lmlabs(tmp_
     """The demo's fresh start deletes its earlier run: every file in it must be stamped and unchanged
     (it deleted the whole run, your file in it too)."""
     demo = ownership.claim_dir(tmp_path / "demo", "demo", ("run", "train.txt"))
-    run = ownership.claim_dir(demo / "run", "pretraining run", ("summary.json", "checkpoints"))
+    with ownership.filling(demo):  # as the demo makes its run
+        run = ownership.claim_dir(demo / "run", "pretraining run", ("summary.json", "checkpoints"))
     atomic_write_text(run / "summary.json", "{}\n")
     (run / "checkpoints" / "notes").mkdir(parents=True)
     (run / "checkpoints" / "notes" / "todo.txt").write_text("mine")

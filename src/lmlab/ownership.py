@@ -33,7 +33,9 @@ limit on a name however long the output's name is. The folders made above an out
 
 Before any of this, every output of every command passes two checks here: it may not be, hold or lie
 inside one of the command's inputs (:func:`check_output_spares_inputs`), and it must be somewhere
-lmlab can write, under names the file system takes (:func:`check_destination`).
+lmlab can write, under names the file system takes, and not inside another lmlab output
+(:func:`check_destination`, :func:`check_not_inside_output`): only the command that fills a folder
+writes inside it (:func:`filling`), and nothing is written into a whole output once it is sealed.
 """
 
 from __future__ import annotations
@@ -375,9 +377,30 @@ def claimed_dir(dest: str | os.PathLike, kind: str, entries: tuple[str, ...], lo
     with parents_made(resolved):
         path = _claim(given, resolved, kind, entries, True, logs)
         try:
-            yield path
+            with filling(path):  # its entries are this command's to write (check_not_inside_output)
+                yield path
         finally:
             release_claim(path)
+
+
+#: the folders a command fills that this process is filling now (:func:`filling`)
+_FILLING: set[Path] = set()
+
+
+@contextlib.contextmanager
+def filling(directory: str | os.PathLike):
+    """For the block, this process is the command that fills the claimed folder ``directory``
+    (:func:`claimed_dir`): the outputs it writes inside (a run's checkpoints, tokenizer and shards,
+    a grid's runs) are its own entries, not outputs written into another command's folder
+    (:func:`check_not_inside_output`)."""
+    d = Path(directory).resolve()
+    added = d not in _FILLING
+    _FILLING.add(d)
+    try:
+        yield d
+    finally:
+        if added:
+            _FILLING.discard(d)
 
 
 def owns_entry(directory: Path, name: str) -> bool:
@@ -440,6 +463,8 @@ def record_file(path: str | os.PathLike, kind: str | None = None) -> None:
     if kind is None:
         return
     manifest = read_manifest(p.parent) or {"kind": None, "state": "files", "entries": {}}
+    if manifest.get("state") != "files":  # an output's manifest lists that output's files only
+        return
     entries = dict(manifest.get("entries", {}))
     entries[p.name] = {"kind": kind, **_stamp(p)}
     write_manifest(p.parent, _body(manifest) | {"entries": entries})
@@ -658,9 +683,10 @@ def derived_name(name: str, folder: str | os.PathLike, what: str) -> str:
 # ------------------------------------------------------------------------- where an output may go
 def check_destination(path: str | os.PathLike, flag: str = "--out") -> None:
     """One-line error, before any work, when nothing can be written at ``path``: a file stands where
-    one of its folders would be, or the nearest existing folder refuses new entries (permissions, a
-    read-only file system, a full disk). That folder is tried for real (an empty folder made and
-    removed at once): permission bits do not tell, for root or on /sys, /proc and network disks."""
+    one of its folders would be, it lies inside another lmlab output (:func:`check_not_inside_output`),
+    or the nearest existing folder refuses new entries (permissions, a read-only file system, a full
+    disk). That folder is tried for real (an empty folder made and removed at once): permission bits
+    do not tell, for root or on /sys, /proc and network disks."""
     import errno
     import tempfile
 
@@ -673,6 +699,7 @@ def check_destination(path: str | os.PathLike, flag: str = "--out") -> None:
         what = "a file" if base.is_file() else "not a folder"
         raise LmlabError(f"{flag} {given} cannot be written: {base} is {what}; nothing was written",
                          f"choose a {flag} path that does not go through a file")
+    check_not_inside_output(given, flag)
     limit = name_max(base)
     for part in target.relative_to(base).parts:  # the names still to be made
         if name_bytes(part) > limit:
@@ -689,6 +716,68 @@ def check_destination(path: str | os.PathLike, flag: str = "--out") -> None:
         raise LmlabError(f"{flag} {given} cannot be written: the folder {base} {why}; nothing was written",
                          f"choose a {flag} path you may write to") from None
     os.rmdir(probe)
+
+
+#: the states of a manifest that make its folder an lmlab output (a whole output, a folder a command
+#: fills, a temporary being written); ``files`` is a user's folder holding single files lmlab wrote
+_OUTPUT_STATES = ("complete", "claimed", "writing")
+
+
+def enclosing_output(path: str | os.PathLike) -> tuple[Path, dict] | None:
+    """``(folder, manifest)`` of the nearest lmlab output that ``path`` lies inside and that is not
+    this command's own: a whole output (a checkpoint, a tokenizer, an exported model...), a folder
+    another command fills (a pretraining run, a demo, a grid), or another process's temporary.
+    Folders this process fills (:func:`filling`) and its own temporaries are its own: None for them
+    and for a path inside no output."""
+    target = Path(path).resolve()
+    for folder in target.parents:
+        manifest = read_manifest(folder)
+        if manifest is None or manifest.get("state") not in _OUTPUT_STATES:
+            continue
+        if _own_temporary(manifest) or _named_own_temporary(folder) \
+                or (manifest.get("state") == "claimed" and folder in _FILLING):
+            continue
+        return folder, manifest
+    return None
+
+
+def _named_own_temporary(folder: Path) -> bool:
+    """Whether ``folder`` is named as this process's temporary (``.NAME.tmp-PID-...``): an output
+    it is assembling there, sealed or not yet (a LoRA's merged model, then its adapter inside)."""
+    m = _TEMPORARY.fullmatch(folder.name)
+    return bool(m and m["what"] == "tmp" and int(m["pid"]) == os.getpid())
+
+
+def check_not_inside_output(path: str | os.PathLike, flag: str = "--out") -> None:
+    """One-line error, before any work, when the output ``path`` lies inside another lmlab output
+    (:func:`enclosing_output`): written into a whole output, it would be taken for one of its files
+    and go when that output is replaced (or overwrite one: a predictions file over a model's
+    weights); written into a folder another command fills, it would replace that command's entries
+    (a run's shards, tokenizer or checkpoints) or lie in its way. Only the command that fills a
+    folder writes inside it, and a command assembling an output inside its own temporary."""
+    found = enclosing_output(path)
+    if found is None:
+        return
+    folder, manifest = found
+    given = Path(path)
+    rel = given.resolve().relative_to(folder)
+    top = rel.parts[0]
+    kind = manifest.get("kind") or "lmlab output"
+    shown = given
+    for _ in rel.parts:
+        shown = shown.parent
+    shown = shown if shown.resolve() == folder else folder
+    if manifest.get("state") == "claimed":
+        what = f" (its {top})" if top in manifest.get("entries", {}) else ""
+        why = f"where only that {kind} writes"
+    elif manifest.get("state") == "writing":
+        kind, what, why = f"temporary {kind}", "", "which lmlab renames or removes when its process ends"
+    else:
+        what = f" (its {top})" if (folder / top).exists() or (folder / top).is_symlink() else ""
+        why = "which lmlab replaces whole"
+    article = "an" if flag.lstrip("-")[:1] in tuple("aeiou") else "a"
+    raise LmlabError(f"{flag} {given} is inside the {kind} {shown}{what}, {why}; nothing was written",
+                     f"choose {article} {flag} path outside it")
 
 
 def check_output_spares_inputs(out: str | os.PathLike, inputs: dict[str, object],
@@ -739,8 +828,10 @@ def may_replace_file(path: Path, kind: str) -> Verdict:
     recorded = (manifest or {}).get("entries", {}).get(path.name)
     if not isinstance(recorded, dict) or recorded.get("tree"):
         return Verdict(False, "was not written by lmlab")
-    if recorded.get("kind", kind) != kind:
-        return Verdict(False, f"is a {recorded.get('kind')}, not a {kind}")
+    if recorded.get("kind") != kind:  # a file of a whole output records no kind: never a single file's
+        whole = (manifest or {}).get("kind") or "lmlab output"
+        what = recorded.get("kind") or f"file of the {whole} {path.parent}"
+        return Verdict(False, f"is a {what}, not a {kind}")
     if not _matches(recorded, path):
         return Verdict(False, "changed since lmlab wrote it")
     return Verdict(True)

@@ -246,9 +246,9 @@ def _resolve_run_directories(args: argparse.Namespace) -> None:
 def _check_outputs(args: argparse.Namespace) -> None:
     """Refuse, before any work, every output (``OUTPUT_ARGS``) that would replace, delete or write
     into one of the command's inputs, or that cannot be written where it is asked to go (a file in
-    the way, a folder that refuses writes); then, for commands that write one artifact
-    (``out_kind = (marker file, what)``), an existing ``--out`` that is not an earlier output of the
-    same kind."""
+    the way, a folder that refuses writes, inside another lmlab output); then, for commands that
+    write one artifact (``out_kind = (marker file, what)``), an existing ``--out`` that is not an
+    earlier output of the same kind."""
     from lmlab import ownership
     from lmlab.fileio import check_replaceable_dir
 

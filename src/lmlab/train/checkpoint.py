@@ -160,6 +160,33 @@ def set_aside_damaged(run_dir: str | Path, say: Callable[[str], None] | None = N
     return moved
 
 
+def check_checkpoint_names(run_dir: str | Path, after: int, upto: int) -> None:
+    """One-line error, before any training, when something other than a checkpoint this run may
+    replace stands where the run will write one: ``checkpoints/step_N`` for a step ``N`` it trains
+    (``after < N <= upto``; a stop by a signal saves at any step). A file or folder of yours there,
+    or another lmlab output (a model moved there), would otherwise stop the run only when it comes
+    to save, losing the steps trained since the last checkpoint."""
+    import shlex
+
+    from lmlab import ownership
+
+    root = Path(run_dir) / CHECKPOINTS
+    if not root.is_dir() or root.is_symlink():
+        return
+    # the run's own (a damaged one newer than the checkpoint resumed from is moved aside: set_aside_damaged)
+    own = {path for _, path in list_checkpoints(run_dir)}
+    for path in sorted(root.iterdir()):
+        m = _STEP_RE.fullmatch(path.name)
+        if not m or not after < int(m.group(1)) <= upto or path in own:
+            continue
+        verdict = ownership.may_replace_dir(path, "checkpoint")
+        if not verdict.ok:
+            there, aside = shlex.quote(str(path)), shlex.quote(f"{path}.other")
+            raise LmlabError(f"{path} {verdict.reason}, and the run writes its checkpoint of step "
+                             f"{m.group(1)} there; nothing was trained",
+                             f"move it away (mv {there} {aside}), then run the same command again")
+
+
 def save_train_checkpoint(
     run_dir: str | Path,
     step: int,

@@ -15,6 +15,7 @@ from lmlab.train import distributed as dist_
 from lmlab.train.checkpoint import (
     CHECKPOINTS,
     SHARDED,
+    check_checkpoint_names,
     check_train_tensors,
     latest_checkpoint,
     read_train_state,
@@ -89,19 +90,20 @@ def check_run_dir(trainer) -> Path | None:
     a run without ``--resume``, or a resume with another model, objective or tokenizer (by setting
     or by content). Sets ``trainer.inputs``, the run's :func:`input_identity`."""
     existing = latest_checkpoint(trainer.run_dir, trainer.log)
-    if not trainer.resume:
-        if existing is not None:
-            raise LmlabError(f"{trainer.run_dir} already holds a run (checkpoint {existing.name})",
-                             "pass --resume to continue it, or choose a new --out")
-        trainer.inputs = input_identity(trainer.cfg.data)
-        return None
+    if not trainer.resume and existing is not None:
+        raise LmlabError(f"{trainer.run_dir} already holds a run (checkpoint {existing.name})",
+                         "pass --resume to continue it, or choose a new --out")
+    state = read_train_state(existing) if existing is not None else {}
+    # the names of the checkpoints it will write are free, or its own to replace: before any work
+    check_checkpoint_names(trainer.run_dir, state.get("step", 0), trainer.cfg.train.max_steps)
     if existing is None:
-        trainer.log(f"resume: no checkpoint in {trainer.run_dir / 'checkpoints'}, starting from scratch")
+        if trainer.resume:
+            trainer.log(f"resume: no checkpoint in {trainer.run_dir / 'checkpoints'}, starting from scratch")
         trainer.inputs = input_identity(trainer.cfg.data)
         return None
     if trainer.info.is_main:  # one process renames; the resumed run writes those steps again
         set_aside_damaged(trainer.run_dir, trainer.log)
-    saved_inputs = read_train_state(existing).get("inputs")  # None: saved by an lmlab before inputs
+    saved_inputs = state.get("inputs")  # None: saved by an lmlab before inputs
     trainer.inputs = input_identity(trainer.cfg.data, saved_inputs)
     saved_path = trainer.run_dir / "config.toml"
     saved = load_config(read_toml(saved_path)) if saved_path.is_file() else None

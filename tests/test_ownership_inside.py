@@ -1,0 +1,259 @@
+"""Nothing lost: no command writes an output inside another lmlab output (lmlab.ownership.
+check_not_inside_output). Only the command that fills a folder (a pretraining run's own checkpoints,
+shards and tokenizer) writes inside it, and nothing is written into a whole output once it is sealed.
+Each case here overwrote or deleted lmlab's files before: a predictions file over a model's weights,
+a ``data prepare`` over a run's shards, a model at a run's next checkpoint name, predictions recorded
+into a tokenizer's manifest and deleted with it. The outputs are built once for the module."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from lmlab import ownership
+from lmlab.cli import main
+from lmlab.errors import LmlabError
+
+
+def _one_line_error(capsys, *needles):
+    from assertions import assert_one_line_error
+
+    return assert_one_line_error(capsys, *needles)
+
+
+def _state(folder: Path) -> dict[str, tuple]:
+    """Every path under ``folder`` with its size and modification time (a change of any shows),
+    the lock file aside."""
+    found = {}
+    for p in sorted(folder.rglob("*")):
+        if p.name == ".lock":  # rewritten by every command that takes the folder's lock
+            continue
+        st = p.lstat()
+        found[p.relative_to(folder).as_posix()] = (p.is_dir(), st.st_size, st.st_mtime_ns)
+    return found
+
+
+RUN_SETTINGS = {
+    "model": {"preset": "gpt2-tiny"}, "objective": {"name": "clm"},
+    "data": {"val": [], "val_fraction": 0.1, "tokenizer": {"algo": "bytelevel", "vocab_size": 280},
+             "doc_separator": "blank-line"},
+    "train": {"max_steps": 2, "batch_size": 2, "seq_len": 16, "eval_every": 2, "eval_batches": 1,
+              "checkpoint_every": 1, "log_every": 1, "threads": 1, "progress": "off", "warmup_steps": 1},
+}
+
+
+@pytest.fixture(scope="module")
+def outs(tmp_path_factory, data_dir):
+    """One of each kind of lmlab output, in one folder: a pretraining run (``run``, checkpoints at
+    steps 1 and 2), a tokenizer (``tok``), token shards (``shards``), an exported Hugging Face
+    model (``hf``), a quantized model (``q``) and a fine-tuned classifier (``ft``); and the inputs
+    the commands below read (``src``, a model; ``tokin``, a tokenizer; text and SST-2 files)."""
+    import torch
+
+    from lmlab.models import build_model, get_preset
+    from lmlab.tokenizers import train_tokenizer
+    from lmlab.train import pretrain
+
+    root = tmp_path_factory.mktemp("outs")
+    text = (data_dir / "pretrain" / "tinyshakespeare" / "input.txt").read_text(encoding="utf-8")[:20000]
+    (root / "tiny.txt").write_text(text, encoding="utf-8")
+    for split, n in (("train", 17), ("dev", 9)):
+        lines = (data_dir / "glue" / "sst2" / f"{split}.tsv").read_text(encoding="utf-8").splitlines()[:n]
+        (root / f"{split}.tsv").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    settings = json.loads(json.dumps(RUN_SETTINGS))
+    settings["data"]["train"] = [str(root / "tiny.txt")]
+    pretrain(settings, root / "run", log=lambda m: None)
+    tok = train_tokenizer("bytelevel", [text], vocab_size=280)
+    tok.save(root / "tok")
+    tok.save(root / "tokin")
+    torch.manual_seed(0)
+    build_model(get_preset("gpt2-tiny", vocab_size=tok.vocab_size)).save(root / "src", tokenizer=tok)
+    quiet = ["--threads", "1", "--no-progress"]
+    for argv in (["data", "prepare", "--tokenizer", "tokin", "--input", "tiny.txt", "--out", "shards",
+                  "--val-fraction", "0.1"],
+                 ["export", "--checkpoint", "src", "--out", "hf"],
+                 ["compress", "quantize", "--checkpoint", "src", "--out", "q"],
+                 ["finetune", "--checkpoint", "src", "--task", "sst2", "--train", "train.tsv", "--dev",
+                  "dev.tsv", "--out", "ft", "--max-steps", "1", "--batch-size", "8", *quiet]):
+        cwd = os.getcwd()
+        os.chdir(root)
+        try:
+            assert main(argv) == 0, argv
+        finally:
+            os.chdir(cwd)
+    return root
+
+
+#: each command with one output flag, its other arguments reading the inputs of ``outs``
+COMMANDS = {
+    "evaluate --predictions": ["evaluate", "--checkpoint", "ft", "--data", "dev.tsv", "--predictions"],
+    "tokenizer train --out": ["tokenizer", "train", "--algo", "bytelevel", "--vocab-size", "280", "--input",
+                              "tiny.txt", "--out"],
+    "data prepare --out": ["data", "prepare", "--tokenizer", "tokin", "--input", "tiny.txt", "--out"],
+    "export --out": ["export", "--checkpoint", "src", "--out"],
+    "compress quantize --out": ["compress", "quantize", "--checkpoint", "src", "--out"],
+    "finetune --out": ["finetune", "--checkpoint", "src", "--task", "sst2", "--train", "train.tsv", "--dev",
+                       "dev.tsv", "--max-steps", "1", "--out"],
+    "pretrain --out": ["pretrain", "--config", "run/config.toml", "--set", "train.max_steps=1", "--out"],
+}
+#: where each output goes: inside an output of another kind (what it is, and the words of the refusal)
+PLACES = {
+    "a tokenizer's file": ("tok/tokenizer.json", "inside the tokenizer tok (its tokenizer.json)"),
+    "a new name in a tokenizer": ("tok/extra", "inside the tokenizer tok,"),
+    "an exported model's weights": ("hf/model.safetensors", "inside the Hugging Face model hf (its model"),
+    "a quantized model's config": ("q/config.json", "inside the model q (its config.json)"),
+    "a new name in token shards": ("shards/more", "inside the token-shards shards,"),
+    "a run's newest checkpoint's weights": ("run/checkpoints/step_2/model.safetensors",
+                                            "inside the checkpoint run/checkpoints/step_2 (its model"),
+    "a run's newest checkpoint": ("run/checkpoints/step_2",
+                                  "inside the pretraining run run (its checkpoints)"),
+    "a run's next checkpoint name": ("run/checkpoints/step_10",
+                                     "inside the pretraining run run (its checkpoints)"),
+    "a run's shards": ("run/data/train", "inside the pretraining run run (its data)"),
+    "a run's tokenizer": ("run/data/tokenizer", "inside the pretraining run run (its data)"),
+    "a new name in a run": ("run/mine", "inside the pretraining run run,"),
+}
+
+
+@pytest.mark.parametrize("place", list(PLACES))
+@pytest.mark.parametrize("command", list(COMMANDS))
+def test_no_output_is_written_inside_another_lmlab_output(outs, command, place, capsys, monkeypatch):
+    monkeypatch.chdir(outs)
+    path, words = PLACES[place]
+    before = _state(outs)
+    assert main([*COMMANDS[command], path]) == 2
+    _one_line_error(capsys, words, "nothing was written", "outside it")
+    assert _state(outs) == before  # refused before any work: nothing made, nothing changed
+
+
+# ------------------------------------------------------------------- 1. a file of a whole output
+def test_predictions_never_overwrite_a_file_of_a_whole_output(outs, capsys, monkeypatch):
+    monkeypatch.chdir(outs)
+    weights = (outs / "hf" / "model.safetensors").read_bytes()
+    assert main(["evaluate", "--checkpoint", "ft", "--data", "dev.tsv", "--predictions",
+                 "hf/model.safetensors"]) == 2
+    _one_line_error(capsys, "--predictions hf/model.safetensors is inside the Hugging Face model hf",
+                    "choose a --predictions path outside it")
+    assert (outs / "hf" / "model.safetensors").read_bytes() == weights
+    # the decision itself: a file lmlab wrote as part of a whole output records no kind, and is
+    # no single-file output's to replace, whatever kind that is
+    for name in ("model.safetensors", "config.json"):
+        verdict = ownership.may_replace_file(outs / "hf" / name, "predictions")
+        assert not verdict.ok and "file of the Hugging Face model" in verdict.reason
+
+
+# ------------------------------------------------------------------- 2. a run's data
+def test_no_other_command_replaces_a_runs_shards_or_tokenizer(outs, capsys, monkeypatch):
+    from lmlab.data.prepare import prepare_shards
+    from lmlab.tokenizers import load_tokenizer
+
+    monkeypatch.chdir(outs)
+    before = _state(outs / "run")
+    assert main(["data", "prepare", "--tokenizer", "run/data/tokenizer", "--input", "dev.tsv",
+                 "--out", "run/data/train"]) == 2
+    _one_line_error(capsys, "--out run/data/train is inside the pretraining run run (its data)")
+    assert main(["tokenizer", "train", "--algo", "bytelevel", "--vocab-size", "280", "--input", "dev.tsv",
+                 "--out", "run/data/tokenizer"]) == 2
+    _one_line_error(capsys, "--out run/data/tokenizer is inside the pretraining run run (its data)")
+    # from Python too: the same check guards every output
+    with pytest.raises(LmlabError, match="is inside the pretraining run"):
+        prepare_shards(outs / "tokin", [outs / "dev.tsv"], outs / "run" / "data" / "train", workers=1,
+                       progress=False)
+    with pytest.raises(LmlabError, match="is inside the pretraining run"):
+        load_tokenizer(outs / "tokin").save(outs / "run" / "data" / "tokenizer")
+    assert _state(outs / "run") == before
+
+
+# ------------------------------------------------------------------- 3. a run's checkpoint names
+@pytest.mark.parametrize("command", ["compress quantize --out", "export --out", "finetune --out"])
+def test_no_output_takes_a_runs_checkpoint_name(outs, command, capsys, monkeypatch):
+    monkeypatch.chdir(outs)
+    assert main([*COMMANDS[command], "run/checkpoints/step_6"]) == 2
+    _one_line_error(capsys, "--out run/checkpoints/step_6 is inside the pretraining run run",
+                    "(its checkpoints)")
+    assert not (outs / "run" / "checkpoints" / "step_6").exists()
+
+
+@pytest.mark.parametrize("what", ["a file", "a folder of yours", "a model moved there"])
+def test_pretrain_checks_its_checkpoint_names_before_training(outs, what, tmp_path, capsys):
+    run = tmp_path / "run"
+    shutil.copytree(outs / "run", run)
+    name = run / "checkpoints" / "step_3"
+    if what == "a file":
+        name.write_text("mine")
+    elif what == "a folder of yours":
+        name.mkdir()
+        (name / "notes.txt").write_text("mine")
+    else:
+        shutil.copytree(outs / "q", name)
+    before = _state(run)
+    resume = ["pretrain", "--out", str(run), "--resume", "--set", "train.max_steps=3"]
+    assert main(resume) == 2
+    _one_line_error(capsys, f"{name} ", "the run writes its checkpoint of step 3 there; nothing was trained",
+                    f"move it away (mv {name} {name}.other)")
+    assert _state(run) == before  # no step trained, no metrics row written
+    if what == "a file":  # moved away as told: the same command continues the run
+        name.rename(name.with_name("step_3.other"))
+        assert main(resume) == 0
+        assert (run / "checkpoints" / "step_3" / "train_state.json").is_file()
+
+
+def test_a_fresh_pretraining_checks_its_checkpoint_names_too(outs, tmp_path):
+    from lmlab.train import pretrain
+
+    run = tmp_path / "run"
+    ownership.claim_dir(run, "pretraining run", ("checkpoints",))  # as a run that stopped before step 1
+    (run / "checkpoints").mkdir()
+    (run / "checkpoints" / "step_2").write_text("mine")
+    settings = json.loads(json.dumps(RUN_SETTINGS))
+    settings["data"]["train"] = [str(outs / "tiny.txt")]
+    with pytest.raises(LmlabError, match="checkpoint of step 2 there; nothing was trained"):
+        pretrain(settings, run, log=lambda m: None)
+    assert (run / "checkpoints" / "step_2").read_text() == "mine"
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["step_2"]
+
+
+# ------------------------------------------------------------------- 4. files inside a whole output
+def test_predictions_inside_a_whole_output_are_refused_so_rebuilding_it_loses_nothing(outs, tmp_path, capsys,
+                                                                                         monkeypatch):
+    from lmlab.fileio import write_output_file
+
+    monkeypatch.chdir(outs)
+    manifest = (outs / "tok" / ownership.MANIFEST).read_bytes()
+    for target in ("tok/pred.jsonl", "q/pred.jsonl"):
+        assert main(["evaluate", "--checkpoint", "ft", "--data", "dev.tsv", "--predictions", target]) == 2
+        _one_line_error(capsys, f"--predictions {target} is inside the", "which lmlab replaces whole")
+        assert not (outs / target).exists()
+    # it was recorded in the tokenizer's own manifest (as one of its files, deleted with it): never again
+    assert (outs / "tok" / ownership.MANIFEST).read_bytes() == manifest
+    with pytest.raises(LmlabError, match="is inside the tokenizer"):
+        write_output_file(outs / "tok" / "pred.jsonl", "{}\n", "predictions", "--predictions")
+    # a user's folder still takes predictions, and a later run replaces its own
+    for _ in range(2):
+        assert main(["evaluate", "--checkpoint", "ft", "--data", "dev.tsv", "--predictions",
+                     str(tmp_path / "pred.jsonl")]) == 0
+    capsys.readouterr()
+
+
+def test_only_the_command_filling_a_folder_writes_inside_it(tmp_path):
+    """The process that holds a claim (``claimed_dir``) writes its entries; another command may
+    not, even of the same kind; an output a process assembles in its own temporary is its own."""
+    from lmlab.fileio import atomic_dir
+
+    kind, entries = "pretraining run", ("checkpoints", "data")
+    with ownership.claimed_dir(tmp_path / "run", kind, entries) as run:
+        with atomic_dir(run / "checkpoints" / "step_1", marker="x", what="checkpoint") as tmp:
+            (tmp / "x").write_text("1")
+            with atomic_dir(tmp / "tokenizer", marker="t", what="tokenizer") as inner:  # own temporary
+                (inner / "t").write_text("t")
+    assert (run / "checkpoints" / "step_1" / "tokenizer" / "t").is_file()
+    with pytest.raises(LmlabError, match="inside the pretraining run .* \\(its checkpoints\\)"):
+        ownership.check_replaceable_dir(run / "checkpoints" / "step_1", "checkpoint")
+    with pytest.raises(LmlabError, match="inside the checkpoint"):
+        ownership.check_replaceable_dir(run / "checkpoints" / "step_1" / "tokenizer", "tokenizer")
+    with pytest.raises(LmlabError, match="inside the pretraining run"):
+        ownership.claim_dir(run / "data" / "inner", kind, entries)

@@ -228,6 +228,8 @@ def test_a_template_field_with_a_width_is_refused(gpt_ck, tmp_path, capsys, fiel
 def test_a_grid_budget_that_buys_endless_steps_is_refused(tmp_path, capsys, data_dir):
     text = tmp_path / "train.txt"
     text.write_text("to be or not to be\n\n" * 200)
+    held_out = tmp_path / "val.txt"  # data.val may not be a file data.train reads
+    held_out.write_text("to be or not to be\n\n" * 20)
     grid = tmp_path / "grid.toml"
     grid.write_text(f"""name = "g"
 seeds = [0]
@@ -235,7 +237,7 @@ budget = {{flops = 1e30}}
 arms = [{{name = "gpt", preset = "gpt2-tiny", objective = "clm"}}]
 [pretrain.data]
 train = ["{text}"]
-val = ["{text}"]
+val = ["{held_out}"]
 tokenizer = {{algo = "bytelevel", vocab_size = 300}}
 [pretrain.train]
 batch_size = 8

@@ -68,6 +68,8 @@ def files(tmp_path):
                              for _ in range(8)), encoding="utf-8")
     corpus = tmp_path / "corpus.txt"
     corpus.write_text(TEXT, encoding="utf-8")
+    held_out = tmp_path / "held-out.txt"  # data.val may not be a file data.train reads
+    held_out.write_text(TEXT, encoding="utf-8")
     tok.save(tmp_path / "tok")
     recipe = tmp_path / "tiny.toml"
     recipe.write_text(f"""
@@ -83,7 +85,7 @@ name = "clm"
 [data]
 train = [{json.dumps(str(corpus))}]
 tokenizer = {json.dumps(str(tmp_path / "tok"))}
-val = [{json.dumps(str(corpus))}]
+val = [{json.dumps(str(held_out))}]
 [train]
 max_steps = 100000
 batch_size = 2
@@ -131,8 +133,8 @@ def test_a_stopped_training_command_says_one_line_and_exits_128_plus_the_signal(
         saved = out / "checkpoints" if command == "pretrain" else resume_dir(out) / "checkpoints"
         assert [p.name for p in saved.iterdir() if not p.name.startswith(".")] == ["step_2"]
     else:  # nothing half-written is left: not the output, not its live log beside it
-        assert sorted(p.name for p in tmp_path.iterdir()) == ["ck", "corpus.txt", "prefs.jsonl", "sst2.tsv",
-                                                              "tiny.toml", "tok"]
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["ck", "corpus.txt", "held-out.txt", "prefs.jsonl",
+                                                              "sst2.tsv", "tiny.toml", "tok"]
 
 
 def test_a_stopped_distillation_says_one_line_and_leaves_nothing(files, tmp_path, monkeypatch, capsys):

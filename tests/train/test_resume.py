@@ -231,8 +231,10 @@ def test_resuming_on_shards_of_another_tokenizer_of_the_same_size_is_refused(tin
     other.save(tmp_path / "tok")
     prepare_shards(tmp_path / "tok", [tiny_data["root"] / "train.txt"], tmp_path / "shards", workers=1,
                    progress=False)
+    prepare_shards(tmp_path / "tok", [tiny_data["root"] / "val.txt"], tmp_path / "val_shards", workers=1,
+                   progress=False)
     cfg = tiny_config(max_steps=4, checkpoint_every=2)
-    cfg["data"] = {"train": [str(tmp_path / "shards")], "val": [str(tmp_path / "shards")]}
+    cfg["data"] = {"train": [str(tmp_path / "shards")], "val": [str(tmp_path / "val_shards")]}
     with pytest.raises(LmlabError, match="trained with another tokenizer"):
         pretrain(cfg, run, resume=True, log=lambda m: None)
 

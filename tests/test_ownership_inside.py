@@ -115,7 +115,7 @@ PLACES = {
                                      "inside the pretraining run run (its checkpoints)"),
     "a run's shards": ("run/data/train", "inside the pretraining run run (its data)"),
     "a run's tokenizer": ("run/data/tokenizer", "inside the pretraining run run (its data)"),
-    "a new name in a run": ("run/mine", "inside the pretraining run run,"),
+    "a run's metrics log": ("run/metrics.jsonl", "inside the pretraining run run (its metrics.jsonl)"),
 }
 
 
@@ -256,4 +256,40 @@ def test_only_the_command_filling_a_folder_writes_inside_it(tmp_path):
     with pytest.raises(LmlabError, match="inside the checkpoint"):
         ownership.check_replaceable_dir(run / "checkpoints" / "step_1" / "tokenizer", "tokenizer")
     with pytest.raises(LmlabError, match="inside the pretraining run"):
-        ownership.claim_dir(run / "data" / "inner", kind, entries)
+        ownership.claim_dir(run / "data", kind, entries)
+
+
+#: a new name of the user's inside a folder another command fills, meeting none of its entries:
+#: results beside a checkpoint (evaluate --harness's default place), a folder of one's own in a run
+NEW_NAMES = {
+    "evaluate --predictions": "run/checkpoints/step_2.predictions.jsonl",
+    "export --out": "run/exported",
+}
+
+
+@pytest.mark.parametrize("command", list(NEW_NAMES))
+def test_a_new_name_of_yours_in_a_run_folder_is_written_and_the_run_is_untouched(outs, command, monkeypatch):
+    """The docs' own layouts: ``evaluate --harness`` writes ``run/checkpoints/step_N.harness.json``
+    by default, ``scale fit`` a grid's ``fit/`` inside the comparison. Nothing of the run changes."""
+    monkeypatch.chdir(outs)
+    path = NEW_NAMES[command]
+    before = _state(outs / "run")
+    try:
+        assert main([*COMMANDS[command], path]) == 0
+        after = _state(outs / "run")
+        added = {k for k in after if k == path[4:] or k.startswith(path[4:] + "/")}
+        files = {k: v for k, v in after.items() if k not in added and not v[0]}  # folders' times change
+        assert added and files == {k: v for k, v in before.items() if not v[0]}  # the manifest too
+    finally:
+        target = outs / path
+        shutil.rmtree(target) if target.is_dir() else target.unlink(missing_ok=True)
+
+
+def test_inside_a_folder_a_command_fills_only_its_entries_are_refused(outs):
+    """Inside a pretraining run: its entries and what it writes in them (a checkpoint name, even one
+    not there yet) are refused; a new name of the user's meets none of them."""
+    for taken in ("run/data", "run/data/train", "run/metrics.jsonl", "run/checkpoints/step_9"):
+        with pytest.raises(LmlabError, match="inside the pretraining run"):
+            ownership.check_destination(outs / taken)
+    for free in ("run/notes.md", "run/mine", "run/checkpoints/step_2.harness.json"):
+        ownership.check_destination(outs / free)  # no error

@@ -289,14 +289,15 @@ def _usual_permissions(directory: Path) -> None:
             os.chmod(p, (0o777 if p.is_dir() else 0o666) & ~mask)
 
 
-def atomic_write_bytes(dest: str | os.PathLike, data: bytes) -> None:
+def atomic_write_bytes(dest: str | os.PathLike, data: bytes, kind: str | None = None) -> None:
     """Write ``data`` to ``dest`` via a temporary file and rename. The temporary file lives in a
     marked temporary folder beside ``dest`` (:func:`lmlab.ownership.temporary_dir`), so a kill
     mid-write leaves nothing a later run could mistake for, or that looks like, a user's file.
 
     In a folder a command fills (a run, a fit's folder...), ``dest`` is written over only while it
     is what lmlab wrote there (a one-line error otherwise, the file left as it is), and is stamped
-    in that folder's manifest once written (:func:`lmlab.ownership.record_file`)."""
+    in that folder's manifest once written (:func:`lmlab.ownership.record_file`; ``kind``: the kind
+    of single-file output it is, :func:`write_output_file`)."""
     dest = Path(dest)
     ownership.check_overwrite(dest)
     with ownership.parents_made(dest), ownership.temporary_dir(dest.parent, dest.name, "file") as tmp:
@@ -308,7 +309,7 @@ def atomic_write_bytes(dest: str | os.PathLike, data: bytes) -> None:
         os.chmod(part, 0o666 & ~ownership.current_umask())
         os.replace(part, dest)
         shutil.rmtree(tmp, ignore_errors=True)
-    ownership.record_file(dest)
+    ownership.record_file(dest, kind)
 
 
 def append_line(path: str | os.PathLike, line: str) -> None:
@@ -327,8 +328,7 @@ def write_output_file(dest: str | os.PathLike, data: bytes | str, kind: str, fla
     line when ``dest`` holds a file lmlab did not write (:mod:`lmlab.ownership`), then written
     atomically and recorded in its folder's manifest so a later run may replace it."""
     dest = ownership.check_replaceable_file(dest, kind, flag)
-    atomic_write_bytes(dest, data.encode("utf-8") if isinstance(data, str) else data)
-    ownership.record_file(dest, kind)
+    atomic_write_bytes(dest, data.encode("utf-8") if isinstance(data, str) else data, kind)
     return dest
 
 

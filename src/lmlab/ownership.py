@@ -450,10 +450,13 @@ def record_file(path: str | os.PathLike, kind: str | None = None) -> None:
       manifest (every file lmlab writes there is stamped: :func:`lmlab.fileio.atomic_write_bytes`
       and :func:`lmlab.fileio.append_line` call this);
     * else, for a ``kind`` of single file written into a user's folder (``--predictions``), in
-      that folder's manifest. Without ``kind`` nothing is recorded anywhere else (a temporary or an
+      that folder's manifest; a ``kind`` of file put inside a folder another command fills (results
+      beside a run's checkpoint) is recorded nowhere: it is the user's there, never replaced. Without ``kind`` nothing is recorded anywhere else (a temporary or an
       output written in one go is sealed whole)."""
     p = Path(path)
     claim = _claim_of(p)
+    if claim is not None and kind is not None and claim[0].resolve() not in _FILLING:
+        return  # another command's result put in a folder this one does not fill: the user's, never touched
     if claim is not None:
         folder, manifest, rel = claim
         files = dict(manifest.get("files") or {})
@@ -762,6 +765,8 @@ def check_not_inside_output(path: str | os.PathLike, flag: str = "--out") -> Non
     given = Path(path)
     rel = given.resolve().relative_to(folder)
     top = rel.parts[0]
+    if manifest.get("state") == "claimed" and not _meets_an_entry(folder, manifest, rel):
+        return  # a new name of yours in a run's folder (results beside a checkpoint): never touched
     kind = manifest.get("kind") or "lmlab output"
     shown = given
     for _ in rel.parts:
@@ -778,6 +783,25 @@ def check_not_inside_output(path: str | os.PathLike, flag: str = "--out") -> Non
     article = "an" if flag.lstrip("-")[:1] in tuple("aeiou") else "a"
     raise LmlabError(f"{flag} {given} is inside the {kind} {shown}{what}, {why}; nothing was written",
                      f"choose {article} {flag} path outside it")
+
+
+#: names inside a folder a command fills that it writes later, though none is there yet
+_FUTURE_ENTRIES = re.compile(r"step_\d+")
+
+
+def _meets_an_entry(folder: Path, manifest: dict, rel: Path) -> bool:
+    """Whether ``folder/rel``, inside a folder another command fills, is one of that command's
+    entries (``run/data``, ``run/metrics.jsonl``) or lies where it writes inside one: a name there
+    already (``run/data/train``, ``cmp/pretrain/<run>``) or one it writes later (a checkpoint
+    ``run/checkpoints/step_10``). A new name of the user's beside them (``run/notes.md``,
+    ``run/checkpoints/step_6.harness.json``, ``cmp/fit``) meets none."""
+    top = rel.parts[0]
+    if top not in manifest.get("entries", {}):
+        return False
+    if len(rel.parts) == 1:
+        return True
+    inner = folder / rel.parts[0] / rel.parts[1]
+    return inner.exists() or inner.is_symlink() or bool(_FUTURE_ENTRIES.fullmatch(rel.parts[1]))
 
 
 def check_output_spares_inputs(out: str | os.PathLike, inputs: dict[str, object],

@@ -133,8 +133,8 @@ def test_a_stopped_training_command_says_one_line_and_exits_128_plus_the_signal(
         saved = out / "checkpoints" if command == "pretrain" else resume_dir(out) / "checkpoints"
         assert [p.name for p in saved.iterdir() if not p.name.startswith(".")] == ["step_2"]
     else:  # nothing half-written is left: not the output, not its live log beside it
-        assert sorted(p.name for p in tmp_path.iterdir()) == ["ck", "corpus.txt", "held-out.txt", "prefs.jsonl",
-                                                              "sst2.tsv", "tiny.toml", "tok"]
+        assert sorted(p.name for p in tmp_path.iterdir()) == [
+            "ck", "corpus.txt", "held-out.txt", "prefs.jsonl", "sst2.tsv", "tiny.toml", "tok"]
 
 
 def test_a_stopped_distillation_says_one_line_and_leaves_nothing(files, tmp_path, monkeypatch, capsys):

@@ -451,7 +451,8 @@ def record_file(path: str | os.PathLike, kind: str | None = None) -> None:
       and :func:`lmlab.fileio.append_line` call this);
     * else, for a ``kind`` of single file written into a user's folder (``--predictions``), in
       that folder's manifest; a ``kind`` of file put inside a folder another command fills (results
-      beside a run's checkpoint) is recorded nowhere: it is the user's there, never replaced. Without ``kind`` nothing is recorded anywhere else (a temporary or an
+      beside a run's checkpoint) is recorded nowhere: it is the user's there, never replaced.
+      Without ``kind`` nothing is recorded anywhere else (a temporary or an
       output written in one go is sealed whole)."""
     p = Path(path)
     claim = _claim_of(p)

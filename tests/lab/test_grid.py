@@ -350,3 +350,14 @@ def test_a_grid_file_error_names_the_file_and_key(grid_dict, tmp_path):
     with pytest.raises(LmlabError) as e:
         load_grid(path)
     assert str(e.value).startswith(f"{path}: finetune.epochs must be at least 1")
+
+
+def test_a_task_file_a_fine_tuning_would_refuse_is_refused_as_the_grid_is_planned(grid_dict, tmp_path):
+    """A label that is not the task's, on line 3 of the train file, used to stop the first
+    fine-tuning only after an arm had pretrained; --dry-run passed the grid."""
+    train = tmp_path / "sst2-train.tsv"
+    train.write_text("sentence\tlabel\ngood film\t1\nbad film\t7\nfine film\t0\n", encoding="utf-8")
+    raw = copy.deepcopy(grid_dict)
+    raw["tasks"][0]["train"] = str(train)
+    msg = one_line_error(raw)
+    assert msg.startswith("task 'sst2': ") and "label '7'" in msg and "line 3" in msg, msg

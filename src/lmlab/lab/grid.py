@@ -51,6 +51,7 @@ from lmlab.lab.grid_tables import (
     as_table,
     check_keys,
     check_task,
+    check_task_data,
     grid_name,
     grid_seeds,
     parse_arms,
@@ -220,6 +221,9 @@ def _plan(raw: dict[str, Any], where: str, overrides: list[str] | None) -> Grid:
     for arm in arms:
         for task in tasks:
             check_task(task, arm)
+    for task in tasks:  # the files themselves, read once each, before any arm pretrains
+        check_task_data(task, arms[0])
+    for arm in arms:
         for size, size_model in sizes.items():
             planned = [_plan_pretrain(arm, size, size_model, seed, shared) for seed in
                        (seeds[:1] if share else seeds)]

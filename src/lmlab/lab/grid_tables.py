@@ -263,6 +263,24 @@ def check_task(task: TaskSpec, arm: Arm) -> None:
         raise LmlabError(f"arm {arm.name!r}, task {task.name!r}: {e}") from None
 
 
+def check_task_data(task: TaskSpec, arm: Arm) -> None:
+    """Read the task's train and dev files as its fine-tunings will (labels fitted on train, dev's
+    labels among them, the bad-line policy), once, while the grid is planned: a file that would
+    stop the first fine-tuning is refused before any arm pretrains."""
+    from lmlab.finetune import FinetuneConfig
+    from lmlab.tasks import make_task
+    from lmlab.tasks.readers import BadLines, limit
+
+    cfg = FinetuneConfig.from_dict(task.settings, where="finetune.")
+    try:
+        posed = make_task(task.task, arm.architecture, **cfg.task_options())
+        bad = BadLines(cfg.on_bad_line, lambda msg: None, cfg.max_bad_fraction)
+        posed.fit(limit(posed.read(task.train, bad), cfg.max_train_examples))
+        posed.check(limit(posed.read(task.dev, bad), cfg.max_eval_examples), "dev")
+    except LmlabError as e:
+        raise LmlabError(f"task {task.name!r}: {e.problem}", e.fix) from None
+
+
 def probe_objective(arm: Arm) -> str:
     """An objective that trains the arm's architecture: only used to check a 'none' arm's config."""
     options = valid_objectives(arm.architecture)[1:]

@@ -231,11 +231,12 @@ def replace_dir(src: Path, dest: Path, kind: str, fix: str | None = None) -> Non
     is put back untouched (a one-line error saying ``fix``, if given; ``src`` is left for the caller
     to remove)."""
     if dest.exists() or dest.is_symlink():
-        old = dest.with_name(ownership.derived_name(dest.name, dest.parent, f"old-{os.getpid()}"))
-        os.replace(dest, old)
+        old = ownership.move_aside(dest, f"old-{os.getpid()}")  # marked: a kill leaves a provable leftover
         verdict = ownership.may_replace_dir(old, kind)
         if not verdict.ok:
             os.replace(old, dest)
+            with contextlib.suppress(OSError):
+                os.unlink(dest / ownership.TEMPORARY_MARKER)
             raise LmlabError(f"output folder {dest} changed while lmlab was writing: it {verdict.reason}; "
                              "it was left as it is",
                              fix or "choose a new --out, or move those files away and run again")

@@ -55,7 +55,10 @@ from lmlab.errors import LmlabError
 MANIFEST = ".lmlab-manifest.json"
 FORMAT = 1
 #: files lmlab keeps beside what it writes and that never make a folder the user's
-BOOKKEEPING = frozenset({MANIFEST, ".lock"})
+#: the marker lmlab puts into a finished output just before it renames it aside (``.NAME.old-PID``,
+#: ``.NAME.prune-PID``): it names that temporary, so only that very folder is ever taken for a leftover
+TEMPORARY_MARKER = ".lmlab-temporary.json"
+BOOKKEEPING = frozenset({MANIFEST, ".lock", TEMPORARY_MARKER})
 _TEMPORARY = re.compile(r"\.(?P<name>.+)\.(?P<what>tmp|old|prune)-(?P<pid>\d+)(?:-.*)?")
 _HOST = socket.gethostname()
 
@@ -132,10 +135,37 @@ def seal(directory: Path, kind: str) -> None:
     write_manifest(directory, {"kind": kind, "state": "complete", "entries": list_files(directory)})
 
 
-def start_temporary(directory: Path, kind: str) -> None:
-    """Mark the new temporary folder ``directory`` as this process's work in progress."""
-    write_manifest(directory, {"kind": kind, "state": "writing", "pid": os.getpid(), "host": _HOST,
-                               "entries": {}})
+def start_temporary(directory: Path, kind: str, pid: int | None = None) -> None:
+    """Mark the new temporary folder ``directory`` as this process's work in progress (``pid``: the
+    process named in its name, this one unless given). The manifest names this very temporary (its
+    name, with the random characters it was made with), so a copy or a look-alike is never taken
+    for it (:func:`is_dead_leftover`)."""
+    write_manifest(directory, {"kind": kind, "state": "writing", "pid": os.getpid() if pid is None else pid,
+                               "host": _HOST, "name": Path(directory).name, "entries": {}})
+
+
+def mark_aside(directory: Path, aside: str) -> None:
+    """Before the finished output ``directory`` is renamed to ``aside`` (``.NAME.old-PID``, being
+    replaced; ``.NAME.prune-PID``, being deleted), write into it the marker naming that temporary
+    (:data:`TEMPORARY_MARKER`: its name, this process, this host, a random token): the proof that
+    a ``aside`` left by a killed process is lmlab's (:func:`is_dead_leftover`)."""
+    import secrets
+
+    data = {"lmlab_temporary": FORMAT, "name": aside, "pid": os.getpid(), "host": _HOST,
+            "token": secrets.token_hex(8)}
+    tmp = Path(directory) / f"{TEMPORARY_MARKER}.{os.getpid()}"
+    tmp.write_text(json.dumps(data) + "\n", encoding="utf-8")
+    os.replace(tmp, Path(directory) / TEMPORARY_MARKER)
+
+
+def move_aside(directory: Path, what: str) -> Path:
+    """Rename the finished output ``directory`` aside, to ``.NAME.WHAT`` (:func:`derived_name`;
+    ``old-PID`` or ``prune-PID``), marked first (:func:`mark_aside`). Returns the new path."""
+    directory = Path(directory)
+    aside = directory.with_name(derived_name(directory.name, directory.parent, what))
+    mark_aside(directory, aside.name)
+    os.replace(directory, aside)
+    return aside
 
 
 # ------------------------------------------------------------------------------------ decisions
@@ -866,25 +896,57 @@ def _alive(pid: int) -> bool:
 
 
 def is_dead_leftover(path: Path, locked: bool = False) -> bool:
-    """Whether ``path`` is a temporary that an lmlab process made and that process has ended: a
-    folder named like one, holding a manifest that names its process, on this host. ``locked``: the
-    caller holds the lock of the folder ``path`` is in, so no lmlab process is writing there and
-    the manifest's proof is enough."""
+    """Whether ``path`` is provably a temporary that an lmlab process made and that process has
+    ended. A name alone proves nothing: the folder must hold lmlab's marker, written when it was
+    made, naming this very temporary (its name, the process in that name, this host): a
+    temporary being written (``.NAME.tmp-PID-*``) its ``writing`` manifest; an output renamed aside
+    (``.NAME.old-PID``, ``.NAME.prune-PID``) its :data:`TEMPORARY_MARKER`, and all in it still
+    what its manifest records (a file added or edited makes it the user's). A copy, a look-alike or
+    one the user added to is kept. ``locked``: the caller holds the lock of the folder ``path`` is
+    in, so no lmlab process is writing there (the process need not be found ended)."""
     m = _TEMPORARY.fullmatch(path.name)
     if not m or path.is_symlink() or not path.is_dir():
         return False
-    manifest = read_manifest(path)
-    if manifest is None:
-        return False
-    if locked:
-        return True
-    if m["what"] == "tmp" and manifest.get("state") == "writing":
-        pid = manifest.get("pid")
-        if pid != int(m["pid"]) or manifest.get("host") != _HOST:
+    pid = int(m["pid"])
+    if m["what"] == "tmp":
+        marker = read_manifest(path)
+        if marker is None or marker.get("state") != "writing" or not _own_nested(path):
             return False
-        return not _alive(pid)
-    # .old (being replaced) and .prune (being deleted): complete outputs; their pid is in the name
-    return not _alive(int(m["pid"]))
+    else:
+        marker = _read_marker(path)
+        manifest = read_manifest(path)
+        if marker is None or manifest is None or manifest.get("state") != "complete" \
+                or foreign_entries(path, manifest):
+            return False
+    if marker.get("name") != path.name or marker.get("pid") != pid or marker.get("host") != _HOST:
+        return False
+    return locked or not _alive(pid)
+
+
+def _read_marker(path: Path) -> dict | None:
+    """The :data:`TEMPORARY_MARKER` of ``path`` when it is well formed, else None."""
+    f = path / TEMPORARY_MARKER
+    if f.is_symlink() or not f.is_file():
+        return None
+    try:
+        data = json.loads(f.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return None
+    ok = isinstance(data, dict) and data.get("lmlab_temporary") == FORMAT
+    return data if ok and isinstance(data.get("token"), str) else None
+
+
+def _own_nested(path: Path) -> bool:
+    """Whether every output inside the temporary ``path`` (a folder holding its own manifest: a
+    sealed model, an adapter) still holds only what that manifest records."""
+    for root, dirs, _files in os.walk(path):
+        for d in list(dirs):
+            inner = Path(root) / d
+            manifest = read_manifest(inner)
+            if manifest is not None and manifest.get("state") == "complete" \
+                    and foreign_entries(inner, manifest):
+                return False
+    return True
 
 
 def remove_leftovers(directory: Path, name: str | None = None, locked: bool = False) -> list[Path]:
@@ -906,6 +968,8 @@ def remove_leftovers(directory: Path, name: str | None = None, locked: bool = Fa
             final = p.with_name(name if name is not None else m["name"])
             if not (final.exists() or final.is_symlink()):
                 os.replace(p, final)
+                with contextlib.suppress(OSError):
+                    os.unlink(final / TEMPORARY_MARKER)
                 continue
         shutil.rmtree(p, ignore_errors=True)
         removed.append(p)

@@ -1,0 +1,79 @@
+"""A leftover is removed only when lmlab provably made it (lmlab.ownership.is_dead_leftover): a
+marker written when it was made names that very temporary, its process has ended, and all in it
+is still lmlab's. A name that looks like a temporary proves nothing. Each test failed before."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from lmlab import ownership
+from lmlab.cli import main
+
+
+def _dead_pid() -> int:
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    p.wait()
+    return p.pid
+
+
+def _tokenizer(corpus: Path, out: Path) -> int:
+    return main(["tokenizer", "train", "--algo", "bytelevel", "--vocab-size", "280", "--input", str(corpus),
+                 "--out", str(out)])
+
+
+def _dead_aside(out: Path, what: str) -> Path:
+    """``out`` renamed aside as a killed lmlab process leaves it (marked, then renamed)."""
+    pid = _dead_pid()
+    aside = ownership.move_aside(out, f"{what}-{pid}")
+    marker = aside / ownership.TEMPORARY_MARKER
+    marker.write_text(json.dumps({**json.loads(marker.read_text()), "pid": pid}))
+    return aside
+
+
+def test_user_folders_named_like_temporaries_are_kept(tmp_path):
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("to be or not to be\n\n" * 40)
+    tok = tmp_path / "tok"
+    assert _tokenizer(corpus, tok) == 0
+    old = tmp_path / ".tok.old-20241129"  # a copy of lmlab's output, with the user's notes
+    shutil.copytree(tok, old)
+    (old / "NOTES.md").write_text("n")
+    bak = tmp_path / ".tok.tmp-20241129-bak"
+    shutil.copytree(tok, bak)
+    prune = tmp_path / ".tok.prune-999998"
+    shutil.copytree(tok, prune)  # a copy, unchanged, but no marker naming it
+    assert _tokenizer(corpus, tok) == 0
+    assert (old / "NOTES.md").read_text() == "n" and bak.is_dir() and prune.is_dir()
+
+
+def test_a_marked_aside_output_is_removed_only_while_unchanged(tmp_path):
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("to be or not to be\n\n" * 40)
+    for what in ("old", "prune"):
+        tok = tmp_path / f"tok{what}"
+        assert _tokenizer(corpus, tok) == 0
+        assert _tokenizer(corpus, tok) == 0
+        aside = _dead_aside(tok, what)
+        (aside / "NOTES.md").write_text("mine")  # added since: the user's now
+        assert ownership.remove_leftovers(tmp_path, tok.name) == [] and (aside / "NOTES.md").exists()
+        (aside / "NOTES.md").unlink()
+        copy = aside.with_name(aside.name + "-copy")
+        shutil.copytree(aside, copy)  # names another folder: not this one's marker
+        ownership.remove_leftovers(tmp_path, tok.name)
+        assert copy.is_dir() and not aside.exists()
+        if what == "old":  # caught between the two renames: put back, unmarked
+            assert (tok / "tokenizer.json").is_file() and not (tok / ownership.TEMPORARY_MARKER).exists()
+
+
+def test_a_temporary_copied_or_renamed_is_kept(tmp_path):
+    tmp = ownership.make_temporary(tmp_path, "ft", "fine-tuned model", "x-")
+    pid = _dead_pid()
+    ownership.write_manifest(tmp, {**ownership.read_manifest(tmp), "pid": pid})
+    moved = tmp.rename(tmp_path / f".ft.tmp-{pid}-mine")  # the name no longer the one its marker names
+    assert ownership.remove_leftovers(tmp_path, "ft", locked=True) == [] and moved.is_dir()
+    ownership.start_temporary(moved, "fine-tuned model", pid=pid)
+    assert ownership.remove_leftovers(tmp_path, "ft") == [moved]

@@ -77,3 +77,32 @@ def test_a_temporary_copied_or_renamed_is_kept(tmp_path):
     assert ownership.remove_leftovers(tmp_path, "ft", locked=True) == [] and moved.is_dir()
     ownership.start_temporary(moved, "fine-tuned model", pid=pid)
     assert ownership.remove_leftovers(tmp_path, "ft") == [moved]
+
+
+# ------------------------------------------------------------------------ the folder you are in
+def test_the_current_folder_or_one_above_it_is_refused_as_an_output(tmp_path, monkeypatch, capsys):
+    from assertions import assert_one_line_error
+
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("to be or not to be\n\n" * 40)
+    here = tmp_path / "a" / "here"
+    here.mkdir(parents=True)
+    monkeypatch.chdir(here)
+    for out in (".", "./", str(here), "../here", str(tmp_path / "a")):
+        assert _tokenizer(corpus, Path(out)) == 2
+        assert_one_line_error(capsys, f"--out {Path(out)} is", "current folder", "nothing was written")
+        assert here.is_dir() and not any(here.iterdir())
+    assert main(["pretrain", "--config", "configs/gpt-tiny-clm.toml", "--out", "."]) == 2
+    assert_one_line_error(capsys, "--out . is the current folder")
+
+
+def test_a_missing_current_folder_is_named(tmp_path, monkeypatch, capsys):
+    from assertions import assert_one_line_error
+
+    (tmp_path / "c.txt").write_text("to be or not to be\n\n" * 40)
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    monkeypatch.chdir(gone)
+    gone.rmdir()
+    assert _tokenizer(tmp_path / "c.txt", Path("tok")) == 2  # a relative path in a folder that is gone
+    assert_one_line_error(capsys, "the current folder no longer exists")

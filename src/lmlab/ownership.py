@@ -722,6 +722,7 @@ def check_destination(path: str | os.PathLike, flag: str = "--out") -> None:
 
     given = Path(path)
     target = Path(os.path.abspath(given))
+    _check_not_current_folder(given, flag)
     base = next((a for a in target.parents if a.exists() or a.is_symlink()), None)
     if base is None:  # pragma: no cover - the root always exists
         return
@@ -746,6 +747,23 @@ def check_destination(path: str | os.PathLike, flag: str = "--out") -> None:
         raise LmlabError(f"{flag} {given} cannot be written: the folder {base} {why}; nothing was written",
                          f"choose a {flag} path you may write to") from None
     os.rmdir(probe)
+
+
+def _check_not_current_folder(given: Path, flag: str) -> None:
+    """One-line error when the output ``given`` is the current folder, however spelled (``.``,
+    ``./``, its absolute path, ``../x`` leading back to it, a link to it), or a folder above it:
+    an output folder is replaced whole (or filled, and given back when nothing was written), which
+    would leave the shell in a folder that no longer exists."""
+    try:
+        cwd = Path.cwd().resolve()
+    except OSError:  # the current folder is gone already: nothing here to spare
+        return
+    target = given.resolve()
+    if target == cwd or target in cwd.parents:
+        what = "the current folder" if target == cwd else f"a folder above the current folder ({cwd})"
+        raise LmlabError(f"{flag} {given} is {what}; nothing was written",
+                         f"choose a new folder for {flag} (e.g. {flag} out), not the folder you are in "
+                         "or one above it")
 
 
 #: the states of a manifest that make its folder an lmlab output (a whole output, a folder a command

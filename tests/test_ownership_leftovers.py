@@ -5,6 +5,7 @@ is still lmlab's. A name that looks like a temporary proves nothing. Each test f
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -106,3 +107,16 @@ def test_a_missing_current_folder_is_named(tmp_path, monkeypatch, capsys):
     gone.rmdir()
     assert _tokenizer(tmp_path / "c.txt", Path("tok")) == 2  # a relative path in a folder that is gone
     assert_one_line_error(capsys, "the current folder no longer exists")
+
+
+# ------------------------------------------------------------- names derived from a temporary's
+def test_what_is_written_beside_a_temporary_is_named_after_its_output(tmp_path):
+    arm = ownership.make_temporary(tmp_path, "ft", "fine-tuned model", "lr-0.001-")  # an --lr auto arm
+    assert ownership.derived_name(arm.name, tmp_path, "tmp-1-live-").startswith(".ft.tmp-1-live-")
+    with ownership.live_dir(arm, "fine-tuning logs") as live:  # the arm's live log, as a kill leaves it
+        pid = _dead_pid()
+        left = live.rename(tmp_path / live.name.replace(f".tmp-{os.getpid()}-", f".tmp-{pid}-"))
+        ownership.start_temporary(left, "fine-tuning logs", pid=pid)
+        live.mkdir()
+    assert left.name.startswith(".ft.tmp-")
+    assert ownership.remove_leftovers(tmp_path, "ft") == [left]  # the next run into ft removes it

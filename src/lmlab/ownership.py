@@ -682,9 +682,13 @@ def name_bytes(name: str) -> int:
 
 
 def _stem(name: str, folder: Path) -> str:
-    """``name`` as the names derived from it spell it: itself, or, when it leaves no room for the
+    """``name`` as the names derived from it spell it: itself (the output's name when ``name`` is a
+    temporary of that output, ``.NAME.tmp-PID-...``), or, when it leaves no room for the
     longest suffix within the limit, its start and a short hash of the whole (``abc...~1f2e3d4c5b``),
     the same for every derived name of that output."""
+    m = _TEMPORARY.fullmatch(name)
+    if m and m["what"] == "tmp":  # an output written into a temporary (an --lr auto arm): named after
+        name = m["name"]  # the output's own name, so the next run of that output finds what it left
     room = name_max(folder) - _SUFFIX_ROOM
     if name_bytes(name) <= room:
         return name

@@ -120,3 +120,19 @@ def test_what_is_written_beside_a_temporary_is_named_after_its_output(tmp_path):
         live.mkdir()
     assert left.name.startswith(".ft.tmp-")
     assert ownership.remove_leftovers(tmp_path, "ft") == [left]  # the next run into ft removes it
+
+
+# ------------------------------------------------------------------ a refused run leaves no trace
+def test_a_run_refused_while_preparing_its_data_leaves_no_folder(tmp_path, capsys):
+    one = tmp_path / "one.txt"
+    one.write_text("x\n")
+    two = tmp_path / "two.txt"
+    two.write_text("first paragraph\n\nsecond paragraph\n")
+    for text, fraction, needle in ((one, 0.05, "val split"), (two, 0.99, "train split")):
+        out = tmp_path / "new" / "e3"
+        assert main(["pretrain", "--config", "configs/gpt-tiny-clm.toml", "--out", str(out),
+                     "--set", f'data.train=["{text}"]', "--set", "data.val=[]",
+                     "--set", f"data.val_fraction={fraction}"]) == 2
+        last = capsys.readouterr().err.strip().splitlines()[-1]  # after the lines saying what it did
+        assert last.startswith(f"error: no document went to the {needle}") and "data.val_fraction" in last
+        assert not (tmp_path / "new").exists()  # not the run, its tokenizer, nor the folder made for it

@@ -404,13 +404,47 @@ def claimed_dir(dest: str | os.PathLike, kind: str, entries: tuple[str, ...], lo
     lmlab made disappears with the parent folders made for it (:func:`parents_made`), a folder the
     user had is left as it was. A command that fails before writing anything leaves no trace."""
     given, resolved = _output_folder(dest)  # checked before any folder is made for it
+    before = read_manifest(resolved) if resolved.is_dir() else None
+    fresh = not (before and before.get("state") == "claimed")  # claimed by this call, not an earlier run
     with parents_made(resolved):
         path = _claim(given, resolved, kind, entries, True, logs)
         try:
             with filling(path):  # its entries are this command's to write (check_not_inside_output)
                 yield path
+        except LmlabError:
+            if fresh and path in _REFUSED_PREPARING:  # refused before its work: what it wrote goes too
+                _undo_claim(path)
+            raise
         finally:
+            _REFUSED_PREPARING.discard(path)
             release_claim(path)
+
+
+#: claimed folders whose command was refused while it prepared its work (:func:`preparing`)
+_REFUSED_PREPARING: set[Path] = set()
+
+
+@contextlib.contextmanager
+def preparing(directory: str | os.PathLike):
+    """The block prepares the work of the command filling ``directory`` (:func:`claimed_dir`): a
+    run's tokenizer and shards, made before it can check what needs the text (that each split gets
+    a document). A one-line refusal raised here, when this command claimed the folder, takes back
+    what the block wrote there too, so the refused command leaves no trace; a refusal later in the
+    work (a run that diverged) keeps what it wrote."""
+    try:
+        yield
+    except LmlabError:
+        _REFUSED_PREPARING.add(Path(directory).resolve())
+        raise
+
+
+def _undo_claim(directory: Path) -> None:
+    """Delete what the command that claimed ``directory`` just now wrote into its entries, each
+    only when all in it is provably lmlab's, unchanged (:func:`remove_owned_tree`); then
+    :func:`release_claim` can give the claim back."""
+    manifest = read_manifest(directory)
+    for name in (manifest or {}).get("entries", {}):
+        remove_owned_tree(directory, name, refuse=False)
 
 
 #: the folders a command fills that this process is filling now (:func:`filling`)

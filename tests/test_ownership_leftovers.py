@@ -136,3 +136,18 @@ def test_a_run_refused_while_preparing_its_data_leaves_no_folder(tmp_path, capsy
         last = capsys.readouterr().err.strip().splitlines()[-1]  # after the lines saying what it did
         assert last.startswith(f"error: no document went to the {needle}") and "data.val_fraction" in last
         assert not (tmp_path / "new").exists()  # not the run, its tokenizer, nor the folder made for it
+
+
+# ------------------------------------------------------------- a copy with other times is lmlab's
+def test_a_copy_with_new_times_is_still_lmlabs_but_an_edit_is_not(tmp_path):
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("to be or not to be\n\n" * 40)
+    tok = tmp_path / "tok"
+    assert _tokenizer(corpus, tok) == 0
+    copy = tmp_path / "copy"
+    shutil.copytree(tok, copy, copy_function=shutil.copyfile)  # cp -r: the same bytes, new times
+    os.utime(copy / "tokenizer.json", ns=(1, 1))
+    assert ownership.may_replace_dir(copy, "tokenizer").ok
+    data = (copy / "tokenizer.json").read_bytes()
+    (copy / "tokenizer.json").write_bytes(data[:-1] + (b"x" if data[-1:] != b"x" else b"y"))  # same size
+    assert not ownership.may_replace_dir(copy, "tokenizer").ok

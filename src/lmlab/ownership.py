@@ -92,19 +92,37 @@ def write_manifest(directory: Path, data: dict) -> None:
     os.replace(tmp, directory / MANIFEST)
 
 
-def _stamp(path: Path) -> dict:
+def _stamp(path: Path, hashed: bool = False) -> dict:
+    """``path``'s size and modification time; ``hashed``: and, for a regular file, the sha256 of
+    its contents (recorded when lmlab stamps what it wrote, so that a copy with other times, ``cp
+    -r``, is still known for what it is: :func:`_matches`)."""
     st = path.lstat()
-    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns}
+    found = {"size": st.st_size, "mtime_ns": st.st_mtime_ns}
+    if hashed and not path.is_symlink() and path.is_file():
+        found["sha256"] = _sha256(path)
+    return found
+
+
+def _sha256(path: Path) -> str | None:
+    digest = hashlib.sha256()
+    try:
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+    except OSError:
+        return None
+    return digest.hexdigest()
 
 
 #: how an empty folder is recorded (it has no size or time worth comparing)
 FOLDER = {"folder": True}
 
 
-def list_files(directory: Path) -> dict[str, dict]:
+def list_files(directory: Path, hashed: bool = False) -> dict[str, dict]:
     """Everything under ``directory`` that a manifest must account for, bookkeeping aside: every file
     and link (relative POSIX path -> size and mtime) and every empty folder (-> :data:`FOLDER`), so
-    an empty folder someone made inside an output is as visible as a file would be."""
+    an empty folder someone made inside an output is as visible as a file would be. ``hashed``:
+    with each regular file's sha256 too (what lmlab records, :func:`_stamp`)."""
     found: dict[str, dict] = {}
     for root, dirs, files in os.walk(directory):
         base = Path(root)
@@ -112,7 +130,7 @@ def list_files(directory: Path) -> dict[str, dict]:
         for name in files + links:
             rel = (base / name).relative_to(directory).as_posix()
             if rel not in BOOKKEEPING:
-                found[rel] = _stamp(base / name)
+                found[rel] = _stamp(base / name, hashed)
         if not files and not dirs and base != Path(directory):
             found[base.relative_to(directory).as_posix()] = dict(FOLDER)
     return found
@@ -120,19 +138,27 @@ def list_files(directory: Path) -> dict[str, dict]:
 
 def _matches(recorded: object, path: Path, now: dict | None = None) -> bool:
     """Whether ``path`` is as ``recorded`` says lmlab left it: the same size and time for a file or a
-    link, still a folder for a recorded empty folder."""
+    link, or the same size and contents (the sha256 recorded with it) for a file copied since;
+    still a folder for a recorded empty folder."""
     if not isinstance(recorded, dict) or recorded.get("tree"):
         return False
     if recorded.get("folder"):
         return path.is_dir() and not path.is_symlink()
     now = now or _stamp(path)
-    return not now.get("folder") and (recorded.get("size"), recorded.get("mtime_ns")) == (
-        now["size"], now["mtime_ns"])
+    if now.get("folder") or recorded.get("size") != now["size"]:
+        return False
+    if recorded.get("mtime_ns") == now["mtime_ns"]:
+        return True
+    # another time, the same size: a copy (cp -r) or a touch keeps what lmlab wrote when its
+    # contents are the very bytes recorded; an edit that kept the size does not
+    sha = recorded.get("sha256")
+    return isinstance(sha, str) and not path.is_symlink() and path.is_file() and _sha256(path) == sha
 
 
 def seal(directory: Path, kind: str) -> None:
     """Record ``directory``, just written by this process, as a complete ``kind`` output."""
-    write_manifest(directory, {"kind": kind, "state": "complete", "entries": list_files(directory)})
+    write_manifest(directory, {"kind": kind, "state": "complete",
+                               "entries": list_files(directory, hashed=True)})
 
 
 def start_temporary(directory: Path, kind: str, pid: int | None = None) -> None:
@@ -297,7 +323,9 @@ def _claim(given: Path, resolved: Path, kind: str, entries: tuple[str, ...], cre
                 verdict = claimed_file_verdict(manifest, name, path)
                 if not verdict.ok:
                     raise LmlabError(f"output folder {given} holds {name}, which {verdict.reason}; "
-                                     "nothing was written", "choose a new --out, or move that file away")
+                                     "nothing was written",
+                                     f"move {name} out of {given} (or put back the one lmlab wrote) and run "
+                                     "the same command again: the rest of the folder's work is kept")
         missing = [e for e in entries if e not in recorded]
         if missing and create:  # a newer lmlab writes more entries: claim those not already there
             clash = [e for e in missing if (resolved / e).exists()]
@@ -521,7 +549,7 @@ def record_file(path: str | os.PathLike, kind: str | None = None) -> None:
     if claim is not None:
         folder, manifest, rel = claim
         files = dict(manifest.get("files") or {})
-        files[rel] = _stamp(p)
+        files[rel] = _stamp(p, hashed=True)
         write_manifest(folder, {**_body(manifest), "files": files})
         return
     if kind is None:
@@ -530,7 +558,7 @@ def record_file(path: str | os.PathLike, kind: str | None = None) -> None:
     if manifest.get("state") != "files":  # an output's manifest lists that output's files only
         return
     entries = dict(manifest.get("entries", {}))
-    entries[p.name] = {"kind": kind, **_stamp(p)}
+    entries[p.name] = {"kind": kind, **_stamp(p, hashed=True)}
     write_manifest(p.parent, _body(manifest) | {"entries": entries})
 
 
@@ -543,7 +571,7 @@ def record_tree(directory: str | os.PathLike) -> None:
         return
     folder, manifest, rel = claim
     files = dict(manifest.get("files") or {})
-    files.update({f"{rel}/{inner}": stamp for inner, stamp in list_files(d).items()})
+    files.update({f"{rel}/{inner}": stamp for inner, stamp in list_files(d, hashed=True).items()})
     write_manifest(folder, {**_body(manifest), "files": files})
 
 
@@ -800,8 +828,8 @@ def _check_not_current_folder(given: Path, flag: str) -> None:
     if target == cwd or target in cwd.parents:
         what = "the current folder" if target == cwd else f"a folder above the current folder ({cwd})"
         raise LmlabError(f"{flag} {given} is {what}; nothing was written",
-                         f"choose a new folder for {flag} (e.g. {flag} out), not the folder you are in "
-                         "or one above it")
+                         f"choose a new {flag}, such as a new folder inside this one ({flag} out), not "
+                         "the folder you are in or one above it")
 
 
 #: the states of a manifest that make its folder an lmlab output (a whole output, a folder a command

@@ -425,3 +425,20 @@ def test_a_checkpoint_folder_taken_while_the_run_trains_says_to_move_it_and_resu
     os.replace(taken, tmp_path / "theirs")
     s = pretrain(tiny_config(max_steps=4, checkpoint_every=2), run, resume=True, log=lambda m: None)
     assert s["steps"] == 4 and [step for step, _ in list_checkpoints(run)] == [2, 4]
+
+
+def test_a_run_copied_with_cp_r_resumes(tiny_config, tmp_path):
+    import shutil
+
+    run = tmp_path / "run"
+    pretrain(tiny_config(max_steps=2, checkpoint_every=2), run, log=lambda m: None)
+    copy = tmp_path / "copy"
+    shutil.copytree(run, copy, copy_function=shutil.copyfile)  # cp -r: the same bytes, new times
+    s = pretrain(tiny_config(max_steps=4, checkpoint_every=2), copy, resume=True, log=lambda m: None)
+    assert s["steps"] == 4
+    with open(copy / "config.toml", "a") as f:
+        f.write("# my note\n")  # edited since: the user's, named, and the fix keeps the run's work
+    with pytest.raises(LmlabError) as e:
+        pretrain(tiny_config(max_steps=6, checkpoint_every=2), copy, resume=True, log=lambda m: None)
+    assert "config.toml" in e.value.problem
+    assert "new --out" not in e.value.fix and "same command" in e.value.fix

@@ -250,13 +250,19 @@ def may_replace_dir(dest: Path, kind: str) -> Verdict:
     return Verdict(True)
 
 
-def _output_folder(dest: str | os.PathLike) -> tuple[Path, Path]:
+def _output_folder(dest: str | os.PathLike, keeps: str | None = None) -> tuple[Path, Path]:
     """(as given, resolved) for a folder output, or a one-line error for the root, a file or a place
-    that cannot be written (:func:`check_destination`)."""
+    that cannot be written (:func:`check_destination`). ``keeps``: what lmlab keeps in ``dest``
+    when it is not the output the user named but a folder derived from it (:func:`derived_name`:
+    a fine-tuning's resume state): the error then names that obstacle, not ``--out``."""
     given = Path(dest)
     resolved = given.resolve()
     if resolved == resolved.parent:
         raise LmlabError(f"output {given} is the root of the file system", "choose a new folder for --out")
+    if (resolved.exists() or resolved.is_symlink()) and not resolved.is_dir() and keeps:
+        raise LmlabError(f"{given} is a file, in the way of the folder where lmlab keeps {keeps}; "
+                         "nothing was written", f"move {given} away (it is not lmlab's), then run the same "
+                         "command again")
     if resolved.exists() and not resolved.is_dir():
         raise LmlabError(f"output {given} is a file", "pass a folder path to --out")
     check_destination(given)
@@ -292,7 +298,7 @@ def check_replaceable_dir(dest: str | os.PathLike, kind: str, fix: str | None = 
 
 
 def claim_dir(dest: str | os.PathLike, kind: str, entries: tuple[str, ...], create: bool = True,
-              logs: tuple[str, ...] = ()) -> Path:
+              logs: tuple[str, ...] = (), keeps: str | None = None) -> Path:
     """Take ``dest`` as a folder that this ``kind`` of command fills over time, writing the top-level
     ``entries`` (files or folders) there. A new or empty folder is claimed (its manifest records the
     entries as lmlab's); a folder claimed earlier by the same kind is reused as it is (a resumed
@@ -303,8 +309,10 @@ def claim_dir(dest: str | os.PathLike, kind: str, entries: tuple[str, ...], crea
     rather than writes anew (a run's ``metrics.jsonl``: a resumed run keeps its rows up to its
     checkpoint, a damaged one is named by its own check); they are not asked to be unchanged
     before they are written to, only before they are deleted. The folders above ``dest`` that it
-    makes stay: use :func:`claimed_dir`, which removes them again when nothing was written."""
-    given, resolved = _output_folder(dest)
+    makes stay: use :func:`claimed_dir`, which removes them again when nothing was written.
+    ``keeps``: what the folder holds when it is derived from the output's name, not the output
+    itself (:func:`_output_folder`)."""
+    given, resolved = _output_folder(dest, keeps)
     return _claim(given, resolved, kind, entries, create, logs)
 
 
@@ -425,13 +433,14 @@ def release_claim(directory: str | os.PathLike) -> bool:
 
 
 @contextlib.contextmanager
-def claimed_dir(dest: str | os.PathLike, kind: str, entries: tuple[str, ...], logs: tuple[str, ...] = ()):
+def claimed_dir(dest: str | os.PathLike, kind: str, entries: tuple[str, ...], logs: tuple[str, ...] = (),
+                keeps: str | None = None):
     """:func:`claim_dir` for a command that fills the folder: yields the resolved path. When the
     block ends having written nothing there (it failed or was stopped before its first file, or it
     moved what it wrote elsewhere), the claim is given back (:func:`release_claim`): a folder
     lmlab made disappears with the parent folders made for it (:func:`parents_made`), a folder the
     user had is left as it was. A command that fails before writing anything leaves no trace."""
-    given, resolved = _output_folder(dest)  # checked before any folder is made for it
+    given, resolved = _output_folder(dest, keeps)  # checked before any folder is made for it
     before = read_manifest(resolved) if resolved.is_dir() else None
     fresh = not (before and before.get("state") == "claimed")  # claimed by this call, not an earlier run
     with parents_made(resolved):

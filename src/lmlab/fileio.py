@@ -314,13 +314,14 @@ def atomic_write_bytes(dest: str | os.PathLike, data: bytes) -> None:
 
 def append_line(path: str | os.PathLike, line: str) -> None:
     """Append ``line`` (a newline added) to the log ``path`` and flush it, so a killed run keeps its
-    log; stamped like every file lmlab writes (:func:`lmlab.ownership.record_file`)."""
+    log; stamped like every file lmlab writes (:func:`lmlab.ownership.record_file`), by size and
+    time only: hashing a growing log at every line would cost its length each time."""
     path = Path(path)
     with ownership.parents_made(path):
         with open(path, "a", encoding="utf-8") as f:
             f.write(line.rstrip("\n") + "\n")
             f.flush()
-    ownership.record_file(path)
+    ownership.record_file(path, hashed=False)
 
 
 def write_output_file(dest: str | os.PathLike, data: bytes | str, kind: str, flag: str = "--out") -> Path:

@@ -543,7 +543,7 @@ def claimed_file_verdict(manifest: dict, rel: str, path: Path) -> Verdict:
     return Verdict(True)
 
 
-def record_file(path: str | os.PathLike, kind: str | None = None) -> None:
+def record_file(path: str | os.PathLike, kind: str | None = None, hashed: bool = True) -> None:
     """Record that lmlab has just finished writing the file ``path`` (its size and modification
     time), so that it may later replace or delete it while it is unchanged, and only then:
 
@@ -552,13 +552,17 @@ def record_file(path: str | os.PathLike, kind: str | None = None) -> None:
       and :func:`lmlab.fileio.append_line` call this);
     * else, for a ``kind`` of single file written into a user's folder (``--predictions``), in
       that folder's manifest. Without ``kind`` nothing is recorded anywhere else (a temporary or an
-      output written in one go is sealed whole)."""
+      output written in one go is sealed whole).
+
+    ``hashed``: record its sha256 too, so that a copy of it with another time is still lmlab's
+    (:func:`_matches`); a log appended to line by line is stamped without (see
+    :func:`lmlab.fileio.append_line`)."""
     p = Path(path)
     claim = _claim_of(p)
     if claim is not None:
         folder, manifest, rel = claim
         files = dict(manifest.get("files") or {})
-        files[rel] = _stamp(p, hashed=True)
+        files[rel] = _stamp(p, hashed)
         write_manifest(folder, {**_body(manifest), "files": files})
         return
     if kind is None:
@@ -567,7 +571,7 @@ def record_file(path: str | os.PathLike, kind: str | None = None) -> None:
     if manifest.get("state") != "files":  # an output's manifest lists that output's files only
         return
     entries = dict(manifest.get("entries", {}))
-    entries[p.name] = {"kind": kind, **_stamp(p, hashed=True)}
+    entries[p.name] = {"kind": kind, **_stamp(p, hashed)}
     write_manifest(p.parent, _body(manifest) | {"entries": entries})
 
 

@@ -114,7 +114,7 @@ def test_a_new_output_cleans_what_dead_writers_left_beside_it(ckpt, tmp_path):
     out = tmp_path / "model"
     left = ownership.make_temporary(tmp_path, "model", "model")  # marked as lmlab's, by a process...
     left = left.rename(tmp_path / f".model.tmp-{dead.pid}-abcd")
-    ownership.write_manifest(left, {**ownership.read_manifest(left), "pid": dead.pid})  # ...that has ended
+    ownership.start_temporary(left, "model", pid=dead.pid)  # ...that has ended
     live = ownership.make_temporary(tmp_path, "model", "model")  # a writer still running: never touched
     lookalike = tmp_path / f".model.tmp-{dead.pid}-draft"  # the user's, only named like one: kept
     lookalike.mkdir()

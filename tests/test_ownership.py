@@ -216,7 +216,7 @@ def _dead_temporary(parent: Path, name: str, label: str) -> Path:
     tmp = ownership.make_temporary(parent, name, "fine-tuned model", label)
     pid = _dead_pid()
     moved = tmp.rename(parent / f".{name}.tmp-{pid}-{label}x")
-    ownership.write_manifest(moved, {**ownership.read_manifest(moved), "pid": pid})
+    ownership.start_temporary(moved, "fine-tuned model", pid=pid)  # its marker names it
     (moved / "model.safetensors").write_bytes(b"\0" * 10)
     return moved
 

@@ -86,7 +86,9 @@ def test_every_name_derived_from_a_long_output_name_fits_and_names_that_output(t
     with atomic_dir(out, marker="a.txt", what="thing") as tmp:
         (tmp / "a.txt").write_text("x")
     pid = 2 ** 22 + 7  # no such process
-    old = out.rename(tmp_path / ownership.derived_name(name, tmp_path, f"old-{pid}"))
+    old = ownership.move_aside(out, f"old-{pid}")  # marked as this very temporary, by a process that ended
+    marker = old / ownership.TEMPORARY_MARKER
+    marker.write_text(json.dumps({**json.loads(marker.read_text()), "pid": pid}))
     assert ownership.remove_leftovers(tmp_path) == [] and old.exists()  # whose, it cannot tell alone
     ownership.remove_leftovers(tmp_path, name)
     assert (out / "a.txt").read_text() == "x" and not old.exists()

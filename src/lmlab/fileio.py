@@ -231,11 +231,12 @@ def replace_dir(src: Path, dest: Path, kind: str, fix: str | None = None) -> Non
     is put back untouched (a one-line error saying ``fix``, if given; ``src`` is left for the caller
     to remove)."""
     if dest.exists() or dest.is_symlink():
-        old = dest.with_name(ownership.derived_name(dest.name, dest.parent, f"old-{os.getpid()}"))
-        os.replace(dest, old)
+        old = ownership.move_aside(dest, f"old-{os.getpid()}")  # marked: a kill leaves a provable leftover
         verdict = ownership.may_replace_dir(old, kind)
         if not verdict.ok:
             os.replace(old, dest)
+            with contextlib.suppress(OSError):
+                os.unlink(dest / ownership.TEMPORARY_MARKER)
             raise LmlabError(f"output folder {dest} changed while lmlab was writing: it {verdict.reason}; "
                              "it was left as it is",
                              fix or "choose a new --out, or move those files away and run again")
@@ -314,13 +315,14 @@ def atomic_write_bytes(dest: str | os.PathLike, data: bytes, kind: str | None = 
 
 def append_line(path: str | os.PathLike, line: str) -> None:
     """Append ``line`` (a newline added) to the log ``path`` and flush it, so a killed run keeps its
-    log; stamped like every file lmlab writes (:func:`lmlab.ownership.record_file`)."""
+    log; stamped like every file lmlab writes (:func:`lmlab.ownership.record_file`), by size and
+    time only: hashing a growing log at every line would cost its length each time."""
     path = Path(path)
     with ownership.parents_made(path):
         with open(path, "a", encoding="utf-8") as f:
             f.write(line.rstrip("\n") + "\n")
             f.flush()
-    ownership.record_file(path)
+    ownership.record_file(path, hashed=False)
 
 
 def write_output_file(dest: str | os.PathLike, data: bytes | str, kind: str, flag: str = "--out") -> Path:

@@ -55,7 +55,10 @@ from lmlab.errors import LmlabError
 MANIFEST = ".lmlab-manifest.json"
 FORMAT = 1
 #: files lmlab keeps beside what it writes and that never make a folder the user's
-BOOKKEEPING = frozenset({MANIFEST, ".lock"})
+#: the marker lmlab puts into a finished output just before it renames it aside (``.NAME.old-PID``,
+#: ``.NAME.prune-PID``): it names that temporary, so only that very folder is ever taken for a leftover
+TEMPORARY_MARKER = ".lmlab-temporary.json"
+BOOKKEEPING = frozenset({MANIFEST, ".lock", TEMPORARY_MARKER})
 _TEMPORARY = re.compile(r"\.(?P<name>.+)\.(?P<what>tmp|old|prune)-(?P<pid>\d+)(?:-.*)?")
 _HOST = socket.gethostname()
 
@@ -89,19 +92,37 @@ def write_manifest(directory: Path, data: dict) -> None:
     os.replace(tmp, directory / MANIFEST)
 
 
-def _stamp(path: Path) -> dict:
+def _stamp(path: Path, hashed: bool = False) -> dict:
+    """``path``'s size and modification time; ``hashed``: and, for a regular file, the sha256 of
+    its contents (recorded when lmlab stamps what it wrote, so that a copy with other times, ``cp
+    -r``, is still known for what it is: :func:`_matches`)."""
     st = path.lstat()
-    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns}
+    found = {"size": st.st_size, "mtime_ns": st.st_mtime_ns}
+    if hashed and not path.is_symlink() and path.is_file():
+        found["sha256"] = _sha256(path)
+    return found
+
+
+def _sha256(path: Path) -> str | None:
+    digest = hashlib.sha256()
+    try:
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+    except OSError:
+        return None
+    return digest.hexdigest()
 
 
 #: how an empty folder is recorded (it has no size or time worth comparing)
 FOLDER = {"folder": True}
 
 
-def list_files(directory: Path) -> dict[str, dict]:
+def list_files(directory: Path, hashed: bool = False) -> dict[str, dict]:
     """Everything under ``directory`` that a manifest must account for, bookkeeping aside: every file
     and link (relative POSIX path -> size and mtime) and every empty folder (-> :data:`FOLDER`), so
-    an empty folder someone made inside an output is as visible as a file would be."""
+    an empty folder someone made inside an output is as visible as a file would be. ``hashed``:
+    with each regular file's sha256 too (what lmlab records, :func:`_stamp`)."""
     found: dict[str, dict] = {}
     for root, dirs, files in os.walk(directory):
         base = Path(root)
@@ -109,7 +130,7 @@ def list_files(directory: Path) -> dict[str, dict]:
         for name in files + links:
             rel = (base / name).relative_to(directory).as_posix()
             if rel not in BOOKKEEPING:
-                found[rel] = _stamp(base / name)
+                found[rel] = _stamp(base / name, hashed)
         if not files and not dirs and base != Path(directory):
             found[base.relative_to(directory).as_posix()] = dict(FOLDER)
     return found
@@ -117,25 +138,60 @@ def list_files(directory: Path) -> dict[str, dict]:
 
 def _matches(recorded: object, path: Path, now: dict | None = None) -> bool:
     """Whether ``path`` is as ``recorded`` says lmlab left it: the same size and time for a file or a
-    link, still a folder for a recorded empty folder."""
+    link, or the same size and contents (the sha256 recorded with it) for a file copied since;
+    still a folder for a recorded empty folder."""
     if not isinstance(recorded, dict) or recorded.get("tree"):
         return False
     if recorded.get("folder"):
         return path.is_dir() and not path.is_symlink()
     now = now or _stamp(path)
-    return not now.get("folder") and (recorded.get("size"), recorded.get("mtime_ns")) == (
-        now["size"], now["mtime_ns"])
+    if now.get("folder") or recorded.get("size") != now["size"]:
+        return False
+    if recorded.get("mtime_ns") == now["mtime_ns"]:
+        return True
+    # another time, the same size: a copy (cp -r) or a touch keeps what lmlab wrote when its
+    # contents are the very bytes recorded; an edit that kept the size does not
+    sha = recorded.get("sha256")
+    return isinstance(sha, str) and not path.is_symlink() and path.is_file() and _sha256(path) == sha
 
 
 def seal(directory: Path, kind: str) -> None:
     """Record ``directory``, just written by this process, as a complete ``kind`` output."""
-    write_manifest(directory, {"kind": kind, "state": "complete", "entries": list_files(directory)})
+    write_manifest(directory, {"kind": kind, "state": "complete",
+                               "entries": list_files(directory, hashed=True)})
 
 
-def start_temporary(directory: Path, kind: str) -> None:
-    """Mark the new temporary folder ``directory`` as this process's work in progress."""
-    write_manifest(directory, {"kind": kind, "state": "writing", "pid": os.getpid(), "host": _HOST,
-                               "entries": {}})
+def start_temporary(directory: Path, kind: str, pid: int | None = None) -> None:
+    """Mark the new temporary folder ``directory`` as this process's work in progress (``pid``: the
+    process named in its name, this one unless given). The manifest names this very temporary (its
+    name, with the random characters it was made with), so a copy or a look-alike is never taken
+    for it (:func:`is_dead_leftover`)."""
+    write_manifest(directory, {"kind": kind, "state": "writing", "pid": os.getpid() if pid is None else pid,
+                               "host": _HOST, "name": Path(directory).name, "entries": {}})
+
+
+def mark_aside(directory: Path, aside: str) -> None:
+    """Before the finished output ``directory`` is renamed to ``aside`` (``.NAME.old-PID``, being
+    replaced; ``.NAME.prune-PID``, being deleted), write into it the marker naming that temporary
+    (:data:`TEMPORARY_MARKER`: its name, this process, this host, a random token): the proof that
+    a ``aside`` left by a killed process is lmlab's (:func:`is_dead_leftover`)."""
+    import secrets
+
+    data = {"lmlab_temporary": FORMAT, "name": aside, "pid": os.getpid(), "host": _HOST,
+            "token": secrets.token_hex(8)}
+    tmp = Path(directory) / f"{TEMPORARY_MARKER}.{os.getpid()}"
+    tmp.write_text(json.dumps(data) + "\n", encoding="utf-8")
+    os.replace(tmp, Path(directory) / TEMPORARY_MARKER)
+
+
+def move_aside(directory: Path, what: str) -> Path:
+    """Rename the finished output ``directory`` aside, to ``.NAME.WHAT`` (:func:`derived_name`;
+    ``old-PID`` or ``prune-PID``), marked first (:func:`mark_aside`). Returns the new path."""
+    directory = Path(directory)
+    aside = directory.with_name(derived_name(directory.name, directory.parent, what))
+    mark_aside(directory, aside.name)
+    os.replace(directory, aside)
+    return aside
 
 
 # ------------------------------------------------------------------------------------ decisions
@@ -194,13 +250,19 @@ def may_replace_dir(dest: Path, kind: str) -> Verdict:
     return Verdict(True)
 
 
-def _output_folder(dest: str | os.PathLike) -> tuple[Path, Path]:
+def _output_folder(dest: str | os.PathLike, keeps: str | None = None) -> tuple[Path, Path]:
     """(as given, resolved) for a folder output, or a one-line error for the root, a file or a place
-    that cannot be written (:func:`check_destination`)."""
+    that cannot be written (:func:`check_destination`). ``keeps``: what lmlab keeps in ``dest``
+    when it is not the output the user named but a folder derived from it (:func:`derived_name`:
+    a fine-tuning's resume state): the error then names that obstacle, not ``--out``."""
     given = Path(dest)
     resolved = given.resolve()
     if resolved == resolved.parent:
         raise LmlabError(f"output {given} is the root of the file system", "choose a new folder for --out")
+    if (resolved.exists() or resolved.is_symlink()) and not resolved.is_dir() and keeps:
+        raise LmlabError(f"{given} is a file, in the way of the folder where lmlab keeps {keeps}; "
+                         "nothing was written", f"move {given} away (it is not lmlab's), then run the same "
+                         "command again")
     if resolved.exists() and not resolved.is_dir():
         raise LmlabError(f"output {given} is a file", "pass a folder path to --out")
     check_destination(given)
@@ -236,7 +298,7 @@ def check_replaceable_dir(dest: str | os.PathLike, kind: str, fix: str | None = 
 
 
 def claim_dir(dest: str | os.PathLike, kind: str, entries: tuple[str, ...], create: bool = True,
-              logs: tuple[str, ...] = ()) -> Path:
+              logs: tuple[str, ...] = (), keeps: str | None = None) -> Path:
     """Take ``dest`` as a folder that this ``kind`` of command fills over time, writing the top-level
     ``entries`` (files or folders) there. A new or empty folder is claimed (its manifest records the
     entries as lmlab's); a folder claimed earlier by the same kind is reused as it is (a resumed
@@ -247,8 +309,10 @@ def claim_dir(dest: str | os.PathLike, kind: str, entries: tuple[str, ...], crea
     rather than writes anew (a run's ``metrics.jsonl``: a resumed run keeps its rows up to its
     checkpoint, a damaged one is named by its own check); they are not asked to be unchanged
     before they are written to, only before they are deleted. The folders above ``dest`` that it
-    makes stay: use :func:`claimed_dir`, which removes them again when nothing was written."""
-    given, resolved = _output_folder(dest)
+    makes stay: use :func:`claimed_dir`, which removes them again when nothing was written.
+    ``keeps``: what the folder holds when it is derived from the output's name, not the output
+    itself (:func:`_output_folder`)."""
+    given, resolved = _output_folder(dest, keeps)
     return _claim(given, resolved, kind, entries, create, logs)
 
 
@@ -267,7 +331,9 @@ def _claim(given: Path, resolved: Path, kind: str, entries: tuple[str, ...], cre
                 verdict = claimed_file_verdict(manifest, name, path)
                 if not verdict.ok:
                     raise LmlabError(f"output folder {given} holds {name}, which {verdict.reason}; "
-                                     "nothing was written", "choose a new --out, or move that file away")
+                                     "nothing was written",
+                                     f"move {name} out of {given} (or put back the one lmlab wrote) and run "
+                                     "the same command again: the rest of the folder's work is kept")
         missing = [e for e in entries if e not in recorded]
         if missing and create:  # a newer lmlab writes more entries: claim those not already there
             clash = [e for e in missing if (resolved / e).exists()]
@@ -367,20 +433,55 @@ def release_claim(directory: str | os.PathLike) -> bool:
 
 
 @contextlib.contextmanager
-def claimed_dir(dest: str | os.PathLike, kind: str, entries: tuple[str, ...], logs: tuple[str, ...] = ()):
+def claimed_dir(dest: str | os.PathLike, kind: str, entries: tuple[str, ...], logs: tuple[str, ...] = (),
+                keeps: str | None = None):
     """:func:`claim_dir` for a command that fills the folder: yields the resolved path. When the
     block ends having written nothing there (it failed or was stopped before its first file, or it
     moved what it wrote elsewhere), the claim is given back (:func:`release_claim`): a folder
     lmlab made disappears with the parent folders made for it (:func:`parents_made`), a folder the
     user had is left as it was. A command that fails before writing anything leaves no trace."""
-    given, resolved = _output_folder(dest)  # checked before any folder is made for it
+    given, resolved = _output_folder(dest, keeps)  # checked before any folder is made for it
+    before = read_manifest(resolved) if resolved.is_dir() else None
+    fresh = not (before and before.get("state") == "claimed")  # claimed by this call, not an earlier run
     with parents_made(resolved):
         path = _claim(given, resolved, kind, entries, True, logs)
         try:
             with filling(path):  # its entries are this command's to write (check_not_inside_output)
                 yield path
+        except LmlabError:
+            if fresh and path in _REFUSED_PREPARING:  # refused before its work: what it wrote goes too
+                _undo_claim(path)
+            raise
         finally:
+            _REFUSED_PREPARING.discard(path)
             release_claim(path)
+
+
+#: claimed folders whose command was refused while it prepared its work (:func:`preparing`)
+_REFUSED_PREPARING: set[Path] = set()
+
+
+@contextlib.contextmanager
+def preparing(directory: str | os.PathLike):
+    """The block prepares the work of the command filling ``directory`` (:func:`claimed_dir`): a
+    run's tokenizer and shards, made before it can check what needs the text (that each split gets
+    a document). A one-line refusal raised here, when this command claimed the folder, takes back
+    what the block wrote there too, so the refused command leaves no trace; a refusal later in the
+    work (a run that diverged) keeps what it wrote."""
+    try:
+        yield
+    except LmlabError:
+        _REFUSED_PREPARING.add(Path(directory).resolve())
+        raise
+
+
+def _undo_claim(directory: Path) -> None:
+    """Delete what the command that claimed ``directory`` just now wrote into its entries, each
+    only when all in it is provably lmlab's, unchanged (:func:`remove_owned_tree`); then
+    :func:`release_claim` can give the claim back."""
+    manifest = read_manifest(directory)
+    for name in (manifest or {}).get("entries", {}):
+        remove_owned_tree(directory, name, refuse=False)
 
 
 #: the folders a command fills that this process is filling now (:func:`filling`)
@@ -442,7 +543,7 @@ def claimed_file_verdict(manifest: dict, rel: str, path: Path) -> Verdict:
     return Verdict(True)
 
 
-def record_file(path: str | os.PathLike, kind: str | None = None) -> None:
+def record_file(path: str | os.PathLike, kind: str | None = None, hashed: bool = True) -> None:
     """Record that lmlab has just finished writing the file ``path`` (its size and modification
     time), so that it may later replace or delete it while it is unchanged, and only then:
 
@@ -452,8 +553,12 @@ def record_file(path: str | os.PathLike, kind: str | None = None) -> None:
     * else, for a ``kind`` of single file written into a user's folder (``--predictions``), in
       that folder's manifest; a ``kind`` of file put inside a folder another command fills (results
       beside a run's checkpoint) is recorded nowhere: it is the user's there, never replaced.
-      Without ``kind`` nothing is recorded anywhere else (a temporary or an
-      output written in one go is sealed whole)."""
+      Without ``kind`` nothing is recorded anywhere else (a temporary or an output written in one
+      go is sealed whole).
+
+    ``hashed``: record its sha256 too, so that a copy of it with another time is still lmlab's
+    (:func:`_matches`); a log appended to line by line is stamped without (see
+    :func:`lmlab.fileio.append_line`)."""
     p = Path(path)
     claim = _claim_of(p)
     if claim is not None and kind is not None and claim[0].resolve() not in _FILLING:
@@ -461,7 +566,7 @@ def record_file(path: str | os.PathLike, kind: str | None = None) -> None:
     if claim is not None:
         folder, manifest, rel = claim
         files = dict(manifest.get("files") or {})
-        files[rel] = _stamp(p)
+        files[rel] = _stamp(p, hashed)
         write_manifest(folder, {**_body(manifest), "files": files})
         return
     if kind is None:
@@ -470,7 +575,7 @@ def record_file(path: str | os.PathLike, kind: str | None = None) -> None:
     if manifest.get("state") != "files":  # an output's manifest lists that output's files only
         return
     entries = dict(manifest.get("entries", {}))
-    entries[p.name] = {"kind": kind, **_stamp(p)}
+    entries[p.name] = {"kind": kind, **_stamp(p, hashed)}
     write_manifest(p.parent, _body(manifest) | {"entries": entries})
 
 
@@ -483,7 +588,7 @@ def record_tree(directory: str | os.PathLike) -> None:
         return
     folder, manifest, rel = claim
     files = dict(manifest.get("files") or {})
-    files.update({f"{rel}/{inner}": stamp for inner, stamp in list_files(d).items()})
+    files.update({f"{rel}/{inner}": stamp for inner, stamp in list_files(d, hashed=True).items()})
     write_manifest(folder, {**_body(manifest), "files": files})
 
 
@@ -656,9 +761,13 @@ def name_bytes(name: str) -> int:
 
 
 def _stem(name: str, folder: Path) -> str:
-    """``name`` as the names derived from it spell it: itself, or, when it leaves no room for the
+    """``name`` as the names derived from it spell it: itself (the output's name when ``name`` is a
+    temporary of that output, ``.NAME.tmp-PID-...``), or, when it leaves no room for the
     longest suffix within the limit, its start and a short hash of the whole (``abc...~1f2e3d4c5b``),
     the same for every derived name of that output."""
+    m = _TEMPORARY.fullmatch(name)
+    if m and m["what"] == "tmp":  # an output written into a temporary (an --lr auto arm): named after
+        name = m["name"]  # the output's own name, so the next run of that output finds what it left
     room = name_max(folder) - _SUFFIX_ROOM
     if name_bytes(name) <= room:
         return name
@@ -696,6 +805,7 @@ def check_destination(path: str | os.PathLike, flag: str = "--out") -> None:
 
     given = Path(path)
     target = Path(os.path.abspath(given))
+    _check_not_current_folder(given, flag)
     base = next((a for a in target.parents if a.exists() or a.is_symlink()), None)
     if base is None:  # pragma: no cover - the root always exists
         return
@@ -720,6 +830,23 @@ def check_destination(path: str | os.PathLike, flag: str = "--out") -> None:
         raise LmlabError(f"{flag} {given} cannot be written: the folder {base} {why}; nothing was written",
                          f"choose a {flag} path you may write to") from None
     os.rmdir(probe)
+
+
+def _check_not_current_folder(given: Path, flag: str) -> None:
+    """One-line error when the output ``given`` is the current folder, however spelled (``.``,
+    ``./``, its absolute path, ``../x`` leading back to it, a link to it), or a folder above it:
+    an output folder is replaced whole (or filled, and given back when nothing was written), which
+    would leave the shell in a folder that no longer exists."""
+    try:
+        cwd = Path.cwd().resolve()
+    except OSError:  # the current folder is gone already: nothing here to spare
+        return
+    target = given.resolve()
+    if target == cwd or target in cwd.parents:
+        what = "the current folder" if target == cwd else f"a folder above the current folder ({cwd})"
+        raise LmlabError(f"{flag} {given} is {what}; nothing was written",
+                         f"choose a new {flag}, such as a new folder inside this one ({flag} out), not "
+                         "the folder you are in or one above it")
 
 
 #: the states of a manifest that make its folder an lmlab output (a whole output, a folder a command
@@ -891,25 +1018,57 @@ def _alive(pid: int) -> bool:
 
 
 def is_dead_leftover(path: Path, locked: bool = False) -> bool:
-    """Whether ``path`` is a temporary that an lmlab process made and that process has ended: a
-    folder named like one, holding a manifest that names its process, on this host. ``locked``: the
-    caller holds the lock of the folder ``path`` is in, so no lmlab process is writing there and
-    the manifest's proof is enough."""
+    """Whether ``path`` is provably a temporary that an lmlab process made and that process has
+    ended. A name alone proves nothing: the folder must hold lmlab's marker, written when it was
+    made, naming this very temporary (its name, the process in that name, this host): a
+    temporary being written (``.NAME.tmp-PID-*``) its ``writing`` manifest; an output renamed aside
+    (``.NAME.old-PID``, ``.NAME.prune-PID``) its :data:`TEMPORARY_MARKER`, and all in it still
+    what its manifest records (a file added or edited makes it the user's). A copy, a look-alike or
+    one the user added to is kept. ``locked``: the caller holds the lock of the folder ``path`` is
+    in, so no lmlab process is writing there (the process need not be found ended)."""
     m = _TEMPORARY.fullmatch(path.name)
     if not m or path.is_symlink() or not path.is_dir():
         return False
-    manifest = read_manifest(path)
-    if manifest is None:
-        return False
-    if locked:
-        return True
-    if m["what"] == "tmp" and manifest.get("state") == "writing":
-        pid = manifest.get("pid")
-        if pid != int(m["pid"]) or manifest.get("host") != _HOST:
+    pid = int(m["pid"])
+    if m["what"] == "tmp":
+        marker = read_manifest(path)
+        if marker is None or marker.get("state") != "writing" or not _own_nested(path):
             return False
-        return not _alive(pid)
-    # .old (being replaced) and .prune (being deleted): complete outputs; their pid is in the name
-    return not _alive(int(m["pid"]))
+    else:
+        marker = _read_marker(path)
+        manifest = read_manifest(path)
+        if marker is None or manifest is None or manifest.get("state") != "complete" \
+                or foreign_entries(path, manifest):
+            return False
+    if marker.get("name") != path.name or marker.get("pid") != pid or marker.get("host") != _HOST:
+        return False
+    return locked or not _alive(pid)
+
+
+def _read_marker(path: Path) -> dict | None:
+    """The :data:`TEMPORARY_MARKER` of ``path`` when it is well formed, else None."""
+    f = path / TEMPORARY_MARKER
+    if f.is_symlink() or not f.is_file():
+        return None
+    try:
+        data = json.loads(f.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return None
+    ok = isinstance(data, dict) and data.get("lmlab_temporary") == FORMAT
+    return data if ok and isinstance(data.get("token"), str) else None
+
+
+def _own_nested(path: Path) -> bool:
+    """Whether every output inside the temporary ``path`` (a folder holding its own manifest: a
+    sealed model, an adapter) still holds only what that manifest records."""
+    for root, dirs, _files in os.walk(path):
+        for d in list(dirs):
+            inner = Path(root) / d
+            manifest = read_manifest(inner)
+            if manifest is not None and manifest.get("state") == "complete" \
+                    and foreign_entries(inner, manifest):
+                return False
+    return True
 
 
 def remove_leftovers(directory: Path, name: str | None = None, locked: bool = False) -> list[Path]:
@@ -931,6 +1090,8 @@ def remove_leftovers(directory: Path, name: str | None = None, locked: bool = Fa
             final = p.with_name(name if name is not None else m["name"])
             if not (final.exists() or final.is_symlink()):
                 os.replace(p, final)
+                with contextlib.suppress(OSError):
+                    os.unlink(final / TEMPORARY_MARKER)
                 continue
         shutil.rmtree(p, ignore_errors=True)
         removed.append(p)

@@ -449,3 +449,13 @@ def test_an_output_taken_after_an_interrupted_run_says_to_move_it_not_to_start_o
             finetune(start, "sst2", *small, out, resume=resume, **SMALL, **QUIET)
         assert f"mv {out} {out}.other" in e.value.fix and "new --out" not in e.value.fix
         assert saved_state(out) is not None and (out / "theirs.txt").read_text() == "theirs"
+
+
+def test_a_file_where_the_resume_state_goes_is_named_as_the_obstacle(start, sst2, tmp_path):
+    out = tmp_path / "ft2"
+    resume_dir(out).write_text("mine")  # .ft2.resume, a file of yours
+    with pytest.raises(LmlabError) as e:
+        finetune(start, "sst2", *sst2, out, **HP, **QUIET)
+    assert str(resume_dir(out)) in e.value.problem and "resume state" in e.value.problem
+    assert "--out" not in e.value.fix.replace(f"--out {out}", "") and "move" in e.value.fix
+    assert resume_dir(out).read_text() == "mine" and not out.exists()

@@ -128,17 +128,25 @@ def test_what_a_killed_run_left_is_cleaned_at_the_next_start(tiny_config, tmp_pa
     run = tmp_path / "run"
     pretrain(tiny_config(max_steps=2, checkpoint_every=2), run, log=lambda m: None)
     pid = _dead_pid()
-    junk = [run / "checkpoints" / f".step_4.tmp-{pid}-abc", run / "checkpoints" / f".step_2.prune-{pid}",
-            run / "data" / f".train.tmp-{pid}-xyz"]
-    from lmlab.ownership import start_temporary
+    junk = [run / "checkpoints" / f".step_4.tmp-{pid}-abc", run / "data" / f".train.tmp-{pid}-xyz"]
+    import json
 
-    for d in junk:  # lmlab's temporaries carry a manifest naming their process
+    from lmlab.ownership import TEMPORARY_MARKER, mark_aside, seal, start_temporary
+
+    for d in junk:  # lmlab's temporaries carry a manifest naming them and their process
         d.mkdir(parents=True)
-        start_temporary(d, "checkpoint")
+        start_temporary(d, "checkpoint", pid=pid)
         (d / "model.safetensors").write_bytes(b"\0" * 1000)
+    pruned = run / "checkpoints" / f".step_2.prune-{pid}"  # a checkpoint being deleted, marked
+    pruned.mkdir()
+    (pruned / "model.safetensors").write_bytes(b"\0" * 1000)
+    seal(pruned, "checkpoint")
+    mark_aside(pruned, pruned.name)
+    marker = pruned / TEMPORARY_MARKER
+    marker.write_text(json.dumps({**json.loads(marker.read_text()), "pid": pid}))
     config_tmp = run / f".config.toml.tmp-{pid}-q"
     config_tmp.mkdir()
-    start_temporary(config_tmp, "file")
+    start_temporary(config_tmp, "file", pid=pid)
     (config_tmp / "config.toml").write_text("half")
     s = pretrain(tiny_config(max_steps=4, checkpoint_every=2), run, resume=True, log=lambda m: None)
     assert s["steps"] == 4
@@ -417,3 +425,20 @@ def test_a_checkpoint_folder_taken_while_the_run_trains_says_to_move_it_and_resu
     os.replace(taken, tmp_path / "theirs")
     s = pretrain(tiny_config(max_steps=4, checkpoint_every=2), run, resume=True, log=lambda m: None)
     assert s["steps"] == 4 and [step for step, _ in list_checkpoints(run)] == [2, 4]
+
+
+def test_a_run_copied_with_cp_r_resumes(tiny_config, tmp_path):
+    import shutil
+
+    run = tmp_path / "run"
+    pretrain(tiny_config(max_steps=2, checkpoint_every=2), run, log=lambda m: None)
+    copy = tmp_path / "copy"
+    shutil.copytree(run, copy, copy_function=shutil.copyfile)  # cp -r: the same bytes, new times
+    s = pretrain(tiny_config(max_steps=4, checkpoint_every=2), copy, resume=True, log=lambda m: None)
+    assert s["steps"] == 4
+    with open(copy / "config.toml", "a") as f:
+        f.write("# my note\n")  # edited since: the user's, named, and the fix keeps the run's work
+    with pytest.raises(LmlabError) as e:
+        pretrain(tiny_config(max_steps=6, checkpoint_every=2), copy, resume=True, log=lambda m: None)
+    assert "config.toml" in e.value.problem
+    assert "new --out" not in e.value.fix and "same command" in e.value.fix

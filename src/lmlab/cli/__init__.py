@@ -172,8 +172,21 @@ def describe_os_error(e: OSError) -> str:
     if e.errno in (errno.EACCES, errno.EPERM):
         return f"permission denied for {path}; choose a path you may write to, or fix its permissions"
     if e.errno == errno.ENOENT:
+        if e.filename is None and _cwd_is_gone():
+            return ("the current folder no longer exists (it was deleted or replaced); cd to an existing "
+                    "folder (cd \"$PWD\" if it was replaced) and run the command again")
         return f"{path} does not exist; check the path"
     return f"{e.strerror or e} ({path}); check the path and the disk"
+
+
+def _cwd_is_gone() -> bool:
+    """Whether the current folder no longer exists (os.getcwd fails): the file a command could
+    not find, unnamed, is then the folder it runs in."""
+    try:
+        os.getcwd()
+    except FileNotFoundError:
+        return True
+    return False
 
 
 def describe_safetensors_error(e: Exception) -> str:

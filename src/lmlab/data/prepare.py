@@ -219,9 +219,11 @@ class PrepareSummary:
 def prepare_shards(tokenizer: str | os.PathLike, inputs: Sequence[str | os.PathLike], out: str | os.PathLike,
                    val_fraction: float = 0.0, workers: int | None = None, encoding: str = "utf-8",
                    shard_tokens: int = DEFAULT_SHARD_TOKENS, doc_separator: str = "blank-line", seed: int = 0,
-                   append_eos: bool = False, progress: bool | None = None, text_field: str = "text"
-                   ) -> PrepareSummary:
+                   append_eos: bool = False, progress: bool | None = None, text_field: str = "text",
+                   val_fraction_key: str = "--val-fraction") -> PrepareSummary:
     """Tokenize ``inputs`` with the tokenizer at ``tokenizer`` into a shards directory ``out``.
+    ``val_fraction_key``: how the command in use spells ``val_fraction`` in its errors' fixes
+    (``--val-fraction`` for ``lmlab data prepare``, ``data.val_fraction`` for ``pretrain``).
 
     Returns a :class:`PrepareSummary`. Raises :class:`LmlabError` for bad input before or
     while writing; ``out`` is then left exactly as it was (absent, or the previous shards).
@@ -254,7 +256,7 @@ def prepare_shards(tokenizer: str | os.PathLike, inputs: Sequence[str | os.PathL
         init_args = (str(tok_dir), dtype.str, seed, val_fraction, eos_id)
         _encode_into(writers, documents, method, workers, init_args, files, progress)
         splits = {s: w.close() for s, w in writers.items()}
-        _check_splits(splits, val_fraction)
+        _check_splits(splits, val_fraction, val_fraction_key)
         write_index(
             tmp, dtype, tok.vocab_size, splits,
             tokenizer={"dir": TOKENIZER_DIR, "source": str(Path(tokenizer).resolve()), "algo": tok.algo,
@@ -331,13 +333,15 @@ def _encode_into(writers: dict[str, ShardWriter], documents: Iterable[str], meth
         raise
 
 
-def _check_splits(splits: dict[str, dict[str, Any]], val_fraction: float) -> None:
-    """A train split with tokens, and a val split with tokens when one was asked for."""
+def _check_splits(splits: dict[str, dict[str, Any]], val_fraction: float,
+                  key: str = "--val-fraction") -> None:
+    """A train split with tokens, and a val split with tokens when one was asked for (``key``: the
+    name of the val fraction in the command in use)."""
     if splits["train"]["tokens"] == 0:
-        raise LmlabError("no document went to the train split", "lower --val-fraction or add more text")
+        raise LmlabError("no document went to the train split", f"lower {key} or add more text")
     if val_fraction > 0 and splits["val"]["tokens"] == 0:
         raise LmlabError(f"no document went to the val split ({splits['train']['documents']} documents, "
-                         f"val fraction {val_fraction})", "raise --val-fraction or add more text")
+                         f"val fraction {val_fraction})", f"raise {key} or add more text")
 
 def _progress_bar(total: int, enabled: bool):
     from tqdm import tqdm

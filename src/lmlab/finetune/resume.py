@@ -75,13 +75,18 @@ KIND = "fine-tuning resume state"
 def claim(out_dir: Path) -> Path:
     """The resume folder of ``out_dir``, claimed for lmlab (:func:`lmlab.ownership.claim_dir`): a
     folder of that name that lmlab did not make is refused, never cleared."""
-    return ownership.claim_dir(resume_dir(out_dir), KIND, ENTRIES)
+    return ownership.claim_dir(resume_dir(out_dir), KIND, ENTRIES, keeps=_keeps(out_dir))
 
 
 def claimed(out_dir: Path):
     """:func:`claim` for the run (:func:`lmlab.ownership.claimed_dir`): when the run ends with nothing
     left there (it finished, or failed before saving a state), the folder is removed."""
-    return ownership.claimed_dir(resume_dir(out_dir), KIND, ENTRIES)
+    return ownership.claimed_dir(resume_dir(out_dir), KIND, ENTRIES, keeps=_keeps(out_dir))
+
+
+def _keeps(out_dir: Path) -> str:
+    """What the resume folder of ``out_dir`` holds, as an error names it."""
+    return f"the resume state of --out {out_dir}"
 
 
 def checkpointer(out_dir: Path, save_every: int | None) -> Checkpointer:

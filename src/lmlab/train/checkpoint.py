@@ -244,8 +244,7 @@ def delete_checkpoint(path: Path, say: Callable[[str], None] | None = None) -> b
     if not verdict.ok:
         _say_once(path, f"note: kept the old checkpoint {path}: it {verdict.reason}", say)
         return False
-    doomed = path.with_name(ownership.derived_name(path.name, path.parent, f"prune-{os.getpid()}"))
-    os.replace(path, doomed)
+    doomed = ownership.move_aside(path, f"prune-{os.getpid()}")  # marked: a kill leaves a provable leftover
     shutil.rmtree(doomed, ignore_errors=True)
     return True
 

@@ -400,6 +400,7 @@ def _prepare_text(
         append_eos=cfg.append_eos,
         progress=False,
         text_field=cfg.text_field,
+        val_fraction_key="data.val_fraction",
     )
     for line in summary.report(split_names).splitlines():
         log(line)

@@ -32,6 +32,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from lmlab import ownership
 from lmlab.arguments import trusted_inputs
 from lmlab.data.batch import TokenBatch
 from lmlab.data.packing import PackedWindows, eval_starts
@@ -204,7 +205,8 @@ class Trainer:
         ok = True
         if self.info.is_main:
             try:
-                self.data = prepare_run_data(self.cfg.data, self.run_dir, self.log)
+                with ownership.preparing(self.run_dir):  # refused here: a new run folder goes whole
+                    self.data = prepare_run_data(self.cfg.data, self.run_dir, self.log)
             except BaseException:
                 ok = False
                 dist_.broadcast_flag(False, self.info, self.machine.device)

@@ -186,7 +186,7 @@ def _save_shards(trainer) -> Path:
     sharded = folder / derived_name(f"step_{trainer.step}", folder, f"tmp-{trainer.rank0_pid}-sharded")
     if trainer.info.is_main:  # marked as this process's, so a killed run's shards are removed next start
         sharded.mkdir(parents=True, exist_ok=True)
-        start_temporary(sharded, "checkpoint shards")
+        start_temporary(sharded, "checkpoint shards", pid=trainer.rank0_pid)
     dist_.barrier(trainer.info)
     dist_.save_sharded(trainer.step_module, trainer.optimizer, sharded)
     dist_.barrier(trainer.info)

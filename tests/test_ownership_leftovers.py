@@ -1,0 +1,153 @@
+"""A leftover is removed only when lmlab provably made it (lmlab.ownership.is_dead_leftover): a
+marker written when it was made names that very temporary, its process has ended, and all in it
+is still lmlab's. A name that looks like a temporary proves nothing. Each test failed before."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from lmlab import ownership
+from lmlab.cli import main
+
+
+def _dead_pid() -> int:
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    p.wait()
+    return p.pid
+
+
+def _tokenizer(corpus: Path, out: Path) -> int:
+    return main(["tokenizer", "train", "--algo", "bytelevel", "--vocab-size", "280", "--input", str(corpus),
+                 "--out", str(out)])
+
+
+def _dead_aside(out: Path, what: str) -> Path:
+    """``out`` renamed aside as a killed lmlab process leaves it (marked, then renamed)."""
+    pid = _dead_pid()
+    aside = ownership.move_aside(out, f"{what}-{pid}")
+    marker = aside / ownership.TEMPORARY_MARKER
+    marker.write_text(json.dumps({**json.loads(marker.read_text()), "pid": pid}))
+    return aside
+
+
+def test_user_folders_named_like_temporaries_are_kept(tmp_path):
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("to be or not to be\n\n" * 40)
+    tok = tmp_path / "tok"
+    assert _tokenizer(corpus, tok) == 0
+    old = tmp_path / ".tok.old-20241129"  # a copy of lmlab's output, with the user's notes
+    shutil.copytree(tok, old)
+    (old / "NOTES.md").write_text("n")
+    bak = tmp_path / ".tok.tmp-20241129-bak"
+    shutil.copytree(tok, bak)
+    prune = tmp_path / ".tok.prune-999998"
+    shutil.copytree(tok, prune)  # a copy, unchanged, but no marker naming it
+    assert _tokenizer(corpus, tok) == 0
+    assert (old / "NOTES.md").read_text() == "n" and bak.is_dir() and prune.is_dir()
+
+
+def test_a_marked_aside_output_is_removed_only_while_unchanged(tmp_path):
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("to be or not to be\n\n" * 40)
+    for what in ("old", "prune"):
+        tok = tmp_path / f"tok{what}"
+        assert _tokenizer(corpus, tok) == 0
+        assert _tokenizer(corpus, tok) == 0
+        aside = _dead_aside(tok, what)
+        (aside / "NOTES.md").write_text("mine")  # added since: the user's now
+        assert ownership.remove_leftovers(tmp_path, tok.name) == [] and (aside / "NOTES.md").exists()
+        (aside / "NOTES.md").unlink()
+        copy = aside.with_name(aside.name + "-copy")
+        shutil.copytree(aside, copy)  # names another folder: not this one's marker
+        ownership.remove_leftovers(tmp_path, tok.name)
+        assert copy.is_dir() and not aside.exists()
+        if what == "old":  # caught between the two renames: put back, unmarked
+            assert (tok / "tokenizer.json").is_file() and not (tok / ownership.TEMPORARY_MARKER).exists()
+
+
+def test_a_temporary_copied_or_renamed_is_kept(tmp_path):
+    tmp = ownership.make_temporary(tmp_path, "ft", "fine-tuned model", "x-")
+    pid = _dead_pid()
+    ownership.write_manifest(tmp, {**ownership.read_manifest(tmp), "pid": pid})
+    moved = tmp.rename(tmp_path / f".ft.tmp-{pid}-mine")  # the name no longer the one its marker names
+    assert ownership.remove_leftovers(tmp_path, "ft", locked=True) == [] and moved.is_dir()
+    ownership.start_temporary(moved, "fine-tuned model", pid=pid)
+    assert ownership.remove_leftovers(tmp_path, "ft") == [moved]
+
+
+# ------------------------------------------------------------------------ the folder you are in
+def test_the_current_folder_or_one_above_it_is_refused_as_an_output(tmp_path, monkeypatch, capsys):
+    from assertions import assert_one_line_error
+
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("to be or not to be\n\n" * 40)
+    here = tmp_path / "a" / "here"
+    here.mkdir(parents=True)
+    monkeypatch.chdir(here)
+    for out in (".", "./", str(here), "../here", str(tmp_path / "a")):
+        assert _tokenizer(corpus, Path(out)) == 2
+        assert_one_line_error(capsys, f"--out {Path(out)} is", "current folder", "nothing was written")
+        assert here.is_dir() and not any(here.iterdir())
+    assert main(["pretrain", "--config", "configs/gpt-tiny-clm.toml", "--out", "."]) == 2
+    assert_one_line_error(capsys, "--out . is the current folder")
+
+
+def test_a_missing_current_folder_is_named(tmp_path, monkeypatch, capsys):
+    from assertions import assert_one_line_error
+
+    (tmp_path / "c.txt").write_text("to be or not to be\n\n" * 40)
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    monkeypatch.chdir(gone)
+    gone.rmdir()
+    assert _tokenizer(tmp_path / "c.txt", Path("tok")) == 2  # a relative path in a folder that is gone
+    assert_one_line_error(capsys, "the current folder no longer exists")
+
+
+# ------------------------------------------------------------- names derived from a temporary's
+def test_what_is_written_beside_a_temporary_is_named_after_its_output(tmp_path):
+    arm = ownership.make_temporary(tmp_path, "ft", "fine-tuned model", "lr-0.001-")  # an --lr auto arm
+    assert ownership.derived_name(arm.name, tmp_path, "tmp-1-live-").startswith(".ft.tmp-1-live-")
+    with ownership.live_dir(arm, "fine-tuning logs") as live:  # the arm's live log, as a kill leaves it
+        pid = _dead_pid()
+        left = live.rename(tmp_path / live.name.replace(f".tmp-{os.getpid()}-", f".tmp-{pid}-"))
+        ownership.start_temporary(left, "fine-tuning logs", pid=pid)
+        live.mkdir()
+    assert left.name.startswith(".ft.tmp-")
+    assert ownership.remove_leftovers(tmp_path, "ft") == [left]  # the next run into ft removes it
+
+
+# ------------------------------------------------------------------ a refused run leaves no trace
+def test_a_run_refused_while_preparing_its_data_leaves_no_folder(tmp_path, capsys):
+    one = tmp_path / "one.txt"
+    one.write_text("x\n")
+    two = tmp_path / "two.txt"
+    two.write_text("first paragraph\n\nsecond paragraph\n")
+    for text, fraction, needle in ((one, 0.05, "val split"), (two, 0.99, "train split")):
+        out = tmp_path / "new" / "e3"
+        assert main(["pretrain", "--config", "configs/gpt-tiny-clm.toml", "--out", str(out),
+                     "--set", f'data.train=["{text}"]', "--set", "data.val=[]",
+                     "--set", f"data.val_fraction={fraction}"]) == 2
+        last = capsys.readouterr().err.strip().splitlines()[-1]  # after the lines saying what it did
+        assert last.startswith(f"error: no document went to the {needle}") and "data.val_fraction" in last
+        assert not (tmp_path / "new").exists()  # not the run, its tokenizer, nor the folder made for it
+
+
+# ------------------------------------------------------------- a copy with other times is lmlab's
+def test_a_copy_with_new_times_is_still_lmlabs_but_an_edit_is_not(tmp_path):
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("to be or not to be\n\n" * 40)
+    tok = tmp_path / "tok"
+    assert _tokenizer(corpus, tok) == 0
+    copy = tmp_path / "copy"
+    shutil.copytree(tok, copy, copy_function=shutil.copyfile)  # cp -r: the same bytes, new times
+    os.utime(copy / "tokenizer.json", ns=(1, 1))
+    assert ownership.may_replace_dir(copy, "tokenizer").ok
+    data = (copy / "tokenizer.json").read_bytes()
+    (copy / "tokenizer.json").write_bytes(data[:-1] + (b"x" if data[-1:] != b"x" else b"y"))  # same size
+    assert not ownership.may_replace_dir(copy, "tokenizer").ok

@@ -159,6 +159,8 @@ def test_a_label_outside_the_task_label_set_is_refused_with_its_line(tmp_path, c
     ("model.d_model=1000000", "parameters"), ("model.vocab_size=1000000000000", "parameters"),
     ("train.batch_size=1000000000", "lower train.batch_size and raise train.grad_accum"),
     ("train.eps=-1", "train.eps must be a small positive number"),
+    ("model.n_heads=0", "model.n_heads must be at least 1"),  # was a ZeroDivisionError
+    ("train.grad_accum=1000000000", "train.grad_accum must be at most 65536"),  # was eaten memory
 ])
 def test_sizes_that_cannot_fit_and_bad_numbers_fail_before_any_work(tmp_path, capsys, setting, needle):
     import time
@@ -198,3 +200,27 @@ def test_a_folder_given_for_an_input_file_is_called_a_directory_by_every_reader(
         assert main(argv) == 2
         _one_line_error(capsys, f"{what} {folder} is a directory; pass a file, not a folder")
     assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("section, key, value, needle", [
+    ("model", "n_heads", 0, "model.n_heads must be at least 1"),
+    ("train", "grad_accum", 10**9, "train.grad_accum must be at most 65536"),
+])
+def test_pretrain_dict_refuses_zero_heads_and_a_huge_global_batch_before_writing(tmp_path, section, key,
+                                                                                value, needle):
+    """A recipe's model fields get the typed ranges of the model config (as get_preset does), and
+    train.grad_accum is bounded, so both are refused before the tokenizer or the data are made."""
+    from lmlab.errors import LmlabError
+    from lmlab.train import pretrain
+
+    (tmp_path / "train.txt").write_text("".join(f"line {i} of the text\n\n" for i in range(200)))
+    cfg = {"model": {"preset": "gpt2-tiny", "d_model": 16, "n_layers": 1, "n_heads": 2, "d_ff": 32,
+                     "max_positions": 32},
+           "data": {"train": [str(tmp_path / "train.txt")], "val": [], "val_fraction": 0.2,
+                    "tokenizer": {"algo": "bytelevel", "vocab_size": 280}},
+           "train": {"max_steps": 1, "batch_size": 2, "seq_len": 16, "threads": 1, "precision": "fp32",
+                     "progress": "off"}}
+    cfg[section][key] = value
+    with pytest.raises(LmlabError, match=needle):
+        pretrain(cfg, tmp_path / "run", log=lambda m: None)
+    assert not (tmp_path / "run").exists()

@@ -45,6 +45,8 @@ SEED_MAX = 2**63 - 1
 COUNT_MAX = 2**40
 #: the largest number of rows held at once (batch sizes, beams, samples)
 BATCH_MAX = 2**20
+#: the most micro-batches one optimizer step accumulates (the global batch is batch_size x this)
+GRAD_ACCUM_MAX = 2**16
 
 
 def _finite(x: float) -> float:
@@ -167,6 +169,9 @@ Count = whole(1, COUNT_MAX, hint="a whole number of at least 1")  # how many of 
 Size = whole(0, COUNT_MAX, hint="a whole number of at least 0")  # 0 allowed (often "all" or "off")
 #: rows held in memory at once: batch sizes, beams, samples per prompt
 BatchSize = whole(1, BATCH_MAX, hint=f"a whole number from 1 to {BATCH_MAX}")
+#: micro-batches per optimizer step (pretraining's train.grad_accum, align's --grad-accum)
+GradAccum = whole(1, GRAD_ACCUM_MAX, hint=f"a whole number from 1 to {GRAD_ACCUM_MAX:,} (the global batch "
+                  "is the batch size times this), e.g. 8")
 class ListProblem(ValueError):
     """What is wrong with a list as written (an empty item), in words an error shows as they are."""
 

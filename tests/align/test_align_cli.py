@@ -130,6 +130,8 @@ def test_align_cli_rejects_bad_settings_before_any_work(ckpt, tmp_path, capsys):
     for extra, words in [(["--beta", "0"], "argument --beta: must be greater than 0 (got '0')"),
                          (["--batch-size", "0"], "argument --batch-size: must be at least 1 (got '0')"),
                          (["--max-length", "1"], "argument --max-length: must be at least 2 (got '1')"),
+                         (["--grad-accum", "1000000000"],  # the global batch is bounded: no hang
+                          "argument --grad-accum: must be at most 65536 (got '1000000000')"),
                          (["--loss", "ipo", "--label-smoothing", "0.1"], "sigmoid loss only")]:
         assert exit_code(base + extra) == 2
         err = capsys.readouterr().err

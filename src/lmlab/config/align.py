@@ -21,6 +21,7 @@ from lmlab.values import (
     Count,
     Device,
     Fraction,
+    GradAccum,
     GradClip,
     LabelSmoothing,
     LearningRate,
@@ -78,7 +79,7 @@ class AlignConfig:
     epochs: Count = 1
     max_steps: Count | None = None        # overrides epochs
     batch_size: BatchSize = 16            # pairs per micro-batch
-    grad_accum: Count = 1                 # micro-batches per optimizer step
+    grad_accum: GradAccum = 1                 # micro-batches per optimizer step
     eval_batch_size: BatchSize = 32
     eval_every: Count | None = None       # default: 10 evaluations over the run (and one at step 0)
     log_every: Count = 10

@@ -32,4 +32,17 @@ def _preset_fields(preset: Any, where: str) -> tuple[dict[str, Any], str]:
     if not isinstance(preset, str) or preset not in PRESETS:
         raise LmlabError(f"unknown model preset {preset!r} ({where})",
                          suggest(str(preset), list(PRESETS), ""))
-    return section_fields(type(PRESETS[preset]())), f"for preset {preset}"
+    return model_fields(type(PRESETS[preset]())), f"for preset {preset}"
+
+
+def model_fields(config_class: type) -> dict[str, Any]:
+    """Field name -> type of a model config class: the typed field of its file schema
+    (:func:`lmlab.file_schemas.model_config_fields`: ``n_heads`` is a :data:`lmlab.values.Count`)
+    where there is one, so a recipe, ``--set`` and a grid arm get the ranges a checkpoint's
+    ``config.json`` gets; the dataclass's own hint otherwise."""
+    import typing
+
+    from lmlab.file_schemas import model_config_fields
+
+    typed = typing.get_type_hints(model_config_fields(config_class), include_extras=True)
+    return {name: typed.get(name, hint) for name, hint in section_fields(config_class).items()}

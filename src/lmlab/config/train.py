@@ -11,6 +11,7 @@ from lmlab.values import (
     Device,
     Epsilon,
     Fraction,
+    GradAccum,
     GradClip,
     LearningRate,
     MinLearningRate,
@@ -69,7 +70,7 @@ class TrainConfig:
     weight_decay: WeightDecay = 0.1
     betas: list[Fraction] = field(default_factory=lambda: [0.9, 0.95])
     eps: Epsilon = 1e-8
-    grad_accum: Count = 1
+    grad_accum: GradAccum = 1
     clip: GradClip = 1.0
     eval_every: Count = 100
     eval_batches: Size = 20

@@ -10,7 +10,6 @@ from assertions import assert_one_line_error, exit_code
 
 from lmlab.cli import build_parser
 from lmlab.cli.flag_rules import RULES, Excludes, check_flag_rules
-from lmlab.errors import LmlabError
 
 #: each command's required arguments (paths that need not exist: the rules come first)
 BASE = {
@@ -110,6 +109,6 @@ def test_fine_tuning_rules_have_one_home():
     from lmlab.config.finetune import RULES as FIELD_RULES
 
     assert "finetune" not in RULES
-    assert {(r.flag, r.partner) for r in RULES["evaluate"] if r.flag in ("--max-bad-fraction", "--delimiter")} \
-        == {("--max-bad-fraction", "--on-bad-line"), ("--delimiter", "--format")}
+    data = {(r.flag, r.partner) for r in RULES["evaluate"] if r.flag in ("--max-bad-fraction", "--delimiter")}
+    assert data == {("--max-bad-fraction", "--on-bad-line"), ("--delimiter", "--format")}
     assert {r.flag for r in FIELD_RULES} >= {"max_bad_fraction", "delimiter"}

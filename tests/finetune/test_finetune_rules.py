@@ -44,7 +44,7 @@ CLI_CASES = {
     "max_bad_fraction": (["--max-bad-fraction", "0.5"], "--max-bad-fraction", "--on-bad-line skip"),
     "delimiter": (["--format", "tsv", "--delimiter", ";"], "--delimiter", "--format csv"),
     "rouge_stemmer": (["--rouge-stemmer"], "--rouge-stemmer", "--task text2text"),
-    "packing": (["--no-packing"], "--packing", "--task instruct"),
+    "packing": (["--no-packing"], "--packing/--no-packing", "--task instruct"),
     "template": (["--template", "TEMPLATE"], "--template", "--task instruct"),
 }
 

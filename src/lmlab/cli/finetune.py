@@ -237,7 +237,7 @@ def settings_of(args) -> dict:
 
 #: FinetuneConfig fields whose flag is not --field-name (messages name the flag the user types)
 SHOWN_FLAGS = {"template": "--template", "loggers": "--logger", "progress": "--no-progress",
-               "fields": "--ROLE-field"}
+               "fields": "--ROLE-field", "packing": "--packing/--no-packing"}
 
 
 def setting_names(args, hparams: dict):

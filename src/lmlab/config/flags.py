@@ -130,8 +130,9 @@ def section_names(cls, section: str, args, given, extra_flags: dict[str, str] | 
     are not ``--field-name``). ``extra_flags``: field -> the flag that gave it, for settings a command
     reads from a flag of its own (``--template FILE`` is ``template``)."""
     items = override_items(getattr(args, "overrides", None), example_override(section))
+    shown = {**(flags or {}), **(extra_flags or {})}
     origin = _origin(section, args, given_flags(cls, args), items,
-                     {k: v for k, v in (extra_flags or {}).items() if k in given})
+                     {k: v for k, v in shown.items() if k in given})
     return SettingNames("flag", written={k: origin.of(f"{section}.{k}") for k in given},
                         flags={**(extra_flags or {}), **(flags or {})})
 

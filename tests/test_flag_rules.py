@@ -10,15 +10,12 @@ from assertions import assert_one_line_error, exit_code
 
 from lmlab.cli import build_parser
 from lmlab.cli.flag_rules import RULES, Excludes, check_flag_rules
-from lmlab.errors import LmlabError
 
 #: each command's required arguments (paths that need not exist: the rules come first)
 BASE = {
     "tokenizer train": ["tokenizer", "train", "--algo", "unigram", "--vocab-size", "50", "--input", "IN",
                         "--out", "OUT"],
     "export": ["export", "--checkpoint", "CK", "--out", "OUT"],
-    "finetune": ["finetune", "--checkpoint", "CK", "--task", "sst2", "--train", "TR", "--dev", "DV",
-                 "--out", "OUT"],
     "evaluate": ["evaluate", "--checkpoint", "CK"],
     "align": ["align", "--checkpoint", "CK", "--train", "TR", "--dev", "DV", "--out", "OUT"],
     "generate": ["generate", "--checkpoint", "CK"],
@@ -35,15 +32,6 @@ BROKEN = {
     ("tokenizer train", "--lowercase", "--algo"): ["--lowercase"],
     ("export", "--base", "--format"): ["--base", "B", "--format", "hf"],
     ("export", "--format", "--base"): ["--format", "peft"],
-    ("finetune", "--select-fraction", "--select-on"): ["--select-fraction", "0.3"],
-    ("finetune", "--lr-sweep", "--lr"): ["--lr-sweep", "1e-3", "1e-4"],
-    ("finetune", "--doc-stride", "--task"): ["--doc-stride", "64"],
-    ("finetune", "--max-answer-length", "--task"): ["--max-answer-length", "10"],
-    ("finetune", "--max-bad-fraction", "--on-bad-line"): ["--max-bad-fraction", "0.5"],
-    ("finetune", "--delimiter", "--format"): ["--format", "tsv", "--delimiter", ";"],
-    ("finetune", "--rouge-stemmer", "--task"): ["--rouge-stemmer"],
-    ("finetune", "--packing/--no-packing", "--task"): ["--no-packing"],
-    ("finetune", "--template", "--task"): ["--template", "TEMPLATE"],
     ("align", "--sft-steps", "--method"): ["--sft-steps", "10"],
     ("align", "--reward-steps", "--method"): ["--reward-steps", "10", "--method", "dpo"],
     ("align", "--reward-lr", "--method"): ["--reward-lr", "1e-3"],
@@ -101,24 +89,26 @@ def test_a_flag_without_its_partner_is_one_line_naming_both(tmp_path, capsys, co
     assert not (tmp_path / "out").exists()
 
 
-def test_partners_given_satisfy_the_rules_and_a_config_counts(tmp_path):
+def test_partners_given_satisfy_the_rules():
     parser = build_parser()
-    ok = {"finetune": ["--select-on", "train-slice", "--select-fraction", "0.3", "--lr", "auto", "--lr-sweep",
-                       "1e-3", "--on-bad-line", "skip", "--max-bad-fraction", "0.5", "--format", "csv",
-                       "--delimiter", ";"],
-          "tokenizer train": ["--algo", "wordpiece", "--lowercase", "--score", "ratio"],
+    ok = {"tokenizer train": ["--algo", "wordpiece", "--lowercase", "--score", "ratio"],
           "compress prune": ["--steps", "3", "--train", "TR", "--dev", "DV"],
           "compress distill": ["--student-layers", "0", "--init", "teacher"],
           "export": ["--format", "peft", "--base", "B"],
-          "align": ["--method", "rlhf", "--sft-steps", "10", "--samples", "2"]}
+          "align": ["--method", "rlhf", "--sft-steps", "10", "--samples", "2"],
+          "evaluate": ["--on-bad-line", "skip", "--max-bad-fraction", "0.5", "--format", "csv", "--delimiter",
+                       ";"]}
     for command, extra in ok.items():
         check_flag_rules(parser, parser.parse_args(BASE[command] + extra))
-    config = tmp_path / "ft.toml"
-    config.write_text('[finetune]\nlr = "auto"\n')            # the partner in the file: --lr-sweep applies
-    check_flag_rules(parser, parser.parse_args([*BASE["finetune"], "--config", str(config), "--lr-sweep",
-                                                "1e-3"]))
-    config.write_text("[finetune]\nselect_fraction = 0.3\n")  # the flag in the file: refused, named so
-    with pytest.raises(LmlabError, match=r"^finetune.select_fraction applies only with --select-on "):
-        check_flag_rules(parser, parser.parse_args([*BASE["finetune"], "--config", str(config)]))
-    check_flag_rules(parser, parser.parse_args([*BASE["finetune"], "--config", str(config), "--set",
-                                                "finetune.select_on=train-slice"]))
+
+
+def test_fine_tuning_rules_have_one_home():
+    """lmlab finetune's settings are the [finetune] section's: their rules are stated there, by field
+    name (tests/finetune/test_finetune_rules.py tries them); evaluate's data flags take theirs from
+    there, in their flags' words."""
+    from lmlab.config.finetune import RULES as FIELD_RULES
+
+    assert "finetune" not in RULES
+    data = {(r.flag, r.partner) for r in RULES["evaluate"] if r.flag in ("--max-bad-fraction", "--delimiter")}
+    assert data == {("--max-bad-fraction", "--on-bad-line"), ("--delimiter", "--format")}
+    assert {r.flag for r in FIELD_RULES} >= {"max_bad_fraction", "delimiter"}

@@ -203,9 +203,11 @@ def set_threads(n: int) -> None:
 # ----------------------------------------------------------------------------- device
 
 
-def choose_device(requested: str = "auto", local_rank: int = 0) -> tuple[torch.device, str]:
+def choose_device(requested: str = "auto", local_rank: int = 0, name: str = "device"
+                  ) -> tuple[torch.device, str]:
     """``(device, reason)``: ``auto`` = CUDA (this local rank's GPU) when available, else the CPU;
-    a named device is checked (``cuda`` alone means this local rank's GPU)."""
+    a named device is checked (``cuda`` alone means this local rank's GPU); an error names the
+    setting ``name`` as the user wrote it (``--device``, ``finetune.device``)."""
     import torch
 
     if requested == "auto":
@@ -216,22 +218,24 @@ def choose_device(requested: str = "auto", local_rank: int = 0) -> tuple[torch.d
     try:
         device = torch.device(requested)
     except (RuntimeError, TypeError) as err:
-        raise LmlabError(f"unknown device {requested!r}", "use auto, cpu, cuda, cuda:N or mps") from err
+        raise LmlabError(f"unknown {name} {requested!r}", "use auto, cpu, cuda, cuda:N or mps") from err
     if device.type == "cuda" and not torch.cuda.is_available():
-        raise LmlabError(f"device {requested} asked for but CUDA is not available", "use device cpu or auto")
+        raise LmlabError(f"{name} {requested} asked for but CUDA is not available", f"use {name} cpu or auto")
     if device.type == "mps" and not torch.backends.mps.is_available():
-        raise LmlabError(f"device {requested} asked for but MPS is not available", "use device cpu or auto")
+        raise LmlabError(f"{name} {requested} asked for but MPS is not available", f"use {name} cpu or auto")
     if device.type == "cuda" and device.index is None:
         device = torch.device("cuda", local_rank % torch.cuda.device_count())
     return device, f"{device} (requested)"
 
 
-def check_device(requested: str = "auto") -> None:
+def check_device(requested: str = "auto", name: str = "device") -> None:
     """Refuse a device this machine does not have, or a thread-count variable that is no count
     (``OMP_NUM_THREADS=abc``), in one line, before any work: a command that writes files, reads
     data or loads a model ahead of :func:`resolve`/:func:`pick_device` calls this first, so that a
-    bad machine setting costs nothing and leaves nothing behind."""
-    choose_device(requested)
+    bad machine setting costs nothing and leaves nothing behind. ``name``: the setting as the user
+    wrote it. A machine check: run where a command is about to run, never where a config is only
+    read (a GPU run's config is read on a CPU to report it)."""
+    choose_device(requested, name=name)
     threads_from_environment()
 
 

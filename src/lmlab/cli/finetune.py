@@ -12,7 +12,7 @@ from lmlab.config.flags import (
     MACHINE_FLAGS,
     add_config_flags,
     add_section_flags,
-    rule_settings,
+    section_names,
     section_settings,
 )
 from lmlab.errors import LmlabError
@@ -184,8 +184,7 @@ def register(sub) -> None:
                    help="continue the interrupted run that was writing --out (stopped by Ctrl-C, SIGTERM or "
                         "a crash), exactly where its last resume state left it")
     add_data_arguments(p, given_only=True)
-    p.set_defaults(func=run, out_kind=("finetune.json", "fine-tuned model"),
-                   rule_settings=rule_settings(FinetuneConfig, "finetune", settings_of))
+    p.set_defaults(func=run, out_kind=("finetune.json", "fine-tuned model"))
 
 
 def add_data_arguments(p, given_only: bool = False) -> None:
@@ -233,9 +232,20 @@ def settings_of(args) -> dict:
 
         template = read_template(args.template_file)
     fields = data_settings(args).get("fields")
-    # settings that go with one task, one mode (--packing with instruct, --select-fraction with
-    # train-slice...): refused by lmlab.cli.flag_rules, before this runs again for the run itself
     return section_settings(FinetuneConfig, "finetune", args, {"fields": fields, "template": template})
+
+
+#: FinetuneConfig fields whose flag is not --field-name (messages name the flag the user types)
+SHOWN_FLAGS = {"template": "--template", "loggers": "--logger", "progress": "--no-progress",
+               "fields": "--ROLE-field", "packing": "--packing/--no-packing"}
+
+
+def setting_names(args, hparams: dict):
+    """How this command names a fine-tuning setting in a message: its flag, or where --config/--set
+    wrote it (lmlab.config.rules.SettingNames); the settings' rules are the section's own
+    (lmlab.config.finetune.RULES), checked by lmlab.finetune.finetune before any model loads."""
+    return section_names(FinetuneConfig, "finetune", args, hparams,
+                         {"template": "--template"} if args.template_file is not None else {}, SHOWN_FLAGS)
 
 
 def run(args) -> int:
@@ -244,7 +254,7 @@ def run(args) -> int:
 
     result = finetune(args.checkpoint, args.task, args.train, args.dev, args.out, method=args.method,
                       method_options=parse_options(args.method_option), tokenizer=args.tokenizer,
-                      resume=args.resume, **hparams)
+                      resume=args.resume, _names=setting_names(args, hparams), **hparams)
     if is_main_process():  # torchrun: rank 0 says it
         print(json.dumps(result.metrics, indent=2))
     return 0

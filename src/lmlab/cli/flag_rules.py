@@ -1,15 +1,20 @@
 """Which flags go together: one declarative table, checked for every command right after parsing.
 
-A flag that only means something with another (``--select-fraction`` with ``--select-on
-train-slice``, ``--base`` with ``--format peft``) used to be ignored in silence when given alone,
-or refused by a check of the command's own, each worded its own way. Every such dependency is a
-row of :data:`RULES` instead, and :func:`check_flag_rules` (called by :func:`lmlab.cli.main`
-before anything else) refuses a flag given without its partner in one line naming both:
-``error: --lr-sweep applies only with --lr auto; add --lr auto, or drop --lr-sweep``.
+A flag that only means something with another (``--base`` with ``--format peft``) used to be
+ignored in silence when given alone, or refused by a check of the command's own, each worded its
+own way. Every such dependency is a row of :data:`RULES` instead, and :func:`check_flag_rules`
+(called by :func:`lmlab.cli.main` before anything else) refuses a flag given without its partner
+in one line naming both: ``error: --base applies only with --format peft; add --format peft, or
+drop --base``.
+
+The settings of fine-tuning (``lmlab finetune``'s flags, ``[finetune]``, a grid's fine-tuning, the
+keywords of ``lmlab.finetune``) have their rules in their section, by field name
+(:data:`lmlab.config.finetune.RULES`, checked by :meth:`lmlab.config.FinetuneConfig.validate`);
+``lmlab evaluate``'s data flags take theirs from there (:func:`section_rules`).
 
 Only what the user gave counts: a flag on the command line (the parser records which, see
 :class:`lmlab.cli.Parser`; a default never triggers a rule), or, for a command that reads a
-settings section (``lmlab finetune``'s ``[finetune]``, from ``--config`` and ``--set`` too), a
+settings section (``lmlab align``'s ``[align]``, from ``--config`` and ``--set`` too), a
 setting given there. A partner's value is what the command will use: given, or its default.
 
 * :class:`Needs`: ``flag`` applies only when ``partner`` is set (``values`` None) or has one of
@@ -23,81 +28,23 @@ decoder's ``--lm-weight``) stays with the code that reads them.
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
-from dataclasses import dataclass
+import dataclasses
 from typing import Any
 
+from lmlab.config.finetune import RULES as FINETUNE_RULES
+from lmlab.config.rules import Excludes, Needs, Rule, SettingNames
 from lmlab.errors import LmlabError
 
 #: the namespace attribute where :class:`lmlab.cli.Parser` records the dests given on the command line
 GIVEN = "_given_dests"
 
 
-def _is_set(value: Any) -> bool:
-    """A partner counts as given when it holds something (a default None, False or [] does not)."""
-    if isinstance(value, (list, tuple, str)):
-        return bool(value)
-    return value is not None and value is not False
-
-
-@dataclass(frozen=True)
-class Needs:
-    """``flag`` applies only with ``partner`` set, or set to one of ``values`` (``None`` among them:
-    left unset, e.g. a format told from the file's extension); ``shown`` writes that condition for
-    the message (default ``PARTNER V1 or V2``); ``when``: the rule holds only for those values of
-    ``flag``; ``why``: a few words on what ``flag`` does, shown in brackets."""
-
-    flag: str
-    partner: str
-    values: tuple[Any, ...] | Callable[[Any], bool] | None = None
-    shown: str = ""
-    when: Callable[[Any], bool] | None = None
-    why: str = ""
-
-    def condition(self) -> str:
-        if self.shown:
-            return self.shown
-        if self.values is None or callable(self.values):
-            return self.partner
-        return f"{self.partner} {' or '.join(str(v) for v in self.values if v is not None)}"
-
-    def holds(self, value: Any) -> bool:
-        if self.values is None:
-            return _is_set(value)
-        if callable(self.values):
-            return bool(self.values(value))
-        return value in self.values
-
-    def problem(self, flag: str, value: Any) -> tuple[str, str]:
-        why = f" ({self.why})" if self.why else ""
-        if self.when is not None:  # the rule of some values of flag: name the value
-            return f"{flag} {value} needs {self.condition()}{why}", f"add {self.condition()}"
-        return (f"{flag} applies only with {self.condition()}{why}",
-                f"add {self.condition()}, or drop {flag}")
-
-
-@dataclass(frozen=True)
-class Excludes:
-    """``flag`` and ``partner`` may not be given together; ``why`` says why (shown in brackets)."""
-
-    flag: str
-    partner: str
-    why: str = ""
-    when: Callable[[Any], bool] | None = None
-    shown: str = ""
-
-    def holds(self, value: Any) -> bool:
-        return not _is_set(value)
-
-    def problem(self, flag: str, value: Any) -> tuple[str, str]:
-        why = f" ({self.why})" if self.why else ""
-        return (f"{flag} cannot be combined with {self.shown or self.partner}{why}",
-                f"drop {flag} or {self.shown or self.partner}")
-
-
-Rule = Needs | Excludes
-
-_QA = ("qa", "squad")
+def section_rules(rules, fields) -> tuple[Rule, ...]:
+    """A section's rules (by field name, :mod:`lmlab.config.rules`) of ``fields``, in its flags' words:
+    a command that reads those settings as flags (``lmlab evaluate``) states no rule of its own."""
+    names = SettingNames("flag")
+    return tuple(dataclasses.replace(r, flag=names.to_set(r.flag), partner=names.to_set(r.partner))
+                 for r in rules if r.flag in fields)
 
 #: command (as typed: "compress prune") -> its flag dependencies. tests/test_flag_rules.py tries every one.
 RULES: dict[str, tuple[Rule, ...]] = {
@@ -112,17 +59,6 @@ RULES: dict[str, tuple[Rule, ...]] = {
         Needs("--format", "--base", when=lambda v: v == "peft", shown="--base DIR",
               why="--format peft writes the pretrained checkpoint the fine-tune started from"),
     ),
-    "finetune": (
-        Needs("--select-fraction", "--select-on", ("train-slice",)),
-        Needs("--lr-sweep", "--lr", ("auto",)),
-        Needs("--doc-stride", "--task", _QA, why="context windows of extractive QA"),
-        Needs("--max-answer-length", "--task", _QA, why="answer spans of extractive QA"),
-        Needs("--max-bad-fraction", "--on-bad-line", ("skip",)),
-        Needs("--delimiter", "--format", ("csv", None), shown="--format csv (or .csv files)"),
-        Needs("--rouge-stemmer", "--task", ("text2text",)),
-        Needs("--packing/--no-packing", "--task", ("instruct",)),
-        Needs("--template", "--task", ("instruct",)),
-    ),
     "align": (
         *(Needs(flag, "--method", ("rlhf",), why="a setting of RLHF")
           for flag in ("--sft-steps", "--reward-steps", "--reward-lr", "--samples", "--max-new-tokens",
@@ -131,8 +67,7 @@ RULES: dict[str, tuple[Rule, ...]] = {
                                                                                     "--label-smoothing")),
     ),
     "evaluate": (
-        Needs("--max-bad-fraction", "--on-bad-line", ("skip",)),
-        Needs("--delimiter", "--format", ("csv", None), shown="--format csv (or .csv files)"),
+        *section_rules(FINETUNE_RULES, ("max_bad_fraction", "delimiter")),  # read as fine-tuning reads
         *(Needs(flag, "--harness", why="it sets how harness tasks are scored")
           for flag in ("--num-fewshot", "--out", "--overwrite", "--log-samples", "--seed", "--allow-code")),
         *(Excludes(flag, "--harness", "--harness scores harness tasks, not a data file of a task or variant")
@@ -201,17 +136,15 @@ def check_flag_rules(parser: argparse.ArgumentParser, args: argparse.Namespace) 
         dest = _dest(flag, actions)
         if dest in on_line:
             return True, flag
-        key = {"template_file": "template"}.get(dest, dest)
-        return key in settings, f"{section}.{key}"
+        return dest in settings, f"{section}.{dest}"
 
     def value(flag: str) -> Any:
         dest = _dest(flag, actions)
-        key = {"template_file": "template"}.get(dest, dest)
-        if key in settings:
-            return settings[key]
+        if dest in settings:
+            return settings[dest]
         if hasattr(args, dest):
             return getattr(args, dest)
-        return defaults.get(key)
+        return defaults.get(dest)
 
     for rule in rules:
         is_given, shown = given(rule.flag)

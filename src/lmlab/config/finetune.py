@@ -11,6 +11,7 @@ default (e.g. 384 tokens for SQuAD).
 from __future__ import annotations
 
 import dataclasses
+import os
 import typing
 from typing import Any
 
@@ -18,6 +19,7 @@ from pydantic.dataclasses import dataclass
 
 from lmlab import values
 from lmlab.config.overrides import suggest
+from lmlab.config.rules import KEYWORDS, Needs, SettingNames, check_rules
 from lmlab.errors import LmlabError
 from lmlab.values import (
     BatchSize,
@@ -62,6 +64,26 @@ OnBadLine = choice("error", "skip")
 DataFormat = choice("tsv", "csv", "jsonl", "parquet")
 #: a data file column: a header name or a 0-based index
 Column = Text | Size
+
+_QA = ("qa", "squad")
+#: what a fine-tuning setting needs of the others, by field name (:mod:`lmlab.config.rules`): the
+#: one statement of them, for ``lmlab finetune``'s flags, ``--config``/``--set``, a grid's
+#: ``[finetune]`` and ``[[tasks]] finetune``, and the keywords of :func:`lmlab.finetune.finetune`
+RULES = (
+    Needs("select_fraction", "select_on", ("train-slice",)),
+    Needs("lr_sweep", "lr", ("auto",)),
+    Needs("max_bad_fraction", "on_bad_line", ("skip",)),
+    Needs("delimiter", "format", ("csv", None), note="or .csv files"),
+)
+#: what a setting needs of the task (``task``: its name), checked where the task is known
+#: (:meth:`FinetuneConfig.check_task`), before any model loads
+TASK_RULES = (
+    Needs("doc_stride", "task", _QA, why="context windows of extractive QA"),
+    Needs("max_answer_length", "task", _QA, why="answer spans of extractive QA"),
+    Needs("rouge_stemmer", "task", ("text2text",)),
+    Needs("packing", "task", ("instruct",)),
+    Needs("template", "task", ("instruct",)),
+)
 
 
 @dataclass
@@ -114,17 +136,49 @@ class FinetuneConfig:
     delimiter: Delimiter | None = None
     fields: dict[str, Column] | None = None   # role -> column name or 0-based index
 
-    def validate(self) -> FinetuneConfig:
-        """What relates fields to each other (each field's range is its type, checked by from_dict)."""
+    def validate(self, given=(), names: SettingNames = KEYWORDS) -> FinetuneConfig:
+        """What relates fields to each other (each field's range is its type, checked by from_dict):
+        a field of ``given`` (those the user set) without the partner it needs (:data:`RULES`) is
+        one line naming both as the user writes them (``names``)."""
         from lmlab.config.loggers import check_loggers
 
         check_loggers(self.loggers, "loggers")
+        check_rules(RULES, given, lambda name: getattr(self, name), names)
         return self
 
+    def check_task(self, task: str, given=(), names: SettingNames = KEYWORDS) -> None:
+        """The settings of ``given`` that only some tasks read (:data:`TASK_RULES`: ``doc_stride``
+        for extractive QA, ``template`` for instruct...) refused for any other ``task``."""
+        values = {"task": task}
+        check_rules(TASK_RULES, given, lambda name: values[name] if name in values else getattr(self, name),
+                    names)
+
+    def check_files(self, paths, names: SettingNames = KEYWORDS) -> None:
+        """A ``delimiter`` (CSV only) with a data file of ``paths`` that is told a TSV file by its
+        extension (``format`` unset): refused before any model loads, named as the user wrote it."""
+        if self.delimiter is None or self.format is not None:
+            return
+        from lmlab.tasks.tables import format_of
+
+        for path in paths:
+            if isinstance(path, (str, os.PathLike)) and format_of(path) == "tsv":
+                csv = names.setting("format", ["csv"])
+                raise names.error("delimiter", f"applies to CSV, but {path} is a TSV file (its extension)",
+                                  f"drop {names.to_set('delimiter')}, or {names.verb} {csv}")
+
+    def check_select_metric(self, metrics, task_name: str, names: SettingNames = KEYWORDS) -> None:
+        """``select_metric``, when set, must be one of ``metrics`` (the task's, None: not known)."""
+        if self.select_metric is not None and metrics is not None and self.select_metric not in metrics:
+            raise names.error("select_metric", f"{self.select_metric!r} is not a metric of task {task_name}",
+                              f"choose one of: {', '.join(metrics)}")
+
     @classmethod
-    def from_dict(cls, data: dict[str, Any], where: str = "") -> FinetuneConfig:
+    def from_dict(cls, data: dict[str, Any], where: str = "", names: SettingNames | None = None,
+                  given=None) -> FinetuneConfig:
         """The config of ``data`` (field -> value), every value checked against its field's type;
-        an error names ``where`` + the field (e.g. ``grid.toml: finetune.lr``)."""
+        an error names ``where`` + the field (e.g. ``grid.toml: finetune.lr``). The rules between
+        fields (:meth:`validate`) hold for ``given`` (default: every key of ``data``), named by
+        ``names`` (default: ``where`` + the field)."""
         hints = typing.get_type_hints(cls, include_extras=True)
         unknown = sorted(set(data) - set(hints))
         if unknown:
@@ -136,8 +190,10 @@ class FinetuneConfig:
             check_loggers(data["loggers"], f"{where}loggers")
         from lmlab.config.fields import build_section  # the one typed check (strings stay strings)
 
+        if names is None:
+            names = SettingNames("key", where) if where else KEYWORDS
         return build_section(cls, dict(data), where.rstrip(".") or "finetune", what="fine-tuning setting"
-                             ).validate()
+                             ).validate(data if given is None else given, names)
 
     def task_options(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in TASK_OPTION_FIELDS if getattr(self, k) is not None}

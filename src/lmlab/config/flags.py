@@ -20,6 +20,7 @@ from lmlab import values
 from lmlab.config.fields import build_section, section_fields
 from lmlab.config.overrides import Origin, apply_override, override_items
 from lmlab.config.overrides import example as example_override
+from lmlab.config.rules import SettingNames
 from lmlab.config.toml import read_toml
 from lmlab.errors import LmlabError
 
@@ -97,17 +98,43 @@ def section_settings(cls, section: str, args, extra: dict[str, Any] | None = Non
         raw = read_toml(file, f"{section} config file", example)
         _check_tables(raw, section, file)
         raw.setdefault(section, {})
-    names = section_fields(cls)
-    flags = {k: v for k, v in vars(args).items() if k in names}  # SUPPRESS: only the flags given
+    flags = given_flags(cls, args)
     raw[section].update(flags)
     raw[section].update({k: v for k, v in (extra or {}).items() if v is not None})
     items = override_items(getattr(args, "overrides", None), example_override(section))
-    origin = Origin(str(file or ""), frozenset(k for k, _ in items),
-                    tuple((f"{section}.{k}", f"--{k.replace('_', '-')}") for k in flags))
+    origin = _origin(section, args, flags, items)
     for key, value in items:
         apply_override(raw, key, value, (section,), origin)
     checked = build_section(cls, dict(raw[section]), section, origin, f"{section} setting")
     return {k: getattr(checked, k) for k in raw[section]}
+
+
+def given_flags(cls, args) -> dict[str, Any]:
+    """The flags of section ``cls`` given on the command line (a generated flag's default is SUPPRESS)."""
+    names = section_fields(cls)
+    return {k: v for k, v in vars(args).items() if k in names}
+
+
+def _origin(section: str, args, flags, items, extra_flags: dict[str, str] | None = None) -> Origin:
+    file = getattr(args, "config", None)
+    shown = {**{k: f"--{k.replace('_', '-')}" for k in flags}, **(extra_flags or {})}
+    return Origin(str(file or ""), frozenset(k for k, _ in items),
+                  tuple((f"{section}.{k}", flag) for k, flag in shown.items()))
+
+
+def section_names(cls, section: str, args, given, extra_flags: dict[str, str] | None = None,
+                  flags: dict[str, str] | None = None) -> SettingNames:
+    """How a command whose flags mirror section ``cls`` names its settings in a message
+    (:class:`lmlab.config.rules.SettingNames`): each of ``given`` where the user wrote it (its flag,
+    ``--set section.key``, ``FILE:LINE: section.key``), any other by its flag (``flags``: those that
+    are not ``--field-name``). ``extra_flags``: field -> the flag that gave it, for settings a command
+    reads from a flag of its own (``--template FILE`` is ``template``)."""
+    items = override_items(getattr(args, "overrides", None), example_override(section))
+    shown = {**(flags or {}), **(extra_flags or {})}
+    origin = _origin(section, args, given_flags(cls, args), items,
+                     {k: v for k, v in shown.items() if k in given})
+    return SettingNames("flag", written={k: origin.of(f"{section}.{k}") for k in given},
+                        flags={**(extra_flags or {}), **(flags or {})})
 
 
 def rule_settings(cls, section: str, settings=None):

@@ -40,6 +40,7 @@ import torch
 from torch import nn
 
 from lmlab import ownership
+from lmlab.config.rules import KEYWORDS, SettingNames
 from lmlab.errors import LmlabError
 from lmlab.fileio import (
     atomic_dir,
@@ -139,17 +140,17 @@ def load_trainable_model(checkpoint, tokenizer, purpose: str = "fine-tuning"):
     return model
 
 
-def check_length_fits(checkpoint, max_length: int | None) -> None:
-    """A ``max_length`` given (``--max-length``) must fit the positions of ``checkpoint`` (a
-    directory or a model), told from its config before any weight is read
-    (:func:`lmlab.models.config.max_length_for`)."""
+def check_length_fits(checkpoint, max_length: int | None, names: SettingNames = KEYWORDS) -> None:
+    """A ``max_length`` given must fit the positions of ``checkpoint`` (a directory or a model),
+    told from its config before any weight is read (:func:`lmlab.models.config.max_length_for`);
+    the error names the setting as the user wrote it (``names``: ``--max-length``, ``max_length``)."""
     if max_length is None:
         return
     from lmlab.loading import model_facts
 
     facts = model_facts(checkpoint)
     if facts is not None:
-        max_length_for(facts.config, max_length, max_length)
+        max_length_for(facts.config, max_length, max_length, flag=names.of("max_length"))
 
 
 def task_for_model(task: str, model, cfg: FinetuneConfig) -> Task:
@@ -169,7 +170,7 @@ def task_for_model(task: str, model, cfg: FinetuneConfig) -> Task:
 def finetune(checkpoint, task: str | Task, train, dev, out: str | os.PathLike | None,
              method: str = "full", method_options: dict[str, Any] | None = None, *,
              tokenizer=None, log: Callable[[str], None] | None = None, resume: bool = False,
-             _resumable: bool = True, **hparams) -> FinetuneResult:
+             _resumable: bool = True, _names: SettingNames = KEYWORDS, **hparams) -> FinetuneResult:
     """Fine-tune ``checkpoint`` (a directory or a model) on ``task`` and write the result to ``out``.
 
     ``train``/``dev``: file paths (or lists of :class:`~lmlab.tasks.readers.Example`).
@@ -194,11 +195,15 @@ def finetune(checkpoint, task: str | Task, train, dev, out: str | os.PathLike | 
     if log is not None:
         callable_argument(log, "finetune's log")
     flag_argument(resume, "finetune's resume")
-    cfg = FinetuneConfig.from_dict(hparams)
-    refuse_int8(checkpoint, "fine-tuning")  # before any work (an --lr auto sweep, the output's lock)
-    check_length_fits(checkpoint, cfg.max_length)  # before any work: the model's config is enough
+    # the settings' rules (lmlab.config.finetune.RULES, TASK_RULES), named as the caller wrote them
+    # (``_names``: the keywords; lmlab finetune's flags): before any work
+    cfg = FinetuneConfig.from_dict(hparams, names=_names)
     if isinstance(task, str):
+        cfg.check_task(task, hparams, _names)  # --doc-stride with sst2...
         check_fields(task, cfg.fields)  # a --ROLE-field the task would not read: before the model loads
+    cfg.check_files([train, dev], _names)  # a CSV delimiter for a .tsv file
+    refuse_int8(checkpoint, "fine-tuning")  # before any work (an --lr auto sweep, the output's lock)
+    check_length_fits(checkpoint, cfg.max_length, _names)  # before any work: the model's config is enough
     if cfg.loggers and out is None:  # before any work
         raise LmlabError("loggers write beside the fine-tuned model, but there is no output directory",
                          "pass an output directory (--out)")
@@ -316,6 +321,7 @@ def _build_run(checkpoint, task, train, dev, tokenizer, cfg: FinetuneConfig, met
     task.fit(train_ex)  # the label set, before dev is read: a dev file's header is told from its labels
     dev_ex = limit(read_examples(task, dev, "dev", bad), cfg.max_eval_examples)
     task.check(dev_ex, "dev")
+    cfg.check_select_metric(task.metric_names(dev_ex), task.name)  # before any step, not at the first score
     train_ex, choose_ex = selection_data(train_ex, dev_ex, cfg)
     model = task.prepare_model(model)
     model = meth.apply(model, task).to(machine.device)
@@ -535,8 +541,9 @@ def _sweep(target, checkpoint, task, train, dev, method, method_options, tokeniz
             tmp = None if target is None else ownership.make_temporary(target.parent, target.name,
                                                                          "fine-tuned model", f"lr-{lr:g}-")
             start = checkpoint if isinstance(checkpoint, (str, os.PathLike)) else copy.deepcopy(checkpoint)
+            one = {k: v for k, v in hparams.items() if k != "lr_sweep"}  # one rate: no sweep
             res = finetune(start, task, train, dev, tmp, method, method_options, tokenizer=tokenizer, log=say,
-                           _resumable=False, **{**hparams, "lr": lr})
+                           _resumable=False, **{**one, "lr": lr})
             runs.append((lr, res, tmp))
             tmp = None
         select = cfg.select_metric or runs[0][1].task.main_metric

@@ -72,6 +72,7 @@ __all__ = [
     "Grid",
     "PretrainRun",
     "TaskSpec",
+    "check_machine",
     "flops_per_step",
     "load_grid",
     "run_key",
@@ -238,6 +239,22 @@ def _plan(raw: dict[str, Any], where: str, overrides: list[str] | None) -> Grid:
                 str(shared.data.get("cache_dir", "")), where, parse_contrasts(raw.get("contrasts"), arms))
 
 
+def check_machine(grid: Grid) -> None:
+    """The devices the grid's runs ask for (``pretrain.train.device``, ``arms[i].train.device``,
+    ``finetune.device``, ``tasks[i].finetune.device``) must be on this machine: one line naming the
+    key, before any run starts (``lmlab compare --dry-run`` too). A machine check, so not part of
+    :func:`load_grid`: a grid trained on a GPU is still read on a CPU to report it."""
+    from lmlab.runtime import check_device
+
+    for run in grid.pretrain_runs:
+        if run.arm.pretrained:
+            arm = next(i for i, a in enumerate(grid.arms) if a is run.arm)
+            name = f"arms[{arm}].train.device" if "device" in run.arm.train else "pretrain.train.device"
+            check_device(run.config["train"].get("device", "auto"), name)
+    for task in grid.tasks:
+        check_device(task.settings.get("device", "auto"), task.names.of("device") if task.names else "device")
+
+
 def _sizes(value) -> dict[str, dict[str, Any]]:
     if not isinstance(value, dict):
         raise LmlabError("sizes must be a table of name = {model overrides}",
@@ -280,7 +297,8 @@ def _finetune_section(value) -> dict[str, Any]:
 
     table = as_table(value, "finetune")
     _refuse_grid_owned(table, "finetune", FINETUNE_GRID_KEYS)
-    FinetuneConfig.from_dict(table, where="finetune.")
+    # each value's type here; the rules between settings per task (a task's table may give the partner)
+    FinetuneConfig.from_dict(table, where="finetune.", given=())
     return table
 
 
@@ -345,7 +363,7 @@ def _plan_pretrain(arm: Arm, size: str, size_model: dict[str, Any], seed: int,
     if arm.pretrained:
         keyed["train"] = {k: v for k, v in keyed["train"].items() if k not in MACHINE_TRAIN_KEYS}
     return PretrainRun(arm, size, seed, resolved, steps, tokens, step_flops, built.parameters, run_key(keyed),
-                       built.vocab_size)
+                       built.vocab_size, built.model_config)
 
 
 def _step_flops(built, arm: Arm, seq_len: int, rows: int, required: bool) -> float:
@@ -360,6 +378,16 @@ def _step_flops(built, arm: Arm, seq_len: int, rows: int, required: bool) -> flo
 
 
 def _plan_finetune(run: PretrainRun, task: TaskSpec, seed: int) -> FinetuneRun:
+    """One fine-tuning run of ``run``'s model; a ``max_length`` beyond that model's positions is
+    refused now, by the fine-tuning's own check (:func:`lmlab.models.config.max_length_for`)."""
+    max_length = task.settings.get("max_length")
+    if max_length is not None and run.model_config is not None:
+        from lmlab.models.config import max_length_for
+
+        try:
+            max_length_for(run.model_config, max_length, max_length, flag=task.names.of("max_length"))
+        except LmlabError as e:
+            raise LmlabError(f"arm {run.arm.name!r}, size {run.size!r}: {e.problem}", e.fix) from None
     settings = {**task.settings, "seed": seed}
     keyed = {"pretrain": run.key, "task": task.task, "train": task.train, "dev": task.dev,
              "settings": {k: v for k, v in settings.items() if k not in MACHINE_FINETUNE_KEYS}}

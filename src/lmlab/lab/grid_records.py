@@ -45,6 +45,15 @@ class TaskSpec:
     train: str  # expanded paths
     dev: str
     settings: dict[str, Any]  # FinetuneConfig fields (seed added per run)
+    given: tuple[str, ...] = ()  # the settings the grid wrote (the rest are the grid's defaults)
+    names: Any = None  # how its settings are named in a message (lmlab.config.rules.SettingNames)
+
+    def config(self):
+        """The settings as the checked fine-tuning section (:class:`lmlab.config.FinetuneConfig`),
+        their rules held (named ``finetune.KEY`` or ``tasks[i].finetune.KEY``, as written)."""
+        from lmlab.config.finetune import FinetuneConfig
+
+        return FinetuneConfig.from_dict(self.settings, where="finetune.", names=self.names, given=self.given)
 
 
 @dataclass
@@ -61,6 +70,7 @@ class PretrainRun:
     parameters: int
     key: str
     vocab_size: int = 0  # the model's vocabulary, as the trainer will build it
+    model_config: Any = field(default=None, repr=False, compare=False)  # the model the trainer builds
 
     @property
     def label(self) -> str:

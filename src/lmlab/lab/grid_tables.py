@@ -11,6 +11,7 @@ from typing import Any
 from lmlab import values
 from lmlab.config.overrides import example, split_override
 from lmlab.config.overrides import suggest as _suggest
+from lmlab.config.rules import SettingNames
 from lmlab.config.toml import parse_value
 from lmlab.errors import LmlabError
 from lmlab.fileio import check_name
@@ -208,8 +209,11 @@ def parse_arms(value) -> list[Arm]:
 
 
 def parse_tasks(value, shared: dict[str, Any]) -> list[TaskSpec]:
+    """``[[tasks]]``: each task's fine-tuning settings (``[finetune]``, then its own ``finetune``
+    table) checked as the fine-tuning section checks them, rules included
+    (:meth:`lmlab.config.FinetuneConfig.validate`, :meth:`~lmlab.config.FinetuneConfig.check_task`),
+    every message naming the key the grid wrote."""
     from lmlab.fileio import check_input_file
-    from lmlab.finetune import FinetuneConfig
     from lmlab.tasks import TASKS
     from lmlab.train.data import expand
 
@@ -225,30 +229,33 @@ def parse_tasks(value, shared: dict[str, Any]) -> list[TaskSpec]:
                 raise LmlabError(f"task {name!r} has no {part} file", f'set {part} = "path/to/{part}.tsv"')
             paths[part] = str(check_input_file(expand(entry[part])).resolve())
         # the epoch and the --lr auto rate are chosen on a slice of train; dev only scores (docs/lab.md)
-        settings = {
-            "select_on": "train-slice",
-            **shared,
-            **as_table(entry.get("finetune"), f"tasks[{i}].finetune"),
-        }
-        for cap in ("max_train_examples", "max_eval_examples"):
-            if cap in entry:  # a whole number of at least 1 (like --max-train-examples); leave it out for all
-                settings[cap] = values.check(values.Count, entry[cap], f"tasks[{i}].{cap}",
-                                             f"write a whole number of at least 1, or remove {cap} to use "
-                                             "every example")
+        own = as_table(entry.get("finetune"), f"tasks[{i}].finetune")
+        settings = {"select_on": "train-slice", **shared, **own}
+        caps = [cap for cap in ("max_train_examples", "max_eval_examples") if cap in entry]
+        for cap in caps:  # a whole number of at least 1 (like --max-train-examples); leave it out for all
+            settings[cap] = values.check(values.Count, entry[cap], f"tasks[{i}].{cap}",
+                                         f"write a whole number of at least 1, or remove {cap} to use "
+                                         "every example")
         settings["progress"] = False
+        # a setting is named where the grid wrote it: [finetune], the task's own table, the task's cap
+        names = SettingNames("key", "finetune.", written={**{k: f"tasks[{i}].finetune.{k}" for k in own},
+                                                          **{k: f"tasks[{i}].{k}" for k in caps}},
+                             names={"task": f"tasks[{i}].task"})
+        spec = TaskSpec(name, task, paths["train"], paths["dev"], settings, (*shared, *own, *caps), names)
         try:
-            FinetuneConfig.from_dict({**settings, "seed": 0}, where="finetune.")
+            cfg = spec.config()
         except (LmlabError, TypeError) as e:
             raise LmlabError(f"task {name!r}: {e}") from None
+        cfg.check_task(task, spec.given, names)  # doc_stride with sst2...: before any arm pretrains
+        cfg.check_files([spec.train, spec.dev], names)  # a CSV delimiter for a .tsv file
         if any(t.name == name for t in tasks):
             raise LmlabError(f"two tasks are named {name!r}", "give each [[tasks]] entry its own name")
-        tasks.append(TaskSpec(name, task, paths["train"], paths["dev"], settings))
+        tasks.append(spec)
     return tasks
 
 
 def check_task(task: TaskSpec, arm: Arm) -> None:
     """The task must be posable for the arm's architecture (e.g. no conll with a decoder)."""
-    from lmlab.finetune import FinetuneConfig
     from lmlab.tasks import make_task
 
     if arm.architecture not in ("encoder", "decoder", "seq2seq"):
@@ -257,7 +264,7 @@ def check_task(task: TaskSpec, arm: Arm) -> None:
             "use encoder, decoder or encoder-decoder presets, or drop [[tasks]]",
         )
     try:
-        options = FinetuneConfig.from_dict(task.settings, where="finetune.").task_options()
+        options = task.config().task_options()
         make_task(task.task, arm.architecture, **options)
     except LmlabError as e:
         raise LmlabError(f"arm {arm.name!r}, task {task.name!r}: {e}") from None
@@ -265,18 +272,20 @@ def check_task(task: TaskSpec, arm: Arm) -> None:
 
 def check_task_data(task: TaskSpec, arm: Arm) -> None:
     """Read the task's train and dev files as its fine-tunings will (labels fitted on train, dev's
-    labels among them, the bad-line policy), once, while the grid is planned: a file that would
-    stop the first fine-tuning is refused before any arm pretrains."""
-    from lmlab.finetune import FinetuneConfig
+    labels among them, the bad-line policy, a ``select_metric`` among the task's metrics), once,
+    while the grid is planned: a file or setting that would stop the first fine-tuning is refused
+    before any arm pretrains."""
     from lmlab.tasks import make_task
     from lmlab.tasks.readers import BadLines, limit
 
-    cfg = FinetuneConfig.from_dict(task.settings, where="finetune.")
+    cfg = task.config()
     try:
         posed = make_task(task.task, arm.architecture, **cfg.task_options())
         bad = BadLines(cfg.on_bad_line, lambda msg: None, cfg.max_bad_fraction)
         posed.fit(limit(posed.read(task.train, bad), cfg.max_train_examples))
-        posed.check(limit(posed.read(task.dev, bad), cfg.max_eval_examples), "dev")
+        dev = limit(posed.read(task.dev, bad), cfg.max_eval_examples)
+        posed.check(dev, "dev")
+        cfg.check_select_metric(posed.metric_names(dev), posed.name, task.names)  # as a fine-tuning would
     except LmlabError as e:
         raise LmlabError(f"task {task.name!r}: {e.problem}", e.fix) from None
 

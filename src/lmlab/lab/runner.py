@@ -33,7 +33,7 @@ from lmlab.errors import LmlabError
 from lmlab.fileio import append_line, write_json
 from lmlab.finetune import finetune
 from lmlab.lab.baselines import DIAGNOSTICS
-from lmlab.lab.grid import FinetuneRun, Grid, PretrainRun
+from lmlab.lab.grid import FinetuneRun, Grid, PretrainRun, check_machine
 from lmlab.lab.layout import checkpoint_of, finetune_dir, finetune_done, pretrain_dir, pretrain_done
 from lmlab.lab.report import aggregate, collect_records, flag_lines, write_report
 from lmlab.ownership import claimed_dir
@@ -209,6 +209,8 @@ def run_grid(
         raise LmlabError(f"run_grid's grid must be a Grid, got {type(grid).__name__} {grid!r}",
                          "pass load_grid(PATH)")
     out = path_argument(out, "run_grid's out")
+    if not report_only:  # the runs are about to run (or be planned to): their devices must be here
+        check_machine(grid)
     say = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
     runs: list[PretrainRun | FinetuneRun] = []
     for p in grid.pretrain_runs:

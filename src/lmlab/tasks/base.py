@@ -197,6 +197,18 @@ class Task:
     def score(self, predictions: Sequence, examples: Sequence[Example]) -> dict[str, float]:
         raise NotImplementedError
 
+    def metric_names(self, examples: Sequence[Example]) -> tuple[str, ...] | None:
+        """The names of the metrics :meth:`evaluate` gives, told before any model runs by scoring
+        the gold answers of a few of ``examples`` (None where that cannot tell): what a
+        ``select_metric`` is checked against before training."""
+        sample = list(examples)[:8]
+        if not sample:
+            return None
+        try:
+            return tuple(self.score([e.label for e in sample], sample))
+        except Exception:  # a task whose predictions are not its labels: not known before a model runs
+            return None
+
     def baseline(self, train: Sequence[Example],
                  dev: Sequence[Example]) -> tuple[str, dict[str, float]] | None:
         """The trivial answer and its scores on ``dev``: the majority class of ``train`` for class

@@ -218,6 +218,10 @@ class Instruct(Task):
     def baseline(self, train, dev):
         return None  # free text: no trivial answer
 
+    def metric_names(self, examples):
+        names = super().metric_names(examples)  # evaluate adds the responses' log-probability and loss
+        return None if names is None else ("response_logprob", "loss", *names)
+
     def prompt(self, instruction: str, input: str = "") -> str:
         return render_prompt(self.template, instruction, input)
 

@@ -1,0 +1,164 @@
+"""Which settings go together, and how a setting is named in a message.
+
+A rule says that a setting means something only with another (:class:`Needs`: ``select_fraction``
+only with ``select_on = "train-slice"``), or never with another (:class:`Excludes`). A section
+states its rules once, by field name (:data:`lmlab.config.finetune.RULES`); a command whose flags
+are not a section's states them by flag (:mod:`lmlab.cli.flag_rules`). Only what the user gave
+triggers a rule (a default never does); a partner's value is the one the run will use.
+
+:class:`SettingNames` words the message in the user's own terms: the same rule reads
+``--lr-sweep applies only with --lr auto`` on the command line, ``finetune.lr_sweep applies only
+with finetune.lr = "auto"`` in a grid and ``lr_sweep applies only with lr="auto"`` from Python.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from lmlab.errors import LmlabError
+
+#: how each context writes a setting: a keyword argument, a key of a (TOML) table, a flag
+STYLES = ("keyword", "key", "flag")
+
+
+@dataclass(frozen=True)
+class SettingNames:
+    """How one context names settings: the one helper of "which key did the user write".
+
+    ``style``: ``keyword`` (a Python call: ``lr``), ``key`` (a table: ``prefix`` + field,
+    ``finetune.lr``) or ``flag`` (a command line: ``--lr``, or ``flags[field]``); ``written``: the
+    names of the settings given somewhere else than that (``tasks[0].finetune.lr``, ``--set
+    finetune.lr``, ``FILE:LINE: finetune.lr``); ``names``: a name this context gives a setting that
+    is not the plain one (the grid's ``task`` is ``tasks[0].task``)."""
+
+    style: str = "keyword"
+    prefix: str = ""
+    written: Mapping[str, str] = field(default_factory=dict)
+    names: Mapping[str, str] = field(default_factory=dict)
+    flags: Mapping[str, str] = field(default_factory=dict)
+
+    def of(self, name: str) -> str:
+        """``name`` where the user wrote it."""
+        return self.written.get(name) or self.to_set(name)
+
+    def to_set(self, name: str) -> str:
+        """How to write ``name`` in this context (a fix's words)."""
+        if name in self.names:
+            return self.names[name]
+        if self.style == "flag":
+            return self.flags.get(name, "--" + name.replace("_", "-"))
+        return f"{self.prefix}{name}" if self.style == "key" else name
+
+    def setting(self, name: str, values: Iterable[Any]) -> str:
+        """``name`` set to one of ``values``: ``--lr auto``, ``finetune.lr = "auto"``, ``lr="auto"``."""
+        shown = [v for v in values if v is not None]
+        if self.style == "flag":
+            return f"{self.to_set(name)} {' or '.join(str(v) for v in shown)}".rstrip()
+        literal = " or ".join(_literal(v, self.style) for v in shown)
+        return f"{self.of(name)} = {literal}" if self.style == "key" else f"{self.to_set(name)}={literal}"
+
+    @property
+    def verb(self) -> str:
+        """How a fix asks for a setting: ``add --lr auto``, ``set finetune.lr = "auto"``."""
+        return "add" if self.style == "flag" else "set"
+
+    def error(self, name: str, problem: str, fix: str) -> LmlabError:
+        """A one-line error about setting ``name``, named where it was written."""
+        return LmlabError(f"{self.of(name)} {problem}", fix)
+
+
+#: a Python call's settings: named by their keyword
+KEYWORDS = SettingNames()
+
+
+def _literal(value: Any, style: str) -> str:
+    if isinstance(value, bool):
+        return ("true" if value else "false") if style == "key" else str(value)
+    return json.dumps(value) if isinstance(value, str) else str(value)
+
+
+def is_set(value: Any) -> bool:
+    """A partner counts as given when it holds something (a default None, False or [] does not)."""
+    if isinstance(value, (list, tuple, str)):
+        return bool(value)
+    return value is not None and value is not False
+
+
+@dataclass(frozen=True)
+class Needs:
+    """``flag`` applies only when ``partner`` is set (``values`` None) or has one of ``values``
+    (``None`` among them: left unset, e.g. a format told from the file's extension); ``shown``
+    writes that condition for the message (default ``PARTNER V1 or V2``); ``note``: added to it
+    (``or .csv files``); ``when``: the rule holds only for those values of ``flag``; ``why``: a few
+    words on what ``flag`` does, shown in brackets. ``flag`` and ``partner`` are flags
+    (:mod:`lmlab.cli.flag_rules`) or field names (a section's rules, named by :class:`SettingNames`)."""
+
+    flag: str
+    partner: str
+    values: tuple[Any, ...] | Callable[[Any], bool] | None = None
+    shown: str = ""
+    when: Callable[[Any], bool] | None = None
+    why: str = ""
+    note: str = ""
+
+    def condition(self, names: SettingNames | None = None) -> str:
+        if self.shown:
+            return self.shown
+        if self.values is None or callable(self.values):
+            text = names.to_set(self.partner) if names else self.partner
+        elif names is not None:
+            text = names.setting(self.partner, self.values)
+        else:
+            text = f"{self.partner} {' or '.join(str(v) for v in self.values if v is not None)}"
+        return f"{text} ({self.note})" if self.note else text
+
+    def holds(self, value: Any) -> bool:
+        if self.values is None:
+            return is_set(value)
+        if callable(self.values):
+            return bool(self.values(value))
+        return value in self.values
+
+    def problem(self, flag: str, value: Any, names: SettingNames | None = None) -> tuple[str, str]:
+        why, condition = f" ({self.why})" if self.why else "", self.condition(names)
+        verb = names.verb if names is not None else "add"
+        if self.when is not None:  # the rule of some values of flag: name the value
+            return f"{flag} {value} needs {condition}{why}", f"{verb} {condition}"
+        return f"{flag} applies only with {condition}{why}", f"{verb} {condition}, or drop {flag}"
+
+
+@dataclass(frozen=True)
+class Excludes:
+    """``flag`` and ``partner`` may not be given together; ``why`` says why (shown in brackets)."""
+
+    flag: str
+    partner: str
+    why: str = ""
+    when: Callable[[Any], bool] | None = None
+    shown: str = ""
+
+    def holds(self, value: Any) -> bool:
+        return not is_set(value)
+
+    def problem(self, flag: str, value: Any, names: SettingNames | None = None) -> tuple[str, str]:
+        why = f" ({self.why})" if self.why else ""
+        partner = self.shown or (names.to_set(self.partner) if names else self.partner)
+        return f"{flag} cannot be combined with {partner}{why}", f"drop {flag} or {partner}"
+
+
+Rule = Needs | Excludes
+
+
+def check_rules(rules: Iterable[Rule], given: Iterable[str], value: Callable[[str], Any],
+                names: SettingNames = KEYWORDS) -> None:
+    """Refuse, in one line named by ``names``, a setting of ``given`` (the names the user set) whose
+    partner (``value(name)``: what the run will use) breaks one of ``rules``."""
+    given = set(given)
+    for rule in rules:
+        if rule.flag not in given or (rule.when is not None and not rule.when(value(rule.flag))):
+            continue
+        if not rule.holds(value(rule.partner)):
+            raise LmlabError(*rule.problem(names.of(rule.flag), value(rule.flag), names))

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+from assertions import assert_one_line_error, exit_code
 
 from lmlab.adapt import apply_method, resolve_options
 from lmlab.adapt.lora import find_targets
 from lmlab.errors import LmlabError
 from lmlab.models import build_model, get_preset
-from assertions import assert_one_line_error, exit_code
 
 
 @pytest.fixture()
@@ -39,7 +39,8 @@ def tiny(preset="gpt2-tiny", **kw):
 @pytest.mark.parametrize("value", ["nan", "inf", "-inf", "1e999"])
 def test_a_non_finite_number_is_refused_by_the_options_type(bare_ckpt, tmp_path, capsys, value):
     assert exit_code(finetune_args(bare_ckpt, tmp_path, "lora", f"alpha={value}")) == 2
-    assert_one_line_error(capsys, "--method-option alpha must be a finite number", "a finite number greater than 0")
+    assert_one_line_error(capsys, "--method-option alpha must be a finite number",
+                          "a finite number greater than 0")
     assert not (tmp_path / "o").exists()
     with pytest.raises(LmlabError, match="alpha must be a finite number"):
         resolve_options("lora", {"alpha": float("nan")})
@@ -49,7 +50,8 @@ def test_a_non_finite_number_is_refused_by_the_options_type(bare_ckpt, tmp_path,
 
 def test_every_lora_target_must_be_a_known_layer(bare_ckpt, tmp_path, capsys):
     assert exit_code(finetune_args(bare_ckpt, tmp_path, "lora", "target_modules=q_proj,nonexist")) == 2
-    assert_one_line_error(capsys, "target_modules 'nonexist' names no linear layer", "valid: all-linear", "q_proj")
+    assert_one_line_error(capsys, "target_modules 'nonexist' names no linear layer", "valid: all-linear",
+                          "q_proj")
     assert exit_code(finetune_args(bare_ckpt, tmp_path, "lora", "target_modules=q_proj,v_prj")) == 2
     assert_one_line_error(capsys, "'v_prj' names no linear layer (did you mean v_proj?")
     with pytest.raises(LmlabError, match="'nonexist' names no linear layer"):
@@ -59,7 +61,8 @@ def test_every_lora_target_must_be_a_known_layer(bare_ckpt, tmp_path, capsys):
         find_targets(tiny(), ["q_proj", "fc_gate"])
     with pytest.raises(LmlabError, match="'layers.9.\\*' matches no linear layer"):
         find_targets(tiny(), ["q_proj", "layers.9.*"])
-    assert len(find_targets(tiny(), ["q_proj", "layers.1.attn.*"])) == 2 + 3  # both q_proj; k, v, o of layer 1
+    # both q_proj; k, v, o of layer 1
+    assert len(find_targets(tiny(), ["q_proj", "layers.1.attn.*"])) == 2 + 3
 
 
 def test_an_option_given_twice_is_refused(bare_ckpt, tmp_path, capsys):
@@ -85,11 +88,11 @@ def test_true_and_false_are_read_and_typed():
 @pytest.mark.parametrize(("method", "n", "words"), [
     ("prefix", "100000", "runs 100000 real tokens, more than the model's 1024 positions; lower "
                          "num_virtual_tokens to at most 1024"),
-    ("prompt", "1030", "leaves no room for the input in the model's 1024 positions; lower num_virtual_tokens "
-                       "to at most 1023"),
+    ("prompt", "1030", "leaves no room for the input in the model's 1024 positions; lower "
+                       "num_virtual_tokens to at most 1023"),
 ])
-def test_virtual_tokens_must_fit_the_positions_before_the_model_loads(bare_ckpt, tmp_path, capsys, method, n,
-                                                                      words):
+def test_virtual_tokens_must_fit_the_positions_before_the_model_loads(bare_ckpt, tmp_path, capsys,
+                                                                      method, n, words):
     assert exit_code(finetune_args(bare_ckpt, tmp_path, method, f"num_virtual_tokens={n}")) == 2
     err = assert_one_line_error(capsys, words)
     assert "truncate" not in err
@@ -98,8 +101,8 @@ def test_virtual_tokens_must_fit_the_positions_before_the_model_loads(bare_ckpt,
 def test_a_max_length_must_leave_room_for_the_soft_prompt(bare_ckpt, tmp_path, capsys):
     args = finetune_args(bare_ckpt, tmp_path, "prompt", "num_virtual_tokens=1010")
     assert exit_code([*args, "--max-length", "100"]) == 2
-    assert_one_line_error(capsys, "--max-length 100 exceeds the 14 positions the model has after 1010 virtual "
-                                  "tokens", "use --max-length 14 or less")
+    assert_one_line_error(capsys, "--max-length 100 exceeds the 14 positions the model has after 1010 "
+                                  "virtual tokens", "use --max-length 14 or less")
 
 
 def test_apply_method_checks_the_positions_first():
@@ -107,7 +110,8 @@ def test_apply_method_checks_the_positions_first():
     with pytest.raises(LmlabError, match="lower num_virtual_tokens to at most 15"):
         apply_method(model, "prompt", {"num_virtual_tokens": 16})
     assert not getattr(model, "peft", None)  # refused before the model changed
-    apply_method(tiny(max_positions=16), "prefix", {"num_virtual_tokens": 40, "init": "random"})  # no positions
+    # a prefix from random vectors, numbered from the start, takes no position
+    apply_method(tiny(max_positions=16), "prefix", {"num_virtual_tokens": 40, "init": "random"})
 
 
 def test_every_option_of_every_method_has_a_value_type():

@@ -122,7 +122,7 @@ def test_pfeiffer_keeps_norms_frozen_and_bad_kind_fails():
     assert not any(p.requires_grad for n, p in houlsby.named_parameters() if "_norm." in n)
     with pytest.raises(LmlabError, match="train_norms"):
         apply_method(tiny(), "adapter", {"train_norms": "maybe"})
-    with pytest.raises(LmlabError, match="adapter kind"):
+    with pytest.raises(LmlabError, match="adapter option kind must be one of houlsby, pfeiffer"):
         apply_method(tiny(), "adapter", {"kind": "lora"})
     with pytest.raises(LmlabError, match="bottleneck"):
         apply_method(tiny(), "adapter", {"bottleneck": -3})

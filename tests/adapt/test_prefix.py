@@ -157,9 +157,9 @@ def test_reparameterised_prefix_trains_the_mlp():
 def test_bad_options():
     with pytest.raises(LmlabError, match="num_virtual_tokens"):
         apply_method(tiny("gpt2-tiny"), "prefix", {"num_virtual_tokens": 0})
-    with pytest.raises(LmlabError, match="prefix init"):
+    with pytest.raises(LmlabError, match="prefix option init must be one of vocab, random"):
         apply_method(tiny("gpt2-tiny"), "prefix", {"init": "zeros"})
-    with pytest.raises(LmlabError, match="prefix positions"):
+    with pytest.raises(LmlabError, match="prefix option positions must be one of from_start, after_prefix"):
         apply_method(tiny("gpt2-tiny"), "prefix", {"positions": "end"})
     with pytest.raises(LmlabError, match="encoders and decoders"):
         apply_method(tiny("t5-tiny"), "prefix", {"positions": "after_prefix"})

@@ -167,7 +167,7 @@ def test_too_long_inputs_and_bad_options_are_clear_errors():
     apply_method(model, "prompt", {"num_virtual_tokens": P})
     with pytest.raises(LmlabError, match="truncate inputs to 7 tokens"):
         model(ids(1, 9))
-    with pytest.raises(LmlabError, match="prompt init"):
+    with pytest.raises(LmlabError, match="prompt option init must be one of vocab, random"):
         apply_method(tiny("gpt2-tiny"), "prompt", {"init": "text"})
 
 

@@ -195,3 +195,37 @@ def test_supervised_warmup_teaches_the_chosen_responses_before_rlhf():
     assert len(sft) == 4 and sft[-1] < sft[0] / 2
     # the policy phase starts from the warmed-up model: its greedy answer is the chosen one
     assert res.start["chosen_rate"] > 0.9 and res.start["accuracy"] > 0.9
+
+
+def test_a_global_batch_larger_than_the_training_pairs_is_refused_before_the_model_loads(
+        ckpt, tmp_path, capsys):
+    """16 pairs, --grad-accum 50: a step of 800 "pairs" would visit every pair 50 times; refused in
+    one line (lmlab.config.fits.check_global_batch), before the model's weights are read."""
+    train = write_pairs(tmp_path / "t.jsonl", synthetic_pairs(16, 0))
+    bare = tmp_path / "bare"  # the checkpoint without its weights: reading them would fail
+    bare.mkdir()
+    for f in ckpt.iterdir():
+        if f.name != "model.safetensors":
+            (bare / f.name).symlink_to(f)
+    args = ["align", "--checkpoint", str(bare), "--train", str(train), "--dev", str(train), "--out",
+            str(tmp_path / "o"), "--max-steps", "1", "--no-progress"]
+    assert exit_code([*args, "--grad-accum", "50"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(
+        "error: a global batch of 800 pairs (--batch-size 16 x --grad-accum 50) is more than the 16 pairs "
+        "of the training data; lower --batch-size or --grad-accum so that --batch-size x --grad-accum is "
+        "at most 16, or add training data"), err
+    assert exit_code([*args, "--batch-size", "8", "--grad-accum", "3"]) == 2  # 2 batches an epoch, 3 a step
+    assert "a global batch of 24 pairs" in capsys.readouterr().err
+    # one batch larger than the pairs is all of them once (as in fine-tuning), and batches of 9 and
+    # 7 make one step of 2: not this refusal (the missing weights stop them later)
+    for more in (["--batch-size", "17"], ["--batch-size", "9", "--grad-accum", "2"]):
+        exit_code([*args, *more])
+        assert "global batch" not in capsys.readouterr().err
+    pairs = synthetic_pairs(16, 0)
+    prompts = len({p.prompt for p in pairs})  # RLHF's items: the distinct prompts
+    with pytest.raises(LmlabError, match=f"a global batch of {2 * prompts} prompts .* more than the "
+                                         f"{prompts} prompts"):
+        align(tiny_model(), pairs, synthetic_pairs(4, 1), None, method="rlhf", batch_size=prompts,
+              grad_accum=2, **QUIET)
+    assert not (tmp_path / "o").exists()

@@ -59,3 +59,28 @@ def test_a_grid_without_validation_data_is_refused_as_it_is_planned(tiny_data):
             "arms": [{"name": "gpt", "preset": "gpt2-tiny", "objective": "clm"}]}
     with pytest.raises(LmlabError, match="no validation data: pretrain.data.val is empty"):
         load_grid(grid)
+
+
+@pytest.mark.parametrize(("train", "words"), [
+    ({"batch_size": 500}, "a global batch of 500 windows of 32 tokens (train.batch_size 500 x "
+                          "train.grad_accum 1) is more than the 100 windows of 32 tokens of the training "
+                          "data"),
+    ({"batch_size": 4, "grad_accum": 26}, "a global batch of 104 windows of 32 tokens (train.batch_size 4 "
+                                          "x train.grad_accum 26) is more than the 100 windows"),
+])
+def test_a_global_batch_larger_than_the_training_windows_is_refused_before_the_model_is_built(
+        tiny_config, tmp_path, train, words):
+    """Every step would read the same windows more than once (and report a batch it never had):
+    refused once the data is known (lmlab.config.fits.check_global_batch), before the model is built."""
+    cfg = tiny_config(max_steps=1, **train)
+    cfg["data"]["max_tokens"] = 3200  # 100 windows of 32 tokens
+    said: list[str] = []
+    with pytest.raises(LmlabError) as e:
+        pretrain(cfg, tmp_path / "run", log=said.append)
+    assert str(e.value).startswith(words), e.value
+    assert "lower train.batch_size or train.grad_accum so that" in str(e.value)
+    assert "at most 100, or add training data" in str(e.value)
+    assert not any(line.startswith("model:") for line in said), said
+    ok = tiny_config(max_steps=1, batch_size=100, eval_batches=1)
+    ok["data"]["max_tokens"] = 3200
+    pretrain(ok, tmp_path / "ok", log=said.append)  # a batch of all 100 windows: fine

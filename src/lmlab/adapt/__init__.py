@@ -35,7 +35,6 @@ from typing import TYPE_CHECKING, Any
 
 from lmlab.arguments import describe, model_argument
 from lmlab.errors import LmlabError
-from lmlab.values import ListProblem, comma_list
 
 if TYPE_CHECKING:  # torch is imported where a model is touched, so that METHODS costs nothing to read
     from torch import nn
@@ -57,11 +56,37 @@ __all__ = [
     "METHODS",
     "TASK_HEADS",
     "apply_method",
+    "check_options",
     "method_function",
     "resolve_options",
     "trainable_parameters",
     "transformer_blocks",
 ]
+
+
+def option_defaults(method: str) -> dict[str, Any]:
+    """Option name -> default of ``method``: its ``apply_*`` function's keyword parameters."""
+    params = inspect.signature(method_function(method)).parameters
+    return {k: p.default for k, p in params.items() if k != "model"}
+
+
+def check_options(method: str, options: dict[str, Any], where: str = "") -> dict[str, Any]:
+    """The options given, each name known and each value checked against its type and converted
+    (:func:`lmlab.adapt.options.check_options`, the one home of the options' types); only those given."""
+    from lmlab.adapt.options import check_options as check
+
+    return check(method, dict(options), option_defaults(method), where)
+
+
+def resolve_options(method: str, options: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``options`` checked (:func:`check_options`) and completed with the method's defaults: the
+    options a method is applied with, and that an adapter's config records."""
+    given = check_options(method, dict(options or {}))
+    resolved = {}
+    for name, default in option_defaults(method).items():
+        value = given.get(name, default)
+        resolved[name] = list(value) if isinstance(value, tuple) else value
+    return resolved
 
 
 def method_function(method: str):
@@ -70,63 +95,6 @@ def method_function(method: str):
         raise LmlabError(f"unknown adaptation method {method!r}", f"choose one of: {', '.join(METHODS)}")
     module, attr = METHODS[method].split(":")
     return getattr(importlib.import_module(module), attr)
-
-
-def resolve_options(method: str, options: dict[str, Any] | None = None) -> dict[str, Any]:
-    """``options`` completed with the method's defaults, strings (from the command line) converted
-    to the default's type; an unknown option is a one-line LmlabError listing the known ones."""
-    fn = method_function(method)
-    params = {k: p for k, p in inspect.signature(fn).parameters.items() if k != "model"}
-    options = dict(options or {})
-    unknown = sorted(set(options) - set(params))
-    if unknown:
-        known = ", ".join(f"{k}={p.default!r}" for k, p in params.items())
-        raise LmlabError(f"{method} has no options {unknown}", f"known options (defaults): {known}")
-    resolved = {}
-    for name, p in params.items():
-        value = options.get(name, p.default)
-        resolved[name] = _coerce(method, name, value, p.default)
-    return resolved
-
-
-def _coerce(method: str, name: str, value: Any, default: Any) -> Any:
-    """Convert a command-line string to the type of ``default`` (int, float, bool, tuple of str)."""
-    if isinstance(value, tuple):
-        return list(value)  # JSON-friendly
-    if not isinstance(value, str) or isinstance(default, str):
-        return value
-    if default is None:  # "auto" options: guess the type from the text
-        return _guess(value)
-    try:
-        if isinstance(default, bool):
-            if value.lower() not in ("true", "false", "1", "0", "yes", "no"):
-                raise ValueError(value)
-            return value.lower() in ("true", "1", "yes")
-        if isinstance(default, int):
-            return int(value)
-        if isinstance(default, float):
-            return float(value)
-        if isinstance(default, (tuple, list)):
-            return comma_list(value)
-    except ListProblem as e:
-        raise LmlabError(f"{method} option {name}={value!r} {e}", f"give e.g. {name}=a,b") from None
-    except ValueError:
-        raise LmlabError(
-            f"{method} option {name}={value!r} is not a {type(default).__name__}",
-            f"give e.g. {name}={default!r}",
-        ) from None
-    return value
-
-
-def _guess(text: str) -> Any:
-    if text.lower() in ("true", "false", "yes", "no"):
-        return text.lower() in ("true", "yes")
-    for kind in (int, float):
-        try:
-            return kind(text)
-        except ValueError:
-            pass
-    return text
 
 
 def apply_method(model: nn.Module, method: str, options: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -145,7 +113,10 @@ def apply_method(model: nn.Module, method: str, options: dict[str, Any] | None =
             f"{type(model).__name__} has no Transformer blocks to adapt",
             "use an encoder, decoder or encoder-decoder Transformer (not an RNN)",
         )
+    from lmlab.adapt.options import check_positions
+
     resolved = resolve_options(method, options)
+    check_positions(method, resolved, model.config)  # virtual tokens that fit: before the model changes
     method_function(method)(model, **resolved)
     model.peft = {"method": method, "options": resolved}
     return resolved

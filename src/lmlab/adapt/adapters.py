@@ -29,10 +29,11 @@ from collections.abc import Callable
 from torch import Tensor, nn
 
 from lmlab.adapt import freeze_base, transformer_blocks, unfreeze_task_heads
+from lmlab.adapt.options import ADAPTER_KINDS
 from lmlab.errors import LmlabError
 from lmlab.models.blocks import get_activation
 
-KINDS = ("houlsby", "pfeiffer")
+KINDS = ADAPTER_KINDS
 
 
 class BottleneckAdapter(nn.Module):

@@ -27,15 +27,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from lmlab.adapt import freeze_base, transformer_blocks, unfreeze_task_heads
+from lmlab.adapt.options import TARGET_GROUPS, is_glob
 from lmlab.arguments import model_argument
 from lmlab.errors import LmlabError
-
-#: named groups of target modules
-TARGET_GROUPS = {
-    "qv": ("q_proj", "v_proj"),
-    "attention": ("q_proj", "k_proj", "v_proj", "o_proj"),
-    "ffn": ("fc_in", "fc_gate", "fc_out"),
-}
 
 
 class LoRALinear(nn.Linear):
@@ -86,7 +80,7 @@ def _matches(name: str, patterns: list[str]) -> bool:
     over the full qualified name (``layers.1*.attn.*``)."""
     last = name.rsplit(".", 1)[-1]
     for p in patterns:
-        if any(c in p for c in "*?[") and fnmatch.fnmatchcase(name, p):
+        if is_glob(p) and fnmatch.fnmatchcase(name, p):
             return True
         if p == last or p == name:
             return True
@@ -95,29 +89,33 @@ def _matches(name: str, patterns: list[str]) -> bool:
 
 def find_targets(model: nn.Module, target_modules) -> list[tuple[nn.Module, str, nn.Linear]]:
     """``(parent, attribute, linear)`` for every linear layer inside a Transformer block that the
-    patterns select (``"all-linear"``, a group from :data:`TARGET_GROUPS`, names or globs)."""
+    patterns select (``"all-linear"``, a group from :data:`TARGET_GROUPS`, names or globs). Every
+    pattern must select a layer of this model: one that selects none is refused, naming the closest
+    of the model's layer names (a name lmlab's blocks never have is refused earlier, by the option's
+    type, :mod:`lmlab.adapt.options`)."""
     patterns = [target_modules] if isinstance(target_modules, str) else list(target_modules)
-    expanded: list[str] = []
-    for p in patterns:
-        expanded.extend(TARGET_GROUPS.get(p, (p,)))
-    everything = "all-linear" in expanded
-    found, seen, available = [], set(), set()
+    linears = []  # (parent, attr, linear, qualified name), each layer once
+    seen = set()
     for block_name, block in transformer_blocks(model):
         for name, parent in block.named_modules():
             for attr, child in parent.named_children():
-                if not isinstance(child, nn.Linear) or id(child) in seen:
-                    continue
-                full = ".".join(x for x in (block_name, name, attr) if x)
-                available.add(full.rsplit(".", 1)[-1])
-                if everything or _matches(full, expanded):
+                if isinstance(child, nn.Linear) and id(child) not in seen:
                     seen.add(id(child))
-                    found.append((parent, attr, child))
-    if not found:
-        raise LmlabError(
-            f"LoRA target_modules {patterns} match no linear layer",
-            f"use 'all-linear', a group ({', '.join(TARGET_GROUPS)}) or names among {sorted(available)}",
-        )
-    return found
+                    linears.append((parent, attr, child, ".".join(x for x in (block_name, name, attr) if x)))
+    available = sorted({full.rsplit(".", 1)[-1] for *_, full in linears})
+    chosen = set()
+    for p in patterns:
+        expanded = [full for *_, full in linears] if p == "all-linear" else list(TARGET_GROUPS.get(p, (p,)))
+        hits = {i for i, (*_, full) in enumerate(linears) if _matches(full, expanded)}
+        if not hits:
+            from lmlab.config.overrides import suggest
+
+            names = ["all-linear", *TARGET_GROUPS, *available]
+            fix = (f"use a glob that matches, or one of: {', '.join(names)}" if is_glob(p)
+                   else suggest(p.rsplit(".", 1)[-1], names))
+            raise LmlabError(f"LoRA target_modules {p!r} matches no linear layer of this model", fix)
+        chosen |= hits
+    return [(parent, attr, linear) for i, (parent, attr, linear, _) in enumerate(linears) if i in chosen]
 
 
 def apply_lora(
@@ -136,7 +134,7 @@ def apply_lora(
     """
     if not isinstance(rank, int) or rank <= 0:
         raise LmlabError(f"LoRA rank must be a positive integer, got {rank!r}", "use e.g. rank=8")
-    if not alpha or alpha <= 0:
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 < alpha < math.inf:
         raise LmlabError(f"LoRA alpha must be positive, got {alpha!r}", "use e.g. alpha=16 (twice the rank)")
     if not 0.0 <= dropout < 1.0:
         raise LmlabError(f"LoRA dropout must be in [0, 1), got {dropout}", "use e.g. dropout=0.05")

@@ -424,6 +424,13 @@ class PeftFineTuning:
     def __init__(self, **options):
         self.options = resolve_options(self.name, options)  # bad options fail before any work
 
+    def positions(self, config) -> int:
+        """The positions the virtual tokens take in front of every input of a model of ``config``;
+        refused, before any weight is read, when they leave the input no room."""
+        from lmlab.adapt.options import check_positions
+
+        return check_positions(self.name, self.options, config)
+
     def apply(self, model: nn.Module, task=None) -> nn.Module:
         apply_method(model, self.name, self.options)
         return model

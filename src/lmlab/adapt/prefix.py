@@ -35,10 +35,10 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from lmlab.adapt import freeze_base, transformer_blocks, unfreeze_task_heads
+from lmlab.adapt.options import INITS, PREFIX_POSITIONS
 from lmlab.errors import LmlabError
 
-INITS = ("vocab", "random")
-POSITIONS = ("from_start", "after_prefix")
+POSITIONS = PREFIX_POSITIONS
 
 
 class PrefixEncoder(nn.Module):

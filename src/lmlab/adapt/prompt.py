@@ -38,10 +38,10 @@ import torch
 from torch import Tensor, nn
 
 from lmlab.adapt import freeze_base, unfreeze_task_heads
+from lmlab.adapt.options import INITS
 from lmlab.errors import LmlabError
 from lmlab.losses import IGNORE
 
-INITS = ("vocab", "random")
 #: heads whose outputs have one entry per input token
 TOKEN_HEADS = ("mlm", "discriminator", "token_cls", "span", "lm")
 

@@ -42,6 +42,7 @@ from lmlab.align.config import AlignConfig
 from lmlab.align.dpo import dpo_loss, preference_metrics
 from lmlab.align.logprobs import check_generative, encode_response, pair_rows, response_logprobs
 from lmlab.align.pairs import PreferencePair, read_preferences
+from lmlab.config.fits import check_global_batch
 from lmlab.errors import LmlabError
 from lmlab.fileio import atomic_dir, check_replaceable_dir, write_json
 from lmlab.finetune.loop import epoch_batches, load_trainable_model
@@ -291,6 +292,15 @@ def setup(checkpoint, train, dev, out, hparams: dict[str, Any], tokenizer, log,
     bad = BadLines(cfg.on_bad_line, say)
     train_pairs = limit(read_pairs(train, "train", bad, cfg.task), cfg.max_train_examples)
     dev_pairs = limit(read_pairs(dev, "dev", bad, cfg.task), cfg.max_eval_examples)
+    # a step's batch larger than the training pairs (RLHF: prompts), refused before the model loads
+    # (DPO cuts each epoch into -(-pairs // batch_size) batches, the last one short: a step repeats
+    # pairs only when it takes more micro-batches than that; RLHF draws batch_size prompts a batch)
+    flags = ("--batch-size", "--grad-accum")
+    if cfg.method == "rlhf":
+        check_global_batch(cfg.batch_size, cfg.grad_accum, 1, len({p.prompt for p in train_pairs}), "prompts",
+                           flags)
+    elif cfg.grad_accum > -(-len(train_pairs) // cfg.batch_size):
+        check_global_batch(cfg.batch_size, cfg.grad_accum, 1, len(train_pairs), "pairs", flags)
     model = load_policy(checkpoint, tokenizer).to(device)
     metrics_log, live = None, contextlib.ExitStack()
     if out_dir is not None:  # the live log sits beside the output (tail it); it moves inside at the end

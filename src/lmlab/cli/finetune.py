@@ -15,7 +15,6 @@ from lmlab.config.flags import (
     section_names,
     section_settings,
 )
-from lmlab.errors import LmlabError
 from lmlab.values import lr_flag, path_flag, text_flag
 
 DESCRIPTION = """\
@@ -208,21 +207,6 @@ def data_settings(args) -> dict:
     return {k: v for k, v in {**out, "fields": fields or None}.items() if v is not None}
 
 
-def parse_options(items: list[str]) -> dict:
-    """``["rank=8", "targets=[\\"q\\"]"]`` -> ``{"rank": 8, "targets": ["q"]}`` (JSON, else string)."""
-    out = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise LmlabError(f"--method-option {item!r} is not KEY=VALUE",
-                             "write e.g. --method-option rank=8")
-        try:
-            out[key] = json.loads(value)
-        except json.JSONDecodeError:
-            out[key] = value
-    return out
-
-
 def settings_of(args) -> dict:
     """The fine-tuning settings of ``args``: --config's [finetune] table, the flags given, --set; all
     checked here, before any model is read."""
@@ -251,9 +235,11 @@ def setting_names(args, hparams: dict):
 def run(args) -> int:
     hparams = settings_of(args)
     from lmlab.finetune import finetune
+    from lmlab.finetune.methods import method_options_from_text
 
+    options = method_options_from_text(args.method, args.method_option)
     result = finetune(args.checkpoint, args.task, args.train, args.dev, args.out, method=args.method,
-                      method_options=parse_options(args.method_option), tokenizer=args.tokenizer,
+                      method_options=options, tokenizer=args.tokenizer,
                       resume=args.resume, _names=setting_names(args, hparams), **hparams)
     if is_main_process():  # torchrun: rank 0 says it
         print(json.dumps(result.metrics, indent=2))

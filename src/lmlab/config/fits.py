@@ -54,3 +54,26 @@ def check_added_tokens(cfg, width: int) -> None:
         what = f"objective {cfg.objective.name!r} adding {added:,} tokens to the vocabulary"
         budget.require_special_tokens_fit(added, what, "lower the objective's num_sentinels (T5 uses 100)",
                                           row_bytes=2 * budget.FLOAT32 * width)
+
+
+def check_global_batch(batch_size: int, grad_accum: int, processes: int, items: int, what: str,
+                       flags: tuple[str, str]) -> None:
+    """Refuse a global batch (``batch_size`` x ``grad_accum`` micro-batches x ``processes``) larger
+    than the training data (``items`` windows, pairs or prompts, ``what`` they are), once the data is
+    read and before the first step: one optimizer step would see the same items more than once (and
+    report a batch it never had). ``flags``: the names of batch_size and grad_accum in the command
+    (``("train.batch_size", "train.grad_accum")``, ``("--batch-size", "--grad-accum")``). The one
+    decision of pretraining and alignment; fine-tuning cuts each epoch into batches of at most
+    batch_size examples (docs/training.md) and has no grad_accum."""
+    rows = batch_size * grad_accum * processes
+    if rows <= items:
+        return
+    size, accum = flags
+    parts = f"{size} {batch_size:,} x {accum} {grad_accum:,}"
+    if processes > 1:
+        parts += f" x {processes} processes"
+    times = " x processes" if processes > 1 else ""
+    raise LmlabError(f"a global batch of {rows:,} {what} ({parts}) is more than the {items:,} {what} of the "
+                     "training data",
+                     f"lower {size} or {accum} so that {size} x {accum}{times} is at most {items:,}, or add "
+                     "training data")

@@ -101,7 +101,7 @@ class PackedWindows:
 
     @property
     def windows_per_epoch(self) -> int:
-        return self.num_tokens // self.seq_len
+        return window_count(self.num_tokens, self.seq_len)
 
     def check_position(self, position: int, where: str) -> None:
         """Refuse a data position (read from ``where``, a resume state) that stands for more than
@@ -132,6 +132,14 @@ class PackedWindows:
 
     def read(self, starts: list[int]) -> TokenBatch:
         return read_windows(self.shards, starts, self.seq_len)
+
+
+def window_count(num_tokens: int, seq_len: int, max_tokens: int | None = None) -> int:
+    """The training windows of ``seq_len`` tokens in ``num_tokens`` (the first ``max_tokens`` of
+    them, when given): what one epoch of :class:`PackedWindows` visits."""
+    if max_tokens:
+        num_tokens = min(num_tokens, max_tokens)
+    return num_tokens // seq_len
 
 
 def read_windows(shards: TokenShards, starts: list[int], seq_len: int) -> TokenBatch:

@@ -140,25 +140,35 @@ def load_trainable_model(checkpoint, tokenizer, purpose: str = "fine-tuning"):
     return model
 
 
-def check_length_fits(checkpoint, max_length: int | None, names: SettingNames = KEYWORDS) -> None:
-    """A ``max_length`` given must fit the positions of ``checkpoint`` (a directory or a model),
-    told from its config before any weight is read (:func:`lmlab.models.config.max_length_for`);
-    the error names the setting as the user wrote it (``names``: ``--max-length``, ``max_length``)."""
-    if max_length is None:
-        return
+def check_length_fits(checkpoint, max_length: int | None, meth=None, names: SettingNames = KEYWORDS) -> None:
+    """A ``max_length`` given and the virtual tokens of the method ``meth`` (a soft prompt, a
+    prefix) must fit the positions of ``checkpoint`` (a directory or a model), told from its config
+    before any weight is read (:func:`lmlab.models.config.max_length_for`); the error names the
+    setting as the user wrote it (``names``: ``--max-length``, ``max_length``)."""
     from lmlab.loading import model_facts
 
     facts = model_facts(checkpoint)
-    if facts is not None:
-        max_length_for(facts.config, max_length, max_length, flag=names.of("max_length"))
+    if facts is None:
+        return
+    reserved = method_positions(meth, facts.config)
+    if max_length is not None:
+        max_length_for(facts.config, max_length, max_length, flag=names.of("max_length"), reserved=reserved)
 
 
-def task_for_model(task: str, model, cfg: FinetuneConfig) -> Task:
+def method_positions(meth, config) -> int:
+    """The positions ``meth``'s virtual tokens take in front of every input of a model of ``config``
+    (0 for a method without any); virtual tokens that leave no room are refused here."""
+    check = getattr(meth, "positions", None)
+    return check(config) if check is not None else 0
+
+
+def task_for_model(task: str, model, cfg: FinetuneConfig, reserved: int = 0) -> Task:
     """The task ``task`` for ``model`` with ``cfg``'s options; its input length is the one given,
-    else the task's default cut down to the model's positions (:func:`max_length_for`)."""
+    else the task's default cut down to the model's positions (:func:`max_length_for`), less the
+    ``reserved`` positions a method's virtual tokens take."""
     options = cfg.task_options()
     built = make_task(task, model.architecture, **options)
-    fitted = max_length_for(model.config, cfg.max_length, built.options.max_length)
+    fitted = max_length_for(model.config, cfg.max_length, built.options.max_length, reserved=reserved)
     if fitted != built.options.max_length:
         built = make_task(task, model.architecture, **{**options, "max_length": fitted})
     return built
@@ -203,12 +213,12 @@ def finetune(checkpoint, task: str | Task, train, dev, out: str | os.PathLike | 
         check_fields(task, cfg.fields)  # a --ROLE-field the task would not read: before the model loads
     cfg.check_files([train, dev], _names)  # a CSV delimiter for a .tsv file
     refuse_int8(checkpoint, "fine-tuning")  # before any work (an --lr auto sweep, the output's lock)
-    check_length_fits(checkpoint, cfg.max_length, _names)  # before any work: the model's config is enough
     if cfg.loggers and out is None:  # before any work
         raise LmlabError("loggers write beside the fine-tuned model, but there is no output directory",
                          "pass an output directory (--out)")
     say = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
     meth = method_class(method)(**(method_options or {}))  # bad method options fail before any work
+    check_length_fits(checkpoint, cfg.max_length, meth, _names)  # before any work: the config is enough
     if cfg.lr == "auto":
         if dist.launched_world_size() > 1:
             raise LmlabError("--lr auto runs one fine-tuning per rate and cannot run under torchrun",
@@ -315,7 +325,7 @@ def _build_run(checkpoint, task, train, dev, tokenizer, cfg: FinetuneConfig, met
     """Load the model, read the data, put the task head and the method on: the run, before training."""
     model = load_trainable_model(checkpoint, tokenizer)
     if not isinstance(task, Task):
-        task = task_for_model(task, model, cfg)
+        task = task_for_model(task, model, cfg, method_positions(meth, model.config))
     bad = BadLines(cfg.on_bad_line, say, cfg.max_bad_fraction)
     train_ex = limit(read_examples(task, train, "train", bad), cfg.max_train_examples)
     task.fit(train_ex)  # the label set, before dev is read: a dev file's header is told from its labels

@@ -77,3 +77,16 @@ def method_class(name: str):
         module, attr = target.split(":")
         target = getattr(importlib.import_module(module), attr)
     return target
+
+
+def method_options_from_text(method: str, items: list[str]) -> dict[str, Any]:
+    """The options of ``--method-option KEY=VALUE`` (repeatable) for ``method``, each read and checked
+    against its type (:mod:`lmlab.adapt.options`, the one home of the options' types): only those
+    given, converted (``rank=8`` -> ``{"rank": 8}``). An option given twice is refused."""
+    from lmlab.adapt import check_options
+    from lmlab.adapt.options import parse_option_items
+
+    given = parse_option_items(items)
+    if not given or method_class(method) is FullFineTuning:
+        return dict(given)  # full takes none: it says so
+    return check_options(method, given, "--method-option")

@@ -169,16 +169,22 @@ def position_limit(config) -> int | None:
     return limit
 
 
-def max_length_for(config, requested: int | None, default: int, flag: str = "--max-length") -> int:
+def max_length_for(config, requested: int | None, default: int, flag: str = "--max-length",
+                   reserved: int = 0) -> int:
     """The one decision of how long an input may be for a model of ``config``: ``requested`` (the
     user's ``--max-length``; None: not given) must fit its positions (:func:`position_limit`),
-    else a one-line error naming ``flag`` before any work; a ``default`` is cut down to them."""
+    else a one-line error naming ``flag`` before any work; a ``default`` is cut down to them.
+    ``reserved``: positions a fine-tuning method's virtual tokens take in front of every input (a
+    soft prompt, :func:`lmlab.adapt.options.check_positions`), which the input cannot use."""
     limit = position_limit(config)
+    if limit is not None:
+        limit -= reserved
     if requested is None:
         return default if limit is None else min(default, limit)
     if limit is not None and requested > limit:
-        raise LmlabError(f"{flag} {requested} exceeds the model's {limit} positions",
-                         f"use {flag} {limit} or less")
+        taken = f" after {reserved} virtual tokens" if reserved else ""
+        raise LmlabError(f"{flag} {requested} exceeds the {limit} positions the model has{taken}",
+                         f"use {flag} {limit} or less" + (" (or fewer virtual tokens)" if reserved else ""))
     return requested
 
 

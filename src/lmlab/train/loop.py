@@ -34,8 +34,9 @@ from torch import nn
 
 from lmlab import ownership
 from lmlab.arguments import trusted_inputs
+from lmlab.config.fits import check_global_batch
 from lmlab.data.batch import TokenBatch
-from lmlab.data.packing import PackedWindows, eval_starts
+from lmlab.data.packing import PackedWindows, eval_starts, window_count
 from lmlab.errors import LmlabError
 from lmlab.fileio import atomic_write_text, directory_lock, remove_leftovers, write_json
 from lmlab.ownership import claimed_dir
@@ -157,6 +158,10 @@ class Trainer:
         self.ckpt = pretrain_state.check_run_dir(self)  # a resume's own checks (its inputs' identity) first
         check_data(cfg.data)  # no validation data, a missing file...: before a tokenizer is trained
         self._prepare_data()
+        # a global batch larger than the training windows: refused before the model is built
+        check_global_batch(t.batch_size, t.grad_accum, self.info.world_size,
+                           window_count(self.data.train.num_tokens, t.seq_len, cfg.data.max_tokens),
+                           f"windows of {t.seq_len} tokens", ("train.batch_size", "train.grad_accum"))
         tok = self.data.tokenizer
 
         # model and objective (lmlab.train.builder: the lab plans its runs with the same builder)

@@ -182,8 +182,9 @@ def max_length_for(config, requested: int | None, default: int, flag: str = "--m
     if requested is None:
         return default if limit is None else min(default, limit)
     if limit is not None and requested > limit:
-        taken = f" after {reserved} virtual tokens" if reserved else ""
-        raise LmlabError(f"{flag} {requested} exceeds the {limit} positions the model has{taken}",
+        room = (f"the {limit} positions the model has after {reserved} virtual tokens" if reserved
+                else f"the model's {limit} positions")
+        raise LmlabError(f"{flag} {requested} exceeds {room}",
                          f"use {flag} {limit} or less" + (" (or fewer virtual tokens)" if reserved else ""))
     return requested
 

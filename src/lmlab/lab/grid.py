@@ -33,6 +33,7 @@ only the runs it touches are new.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import hashlib
 import json
 import os
@@ -176,10 +177,9 @@ class _Pretraining:
 
     def read_vocabulary(self) -> None:
         """Look at the data and tokenizer (once the grid's tables are checked): nothing is trained."""
-        from lmlab.config import DataConfig
-        from lmlab.config.fields import build_section
+        from lmlab.config.data import build_data_section
 
-        data = build_section(DataConfig, self.data, "pretrain.data")
+        data = build_data_section(dict(self.data), section="pretrain.data")  # the recipe's own check
         self.tokenizer, self.data_vocab, self.tokenizer_vocab = _vocabulary(data)
 
     @property
@@ -301,11 +301,12 @@ def _vocabulary(data) -> tuple[Any, int, int]:
         own = first / TOKENIZER_DIR
         return (load_tokenizer(own) if own.is_dir() else None), vocab, vocab
     tok = data.tokenizer
-    if isinstance(tok, dict):
+    if isinstance(tok, dict):  # checked as a recipe's table is (lmlab.config.data.check_tokenizer_table)
         size = tok.get("vocab_size")
-        if not isinstance(size, int) or size < 1:
-            raise LmlabError("pretrain.data.tokenizer needs vocab_size",
-                             'write tokenizer = {algo = "bytelevel", vocab_size = 4096}')
+        if size is None:  # bpe's num_merges: the vocabulary is known only once trained
+            raise LmlabError("pretrain.data.tokenizer has no vocab_size, which the grid needs to size its "
+                             "models before the tokenizer is trained",
+                             'write e.g. tokenizer = {algo = "bpe", vocab_size = 4096}')
         return None, 0, size
     return load_tokenizer(Path(expand(tok))), 0, 0
 
@@ -320,14 +321,14 @@ def _plan_pretrain(arm: Arm, size: str, size_model: dict[str, Any], seed: int,
     objective = arm.objective if arm.pretrained else probe_objective(arm)  # 'none': checks the rest
     cfg_dict = {"model": {"preset": arm.preset, **shared.model, **size_model, **arm.model},
                 "objective": {"name": objective, **arm.params},
-                "data": dict(shared.data), "train": {**train, "max_steps": 1}}
+                "data": dict(shared.data), "train": {**train, "max_steps": PLANNING_STEPS}}
     try:
         cfg = load_config(cfg_dict)
         tok = copy.deepcopy(shared.tokenizer)  # the objective may add tokens to it (T5's sentinels)
         built = build_run(cfg, tok, "meta", data_vocab_size=shared.data_vocab,
                           tokenizer_vocab=shared.tokenizer_vocab, with_objective=arm.pretrained)
     except LmlabError as e:
-        raise LmlabError(f"arm {arm.name!r}, size {size!r}: {e.problem}", e.fix) from None
+        raise _in_grid(e, arm, size) from None
     resolved = cfg.to_dict()
     steps, tokens, step_flops = 0, 0, 0.0
     if arm.pretrained:
@@ -337,6 +338,14 @@ def _plan_pretrain(arm: Arm, size: str, size_model: dict[str, Any], seed: int,
         steps = steps_for_budget(budget, rows * t.seq_len, step_flops)
         _check_steps(steps, budget, arm, rows, t.seq_len, step_flops)
         resolved["train"] = _run_train_defaults(resolved["train"], train, steps)
+        from lmlab.config.run import check_schedule
+
+        try:  # the recipe's check, on the steps the budget bought
+            keys = ("max_steps", "warmup_steps", "decay_steps")
+            check_schedule(dataclasses.replace(cfg.train, **{k: resolved["train"][k] for k in keys}),
+                           f"arms.{arm.name}.train." if "warmup_steps" in arm.train else "pretrain.train.")
+        except LmlabError as e:
+            raise _in_grid(e, arm, size) from None
         tokens = steps * rows * t.seq_len
     else:
         resolved["objective"], resolved["train"] = {"name": NONE}, {"seed": seed}
@@ -346,6 +355,15 @@ def _plan_pretrain(arm: Arm, size: str, size_model: dict[str, Any], seed: int,
         keyed["train"] = {k: v for k, v in keyed["train"].items() if k not in MACHINE_TRAIN_KEYS}
     return PretrainRun(arm, size, seed, resolved, steps, tokens, step_flops, built.parameters, run_key(keyed),
                        built.vocab_size)
+
+
+#: the max_steps a run is checked with before its budget is turned into steps (then checked again)
+PLANNING_STEPS = 2**40
+
+
+def _in_grid(e: LmlabError, arm: Arm, size: str) -> LmlabError:
+    """A recipe's error about one planned run, named with its arm and size."""
+    return LmlabError(f"arm {arm.name!r}, size {size!r}: {e.problem}", e.fix)
 
 
 def _step_flops(built, arm: Arm, seq_len: int, rows: int, required: bool) -> float:

@@ -76,7 +76,7 @@ def check_tokenizer_table(table: dict[str, Any], key: str = "data.tokenizer",
                          f'e.g. tokenizer = {{algo = "bytelevel", vocab_size = 4096}} '
                          f'(algo: {", ".join(ALGORITHMS)})')
     if not isinstance(algo, str) or algo not in ALGORITHMS:
-        raise LmlabError(f"{origin.of(f'{key}.algo')}: unknown tokenizer algorithm {algo!r}",
+        raise LmlabError(f"{origin.of(key)}: unknown tokenizer algorithm {algo!r}",
                          suggest(str(algo), ALGORITHMS, ""))
     hints = {"input": PathText | list[PathText], **training_settings(algo)}
     out: dict[str, Any] = {"algo": algo}

@@ -139,7 +139,7 @@ class Tokenizer(TemplateEncoding, HfJsonExport, ABC):
         :meth:`min_vocab_size` tokens. ``where`` prefixes the names (``data.tokenizer.``). The one
         copy, run by :func:`lmlab.tokenizers.train_tokenizer` and when a recipe is read."""
         if vocab_size is None:
-            raise LmlabError(f"{where}vocab_size is missing: {cls.algo} training needs it",
+            raise LmlabError(f"{where}vocab_size is missing: {cls.algo} training needs a vocabulary size",
                              f"set {where}vocab_size, e.g. 8000")
         need = cls.min_vocab_size(special_tokens, options)
         if vocab_size < need:

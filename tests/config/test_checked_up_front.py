@@ -99,6 +99,23 @@ def test_train_tokenizer_names_an_unknown_option_before_reading_text():
         train_tokenizer("bytelevel", texts(), vocab_size=300, bogus=1)
 
 
+def test_a_val_fraction_leaving_no_training_window_is_refused_before_a_tokenizer(recipe, tmp_path, capsys):
+    from lmlab.config import to_toml
+    from tests.assertions import assert_one_line_error, exit_code
+
+    path = tmp_path / "tiny.toml"
+    path.write_text(to_toml(load_config(recipe)), encoding="utf-8")
+    out = tmp_path / "run"
+    argv = ["pretrain", "--config", str(path), "--out", str(out), "--set", "data.val=[]",
+            "data.val_fraction=0.99999"]
+    assert exit_code(argv) == 2
+    assert_one_line_error(capsys, "data.val_fraction 0.99999")
+    assert not out.exists()
+    from lmlab.train.data import check_data
+
+    check_data(load_config(recipe, ["data.val=[]", "data.val_fraction=0.1"]).data, seq_len=32)  # windows left
+
+
 @pytest.mark.parametrize("overrides, says", [
     (["model.vocab_size=10"], "model.vocab_size 10 is smaller than the 300"),
     (["data.max_tokens=1"], "data.max_tokens"),
@@ -153,6 +170,7 @@ def test_a_good_grid_plans(grid):
     (['pretrain.data.tokenizer={algo="bytelevel",vocab_size=300,bogus=1}'], "pretrain.data.tokenizer.bogus"),
     (["pretrain.data.max_tokens=1"], "data.max_tokens"),
     (["pretrain.model.vocab_size=10"], "model.vocab_size 10"),
+    (["pretrain.data.val=[]", "pretrain.data.val_fraction=0.99999"], "pretrain.data.val_fraction 0.99999"),
     (["pretrain.train.warmup_steps=500"], "pretrain.train.warmup_steps 500"),
 ])
 def test_a_grid_with_a_bad_value_is_refused_at_planning(grid, overrides, says):

@@ -172,6 +172,7 @@ class _Pretraining:
     model: dict[str, Any]
     budget: Budget
     tokenizer: Any = None  # the tokenizer when it exists already (a directory, the shards' copy)
+    plan: Any = None  # the checked [data] (lmlab.train.data.check_data)
     data_vocab: int = 0  # the token shards' vocabulary (0: text, tokenised by the run)
     tokenizer_vocab: int = 0  # the vocabulary a tokenizer table asks for (used when tokenizer is None)
 
@@ -180,7 +181,8 @@ class _Pretraining:
         from lmlab.config.data import build_data_section
 
         data = build_data_section(dict(self.data), section="pretrain.data")  # the recipe's own check
-        self.tokenizer, self.data_vocab, self.tokenizer_vocab = _vocabulary(data)
+        self.plan = _data_plan(data)
+        self.tokenizer, self.data_vocab, self.tokenizer_vocab = _vocabulary(data, self.plan)
 
     @property
     def data_key(self) -> dict[str, Any]:
@@ -284,15 +286,20 @@ def _finetune_section(value) -> dict[str, Any]:
     return table
 
 
-def _vocabulary(data) -> tuple[Any, int, int]:
+def _data_plan(data):
+    """``[data]`` checked as the trainer checks it (:func:`lmlab.train.data.check_data`)."""
+    from lmlab.train.data import check_data
+
+    return check_data(data, "pretrain.")
+
+
+def _vocabulary(data, plan) -> tuple[Any, int, int]:
     """``(tokenizer or None, shards' vocabulary, a tokenizer table's vocab_size)`` of ``[data]``,
-    read without training or tokenising anything: what the trainer's tokenizer and shards will be.
-    ``[data]`` is checked first as the trainer checks it (:func:`lmlab.train.data.check_data`)."""
+    read without training or tokenising anything: what the trainer's tokenizer and shards will be."""
     from lmlab.data.shards import INDEX_FILE, TOKENIZER_DIR
     from lmlab.tokenizers import load_tokenizer
-    from lmlab.train.data import check_data, expand
+    from lmlab.train.data import expand
 
-    plan = check_data(data, "pretrain.")
     if plan.train_is_shards:
         from lmlab.fileio import read_json
 
@@ -316,6 +323,7 @@ def _plan_pretrain(arm: Arm, size: str, size_model: dict[str, Any], seed: int,
     """One pretraining run (or an untrained model's), its numbers from the model the trainer builds."""
     from lmlab.config import load_config
     from lmlab.train.builder import build_run
+    from lmlab.train.data import check_train_share
 
     train = {**shared.train, **arm.train, "seed": seed}
     objective = arm.objective if arm.pretrained else probe_objective(arm)  # 'none': checks the rest
@@ -327,6 +335,8 @@ def _plan_pretrain(arm: Arm, size: str, size_model: dict[str, Any], seed: int,
         tok = copy.deepcopy(shared.tokenizer)  # the objective may add tokens to it (T5's sentinels)
         built = build_run(cfg, tok, "meta", data_vocab_size=shared.data_vocab,
                           tokenizer_vocab=shared.tokenizer_vocab, with_objective=arm.pretrained)
+        if arm.pretrained and not shared.plan.train_is_shards:  # the trainer's check_data(seq_len=...)
+            check_train_share(cfg.data, shared.plan.train, cfg.train.seq_len, "pretrain.")
     except LmlabError as e:
         raise _in_grid(e, arm, size) from None
     resolved = cfg.to_dict()

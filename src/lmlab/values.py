@@ -119,6 +119,11 @@ Positive = number(0, low_open=True, hint="a finite number greater than 0")
 NonNegative = number(0, hint="a finite number of at least 0 (0 = off)")
 Probability = number(0, 1, hint="a number from 0 to 1")
 Fraction = number(0, 1, high_open=True, hint="a fraction from 0 up to (not including) 1, e.g. 0.1")
+#: a probability that must not be 0 (a masking rate, a noise density: at 0 nothing is ever predicted)
+PositiveProbability = number(0, 1, low_open=True,
+                             hint="a probability greater than 0 and at most 1, e.g. 0.15")
+#: a share of a whole greater than 0 (ELECTRA's generator width, XLNet's predicted part)
+PositiveShare = number(0, 1, low_open=True, hint="a share greater than 0 and at most 1, e.g. 0.25")
 #: a learning rate: AdamW diverges long before 10
 LearningRate = number(0, 10, low_open=True, hint="a learning rate greater than 0 and at most 10, e.g. 3e-4")
 #: nucleus sampling's probability mass (0 would keep no token)
@@ -133,6 +138,11 @@ HuberDelta = number(0, 1e6, hint="a threshold from 0 (plain least squares) to 1e
 Tflops = number(0, 1e9, hint="TFLOP/s from 0 (look it up) to 1e9, e.g. 989")
 #: the mean of a length distribution, in tokens (T5's span length, BART's Poisson lambda)
 MeanLength = number(0, 1e6, low_open=True, hint="a mean length greater than 0 and at most 1e6, e.g. 3")
+#: the mean length of a span of whole tokens (T5's mean_span_length: a span holds at least one)
+MeanSpanLength = number(1, 1e6, hint="a mean span length from 1 to 1e6 tokens, e.g. 3")
+#: a share strictly between 0 and 1 (the unigram learner's shrinking factor: 0 keeps nothing, 1 never ends)
+OpenFraction = number(0, 1, low_open=True, high_open=True, hint="a number between 0 and 1 (both excluded), "
+                      "e.g. 0.75")
 #: a softmax temperature (distillation, RLHF sampling)
 Temperature = number(0, 1000, low_open=True, hint="a temperature greater than 0 and at most 1000, e.g. 1.0")
 #: a sampling temperature of `lmlab generate`: 0 is greedy decoding

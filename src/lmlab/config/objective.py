@@ -3,8 +3,6 @@ the type its ``__init__`` declares."""
 
 from __future__ import annotations
 
-import inspect
-import typing
 from dataclasses import field
 from typing import Any
 
@@ -25,7 +23,25 @@ class ObjectiveConfig:
 
 def build_objective_section(table: dict[str, Any], origin: Origin = NOWHERE) -> ObjectiveConfig:
     """``[objective]`` of a recipe: a registered name; every other key is one of its parameters."""
-    return build_named(ObjectiveConfig, table, "objective", "name", origin, _objective_options)
+    section = build_named(ObjectiveConfig, table, "objective", "name", origin, _objective_options)
+    check_objective_params(section, origin)
+    return section
+
+
+def check_objective_params(section: ObjectiveConfig, origin: Origin = NOWHERE) -> None:
+    """The rules between the objective's parameters (:meth:`~lmlab.objectives.base.Objective.check_params`,
+    the copy its ``__init__`` runs too), at config load: before any tokenizer is trained. An error
+    names where the parameters were written (the file, ``--set``)."""
+    from lmlab.objectives import get_objective
+
+    cls = get_objective(section.name)
+    try:
+        cls.check_params(cls.with_defaults(section.params))
+    except LmlabError as e:
+        keys = [k for k in section.params if k in e.problem] or list(section.params)
+        where = origin.of(f"objective.{keys[0]}") if keys else "objective"
+        raise LmlabError(f"{where}: {e.problem}" if where != f"objective.{keys[0]}" else e.problem,
+                         e.fix) from None
 
 
 def _objective_options(name: Any, where: str) -> tuple[dict[str, Any], str]:
@@ -37,20 +53,6 @@ def _objective_options(name: Any, where: str) -> tuple[dict[str, Any], str]:
 
 
 def objective_parameters(cls) -> dict[str, Any]:
-    """Name -> type hint of every option an objective accepts, including those its ``__init__``
-    passes on through ``**kwargs`` to a parent objective (NSP and UniLM take MLM's options)."""
-    found: dict[str, Any] = {}
-    for klass in cls.__mro__:
-        init = klass.__dict__.get("__init__")
-        if init is None:
-            continue
-        hints = typing.get_type_hints(init, include_extras=True)
-        params = inspect.signature(init).parameters
-        for n, p in params.items():
-            if n not in ("self", "tokenizer") and p.kind in (
-                inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY
-            ):
-                found.setdefault(n, hints.get(n, Any))
-        if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-            break
-    return found
+    """Name -> type hint of every option an objective accepts
+    (:meth:`lmlab.objectives.base.Objective.declared_params`)."""
+    return {name: hint for name, (hint, _) in cls.declared_params().items()}

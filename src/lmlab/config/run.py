@@ -17,7 +17,7 @@ from typing import Any
 from pydantic.dataclasses import dataclass
 
 from lmlab.config import toml
-from lmlab.config.data import DataConfig
+from lmlab.config.data import DataConfig, build_data_section
 from lmlab.config.fields import build_section
 from lmlab.config.model import ModelConfig, build_model_section
 from lmlab.config.objective import ObjectiveConfig, build_objective_section
@@ -79,7 +79,7 @@ def build_run_config(raw: dict[str, Any], origin: Origin = NOWHERE) -> RunConfig
                              f"write [{s}] with key = value lines")
     model = build_model_section(dict(raw.get("model", {})), origin)
     objective = build_objective_section(dict(raw.get("objective", {})), origin)
-    data = build_section(DataConfig, dict(raw.get("data", {})), "data", origin)
+    data = build_data_section(dict(raw.get("data", {})), origin)
     train = build_section(TrainConfig, dict(raw.get("train", {})), "train", origin)
     cfg = RunConfig(model, objective, data, train)
     validate(cfg)
@@ -117,6 +117,73 @@ def validate(cfg: RunConfig) -> None:
     if len(t.betas) != 2:
         raise LmlabError(f"train.betas must be two numbers in [0, 1), got {t.betas}",
                          "e.g. betas=[0.9, 0.95]")
+    check_schedule(t)
+    check_windows(cfg)
+    check_objective_train(cfg)
+    check_model_vocab(cfg)
     check_batch_fits(cfg)
     if not cfg.data.train:
         raise LmlabError("data.train is empty", "set data.train to token shards or text files")
+
+
+#: the recipe default of train.warmup_steps, kept as it is where a run is shorter (see check_schedule)
+DEFAULT_WARMUP = TrainConfig.__dataclass_fields__["warmup_steps"].default
+
+
+def check_schedule(t: TrainConfig, prefix: str = "train.") -> None:
+    """A learning-rate schedule whose settings contradict each other is refused
+    (:func:`lmlab.train.optim.lr_at`): a decay that ends (``decay_steps``) before the warmup does,
+    or, where the decay ends with the run (``decay_steps = 0``), a warmup longer than the run, so
+    the rate never reaches ``lr``. The recipe default warmup (100) is not refused in a shorter run
+    (a few-step smoke run keeps its numbers); a value set in the recipe, ``--set`` or a grid is.
+    ``prefix`` names the keys (``pretrain.train.`` in a grid)."""
+    if t.decay_steps and t.warmup_steps > t.decay_steps:
+        raise LmlabError(f"{prefix}warmup_steps {t.warmup_steps} is longer than {prefix}decay_steps "
+                         f"{t.decay_steps}: the decay would end before the warmup does",
+                         f"set {prefix}warmup_steps <= {t.decay_steps} or "
+                         f"{prefix}decay_steps >= {t.warmup_steps}")
+    if not t.decay_steps and t.warmup_steps > t.max_steps and t.warmup_steps != DEFAULT_WARMUP:
+        raise LmlabError(f"{prefix}warmup_steps {t.warmup_steps} is longer than the run ({prefix}max_steps "
+                         f"{t.max_steps}): the learning rate would never reach {prefix}lr",
+                         f"set {prefix}warmup_steps <= {t.max_steps} (e.g. {max(1, t.max_steps // 10)}), "
+                         f"or {prefix}decay_steps >= {t.warmup_steps} to run the first steps of a longer "
+                         "schedule")
+
+
+def check_windows(cfg: RunConfig) -> None:
+    """``data.max_tokens`` that cannot hold one training window of ``train.seq_len`` tokens
+    (:func:`lmlab.data.packing.fewer_than_a_window`, the rule the trainer's windows apply to the
+    tokens themselves)."""
+    from lmlab.data.packing import fewer_than_a_window
+
+    d, t = cfg.data, cfg.train
+    if d.max_tokens and fewer_than_a_window(d.max_tokens, t.seq_len):
+        raise LmlabError(f"data.max_tokens {d.max_tokens:,} is fewer than one training window of "
+                         f"train.seq_len={t.seq_len} tokens", f"set data.max_tokens >= {t.seq_len} (0: all "
+                         "the tokens) or lower train.seq_len")
+
+
+def check_objective_train(cfg: RunConfig) -> None:
+    """What the objective needs of ``[train]`` (:meth:`~lmlab.objectives.base.Objective.check_train`:
+    NSP's two rows per batch)."""
+    from lmlab.objectives import get_objective
+
+    cls = get_objective(cfg.objective.name)
+    cls.check_train(cls.with_defaults(cfg.objective.params), cfg.train)
+
+
+def check_model_vocab(cfg: RunConfig) -> None:
+    """``model.vocab_size`` smaller than the vocabulary a ``[data] tokenizer`` table asks for plus
+    the tokens the objective adds (T5's sentinels): known before the tokenizer is trained (the
+    trainer checks the trained one again, :func:`lmlab.train.builder.model_config`)."""
+    from lmlab.objectives import get_objective
+
+    size, tok = cfg.model.overrides.get("vocab_size"), cfg.data.tokenizer
+    if not isinstance(size, int) or not isinstance(tok, dict) or not isinstance(tok.get("vocab_size"), int):
+        return
+    added = get_objective(cfg.objective.name).added_tokens(cfg.objective.params)
+    need = tok["vocab_size"] + added
+    if size < need:
+        extra = f" plus the {added} objective {cfg.objective.name!r} adds" if added else ""
+        raise LmlabError(f"model.vocab_size {size} is smaller than the {tok['vocab_size']} tokens "
+                         f"data.tokenizer asks for{extra}", f"set model.vocab_size >= {need} or leave it out")

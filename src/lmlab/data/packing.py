@@ -52,13 +52,19 @@ def pack(ids: np.ndarray, doc_positions: np.ndarray) -> TokenBatch:
     )
 
 
+def fewer_than_a_window(tokens: int, seq_len: int) -> bool:
+    """Whether ``tokens`` tokens hold no window of ``seq_len``: the one rule, applied to the tokens
+    read (:class:`PackedWindows`) and, before any is made, to ``data.max_tokens``."""
+    return tokens < seq_len
+
+
 class PackedWindows:
     """Windows of ``seq_len`` tokens from one split, in a seeded, resumable order."""
 
     def __init__(self, shards: TokenShards, seq_len: int, seed: int = 0, max_tokens: int = 0):
         """``max_tokens``: read only the split's first ``max_tokens`` tokens (0: all of them)."""
         self.num_tokens = min(shards.num_tokens, max_tokens) if max_tokens else shards.num_tokens
-        if self.num_tokens < seq_len:
+        if fewer_than_a_window(self.num_tokens, seq_len):
             raise LmlabError(
                 f"split {shards.split!r} of {shards.directory} has {self.num_tokens} tokens"
                 f"{' to read' if max_tokens else ''}, fewer than one window of seq_len={seq_len}",

@@ -33,6 +33,7 @@ only the runs it touches are new.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import hashlib
 import json
 import os
@@ -172,16 +173,17 @@ class _Pretraining:
     model: dict[str, Any]
     budget: Budget
     tokenizer: Any = None  # the tokenizer when it exists already (a directory, the shards' copy)
+    plan: Any = None  # the checked [data] (lmlab.train.data.check_data)
     data_vocab: int = 0  # the token shards' vocabulary (0: text, tokenised by the run)
     tokenizer_vocab: int = 0  # the vocabulary a tokenizer table asks for (used when tokenizer is None)
 
     def read_vocabulary(self) -> None:
         """Look at the data and tokenizer (once the grid's tables are checked): nothing is trained."""
-        from lmlab.config import DataConfig
-        from lmlab.config.fields import build_section
+        from lmlab.config.data import build_data_section
 
-        data = build_section(DataConfig, self.data, "pretrain.data")
-        self.tokenizer, self.data_vocab, self.tokenizer_vocab = _vocabulary(data)
+        data = build_data_section(dict(self.data), section="pretrain.data")  # the recipe's own check
+        self.plan = _data_plan(data)
+        self.tokenizer, self.data_vocab, self.tokenizer_vocab = _vocabulary(data, self.plan)
 
     @property
     def data_key(self) -> dict[str, Any]:
@@ -302,15 +304,20 @@ def _finetune_section(value) -> dict[str, Any]:
     return table
 
 
-def _vocabulary(data) -> tuple[Any, int, int]:
+def _data_plan(data):
+    """``[data]`` checked as the trainer checks it (:func:`lmlab.train.data.check_data`)."""
+    from lmlab.train.data import check_data
+
+    return check_data(data, "pretrain.")
+
+
+def _vocabulary(data, plan) -> tuple[Any, int, int]:
     """``(tokenizer or None, shards' vocabulary, a tokenizer table's vocab_size)`` of ``[data]``,
-    read without training or tokenising anything: what the trainer's tokenizer and shards will be.
-    ``[data]`` is checked first as the trainer checks it (:func:`lmlab.train.data.check_data`)."""
+    read without training or tokenising anything: what the trainer's tokenizer and shards will be."""
     from lmlab.data.shards import INDEX_FILE, TOKENIZER_DIR
     from lmlab.tokenizers import load_tokenizer
-    from lmlab.train.data import check_data, expand
+    from lmlab.train.data import expand
 
-    plan = check_data(data, "pretrain.")
     if plan.train_is_shards:
         from lmlab.fileio import read_json
 
@@ -319,11 +326,12 @@ def _vocabulary(data) -> tuple[Any, int, int]:
         own = first / TOKENIZER_DIR
         return (load_tokenizer(own) if own.is_dir() else None), vocab, vocab
     tok = data.tokenizer
-    if isinstance(tok, dict):
+    if isinstance(tok, dict):  # checked as a recipe's table is (lmlab.config.data.check_tokenizer_table)
         size = tok.get("vocab_size")
-        if not isinstance(size, int) or size < 1:
-            raise LmlabError("pretrain.data.tokenizer needs vocab_size",
-                             'write tokenizer = {algo = "bytelevel", vocab_size = 4096}')
+        if size is None:  # bpe's num_merges: the vocabulary is known only once trained
+            raise LmlabError("pretrain.data.tokenizer has no vocab_size, which the grid needs to size its "
+                             "models before the tokenizer is trained",
+                             'write e.g. tokenizer = {algo = "bpe", vocab_size = 4096}')
         return None, 0, size
     return load_tokenizer(Path(expand(tok))), 0, 0
 
@@ -333,19 +341,22 @@ def _plan_pretrain(arm: Arm, size: str, size_model: dict[str, Any], seed: int,
     """One pretraining run (or an untrained model's), its numbers from the model the trainer builds."""
     from lmlab.config import load_config
     from lmlab.train.builder import build_run
+    from lmlab.train.data import check_train_share
 
     train = {**shared.train, **arm.train, "seed": seed}
     objective = arm.objective if arm.pretrained else probe_objective(arm)  # 'none': checks the rest
     cfg_dict = {"model": {"preset": arm.preset, **shared.model, **size_model, **arm.model},
                 "objective": {"name": objective, **arm.params},
-                "data": dict(shared.data), "train": {**train, "max_steps": 1}}
+                "data": dict(shared.data), "train": {**train, "max_steps": PLANNING_STEPS}}
     try:
         cfg = load_config(cfg_dict)
         tok = copy.deepcopy(shared.tokenizer)  # the objective may add tokens to it (T5's sentinels)
         built = build_run(cfg, tok, "meta", data_vocab_size=shared.data_vocab,
                           tokenizer_vocab=shared.tokenizer_vocab, with_objective=arm.pretrained)
+        if arm.pretrained and not shared.plan.train_is_shards:  # the trainer's check_data(seq_len=...)
+            check_train_share(cfg.data, shared.plan.train, cfg.train.seq_len, "pretrain.")
     except LmlabError as e:
-        raise LmlabError(f"arm {arm.name!r}, size {size!r}: {e.problem}", e.fix) from None
+        raise _in_grid(e, arm, size) from None
     resolved = cfg.to_dict()
     steps, tokens, step_flops = 0, 0, 0.0
     if arm.pretrained:
@@ -355,6 +366,14 @@ def _plan_pretrain(arm: Arm, size: str, size_model: dict[str, Any], seed: int,
         steps = steps_for_budget(budget, rows * t.seq_len, step_flops)
         _check_steps(steps, budget, arm, rows, t.seq_len, step_flops)
         resolved["train"] = _run_train_defaults(resolved["train"], train, steps)
+        from lmlab.config.run import check_schedule
+
+        try:  # the recipe's check, on the steps the budget bought
+            keys = ("max_steps", "warmup_steps", "decay_steps")
+            check_schedule(dataclasses.replace(cfg.train, **{k: resolved["train"][k] for k in keys}),
+                           f"arms.{arm.name}.train." if "warmup_steps" in arm.train else "pretrain.train.")
+        except LmlabError as e:
+            raise _in_grid(e, arm, size) from None
         tokens = steps * rows * t.seq_len
     else:
         resolved["objective"], resolved["train"] = {"name": NONE}, {"seed": seed}
@@ -364,6 +383,15 @@ def _plan_pretrain(arm: Arm, size: str, size_model: dict[str, Any], seed: int,
         keyed["train"] = {k: v for k, v in keyed["train"].items() if k not in MACHINE_TRAIN_KEYS}
     return PretrainRun(arm, size, seed, resolved, steps, tokens, step_flops, built.parameters, run_key(keyed),
                        built.vocab_size, built.model_config)
+
+
+#: the max_steps a run is checked with before its budget is turned into steps (then checked again)
+PLANNING_STEPS = 2**40
+
+
+def _in_grid(e: LmlabError, arm: Arm, size: str) -> LmlabError:
+    """A recipe's error about one planned run, named with its arm and size."""
+    return LmlabError(f"arm {arm.name!r}, size {size!r}: {e.problem}", e.fix)
 
 
 def _step_flops(built, arm: Arm, seq_len: int, rows: int, required: bool) -> float:

@@ -132,12 +132,13 @@ def _init_model(d: Path, run: PretrainRun, cache: str, log: Callable[[str], None
     """``objective = "none"``: the model the pretraining arms start from (same preset, overrides,
     tokenizer and seed), saved untrained, so fine-tuning it measures training from scratch."""
 
-    from lmlab.config import DataConfig, ModelConfig, RunConfig, TrainConfig, build_section
+    from lmlab.config import ModelConfig, RunConfig, TrainConfig
+    from lmlab.config.data import build_data_section
     from lmlab.train.builder import build_run
     from lmlab.train.data import prepare_run_data
 
     cfg = _pretrain_config(run, cache)  # the resolved tables: cfg["data"] has every DataConfig field
-    data = prepare_run_data(build_section(DataConfig, cfg["data"], "data"), d, log)
+    data = prepare_run_data(build_data_section(dict(cfg["data"])), d, log)
     overrides = {k: v for k, v in cfg["model"].items() if k != "preset"}
     model_only = RunConfig(model=ModelConfig(run.arm.preset, overrides), train=TrainConfig(seed=run.seed))
     # the trainer's builder, without an objective: the bare model the pretraining arms start from

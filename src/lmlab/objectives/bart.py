@@ -35,6 +35,7 @@ row is one example and the target is the original row. Inputs are padded to the 
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -43,7 +44,6 @@ from lmlab.data.batch import TokenBatch
 from lmlab.errors import LmlabError
 from lmlab.objectives.base import Objective, teacher_forced, token_signal
 from lmlab.objectives.masking import IGNORE, poisson_lengths, rand, require_role, special_mask
-from lmlab.objectives.mlm import check_probability
 from lmlab.objectives.t5 import pad_rows, padding_inputs
 from lmlab.values import MeanLength, Probability
 
@@ -173,21 +173,27 @@ class BartDenoising(Objective):
     prepare_on_host = True
     signals = (("target_acc", "target_acc_guess", "most frequent token"),)
 
+    @classmethod
+    def check_params(cls, params: dict[str, Any]) -> None:
+        """At least one noise, each a known one."""
+        super().check_params(params)
+        noise = params["noise"]
+        noise = [noise] if isinstance(noise, str) else list(noise)
+        bad = [n for n in noise if n not in NOISES]
+        if bad or not noise:
+            raise LmlabError(f"objective.noise: unknown BART noise {bad or noise!r}",
+                             f"choose one or more of: {', '.join(NOISES)}")
+
     def __init__(self, tokenizer, noise: list[str] | tuple[str, ...] = DEFAULT_NOISE,
                  mask_ratio: Probability = 0.3, delete_ratio: Probability = 0.15,
                  poisson_lambda: MeanLength = 3.0):
         super().__init__(tokenizer)
-        noise = [noise] if isinstance(noise, str) else list(noise)
-        bad = [n for n in noise if n not in NOISES]
-        if bad or not noise:
-            raise LmlabError(f"unknown BART noise {bad or noise!r}", f"choose from: {', '.join(NOISES)}")
-        self.noise = [n for n in NOISES if n in noise]  # the fixed order
-        self.mask_ratio = check_probability("mask_ratio", mask_ratio)
-        self.delete_ratio = check_probability("delete_ratio", delete_ratio)
-        if poisson_lambda <= 0:
-            raise LmlabError(f"objective.poisson_lambda must be positive, got {poisson_lambda}",
-                             "BART uses 3")
-        self.poisson_lambda = float(poisson_lambda)
+        p = BartDenoising.checked({"noise": [noise] if isinstance(noise, str) else noise,
+                                   "mask_ratio": mask_ratio, "delete_ratio": delete_ratio,
+                                   "poisson_lambda": poisson_lambda})
+        self.noise = [n for n in NOISES if n in p["noise"]]  # the fixed order
+        self.mask_ratio, self.delete_ratio = float(p["mask_ratio"]), float(p["delete_ratio"])
+        self.poisson_lambda = float(p["poisson_lambda"])
         self.mask_id = require_role(tokenizer, "mask", self.name)
         self.pad_id = require_role(tokenizer, "pad", self.name)
         self.sentence_end = sentence_end_table(tokenizer)

@@ -156,6 +156,65 @@ class Objective(nn.Module):
     signals: ClassVar[tuple[tuple[str, str, str], ...]] = ()
 
     @classmethod
+    def declared_params(cls) -> dict[str, tuple[Any, Any]]:
+        """Name -> ``(type hint, default)`` of every parameter the objective takes, including those its
+        ``__init__`` passes on through ``**kwargs`` to a parent objective (NSP and UniLM take MLM's
+        options). The hint is a value type of :mod:`lmlab.values`: it holds the parameter's range."""
+        import inspect
+        import typing
+
+        found: dict[str, tuple[Any, Any]] = {}
+        for klass in cls.__mro__:
+            init = klass.__dict__.get("__init__")
+            if init is None:
+                continue
+            hints = typing.get_type_hints(init, include_extras=True)
+            params = inspect.signature(init).parameters
+            for n, p in params.items():
+                if n not in ("self", "tokenizer") and p.kind in (
+                    inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY
+                ):
+                    found.setdefault(n, (hints.get(n, Any), p.default))
+            if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+                break
+        return found
+
+    @classmethod
+    def check_params(cls, params: dict[str, Any]) -> None:
+        """The rules between the objective's parameters that need no tokenizer (MLM's
+        ``mask_token_prob + random_token_prob <= 1``): the one copy of each, run when a recipe is
+        read (:func:`lmlab.config.load_config`, before any tokenizer is trained or text tokenised)
+        and when the objective is made (:meth:`checked`). ``params``: every parameter, the defaults
+        filled in. A single value's range is its type's (:meth:`declared_params`). Default: none."""
+
+    @classmethod
+    def check_train(cls, params: dict[str, Any], train: Any) -> None:
+        """What the objective needs of a run's ``[train]`` settings (``train``: a
+        :class:`~lmlab.config.TrainConfig`), e.g. NSP's two rows per batch; checked when a recipe is
+        read, before anything is tokenised. Default: nothing."""
+
+    @classmethod
+    def checked(cls, params: dict[str, Any]) -> dict[str, Any]:
+        """``params`` (some of the objective's parameters, as passed to ``__init__``) each checked
+        against its type, then :meth:`check_params` on all of them (defaults filled in): what every
+        ``__init__`` runs, so Python code gets the refusals a recipe gets. The checked values."""
+        from lmlab import values
+
+        hints = cls.declared_params()
+        out = {k: values.check(hints[k][0], v, f"objective.{k}") if k in hints else v
+               for k, v in params.items()}
+        cls.check_params(cls.with_defaults(out))
+        return out
+
+    @classmethod
+    def with_defaults(cls, params: dict[str, Any]) -> dict[str, Any]:
+        """``params`` with every parameter it leaves out at its default."""
+        import inspect
+
+        defaults = {k: d for k, (_, d) in cls.declared_params().items() if d is not inspect.Parameter.empty}
+        return {**defaults, **params}
+
+    @classmethod
     def added_tokens(cls, params: dict[str, Any]) -> int:
         """How many tokens the objective adds to the tokenizer for ``params`` (T5's sentinels)."""
         return 0

@@ -57,7 +57,7 @@ from lmlab.objectives.masking import (
     special_mask,
 )
 from lmlab.objectives.mlm import MaskedLM
-from lmlab.values import Count, PositiveWeight, Probability, Temperature
+from lmlab.values import Count, PositiveProbability, PositiveShare, PositiveWeight, Probability, Temperature
 
 
 def replaced_token_labels(original: Tensor, corrupted: Tensor, special: Tensor) -> Tensor:
@@ -127,23 +127,16 @@ class Electra(MaskedLM):
     signals = (("disc_acc", "disc_acc_guess", "all original"), ("disc_auc", "disc_auc_guess", "chance"),
                ("gen_acc", "gen_acc_guess", "most frequent token"))
 
-    def __init__(self, tokenizer, mask_prob: Probability = 0.15, generator_size: Probability = 0.25,
+    def __init__(self, tokenizer, mask_prob: PositiveProbability = 0.15, generator_size: PositiveShare = 0.25,
                  generator_layers: Count | None = None, disc_weight: PositiveWeight = 50.0,
                  temperature: Temperature = 1.0, mask_token_prob: Probability = 0.85,
                  random_token_prob: Probability = 0.0):
         super().__init__(tokenizer, mask_prob=mask_prob, mask_token_prob=mask_token_prob,
                          random_token_prob=random_token_prob)
-        if not 0 < generator_size <= 1:
-            raise LmlabError(f"objective.generator_size must be in (0, 1], got {generator_size}",
-                             "ELECTRA uses 0.25 to 0.5 of the discriminator's width")
-        if generator_layers is not None and (not isinstance(generator_layers, int) or generator_layers < 1):
-            raise LmlabError(f"objective.generator_layers must be a positive integer, got "
-                             f"{generator_layers!r}", "leave it out to use the discriminator's depth")
-        if disc_weight <= 0 or temperature <= 0:
-            raise LmlabError("objective.disc_weight and objective.temperature must be positive",
-                             "ELECTRA uses disc_weight = 50 and temperature = 1")
-        self.generator_size, self.generator_layers = float(generator_size), generator_layers
-        self.disc_weight, self.temperature = float(disc_weight), float(temperature)
+        p = Electra.checked({"generator_size": generator_size, "generator_layers": generator_layers,
+                             "disc_weight": disc_weight, "temperature": temperature})
+        self.generator_size, self.generator_layers = float(p["generator_size"]), p["generator_layers"]
+        self.disc_weight, self.temperature = float(p["disc_weight"]), float(p["temperature"])
         self.generator: ElectraGenerator | None = None
 
     @classmethod

@@ -53,19 +53,16 @@ from lmlab.objectives.masking import (
     word_boundary_tables,
     word_ids,
 )
-from lmlab.values import Probability, Seed, check, choice
+from lmlab.values import PositiveProbability, Probability, Seed, check, choice
 
 #: how MLM masks: anew every time a row is seen (RoBERTa) or once per row (BERT)
 Masking = choice("dynamic", "static")
 
 
-def check_probability(name: str, value: float, low_open: bool = False) -> float:
-    """A probability parameter (:data:`lmlab.values.Probability`), or a one-line error naming it."""
-    value = check(Probability, value, f"objective.{name}", f"set objective.{name} to e.g. 0.15")
-    if low_open and value == 0:
-        raise LmlabError(f"objective.{name} must be a probability in (0, 1], got 0",
-                         f"set objective.{name} to e.g. 0.15")
-    return float(value)
+def check_probability(name: str, value: float, kind: Any = Probability) -> float:
+    """A probability parameter checked as its type ``kind`` (:data:`lmlab.values.Probability`,
+    :data:`~lmlab.values.PositiveProbability`), or a one-line error naming it."""
+    return float(check(kind, value, f"objective.{name}", f"set objective.{name} to e.g. 0.15"))
 
 
 class MaskedLM(Objective):
@@ -93,19 +90,25 @@ class MaskedLM(Objective):
         masked = max(1, round(float(params.get("mask_prob", 0.15)) * seq_len))
         return float(training_flops(model_config, seq_len, rows, logit_positions=masked, heads=("mlm",)))
 
-    def __init__(self, tokenizer, mask_prob: Probability = 0.15, mask_token_prob: Probability = 0.8,
+    @classmethod
+    def check_params(cls, params: dict[str, Any]) -> None:
+        """Of the selected tokens, the [MASK] share and the random-token share together are at most 1."""
+        super().check_params(params)
+        mask, random = params["mask_token_prob"], params["random_token_prob"]
+        if mask + random > 1:
+            raise LmlabError(f"objective.mask_token_prob + objective.random_token_prob = {mask} + {random} "
+                             "exceeds 1", "lower one of them (BERT uses 0.8 and 0.1)")
+
+    def __init__(self, tokenizer, mask_prob: PositiveProbability = 0.15, mask_token_prob: Probability = 0.8,
                  random_token_prob: Probability = 0.1, masking: Masking = "dynamic", whole_word: bool = False,
                  seed: Seed = 0):
         super().__init__(tokenizer)
-        self.mask_prob = check_probability("mask_prob", mask_prob, low_open=True)
-        self.mask_token_prob = check_probability("mask_token_prob", mask_token_prob)
-        self.random_token_prob = check_probability("random_token_prob", random_token_prob)
-        if self.mask_token_prob + self.random_token_prob > 1:
-            raise LmlabError(f"mask_token_prob + random_token_prob = {mask_token_prob + random_token_prob} "
-                             "exceeds 1", "BERT uses 0.8 and 0.1")
-        if masking not in ("dynamic", "static"):
-            raise LmlabError(f"unknown masking {masking!r}", "use 'dynamic' (RoBERTa) or 'static' (BERT)")
-        self.masking, self.whole_word, self.seed = masking, bool(whole_word), int(seed)
+        p = MaskedLM.checked({"mask_prob": mask_prob, "mask_token_prob": mask_token_prob,
+                              "random_token_prob": random_token_prob, "masking": masking,
+                              "whole_word": whole_word, "seed": seed})
+        self.mask_prob, self.mask_token_prob = float(p["mask_prob"]), float(p["mask_token_prob"])
+        self.random_token_prob = float(p["random_token_prob"])
+        self.masking, self.whole_word, self.seed = p["masking"], bool(p["whole_word"]), int(p["seed"])
         self.mask_id = require_role(tokenizer, "mask", self.name)
         self.pool = replacement_pool(tokenizer)
         self.word_tables = word_boundary_tables(tokenizer) if self.whole_word else None

@@ -23,6 +23,8 @@ rows (NotNext text comes from the other rows).
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -31,10 +33,14 @@ from lmlab.data.batch import TokenBatch
 from lmlab.errors import LmlabError
 from lmlab.objectives.base import encoder_hidden, masked_lm
 from lmlab.objectives.masking import label_positions, rand, require_role
-from lmlab.objectives.mlm import MaskedLM, check_probability
+from lmlab.objectives.mlm import MaskedLM
 from lmlab.values import Probability
 
 IS_NEXT, NOT_NEXT = 0, 1
+#: a NotNext segment is drawn from another row of the batch
+MIN_ROWS = 2
+#: [CLS] A [SEP] B [SEP] with A and B at least one token each
+MIN_SEQ_LEN = 5
 
 
 class NextSentencePrediction(MaskedLM):
@@ -45,10 +51,22 @@ class NextSentencePrediction(MaskedLM):
     heads = ("mlm", "nsp")
     loss_kind = "other"  # MLM + NSP losses
 
+    @classmethod
+    def check_train(cls, params: dict[str, Any], train: Any) -> None:
+        """A NotNext segment comes from another row, and a row holds ``[CLS] A [SEP] B [SEP]``."""
+        super().check_train(params, train)
+        if train.batch_size < MIN_ROWS:
+            raise LmlabError(f"the nsp objective needs at least {MIN_ROWS} rows per batch (NotNext segments "
+                             f"come from the other rows), got train.batch_size={train.batch_size}",
+                             f"set train.batch_size to {MIN_ROWS} or more")
+        if train.seq_len < MIN_SEQ_LEN:
+            raise LmlabError(f"train.seq_len {train.seq_len} is too short for the nsp objective's "
+                             "[CLS] A [SEP] B [SEP]", f"set train.seq_len to {MIN_SEQ_LEN} or more")
+
     def __init__(self, tokenizer, next_prob: Probability = 0.5, mlm: bool = True, **mlm_params):
         super().__init__(tokenizer, **mlm_params)
-        self.next_prob = check_probability("next_prob", next_prob)
-        self.mlm = bool(mlm)
+        p = NextSentencePrediction.checked({"next_prob": next_prob, "mlm": mlm})
+        self.next_prob, self.mlm = float(p["next_prob"]), bool(p["mlm"])
         self.cls_id = require_role(tokenizer, "cls", self.name)
         self.sep_id = require_role(tokenizer, "sep", self.name)
 
@@ -56,13 +74,13 @@ class NextSentencePrediction(MaskedLM):
         """``(input_ids, token_type_ids, nsp_labels)``: one ``[CLS] A [SEP] B [SEP]`` pair per row."""
         ids, docs = batch.input_ids, batch.doc_ids
         b_size, t = ids.shape
-        if b_size < 2:
-            raise LmlabError("the nsp objective needs at least 2 rows per batch (NotNext segments come "
-                             "from the other rows)", "set train.batch_size to 2 or more")
+        if b_size < MIN_ROWS:
+            raise LmlabError(f"the nsp objective needs at least {MIN_ROWS} rows per batch (NotNext segments "
+                             "come from the other rows)", f"set train.batch_size to {MIN_ROWS} or more")
         n = t - 3
-        if n < 2:
+        if t < MIN_SEQ_LEN:
             raise LmlabError(f"sequence length {t} is too short for [CLS] A [SEP] B [SEP]",
-                             "set train.seq_len to 8 or more")
+                             f"set train.seq_len to {MIN_SEQ_LEN} or more")
         u = rand((b_size, 5), generator).tolist()
         new_doc = (docs[:, 1:] != docs[:, :-1]).cpu()
         out_ids = torch.empty_like(ids)

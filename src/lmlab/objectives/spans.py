@@ -47,8 +47,8 @@ from lmlab.objectives.masking import (
     word_boundary_tables,
     word_ids,
 )
-from lmlab.objectives.mlm import MaskedLM, check_probability
-from lmlab.values import Count, Probability
+from lmlab.objectives.mlm import MaskedLM
+from lmlab.values import Count, PositiveProbability, Probability
 
 
 class SpanBoundaryHead(nn.Module):
@@ -81,18 +81,17 @@ class SpanBERT(MaskedLM):
     heads = ("mlm",)
     loss_kind = "other"  # MLM + span-boundary losses (with use_sbo)
 
-    def __init__(self, tokenizer, mask_prob: Probability = 0.15, geometric_p: Probability = 0.2,
+    def __init__(self, tokenizer, mask_prob: PositiveProbability = 0.15,
+                 geometric_p: PositiveProbability = 0.2,
                  max_span_words: Count = 10, mask_token_prob: Probability = 0.8,
                  random_token_prob: Probability = 0.1, sbo: bool = True, max_span_tokens: Count = 32):
         super().__init__(tokenizer, mask_prob=mask_prob, mask_token_prob=mask_token_prob,
                          random_token_prob=random_token_prob)
-        self.geometric_p = check_probability("geometric_p", geometric_p, low_open=True)
-        if not isinstance(max_span_words, int) or max_span_words < 1:
-            raise LmlabError(f"objective.max_span_words must be a positive integer, got {max_span_words!r}",
-                             "SpanBERT uses 10")
-        self.max_span_words = max_span_words
-        self.use_sbo = bool(sbo)
-        self.max_span_tokens = int(max_span_tokens)
+        p = SpanBERT.checked({"geometric_p": geometric_p, "max_span_words": max_span_words, "sbo": sbo,
+                              "max_span_tokens": max_span_tokens})
+        self.geometric_p, self.max_span_words = float(p["geometric_p"]), int(p["max_span_words"])
+        self.use_sbo = bool(p["sbo"])
+        self.max_span_tokens = int(p["max_span_tokens"])
         self.word_tables = word_boundary_tables(tokenizer)
         self.sbo: SpanBoundaryHead | None = None
 

@@ -56,10 +56,9 @@ from lmlab.objectives.masking import (
     select_tokens,
     special_mask,
 )
-from lmlab.objectives.mlm import check_probability
 from lmlab.tokenizers.base import sentinel_tokens
 from lmlab.tokenizers.special_tokens import check_sentinel_count
-from lmlab.values import Count, MeanLength, Probability, choice
+from lmlab.values import Count, MeanSpanLength, PositiveProbability, choice
 
 T = TypeVar("T")
 VARIANTS = ("spans", "drop", "bert", "prefix_lm")
@@ -196,17 +195,20 @@ class SpanCorruption(Objective):
             source, target = seq_len // 2 + 1, seq_len - seq_len // 2 + 1
         return float(training_flops(model_config, source, rows, decoder_len=target))
 
-    def __init__(self, tokenizer, noise_density: Probability = 0.15, mean_span_length: MeanLength = 3.0,
-                 variant: Variant = "spans", num_sentinels: Count = 100, add_eos: bool = True):
-        if variant not in VARIANTS:
-            raise LmlabError(f"unknown T5 objective variant {variant!r}",
-                             f"choose one of: {', '.join(VARIANTS)}")
-        noise_density = check_probability("noise_density", noise_density, low_open=True)
-        if not isinstance(mean_span_length, (int, float)) or mean_span_length < 1:
-            raise LmlabError(f"objective.mean_span_length must be at least 1, got {mean_span_length!r}",
-                             "T5 uses 3")
+    @classmethod
+    def check_params(cls, params: dict[str, Any]) -> None:
+        """The sentinels of the ``spans`` variant fit this machine and a tokenizer."""
+        super().check_params(params)
+        if params["variant"] == "spans":
+            _check_sentinel_count(params["num_sentinels"])
+
+    def __init__(self, tokenizer, noise_density: PositiveProbability = 0.15,
+                 mean_span_length: MeanSpanLength = 3.0, variant: Variant = "spans",
+                 num_sentinels: Count = 100, add_eos: bool = True):
+        p = SpanCorruption.checked({"noise_density": noise_density, "mean_span_length": mean_span_length,
+                                    "variant": variant, "num_sentinels": num_sentinels, "add_eos": add_eos})
+        noise_density, variant = float(p["noise_density"]), p["variant"]
         if variant == "spans":
-            _check_sentinel_count(num_sentinels)
             missing = [t for t in sentinel_tokens(num_sentinels) if t not in tokenizer.token_to_id]
             if missing:
                 tokenizer.add_special_tokens(missing)

@@ -62,10 +62,9 @@ class SegmentRecurrentLM(Objective):
                 f"the transfo-xl objective has no parameters {sorted(params)}",
                 "use segment_len and carry_memory",
             )
-        if not isinstance(segment_len, int) or segment_len < 1:
-            raise LmlabError(f"segment_len must be a positive integer, got {segment_len!r}", "e.g. 64")
-        self.segment_len = segment_len
-        self.carry_memory = bool(carry_memory)
+        p = SegmentRecurrentLM.checked({"segment_len": segment_len, "carry_memory": carry_memory})
+        self.segment_len = int(p["segment_len"])
+        self.carry_memory = bool(p["carry_memory"])
         self._carry: dict[bool, _Carry | None] = {True: None, False: None}
 
     def reset_memory(self) -> None:

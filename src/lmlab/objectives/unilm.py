@@ -28,6 +28,8 @@ bigrams/trigrams 20% of the time; this implementation masks single tokens.)
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import Tensor, nn
 
@@ -75,14 +77,23 @@ class UniLM(MaskedLM):
     architectures = ("encoder",)
     heads = ("mlm",)
 
+    @classmethod
+    def check_params(cls, params: dict[str, Any]) -> None:
+        """The three proportions are not all 0."""
+        super().check_params(params)
+        parts = [params[k] for k in ("bidirectional", "unidirectional", "seq2seq")]
+        if sum(parts) <= 0:
+            raise LmlabError(f"UniLM proportions must not all be 0, got objective.bidirectional={parts[0]}, "
+                             f"objective.unidirectional={parts[1]}, objective.seq2seq={parts[2]}",
+                             "UniLM uses 1/3 each")
+
     def __init__(self, tokenizer, bidirectional: NonNegative = 1 / 3, unidirectional: NonNegative = 1 / 3,
                  seq2seq: NonNegative = 1 / 3, segment_ids: bool = True, **mlm_params):
         super().__init__(tokenizer, **mlm_params)
+        p = UniLM.checked({"bidirectional": bidirectional, "unidirectional": unidirectional,
+                           "seq2seq": seq2seq, "segment_ids": segment_ids})
+        bidirectional, unidirectional, seq2seq = p["bidirectional"], p["unidirectional"], p["seq2seq"]
         weights = [bidirectional, unidirectional / 2, unidirectional / 2, seq2seq]
-        if any(w < 0 for w in weights) or sum(weights) <= 0:
-            raise LmlabError(f"UniLM proportions must be >= 0 and not all 0, got bidirectional="
-                             f"{bidirectional}, unidirectional={unidirectional}, seq2seq={seq2seq}",
-                             "UniLM uses 1/3 each")
         total = sum(weights)
         self.cumulative = torch.tensor(weights).cumsum(0) / total
         self.segment_ids = bool(segment_ids)

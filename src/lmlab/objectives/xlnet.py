@@ -32,7 +32,7 @@ from lmlab.errors import LmlabError
 from lmlab.losses import IGNORE, token_loss
 from lmlab.models.attention_masks import MaskSpec
 from lmlab.objectives.base import Objective, token_signal
-from lmlab.values import Probability
+from lmlab.values import PositiveShare
 
 
 def permutation_ranks(batch_size: int, seq_len: int, generator: torch.Generator, device=None) -> Tensor:
@@ -68,18 +68,14 @@ class PermutationLM(Objective):
     #: accuracy on the predicted tokens (the last part of each row's factorisation order)
     signals = (("target_acc", "target_acc_guess", "most frequent token"),)
 
-    def __init__(self, tokenizer, predict_fraction: Probability = 1 / 6, **params):
+    def __init__(self, tokenizer, predict_fraction: PositiveShare = 1 / 6, **params):
         super().__init__(tokenizer)
         if params:
             raise LmlabError(
                 f"the xlnet objective has no parameters {sorted(params)}",
                 "use predict_fraction (1/K, e.g. 0.1667)",
             )
-        if not 0.0 < predict_fraction <= 1.0:
-            raise LmlabError(
-                f"predict_fraction must be in (0, 1], got {predict_fraction}",
-                "XLNet predicts the last 1/K of the order with K = 6 or 7: use 0.1667",
-            )
+        predict_fraction = PermutationLM.checked({"predict_fraction": predict_fraction})["predict_fraction"]
         self.predict_fraction = float(predict_fraction)
 
     def num_targets(self, seq_len: int) -> int:

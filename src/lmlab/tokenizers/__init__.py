@@ -75,6 +75,7 @@ def train_tokenizer(
     """
     from lmlab.arguments import text_list_argument, text_stream_argument
     from lmlab.tokenizers.base import DEFAULT_SPECIAL_TOKENS, check_special_tokens
+    from lmlab.values import check
 
     cls = tokenizer_class(algo)
     texts = text_stream_argument(texts, "train_tokenizer's texts")  # not characters, not numbers
@@ -85,6 +86,9 @@ def train_tokenizer(
             f"vocab_size must be a positive integer, got {vocab_size!r}", "pass e.g. vocab_size=8000"
         )
     specials = check_special_tokens(DEFAULT_SPECIAL_TOKENS if special_tokens is None else special_tokens)
+    settings = training_settings(algo)
+    options = {k: check(settings[k], v, k) if k in settings else v for k, v in options.items()}
+    check_training(algo, vocab_size, specials, options)  # before a line of text is read
     tok = cls.train(texts, vocab_size, specials, **options)
     if vocab_size is not None and tok.vocab_size < SHORT_VOCAB * vocab_size:
         (warn or (lambda msg: print(msg, file=sys.stderr, flush=True)))(
@@ -92,6 +96,46 @@ def train_tokenizer(
             f"{vocab_size:,} asked for: its training text holds no more to learn (pass more, or varied, "
             "text for that vocabulary size)")
     return tok
+
+
+#: the keys of a ``[data] tokenizer`` table besides the trainer's options
+TABLE_KEYS = ("algo", "vocab_size", "input", "special_tokens")
+
+
+def training_settings(algo: str) -> dict[str, object]:
+    """Name -> value type (:mod:`lmlab.values`) of every setting of training an ``algo`` tokenizer:
+    ``vocab_size``, ``special_tokens`` and the options of its trainer (read off its signature,
+    :meth:`~lmlab.tokenizers.base.Tokenizer.train_options`)."""
+    from lmlab.values import Count, Text
+
+    return {"vocab_size": Count | None, "special_tokens": list[Text] | None,
+            **{name: hint for name, (hint, _) in tokenizer_class(algo).train_options().items()}}
+
+
+def check_training(algo: str, vocab_size: int | None, special_tokens: Sequence[str] | None,
+                   options: dict, where: str = "") -> None:
+    """The one check of a tokenizer's training settings before any text is read (each value's type
+    checked by the caller against :func:`training_settings`): every option is one the ``algo``
+    trainer takes, and the rules between them hold (a vocabulary size, at least as large as the
+    special tokens and the base symbols: :meth:`~lmlab.tokenizers.base.Tokenizer.check_train_options`).
+    ``where`` prefixes the names (``data.tokenizer.``). :func:`train_tokenizer` (and so
+    `lmlab tokenizer train`) and a recipe's ``[data] tokenizer`` table (:mod:`lmlab.config.data`)
+    both come here."""
+    import difflib
+
+    from lmlab.tokenizers.base import DEFAULT_SPECIAL_TOKENS
+
+    cls = tokenizer_class(algo)
+    known = cls.train_options()
+    for key in options:
+        if key not in known:
+            names = [*TABLE_KEYS, *known]
+            close = difflib.get_close_matches(str(key), names, n=1, cutoff=0.5)
+            valid = ", ".join(where + n for n in names)
+            fix = f"did you mean {where}{close[0]}? (valid: {valid})" if close else f"valid: {valid}"
+            raise LmlabError(f"unknown option {where}{key} of the {algo} tokenizer trainer", fix)
+    specials = DEFAULT_SPECIAL_TOKENS if special_tokens is None else special_tokens
+    cls.check_train_options(vocab_size, specials, options, where)
 
 
 #: a trained vocabulary below this share of the size asked for is worth a warning

@@ -55,6 +55,18 @@ from lmlab.tokenizers.special_tokens import (  # noqa: F401 (re-exported: public
 from lmlab.tokenizers.template_encoding import Encoding, TemplateEncoding  # noqa: F401 (re-exported)
 
 
+def keyword_options(fn: Callable) -> dict[str, tuple[Any, Any]]:
+    """Name -> ``(type, default)`` of a trainer function's options (all but the texts, the
+    vocabulary size and the special tokens)."""
+    import inspect
+    import typing
+
+    hints = typing.get_type_hints(fn, include_extras=True)
+    return {n: (hints.get(n, Any), p.default) for n, p in inspect.signature(fn).parameters.items()
+            if n not in ("cls", "texts", "vocab_size", "special_tokens")
+            and p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)}
+
+
 class Tokenizer(TemplateEncoding, HfJsonExport, ABC):
     """Base class of all lmlab tokenizers. See the module docstring for the subclass contract."""
 
@@ -104,6 +116,36 @@ class Tokenizer(TemplateEncoding, HfJsonExport, ABC):
         cls, texts: Iterable[str], vocab_size: int | None, special_tokens: Sequence[str], **options
     ) -> Tokenizer:
         """Learn a vocabulary from ``texts`` (an iterable of strings, streamed once or more)."""
+
+    @classmethod
+    def train_options(cls) -> dict[str, tuple[Any, Any]]:
+        """Name -> ``(type, default)`` of each option :meth:`train` takes besides the texts, the
+        vocabulary size and the special tokens: read off its signature, whose types
+        (:mod:`lmlab.values`) hold each option's range."""
+        return keyword_options(cls.train)
+
+    @classmethod
+    def min_vocab_size(cls, special_tokens: Sequence[str], options: dict[str, Any]) -> int:
+        """The smallest vocabulary the trainer can make with ``special_tokens`` and ``options``,
+        whatever the text: the special tokens plus one learned token (algorithms with a fixed
+        alphabet, byte-level BPE's 256 bytes, say more)."""
+        return len(dict.fromkeys(special_tokens)) + 1
+
+    @classmethod
+    def check_train_options(cls, vocab_size: int | None, special_tokens: Sequence[str],
+                            options: dict[str, Any], where: str = "") -> None:
+        """The rules between the training settings that need no text (each value's own range is its
+        type's, :meth:`train_options`): a vocabulary size is given and holds at least
+        :meth:`min_vocab_size` tokens. ``where`` prefixes the names (``data.tokenizer.``). The one
+        copy, run by :func:`lmlab.tokenizers.train_tokenizer` and when a recipe is read."""
+        if vocab_size is None:
+            raise LmlabError(f"{where}vocab_size is missing: {cls.algo} training needs a vocabulary size",
+                             f"set {where}vocab_size, e.g. 8000")
+        need = cls.min_vocab_size(special_tokens, options)
+        if vocab_size < need:
+            raise LmlabError(f"{where}vocab_size {vocab_size} is too small for {cls.algo}: its "
+                             f"{len(dict.fromkeys(special_tokens))} special tokens and base symbols already "
+                             f"need {need}", f"set {where}vocab_size >= {need}")
 
     @abstractmethod
     def _segment(self, text: str) -> list[tuple[str, int, int]]:

@@ -34,6 +34,7 @@ from lmlab.tokenizers.char_merge_learner import learn_char_merges
 from lmlab.tokenizers.counting import count_chunks
 from lmlab.tokenizers.ids_cache import IdsCache
 from lmlab.tokenizers.pretokenize import WORD_RE, whitespace_split
+from lmlab.values import Size, Workers
 
 END_OF_WORD = "_"
 #: Zero-width match after the last character of every word (Oniguruma and ``regex`` agree on ``\S``).
@@ -96,16 +97,14 @@ class CharBPETokenizer(Tokenizer):
     # ------------------------------------------------------------------ learner
     @classmethod
     def train(cls, texts: Iterable[str], vocab_size: int | None, special_tokens: Sequence[str],
-              num_merges: int | None = None, progress: bool = False, min_frequency: int = 1,
-              workers: int = 1) -> CharBPETokenizer:
+              num_merges: Size | None = None, progress: bool = False, min_frequency: Size = 1,
+              workers: Workers = 1) -> CharBPETokenizer:
         """Learn ``num_merges`` merges, or as many as fill ``vocab_size`` (specials + alphabet + merges).
 
         ``min_frequency`` stops early when no pair occurs that often. ``workers`` > 1 counts
         words in that many processes.
         """
-        if vocab_size is None and num_merges is None:
-            raise LmlabError("BPE training needs vocab_size or num_merges",
-                             "pass e.g. vocab_size=8000 or num_merges=8")
+        cls.check_train_options(vocab_size, special_tokens, {"num_merges": num_merges})
         if num_merges is not None and (not isinstance(num_merges, int) or num_merges < 0):
             raise LmlabError(f"num_merges must be a non-negative integer, got {num_merges!r}",
                              "pass e.g. num_merges=8")
@@ -125,6 +124,21 @@ class CharBPETokenizer(Tokenizer):
                                    progress=progress, max_new_symbols=max_new)
         vocab = list(dict.fromkeys([*base, *(a + b for a, b in merges)]))
         return cls(vocab, merges, special_tokens)
+
+    @classmethod
+    def min_vocab_size(cls, special_tokens: Sequence[str], options: dict[str, Any]) -> int:
+        """The special tokens, the end-of-word symbol and one character of the text."""
+        return len(dict.fromkeys([*special_tokens, END_OF_WORD])) + 1
+
+    @classmethod
+    def check_train_options(cls, vocab_size: int | None, special_tokens: Sequence[str],
+                            options: dict[str, Any], where: str = "") -> None:
+        """A vocabulary size or a number of merges (``num_merges``)."""
+        if vocab_size is None and options.get("num_merges") is None:
+            raise LmlabError(f"{where}vocab_size is missing: BPE training needs vocab_size or num_merges",
+                             f"set {where}vocab_size (e.g. 8000) or {where}num_merges (e.g. 8)")
+        if vocab_size is not None:
+            super().check_train_options(vocab_size, special_tokens, options, where)
 
     # ------------------------------------------------------------------ segmenter
     def segment_word(self, word: str) -> list[str]:

@@ -38,6 +38,7 @@ from lmlab.tokenizers.pretokenize import (
     gpt2_split,
     to_byte_symbols,
 )
+from lmlab.values import Size, Workers
 
 _CACHE_LIMIT = 1_000_000
 
@@ -64,15 +65,10 @@ class ByteLevelBPETokenizer(Tokenizer):
     # ------------------------------------------------------------------ learner
     @classmethod
     def train(cls, texts: Iterable[str], vocab_size: int | None, special_tokens: Sequence[str],
-              progress: bool = False, min_frequency: int = 1, workers: int = 1) -> ByteLevelBPETokenizer:
+              progress: bool = False, min_frequency: Size = 1, workers: Workers = 1) -> ByteLevelBPETokenizer:
         """Learn merges until the vocabulary (specials + 256 bytes + merges) has ``vocab_size`` tokens."""
         base = list(dict.fromkeys([*special_tokens, *BYTE_ENCODER]))
-        if vocab_size is None:
-            raise LmlabError("byte-level BPE training needs vocab_size", "pass e.g. vocab_size=8000")
-        if vocab_size < len(base):
-            raise LmlabError(f"vocab_size {vocab_size} is too small: the {len(special_tokens)} special "
-                             f"tokens and 256 bytes already need {len(base)}",
-                             f"use vocab_size >= {len(base)}")
+        cls.check_train_options(vocab_size, special_tokens, {})
         counts = refine_counts(count_chunks(texts, gpt2_pieces, workers=workers), gpt2_split)
         word_counts = {to_byte_symbols(chunk): n for chunk, n in counts.items()}
         del counts
@@ -81,6 +77,11 @@ class ByteLevelBPETokenizer(Tokenizer):
                                    max_new_symbols=new)
         vocab = list(dict.fromkeys([*base, *(a + b for a, b in merges)]))
         return cls(vocab, merges, special_tokens)
+
+    @classmethod
+    def min_vocab_size(cls, special_tokens: Sequence[str], options: dict[str, Any]) -> int:
+        """The special tokens and the 256 bytes (no merge at all)."""
+        return len(dict.fromkeys([*special_tokens, *BYTE_ENCODER]))
 
     # ------------------------------------------------------------------ segmenter
     def _chunk(self, chunk: str) -> tuple[list[str], list[int]]:

@@ -31,7 +31,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from lmlab.errors import LmlabError
-from lmlab.tokenizers.base import Tokenizer, hf_special_tokens, roles_from_config
+from lmlab.tokenizers.base import Tokenizer, hf_special_tokens, keyword_options, roles_from_config
 from lmlab.tokenizers.ids_cache import IdsCache
 from lmlab.tokenizers.metaspace import SPACE, WHITESPACE_RUN, split_words, word_contents
 
@@ -103,11 +103,17 @@ class UnigramTokenizer(Tokenizer):
         """EM learner (see :func:`lmlab.tokenizers.unigram_trainer.train_unigram` for the options)."""
         from lmlab.tokenizers.unigram_trainer import train_unigram
 
-        if vocab_size is None:
-            raise LmlabError("the unigram learner needs a vocabulary size", "pass vocab_size=N (e.g. 8000)")
+        cls.check_train_options(vocab_size, special_tokens, options)
         pieces, scores = train_unigram(texts, vocab_size, special_tokens, **options)
         specials = list(dict.fromkeys(special_tokens))
         return cls(specials + pieces, [0.0] * len(specials) + scores, specials)
+
+    @classmethod
+    def train_options(cls) -> dict[str, tuple[Any, Any]]:
+        """The options of :func:`lmlab.tokenizers.unigram_trainer.train_unigram`."""
+        from lmlab.tokenizers.unigram_trainer import train_unigram
+
+        return keyword_options(train_unigram)
 
     # ----------------------------------------------------------------- segmenter
     def _viterbi(self, word: str) -> list[tuple[str, int, int]]:

@@ -42,6 +42,7 @@ import numpy as np
 from lmlab.errors import LmlabError
 from lmlab.tokenizers.counting import count_chunks
 from lmlab.tokenizers.metaspace import SPACE, word_contents
+from lmlab.values import Count, OpenFraction, Workers
 
 # ----------------------------------------------------------------------------- pre-tokenization
 
@@ -364,8 +365,9 @@ def _seed(chunks: list[str], weights: np.ndarray, max_len: int, seed_size: int, 
 
 
 def train_unigram(texts: Iterable[str], vocab_size: int, special_tokens: Sequence[str], *,
-                  max_piece_length: int = 16, seed_size: int = 1_000_000, shrinking_factor: float = 0.75,
-                  num_sub_iterations: int = 2, split_by_script: bool = True, workers: int = 1,
+                  max_piece_length: Count = 16, seed_size: Count = 1_000_000,
+                  shrinking_factor: OpenFraction = 0.75, num_sub_iterations: Count = 2,
+                  split_by_script: bool = True, workers: Workers = 1,
                   progress: bool = False) -> tuple[list[str], list[float]]:
     """Learn ``vocab_size - len(special_tokens)`` pieces and their log-probabilities.
 

@@ -41,6 +41,7 @@ from lmlab.tokenizers.counting import count_chunks
 from lmlab.tokenizers.gain_learner import learn_gain_merges
 from lmlab.tokenizers.ids_cache import IdsCache
 from lmlab.tokenizers.merge_trainer import learn_merges
+from lmlab.values import Count, Size, Text, Workers, choice
 
 #: Special tokens of a BERT vocab.txt, recognised when present in the file.
 BERT_SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
@@ -50,6 +51,7 @@ _CLEANUP = [(" .", "."), (" ?", "?"), (" !", "!"), (" ,", ","), (" ' ", "'"), ("
 _CACHE_LIMIT = 1 << 18
 #: Merge scores of the learner: the likelihood gain of the merge (default) and the plain ratio.
 WORDPIECE_SCORES = ("gain", "ratio")
+WordPieceScore = choice(*WORDPIECE_SCORES)
 
 
 def _chunks(normalizer: BertNormalizer, text: str) -> list[str]:
@@ -219,9 +221,9 @@ class WordPieceTokenizer(Tokenizer):
     @classmethod
     def train(cls, texts: Iterable[str], vocab_size: int | None, special_tokens: Sequence[str], *,
               lowercase: bool = False, strip_accents: bool | None = None, tokenize_chinese_chars: bool = True,
-              clean_text: bool = True, max_input_chars_per_word: int = 100, min_frequency: int = 1,
-              unk_token: str = "[UNK]", score: str = "gain", progress: bool = False,
-              workers: int = 1) -> WordPieceTokenizer:
+              clean_text: bool = True, max_input_chars_per_word: Count = 100, min_frequency: Size = 1,
+              unk_token: Text = "[UNK]", score: WordPieceScore = "gain", progress: bool = False,
+              workers: Workers = 1) -> WordPieceTokenizer:
         """Learn a WordPiece vocabulary of ``vocab_size`` tokens (special tokens included).
 
         Words come from the BERT basic tokenizer with the given options (``lowercase`` also strips
@@ -237,8 +239,7 @@ class WordPieceTokenizer(Tokenizer):
         a vocabulary like BERT's); ``"ratio"`` is the textbook ``count(ab) / (count(a) * count(b))``,
         which ranks pairs of rare symbols first (see docs/tokenizers-wordpiece.md).
         """
-        if vocab_size is None:
-            raise LmlabError("WordPiece training needs vocab_size", "pass e.g. vocab_size=8000")
+        cls.check_train_options(vocab_size, special_tokens, {"unk_token": unk_token})
         if score not in WORDPIECE_SCORES:
             raise LmlabError(f"unknown WordPiece score {score!r}",
                              f"use one of {', '.join(WORDPIECE_SCORES)}")
@@ -269,6 +270,11 @@ class WordPieceTokenizer(Tokenizer):
         return cls(vocab, specials, lowercase=lowercase, strip_accents=strip_accents,
                    tokenize_chinese_chars=tokenize_chinese_chars, clean_text=clean_text, unk_token=unk_token,
                    continuing_subword_prefix=prefix, max_input_chars_per_word=max_input_chars_per_word)
+
+    @classmethod
+    def min_vocab_size(cls, special_tokens: Sequence[str], options: dict[str, Any]) -> int:
+        """The special tokens, the unknown token and one character of the text."""
+        return len(dict.fromkeys([*special_tokens, options.get("unk_token", "[UNK]")])) + 1
 
     # ------------------------------------------------------------------ files
     @classmethod

@@ -130,7 +130,7 @@ class DataPlan:
     val_is_shards: bool
 
 
-def check_data(cfg: DataConfig, where: str = "") -> DataPlan:
+def check_data(cfg: DataConfig, where: str = "", seq_len: int = 0) -> DataPlan:
     """Every check of ``[data]`` that needs the config and a look at the files, not their text: the
     paths exist, shards are not mixed with text, a text run has a tokenizer (a directory that exists,
     or a table with a known ``algo``), there is validation data (``data.val``, a ``val_fraction``
@@ -138,7 +138,9 @@ def check_data(cfg: DataConfig, where: str = "") -> DataPlan:
     made with another tokenizer are not paired.
     The trainer makes them before anything is written or trained (a refused recipe leaves no run
     folder), :func:`prepare_run_data` and the lab's grid planner through here too. ``where``
-    prefixes the setting names in the messages (``pretrain.`` in a grid)."""
+    prefixes the setting names in the messages (``pretrain.`` in a grid). With ``seq_len`` (the
+    run's ``train.seq_len``) a ``val_fraction`` that leaves no training window is refused too
+    (:func:`check_train_share`)."""
     from lmlab.data.shards import tokenizer_sha256
 
     train_paths = resolve(cfg.train, f"{where}data.train")
@@ -159,6 +161,8 @@ def check_data(cfg: DataConfig, where: str = "") -> DataPlan:
                 f"no validation data: {where}data.val is empty and {where}data.val_fraction is 0",
                 f"set {where}data.val to text files or shards, or {where}data.val_fraction=0.01",
             )
+    if seq_len and not train_is_shards:
+        check_train_share(cfg, train_paths, seq_len, where)
     if val_is_shards:
         sha_v = read_index(val_paths[0]).get("tokenizer", {}).get("sha256")
         if train_is_shards:
@@ -169,6 +173,27 @@ def check_data(cfg: DataConfig, where: str = "") -> DataPlan:
             raise _other_tokenizers(train_paths[0] if train_is_shards else tok_dir, val_paths[0],
                                     train_is_shards)
     return DataPlan(train_paths, val_paths, train_is_shards, val_is_shards)
+
+
+def check_train_share(cfg: DataConfig, train_paths: list[Path], seq_len: int, where: str = "") -> None:
+    """Refuse, before a tokenizer is trained, a ``data.val_fraction`` that holds out so much of the
+    ``data.train`` text that what is left holds, on average, fewer tokens than one training window
+    of ``seq_len`` (:func:`lmlab.data.packing.fewer_than_a_window`), counted generously: a token
+    covers at least one byte of the files (plus one end-of-sequence token per document with
+    ``append_eos``). Compressed inputs (``.gz``, ``.zst``, Parquet) give no such bound: not checked."""
+    from lmlab.data.packing import fewer_than_a_window
+
+    if cfg.val or not cfg.val_fraction:
+        return
+    if any(is_record_file(p) and not str(p).lower().endswith(".jsonl") for p in train_paths):
+        return
+    most = sum(input_stat(p)[0] for p in train_paths) * (2 if cfg.append_eos else 1)
+    left = int(most * (1 - cfg.val_fraction))
+    if fewer_than_a_window(left, seq_len):
+        raise LmlabError(f"{where}data.val_fraction {cfg.val_fraction} leaves on average at most {left:,} "
+                         f"tokens of the {where}data.train text ({most:,} bytes) for training, fewer than "
+                         f"one window of train.seq_len={seq_len}",
+                         f"lower {where}data.val_fraction (e.g. 0.01) or give {where}data.val files")
 
 
 def _other_tokenizers(train: Path, val: Path, train_is_shards: bool = True) -> LmlabError:

@@ -156,7 +156,9 @@ class Trainer:
         self._resolve_machine()
         objective_cls, arch = check_run(cfg)  # cheap checks first: nothing is tokenised for a bad recipe
         self.ckpt = pretrain_state.check_run_dir(self)  # a resume's own checks (its inputs' identity) first
-        check_data(cfg.data)  # no validation data, a missing file...: before a tokenizer is trained
+        # no validation data, a missing file, a val_fraction that leaves no window...: before a
+        # tokenizer is trained
+        check_data(cfg.data, seq_len=t.seq_len)
         self._prepare_data()
         # a global batch larger than the training windows: refused before the model is built
         check_global_batch(t.batch_size, t.grad_accum, self.info.world_size,

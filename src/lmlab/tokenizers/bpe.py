@@ -106,9 +106,10 @@ class CharBPETokenizer(Tokenizer):
         if vocab_size is None and num_merges is None:
             raise LmlabError("BPE training needs vocab_size or num_merges",
                              "pass e.g. vocab_size=8000 or num_merges=8")
-        if num_merges is not None and (not isinstance(num_merges, int) or num_merges < 0):
-            raise LmlabError(f"num_merges must be a non-negative integer, got {num_merges!r}",
-                             "pass e.g. num_merges=8")
+        from lmlab import values
+        from lmlab.arguments import optional_number
+
+        optional_number(values.Size, num_merges, "num_merges")
         counts = count_chunks(texts, whitespace_split, workers=workers)
         alphabet = sorted(set("".join(counts)) | {END_OF_WORD})
         base = list(dict.fromkeys([*special_tokens, *alphabet]))

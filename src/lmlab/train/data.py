@@ -294,7 +294,13 @@ def _data_dir(cfg: DataConfig, run_dir: Path) -> Path:
     spec = {k: v for k, v in dataclasses.asdict(cfg).items()
             if k not in ("cache_dir", "workers", "max_tokens")}
     key = hashlib.sha256(json.dumps(_jsonable(spec), sort_keys=True).encode()).hexdigest()[:16]
-    return Path(expand(cache)) / f"data-{key}"
+    entry = Path(expand(cache)) / f"data-{key}"
+    from lmlab import ownership
+
+    # before any tokenizer is trained, and naming the setting, not --out
+    if not entry.is_dir():  # a complete entry is only read (a shared, read-only cache is fine)
+        ownership.check_writable(entry, "data.cache_dir" if cfg.cache_dir else "$LMLAB_CACHE_DIR")
+    return entry
 
 
 def _split_or_fail(directory: Path, split: str, message: str) -> TokenShards:

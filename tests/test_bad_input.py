@@ -173,6 +173,26 @@ def test_sizes_that_cannot_fit_and_bad_numbers_fail_before_any_work(tmp_path, ca
     assert not (tmp_path / "r" / "data").exists()  # nothing was tokenised
 
 
+@pytest.mark.parametrize("setting, needle, not_said", [
+    ("model.n_layers=100000", "the model (n_layers 100,000, d_model 64, vocabulary 4,096) is too large to "
+     "train here even one sequence at a time: choose a smaller model (model.n_layers", "train.batch_size"),
+    ("train.batch_size=100000", "lower train.batch_size and raise train.grad_accum", "smaller model"),
+])
+def test_a_micro_batch_that_cannot_fit_names_what_to_shrink(tmp_path, capsys, monkeypatch, setting, needle,
+                                                            not_said):
+    """A model too deep for even one sequence was told to lower train.batch_size: the fix names the
+    model's size when a micro-batch of one sequence (beside the weights) cannot fit either."""
+    from lmlab import budget
+
+    monkeypatch.setattr(budget, "physical_memory_bytes", lambda: 25 * 10**9)
+    assert main(["pretrain", "--config", "configs/gpt-tiny-clm.toml", "--out", str(tmp_path / "r"),
+                 "--set", setting]) == 2
+    from assertions import assert_one_line_error
+
+    err = assert_one_line_error(capsys, "the activations of a micro-batch", needle)
+    assert not_said not in err.partition("memory; ")[2]
+
+
 def test_non_utf8_toml_and_deeply_nested_json_are_one_line(tmp_path, capsys):
     bad = tmp_path / "bad.toml"
     bad.write_bytes(b'x = "\xff"\n')

@@ -193,6 +193,22 @@ def test_a_micro_batch_that_cannot_fit_names_what_to_shrink(tmp_path, capsys, mo
     assert not_said not in err.partition("memory; ")[2]
 
 
+@pytest.mark.parametrize("objective, vocab", [("clm", "300"), ("t5", "400")])  # t5 adds 100 sentinels
+def test_a_special_id_outside_the_vocabulary_cites_the_runs_vocabulary(tmp_path, capsys, objective, vocab):
+    """It cited GPT-2's 50257, the preset's, for a run whose tokenizer will have 300 tokens
+    (config.fits.planned_vocab_size: one answer for the checks made before the tokenizer exists)."""
+    preset = "t5-tiny" if objective == "t5" else "gpt2-tiny"
+    recipe = tmp_path / "tiny.toml"
+    recipe.write_text(f'[model]\npreset = "{preset}"\n[objective]\nname = "{objective}"\n[data]\n'
+                      'train = "$LMLAB_DATA/pretrain/tinyshakespeare/input.txt"\nval_fraction = 0.1\n'
+                      'tokenizer = { algo = "bytelevel", vocab_size = 300 }\n[train]\nmax_steps = 4\n'
+                      "batch_size = 4\nseq_len = 32\n")
+    argv = ["pretrain", "--config", str(recipe), "--out", str(tmp_path / "r")]
+    assert main([*argv, "--set", "model.pad_token_id=99999"]) == 2
+    _one_line_error(capsys, f"pad_token_id 99999 is outside the vocabulary of {vocab};")
+    assert not (tmp_path / "r" / "data").exists()  # before any tokenizer is trained
+
+
 def test_non_utf8_toml_and_deeply_nested_json_are_one_line(tmp_path, capsys):
     bad = tmp_path / "bad.toml"
     bad.write_bytes(b'x = "\xff"\n')

@@ -21,9 +21,9 @@ def check_batch_fits(cfg) -> None:
         return  # an unknown preset is reported later, with its own message
     known = {f.name for f in dataclasses.fields(base)}
     sized = {k: v for k, v in cfg.model.overrides.items() if k in known}
-    tok = cfg.data.tokenizer
-    if isinstance(tok, dict) and tok.get("vocab_size") and "vocab_size" not in sized:
-        sized["vocab_size"] = tok["vocab_size"]
+    planned = planned_vocab_size(cfg)
+    if planned is not None:
+        sized["vocab_size"] = planned
     try:
         model_cfg = dataclasses.replace(base, **sized)
     except (TypeError, ValueError, LmlabError):
@@ -55,6 +55,28 @@ def describe_size(model_cfg) -> str:
              (("n_layers", "n_layers"), ("d_model", "d_model"), ("vocab_size", "vocabulary"))
              if isinstance(getattr(model_cfg, key, None), int)]
     return ", ".join(parts)
+
+
+def planned_vocab_size(cfg) -> int | None:
+    """The vocabulary a run's model will have, as far as it is known before any data is read: the
+    recipe's ``model.vocab_size``, else the tokenizer's to train (``data.tokenizer``'s ``vocab_size``)
+    plus the tokens the objective adds (T5's sentinels); None when only the tokenizer will tell (a
+    tokenizer folder, token shards). The one answer for every check made before the tokenizer exists
+    (the special ids, the memory), so none cites the preset's own vocabulary (GPT-2's 50,257) for a
+    run of 300."""
+    given = cfg.model.overrides.get("vocab_size")
+    if isinstance(given, int) and not isinstance(given, bool):
+        return given
+    tok = cfg.data.tokenizer
+    size = tok.get("vocab_size") if isinstance(tok, dict) else None  # a folder's: known once it is read
+    if not isinstance(size, int) or isinstance(size, bool) or size < 1:
+        return None
+    from lmlab.objectives import get_objective
+
+    try:
+        return size + get_objective(cfg.objective.name).added_tokens(cfg.objective.params)
+    except (LmlabError, TypeError, ValueError):
+        return size
 
 
 def check_added_tokens(cfg, width: int) -> None:

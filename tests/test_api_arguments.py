@@ -412,3 +412,29 @@ def test_valid_prompts_still_generate_as_before(model):
     sampled = generate(model, torch.tensor([[1, 2, 3]]), max_new_tokens=3, do_sample=True, temperature=1,
                        seed=0)
     assert sampled.shape == (1, 6)
+
+
+@pytest.mark.parametrize(("call", "words"), [
+    (lambda t: __import__("lmlab.tokenizers").tokenizers.train_tokenizer("bytelevel", TEXT, vocab_size=True),
+     "train_tokenizer's vocab_size must be a number, not true or false"),
+    (lambda t: __import__("lmlab.tokenizers").tokenizers.train_tokenizer("bpe", TEXT, num_merges=False),
+     "num_merges must be a number, not true or false"),
+    (lambda t: t.encode_many(["a"], chunk_size=True), "chunk_size must be a number, not true or false"),
+])
+def test_a_bool_is_not_a_number_for_any_api_argument(tok, call, words):
+    """vocab_size=True used to read as 1 ("True is too small"): the hand-made isinstance(int) checks
+    now go through number_argument (lmlab.values), the one rule that refuses a bool for a number."""
+    with pytest.raises(LmlabError) as e:
+        call(tok)
+    assert words in str(e.value) and "too small" not in str(e.value)
+
+
+@pytest.mark.parametrize("ids", ["abc", b"abc"])
+def test_decode_of_text_says_it_takes_ids(tok, ids):
+    with pytest.raises(LmlabError) as e:
+        tok.decode(ids)
+    assert str(e.value).startswith("decode takes token ids, got ") and "out of range" not in str(e.value)
+    assert "tokenizer.encode(text)" in e.value.fix
+    with pytest.raises(LmlabError, match=r"decode takes token ids \(whole numbers\), got float 1.5"):
+        tok.decode([1, 1.5])
+    assert tok.decode(tok.encode("to be")) == "to be"

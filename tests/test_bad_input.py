@@ -173,6 +173,42 @@ def test_sizes_that_cannot_fit_and_bad_numbers_fail_before_any_work(tmp_path, ca
     assert not (tmp_path / "r" / "data").exists()  # nothing was tokenised
 
 
+@pytest.mark.parametrize("setting, needle, not_said", [
+    ("model.n_layers=100000", "the model (n_layers 100,000, d_model 64, vocabulary 4,096) is too large to "
+     "train here even one sequence at a time: choose a smaller model (model.n_layers", "train.batch_size"),
+    ("train.batch_size=100000", "lower train.batch_size and raise train.grad_accum", "smaller model"),
+])
+def test_a_micro_batch_that_cannot_fit_names_what_to_shrink(tmp_path, capsys, monkeypatch, setting, needle,
+                                                            not_said):
+    """A model too deep for even one sequence was told to lower train.batch_size: the fix names the
+    model's size when a micro-batch of one sequence (beside the weights) cannot fit either."""
+    from lmlab import budget
+
+    monkeypatch.setattr(budget, "physical_memory_bytes", lambda: 25 * 10**9)
+    assert main(["pretrain", "--config", "configs/gpt-tiny-clm.toml", "--out", str(tmp_path / "r"),
+                 "--set", setting]) == 2
+    from assertions import assert_one_line_error
+
+    err = assert_one_line_error(capsys, "the activations of a micro-batch", needle)
+    assert not_said not in err.partition("memory; ")[2]
+
+
+@pytest.mark.parametrize("objective, vocab", [("clm", "300"), ("t5", "400")])  # t5 adds 100 sentinels
+def test_a_special_id_outside_the_vocabulary_cites_the_runs_vocabulary(tmp_path, capsys, objective, vocab):
+    """It cited GPT-2's 50257, the preset's, for a run whose tokenizer will have 300 tokens
+    (config.fits.planned_vocab_size: one answer for the checks made before the tokenizer exists)."""
+    preset = "t5-tiny" if objective == "t5" else "gpt2-tiny"
+    recipe = tmp_path / "tiny.toml"
+    recipe.write_text(f'[model]\npreset = "{preset}"\n[objective]\nname = "{objective}"\n[data]\n'
+                      'train = "$LMLAB_DATA/pretrain/tinyshakespeare/input.txt"\nval_fraction = 0.1\n'
+                      'tokenizer = { algo = "bytelevel", vocab_size = 300 }\n[train]\nmax_steps = 4\n'
+                      "batch_size = 4\nseq_len = 32\n")
+    argv = ["pretrain", "--config", str(recipe), "--out", str(tmp_path / "r")]
+    assert main([*argv, "--set", "model.pad_token_id=99999"]) == 2
+    _one_line_error(capsys, f"pad_token_id 99999 is outside the vocabulary of {vocab};")
+    assert not (tmp_path / "r" / "data").exists()  # before any tokenizer is trained
+
+
 def test_non_utf8_toml_and_deeply_nested_json_are_one_line(tmp_path, capsys):
     bad = tmp_path / "bad.toml"
     bad.write_bytes(b'x = "\xff"\n')

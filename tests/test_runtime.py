@@ -73,7 +73,6 @@ def test_requested_threads_are_used_as_given(monkeypatch):
     ({"OMP_NUM_THREADS": "1"}, 3, None, (3, "3 (requested; OMP_NUM_THREADS=1 not used)")),
     ({"OMP_NUM_THREADS": "3"}, 3, None, (3, "3 (requested)")),
     ({}, 0, 1, (1, "1 (as this run started; set the thread count or OMP_NUM_THREADS to change it)")),
-    ({"OMP_NUM_THREADS": ""}, 0, None, (2, None)),  # empty: not set, auto
 ])
 def test_thread_variables_apply_between_a_requested_count_and_auto(monkeypatch, env, requested, keep, want):
     """One precedence: a count asked for > OMP_NUM_THREADS > MKL_NUM_THREADS > a resumed run's count
@@ -88,7 +87,7 @@ def test_thread_variables_apply_between_a_requested_count_and_auto(monkeypatch, 
     assert reason == want[1] if want[1] else reason.startswith("2 (auto:")
 
 
-@pytest.mark.parametrize("value", ["abc", "0", "-1", "1.5", "2x", "٣"])
+@pytest.mark.parametrize("value", ["abc", "0", "-1", "1.5", "2x", "٣", "", " "])
 def test_a_thread_variable_that_is_no_count_is_a_one_line_error(monkeypatch, value):
     _no_thread_variables(monkeypatch)
     monkeypatch.setenv("OMP_NUM_THREADS", value)
@@ -98,6 +97,23 @@ def test_a_thread_variable_that_is_no_count_is_a_one_line_error(monkeypatch, val
             runtime.choose_threads(requested)
     with pytest.raises(LmlabError, match="OMP_NUM_THREADS="):
         runtime.check_device("cpu")  # the check a command makes before any work
+
+
+@pytest.mark.parametrize(("env", "requested"), [({}, 1000), ({"OMP_NUM_THREADS": "1000"}, 0)])
+def test_an_explicit_count_above_the_cpus_is_honoured_with_one_note(monkeypatch, capsys, env, requested):
+    """train.threads=1000 or OMP_NUM_THREADS=1000 on a 2-CPU machine: honoured as asked, but said
+    once on stderr (threads beyond the CPUs only wait for each other); a count that fits says nothing."""
+    _no_thread_variables(monkeypatch)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(runtime, "available_cpus", lambda: 2)
+    monkeypatch.setattr(runtime, "_noted", set())
+    assert runtime.choose_threads(requested)[0] == 1000
+    assert runtime.choose_threads(requested)[0] == 1000
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("note: 1000 threads (")
+    assert "exceed the 2 CPUs available to this process" in err
+    assert runtime.choose_threads(2)[0] == 2 and capsys.readouterr().err == ""
 
 
 def test_commands_that_only_run_a_model_take_the_same_thread_policy(monkeypatch):

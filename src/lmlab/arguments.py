@@ -270,9 +270,20 @@ def token_id_argument(value: Any, what: str, vocab_size: int | None = None) -> i
     return i
 
 
+def not_text_argument(value: Any, what: str) -> Any:
+    """``value`` unless it is text (a str or bytes) where token ids go: ``decode("abc")`` is a text
+    given to the function that takes ids, not ids ``'a'``, ``'b'``... out of range."""
+    if isinstance(value, (str, bytes)):
+        kind = "a string" if isinstance(value, str) else "bytes"
+        raise LmlabError(f"{what} takes token ids, got {kind} {_short(repr(value))}",
+                         "pass a list of ids, such as tokenizer.encode(text) gives")
+    return value
+
+
 def id_list_argument(value: Any, what: str, vocab_size: int | None = None) -> list[int]:
     """``value`` as a list of token ids (a list, tuple or 1-D tensor of them), each checked by
-    :func:`token_id_argument`; a bare id is refused with the list to write."""
+    :func:`token_id_argument`; a bare id is refused with the list to write, text as text."""
+    not_text_argument(value, what)
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(value, torch.Tensor) and value.dim() == 1:
         value = value.tolist()

@@ -800,12 +800,22 @@ def check_destination(path: str | os.PathLike, flag: str = "--out") -> None:
     or the nearest existing folder refuses new entries (permissions, a read-only file system, a full
     disk). That folder is tried for real (an empty folder made and removed at once): permission bits
     do not tell, for root or on /sys, /proc and network disks."""
+    given = Path(path)
+    _check_not_current_folder(given, flag)
+    check_writable(given, flag, before=lambda: check_not_inside_output(given, flag))
+
+
+def check_writable(path: str | os.PathLike, flag: str, before=None) -> None:
+    """The part of :func:`check_destination` that asks the file system: nothing in the way of
+    ``path`` (a file where a folder goes, an overlong name) and its nearest existing folder takes new
+    entries. ``flag`` names the setting the path came from in the error (``--out``, or
+    ``data.cache_dir`` for a folder lmlab derives from a setting); ``before``: a check to make once
+    the path is known to go through folders."""
     import errno
     import tempfile
 
     given = Path(path)
     target = Path(os.path.abspath(given))
-    _check_not_current_folder(given, flag)
     base = next((a for a in target.parents if a.exists() or a.is_symlink()), None)
     if base is None:  # pragma: no cover - the root always exists
         return
@@ -813,7 +823,8 @@ def check_destination(path: str | os.PathLike, flag: str = "--out") -> None:
         what = "a file" if base.is_file() else "not a folder"
         raise LmlabError(f"{flag} {given} cannot be written: {base} is {what}; nothing was written",
                          f"choose a {flag} path that does not go through a file")
-    check_not_inside_output(given, flag)
+    if before is not None:
+        before()
     limit = name_max(base)
     for part in target.relative_to(base).parts:  # the names still to be made
         if name_bytes(part) > limit:

@@ -15,7 +15,8 @@ OpenMP runtime, which reads them too) is loaded.
 * **Threads.** The first of these that is set applies, and the reason line names it:
   1. a count asked for: ``train.threads``, ``--threads``, a Python API's ``threads=`` (above 0);
   2. the environment: ``OMP_NUM_THREADS``, else ``MKL_NUM_THREADS`` (:data:`THREAD_VARIABLES`),
-     a whole number from 1 (an OpenMP list ``4,2`` gives its first number; empty = not set);
+     a whole number from 1 (an OpenMP list ``4,2`` gives its first number; set but empty is
+     refused, as OpenMP would print "Invalid value");
      any other value is a one-line error before any work, whichever count applies;
   3. a resumed run's count from its start (``keep``): its numbers do not change mid-run;
   4. ``0`` (auto) = the physical cores this process may run on (``os.sched_getaffinity``, SMT
@@ -44,6 +45,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -146,14 +148,14 @@ def _load_average() -> float:
 
 
 def threads_from_environment() -> tuple[int, str] | None:
-    """``(threads, "OMP_NUM_THREADS=2")`` from the first of :data:`THREAD_VARIABLES` that is set
-    (not empty), None when none is; a value that is not a whole number from 1 is a one-line error
+    """``(threads, "OMP_NUM_THREADS=2")`` from the first of :data:`THREAD_VARIABLES` that is set,
+    None when none is; a value that is not a whole number from 1 (an empty one too) is a one-line error
     (every one set is checked, the one that applies or not: the libraries read them too)."""
     found = None
     for name in THREAD_VARIABLES:
-        raw = os.environ.get(name, "")
-        if not raw.strip():
+        if name not in os.environ:
             continue
+        raw = os.environ[name]  # set but empty is no count either: OpenMP prints "Invalid value"
         first = raw.strip().split(",")[0].strip()  # OpenMP's nested list: 4,2 = 4 at the outer level
         if not (first.isascii() and first.isdigit()) or int(first) < 1:
             raise LmlabError(f"{name}={raw!r} is not a whole number of threads from 1",
@@ -176,8 +178,10 @@ def choose_threads(requested: int | None = 0, local_world_size: int = 1,
     env = threads_from_environment()  # checked whichever applies
     if requested:
         ignored = f"; {env[1]} not used" if env and env[0] != requested else ""
+        _note_oversubscribed(requested, "requested")
         return requested, f"{requested} (requested{ignored})"
     if env:
+        _note_oversubscribed(env[0], env[1])
         return env[0], f"{env[0]} ({env[1]})"
     if keep:
         return keep, f"{keep} (as this run started; set the thread count or OMP_NUM_THREADS to change it)"
@@ -190,6 +194,21 @@ def choose_threads(requested: int | None = 0, local_world_size: int = 1,
     share = f", {cores} for each of {processes} processes on this node" if processes > 1 else ""
     return n, (f"{n} (auto: {total} physical core(s) available to this process{share}, "
                f"load average {load:.1f}; set the thread count or OMP_NUM_THREADS to override)")
+
+
+_noted: set[tuple[int, int]] = set()  # (threads, CPUs) already noted in this process
+
+
+def _note_oversubscribed(n: int, source: str) -> None:
+    """One ``note:`` line on stderr (once per process and count) when an explicit thread count
+    exceeds the CPUs this process may run on (:func:`available_cpus`): it is honoured, as asked,
+    but threads beyond the CPUs only wait for each other (a run several times slower)."""
+    cpus = available_cpus()
+    if n <= cpus or (n, cpus) in _noted:
+        return
+    _noted.add((n, cpus))
+    print(f"note: {n} threads ({source}) exceed the {cpus} CPU{'s' if cpus != 1 else ''} available to "
+          f"this process; honoured, but it may run much slower than with {cpus}", file=sys.stderr, flush=True)
 
 
 def set_threads(n: int) -> None:

@@ -293,3 +293,33 @@ def test_compare_reads_set_with_the_same_reader(item, problem):
 
     with pytest.raises(LmlabError, match=problem.replace(".", r"\.")):
         load_grid({"budget": {"tokens": 1}}, [item])
+
+
+@pytest.mark.parametrize("sets", [
+    ["--set", "train.max_steps=2", "--set", "train.max_steps=3"],
+    ["--set", "train.max_steps=2", "train.max_steps=3"],  # both in one --set
+    ["--set", "train.max_steps=2", " train . max_steps =3"],
+])
+def test_a_set_key_given_twice_is_refused_as_a_toml_key_written_twice(sets, capsys):
+    """The last one used to win silently, while a recipe with a key written twice is refused."""
+    assert exit_code([*PRETRAIN, *sets]) == 2
+    assert_one_line_error(capsys, "--set train.max_steps is given twice", "give each key once")
+    with pytest.raises(LmlabError, match="set the same key"):
+        load_config("configs/gpt-tiny-clm.toml", ["train.betas=[0.9,0.9]", "train={betas=[0.9,0.95]}"])
+
+
+def test_compare_refuses_a_set_key_given_twice(capsys):
+    assert exit_code(["compare", "--config", "configs/grids/objectives-tiny.toml", "--dry-run",
+                      "--set", "budget.tokens=100", "--set", "budget.tokens=200"]) == 2
+    assert_one_line_error(capsys, "--set budget.tokens is given twice", "give each key once")
+
+
+def test_a_quoted_number_in_a_list_shows_the_list_to_write(tmp_path):
+    """betas = [0.9, "0.95"]: the fix writes the whole list, not `betas = 0.95`."""
+    recipe = tmp_path / "r.toml"
+    recipe.write_text('[model]\npreset = "gpt2-tiny"\n[objective]\nname = "clm"\n[data]\ntrain = "t.txt"\n'
+                      '[train]\nbetas = [0.9, "0.95"]\n')
+    with pytest.raises(LmlabError) as e:
+        load_config(recipe)
+    assert "train.betas[1] must be a number, got the string '0.95'" in e.value.problem
+    assert e.value.fix == "write it without quotes: betas = [0.9, 0.95]"

@@ -361,3 +361,13 @@ def test_a_task_file_a_fine_tuning_would_refuse_is_refused_as_the_grid_is_planne
     raw["tasks"][0]["train"] = str(train)
     msg = one_line_error(raw)
     assert msg.startswith("task 'sst2': ") and "label '7'" in msg and "line 3" in msg, msg
+
+
+def test_a_missing_task_file_under_an_unset_lmlab_data_says_to_check_it(grid_dict, tmp_path, monkeypatch):
+    """pretrain's "(is $LMLAB_DATA set?)" hint, shared by a grid's task files (expand_input_file)."""
+    monkeypatch.delenv("LMLAB_DATA", raising=False)
+    monkeypatch.chdir(tmp_path)  # ../shared/data, the default, is not there
+    grid_dict["tasks"][0]["train"] = "$LMLAB_DATA/glue/sst2/train.tsv"
+    msg = one_line_error(grid_dict)
+    assert "glue/sst2/train.tsv does not exist (is $LMLAB_DATA set?)" in msg
+    assert msg.endswith("check the path")

@@ -121,3 +121,13 @@ def test_unseen_dev_label_is_one_line_error(tmp_path):
     one = task.read(_write(tmp_path, "o.tsv", "index\tsentence1\tsentence2\tlabel\n0\ta\tb\tentailment\n"))
     with pytest.raises(LmlabError, match="only the label"):
         task.fit(one)
+
+
+def test_a_header_without_the_task_columns_names_the_file_and_line(tmp_path):
+    """rte (pairs) on a 2-column sentence/label TSV: the error said which header, not which file."""
+    f = tmp_path / "two.tsv"
+    f.write_text("sentence\tlabel\nhello there\t1\n", encoding="utf-8")
+    with pytest.raises(LmlabError) as e:
+        read_glue(f, "pair")
+    assert str(e.value).startswith(f"{f} line 1: header ['sentence', 'label'] does not name the sentence1, "
+                                   "sentence2 and label columns")

@@ -126,8 +126,11 @@ def test_bad_batch_arguments(tok):
 
 
 def test_decode_rejects_out_of_range_ids(tok):
-    for bad in ([tok.vocab_size], [-1], [3.5]):
+    for bad in ([tok.vocab_size], [-1]):
         with pytest.raises(LmlabError, match="out of range"):
+            tok.decode(bad)
+    for bad in ([3.5], [True], "abc"):  # not an id at all: not "out of range"
+        with pytest.raises(LmlabError, match="^decode takes token ids"):
             tok.decode(bad)
 
 

@@ -50,8 +50,8 @@ def test_one_chunk_stays_in_process_and_chunk_size_is_checked(tok, lines, monkey
     monkeypatch.setattr(bulk, "encode_parallel", no_pool)
     assert tok.encode_many(lines[:10], workers=2) == [tok.encode(line) for line in lines[:10]]
     assert tok.encode_many(iter(lines[:3]), workers=2) == [tok.encode(line) for line in lines[:3]]
-    for bad in (0, -1, 2.5):
-        with pytest.raises(LmlabError, match="chunk_size must be a positive integer"):
+    for bad in (0, -1, 2.5, True):
+        with pytest.raises(LmlabError, match="encode_many.s chunk_size must be"):
             tok.encode_many(lines, workers=2, chunk_size=bad)
     with pytest.raises(LmlabError, match="workers must be an integer"):
         tok.encode_many(lines, workers="2")

@@ -129,9 +129,10 @@ def main(argv: list[str] | None = None) -> int:
             check_flag_rules(parser, args)  # a flag given without the one it needs (lmlab.cli.flag_rules)
             check_argument_text(parser, args)  # text values (--prompt, --text...) that are not UTF-8
             threads_from_environment()  # OMP_NUM_THREADS=abc: one line, before torch (and OpenMP) load
-            _resolve_run_directories(args)
+            notes = _resolve_run_directories(args)
             _check_outputs(args)
-            result = args.func(args)
+            with notes_before_output(notes):
+                result = args.func(args)
     except LmlabError as e:
         return _fail(str(e), e.exit_code)
     except KeyboardInterrupt as e:  # SIGTERM or SIGINT (lmlab.stopping): one line, 128 + the signal
@@ -234,26 +235,85 @@ def input_paths(name: str, value: object) -> list[str]:
     return [str(item) for item in items]
 
 
-def _resolve_run_directories(args: argparse.Namespace) -> None:
+def _resolve_run_directories(args: argparse.Namespace) -> list[str]:
     """A ``--checkpoint``/``--teacher``/``--base`` that is a pretraining run directory means its
-    newest complete checkpoint (what a user has after ``lmlab pretrain --out RUN``)."""
-    from pathlib import Path
+    newest complete checkpoint (what a user has after ``lmlab pretrain --out RUN``,
+    :func:`lmlab.train.checkpoint.run_checkpoint`). Returns the notes that say so, for
+    :func:`notes_before_output`: a command refused by a later check says only its error."""
+    from lmlab.train.checkpoint import run_checkpoint
 
+    notes = []
     for name in ("checkpoint", "teacher", "base"):
         value = getattr(args, name, None)
         if not isinstance(value, str) or not value:
             continue
-        p = Path(value)
-        if (p / "config.json").is_file() or not (p / "checkpoints").is_dir():
-            continue
-        from lmlab.train.checkpoint import latest_checkpoint
+        newest = run_checkpoint(value)
+        if str(newest) != value:
+            notes.append(f"{value}: using its newest checkpoint, {newest}")
+            setattr(args, name, str(newest))
+    return notes
 
-        newest = latest_checkpoint(p)
-        if newest is None:
-            raise LmlabError(f"run directory {p} has no complete checkpoint yet",
-                             "wait for the run's first checkpoint (train.checkpoint_every) or resume it")
-        print(f"{value}: using its newest checkpoint, {newest}", file=sys.stderr)
-        setattr(args, name, str(newest))
+
+_RETIRED_STREAMS: list = []
+
+
+class _NotesFirst:
+    """A stream (stdout or stderr) that says the pending notes on stderr before its first write."""
+
+    def __init__(self, stream, pending: _Pending):
+        self._stream, self._pending = stream, pending
+
+    def write(self, text):
+        self._pending.release()
+        return self._stream.write(text)
+
+    def writelines(self, lines):
+        self._pending.release()
+        return self._stream.writelines(lines)
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
+class _Pending:
+    def __init__(self, notes: list[str]):
+        self.notes = list(notes)
+        self.streams = (sys.stdout, sys.stderr)
+
+    def restore(self) -> None:
+        if isinstance(sys.stdout, _NotesFirst):
+            sys.stdout = self.streams[0]
+        if isinstance(sys.stderr, _NotesFirst):
+            sys.stderr = self.streams[1]
+
+    def release(self) -> None:
+        self.restore()
+        notes, self.notes = self.notes, []
+        for note in notes:
+            print(note, file=sys.stderr, flush=True)
+
+
+@contextlib.contextmanager
+def notes_before_output(notes: list[str]):
+    """Say ``notes`` (``RUN: using its newest checkpoint, ...``) once the command proceeds: before
+    the first line it writes (to stdout or stderr), or at its end when it writes nothing; a
+    command refused before it writes anything (a bad data file, a wrong setting) prints only its
+    one ``error:`` line."""
+    if not notes:
+        yield
+        return
+    pending = _Pending(notes)
+    wrappers = (_NotesFirst(sys.stdout, pending), _NotesFirst(sys.stderr, pending))
+    # kept alive for good: print() holds sys.stdout as a borrowed reference while it writes, and the
+    # first write puts the real stream back (freeing the wrapper mid-print would crash CPython)
+    _RETIRED_STREAMS.extend(wrappers)
+    sys.stdout, sys.stderr = wrappers
+    try:
+        yield
+    except BaseException:
+        pending.restore()
+        raise
+    pending.release()
 
 
 def _check_outputs(args: argparse.Namespace) -> None:

@@ -79,14 +79,30 @@ _KINDS = {int: ("a whole number", "100"), float: ("a number", "0.001"), bool: ("
           list: ("a list", "[...]")}
 
 
-def refuse_text(value: str, kind: type, key: str, where: str) -> None:
+def refuse_text(value: str, kind: type, key: str, where: str, written: str | None = None) -> None:
     """A string from a file or a dict where a ``kind`` (number, truth value, list) belongs: TOML
-    writes those without quotes, so ``max_steps = "10"`` is a typing slip, refused in one line."""
+    writes those without quotes, so ``max_steps = "10"`` is a typing slip, refused in one line.
+    ``written``: the whole value to show unquoted when ``value`` is an item of it (a list)."""
     what, example = _KINDS[kind]
     bare, name = value.strip(), key.rpartition(".")[2]
-    fix = (f"write it without quotes: {name} = {bare}" if _written_as(bare, kind)
-           else f"write e.g. {name} = {example}")
+    shown = example if written is None else f"[{example}]"
+    fix = (f"write it without quotes: {name} = {bare if written is None else written}"
+           if _written_as(bare, kind) else f"write e.g. {name} = {shown}")
     raise LmlabError(f"{where} must be {what}, got the string {value!r}", fix)
+
+
+def _toml_list(items: list, unquote: int) -> str:
+    """``items`` written as a TOML list, its item ``unquote`` (a quoted number) without quotes."""
+    import json
+
+    def one(i: int, v: Any) -> str:
+        if i == unquote:
+            return str(v).strip()
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        return json.dumps(v, ensure_ascii=False) if isinstance(v, str) else str(v)
+
+    return "[" + ", ".join(one(i, v) for i, v in enumerate(items)) + "]"
 
 
 def _written_as(text: str, kind: type) -> bool:
@@ -136,6 +152,11 @@ def _coerce_sequence(value: Any, hint, key: str, where: str, text: bool = False)
     if not isinstance(value, list):
         raise LmlabError(f"{where} must be a list, got {value!r}", f"write e.g. {key}=[...]")
     inner = [args[min(i, len(args) - 1)] for i in range(len(value))]
+    if not text:  # a file's list holding a quoted number: the fix writes the whole list, unquoted
+        for i, (v, kind) in enumerate(zip(value, inner, strict=True)):
+            base = base_type(kind)
+            if isinstance(v, str) and base in _KINDS and base is not list:
+                refuse_text(v, base, key, f"{where}[{i}]", written=_toml_list(value, i))
     out = [coerce(v, kind, key, where, text) for v, kind in zip(value, inner, strict=True)]
     return tuple(out) if typing.get_origin(hint) is tuple else out
 

@@ -13,7 +13,7 @@ def check_batch_fits(cfg) -> None:
     (T5's sentinels), and the activations of one micro-batch (a coarse estimate: logits and their
     gradient, plus ~20 floats per token per layer and width unit), each with its way out."""
     from lmlab import budget
-    from lmlab.models import CONFIG_ARCHITECTURE, check_fits_in_memory, get_preset
+    from lmlab.models import CONFIG_ARCHITECTURE, check_fits_in_memory, get_preset, weight_count
 
     try:
         base = get_preset(cfg.model.preset)
@@ -21,9 +21,9 @@ def check_batch_fits(cfg) -> None:
         return  # an unknown preset is reported later, with its own message
     known = {f.name for f in dataclasses.fields(base)}
     sized = {k: v for k, v in cfg.model.overrides.items() if k in known}
-    tok = cfg.data.tokenizer
-    if isinstance(tok, dict) and tok.get("vocab_size") and "vocab_size" not in sized:
-        sized["vocab_size"] = tok["vocab_size"]
+    planned = planned_vocab_size(cfg)
+    if planned is not None:
+        sized["vocab_size"] = planned
     try:
         model_cfg = dataclasses.replace(base, **sized)
     except (TypeError, ValueError, LmlabError):
@@ -36,8 +36,47 @@ def check_batch_fits(cfg) -> None:
         return
     tokens = cfg.train.batch_size * cfg.train.seq_len
     what = f"the activations of a micro-batch of {cfg.train.batch_size:,} x {cfg.train.seq_len} tokens"
-    budget.require_fits(budget.activation_bytes(tokens, vocab, width, layers), what,
-                        "lower train.batch_size and raise train.grad_accum (same global batch)")
+    # the way out: a smaller micro-batch while one sequence fits beside the weights, else the model
+    one_row = budget.activation_bytes(cfg.train.seq_len, vocab, width, layers)
+    weights = budget.tensor_bytes(weight_count(model_cfg) or 0)
+    total = budget.available_bytes()
+    if total is not None and weights + one_row > total:
+        fix = (f"the model ({describe_size(model_cfg)}) is too large to train here even one sequence "
+               "at a time: choose a smaller model (model.n_layers, model.d_model, the vocabulary) or a "
+               "shorter train.seq_len")
+    else:
+        fix = "lower train.batch_size and raise train.grad_accum (same global batch)"
+    budget.require_fits(budget.activation_bytes(tokens, vocab, width, layers), what, fix)
+
+
+def describe_size(model_cfg) -> str:
+    """``n_layers 100,000, d_model 64, vocabulary 300``: the sizes that set a model's memory."""
+    parts = [f"{name} {getattr(model_cfg, key):,}" for key, name in
+             (("n_layers", "n_layers"), ("d_model", "d_model"), ("vocab_size", "vocabulary"))
+             if isinstance(getattr(model_cfg, key, None), int)]
+    return ", ".join(parts)
+
+
+def planned_vocab_size(cfg) -> int | None:
+    """The vocabulary a run's model will have, as far as it is known before any data is read: the
+    recipe's ``model.vocab_size``, else the tokenizer's to train (``data.tokenizer``'s ``vocab_size``)
+    plus the tokens the objective adds (T5's sentinels); None when only the tokenizer will tell (a
+    tokenizer folder, token shards). The one answer for every check made before the tokenizer exists
+    (the special ids, the memory), so none cites the preset's own vocabulary (GPT-2's 50,257) for a
+    run of 300."""
+    given = cfg.model.overrides.get("vocab_size")
+    if isinstance(given, int) and not isinstance(given, bool):
+        return given
+    tok = cfg.data.tokenizer
+    size = tok.get("vocab_size") if isinstance(tok, dict) else None  # a folder's: known once it is read
+    if not isinstance(size, int) or isinstance(size, bool) or size < 1:
+        return None
+    from lmlab.objectives import get_objective
+
+    try:
+        return size + get_objective(cfg.objective.name).added_tokens(cfg.objective.params)
+    except (LmlabError, TypeError, ValueError):
+        return size
 
 
 def check_added_tokens(cfg, width: int) -> None:

@@ -24,6 +24,8 @@ from collections.abc import Iterable
 import numpy as np
 import torch
 
+from lmlab import values
+from lmlab.arguments import number_argument
 from lmlab.embeddings.vectors import WordVectors
 from lmlab.embeddings.vocab import Vocabulary, corpus_words
 from lmlab.errors import LmlabError
@@ -70,10 +72,8 @@ def train_svd(
     seed: int = 0,
 ) -> WordVectors:
     """Word vectors from the truncated SVD of the PPMI matrix of ``texts``."""
-    if not isinstance(dim, int) or dim < 1 or not isinstance(window, int) or window < 1:
-        raise LmlabError(
-            f"dim and window must be positive integers, got {dim!r}, {window!r}", "e.g. dim=100, window=5"
-        )
+    number_argument(values.Count, dim, "dim")
+    number_argument(values.Count, window, "window")
     tokens = corpus_words(texts)
     vocab = Vocabulary.build(tokens, min_count, max_vocab)
     if dim >= len(vocab):

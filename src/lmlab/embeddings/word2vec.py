@@ -26,6 +26,8 @@ from collections.abc import Iterable
 import numpy as np
 import torch
 
+from lmlab import values
+from lmlab.arguments import number_argument
 from lmlab.embeddings.vectors import WordVectors
 from lmlab.embeddings.vocab import Vocabulary, corpus_words
 from lmlab.errors import LmlabError
@@ -117,8 +119,7 @@ def _check_options(mode: str, optimizer: str, **counts) -> None:
     if optimizer not in ("sgd", "adam"):
         raise LmlabError(f"unknown optimizer {optimizer!r}", "use 'sgd' or 'adam'")
     for name, v in counts.items():
-        if not isinstance(v, int) or v < 1:
-            raise LmlabError(f"{name} must be a positive integer, got {v!r}", f"set {name} to e.g. 5")
+        number_argument(values.Count, v, name)
 
 
 def _epoch_examples(ids: np.ndarray, keep: np.ndarray, mode: str, window: int,

@@ -190,9 +190,11 @@ def finetune(checkpoint, task: str | Task, train, dev, out: str | os.PathLike | 
     Returns the best dev metrics, the model and the run's numbers.
     """
     from lmlab.arguments import callable_argument, describe, flag_argument, path_argument, tokenizer_argument
+    from lmlab.train.checkpoint import run_checkpoint
 
-    if not isinstance(checkpoint, nn.Module):
-        checkpoint = path_argument(checkpoint, "finetune's checkpoint (a directory or a model)")
+    if not isinstance(checkpoint, nn.Module):  # a pretraining run: its newest checkpoint, as the CLI reads it
+        given = path_argument(checkpoint, "finetune's checkpoint (a directory or a model)")
+        checkpoint = run_checkpoint(given)
     train, dev = (data if isinstance(data, (list, tuple)) else path_argument(data, f"finetune's {name}")
                   for data, name in ((train, "train"), (dev, "dev")))
     if out is not None:

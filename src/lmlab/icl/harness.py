@@ -318,8 +318,9 @@ def run_harness(checkpoint: str | os.PathLike, tasks: str | Sequence[str], *,
     (``!function``) is refused unless ``allow_code`` (:func:`check_task_code`)."""
     from lmlab import values
     from lmlab.arguments import number_argument, optional_number, path_argument
+    from lmlab.train.checkpoint import run_checkpoint
 
-    checkpoint = path_argument(checkpoint, "run_harness's checkpoint")
+    checkpoint = run_checkpoint(path_argument(checkpoint, "run_harness's checkpoint"))  # a run: its newest
     if out is not None:
         out = path_argument(out, "run_harness's out")
     number_argument(values.BatchSize, batch_size, "run_harness's batch_size")

@@ -213,9 +213,8 @@ def parse_tasks(value, shared: dict[str, Any]) -> list[TaskSpec]:
     table) checked as the fine-tuning section checks them, rules included
     (:meth:`lmlab.config.FinetuneConfig.validate`, :meth:`~lmlab.config.FinetuneConfig.check_task`),
     every message naming the key the grid wrote."""
-    from lmlab.fileio import check_input_file
     from lmlab.tasks import TASKS
-    from lmlab.train.data import expand
+    from lmlab.train.data import expand_input_file
 
     tasks: list[TaskSpec] = []
     for i, entry in entries(value, "tasks", TASK_KEYS, 'task = "sst2", train = ..., dev = ...'):
@@ -227,7 +226,7 @@ def parse_tasks(value, shared: dict[str, Any]) -> list[TaskSpec]:
         for part in ("train", "dev"):
             if not isinstance(entry.get(part), str):
                 raise LmlabError(f"task {name!r} has no {part} file", f'set {part} = "path/to/{part}.tsv"')
-            paths[part] = str(check_input_file(expand(entry[part])).resolve())
+            paths[part] = str(expand_input_file(entry[part]).resolve())
         # the epoch and the --lr auto rate are chosen on a slice of train; dev only scores (docs/lab.md)
         own = as_table(entry.get("finetune"), f"tasks[{i}].finetune")
         settings = {"select_on": "train-slice", **shared, **own}

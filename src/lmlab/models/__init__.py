@@ -100,18 +100,27 @@ def check_fits_in_memory(config, architecture: str = "") -> None:
     this machine's memory (a vocabulary of 10^12, a width of 10^6, 10^12 positions): an estimate
     from the config, checked by :mod:`lmlab.budget` (families that count no parameters from their
     config are not checked). ``architecture`` only names the model in the message."""
+    n = weight_count(config)
+    if n is None:
+        return
+    require_weights_fit(n, getattr(config, "family", "") or architecture or spec_of_config(config).name,
+                        "choose a smaller vocab_size, d_model, d_ff, n_layers or max_positions")
+
+
+def weight_count(config) -> int | None:
+    """The numbers a model of ``config`` holds in its weights (a fixed sinusoidal table included),
+    counted from the config alone; None for a family that counts no parameters from its config."""
     try:
         spec = spec_of_config(config)
         if spec.count_parameters is None:
-            return
+            return None
         n = spec.count_parameters(config, ()).total
     except LmlabError:
-        return
+        return None
     table = (getattr(config, "max_positions", 0), getattr(config, "d_model", 0))
     if getattr(config, "positions", None) == "sinusoidal" and all(isinstance(x, int) for x in table):
         n += table[0] * table[1]  # a fixed table, not a parameter
-    require_weights_fit(n, getattr(config, "family", "") or architecture or spec.name,
-                        "choose a smaller vocab_size, d_model, d_ff, n_layers or max_positions")
+    return n
 
 
 def build_model(config, heads=None, architecture: str | None = None):

@@ -40,6 +40,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lmlab import values
+from lmlab.arguments import number_argument
 from lmlab.errors import LmlabError
 from lmlab.fileio import atomic_dir, write_json
 
@@ -156,8 +158,7 @@ def build_mixture(data_dir: str | os.PathLike, out: str | os.PathLike, held_out_
         raise LmlabError(f"per_task names {sorted(caps)}, but the trained tasks are {sorted(trained)}",
                          "give one cap for every trained task, or a single number")
     for n, name in [*((caps[t], f"per_task[{t!r}]") for t in trained), (eval_per_task, "eval_per_task")]:
-        if not isinstance(n, int) or n < 1:
-            raise LmlabError(f"{name} must be a positive integer, got {n!r}", f"e.g. {name}=200")
+        number_argument(values.Count, n, name)
     data_dir = Path(data_dir)
     files: dict[str, list[dict[str, Any]]] = {k: [] for k in ("train", "dev", "heldout_templates",
                                                               "heldout_task")}

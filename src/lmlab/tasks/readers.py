@@ -128,7 +128,7 @@ def _is_header(fields: list[str]) -> bool:
         [f.strip().lstrip("\ufeff").lower() for f in fields] in (["x", "y"], ["source", "target"]))
 
 
-def _columns_from_header(fields: list[str], pair: bool) -> tuple[int, int | None, int]:
+def _columns_from_header(fields: list[str], pair: bool, where: str) -> tuple[int, int | None, int]:
     names = [f.strip().lstrip("\ufeff").lower() for f in fields]
 
     def find(options):
@@ -137,7 +137,7 @@ def _columns_from_header(fields: list[str], pair: bool) -> tuple[int, int | None
     text, second, label = find(_TEXT_NAMES), find(_PAIR_NAMES) if pair else None, find(_LABEL_NAMES)
     if text is None or label is None or (pair and second is None):
         need = "sentence1, sentence2 and label" if pair else "sentence and label"
-        raise LmlabError(f"header {fields} does not name the {need} columns",
+        raise LmlabError(f"{where}: header {fields} does not name the {need} columns",
                          "use the GLUE column names or the headerless GLUE layout")
     return text, second, label
 
@@ -181,7 +181,7 @@ def read_glue(path: str | os.PathLike, layout: str, on_bad_line: str | BadLines 
     for lineno, fields in read_tsv_rows(p):
         where = f"{p} line {lineno}"
         if cols is None and not out and _is_header(fields):
-            cols, width = _columns_from_header(fields, pair), len(fields)
+            cols, width = _columns_from_header(fields, pair, where), len(fields)
             continue
         if cols is None:
             cols = _columns_by_count(len(fields), layout)

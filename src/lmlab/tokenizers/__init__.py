@@ -73,7 +73,8 @@ def train_tokenizer(
     comes out far smaller than ``vocab_size`` (the text holds no more to learn) is said in one
     ``warning:`` line, to ``warn`` (default: stderr).
     """
-    from lmlab.arguments import text_list_argument, text_stream_argument
+    from lmlab import values
+    from lmlab.arguments import optional_number, text_list_argument, text_stream_argument
     from lmlab.tokenizers.base import DEFAULT_SPECIAL_TOKENS, check_special_tokens
     from lmlab.values import check
 
@@ -81,10 +82,7 @@ def train_tokenizer(
     texts = text_stream_argument(texts, "train_tokenizer's texts")  # not characters, not numbers
     if special_tokens is not None:
         special_tokens = text_list_argument(special_tokens, "special_tokens")
-    if vocab_size is not None and (not isinstance(vocab_size, int) or vocab_size <= 0):
-        raise LmlabError(
-            f"vocab_size must be a positive integer, got {vocab_size!r}", "pass e.g. vocab_size=8000"
-        )
+    optional_number(values.Count, vocab_size, "train_tokenizer's vocab_size")  # True is not 1
     specials = check_special_tokens(DEFAULT_SPECIAL_TOKENS if special_tokens is None else special_tokens)
     settings = training_settings(algo)
     options = {k: check(settings[k], v, k) if k in settings else v for k, v in options.items()}

@@ -303,9 +303,10 @@ class Tokenizer(TemplateEncoding, HfJsonExport, ABC):
         garbage collector is paused for the call. The result equals
         ``[self.encode(t) for t in texts]``.
         """
-        if not isinstance(chunk_size, int) or chunk_size < 1:
-            raise LmlabError(f"chunk_size must be a positive integer, got {chunk_size!r}",
-                             "pass e.g. chunk_size=2000")
+        from lmlab import values
+        from lmlab.arguments import number_argument
+
+        number_argument(values.Count, chunk_size, "encode_many's chunk_size")
         if workers is not None and (not isinstance(workers, int) or isinstance(workers, bool)):
             raise LmlabError(f"workers must be an integer or None, got {workers!r}",
                              "pass e.g. workers=2 (None: the CPUs this process may use)")
@@ -326,10 +327,15 @@ class Tokenizer(TemplateEncoding, HfJsonExport, ABC):
         return encode_parallel(self, texts, workers, chunk_size)
 
     def convert_ids_to_tokens(self, ids: Iterable[int]) -> list[str]:
-        ids = list(ids)
+        from lmlab.arguments import describe, not_text_argument
+
+        ids = list(not_text_argument(ids, "decode"))
         n = len(self.vocab)
         for i in ids:
-            if not isinstance(i, numbers.Integral) or not 0 <= int(i) < n:
+            if not isinstance(i, numbers.Integral) or isinstance(i, bool):
+                raise LmlabError(f"decode takes token ids (whole numbers), got {describe(i)} among them",
+                                 "pass a list of ids, such as tokenizer.encode(text) gives")
+            if not 0 <= int(i) < n:
                 raise LmlabError(
                     f"token id {i!r} is out of range for a vocabulary of {n}",
                     f"pass ids between 0 and {n - 1} (was this produced by another tokenizer?)",

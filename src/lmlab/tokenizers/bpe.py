@@ -105,9 +105,10 @@ class CharBPETokenizer(Tokenizer):
         words in that many processes.
         """
         cls.check_train_options(vocab_size, special_tokens, {"num_merges": num_merges})
-        if num_merges is not None and (not isinstance(num_merges, int) or num_merges < 0):
-            raise LmlabError(f"num_merges must be a non-negative integer, got {num_merges!r}",
-                             "pass e.g. num_merges=8")
+        from lmlab import values
+        from lmlab.arguments import optional_number
+
+        optional_number(values.Size, num_merges, "num_merges")
         counts = count_chunks(texts, whitespace_split, workers=workers)
         alphabet = sorted(set("".join(counts)) | {END_OF_WORD})
         base = list(dict.fromkeys([*special_tokens, *alphabet]))

@@ -52,13 +52,20 @@ def check_run(cfg: RunConfig, *, with_objective: bool = True) -> tuple[type | No
     impossible (``model.n_heads`` not dividing ``d_model``, a dropout of 1.5...), the objective cannot
     train the preset or ``train.seq_len`` is longer than the model's positions: before any data is
     tokenised for the run."""
+    from lmlab.config.fits import planned_vocab_size
     from lmlab.models import CONFIG_ARCHITECTURE, PRESETS, get_preset
     from lmlab.objectives import get_objective
 
     base = PRESETS[cfg.model.preset]()
-    # the preset with the run's settings (its vocabulary is the tokenizer's, known later: the preset's
-    # own stands in), checked as the model will be
-    get_preset(cfg.model.preset, **{"vocab_size": base.vocab_size, **cfg.model.overrides})
+    # the preset with the run's settings, checked as the model will be, with the vocabulary the run
+    # will have (planned_vocab_size); where only the tokenizer will tell, the preset's stands in, and
+    # the special ids wait for the tokenizer (model_config): the preset's size is not the run's
+    vocab = planned_vocab_size(cfg)
+    settings = {"vocab_size": base.vocab_size if vocab is None else vocab, **cfg.model.overrides}
+    if vocab is None:
+        ids = [settings.get(k) for k in ("pad_token_id", "bos_token_id", "eos_token_id")]
+        settings["vocab_size"] = max([settings["vocab_size"], *(i + 1 for i in ids if isinstance(i, int))])
+    get_preset(cfg.model.preset, **settings)
     arch = CONFIG_ARCHITECTURE.get(type(base), "?")
     objective_cls = get_objective(cfg.objective.name) if with_objective else None
     if objective_cls is not None and objective_cls.architectures and arch not in objective_cls.architectures:

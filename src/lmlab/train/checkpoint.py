@@ -126,6 +126,22 @@ def latest_checkpoint(run_dir: str | Path, say: Callable[[str], None] | None = N
     return None
 
 
+def run_checkpoint(value: str | os.PathLike) -> Path:
+    """The checkpoint a path names: a pretraining run directory (a ``checkpoints/`` folder and no
+    ``config.json`` of its own, what ``lmlab pretrain --out RUN`` leaves) means its newest complete
+    checkpoint (:func:`latest_checkpoint`); any other path is itself. The one reading of a run
+    directory, for the command line's ``--checkpoint``/``--teacher``/``--base`` and the Python API's
+    checkpoint arguments (``finetune``, ``run_harness``) alike."""
+    p = Path(value)
+    if (p / "config.json").is_file() or not (p / "checkpoints").is_dir():
+        return p
+    newest = latest_checkpoint(p)
+    if newest is None:
+        raise LmlabError(f"run directory {p} has no complete checkpoint yet",
+                         "wait for the run's first checkpoint (train.checkpoint_every) or resume it")
+    return newest
+
+
 def _say_once(path: Path, msg: str, say) -> None:
     """Say ``msg`` about the checkpoint ``path`` unless this process already said something of it."""
     key = path.resolve()

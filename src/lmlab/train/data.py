@@ -47,6 +47,24 @@ def expand(entry: str) -> str:
     return os.path.expanduser(os.path.expandvars(entry))
 
 
+def variable_hint(entry: str) -> str:
+    """What to check when the path ``entry`` as written (before :func:`expand`) led nowhere: `` (is
+    $LMLAB_DATA set?)`` when it names that variable, else "". The one hint of every data path: a
+    recipe's, a grid's task files, a tokenizer's."""
+    return " (is $LMLAB_DATA set?)" if "LMLAB_DATA" in str(entry) else ""
+
+
+def expand_input_file(entry: str, what: str = "input file") -> Path:
+    """The file that ``entry`` names (:func:`expand`), checked to be a non-empty file
+    (:func:`lmlab.fileio.check_input_file`); a missing one names ``$LMLAB_DATA`` when the entry does."""
+    from lmlab.fileio import check_input_file
+
+    path = Path(expand(entry))
+    if not path.exists():
+        raise LmlabError(f"{what} {path} does not exist{variable_hint(entry)}", "check the path")
+    return check_input_file(path)
+
+
 def resolve(entries: list[str], what: str) -> list[Path]:
     """Paths named by ``entries``: shard directories as they are; text directories and globs expanded."""
     out: list[Path] = []
@@ -55,16 +73,14 @@ def resolve(entries: list[str], what: str) -> list[Path]:
         if any(c in path for c in "*?["):
             matches = sorted(glob.glob(path))
             if not matches:
-                raise LmlabError(
-                    f"{what} pattern {entry!r} matches no file", "check the path (and $LMLAB_DATA)"
-                )
+                raise LmlabError(f"{what} pattern {entry!r} matches no file{variable_hint(entry)}",
+                                 "check the path")
             out.extend(Path(m) for m in matches)
             continue
         p = Path(path)
         if not p.exists():
-            hint = " (is $LMLAB_DATA set?)" if "LMLAB_DATA" in entry else ""
             raise LmlabError(
-                f"{what} {p} does not exist{hint}",
+                f"{what} {p} does not exist{variable_hint(entry)}",
                 "pass token shards from `lmlab data prepare` or text files",
             )
         if p.is_dir() and not (p / INDEX_FILE).is_file() and not is_dataset_dir(p):
@@ -214,7 +230,7 @@ def _check_tokenizer_spec(spec, where: str = "") -> Path | None:
         p = Path(expand(spec))
         if not p.exists():
             raise LmlabError(
-                f"{where}data.tokenizer {p} does not exist",
+                f"{where}data.tokenizer {p} does not exist{variable_hint(spec)}",
                 "train one with `lmlab tokenizer train` or give a table {algo, vocab_size}",
             )
         return p
@@ -303,7 +319,13 @@ def _data_dir(cfg: DataConfig, run_dir: Path) -> Path:
     spec = {k: v for k, v in dataclasses.asdict(cfg).items()
             if k not in ("cache_dir", "workers", "max_tokens")}
     key = hashlib.sha256(json.dumps(_jsonable(spec), sort_keys=True).encode()).hexdigest()[:16]
-    return Path(expand(cache)) / f"data-{key}"
+    entry = Path(expand(cache)) / f"data-{key}"
+    from lmlab import ownership
+
+    # before any tokenizer is trained, and naming the setting, not --out
+    if not entry.is_dir():  # a complete entry is only read (a shared, read-only cache is fine)
+        ownership.check_writable(entry, "data.cache_dir" if cfg.cache_dir else "$LMLAB_CACHE_DIR")
+    return entry
 
 
 def _split_or_fail(directory: Path, split: str, message: str) -> TokenShards:

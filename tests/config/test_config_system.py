@@ -312,6 +312,10 @@ def test_compare_refuses_a_set_key_given_twice(capsys):
     assert exit_code(["compare", "--config", "configs/grids/objectives-tiny.toml", "--dry-run",
                       "--set", "budget.tokens=100", "--set", "budget.tokens=200"]) == 2
     assert_one_line_error(capsys, "--set budget.tokens is given twice", "give each key once")
+    from lmlab.lab import load_grid  # the same refusal for a grid's overrides from Python
+
+    with pytest.raises(LmlabError, match="budget.tokens is given twice"):
+        load_grid("configs/grids/objectives-tiny.toml", ["budget.tokens=100", "budget.tokens=200"])
 
 
 def test_a_quoted_number_in_a_list_shows_the_list_to_write(tmp_path):

@@ -67,10 +67,8 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from lmlab.config.overrides import check_keys_once, split_override
     from lmlab.lab import load_grid, run_grid
 
-    check_keys_once(split_override(item, "budget.tokens=20480")[0] for item in args.overrides)
     overrides = list(args.overrides)
     if args.loggers:
         names = json.dumps(args.loggers)

@@ -371,7 +371,10 @@ def describe(error: ValidationError) -> str:
 
 
 def hint(kind: Any) -> str:
-    """What a valid ``kind`` is, in words (its description), or ""."""
+    """What a valid ``kind`` is, in words (its description; ``true or false`` for a truth value),
+    or ""."""
+    if kind is bool or kind == Flag:
+        return "true or false"
     for part in typing.get_args(kind):
         if isinstance(part, FieldInfo) and part.description:
             return part.description

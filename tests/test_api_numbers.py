@@ -105,3 +105,66 @@ def test_valid_values_still_apply(tok):
     assert apply_method(other, "prefix", {"num_virtual_tokens": "4", "hidden": 8})["num_virtual_tokens"] == 4
     assert get_objective("t5")(tok, noise_density=0.5, mean_span_length=2, num_sentinels=10, add_eos=False)
     assert get_objective("transfo-xl")(tok, segment_len=8, carry_memory=False).segment_len == 8
+
+
+def _others(tok=None):
+    """(name, call taking the wrong value, the words the message starts with, wrong values)."""
+    from lmlab.models import get_preset
+    from lmlab.scaling import compute_optimal
+    from lmlab.scaling.fit import fit_runs
+    from lmlab.scaling.plan import plan
+    from lmlab.tasks import make_task
+
+    def icl(k):
+        from lmlab.icl import evaluate_icl
+        from lmlab.models import build_model
+
+        return evaluate_icl(build_model(get_preset("gpt2-tiny", vocab_size=300)), tok, [("a", "b")], [], k)
+
+    return [
+        ("get_preset(d_model)", lambda v: get_preset("gpt2-tiny", d_model=v), "d_model", NUMBER),
+        ("get_preset(dropout)", lambda v: get_preset("gpt2-tiny", dropout=v), "dropout", SIZE + (1,)),
+        ("get_preset(n_decoder_layers)", lambda v: get_preset("t5-tiny", n_decoder_layers=v),
+         "n_decoder_layers", NUMBER),
+        ("get_preset(mem_len)", lambda v: get_preset("transfo-xl-tiny", mem_len=v), "mem_len", SIZE),
+        ("get_preset(n_highway)", lambda v: get_preset("elmo-tiny", n_highway=v), "n_highway", SIZE),
+        ("make_task(max_length)", lambda v: make_task("sst2", max_length=v), "task option max_length",
+         NUMBER),
+        ("make_task(lm_weight)", lambda v: make_task("sst2", lm_weight=v), "task option lm_weight", SIZE),
+        ("make_task(doc_stride)", lambda v: make_task("squad", doc_stride=v), "task option doc_stride", SIZE),
+        ("evaluate_icl(k)", icl, "evaluate_icl's k", SIZE),
+        ("compute_optimal(flops)", lambda v: compute_optimal(v), "compute_optimal's flops", NUMBER),
+        ("plan(tokens_per_param)", lambda v: plan(1e18, tokens_per_param=v), "plan's tokens_per_param",
+         NUMBER),
+        ("plan(aspect_ratio)", lambda v: plan(1e18, aspect_ratio=v), "plan's aspect_ratio", NUMBER),
+        ("fit_runs(bootstrap)", lambda v: fit_runs([], bootstrap=v), "fit_runs' bootstrap", SIZE),
+    ]
+
+
+def _other_cases():
+    return [pytest.param(i, bad, id=f"{name}={bad!r}")
+            for i, (name, _, _, wrong) in enumerate(_others()) for bad in wrong]
+
+
+@pytest.mark.parametrize(("i", "bad"), _other_cases())
+def test_model_settings_task_options_icl_and_scaling_numbers_share_the_rule(tok, i, bad):
+    """dropout="0.1" in get_preset used to be a TypeError, vocab_size's and make_task's checks took
+    other words; the model configs now check every field by their file schema's types, TaskOptions
+    by its fields' types, and evaluate_icl, compute_optimal, plan and fit_runs by number_argument."""
+    _, call, starts, _ = _others(tok)[i]
+    with pytest.raises(LmlabError) as e:
+        call(bad)
+    _one_line(e, starts)
+
+
+@pytest.mark.parametrize("bad", (True, NAN, "3", -1, 0))
+def test_tokenizer_numbers_share_the_rule(tok, bad):
+    from lmlab.tokenizers import train_tokenizer
+
+    with pytest.raises(LmlabError) as e:
+        tok.encode_many(["a b"], workers=bad)
+    _one_line(e, "encode_many's workers")
+    unigram = train_tokenizer("unigram", ["to be or not to be"] * 5, vocab_size=40)
+    with pytest.raises(LmlabError) as e:
+        unigram.sample("to be", alpha=bad)
+    _one_line(e, "sample's alpha")

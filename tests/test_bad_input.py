@@ -118,7 +118,7 @@ def test_example_limits_and_batch_size_must_be_positive():
     with pytest.raises(LmlabError, match="example limit must be at least 1, got -1"):
         limit([1, 2, 3], -1)  # used to drop the last example silently
     assert limit([1, 2, 3], 2) == [1, 2]
-    with pytest.raises(LmlabError, match="batch size must be at least 1"):
+    with pytest.raises(LmlabError, match="evaluate's batch_size must be at least 1"):
         evaluate("no-such-dir", "x.tsv", batch_size=0)
 
 

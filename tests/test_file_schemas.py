@@ -215,7 +215,7 @@ def test_a_config_built_in_python_with_a_negative_norm_eps_is_refused():
     from lmlab.errors import LmlabError
     from lmlab.models import get_preset
 
-    with pytest.raises(LmlabError, match=r"norm_eps: must be a small positive number \(got -1"):
+    with pytest.raises(LmlabError, match=r"^norm_eps must be a small positive number \(got -1"):
         get_preset("gpt2-tiny", norm_eps=-1.0)
 
 

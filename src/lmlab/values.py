@@ -371,7 +371,12 @@ def describe(error: ValidationError) -> str:
 
 
 def hint(kind: Any) -> str:
-    """What a valid ``kind`` is, in words (its description), or ""."""
+    """What a valid ``kind`` is, in words (its description; ``true or false`` for a truth value,
+    the choices of a ``Literal``), or ""."""
+    if kind is bool or kind == Flag:
+        return "true or false"
+    if typing.get_origin(kind) is typing.Literal:
+        return "one of " + ", ".join(str(a) for a in typing.get_args(kind))
     for part in typing.get_args(kind):
         if isinstance(part, FieldInfo) and part.description:
             return part.description

@@ -234,7 +234,7 @@ def test_num_fewshot_beyond_the_task_documents_or_negative_is_one_line_before_th
     err = capsys.readouterr().err
     assert err.startswith(f"error: K=100,000 few-shot examples asked for, but task 'lmlab_mc' has "
                           f"{len(QUESTIONS)} document(s)") and err.count("\n") == 1, err
-    with pytest.raises(LmlabError, match="K must be a whole number, 0 or more, got -1"):
+    with pytest.raises(LmlabError, match=r"run_harness.s num_fewshot must be at least 0 \(got -1\)"):
         run_harness(setup["root"] / "ck", mc, num_fewshot=-1, out=tmp_path / "h.json")
     assert not (tmp_path / "h.json").exists()
 

@@ -237,8 +237,8 @@ def test_config_validation_is_one_line():
         (dict(d_model=30, n_heads=4), "does not divide d_model"),
         (dict(n_kv_heads=3), "n_kv_heads 3 does not divide"),
         (dict(activation="nope"), "unknown activation"),
-        (dict(vocab_size=0), "vocab_size must be a positive"),
-        (dict(dropout=1.5), "dropout must be in"),
+        (dict(vocab_size=0), "vocab_size must be at least 1 \\(got 0\\)"),
+        (dict(dropout=1.5), "dropout must be less than 1"),
     ]:
         with pytest.raises(LmlabError, match=match) as e:
             get_preset("llama-tiny", **bad)

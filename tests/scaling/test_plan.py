@@ -71,9 +71,9 @@ def test_non_embedding_count():
 @pytest.mark.parametrize(
     "kwargs,match",
     [
-        ({"flops": 0}, "positive"),
-        ({"flops": float("nan")}, "positive"),
-        ({"flops": 1e17, "tokens_per_param": 0}, "tokens per parameter"),
+        ({"flops": 0}, "plan's flops must be greater than 0"),
+        ({"flops": float("nan")}, "plan's flops must be a finite number"),
+        ({"flops": 1e17, "tokens_per_param": 0}, "plan's tokens_per_param must be greater than 0"),
         ({"flops": 1e17, "arch": "albert"}, "shares its layers"),
         ({"flops": 1e17, "arch": "nope"}, "choose one of"),
         ({"flops": 1e17, "count": "some"}, "unknown parameter count"),

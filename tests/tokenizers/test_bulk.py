@@ -53,7 +53,7 @@ def test_one_chunk_stays_in_process_and_chunk_size_is_checked(tok, lines, monkey
     for bad in (0, -1, 2.5, True):
         with pytest.raises(LmlabError, match="encode_many.s chunk_size must be"):
             tok.encode_many(lines, workers=2, chunk_size=bad)
-    with pytest.raises(LmlabError, match="workers must be an integer"):
+    with pytest.raises(LmlabError, match="encode_many.s workers must be a whole number"):
         tok.encode_many(lines, workers="2")
 
 

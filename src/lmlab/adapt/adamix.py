@@ -39,6 +39,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from lmlab.adapt.adapters import BottleneckAdapter, check_adapter_options, insert_adapters
+from lmlab.adapt.options import typed_options
 from lmlab.errors import LmlabError
 from lmlab.losses import IGNORE
 
@@ -98,6 +99,7 @@ class MixtureAdapter(nn.Module):
         return f"experts={self.experts}, d_model={d}, bottleneck={m}"
 
 
+@typed_options("adamix")
 def apply_adamix(
     model: nn.Module,
     experts: int = 4,
@@ -119,27 +121,11 @@ def apply_adamix(
     every expert (``experts/``) beside the merged adapter it serves. ``same_init``: the experts of a
     slot start as copies of one adapter (False: independent draws).
     """
-    check_mixture_options(experts, consistency, keep_experts)
-    if not isinstance(same_init, bool):
-        raise LmlabError(f"same_init must be true or false, got {same_init!r}", "use same_init=true")
     d, bottleneck, train_norms = check_adapter_options(model, kind, bottleneck, reduction_factor, activation,
                                                        train_norms)
     insert_adapters(model, kind, lambda: MixtureAdapter(d, bottleneck, experts, activation, same_init),
                     train_norms,
                     train_head)
-
-
-def check_mixture_options(experts, consistency, keep_experts) -> None:
-    """AdaMix's own options (one-line LmlabError), checked before any model or data is read."""
-    if isinstance(experts, bool) or not isinstance(experts, int) or experts < 1:
-        raise LmlabError(f"adamix experts must be a positive integer, got {experts!r}",
-                         "use e.g. experts=4 (the paper's)")
-    if isinstance(consistency, bool) or not isinstance(consistency, (int, float)) or not consistency >= 0:
-        raise LmlabError(f"adamix consistency must be a number >= 0, got {consistency!r}",
-                         "use e.g. consistency=1.0 (0 turns the regulariser off)")
-    if not isinstance(keep_experts, bool):
-        raise LmlabError(f"keep_experts must be true or false, got {keep_experts!r}",
-                         "use keep_experts=false")
 
 
 def mixture_modules(model: nn.Module) -> list[MixtureAdapter]:

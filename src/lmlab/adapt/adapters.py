@@ -29,8 +29,7 @@ from collections.abc import Callable
 from torch import Tensor, nn
 
 from lmlab.adapt import freeze_base, transformer_blocks, unfreeze_task_heads
-from lmlab.adapt.options import ADAPTER_KINDS
-from lmlab.errors import LmlabError
+from lmlab.adapt.options import ADAPTER_KINDS, typed_options
 from lmlab.models.blocks import get_activation
 
 KINDS = ADAPTER_KINDS
@@ -76,6 +75,7 @@ class AdaptedFeedForward(nn.Module):
         return self.adapter(self.inner(x))
 
 
+@typed_options("adapter")
 def apply_adapters(
     model: nn.Module,
     kind: str = "houlsby",
@@ -98,29 +98,15 @@ def apply_adapters(
 
 def check_adapter_options(model: nn.Module, kind: str, bottleneck: int, reduction_factor: int,
                           activation: str, train_norms: bool | None) -> tuple[int, int, bool]:
-    """Validate the options shared by every adapter method; ``(d_model, bottleneck, train_norms)``
-    with the defaults filled in (one-line LmlabError on a bad value, before the model changes)."""
-    if kind not in KINDS:
-        raise LmlabError(f"unknown adapter kind {kind!r}", f"choose one of: {', '.join(KINDS)}")
-    get_activation(activation)
+    """The options shared by every adapter method with their defaults filled in for ``model``:
+    ``(d_model, bottleneck, train_norms)``. Their kinds and ranges were checked by the methods'
+    ``@typed_options`` (:mod:`lmlab.adapt.options`), before this runs."""
     blocks = transformer_blocks(model)
     d = blocks[0][1].ffn.fc_out.out_features
     if bottleneck == 0:
-        if not isinstance(reduction_factor, int) or reduction_factor <= 0:
-            raise LmlabError(
-                f"reduction_factor must be a positive integer, got {reduction_factor!r}",
-                "use e.g. reduction_factor=16",
-            )
         bottleneck = max(1, d // reduction_factor)
-    if not isinstance(bottleneck, int) or bottleneck <= 0:
-        raise LmlabError(
-            f"adapter bottleneck must be a positive integer, got {bottleneck!r}",
-            "use e.g. bottleneck=64 (or leave it 0 to use reduction_factor)",
-        )
     if train_norms is None:
         train_norms = kind == "houlsby"
-    if not isinstance(train_norms, bool):
-        raise LmlabError(f"train_norms must be true or false, got {train_norms!r}", "use train_norms=false")
     return d, bottleneck, train_norms
 
 

@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from lmlab.adapt import freeze_base, transformer_blocks, unfreeze_task_heads
-from lmlab.adapt.options import TARGET_GROUPS, is_glob
+from lmlab.adapt.options import TARGET_GROUPS, is_glob, typed_options
 from lmlab.arguments import model_argument
 from lmlab.errors import LmlabError
 
@@ -118,6 +118,7 @@ def find_targets(model: nn.Module, target_modules) -> list[tuple[nn.Module, str,
     return [(parent, attr, linear) for i, (parent, attr, linear, _) in enumerate(linears) if i in chosen]
 
 
+@typed_options("lora")
 def apply_lora(
     model: nn.Module,
     rank: int = 8,
@@ -132,12 +133,7 @@ def apply_lora(
     branch's input; ``target_modules``: see :func:`find_targets`; ``train_head`` also trains the
     task head (see :func:`lmlab.adapt.unfreeze_task_heads`).
     """
-    if not isinstance(rank, int) or rank <= 0:
-        raise LmlabError(f"LoRA rank must be a positive integer, got {rank!r}", "use e.g. rank=8")
-    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 < alpha < math.inf:
-        raise LmlabError(f"LoRA alpha must be positive, got {alpha!r}", "use e.g. alpha=16 (twice the rank)")
-    if not 0.0 <= dropout < 1.0:
-        raise LmlabError(f"LoRA dropout must be in [0, 1), got {dropout}", "use e.g. dropout=0.05")
+    # the arguments' kinds and ranges: @typed_options (lmlab.adapt.options), as apply_method's
     targets = find_targets(model, target_modules)
     freeze_base(model)
     for parent, attr, linear in targets:

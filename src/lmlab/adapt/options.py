@@ -9,6 +9,9 @@ Every way options arrive goes through here: ``lmlab finetune --method-option KEY
 
 * A number is finite (``alpha=nan`` is refused, not trained into a non-finite loss), a whole
   number is whole, a truth value is ``true`` or ``false`` (``train_head=2`` is refused).
+* A method's ``apply_*`` function called directly (``apply_lora(model, rank=True)``) checks its
+  arguments by the same types (:func:`typed_options`), strictly, as every argument of the Python
+  API (:func:`lmlab.arguments.number_argument`): a string is not a number there.
 * Each name is a method's option (an unknown one names the closest), each given once.
 * LoRA's ``target_modules`` names only layers an lmlab Transformer block has (or a group, or a glob).
 * The virtual tokens of ``prompt`` and ``prefix`` fit the model's positions, told from its config
@@ -21,7 +24,10 @@ programming error, caught by the tests).
 
 from __future__ import annotations
 
+import functools
+import inspect
 import typing
+from collections.abc import Callable
 from typing import Annotated, Any
 
 from pydantic import AfterValidator, Field
@@ -185,6 +191,39 @@ def check_options(method: str, options: dict[str, Any], defaults: dict[str, Any]
             value = list(value)
         out[name] = values.check(kind, value, f"{where} {name}")
     return out
+
+
+def check_arguments(method: str, fn: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    """The arguments of ``method``'s ``apply_*`` function ``fn`` as a Python caller gave them, each
+    checked against its option's type, strictly (a string is not a number, a bool not a number,
+    0 not a bool; a tuple stands for a list): one line naming ``fn's name``. The checked values."""
+    types = option_types(method)
+    return {name: values.check(types[name], list(value) if isinstance(value, tuple) else value,
+                               f"{fn}'s {name}", strict=True)
+            for name, value in arguments.items()}
+
+
+def typed_options(method: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """The decorator of ``method``'s ``apply_*`` function: its model and every argument given are
+    checked (:func:`check_arguments`) before the function runs, so ``apply_lora(model, rank=True)``
+    is refused as ``apply_method(model, "lora", {"rank": True})`` is, before the model changes. The
+    signature (the options' defaults, :func:`lmlab.adapt.option_defaults`) is the function's."""
+
+    def wrap(fn: Callable[..., None]) -> Callable[..., None]:
+        signature = inspect.signature(fn)
+
+        @functools.wraps(fn)
+        def checked(*args: Any, **kwargs: Any) -> None:
+            from lmlab.arguments import model_argument
+
+            given = signature.bind(*args, **kwargs).arguments
+            model_argument(given.pop("model", None), f"{fn.__name__}'s model")
+            check_arguments(method, fn.__name__, given)
+            return fn(*args, **kwargs)
+
+        return checked
+
+    return wrap
 
 
 def parse_option_items(items: list[str], flag: str = "--method-option") -> dict[str, str]:

@@ -494,13 +494,6 @@ class AdaMixFineTuning(PeftFineTuning):
 
     name = "adamix"
 
-    def __init__(self, **options):
-        from lmlab.adapt.adamix import check_mixture_options
-
-        super().__init__(**options)
-        o = self.options
-        check_mixture_options(o["experts"], o["consistency"], o["keep_experts"])  # before any data is read
-
     def apply(self, model: nn.Module, task=None) -> nn.Module:
         from lmlab.adapt.adamix import consistency_supported
 

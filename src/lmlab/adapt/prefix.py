@@ -35,7 +35,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from lmlab.adapt import freeze_base, transformer_blocks, unfreeze_task_heads
-from lmlab.adapt.options import INITS, PREFIX_POSITIONS
+from lmlab.adapt.options import PREFIX_POSITIONS, typed_options
 from lmlab.errors import LmlabError
 
 POSITIONS = PREFIX_POSITIONS
@@ -177,6 +177,7 @@ class _PositionsAfterPrefix:
         return (), kw
 
 
+@typed_options("prefix")
 def apply_prefix(
     model: nn.Module,
     num_virtual_tokens: int = 20,
@@ -189,17 +190,7 @@ def apply_prefix(
 ) -> None:
     """Freeze ``model`` and give every self-attention a trainable prefix of ``num_virtual_tokens``
     key/value vectors (in place); the :class:`PrefixEncoder` is ``model.prefix_encoder``."""
-    if not isinstance(num_virtual_tokens, int) or num_virtual_tokens <= 0:
-        raise LmlabError(
-            f"num_virtual_tokens must be a positive integer, got {num_virtual_tokens!r}",
-            "use e.g. num_virtual_tokens=20",
-        )
-    if init not in INITS:
-        raise LmlabError(f"unknown prefix init {init!r}", f"choose one of: {', '.join(INITS)}")
-    if reparameterize and (not isinstance(hidden, int) or hidden <= 0):
-        raise LmlabError(f"hidden must be a positive integer, got {hidden!r}", "use e.g. hidden=512")
-    if positions not in POSITIONS:
-        raise LmlabError(f"unknown prefix positions {positions!r}", f"choose one of: {', '.join(POSITIONS)}")
+    # the arguments' kinds and ranges: @typed_options (lmlab.adapt.options), as apply_method's
     if positions == "after_prefix" and getattr(model, "architecture", "") not in ("encoder", "decoder"):
         raise LmlabError(
             "positions=after_prefix is for encoders and decoders",

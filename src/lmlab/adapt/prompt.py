@@ -38,7 +38,7 @@ import torch
 from torch import Tensor, nn
 
 from lmlab.adapt import freeze_base, unfreeze_task_heads
-from lmlab.adapt.options import INITS
+from lmlab.adapt.options import typed_options
 from lmlab.errors import LmlabError
 from lmlab.losses import IGNORE
 
@@ -243,6 +243,7 @@ class _PromptHooks:
             self.slot = None
 
 
+@typed_options("prompt")
 def apply_prompt(
     model: nn.Module,
     num_virtual_tokens: int = 20,
@@ -259,13 +260,7 @@ def apply_prompt(
     ``"random"``: N(0, σ²) with σ the embedding table's own standard deviation.
     ``before_cls``: encoders put the prompt in front of ``[CLS]`` (as peft) instead of after it.
     """
-    if not isinstance(num_virtual_tokens, int) or num_virtual_tokens <= 0:
-        raise LmlabError(
-            f"num_virtual_tokens must be a positive integer, got {num_virtual_tokens!r}",
-            "use e.g. num_virtual_tokens=20",
-        )
-    if init not in INITS:
-        raise LmlabError(f"unknown prompt init {init!r}", f"choose one of: {', '.join(INITS)}")
+    # the arguments' kinds and ranges: @typed_options (lmlab.adapt.options), as apply_method's
     arch = getattr(model, "architecture", "")
     if arch not in ("encoder", "decoder", "seq2seq"):
         raise LmlabError(

@@ -18,8 +18,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from lmlab import ownership
-from lmlab.arguments import callable_argument, path_argument
+from lmlab import ownership, values
+from lmlab.arguments import callable_argument, number_argument, path_argument
 from lmlab.errors import LmlabError
 from lmlab.fileio import read_json, write_output_file
 from lmlab.finetune.methods import method_class
@@ -83,8 +83,7 @@ def evaluate(checkpoint: str | os.PathLike, data, task: str | None = None, *, on
         data = path_argument(data, "evaluate's data (a file or a list of examples)")
     if log is not None:
         callable_argument(log, "evaluate's log")
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise LmlabError(f"batch size must be at least 1, got {batch_size!r}", "pass e.g. batch_size=64")
+    number_argument(values.BatchSize, batch_size, "evaluate's batch_size")
     check_device(device)  # before the model is loaded
     if predictions is not None:
         check_predictions_file(predictions, {"--data": data, "--checkpoint": checkpoint})

@@ -122,11 +122,10 @@ def _pairs(examples, what: str) -> list[tuple[str, str]]:
     return out
 
 
-def check_fewshot_count(k) -> None:
-    """The count alone (:func:`check_fewshot` without a pool): a whole number, 0 or more."""
-    if isinstance(k, bool) or not isinstance(k, int) or k < 0:
-        raise LmlabError(f"the number of few-shot examples K must be a whole number, 0 or more, got {k!r}",
-                         "pass e.g. --num-fewshot 5 (k=5 in Python); 0 = zero-shot")
+def check_fewshot_count(k, what: str = "the number of few-shot examples K") -> None:
+    """The count alone (:func:`check_fewshot` without a pool): a whole number, 0 (zero-shot) or
+    more (:data:`lmlab.values.Size`); ``what`` names it."""
+    number_argument(values.Size, k, what)
 
 
 def check_fewshot(k, documents: int, where: str, leaves_out_query: bool = False) -> None:
@@ -167,7 +166,7 @@ def evaluate_icl(model, tokenizer, task_examples, shots, k: int, template: Promp
     """
     model = model_argument(model, "evaluate_icl's model")
     tokenizer = tokenizer_argument(tokenizer, "evaluate_icl's tokenizer")
-    check_fewshot_count(k)
+    check_fewshot_count(k, "evaluate_icl's k")
     number_argument(values.Seed, seed, "evaluate_icl's seed")
     optional_number(values.Count, max_new_tokens, "evaluate_icl's max_new_tokens")
     if template is not None and not isinstance(template, PromptTemplate):

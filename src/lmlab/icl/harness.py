@@ -268,7 +268,7 @@ def check_tasks_fewshot(tasks: dict, num_fewshot: int | None) -> None:
 
     if num_fewshot is None:  # each task's own setting
         return
-    check_fewshot_count(num_fewshot)
+    check_fewshot_count(num_fewshot, "run_harness's num_fewshot")
     for name, task in tasks.items():
         if not num_fewshot or not hasattr(task, "fewshot_docs"):
             continue

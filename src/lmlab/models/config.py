@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from lmlab.errors import LmlabError
-from lmlab.file_schemas import NORMS, POSITIONS  # the choices live with the file schemas
 
 
 @dataclass
@@ -55,42 +54,23 @@ class TransformerConfig:
 
     # ------------------------------------------------------------------ checks
     def validate(self) -> TransformerConfig:
-        """Raise a one-line LmlabError on an impossible setting; return self."""
-        def positive(name):
-            v = getattr(self, name)
-            if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
-                raise LmlabError(f"{name} must be a positive integer, got {v!r}", f"set {name} to e.g. 64")
-
-        for name in ("vocab_size", "d_model", "n_layers", "n_heads", "d_ff", "max_positions", "num_labels"):
-            positive(name)
-        check_fields(self, ("norm_eps", "rope_theta", "attn_scale", "init_std"))
+        """Raise a one-line LmlabError on an impossible setting; return self. Each field's kind and
+        range is its file schema's (:func:`check_fields`); the rules between fields are here."""
+        check_fields(self)
         if self.head_dim is None and self.d_model % self.n_heads:
             raise LmlabError(f"n_heads {self.n_heads} does not divide d_model {self.d_model}",
                              f"choose n_heads among the divisors of {self.d_model} (e.g. "
                              f"{_divisor_near(self.d_model, self.n_heads)})")
-        if self.head_dim is not None:
-            positive("head_dim")
         kv = self.n_kv_heads or self.n_heads
-        if self.n_kv_heads is not None:
-            positive("n_kv_heads")
         if self.n_heads % kv:
             raise LmlabError(f"n_kv_heads {kv} does not divide n_heads {self.n_heads}",
                              "choose n_kv_heads that divides n_heads (1 = multi-query)")
         if self.positions == "rotary" and self.dim_head % 2:
             raise LmlabError(f"rotary positions need an even head size, got {self.dim_head}",
                              "change d_model or n_heads")
-        if self.norm not in NORMS:
-            raise LmlabError(f"unknown norm {self.norm!r}", f"choose one of: {', '.join(NORMS)}")
-        if self.positions not in POSITIONS:
-            raise LmlabError(f"unknown positions {self.positions!r}",
-                             f"choose one of: {', '.join(POSITIONS)}")
         from lmlab.models.blocks import get_activation
 
         get_activation(self.activation)
-        for name in ("dropout", "attn_dropout"):
-            v = getattr(self, name)
-            if not 0.0 <= v < 1.0:
-                raise LmlabError(f"{name} must be in [0, 1), got {v}", f"set {name} to e.g. 0.1")
         check_special_ids(self)
         return self
 
@@ -144,15 +124,30 @@ def check_special_ids(config) -> None:
                              f"set {name} below vocab_size or to None")
 
 
-def check_fields(config, names: tuple[str, ...]) -> None:
-    """``config``'s fields ``names`` checked against its file schema (lmlab.file_schemas): the
-    values that the constructor's own checks do not look at (a norm epsilon of -1 or NaN)."""
+def check_fields(config) -> None:
+    """Every field of the model config ``config`` (a dataclass) checked against its type in the
+    config's file schema (:mod:`lmlab.file_schemas`, the one statement of each field's kind and
+    range, which a checkpoint's config.json is read by), strictly as every argument of the Python
+    API (:func:`lmlab.arguments.number_argument`): ``get_preset(..., d_model=True)``, ``dropout="0.1"``
+    or ``norm_eps=nan`` is one line naming the field, e.g. ``d_model must be at least 1 (got 0);
+    use a whole number of at least 1``. A field at its default (of the default's kind) is not
+    checked again."""
+    import typing
+
     from lmlab import values
     from lmlab.file_schemas import model_config_fields
 
-    values.check(model_config_fields(type(config)), {n: getattr(config, n) for n in names},
-                 where="model config", fix=f"set {' / '.join(names)} to finite positive numbers "
-                 f"(e.g. norm_eps=1e-5)")
+    hints = typing.get_type_hints(model_config_fields(type(config)), include_extras=True)
+    for f in dataclasses.fields(config):
+        v = getattr(config, f.name)
+        if f.name not in hints or (type(v) is type(f.default) and v == f.default):
+            continue
+        values.check(hints[f.name], _as_lists(v), f.name, strict=True)
+
+
+def _as_lists(value):
+    """Tuples as lists, nested too (the schema's lists are JSON's; a config may hold tuples)."""
+    return [_as_lists(v) for v in value] if isinstance(value, (list, tuple)) else value
 
 
 def position_limit(config) -> int | None:

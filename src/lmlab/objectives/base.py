@@ -197,11 +197,15 @@ class Objective(nn.Module):
     def checked(cls, params: dict[str, Any]) -> dict[str, Any]:
         """``params`` (some of the objective's parameters, as passed to ``__init__``) each checked
         against its type, then :meth:`check_params` on all of them (defaults filled in): what every
-        ``__init__`` runs, so Python code gets the refusals a recipe gets. The checked values."""
+        ``__init__`` runs, so Python code gets the refusals a recipe gets. The checked values.
+
+        Strict, as every argument of the Python API (:func:`lmlab.arguments.number_argument`): a
+        string is not a number, a bool not a number and 0 or 1 not a bool. A recipe's values reach
+        here already read as their kinds (``lmlab.config.fields.coerce``), so it loses nothing."""
         from lmlab import values
 
         hints = cls.declared_params()
-        out = {k: values.check(hints[k][0], v, f"objective.{k}") if k in hints else v
+        out = {k: values.check(hints[k][0], v, f"objective.{k}", strict=True) if k in hints else v
                for k, v in params.items()}
         cls.check_params(cls.with_defaults(out))
         return out

@@ -329,12 +329,14 @@ def fit_law(
     return _law_from_theta(form, res.x), float(res.cost), res.x
 
 
-def check_bootstrap(samples) -> None:
-    """The bootstrap count's rule, for the CLI's ``--bootstrap`` and :func:`fit_runs` alike: a whole
-    number from 0 (off) to :data:`MAX_BOOTSTRAP`, checked before any run is read or refit."""
-    if isinstance(samples, bool) or not isinstance(samples, (int, np.integer)) or samples < 0:
-        raise LmlabError(f"bootstrap must be a whole number of refits, 0 (off) or more, got {samples!r}",
-                         "pass e.g. --bootstrap 200 (bootstrap=200 in Python)")
+def check_bootstrap(samples, what: str = "--bootstrap") -> None:
+    """The bootstrap count's rule, for the CLI's ``--bootstrap`` and :func:`fit_runs` alike (``what``
+    names it): a whole number (:data:`lmlab.values.Size`) from 0 (off) to :data:`MAX_BOOTSTRAP`,
+    checked before any run is read or refit."""
+    from lmlab import values
+    from lmlab.arguments import number_argument
+
+    samples = number_argument(values.Size, int(samples) if isinstance(samples, np.integer) else samples, what)
     if samples > MAX_BOOTSTRAP:
         raise LmlabError(f"bootstrap {samples:,} refits is more than the {MAX_BOOTSTRAP:,} lmlab runs "
                          "(1,000 take about 2 s; the 95% bands settle long before)",
@@ -430,7 +432,7 @@ def fit_runs(
         bad = [r for r in runs if not isinstance(r, RunPoint)][0] if listed else runs
         raise LmlabError(f"fit_runs' runs must be a list of RunPoint, got {describe(bad)}",
                          "pass e.g. [RunPoint('a', 1e6, 2e7, 3.2), ...], or read_runs([run dirs])[0]")
-    check_bootstrap(bootstrap)
+    check_bootstrap(bootstrap, "fit_runs' bootstrap")
     held: list[RunPoint] = []
     if hold_out:
         runs, held = holdout(runs, hold_out)

@@ -47,13 +47,11 @@ COUNTS = ("total", "non-embedding")
 
 def compute_optimal(flops: float, tokens_per_param: float = 20.0) -> tuple[float, float]:
     """``(N, D)`` with ``6·N·D = flops`` and ``D = tokens_per_param · N`` (Chinchilla)."""
-    if not (isinstance(flops, (int, float)) and math.isfinite(flops) and flops > 0):
-        raise LmlabError(f"the FLOPs budget must be a positive number, got {flops!r}", "e.g. --flops 1e17")
-    if not (math.isfinite(tokens_per_param) and tokens_per_param > 0):
-        raise LmlabError(
-            f"tokens per parameter must be positive, got {tokens_per_param!r}",
-            "Chinchilla's compute-optimal ratio is about 20",
-        )
+    from lmlab import values
+    from lmlab.arguments import number_argument
+
+    flops = number_argument(values.Flops, flops, "compute_optimal's flops")
+    tokens_per_param = number_argument(values.Ratio, tokens_per_param, "compute_optimal's tokens_per_param")
     n = math.sqrt(flops / (6.0 * tokens_per_param))
     return n, tokens_per_param * n
 
@@ -233,8 +231,15 @@ def plan(
     ``vocab_size`` and ``seq_len`` default to the family's ``-base`` preset (its vocabulary and
     context); ``aspect_ratio`` (``d_model / n_layers``) to that preset's (64, BART 128).
     """
+    from lmlab import values
+    from lmlab.arguments import number_argument, optional_number
     from lmlab.models.flops import approx_training_flops, count_parameters
 
+    flops = number_argument(values.Flops, flops, "plan's flops")
+    tokens_per_param = number_argument(values.Ratio, tokens_per_param, "plan's tokens_per_param")
+    vocab_size = optional_number(values.Count, vocab_size, "plan's vocab_size")
+    seq_len = optional_number(values.Count, seq_len, "plan's seq_len")
+    aspect_ratio = optional_number(values.Ratio, aspect_ratio, "plan's aspect_ratio")
     if count not in COUNTS:
         raise LmlabError(f"unknown parameter count {count!r}", f"choose one of: {', '.join(COUNTS)}")
     n, d_tokens = compute_optimal(flops, tokens_per_param)
@@ -247,8 +252,6 @@ def plan(
             "pass e.g. --vocab-size 8000 --seq-len 512",
         )
     aspect = base.d_model / base.n_layers if aspect_ratio is None else aspect_ratio
-    if not aspect > 0:
-        raise LmlabError(f"aspect ratio must be positive, got {aspect_ratio}", "e.g. --aspect-ratio 64")
     head_dim = base.d_model // base.n_heads
     check_budget_buys_a_model(flops, n, tokens_per_param, model_shape(arch, 16, 1, vocab, context, head_dim))
 

@@ -19,17 +19,20 @@ which metrics judge the predictions (:meth:`Task.score`). The fine-tuning loop
 from __future__ import annotations
 
 import dataclasses
+import typing
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
 
+from lmlab.arguments import number_argument
 from lmlab.errors import LmlabError
 from lmlab.losses import IGNORE
 from lmlab.models.scoring import scored_loss
 from lmlab.tasks.readers import BadLines, Example, policy
 from lmlab.tasks.tables import FORMATS, ROLES, column_choice, read_table
+from lmlab.values import Count, LossWeight, Size
 
 #: feature keys that become tensors; everything else stays per-feature metadata
 TENSOR_KEYS = ("input_ids", "attention_mask", "token_type_ids", "labels", "start_positions", "end_positions",
@@ -59,14 +62,17 @@ class TaskOptions:
       0-based index), e.g. ``{"text": 1, "label": 0}``.
     * ``template``, ``packing``: instruction tuning (:mod:`lmlab.tasks.instruct`): the prompt
       template ("" = the default) and whether examples are packed into rows (None = decoders).
+
+    A number's kind and range is its field's type (:mod:`lmlab.values`, as ``lmlab finetune``'s
+    settings), checked strictly by :meth:`validate` (``max_length=True`` or ``"128"`` is refused).
     """
 
-    max_length: int = 128
-    doc_stride: int = 128
-    max_answer_length: int = 30
-    lm_weight: float = 0.5
+    max_length: Count = 128
+    doc_stride: Size = 128
+    max_answer_length: Count = 30
+    lm_weight: LossWeight = 0.5
     decoder_style: str = "gpt"
-    max_target_length: int = 32
+    max_target_length: Count = 32
     prefix: str = ""
     rouge_stemmer: bool = False
     format: str | None = None
@@ -86,16 +92,8 @@ class TaskOptions:
             raise LmlabError(f"unknown data fields {sorted(set(self.fields) - set(ROLES))}",
                              f"choose columns for some of: {', '.join(ROLES)}")
         self.fields = {k: column_choice(v) for k, v in self.fields.items() if v is not None}
-        for name in ("max_length", "max_answer_length", "max_target_length"):
-            v = getattr(self, name)
-            if not isinstance(v, int) or v < 1:
-                raise LmlabError(f"{name} must be a positive integer, got {v!r}", f"e.g. {name}=128")
-        if not isinstance(self.doc_stride, int) or self.doc_stride < 0:
-            raise LmlabError(f"doc_stride must be a non-negative integer, got {self.doc_stride!r}",
-                             "e.g. 128")
-        if self.lm_weight < 0:
-            raise LmlabError(f"lm_weight must be >= 0, got {self.lm_weight}",
-                             "0 turns the auxiliary LM loss off")
+        for name, kind in _NUMBER_FIELDS.items():
+            setattr(self, name, number_argument(kind, getattr(self, name), f"task option {name}"))
         if self.packing not in (None, True, False) or not isinstance(self.template, str):
             raise LmlabError(f"packing must be true, false or unset and template a string, got "
                              f"{self.packing!r}, {type(self.template).__name__}",
@@ -108,6 +106,11 @@ class TaskOptions:
     def from_dict(cls, data: dict[str, Any]) -> TaskOptions:
         names = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in names}).validate()
+
+
+#: the number fields of :class:`TaskOptions` -> their value types (its annotations of lmlab.values)
+_NUMBER_FIELDS = {name: hint for name, hint in typing.get_type_hints(TaskOptions, include_extras=True).items()
+                  if typing.get_origin(hint) is typing.Annotated}
 
 
 class Task:

@@ -304,12 +304,10 @@ class Tokenizer(TemplateEncoding, HfJsonExport, ABC):
         ``[self.encode(t) for t in texts]``.
         """
         from lmlab import values
-        from lmlab.arguments import number_argument
+        from lmlab.arguments import number_argument, optional_number
 
         number_argument(values.Count, chunk_size, "encode_many's chunk_size")
-        if workers is not None and (not isinstance(workers, int) or isinstance(workers, bool)):
-            raise LmlabError(f"workers must be an integer or None, got {workers!r}",
-                             "pass e.g. workers=2 (None: the CPUs this process may use)")
+        optional_number(values.Workers, workers, "encode_many's workers")  # None: the CPUs it may use
         texts = texts if isinstance(texts, list) else list(texts)
         if workers is None:
             from lmlab.runtime import available_cpus

@@ -6,7 +6,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from lmlab import budget, values
-from lmlab.errors import LmlabError
 from lmlab.values import Text
 
 #: The default special tokens of every trained tokenizer, in id order (ids 0..6).
@@ -41,8 +40,9 @@ def check_sentinel_count(n, name: str = "the sentinel count") -> None:
     """The one check of a number of T5 sentinels (``name``: the flag or setting that gave it): a
     whole number >= 0 whose tokens fit this machine and a tokenizer (:mod:`lmlab.budget`), before
     their list is made."""
-    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-        raise LmlabError(f"{name} must be a whole number >= 0, got {n!r}", "T5 uses 100")
+    from lmlab.arguments import number_argument
+
+    number_argument(values.Size, n, name)  # T5 uses 100
     budget.require_special_tokens_fit(n, f"{n:,} sentinel tokens", f"lower {name} (T5 uses 100)")
 
 

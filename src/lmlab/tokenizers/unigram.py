@@ -225,9 +225,10 @@ class UnigramTokenizer(Tokenizer):
         return [t for t, _, _ in self._sample_with_offsets(text, alpha, rng)]
 
     def _sample_with_offsets(self, text: str, alpha: float, rng) -> list[tuple[str, int, int]]:
-        if not (isinstance(alpha, (int, float)) and alpha > 0):
-            raise LmlabError(f"sampling alpha must be a positive number, got {alpha!r}",
-                             "pass e.g. alpha=0.1 (smaller = more varied segmentations)")
+        from lmlab import values
+        from lmlab.arguments import number_argument
+
+        number_argument(values.Positive, alpha, "sample's alpha")  # smaller = more varied segmentations
         if not isinstance(rng, random.Random):
             rng = random.Random(rng)
         out: list[tuple[str, int, int]] = []

@@ -378,12 +378,10 @@ def train_unigram(texts: Iterable[str], vocab_size: int, special_tokens: Sequenc
     ``progress`` (log each round to stderr). Returns pieces sorted by decreasing log-probability.
     Every character of the corpus is in the result (character coverage 1.0).
     """
-    if not (isinstance(max_piece_length, int) and max_piece_length >= 1):
-        raise LmlabError(f"max_piece_length must be a positive integer, got {max_piece_length!r}",
-                         "pass e.g. max_piece_length=16")
-    if not 0 < shrinking_factor < 1:
-        raise LmlabError(f"shrinking_factor must be between 0 and 1, got {shrinking_factor!r}",
-                         "pass e.g. shrinking_factor=0.75")
+    from lmlab.arguments import number_argument
+
+    number_argument(Count, max_piece_length, "train_unigram's max_piece_length")  # its signature's types
+    number_argument(OpenFraction, shrinking_factor, "train_unigram's shrinking_factor")
     specials = list(dict.fromkeys(special_tokens))
     counts = _count_corpus(texts, split_by_script, workers)
     chunks = list(counts)

@@ -37,9 +37,6 @@ class EncoderConfig(TransformerConfig):
 
     def validate(self) -> EncoderConfig:
         super().validate()
-        if self.embedding_size is not None and self.embedding_size <= 0:
-            raise LmlabError(f"embedding_size must be positive, got {self.embedding_size}",
-                             "e.g. 128 (ALBERT)")
         if self.layer_groups < 0 or (self.layer_groups and self.n_layers % self.layer_groups):
             raise LmlabError(f"layer_groups {self.layer_groups} must divide n_layers {self.n_layers}",
                              "use 1 (ALBERT: one shared layer) or 0 (no sharing)")

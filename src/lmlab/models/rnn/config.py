@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from lmlab.errors import LmlabError
-from lmlab.models.config import TransformerConfig, check_special_ids
+from lmlab.models.config import TransformerConfig, check_fields, check_special_ids
 
 
 @dataclass
@@ -41,17 +41,10 @@ class RNNConfig:
     def validate(self) -> RNNConfig:
         if self.family not in ("lstm", "elmo"):
             raise LmlabError(f"unknown recurrent family {self.family!r}", "use 'lstm' or 'elmo'")
-        for name in ("vocab_size", "d_model", "d_hidden", "n_layers", "char_dim", "max_chars"):
-            v = getattr(self, name)
-            if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
-                raise LmlabError(f"{name} must be a positive integer, got {v!r}", f"set {name} to e.g. 128")
+        check_fields(self)  # each field's kind and range: its file schema's (lmlab.models.config)
         if self.d_hidden < self.d_model:
             raise LmlabError(f"d_hidden {self.d_hidden} is smaller than d_model {self.d_model}",
                              "set d_hidden >= d_model (larger cells are projected down to d_model)")
-        if not 0.0 <= self.dropout < 1.0:
-            raise LmlabError(f"dropout must be in [0, 1), got {self.dropout}", "set dropout to e.g. 0.1")
-        if self.n_highway < 0:
-            raise LmlabError(f"n_highway must be >= 0, got {self.n_highway}", "ELMo uses 2")
         if self.max_chars < 3:
             raise LmlabError(f"max_chars {self.max_chars} leaves no room for a character",
                              "use max_chars >= 3")

@@ -46,17 +46,12 @@ class Seq2SeqConfig(TransformerConfig):
 
     def validate(self) -> Seq2SeqConfig:
         super().validate()
-        if self.n_decoder_layers is not None and self.n_decoder_layers <= 0:
-            raise LmlabError(f"n_decoder_layers must be positive, got {self.n_decoder_layers}", "e.g. 6")
         if self.positions == "rotary":
             raise LmlabError("encoder-decoders support relative, learned, sinusoidal or no positions, "
                              "not 'rotary'", "set positions='relative' (T5) or 'learned' (BART)")
         if self.share_encoder_decoder and self.decoder_layers != self.n_layers:
             raise LmlabError(f"share_encoder_decoder needs as many decoder layers as encoder layers "
                              f"({self.decoder_layers} != {self.n_layers})", "set n_decoder_layers=None")
-        if self.position_offset < 0:
-            raise LmlabError(f"position_offset must be >= 0, got {self.position_offset}",
-                             "BART uses 2, others 0")
         if self.relative_buckets < 2 or self.relative_max_distance < 2:
             raise LmlabError("relative_buckets and relative_max_distance must be at least 2",
                              "T5 uses 32 and 128")

@@ -26,8 +26,6 @@ class TransfoXLConfig(TransformerConfig):
             raise LmlabError(
                 f"Transformer-XL uses relative positions, not {self.positions!r}", "set positions='relative'"
             )
-        if not isinstance(self.mem_len, int) or self.mem_len < 0:
-            raise LmlabError(f"mem_len must be an integer >= 0, got {self.mem_len!r}", "e.g. mem_len=64")
         return self
 
 

@@ -295,27 +295,17 @@ def test_compare_reads_set_with_the_same_reader(item, problem):
         load_grid({"budget": {"tokens": 1}}, [item])
 
 
-@pytest.mark.parametrize("sets", [
-    ["--set", "train.max_steps=2", "--set", "train.max_steps=3"],
-    ["--set", "train.max_steps=2", "train.max_steps=3"],  # both in one --set
-    ["--set", "train.max_steps=2", " train . max_steps =3"],
-])
-def test_a_set_key_given_twice_is_refused_as_a_toml_key_written_twice(sets, capsys):
-    """The last one used to win silently, while a recipe with a key written twice is refused."""
-    assert exit_code([*PRETRAIN, *sets]) == 2
-    assert_one_line_error(capsys, "--set train.max_steps is given twice", "give each key once")
-    with pytest.raises(LmlabError, match="set the same key"):
-        load_config("configs/gpt-tiny-clm.toml", ["train.betas=[0.9,0.9]", "train={betas=[0.9,0.95]}"])
+def test_overrides_apply_in_order_so_a_later_one_wins():
+    """Overrides compose (docs/training.md: a quick list, then one more setting): each applies in
+    turn, as `--set` does on the command line, in recipes, fine-tuning and grids alike."""
+    from lmlab.lab import load_grid
 
-
-def test_compare_refuses_a_set_key_given_twice(capsys):
-    assert exit_code(["compare", "--config", "configs/grids/objectives-tiny.toml", "--dry-run",
-                      "--set", "budget.tokens=100", "--set", "budget.tokens=200"]) == 2
-    assert_one_line_error(capsys, "--set budget.tokens is given twice", "give each key once")
-    from lmlab.lab import load_grid  # the same refusal for a grid's overrides from Python
-
-    with pytest.raises(LmlabError, match="budget.tokens is given twice"):
-        load_grid("configs/grids/objectives-tiny.toml", ["budget.tokens=100", "budget.tokens=200"])
+    cfg = load_config("configs/gpt-tiny-clm.toml", ["train.max_steps=2", "train.max_steps=3"])
+    assert cfg.train.max_steps == 3
+    cfg = load_config("configs/gpt-tiny-clm.toml", ["train.lr=1e-3", "train.betas=[0.9,0.95]", "train.lr=5e-4"])
+    assert list(cfg.train.betas) == [0.9, 0.95] and cfg.train.lr == 5e-4
+    grid = load_grid("configs/grids/objectives-tiny.toml", ["budget.tokens=20480", "budget.tokens=40960"])
+    assert grid.budget.amount == 40960
 
 
 def test_a_quoted_number_in_a_list_shows_the_list_to_write(tmp_path):

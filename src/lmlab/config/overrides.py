@@ -101,23 +101,7 @@ def override_items(overrides: Iterable[str] | dict[str, Any] | None,
     for item in overrides:
         key, value = split_override(item, example_item)
         items.append((key, parse_value(value)))
-    check_keys_once([key for key, _ in items])
     return items
-
-
-def check_keys_once(keys: Iterable[str]) -> None:
-    """The one refusal of a ``--set`` key given twice (``--set train.max_steps=2 train.max_steps=3``),
-    as a TOML file refuses a key written twice: which one was meant is a guess, not "the last wins".
-    A key and one inside it (``pretrain.train=...`` and ``pretrain.train.lr=...``) are the same clash."""
-    seen: dict[str, str] = {}
-    for key in keys:
-        norm = ".".join(p.strip() for p in str(key).split("."))
-        for other in seen:
-            if norm == other or norm.startswith(other + ".") or other.startswith(norm + "."):
-                what = f"--set {norm} is given twice" if norm == other else \
-                    f"--set {other} and --set {norm} set the same key"
-                raise LmlabError(what, "give each key once")
-        seen[norm] = norm
 
 
 def apply_override(raw: dict, key: str, value: Any, sections: Iterable[str],

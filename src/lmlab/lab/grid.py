@@ -147,10 +147,7 @@ def load_grid(source: str | os.PathLike | dict[str, Any], overrides: list[str] |
     from lmlab.arguments import path_argument, text_list_argument
 
     if overrides is not None:
-        from lmlab.config.overrides import check_keys_once, split_override
-
         overrides = text_list_argument(overrides, "load_grid's overrides")
-        check_keys_once(split_override(item, "budget.tokens=20480")[0] for item in overrides)
     if isinstance(source, dict):
         raw, where = copy.deepcopy(source), "grid"
     else:

@@ -302,7 +302,8 @@ def test_overrides_apply_in_order_so_a_later_one_wins():
 
     cfg = load_config("configs/gpt-tiny-clm.toml", ["train.max_steps=2", "train.max_steps=3"])
     assert cfg.train.max_steps == 3
-    cfg = load_config("configs/gpt-tiny-clm.toml", ["train.lr=1e-3", "train.betas=[0.9,0.95]", "train.lr=5e-4"])
+    cfg = load_config("configs/gpt-tiny-clm.toml",
+                      ["train.lr=1e-3", "train.betas=[0.9,0.95]", "train.lr=5e-4"])
     assert list(cfg.train.betas) == [0.9, 0.95] and cfg.train.lr == 5e-4
     grid = load_grid("configs/grids/objectives-tiny.toml", ["budget.tokens=20480", "budget.tokens=40960"])
     assert grid.budget.amount == 40960

@@ -135,8 +135,8 @@ def test_a_sentinel_count_that_cannot_fit_is_refused_before_any_data_is_read(tmp
     text.write_text("to be or not to be\n\nthat is the question\n" * 50)
     assert main(["pretrain", "--config", "configs/t5-tiny-spans.toml", "--out", str(tmp_path / "run"),
                  "--set", f"data.train={text}", "--set", "objective.num_sentinels=1000000000000"]) == 2
-    one_line_error(capsys, "objective 't5' adding 1,000,000,000,000 tokens to the vocabulary would need",
-                   "num_sentinels")
+    one_line_error(capsys, "--set objective.num_sentinels: 1,000,000,000,000 sentinel tokens would need",
+                   "lower objective.num_sentinels")
     assert not (tmp_path / "run" / "data").exists()
 
 
@@ -167,7 +167,9 @@ def test_the_t5_objective_has_the_same_count_limit(tmp_path, capsys):
     text.write_text("to be or not to be\n\nthat is the question\n" * 50)
     assert main(["pretrain", "--config", "configs/t5-tiny-spans.toml", "--out", str(tmp_path / "run"),
                  "--set", f"data.train={text}", "--set", "objective.num_sentinels=20000"]) == 2
-    one_line_error(capsys, "adding 20,000 tokens to the vocabulary: more than the 10,000 special tokens")
+    one_line_error(capsys, "--set objective.num_sentinels: 20,000 sentinel tokens: more than the 10,000 special "
+                   "tokens")
+    assert not (tmp_path / "run").exists()
 
 
 def _gzip_with_a_long_line(path, chars: int) -> None:

@@ -124,15 +124,15 @@ def test_what_is_written_beside_a_temporary_is_named_after_its_output(tmp_path):
 
 # ------------------------------------------------------------------ a refused run leaves no trace
 def test_a_run_refused_while_preparing_its_data_leaves_no_folder(tmp_path, capsys):
-    one = tmp_path / "one.txt"
-    one.write_text("x\n")
+    one = tmp_path / "one.txt"  # long enough for a window of 8 (so the settings' own check passes),
+    one.write_text("the first paragraph of it\n\nthe second paragraph of it\n")  # both docs hashed to train
     two = tmp_path / "two.txt"
-    two.write_text("first paragraph\n\nsecond paragraph\n")
-    for text, fraction, needle in ((one, 0.05, "val split"), (two, 0.99, "train split")):
+    two.write_text("a first paragraph, long enough to pass the check\n\na second paragraph, long enough too\n")
+    for text, fraction, needle in ((one, 0.05, "val split"), (two, 0.9, "train split")):
         out = tmp_path / "new" / "e3"
         assert main(["pretrain", "--config", "configs/gpt-tiny-clm.toml", "--out", str(out),
                      "--set", f'data.train=["{text}"]', "--set", "data.val=[]",
-                     "--set", f"data.val_fraction={fraction}"]) == 2
+                     "--set", f"data.val_fraction={fraction}", "--set", "train.seq_len=8"]) == 2
         last = capsys.readouterr().err.strip().splitlines()[-1]  # after the lines saying what it did
         assert last.startswith(f"error: no document went to the {needle}") and "data.val_fraction" in last
         assert not (tmp_path / "new").exists()  # not the run, its tokenizer, nor the folder made for it

@@ -38,8 +38,12 @@ def check_objective_params(section: ObjectiveConfig, origin: Origin = NOWHERE) -
     try:
         cls.check_params(cls.with_defaults(section.params))
     except LmlabError as e:
-        keys = [k for k in section.params if k in e.problem] or list(section.params)
-        where = origin.of(f"objective.{keys[0]}") if keys else "objective"
+        # the parameter the message names (in its problem, else its fix); none named: no guess
+        keys = ([k for k in section.params if k in e.problem]
+                or [k for k in section.params if k in e.fix])
+        if not keys:
+            raise
+        where = origin.of(f"objective.{keys[0]}")
         raise LmlabError(f"{where}: {e.problem}" if where != f"objective.{keys[0]}" else e.problem,
                          e.fix) from None
 

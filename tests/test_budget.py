@@ -167,8 +167,8 @@ def test_the_t5_objective_has_the_same_count_limit(tmp_path, capsys):
     text.write_text("to be or not to be\n\nthat is the question\n" * 50)
     assert main(["pretrain", "--config", "configs/t5-tiny-spans.toml", "--out", str(tmp_path / "run"),
                  "--set", f"data.train={text}", "--set", "objective.num_sentinels=20000"]) == 2
-    one_line_error(capsys, "--set objective.num_sentinels: 20,000 sentinel tokens: more than the 10,000 special "
-                   "tokens")
+    one_line_error(capsys, "--set objective.num_sentinels: 20,000 sentinel tokens: more than the 10,000 "
+                   "special tokens")
     assert not (tmp_path / "run").exists()
 
 

@@ -127,7 +127,8 @@ def test_a_run_refused_while_preparing_its_data_leaves_no_folder(tmp_path, capsy
     one = tmp_path / "one.txt"  # long enough for a window of 8 (so the settings' own check passes),
     one.write_text("the first paragraph of it\n\nthe second paragraph of it\n")  # both docs hashed to train
     two = tmp_path / "two.txt"
-    two.write_text("a first paragraph, long enough to pass the check\n\na second paragraph, long enough too\n")
+    two.write_text("a first paragraph, long enough to pass the check\n\n"
+                   "a second paragraph, long enough too\n")
     for text, fraction, needle in ((one, 0.05, "val split"), (two, 0.9, "train split")):
         out = tmp_path / "new" / "e3"
         assert main(["pretrain", "--config", "configs/gpt-tiny-clm.toml", "--out", str(out),

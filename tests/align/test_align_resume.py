@@ -157,3 +157,27 @@ def test_resume_rules(files, tmp_path, monkeypatch, capsys):
     out = tmp_path / "fresh"
     res = align(*files, out, **{**HP, "max_steps": 2}, **QUIET, resume=True)
     assert res.steps == 2 and (out / "align.json").is_file() and not resume_dir(out).exists()
+
+
+def test_an_output_taken_while_the_run_trains_keeps_the_work_and_says_how_to_resume(files, whole, tmp_path,
+                                                                                    monkeypatch):
+    out = tmp_path / "aligned"
+    real = align_loop.DpoSteps.evaluate
+
+    def evaluate(self, step):  # someone makes --out while the run trains
+        if step == 6:
+            out.mkdir()
+            (out / "notes.txt").write_text("mine")
+        return real(self, step)
+
+    with monkeypatch.context() as m:
+        m.setattr(align_loop.DpoSteps, "evaluate", evaluate)
+        with pytest.raises(LmlabError) as e:
+            align(*files, out, **HP, **QUIET)
+    assert "--resume" in e.value.fix and (out / "notes.txt").read_text() == "mine"
+    assert saved_state(out).name == "step_6"  # the work is kept
+    out.rename(tmp_path / "mine")
+    align(*files, out, **HP, **QUIET, resume=True)  # only writes the output
+    a, b = load_file(whole / "model.safetensors"), load_file(out / "model.safetensors")
+    assert all(torch.equal(a[k], b[k]) for k in a) and rows(out) == rows(whole)
+    assert (tmp_path / "mine" / "notes.txt").read_text() == "mine" and not resume_dir(out).exists()

@@ -286,8 +286,8 @@ class AlignLoopState(TypedDict):
 
 @with_config(STRICT)
 class TrainStateFile(TypedDict, total=False):
-    """``checkpoints/step_N/train_state.json`` (a pretraining run's folder, a fine-tuning run's
-    ``.OUT.resume/``)."""
+    """``checkpoints/step_N/train_state.json`` (a pretraining run's folder, a fine-tuning or DPO
+    run's ``.OUT.resume/``)."""
 
     format: Required[Literal["lmlab-train-state"]]
     version: Required[Literal[1]]

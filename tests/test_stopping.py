@@ -120,7 +120,7 @@ def _command(name: str, f: dict, out: Path) -> list[str]:
     ("pretrain", signal.SIGTERM, RESUME),
     ("pretrain", signal.SIGINT, RESUME),
     ("finetune", signal.SIGTERM, RESUME),
-    ("align", signal.SIGINT, START_AGAIN),
+    ("align", signal.SIGINT, RESUME),  # DPO keeps its resume state too
 ])
 def test_a_stopped_training_command_says_one_line_and_exits_128_plus_the_signal(
         command, signum, fix, files, tmp_path, monkeypatch, capsys):

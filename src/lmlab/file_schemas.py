@@ -226,7 +226,7 @@ class MetricsRow(TypedDict, total=False, extra_items=float | None):  # type: ign
 
 
 # ---------------------------------------------------------------------------------------------
-# the one resume format: checkpoints/step_N/train_state.json (pretraining, fine-tuning)
+# the one resume format: checkpoints/step_N/train_state.json (pretraining, fine-tuning, DPO)
 @with_config(STRICT)
 class ParamGroup(TypedDict, total=False):
     params: Required[list[Size]]
@@ -274,9 +274,20 @@ class FinetuneLoopState(TypedDict):
 
 
 @with_config(STRICT)
+class AlignLoopState(TypedDict):
+    """What a preference-tuning (DPO) run adds to its ``train_state.json`` (``align``)."""
+
+    identity: dict[str, Any]
+    order: list[list[Size]]
+    sums: dict[str, float]
+    final: dict[str, float]
+    history: list[MetricsRow]
+
+
+@with_config(STRICT)
 class TrainStateFile(TypedDict, total=False):
-    """``checkpoints/step_N/train_state.json`` (a pretraining run's folder, a fine-tuning run's
-    ``.OUT.resume/``)."""
+    """``checkpoints/step_N/train_state.json`` (a pretraining run's folder, a fine-tuning or DPO
+    run's ``.OUT.resume/``)."""
 
     format: Required[Literal["lmlab-train-state"]]
     version: Required[Literal[1]]
@@ -293,6 +304,7 @@ class TrainStateFile(TypedDict, total=False):
     inputs: dict[str, Any]  # pretraining: what the run reads, by content (lmlab.train.components.identity)
     machine: Machine | None
     finetune: FinetuneLoopState
+    align: AlignLoopState
 
 
 # ---------------------------------------------------------------------------------------------

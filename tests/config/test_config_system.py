@@ -240,7 +240,7 @@ def test_every_align_flag_is_a_field_and_every_field_has_a_flag_or_a_reason():
     from lmlab.align import AlignConfig
     from lmlab.cli.align import NO_FLAG
 
-    mapped = {"checkpoint", "train", "dev", "out", "tokenizer", "config", "overrides"}
+    mapped = {"checkpoint", "train", "dev", "out", "tokenizer", "config", "overrides", "resume"}
     unflagged, orphans = _flag_fields("align", AlignConfig, mapped)
     assert orphans == set()
     assert unflagged == set(NO_FLAG)

@@ -21,13 +21,16 @@ def _check(facts, cfg, device) -> None:
 
 
 def align(checkpoint, train, dev, out: str | os.PathLike | None, *, tokenizer=None,
-          log: Callable[[str], None] | None = None, **hparams) -> AlignResult:
+          log: Callable[[str], None] | None = None, resume: bool = False, **hparams) -> AlignResult:
     """Preference-tune ``checkpoint`` (a directory or a model) on ``train`` pairs, judged on ``dev``.
 
     ``train``/``dev``: JSON Lines files of ``{prompt, chosen, rejected}`` (or lists of
     :class:`PreferencePair`). ``hparams``: :class:`AlignConfig` fields (``method``, ``beta``,
     ``lr``, ``max_steps``, ``batch_size``...). ``out=None`` writes nothing.
+    ``resume``: continue the interrupted DPO run that was writing ``out`` (stopped by Ctrl-C, SIGTERM
+    or a crash) exactly where its resume state left it (:mod:`lmlab.align.loop`); a run of other
+    settings or inputs is refused before any work.
     """
-    run = setup(checkpoint, train, dev, out, hparams, tokenizer, log, check=_check)
+    run = setup(checkpoint, train, dev, out, hparams, tokenizer, log, check=_check, resume=resume)
     with run.live:  # however the run ends, nothing is left beside ``out`` but ``out``
         return METHODS[run.cfg.method](run)

@@ -39,6 +39,11 @@ log pi_ref(r))], the win rate (pairs with a positive margin), the policy's accur
 likelier than rejected) and, for rlhf, the reward of sampled responses. --out receives the model
 (load_model-able, with its tokenizer), eval.json, metrics.jsonl and align.json.
 
+Stopping and resuming (dpo): a DPO run keeps its state beside --out (.OUT.resume/, saved after
+every evaluation or every --save-every steps); Ctrl-C or SIGTERM ends it after the step in flight,
+its state saved, and the same command with --resume continues exactly where it stopped (the
+result equals the uninterrupted run's). A resume with other settings or files is refused.
+
 Settings from a file: --config F.toml reads its [align] table (any setting below, by its field
 name: beta, lr, max_steps...); flags given on the command line win over the file, and
 --set align.KEY=VALUE wins over both (docs/align.md)."""
@@ -52,7 +57,8 @@ EXAMPLES = """\
       --dev glue/sst2/dev.tsv --out aligned/sst2-rlhf --max-train-examples 8000 --lr 5e-4 \\
       --sft-steps 400 --reward-steps 300 --reward-lr 5e-4 --max-steps 200 --max-new-tokens 1 --beta 1
   lmlab align --checkpoint runs/gpt --train prefs/train.jsonl --dev prefs/dev.jsonl --out aligned/gpt \\
-      --config dpo.toml --set align.beta=0.2"""
+      --config dpo.toml --set align.beta=0.2
+  lmlab align ... --out aligned/gpt --resume      # continue an interrupted DPO run"""
 
 
 #: AlignConfig field -> its flag's help (and argparse settings); type, range, choices and default come
@@ -89,6 +95,8 @@ TRAINING_FLAGS: dict[str, str | dict] = {
     "epochs": {"help": "passes over --train", "metavar": "N"},
     "max_steps": {"help": "optimizer steps (overrides --epochs)", "metavar": "N"},
     "eval_every": {"help": "evaluate on --dev every N steps (default: 10 times per run)", "metavar": "N"},
+    "save_every": {"help": "dpo: write the resume state every N steps (default: after each evaluation)",
+                   "metavar": "N"},
     "warmup_ratio": {"help": "share of steps spent warming up", "metavar": "F"},
     "weight_decay": {"help": "AdamW's decoupled weight decay", "metavar": "W"},
     "grad_clip": {"help": "max gradient norm (0 = off)", "metavar": "NORM"},
@@ -118,6 +126,9 @@ def register(sub) -> None:
     p.add_argument("--tokenizer", type=path_flag, metavar="PATH",
                    help="the tokenizer, for a checkpoint saved without one (checked against the model: "
                         "see docs/generate.md)")
+    p.add_argument("--resume", action="store_true",
+                   help="dpo: continue the interrupted run that was writing --out (stopped by Ctrl-C, "
+                        "SIGTERM or a crash), exactly where its last resume state left it")
     add_config_flags(p, "align", "[align] beta = 0.2")
     add_section_flags(p, AlignConfig, RUN_FLAGS)
     add_section_flags(p.add_argument_group("preference"), AlignConfig, PREFERENCE_FLAGS)
@@ -131,6 +142,7 @@ def run(args) -> int:
     hparams = section_settings(AlignConfig, "align", args)  # every value checked before any model is read
     from lmlab.align import align
 
-    result = align(args.checkpoint, args.train, args.dev, args.out, tokenizer=args.tokenizer, **hparams)
+    result = align(args.checkpoint, args.train, args.dev, args.out, tokenizer=args.tokenizer,
+                   resume=args.resume, **hparams)
     print(json.dumps({"start": result.start, "dev": result.metrics}, indent=2))
     return 0

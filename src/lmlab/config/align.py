@@ -82,6 +82,7 @@ class AlignConfig:
     grad_accum: GradAccum = 1                 # micro-batches per optimizer step
     eval_batch_size: BatchSize = 32
     eval_every: Count | None = None       # default: 10 evaluations over the run (and one at step 0)
+    save_every: Count | None = None       # DPO's resume state every N steps (default: after each evaluation)
     log_every: Count = 10
     warmup_ratio: Fraction = 0.1
     weight_decay: WeightDecay = 0.0

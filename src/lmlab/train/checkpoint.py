@@ -268,9 +268,11 @@ def delete_checkpoint(path: Path, say: Callable[[str], None] | None = None) -> b
 #: what to do about a damaged train state
 STATE_FIX = "resume from an earlier checkpoint (move this one aside) or start a new run"
 _MOMENT_RE = re.compile(r"state\.(\d+)\.(\w+)")
-#: besides the moments: the objective's own parameters, fine-tuning's best-so-far weights, and the
-#: random streams (torch's, CUDA's, and a loop's own generators such as fine-tuning's shuffle)
-_OTHER_TENSOR_RE = re.compile(r"objective\..+|best\..+|rng\.torch|rng\.cuda\.\d+|rng\.[a-z_]+")
+#: besides the moments: the objective's own parameters, fine-tuning's best-so-far weights, DPO's
+#: reference log-probabilities (``align.train_ref``), and the random streams (torch's, CUDA's, and a
+#: loop's own generators such as fine-tuning's shuffle)
+_OTHER_TENSOR_RE = re.compile(r"objective\..+|best\..+|align\.train_ref|rng\.torch|rng\.cuda\.\d+"
+                              r"|rng\.[a-z_]+")
 
 
 def read_train_state(path: str | Path) -> dict[str, Any]:

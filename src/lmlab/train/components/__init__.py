@@ -5,6 +5,9 @@
 * :mod:`.resume_state`: :class:`ResumeState`, where a run stands (step, data position, tokens,
   time), and the random streams a resume restores;
 * :mod:`.identity`: what a ``--resume`` must find unchanged, the inputs' fingerprints by content;
+* :mod:`.output_resume`: :class:`~.output_resume.ResumeFolder`, the resume folder beside a
+  command's output (``.OUT.resume/``): the start checks, the run's identity and the refusals that
+  fine-tuning and DPO share;
 * :mod:`.checkpointer`: :class:`Checkpointer`, the one resume format (``step_N/`` folders of
   ``train_state.json`` checked by :class:`lmlab.file_schemas.TrainStateFile`,
   ``train_state.safetensors`` and the weights), written atomically, pruned, read back whole;
@@ -14,8 +17,9 @@
 
 Pretraining (:mod:`lmlab.train.loop`), fine-tuning (:mod:`lmlab.finetune.loop`), preference
 tuning (DPO, :mod:`lmlab.align.loop`; RLHF's three phases, :mod:`lmlab.align.rlhf`) and
-distillation (:mod:`lmlab.adapt.distill`) run through it. Pretraining and fine-tuning save their
-resume state through the checkpointer, in the same format; the others have no ``--resume``.
+distillation (:mod:`lmlab.adapt.distill`) run through it. Pretraining, fine-tuning and DPO save
+their resume state through the checkpointer, in the same format; RLHF and distillation have no
+``--resume``.
 """
 
 from lmlab.train.components.checkpointer import Checkpointer

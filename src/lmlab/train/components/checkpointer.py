@@ -9,10 +9,11 @@ Each checkpoint folder holds
   other tensors (``objective.*``, fine-tuning's best-so-far weights ``best.*``);
 * ``train_state.json``: the :class:`~lmlab.train.components.resume_state.ResumeState`, the
   optimizer's groups, the run's config and machine, and the loop's own JSON state under its name
-  (``finetune``), checked whole against :class:`lmlab.file_schemas.TrainStateFile` when read back.
+  (``finetune``, ``align``), checked whole against :class:`lmlab.file_schemas.TrainStateFile` when read back.
 
 Written atomically (:func:`lmlab.train.checkpoint.save_train_checkpoint`), pruned to the newest
-``keep``, never pickled. Pretraining's run folder and fine-tuning's ``.OUT.resume/`` use it alike.
+``keep``, never pickled. Pretraining's run folder and the ``.OUT.resume/`` of fine-tuning and DPO
+use it alike.
 """
 
 from __future__ import annotations

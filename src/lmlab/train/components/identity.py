@@ -17,8 +17,9 @@ chunks (about 0.5 GB/s); on a resume a file at the recorded place whose size and
 (to the nanosecond) are the recorded ones is taken as read (its recorded digest reused), so only
 what was touched since is hashed again.
 
-Pretraining (:mod:`lmlab.train.pretrain_state`) and fine-tuning (:mod:`lmlab.finetune.resume`)
-record and compare their inputs here; what each does about a difference is its own policy.
+Pretraining (:mod:`lmlab.train.pretrain_state`), fine-tuning and DPO (through
+:mod:`lmlab.train.components.output_resume`) record and compare their inputs here; what each does
+about a difference is its own policy.
 """
 
 from __future__ import annotations

@@ -92,7 +92,7 @@ def check_max_steps_reach(max_steps: int, step: int, checkpoint: Path | None,
     a config.toml whose max_steps the run is already past. ``max_steps`` equal to the step is a
     finished run resumed (nothing to do, as a grid re-run does)."""
     if checkpoint is not None and max_steps < step:
-        raise LmlabError(f"{key} {max_steps} is below step {step}, where the run to resume is "
+        raise LmlabError(f"{key} {max_steps} is below step {step}, which the run to resume has reached "
                          f"({checkpoint}); nothing was trained or written",
                          f"set {key} to {step} or more to continue it (--set {key}={step + 1} trains one "
                          "more step), or start a new run with another --out")

@@ -293,3 +293,55 @@ def test_inside_a_folder_a_command_fills_only_its_entries_are_refused(outs):
             ownership.check_destination(outs / taken)
     for free in ("run/notes.md", "run/mine", "run/checkpoints/step_2.harness.json"):
         ownership.check_destination(outs / free)  # no error
+
+
+@pytest.mark.parametrize("cache", ["run/data", "run/data/train", "ft", "tok"])
+def test_a_cache_dir_inside_another_output_is_refused_before_any_work(outs, cache, tmp_path, capsys,
+                                                                      monkeypatch):
+    """``data.cache_dir`` is an output too (the tokenizer and shards cached there): inside another
+    lmlab output it is refused in one line naming the setting, before a tokenizer is trained, and
+    nothing is written there or at --out (it was refused only after the tokenizer was trained,
+    blaming --out, with the tokenizer left inside the other run's data)."""
+    monkeypatch.chdir(outs)
+    monkeypatch.delenv("LMLAB_CACHE_DIR", raising=False)
+    before = _state(outs)
+    out = tmp_path / "new"
+    assert main(["pretrain", "--config", "run/config.toml", "--out", str(out), "--set", "train.max_steps=1",
+                 "--set", f"data.cache_dir={cache}"]) == 2
+    err = _one_line_error(capsys, f"data.cache_dir {cache}/data-", "nothing was written",
+                          "choose a data.cache_dir path outside it")
+    assert "--out" not in err
+    assert _state(outs) == before and not out.exists()
+
+
+def test_the_env_cache_dir_inside_another_output_is_refused_naming_it(outs, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(outs)
+    monkeypatch.setenv("LMLAB_CACHE_DIR", str(outs / "run" / "data"))
+    before = _state(outs)
+    assert main(["pretrain", "--config", "run/config.toml", "--out", str(tmp_path / "new")]) == 2
+    _one_line_error(capsys, "$LMLAB_CACHE_DIR ", "inside the pretraining run", "(its data)")
+    assert _state(outs) == before
+
+
+@pytest.mark.parametrize("command", list(COMMANDS))
+def test_a_dangling_link_is_refused_as_every_output(outs, command, tmp_path, capsys, monkeypatch):
+    """A link to nothing given as an output is refused, a folder (--out) as a file (--predictions):
+    followed, it made its target, somewhere the user never named."""
+    monkeypatch.chdir(outs)
+    target, link = tmp_path / "nowhere", tmp_path / "dang"
+    link.symlink_to(target)
+    before = _state(outs)
+    assert main([*COMMANDS[command], str(link)]) == 2
+    flag = command.split()[-1]
+    _one_line_error(capsys, f"{flag} {link} is a link to {target}, which does not exist", "remove the link")
+    assert not target.exists() and link.is_symlink() and _state(outs) == before
+
+
+def test_a_dangling_link_is_refused_by_the_python_api_too(tmp_path):
+    link = tmp_path / "dang"
+    link.symlink_to(tmp_path / "nowhere")
+    with pytest.raises(LmlabError, match="is a link to .*which does not exist"):
+        ownership.check_replaceable_dir(link, "tokenizer")
+    with pytest.raises(LmlabError, match="is a link to .*which does not exist"):
+        ownership.check_replaceable_file(link, "predictions", "--predictions")
+    assert not (tmp_path / "nowhere").exists()

@@ -794,15 +794,29 @@ def derived_name(name: str, folder: str | os.PathLike, what: str) -> str:
 
 
 # ------------------------------------------------------------------------- where an output may go
-def check_destination(path: str | os.PathLike, flag: str = "--out") -> None:
+def check_destination(path: str | os.PathLike, flag: str = "--out", fills: bool = False) -> None:
     """One-line error, before any work, when nothing can be written at ``path``: a file stands where
-    one of its folders would be, it lies inside another lmlab output (:func:`check_not_inside_output`),
+    one of its folders would be, it is a link to nothing (:func:`check_not_dangling`), it lies inside
+    another lmlab output (:func:`check_not_inside_output`),
     or the nearest existing folder refuses new entries (permissions, a read-only file system, a full
     disk). That folder is tried for real (an empty folder made and removed at once): permission bits
-    do not tell, for root or on /sys, /proc and network disks."""
+    do not tell, for root or on /sys, /proc and network disks. ``fills``: see
+    :func:`check_not_inside_output`."""
     given = Path(path)
     _check_not_current_folder(given, flag)
-    check_writable(given, flag, before=lambda: check_not_inside_output(given, flag))
+    check_not_dangling(given, flag)
+    check_writable(given, flag, before=lambda: check_not_inside_output(given, flag, fills))
+
+
+def check_not_dangling(path: str | os.PathLike, flag: str = "--out") -> None:
+    """One-line error when the output ``path`` is a link to nothing (a dangling symbolic link): lmlab
+    would follow it and make its target, somewhere the user did not name. One rule for every output,
+    a folder (``--out``) or a file (``--predictions``): refused, never followed."""
+    given = Path(path)
+    if given.is_symlink() and not given.exists():
+        raise LmlabError(f"{flag} {given} is a link to {os.readlink(given)}, which does not exist; "
+                         "nothing was written",
+                         f"remove the link, or choose a {flag} path that is not a link to nothing")
 
 
 def check_writable(path: str | os.PathLike, flag: str, before=None) -> None:
@@ -890,13 +904,17 @@ def _named_own_temporary(folder: Path) -> bool:
     return bool(m and m["what"] == "tmp" and int(m["pid"]) == os.getpid())
 
 
-def check_not_inside_output(path: str | os.PathLike, flag: str = "--out") -> None:
+def check_not_inside_output(path: str | os.PathLike, flag: str = "--out", fills: bool = False) -> None:
     """One-line error, before any work, when the output ``path`` lies inside another lmlab output
     (:func:`enclosing_output`): written into a whole output, it would be taken for one of its files
     and go when that output is replaced (or overwrite one: a predictions file over a model's
     weights); written into a folder another command fills, it would replace that command's entries
     (a run's shards, tokenizer or checkpoints) or lie in its way. Only the command that fills a
-    folder writes inside it, and a command assembling an output inside its own temporary."""
+    folder writes inside it, and a command assembling an output inside its own temporary. ``fills``:
+    ``path`` is a folder lmlab makes and then fills with outputs of its own (a data cache: its
+    tokenizer, its shards): inside a folder another command fills, anywhere within one of that
+    command's entries is refused, not only the names there (``run/data/mine`` would be refused
+    once made, after work)."""
     found = enclosing_output(path)
     if found is None:
         return
@@ -904,7 +922,8 @@ def check_not_inside_output(path: str | os.PathLike, flag: str = "--out") -> Non
     given = Path(path)
     rel = given.resolve().relative_to(folder)
     top = rel.parts[0]
-    if manifest.get("state") == "claimed" and not _meets_an_entry(folder, manifest, rel):
+    if manifest.get("state") == "claimed" and not _meets_an_entry(folder, manifest, rel) \
+            and not (fills and top in manifest.get("entries", {})):
         return  # a new name of yours in a run's folder (results beside a checkpoint): never touched
     kind = manifest.get("kind") or "lmlab output"
     shown = given

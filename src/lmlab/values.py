@@ -177,6 +177,13 @@ Ratio = number(0, 1e9, low_open=True, hint="a ratio greater than 0, e.g. 20")
 Seed = whole(0, SEED_MAX, hint="a whole number from 0 to 2**63 - 1, e.g. 0")
 Count = whole(1, COUNT_MAX, hint="a whole number of at least 1")  # how many of something: at least one
 Size = whole(0, COUNT_MAX, hint="a whole number of at least 0")  # 0 allowed (often "all" or "off")
+#: the fewest tokens a shard file may hold (``data prepare --shard-tokens``): 2**20 tokens (2 MiB at
+#: uint16) keeps a corpus to one file per million tokens; the reader memory-maps every shard, and a
+#: process gets about 65,000 maps, so even 60 billion tokens stay readable (at 1 token a shard, 60 KB
+#: of text made 48,891 files)
+SHARD_TOKENS_MIN = 2**20
+ShardTokens = whole(SHARD_TOKENS_MIN, COUNT_MAX, hint=f"a number of tokens per shard of at least "
+                    f"{SHARD_TOKENS_MIN:,} (2**20), e.g. 100000000")
 #: rows held in memory at once: batch sizes, beams, samples per prompt
 BatchSize = whole(1, BATCH_MAX, hint=f"a whole number from 1 to {BATCH_MAX}")
 #: micro-batches per optimizer step (pretraining's train.grad_accum, align's --grad-accum)

@@ -129,7 +129,11 @@ def test_val_split_is_deterministic_seeded_and_near_fraction(tmp_path, capsys, b
     assert 0.15 < n_val / (n_val + n_train) < 0.45
 
 
-def test_two_workers_write_byte_identical_output(tmp_path, capsys, bytelevel_dir, corpus):
+def test_two_workers_write_byte_identical_output(tmp_path, capsys, bytelevel_dir, corpus, monkeypatch):
+    from lmlab import values
+
+    # shards far below the 2**20 tokens a user may ask for, so that this small corpus is cut in several
+    monkeypatch.setattr(values, "ShardTokens", values.Count)
     outs = []
     for workers in (1, 2):
         out = tmp_path / f"w{workers}"
@@ -282,3 +286,23 @@ def test_gzipped_text_gives_the_same_shards_as_the_plain_file(tmp_path, capsys, 
     code, _, err = prepare(capsys, bytelevel_dir, [tmp_path / "cut.txt.gz"], tmp_path / "cut", "--workers", 1)
     assert code == 2 and err.startswith("error: ") and err.count("\n") == 1
     assert "not a complete gzip file" in err
+
+
+@pytest.mark.parametrize("shard_tokens", [1, 5000, 2**20 - 1])
+def test_a_shard_size_below_2_20_tokens_is_refused_up_front(tmp_path, capsys, bytelevel_dir, corpus,
+                                                            shard_tokens):
+    """--shard-tokens 1 cut 60 KB of text into 48,891 files; a shard holds at least 2**20 tokens
+    (lmlab.values.ShardTokens), on the command line and in the Python API alike."""
+    from lmlab.data.prepare import prepare_shards
+    from lmlab.errors import LmlabError
+
+    out = tmp_path / "o"
+    code, _, err = prepare(capsys, bytelevel_dir, corpus[:1], out, "--shard-tokens", shard_tokens)
+    assert code == 2 and not out.exists()
+    assert err.startswith("error: argument --shard-tokens: must be at least 1048576") and err.count("\n") == 1
+    assert "at least 1,048,576 (2**20)" in err
+    with pytest.raises(LmlabError, match="shard_tokens must be at least 1048576"):
+        prepare_shards(bytelevel_dir, [str(corpus[0])], out, shard_tokens=shard_tokens)
+    assert not out.exists()
+    assert prepare(capsys, bytelevel_dir, corpus[:1], out, "--shard-tokens", 2**20)[0] == 0
+

@@ -371,3 +371,19 @@ def test_a_missing_task_file_under_an_unset_lmlab_data_says_to_check_it(grid_dic
     msg = one_line_error(grid_dict)
     assert "glue/sst2/train.tsv does not exist (is $LMLAB_DATA set?)" in msg
     assert msg.endswith("check the path")
+
+
+def test_a_cache_dir_inside_another_output_is_refused_as_the_grid_is_planned(grid_dict, tmp_path):
+    """The grid's data cache is checked by the trainer's rule (lmlab.train.data.cache_entry) when the
+    grid is planned (and so by --dry-run), naming the grid's key: it was refused only once an arm
+    had trained a tokenizer, blaming --out."""
+    from lmlab import ownership
+
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}", encoding="utf-8")
+    ownership.seal(model, "model")
+    grid_dict["pretrain"]["data"]["cache_dir"] = str(model)
+    msg = one_line_error(grid_dict)
+    assert msg.startswith(f"pretrain.data.cache_dir {model}/data-") and "inside the model" in msg
+    assert sorted(p.name for p in model.iterdir()) == [".lmlab-manifest.json", "config.json"]

@@ -442,3 +442,24 @@ def test_a_run_copied_with_cp_r_resumes(tiny_config, tmp_path):
         pretrain(tiny_config(max_steps=6, checkpoint_every=2), copy, resume=True, log=lambda m: None)
     assert "config.toml" in e.value.problem
     assert "new --out" not in e.value.fix and "same command" in e.value.fix
+
+
+def test_a_resume_with_max_steps_below_the_runs_step_is_refused_before_any_work(tiny_config, tmp_path,
+                                                                                capsys):
+    """It trained nothing, said "trained 2 steps" and rewrote config.toml to a max_steps the run was
+    already past; now one line says to raise train.max_steps. Equal to the step, a finished run is
+    resumed (nothing to train, as a grid's re-run does)."""
+    from assertions import assert_one_line_error
+
+    from lmlab.cli import main
+
+    run = tmp_path / "run"
+    pretrain(tiny_config(max_steps=2, checkpoint_every=2), run, log=lambda m: None)
+    before = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file() and p.name != ".lock"}
+    capsys.readouterr()
+    assert main(["pretrain", "--out", str(run), "--resume", "--set", "train.max_steps=1"]) == 2
+    assert_one_line_error(capsys, "train.max_steps 1 is below step 2", "nothing was trained",
+                          "set train.max_steps to 2 or more")
+    assert {p.name: p.read_bytes() for p in run.iterdir() if p.is_file() and p.name != ".lock"} == before
+    again = pretrain(tiny_config(max_steps=2, checkpoint_every=2), run, resume=True, log=lambda m: None)
+    assert again["steps"] == 2  # resumed at its last step: nothing to train, not refused

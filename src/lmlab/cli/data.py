@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from lmlab import values
 from lmlab.cli.common import add_command, add_group
 from lmlab.values import (
-    count_flag,
     encoding_flag,
     fraction_flag,
     path_flag,
@@ -54,8 +54,8 @@ def register(sub) -> None:
                    help="tokenizer processes, each loading the tokenizer once (min(2, CPUs) by default)")
     p.add_argument("--encoding", type=encoding_flag, default="utf-8",
                    help="encoding of the input files (e.g. latin-1)")
-    p.add_argument("--shard-tokens", type=count_flag, default=DEFAULT_SHARD_TOKENS, metavar="N",
-                   help="maximum tokens per shard file")
+    p.add_argument("--shard-tokens", type=values.flag(values.ShardTokens), default=DEFAULT_SHARD_TOKENS,
+                   metavar="N", help="maximum tokens per shard file (at least 2**20 = 1,048,576)")
     p.add_argument("--doc-separator", choices=DOC_SEPARATORS, default="blank-line",
                    help="what makes a document: blank-line separated paragraphs, each non-blank line, "
                         "or each whole file")

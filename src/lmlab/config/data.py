@@ -35,7 +35,9 @@ class DataConfig:
     whole data, so runs with different limits share one cache entry.
     ``cache_dir``: when set (or when ``$LMLAB_CACHE_DIR`` is), the trained tokenizer and the token
     shards go to ``cache_dir/<hash of this [data] table>/`` instead of ``RUN_DIR/data/``, so runs
-    over the same data (a grid, the recipe tests) tokenise it once; stale entries are rebuilt.
+    over the same data (a grid, the recipe tests) tokenise it once; stale entries are rebuilt. It
+    is an output like ``--out``: a place that cannot be written or that lies inside another lmlab
+    output is refused up front (:func:`lmlab.train.data.cache_entry`).
     """
 
     train: list[PathText] = field(default_factory=list)

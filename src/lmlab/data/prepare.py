@@ -284,7 +284,7 @@ def _check_options(inputs, val_fraction: float, workers: int | None, shard_token
     workers = default_workers() if workers is None else number_argument(values.Workers, workers,
                                                                          "prepare_shards' workers")
     workers, workers_note = cap_workers(workers)  # each worker is a process with its own tokenizer
-    number_argument(values.Count, shard_tokens, "prepare_shards' shard_tokens")
+    number_argument(values.ShardTokens, shard_tokens, "prepare_shards' shard_tokens")
     _check_separator(doc_separator)
     number_argument(values.Seed, seed, "prepare_shards' seed")
     check_encoding(encoding)

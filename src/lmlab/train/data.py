@@ -151,7 +151,7 @@ def check_data(cfg: DataConfig, where: str = "", seq_len: int = 0) -> DataPlan:
     paths exist, shards are not mixed with text, a text run has a tokenizer (a directory that exists,
     or a table with a known ``algo``), there is validation data (``data.val``, a ``val_fraction``
     above 0, or the val split of the shards) and it is not text ``data.train`` reads too, and shards
-    made with another tokenizer are not paired.
+    made with another tokenizer are not paired, and the cache (``data.cache_dir``) may be written.
     The trainer makes them before anything is written or trained (a refused recipe leaves no run
     folder), :func:`prepare_run_data` and the lab's grid planner through here too. ``where``
     prefixes the setting names in the messages (``pretrain.`` in a grid). With ``seq_len`` (the
@@ -188,6 +188,7 @@ def check_data(cfg: DataConfig, where: str = "", seq_len: int = 0) -> DataPlan:
         if sha_t and sha_v and sha_t != sha_v:
             raise _other_tokenizers(train_paths[0] if train_is_shards else tok_dir, val_paths[0],
                                     train_is_shards)
+    cache_entry(cfg, where)  # where the tokenizer and shards would be cached: writable, nobody else's
     return DataPlan(train_paths, val_paths, train_is_shards, val_is_shards)
 
 
@@ -309,12 +310,21 @@ def describe_val(cfg: DataConfig, train_is_shards: bool = False) -> str:
 
 def _data_dir(cfg: DataConfig, run_dir: Path) -> Path:
     """``RUN_DIR/data``, or a shared cache entry keyed by the [data] table (see DataConfig)."""
+    return cache_entry(cfg) or run_dir / "data"
+
+
+def cache_entry(cfg: DataConfig, where: str = "") -> Path | None:
+    """The shared cache entry of the [data] table (``data.cache_dir`` or ``$LMLAB_CACHE_DIR``, then
+    ``data-<hash of the table>``), None when no cache is set. Refused in one line naming the setting,
+    before any tokenizer is trained, when it cannot be written or lies inside another lmlab output
+    (:func:`lmlab.ownership.check_destination`, the rule of every output); ``where`` prefixes the
+    setting's name (``pretrain.`` in a grid)."""
     import hashlib
     import json
 
     cache = cfg.cache_dir or os.environ.get("LMLAB_CACHE_DIR", "")
     if not cache:
-        return run_dir / "data"
+        return None
     # the tokens do not depend on where they are cached, on the workers, or on how many a run reads
     spec = {k: v for k, v in dataclasses.asdict(cfg).items()
             if k not in ("cache_dir", "workers", "max_tokens")}
@@ -323,8 +333,11 @@ def _data_dir(cfg: DataConfig, run_dir: Path) -> Path:
     from lmlab import ownership
 
     # before any tokenizer is trained, and naming the setting, not --out
-    if not entry.is_dir():  # a complete entry is only read (a shared, read-only cache is fine)
-        ownership.check_writable(entry, "data.cache_dir" if cfg.cache_dir else "$LMLAB_CACHE_DIR")
+    flag = f"{where}data.cache_dir" if cfg.cache_dir else "$LMLAB_CACHE_DIR"
+    if entry.is_dir():  # a complete entry is only read (a shared, read-only cache is fine)...
+        ownership.check_not_inside_output(entry, flag, fills=True)  # ...never one inside another output
+    else:
+        ownership.check_destination(entry, flag, fills=True)
     return entry
 
 

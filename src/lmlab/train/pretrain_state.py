@@ -85,6 +85,19 @@ def input_identity(data: DataConfig, known: dict | None = None) -> dict[str, dic
     return out
 
 
+def check_max_steps_reach(max_steps: int, step: int, checkpoint: Path | None,
+                          key: str = "train.max_steps") -> None:
+    """One-line error, before any work, when a resume's ``max_steps`` is below the ``step`` its
+    ``checkpoint`` reached: the run would train nothing, report the old steps as trained and record
+    a config.toml whose max_steps the run is already past. ``max_steps`` equal to the step is a
+    finished run resumed (nothing to do, as a grid re-run does)."""
+    if checkpoint is not None and max_steps < step:
+        raise LmlabError(f"{key} {max_steps} is below step {step}, which the run to resume has reached "
+                         f"({checkpoint}); nothing was trained or written",
+                         f"set {key} to {step} or more to continue it (--set {key}={step + 1} trains one "
+                         "more step), or start a new run with another --out")
+
+
 def check_run_dir(trainer) -> Path | None:
     """The checkpoint to resume from (None: start), or a one-line error for a run folder that holds
     a run without ``--resume``, or a resume with another model, objective or tokenizer (by setting
@@ -94,6 +107,7 @@ def check_run_dir(trainer) -> Path | None:
         raise LmlabError(f"{trainer.run_dir} already holds a run (checkpoint {existing.name})",
                          "pass --resume to continue it, or choose a new --out")
     state = read_train_state(existing) if existing is not None else {}
+    check_max_steps_reach(trainer.cfg.train.max_steps, state.get("step", 0), existing, "train.max_steps")
     # the names of the checkpoints it will write are free, or its own to replace: before any work
     check_checkpoint_names(trainer.run_dir, state.get("step", 0), trainer.cfg.train.max_steps)
     if existing is None:

@@ -42,7 +42,7 @@ from lmlab.align.config import AlignConfig
 from lmlab.align.dpo import dpo_loss, preference_metrics
 from lmlab.align.logprobs import check_generative, encode_response, pair_rows, response_logprobs
 from lmlab.align.pairs import PreferencePair, read_preferences
-from lmlab.config.fits import check_global_batch
+from lmlab.config.fits import batch_for_data, check_global_batch
 from lmlab.errors import LmlabError
 from lmlab.fileio import atomic_dir, check_replaceable_dir, write_json
 from lmlab.finetune.loop import epoch_batches, load_trainable_model
@@ -301,6 +301,8 @@ def setup(checkpoint, train, dev, out, hparams: dict[str, Any], tokenizer, log,
                            flags)
     elif cfg.grad_accum > -(-len(train_pairs) // cfg.batch_size):
         check_global_batch(cfg.batch_size, cfg.grad_accum, 1, len(train_pairs), "pairs", flags)
+    else:  # one batch a step: a batch beyond the pairs is all of them, and every count says so
+        cfg.batch_size = batch_for_data(cfg.batch_size, len(train_pairs), "pairs", flags[0], say)
     model = load_policy(checkpoint, tokenizer).to(device)
     metrics_log, live = None, contextlib.ExitStack()
     if out_dir is not None:  # the live log sits beside the output (tail it); it moves inside at the end

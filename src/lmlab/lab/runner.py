@@ -168,6 +168,7 @@ def _run_finetune(out: Path, run: FinetuneRun, log: Callable[[str], None]):
         run.task.dev,
         finetune_dir(out, run),
         log=log,
+        **({"_names": run.task.names} if run.task.names is not None else {}),  # a note names finetune.KEY
         **run.settings,
     )
 

@@ -31,7 +31,6 @@ BROKEN = {
     ("tokenizer train", "--score", "--algo"): ["--score", "ratio"],
     ("tokenizer train", "--lowercase", "--algo"): ["--lowercase"],
     ("export", "--base", "--format"): ["--base", "B", "--format", "hf"],
-    ("export", "--format", "--base"): ["--format", "peft"],
     ("align", "--sft-steps", "--method"): ["--sft-steps", "10"],
     ("align", "--reward-steps", "--method"): ["--reward-steps", "10", "--method", "dpo"],
     ("align", "--reward-lr", "--method"): ["--reward-lr", "1e-3"],

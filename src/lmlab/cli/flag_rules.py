@@ -55,9 +55,9 @@ RULES: dict[str, tuple[Rule, ...]] = {
         Needs("--lowercase", "--algo", ("wordpiece",), why="the other algorithms keep the case"),
     ),
     "export": (
+        # --format peft without --base: asked by the export itself, once the input is known to be a
+        # fine-tune peft can hold (lmlab.cli.export._export_peft: what the input is comes first)
         Needs("--base", "--format", ("peft",)),
-        Needs("--format", "--base", when=lambda v: v == "peft", shown="--base DIR",
-              why="--format peft writes the pretrained checkpoint the fine-tune started from"),
     ),
     "align": (
         *(Needs(flag, "--method", ("rlhf",), why="a setting of RLHF")

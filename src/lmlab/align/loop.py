@@ -301,9 +301,10 @@ def setup(checkpoint, train, dev, out, hparams: dict[str, Any], tokenizer, log,
                            flags)
     elif cfg.grad_accum > -(-len(train_pairs) // cfg.batch_size):
         check_global_batch(cfg.batch_size, cfg.grad_accum, 1, len(train_pairs), "pairs", flags)
-    else:  # one batch a step: a batch beyond the pairs is all of them, and every count says so
-        cfg.batch_size = batch_for_data(cfg.batch_size, len(train_pairs), "pairs", flags[0], say)
     model = load_policy(checkpoint, tokenizer).to(device)
+    if cfg.method != "rlhf":  # one batch a step: a batch beyond the pairs is all of them, every count says so
+        # (said once the model has loaded: a refusal of the checkpoint is the command's one line)
+        cfg.batch_size = batch_for_data(cfg.batch_size, len(train_pairs), "pairs", flags[0], say)
     metrics_log, live = None, contextlib.ExitStack()
     if out_dir is not None:  # the live log sits beside the output (tail it); it moves inside at the end
         folder = live.enter_context(ownership.live_dir(out_dir, "alignment log"))

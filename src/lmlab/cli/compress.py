@@ -331,10 +331,12 @@ def _say_estimate(before: dict, examples: int, passes: int) -> None:
 
 
 def run_quantize(args) -> int:
-    from lmlab.adapt.quantize import quantize_model, save_quantized
+    from lmlab.adapt.quantize import linears_to_quantize, quantize_model, save_quantized
 
     _setup(args)
     model, task = _load(args.checkpoint, "lmlab compress quantize (it quantizes float weights once)")
+    # the --exclude patterns checked against the model's layers before anything is said or scored
+    linears_to_quantize(model, exclude=tuple(args.exclude), flags=("--include", "--exclude"))
     dev = _examples(task, args.dev, args.max_eval_examples, "dev")
     _say(f"quantizing {args.checkpoint} to int8" + (f"; scoring {len(dev):,} dev examples before and after"
                                                      if dev else ""))
@@ -405,9 +407,9 @@ def run_distill(args) -> int:
     dev = _examples(task, args.dev, args.max_eval_examples, "dev")
     from lmlab.config.fits import batch_for_data
 
+    student = make_student(teacher, args.layers, args.student_layers, args.init, args.seed)
     # a batch beyond the training data is one batch of all of it: the plan and the estimate count it
     args.batch_size = batch_for_data(args.batch_size, len(train), "examples", "--batch-size", _say)
-    student = make_student(teacher, args.layers, args.student_layers, args.init, args.seed)
     _say(f"distilling {args.teacher} ({teacher.config.n_layers} layers) into {student.config.n_layers} "
          f"layers: {args.steps:,} steps of {args.batch_size} of {len(train):,} training examples"
          + (f"; scoring {len(dev):,} dev examples before and after" if dev else ""))

@@ -38,3 +38,20 @@ def test_a_wordpiece_sample_reads_as_text_without_its_pieces():
     assert "##" in tok.decode(new, skip_special_tokens=True)  # the old way
     assert "##" not in text and text.endswith(" thou art")
     assert text.startswith(pieces[0][2:] + pieces[1][2:])     # glued to "romeo", and to each other
+
+
+def test_a_vocabulary_too_small_is_refused_by_its_flag_before_any_work(tmp_path, capsys):
+    """demo and tokenizer train name --vocab-size (not vocab_size) and refuse before any line or
+    folder (the demo printed "[1/3] training..." first)."""
+    text = tmp_path / "t.txt"
+    text.write_text("to be or not to be\n" * 20)
+    for argv in (["demo", "--out", str(tmp_path / "d"), "--steps", "2", "--vocab-size", "5"],
+                 ["tokenizer", "train", "--algo", "bytelevel", "--vocab-size", "5", "--input", str(text),
+                  "--out", str(tmp_path / "d")]):
+        capsys.readouterr()
+        assert main(argv) == 2
+        captured = capsys.readouterr()
+        assert captured.out == "" and captured.err.count("\n") == 1, captured
+        assert captured.err.startswith("error: --vocab-size 5 is too small for bytelevel") and \
+            captured.err.rstrip().endswith("set --vocab-size >= 263"), captured.err
+        assert not (tmp_path / "d").exists()

@@ -21,6 +21,7 @@ BASE = {
     "generate": ["generate", "--checkpoint", "CK"],
     "compress distill": ["compress", "distill", "--teacher", "CK", "--train", "TR", "--out", "OUT"],
     "compress prune": ["compress", "prune", "--checkpoint", "CK", "--out", "OUT", "--sparsity", "0.5"],
+    "data prepare": ["data", "prepare", "--tokenizer", "TOK", "--input", "a.txt", "--out", "OUT"],
 }
 H = ["--harness", "hellaswag"]
 V = ["--variant", "a", "--prompts", "P"]
@@ -31,7 +32,7 @@ BROKEN = {
     ("tokenizer train", "--score", "--algo"): ["--score", "ratio"],
     ("tokenizer train", "--lowercase", "--algo"): ["--lowercase"],
     ("export", "--base", "--format"): ["--base", "B", "--format", "hf"],
-    ("export", "--format", "--base"): ["--format", "peft"],
+    ("data prepare", "--text-field", "--input"): ["--text-field", "body"],
     ("align", "--sft-steps", "--method"): ["--sft-steps", "10"],
     ("align", "--reward-steps", "--method"): ["--reward-steps", "10", "--method", "dpo"],
     ("align", "--reward-lr", "--method"): ["--reward-lr", "1e-3"],
@@ -95,6 +96,7 @@ def test_partners_given_satisfy_the_rules():
           "compress prune": ["--steps", "3", "--train", "TR", "--dev", "DV"],
           "compress distill": ["--student-layers", "0", "--init", "teacher"],
           "export": ["--format", "peft", "--base", "B"],
+          "data prepare": ["--input", "a.txt", "b.jsonl", "--text-field", "body"],
           "align": ["--method", "rlhf", "--sft-steps", "10", "--samples", "2"],
           "evaluate": ["--on-bad-line", "skip", "--max-bad-fraction", "0.5", "--format", "csv", "--delimiter",
                        ";"]}
@@ -112,3 +114,16 @@ def test_fine_tuning_rules_have_one_home():
     data = {(r.flag, r.partner) for r in RULES["evaluate"] if r.flag in ("--max-bad-fraction", "--delimiter")}
     assert data == {("--max-bad-fraction", "--on-bad-line"), ("--delimiter", "--format")}
     assert {r.flag for r in FIELD_RULES} >= {"max_bad_fraction", "delimiter"}
+
+
+def test_text_field_with_only_text_files_is_refused(tmp_path, capsys):
+    """data prepare --text-field names a record's field: with .txt inputs alone it was silently
+    ignored; it is refused before the tokenizer is read (told from the extensions), and accepted
+    once an input holds records."""
+    args = ["data", "prepare", "--tokenizer", str(tmp_path / "no-tok"), "--out", str(tmp_path / "out"),
+            "--text-field", "body", "--input"]
+    assert exit_code([*args, str(tmp_path / "a.txt")]) == 2
+    err = assert_one_line_error(capsys, "--text-field", "--input")
+    assert "applies only with --input records (.jsonl, .parquet or a datasets folder)" in err, err
+    parser = build_parser()
+    check_flag_rules(parser, parser.parse_args([*args, "a.txt", "b.jsonl.gz"]))

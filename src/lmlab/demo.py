@@ -64,9 +64,11 @@ def run_demo(
     from lmlab.fileio import read_text
     from lmlab.runtime import check_device
     from lmlab.text_input import check_text
+    from lmlab.tokenizers import check_training
 
     check_text(prompt, "the prompt (--prompt)")  # before minutes of training, not after
     check_device(device)  # before the tokenizer is trained and the folder filled
+    check_training(algo, vocab_size, None, {})  # a vocabulary too small: before the folder and "[1/3]"
     t_all = time.perf_counter()
     corpus_path = builtin_corpus_path()
     text = read_text(corpus_path)

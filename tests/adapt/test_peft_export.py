@@ -146,3 +146,27 @@ def test_cli_exports_a_finetune_that_peft_serves(tmp_path, minilm_dir, data_dir,
         theirs = served(input_ids=ids, attention_mask=mask).logits
         mine = ours(input_ids=ids, attention_mask=mask).logits
     torch.testing.assert_close(theirs, mine, rtol=1e-4, atol=1e-4)
+
+
+def test_cli_peft_export_says_what_the_input_is_before_asking_for_base(ckpt, tmp_path, capsys):
+    """A full fine-tune or a bottleneck adapter cannot become a peft folder whatever --base is: that
+    is said first (from the adapter's config alone), and --base is asked for only of an input peft
+    can hold."""
+    from lmlab.adapt.peft_io import save_peft
+    from lmlab.cli import main
+    from lmlab.loading import load_model
+
+    for method, options in (("adapter", {}), ("lora", {"rank": 4})):
+        model = load_model(ckpt)
+        apply_method(model, method, options)
+        save_peft(model, tmp_path / method / "adapter")
+    cases = [(ckpt, "holds no adapter/ (not a parameter-efficient fine-tune)"),
+             (tmp_path / "adapter", "PEFT export is for LoRA, prefix and prompt tuning, not adapter"),
+             (tmp_path / "lora", "--format peft needs --base DIR")]
+    for given, words in cases:
+        capsys.readouterr()
+        assert main(["export", "--checkpoint", str(given), "--format", "peft", "--out",
+                     str(tmp_path / "peft")]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith("error: ") and words in err, err
+        assert not (tmp_path / "peft").exists()

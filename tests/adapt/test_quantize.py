@@ -188,3 +188,25 @@ def test_every_command_that_trains_refuses_int8_weights_before_loading(ckpt, tmp
     float_model = build_model(get_preset("gpt2-tiny", vocab_size=model.config.vocab_size))
     with pytest.raises(LmlabError, match="int8 weights"):
         distill(float_model, model, None, [])
+
+
+def test_cli_exclude_patterns_are_checked_before_anything_is_said(ckpt, tmp_path, capsys):
+    """--exclude matching no linear layer (a typo that quantized everything) and --exclude leaving
+    none are one line each, naming --exclude (there is no --include flag) and listing the model's
+    layers, before the 'quantizing' line."""
+    from lmlab.cli import main
+
+    out = tmp_path / "q"
+    listed = "linear layers: layers.*.attn.q_proj"
+    for pattern, words in (("nonexistent*", "error: --exclude 'nonexistent*' matches no linear layer of this "
+                                            f"model; use a pattern over its {listed}"),
+                           ("*", "error: --exclude '*' leaves no linear layer to quantize; exclude fewer "
+                                 f"of its {listed}")):
+        capsys.readouterr()
+        assert main(["compress", "quantize", "--checkpoint", str(ckpt), "--out", str(out), "--exclude",
+                     pattern]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith(words) and "include" not in err, err
+        assert not out.exists()
+    with pytest.raises(LmlabError, match="exclude 'heads.nothing' matches no linear layer"):
+        quantize_model(build_model(get_preset("gpt2-tiny", vocab_size=300)), exclude=("heads.nothing",))

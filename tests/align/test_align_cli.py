@@ -229,3 +229,17 @@ def test_a_global_batch_larger_than_the_training_pairs_is_refused_before_the_mod
         align(tiny_model(), pairs, synthetic_pairs(4, 1), None, method="rlhf", batch_size=prompts,
               grad_accum=2, **QUIET)
     assert not (tmp_path / "o").exists()
+
+
+def test_a_dpo_batch_larger_than_the_pairs_is_one_batch_of_all_of_them(ckpt, tmp_path, capsys):
+    """--batch-size 100 on 16 pairs at --grad-accum 1: one batch of the 16 (lmlab.config.fits.
+    batch_for_data), said once in a note; the plan and the summary count 16, not 100."""
+    train = write_pairs(tmp_path / "t.jsonl", synthetic_pairs(16, 0))
+    out = tmp_path / "o"
+    assert main(["align", "--checkpoint", str(ckpt), "--train", str(train), "--dev", str(train), "--out",
+                 str(out), "--max-steps", "1", "--batch-size", "100", "--no-progress"]) == 0
+    err = capsys.readouterr().err
+    assert err.count("note: --batch-size 100 is more than the 16 pairs of the training data; each batch "
+                     "holds all 16 of them") == 1, err
+    assert "1 steps of 16 pairs" in err and "of 100 pairs" not in err, err
+    assert json.loads((out / "align.json").read_text())["config"]["batch_size"] == 16

@@ -258,3 +258,23 @@ def test_real_micro_grid_end_to_end(micro, tmp_path):
     again = run_grid(load_grid(micro()), out, progress=False, log=lambda m: None)
     assert not again.trained and len(again.cached) == 4
     assert again.records == result.records
+
+
+def test_compare_refuses_a_user_folder_before_the_plan_line(micro, tmp_path, monkeypatch, capsys):
+    """--out a folder lmlab did not write (it holds the grid file): one line, the refusal, and no
+    plan line before it; the folder is untouched."""
+    from assertions import exit_code
+
+    from lmlab.train.config import to_toml
+
+    fakes = Fakes()
+    monkeypatch.setattr(runner_mod, "pretrain", fakes.pretrain)
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    grid = mine / "g.toml"
+    grid.write_text(to_toml(micro()))
+    capsys.readouterr()
+    assert exit_code(["compare", "--config", str(grid), "--out", str(mine)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: output folder") and "g.toml" in err, err
+    assert sorted(p.name for p in mine.iterdir()) == ["g.toml"] and not fakes.pretrain_calls

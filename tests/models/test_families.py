@@ -88,9 +88,9 @@ def test_the_encoder_counts_the_nsp_head_as_it_builds_it():
 def test_families_without_counts_say_so():
     from lmlab.models.flops import count_parameters, forward_flops
 
-    with pytest.raises(LmlabError, match="does not count the count parameters of a xlnet model"):
+    with pytest.raises(LmlabError, match="does not count the parameters of a xlnet model"):
         count_parameters(get_preset("xlnet-tiny"))
-    with pytest.raises(LmlabError, match="forward flops of a rnn model"):
+    with pytest.raises(LmlabError, match="does not count the forward FLOPs of a rnn model"):
         forward_flops(get_preset("lstm-tiny"), 16)
 
 

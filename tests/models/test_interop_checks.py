@@ -83,3 +83,18 @@ def test_integer_or_non_finite_weights_are_refused(hf_gpt, tmp_path, capsys, kin
     assert not (tmp_path / "imp").exists()
     err = one_line_error(capsys, "generate", "--checkpoint", d, "--prompt", "hi", "--max-new-tokens", 1)
     assert message in err
+
+
+def test_importing_an_lmlab_output_says_it_needs_no_import(ckpt, tmp_path, capsys):
+    """import --hf on an lmlab checkpoint or pretraining run: one line saying what it is (it needs no
+    import), not "config.json does not exist" or "has no model_type"."""
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "checkpoints" / "step_1").symlink_to(ckpt, target_is_directory=True)
+    for given, what in ((ckpt, "an lmlab checkpoint"), (run, "an lmlab pretraining run")):
+        capsys.readouterr()
+        assert main(["import", "--hf", str(given), "--out", str(tmp_path / "im")]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith(f"error: {given} is {what}, not a Hugging Face model "
+                                                      "directory: it needs no import"), err
+        assert not (tmp_path / "im").exists()

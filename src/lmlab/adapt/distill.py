@@ -258,6 +258,10 @@ def distill(teacher: nn.Module, student: nn.Module, task, train: Sequence, dev: 
     feats = task.features(list(train), tok)
     if not feats:
         raise LmlabError("no training examples to distil on", "pass a non-empty training file")
+    from lmlab.config.fits import batch_for_data
+
+    # a batch beyond the training data is one batch of all of it, counted as such below
+    batch_size = batch_for_data(batch_size, len(feats), "examples", "batch_size", log)
     torch.manual_seed(seed)
     opt = adamw([student], lr=lr, betas=(0.9, 0.999), weight_decay=weight_decay)
     warmup = round(warmup_ratio * steps)

@@ -59,6 +59,22 @@ TASK_TYPES = {"seq_cls": "SEQ_CLS", "cls": "SEQ_CLS", "lm": "CAUSAL_LM", "token_
 NO_CACHE = ("albert",)
 
 
+#: the methods peft has a counterpart of
+EXPORTABLE = ("lora", "prefix", "prompt")
+
+
+def check_exportable(method: str | None) -> None:
+    """Refuse a fine-tune whose method (None: none, a full fine-tune) peft has no counterpart of:
+    the one check of the model, made from an adapter's config alone (``lmlab export`` makes it before
+    asking for --base) or from the model."""
+    if method not in EXPORTABLE:
+        raise LmlabError(
+            f"PEFT export is for LoRA, prefix and prompt tuning, not {method or 'a model without a method'}"
+            + (" (peft has no bottleneck adapters of this kind)" if method == "adapter" else ""),
+            "fine-tune with --method lora, prefix or prompt",
+        )
+
+
 def export_peft(model: nn.Module, directory: str | os.PathLike, with_base: bool = False) -> Path:
     """Write ``model``'s method (LoRA, prefix or prompt tuning) and trained head as a ``peft``
     adapter folder (atomically).
@@ -68,13 +84,8 @@ def export_peft(model: nn.Module, directory: str | os.PathLike, with_base: bool 
     model = model_argument(model, "export_peft's model")
     directory = path_argument(directory, "export_peft's directory")
     method = (getattr(model, "peft", None) or {}).get("method")
+    check_exportable(method)
     writers = {"lora": _lora, "prefix": _prefix, "prompt": _prompt}
-    if method not in writers:
-        raise LmlabError(
-            f"PEFT export is for LoRA, prefix and prompt tuning, not {method or 'a model without a method'}"
-            + (" (peft has no bottleneck adapters of this kind)" if method == "adapter" else ""),
-            "fine-tune with --method lora, prefix or prompt",
-        )
     names = HFNames(model)
     state, config = writers[method](model, names)
     prefix = "base_model.model." if method == "lora" else "base_model."

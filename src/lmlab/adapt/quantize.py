@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import fnmatch
 import os
+import re
 from pathlib import Path
 
 import torch
@@ -158,6 +159,45 @@ def quantizable_linears(model: nn.Module, include=("*",), exclude=()) -> list[st
     return names
 
 
+def layer_patterns(names) -> str:
+    """``layers.*.attn.q_proj, heads.cls.out``: linear layer names with their layer numbers as ``*``
+    (each shape once, in model order): what a pattern can match, short enough for one line."""
+    shown: list[str] = []
+    for name in names:
+        general = re.sub(r"(?<=\.)\d+(?=\.|$)", "*", name)
+        if general not in shown:
+            shown.append(general)
+    return ", ".join(shown)
+
+
+def linears_to_quantize(model: nn.Module, include=("*",), exclude=(),
+                        flags=("include", "exclude")) -> list[str]:
+    """The linear layers :func:`quantize_model` replaces (:func:`quantizable_linears`), the patterns
+    checked first: an ``include`` or ``exclude`` pattern that matches no quantizable layer (a typo,
+    silently quantizing everything) and patterns that leave nothing to quantize are refused in one
+    line listing the layers there are (``flags``: how the caller names the two settings; the command
+    line has only ``--exclude``). The one check of ``lmlab compress quantize`` (before it says what
+    it does) and of the Python call."""
+    every = quantizable_linears(model)
+    if not every:
+        raise LmlabError("this model has no untied linear layer to quantize",
+                         "quantize a model with linear layers of its own (a tied head stays float)")
+    listed = layer_patterns(every)
+    for patterns, flag in zip((include, exclude), flags):
+        for pattern in patterns:
+            if not any(fnmatch.fnmatchcase(name, pattern) for name in every):
+                raise LmlabError(f"{flag} {pattern!r} matches no linear layer of this model",
+                                 f"use a pattern over its linear layers: {listed}")
+    names = quantizable_linears(model, include, exclude)
+    if not names:
+        given = [f"{flags[0]} {p!r}" for p in include if tuple(include) != ("*",)]  # not the default
+        given += [f"{flags[1]} {p!r}" for p in exclude]
+        raise LmlabError(f"{' '.join(given)} {'leaves' if len(given) == 1 else 'leave'} no linear layer to "
+                         "quantize",
+                         f"exclude fewer of its linear layers: {listed}")
+    return names
+
+
 def _set_module(model: nn.Module, name: str, module: nn.Module) -> None:
     parent_name, _, child = name.rpartition(".")
     parent = model.get_submodule(parent_name) if parent_name else model
@@ -176,10 +216,7 @@ def quantize_model(model: nn.Module, activations: str = "dynamic", include=("*",
     check_activations(activations)
     if getattr(model, "quantization", None):
         raise LmlabError("this model is already quantized", "quantize the float model once")
-    names = quantizable_linears(model, include, exclude)
-    if not names:
-        raise LmlabError("no linear layer matched the include/exclude patterns",
-                         "check the patterns (module names look like layers.0.attn.q_proj)")
+    names = linears_to_quantize(model, include, exclude)
     for name in names:
         _set_module(model, name, Int8Linear.from_linear(model.get_submodule(name), activations))
     model.quantization = {"scheme": SCHEME, "activations": activations, "modules": names}

@@ -52,7 +52,7 @@ from lmlab.align.config import AlignConfig
 from lmlab.align.dpo import dpo_loss, preference_metrics
 from lmlab.align.logprobs import check_generative, encode_response, pair_rows, response_logprobs
 from lmlab.align.pairs import PreferencePair, read_preferences
-from lmlab.config.fits import check_global_batch
+from lmlab.config.fits import batch_for_data, check_global_batch
 from lmlab.errors import LmlabError
 from lmlab.fileio import (
     atomic_dir,
@@ -421,6 +421,9 @@ def _setup(checkpoint, train, dev, out_dir: Path | None, cfg: AlignConfig, facts
     elif cfg.grad_accum > -(-len(train_pairs) // cfg.batch_size):
         check_global_batch(cfg.batch_size, cfg.grad_accum, 1, len(train_pairs), "pairs", flags)
     model = load_policy(checkpoint, tokenizer).to(device)
+    if cfg.method != "rlhf":  # one batch a step: a batch beyond the pairs is all of them, every count says so
+        # (said once the model has loaded: a refusal of the checkpoint is the command's one line)
+        cfg.batch_size = batch_for_data(cfg.batch_size, len(train_pairs), "pairs", flags[0], say)
     metrics_log = None
     if out_dir is not None and resumable:  # in the resume folder: a resumed run continues it
         metrics_log = MetricsLog(resumes.resume_dir(out_dir) / METRICS_FILE)

@@ -331,10 +331,12 @@ def _say_estimate(before: dict, examples: int, passes: int) -> None:
 
 
 def run_quantize(args) -> int:
-    from lmlab.adapt.quantize import quantize_model, save_quantized
+    from lmlab.adapt.quantize import linears_to_quantize, quantize_model, save_quantized
 
     _setup(args)
     model, task = _load(args.checkpoint, "lmlab compress quantize (it quantizes float weights once)")
+    # the --exclude patterns checked against the model's layers before anything is said or scored
+    linears_to_quantize(model, exclude=tuple(args.exclude), flags=("--include", "--exclude"))
     dev = _examples(task, args.dev, args.max_eval_examples, "dev")
     _say(f"quantizing {args.checkpoint} to int8" + (f"; scoring {len(dev):,} dev examples before and after"
                                                      if dev else ""))
@@ -355,6 +357,11 @@ def run_prune(args) -> int:
     # --steps without --train/--dev, --train without --steps: refused by lmlab.cli.flag_rules
     model, task = _load(args.checkpoint, "lmlab compress prune")
     dev = _examples(task, args.dev, args.max_eval_examples, "dev")
+    train = _examples(task, args.train, args.max_train_examples, "train") if args.steps else []
+    if args.steps:  # its fine-tuning's batch, as lmlab.finetune will take it: the plan and estimate count it
+        from lmlab.config.fits import batch_for_data
+
+        args.batch_size = batch_for_data(args.batch_size, len(train), "examples", "--batch-size", _say)
     _say(f"pruning {args.checkpoint} to {args.sparsity:.0%} sparsity"
          + (f", then {args.steps:,} fine-tuning steps of {args.batch_size}" if args.steps else "")
          + (f"; scoring {len(dev):,} dev examples before and after" if dev else ""))
@@ -371,7 +378,6 @@ def run_prune(args) -> int:
     if args.steps:
         from lmlab.finetune import finetune
 
-        train = _examples(task, args.train, args.max_train_examples, "train")
         masks.attach(model)
         res = finetune(model, task, train, dev, None, max_steps=args.steps, batch_size=args.batch_size,
                        lr=args.lr, seed=args.seed, eval_batch_size=args.eval_batch_size, log=_say)
@@ -399,7 +405,11 @@ def run_distill(args) -> int:
     teacher, task = _load(args.teacher, TEACHER_INIT_READER if args.init == "teacher" else None)
     train = _examples(task, args.train, args.max_train_examples, "train")
     dev = _examples(task, args.dev, args.max_eval_examples, "dev")
+    from lmlab.config.fits import batch_for_data
+
     student = make_student(teacher, args.layers, args.student_layers, args.init, args.seed)
+    # a batch beyond the training data is one batch of all of it: the plan and the estimate count it
+    args.batch_size = batch_for_data(args.batch_size, len(train), "examples", "--batch-size", _say)
     _say(f"distilling {args.teacher} ({teacher.config.n_layers} layers) into {student.config.n_layers} "
          f"layers: {args.steps:,} steps of {args.batch_size} of {len(train):,} training examples"
          + (f"; scoring {len(dev):,} dev examples before and after" if dev else ""))

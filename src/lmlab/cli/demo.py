@@ -35,6 +35,8 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from lmlab.demo import run_demo
+    from lmlab.tokenizers import check_training
 
+    check_training(args.algo, args.vocab_size, None, {}, where="--")  # as --vocab-size, before any work
     run_demo(args.out, args.vocab_size, args.algo, steps=args.steps, prompt=args.prompt, device=args.device)
     return 0

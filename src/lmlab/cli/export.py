@@ -96,14 +96,20 @@ def run_import(args) -> int:
 def _export_peft(args) -> int:
     from pathlib import Path
 
-    from lmlab.adapt.peft_export import export_peft
-    from lmlab.adapt.peft_io import adapter_files, load_peft_model
+    from lmlab.adapt.peft_export import check_exportable, export_peft
+    from lmlab.adapt.peft_io import adapter_files, load_peft_model, read_peft_config
     from lmlab.errors import LmlabError
 
-    adapter = Path(args.checkpoint) / "adapter"  # --base is given (lmlab.cli.flag_rules)
+    # first what the input is (a fine-tune with an adapter peft has), then what the format needs
+    # (--base): a full fine-tune or a bottleneck adapter is refused for itself, not for a missing --base
+    adapter = Path(args.checkpoint) / "adapter"
     if adapter_files(adapter) is None:
         raise LmlabError(f"{args.checkpoint} holds no adapter/ (not a parameter-efficient fine-tune)",
                          "pass the --out of `lmlab finetune --method lora|prefix|prompt`")
+    check_exportable(read_peft_config(adapter).get("method"))
+    if args.base is None:
+        raise LmlabError("--format peft needs --base DIR (--format peft writes the pretrained checkpoint the "
+                         "fine-tune started from)", "add --base DIR")
     model = load_peft_model(args.base, adapter)
     out = export_peft(model, args.out, with_base=True)
     print(f"wrote a peft {model.peft['method']} adapter for a {model.config.family} model to {out} "

@@ -46,6 +46,13 @@ def section_rules(rules, fields) -> tuple[Rule, ...]:
     return tuple(dataclasses.replace(r, flag=names.to_set(r.flag), partner=names.to_set(r.partner))
                  for r in rules if r.flag in fields)
 
+def _holds_records(inputs) -> bool:
+    """Whether one of ``--input``'s paths is a file of records (:func:`lmlab.data.records.is_record_file`)."""
+    from lmlab.data.records import is_record_file
+
+    return any(is_record_file(p) for p in inputs or ())
+
+
 #: command (as typed: "compress prune") -> its flag dependencies. tests/test_flag_rules.py tries every one.
 RULES: dict[str, tuple[Rule, ...]] = {
     "tokenizer train": (
@@ -55,9 +62,9 @@ RULES: dict[str, tuple[Rule, ...]] = {
         Needs("--lowercase", "--algo", ("wordpiece",), why="the other algorithms keep the case"),
     ),
     "export": (
+        # --format peft without --base: asked by the export itself, once the input is known to be a
+        # fine-tune peft can hold (lmlab.cli.export._export_peft: what the input is comes first)
         Needs("--base", "--format", ("peft",)),
-        Needs("--format", "--base", when=lambda v: v == "peft", shown="--base DIR",
-              why="--format peft writes the pretrained checkpoint the fine-tune started from"),
     ),
     "align": (
         *(Needs(flag, "--method", ("rlhf",), why="a setting of RLHF")
@@ -81,6 +88,12 @@ RULES: dict[str, tuple[Rule, ...]] = {
         Needs("--prompts", "--variant", why="each line names its --variant"),
         *(Excludes(flag, "--variant", "--variant reads its prompts from --prompts")
           for flag in ("--prompt", "--json-schema", "--tokenizer")),
+    ),
+    "data prepare": (
+        # the field of a record: told from the inputs' extensions (a datasets folder by its files)
+        Needs("--text-field", "--input", _holds_records,
+              shown="--input records (.jsonl, .parquet or a datasets folder)",
+              why="it names each record's text field; a text file has none"),
     ),
     "compress distill": (
         Needs("--student-layers", "--init", ("teacher",), why="the teacher layers copied into the student; "

@@ -157,7 +157,7 @@ def _register_inspect(tsub) -> None:
 
 
 def run_train(args) -> int:
-    from lmlab.tokenizers import DEFAULT_SPECIAL_TOKENS, sentinel_tokens, train_tokenizer
+    from lmlab.tokenizers import DEFAULT_SPECIAL_TOKENS, check_training, sentinel_tokens, train_tokenizer
 
     files = [check_input_file(f) for f in args.input]
     if args.vocab_size is None and not (args.algo == "bpe" and args.num_merges is not None):
@@ -174,6 +174,7 @@ def run_train(args) -> int:
         options["lowercase"] = args.lowercase
         if args.score is not None:
             options["score"] = args.score
+    check_training(args.algo, args.vocab_size, specials, options, where="--")  # as flags, before any work
     texts = chain.from_iterable(require_text(iter_text_lines(f, args.encoding), f) for f in files)
     t0 = time.perf_counter()
     tok = train_tokenizer(

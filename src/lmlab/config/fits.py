@@ -102,8 +102,8 @@ def check_global_batch(batch_size: int, grad_accum: int, processes: int, items: 
     read and before the first step: one optimizer step would see the same items more than once (and
     report a batch it never had). ``flags``: the names of batch_size and grad_accum in the command
     (``("train.batch_size", "train.grad_accum")``, ``("--batch-size", "--grad-accum")``). The one
-    decision of pretraining and alignment; fine-tuning cuts each epoch into batches of at most
-    batch_size examples (docs/training.md) and has no grad_accum."""
+    decision of pretraining and alignment (RLHF, DPO taking several micro-batches a step); a loop of
+    one batch a step (fine-tuning, DPO at grad_accum 1, distillation) cuts it: :func:`batch_for_data`."""
     rows = batch_size * grad_accum * processes
     if rows <= items:
         return
@@ -116,3 +116,25 @@ def check_global_batch(batch_size: int, grad_accum: int, processes: int, items: 
                      "training data",
                      f"lower {size} or {accum} so that {size} x {accum}{times} is at most {items:,}, or add "
                      "training data")
+
+
+def batch_for_data(batch_size: int, items: int, what: str, flag: str, say=None) -> int:
+    """The batch a loop of one batch a step really takes from ``items`` training items (``what``
+    they are: examples, pairs): ``batch_size``, or all the items when it is larger (one batch of
+    everything each step, as Hugging Face's Trainer does). Every count, estimate and log line of the
+    run uses this number, not the one asked for; a cut is said once, as a ``note:`` on ``say``
+    (default stderr), naming the setting as the user wrote it (``flag``: ``--batch-size``,
+    ``finetune.batch_size``, ``batch_size``). The one decision of fine-tuning, DPO (grad_accum 1)
+    and distillation; a global batch of several micro-batches is refused instead
+    (:func:`check_global_batch`)."""
+    if items < 1 or batch_size <= items:
+        return batch_size
+    message = (f"note: {flag} {batch_size:,} is more than the {items:,} {what} of the training data; "
+               f"each batch holds all {items:,} of them")
+    if say is None:
+        import sys
+
+        print(message, file=sys.stderr, flush=True)
+    else:
+        say(message)
+    return items

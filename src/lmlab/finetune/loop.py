@@ -229,21 +229,21 @@ def finetune(checkpoint, task: str | Task, train, dev, out: str | os.PathLike | 
             raise LmlabError("--resume cannot continue an --lr auto sweep (each rate is its own run)",
                              "rerun the sweep, or fine-tune with the chosen --lr and --resume that")
         return _lr_sweep(checkpoint, task, train, dev, out, method, method_options, tokenizer, say, hparams,
-                         cfg)
+                         cfg, _names)
     if out is None or not _resumable or rank_of_launch() != 0:
         return _finetune_run(checkpoint, task, train, dev, out, method, method_options, tokenizer, say,
-                             resume, _resumable, cfg, meth)
+                             resume, _resumable, cfg, meth, _names)
     # one run at a time per output: a second would clear or overwrite the first's resume state and logs
     # (given back when the run ends with nothing there: it finished, or failed before saving a state)
     target = check_replaceable_dir(out, SUMMARY_FILE, "fine-tuned model", resume_state.output_fix(out))
     with resume_state.claimed(target) as rdir, \
             directory_lock(rdir, "fine-tuning output"):
         return _finetune_run(checkpoint, task, train, dev, out, method, method_options, tokenizer, say,
-                             resume, _resumable, cfg, meth)
+                             resume, _resumable, cfg, meth, _names)
 
 
 def _finetune_run(checkpoint, task, train, dev, out, method, method_options, tokenizer, say, resume,
-                  _resumable, cfg: FinetuneConfig, meth) -> FinetuneResult:
+                  _resumable, cfg: FinetuneConfig, meth, names: SettingNames = KEYWORDS) -> FinetuneResult:
     out_dir = Path(out) if out is not None else None
     resumable = out_dir is not None and _resumable
     resume_from = None
@@ -262,7 +262,7 @@ def _finetune_run(checkpoint, task, train, dev, out, method, method_options, tok
     identity = _identity(cfg, task, method, method_options, checkpoint, tokenizer, train, dev, resume_from,
                          say) if resumable else None
     torch.manual_seed(cfg.seed)
-    run = _build_run(checkpoint, task, train, dev, tokenizer, cfg, meth, machine, info, say)
+    run = _build_run(checkpoint, task, train, dev, tokenizer, cfg, meth, machine, info, say, names)
     saved = None if resume_from is None else resume_state.load(resume_from, run.model, run.optimizer,
                                                                len(run.feats))
     baseline = _announce(run, method, say)
@@ -323,7 +323,7 @@ def _identity(cfg: FinetuneConfig, task, method, method_options, checkpoint, tok
 
 
 def _build_run(checkpoint, task, train, dev, tokenizer, cfg: FinetuneConfig, meth, machine, info,
-               say) -> FinetuneRun:
+               say, names: SettingNames = KEYWORDS) -> FinetuneRun:
     """Load the model, read the data, put the task head and the method on: the run, before training."""
     model = load_trainable_model(checkpoint, tokenizer)
     if not isinstance(task, Task):
@@ -337,7 +337,8 @@ def _build_run(checkpoint, task, train, dev, tokenizer, cfg: FinetuneConfig, met
     train_ex, choose_ex = selection_data(train_ex, dev_ex, cfg)
     model = task.prepare_model(model)
     model = meth.apply(model, task).to(machine.device)
-    return FinetuneRun(cfg, task, model, meth, RunData(train_ex, choose_ex, dev_ex), machine, info)
+    return FinetuneRun(cfg, task, model, meth, RunData(train_ex, choose_ex, dev_ex), machine, info, say,
+                       names.of("batch_size"))
 
 
 def _announce(run: FinetuneRun, method: str, say: Callable[[str], None]):
@@ -527,7 +528,7 @@ def _check_sweep_inputs(checkpoint, train, dev) -> None:
 
 
 def _lr_sweep(checkpoint, task, train, dev, out, method, method_options, tokenizer, say, hparams,
-              cfg: FinetuneConfig) -> FinetuneResult:
+              cfg: FinetuneConfig, names: SettingNames = KEYWORDS) -> FinetuneResult:
     """``lr = "auto"``: one full fine-tuning run per rate of ``cfg.lr_sweep`` (each written to a
     temporary sibling of ``out``), the best on the selection data kept (``select_on``: the dev file,
     or the validation slice of train, the same slice for every rate; ties: the smaller rate) and
@@ -538,11 +539,11 @@ def _lr_sweep(checkpoint, task, train, dev, out, method, method_options, tokeniz
     parents = contextlib.nullcontext() if target is None else ownership.parents_made(target)
     with parents:
         return _sweep(target, checkpoint, task, train, dev, method, method_options, tokenizer, say, hparams,
-                      cfg)
+                      cfg, names)
 
 
 def _sweep(target, checkpoint, task, train, dev, method, method_options, tokenizer, say, hparams,
-           cfg: FinetuneConfig) -> FinetuneResult:
+           cfg: FinetuneConfig, names: SettingNames = KEYWORDS) -> FinetuneResult:
     """:func:`_lr_sweep`'s runs, in the folder made for ``target`` (its parent exists)."""
     runs: list[tuple[float, FinetuneResult, Path | None]] = []
     tmp = None
@@ -555,7 +556,7 @@ def _sweep(target, checkpoint, task, train, dev, method, method_options, tokeniz
             start = checkpoint if isinstance(checkpoint, (str, os.PathLike)) else copy.deepcopy(checkpoint)
             one = {k: v for k, v in hparams.items() if k != "lr_sweep"}  # one rate: no sweep
             res = finetune(start, task, train, dev, tmp, method, method_options, tokenizer=tokenizer, log=say,
-                           _resumable=False, **{**one, "lr": lr})
+                           _resumable=False, _names=names, **{**one, "lr": lr})
             runs.append((lr, res, tmp))
             tmp = None
         select = cfg.select_metric or runs[0][1].task.main_metric

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import nn
 
+from lmlab.config.fits import batch_for_data
 from lmlab.errors import LmlabError
 from lmlab.finetune.config import FinetuneConfig
 from lmlab.finetune.selection import ROW_PREFIX, carve_selection
@@ -94,10 +96,14 @@ class FinetuneRun:
     """The parts of one fine-tuning run that the fit loop drives."""
 
     def __init__(self, cfg: FinetuneConfig, task: Task, model: nn.Module, meth, data: RunData,
-                 machine: Machine, info):
+                 machine: Machine, info, say: Callable[[str], None] | None = None,
+                 batch_flag: str = "batch_size"):
         self.cfg, self.task, self.model, self.meth, self.data = cfg, task, model, meth, data
         self.machine, self.info = machine, info
         self.feats = task.features(data.train, model.tokenizer)
+        # a batch beyond the training data is one batch of all of it: the plan, the steps and the
+        # logs count that batch (``batch_flag``: the setting as the user wrote it)
+        cfg.batch_size = batch_for_data(cfg.batch_size, len(self.feats), "examples", batch_flag, say)
         self.pad = pad_id_of(model.tokenizer, model)
         self.optimizer = self._optimizer()
         self.steps_per_epoch = math.ceil(len(self.feats) / cfg.batch_size)

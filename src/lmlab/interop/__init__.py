@@ -132,8 +132,27 @@ def check_hf_config(hf_config: dict, path: Path) -> None:
     values.check(HF_CONFIG_FIELDS[hf_config["model_type"]], hf_config, where=str(path), fix=fix)
 
 
+def refuse_lmlab_output(d: Path) -> None:
+    """Refuse, before its ``config.json`` is judged as Hugging Face's, a directory that is lmlab's
+    own: a checkpoint (a fine-tune, a pretraining checkpoint) or a pretraining run (``checkpoints/``
+    and no ``config.json``): lmlab reads it as it is, there is nothing to import."""
+    from lmlab.models.checkpoint import is_lmlab_checkpoint
+
+    if (d / "checkpoints").is_dir() and not (d / "config.json").exists():
+        what = "an lmlab pretraining run"
+    elif is_lmlab_checkpoint(d):
+        what = "an lmlab checkpoint"
+    else:
+        return
+    raise LmlabError(f"{d} is {what}, not a Hugging Face model directory: it needs no import",
+                     "pass it to lmlab commands as it is (--checkpoint), or give import --hf a "
+                     "transformers model directory")
+
+
 def _read_hf_config(d: Path) -> _HFConfig:
-    """A Hugging Face directory's ``config.json``, checked (:func:`check_hf_config`)."""
+    """A Hugging Face directory's ``config.json``, checked (:func:`check_hf_config`); an lmlab
+    output is named as one (:func:`refuse_lmlab_output`)."""
+    refuse_lmlab_output(d)
     hf_config = read_json(d / "config.json", "model config")
     model_type = hf_config.get("model_type") if isinstance(hf_config, dict) else None
     if not model_type:

@@ -168,6 +168,7 @@ def _run_finetune(out: Path, run: FinetuneRun, log: Callable[[str], None]):
         run.task.dev,
         finetune_dir(out, run),
         log=log,
+        **({"_names": run.task.names} if run.task.names is not None else {}),  # a note names finetune.KEY
         **run.settings,
     )
 
@@ -221,24 +222,28 @@ def run_grid(
             for r in runs}
     n_done = sum(done.values())
     counts = count_text(len(grid.pretrain_runs), len(runs) - len(grid.pretrain_runs), len(grid.tasks))
-    say(f"grid {grid.name}: {counts}, budget {grid.budget_text()}; {n_done} cached, "
-        f"{len(runs) - n_done} to train -> {out}")
+    plan = (f"grid {grid.name}: {counts}, budget {grid.budget_text()}; {n_done} cached, "
+            f"{len(runs) - n_done} to train -> {out}")
     cached = [r.label for r in runs if done[id(r)]]
     if dry_run:
+        say(plan)
         for line in plan_lines(grid, out, done):
             say(line)
         return GridRun([], cached, [], out, {})
+    # the output is claimed (a user's folder refused in one line) before the plan line is said
     if report_only:
         if not out.is_dir():
             raise LmlabError(f"{out} holds no runs of this grid",
                              "run the grid first (without --report-only)")
         with claimed_dir(out, GRID_KIND, GRID_ENTRIES):  # the report overwrites only a comparison's own files
+            say(plan)
             records = collect_records(grid, out)
             paths = write_report(records, grid, out)
         say(f"report from {n_done} finished run(s); wrote {', '.join(str(p) for p in paths.values())}")
         return GridRun([], cached, records, out, paths)
     # new, empty or an earlier comparison's: never a user's folder (given back if nothing is written)
     with claimed_dir(out, GRID_KIND, GRID_ENTRIES):
+        say(plan)
         write_json(out / "plan.json", plan_json(grid))
         show = sys.stderr.isatty() if progress is None else progress
         display = _Display(len(runs), n_done, show, say)

@@ -99,15 +99,21 @@ def block_params(cfg: Any, cross: bool = False) -> int:
     return n
 
 
+#: a family spec's counter -> what it counts, in a message, and the way out when a family has none
+COUNTED = {"count_parameters": ("parameters", "count a built model with model.num_parameters() instead"),
+           "forward_flops": ("forward FLOPs", "estimate them as 2 x the built model's num_parameters() per "
+                             "token")}
+
+
 def _spec(config: Any, what: str):
     from lmlab.models.registry import spec_of_config
 
     spec = spec_of_config(config)
     counter = getattr(spec, what)
     if counter is None:
-        raise LmlabError(f"lmlab does not count the {what.replace('_', ' ')} of a {spec.name} model "
-                         f"({type(config).__name__}) from its config",
-                         "count a built model with model.num_parameters() instead")
+        counted, fix = COUNTED[what]
+        raise LmlabError(f"lmlab does not count the {counted} of a {spec.name} model "
+                         f"({type(config).__name__}) from its config", fix)
     return spec, counter
 
 

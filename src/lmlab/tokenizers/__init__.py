@@ -116,7 +116,8 @@ def check_training(algo: str, vocab_size: int | None, special_tokens: Sequence[s
     checked by the caller against :func:`training_settings`): every option is one the ``algo``
     trainer takes, and the rules between them hold (a vocabulary size, at least as large as the
     special tokens and the base symbols: :meth:`~lmlab.tokenizers.base.Tokenizer.check_train_options`).
-    ``where`` prefixes the names (``data.tokenizer.``). :func:`train_tokenizer` (and so
+    ``where`` prefixes the names (``data.tokenizer.``; ``"--"``: a command's flags, ``--vocab-size``,
+    as `lmlab tokenizer train` and `lmlab demo` check before any work). :func:`train_tokenizer` (and so
     `lmlab tokenizer train`) and a recipe's ``[data] tokenizer`` table (:mod:`lmlab.config.data`)
     both come here."""
     import difflib

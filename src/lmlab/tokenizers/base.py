@@ -67,6 +67,12 @@ def keyword_options(fn: Callable) -> dict[str, tuple[Any, Any]]:
             and p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)}
 
 
+
+def setting_name(where: str, key: str) -> str:
+    """A training setting as the user wrote it: ``where`` + ``key`` (``data.tokenizer.vocab_size``,
+    ``vocab_size``), or the command's flag when ``where`` is ``"--"`` (``--vocab-size``)."""
+    return "--" + key.replace("_", "-") if where == "--" else where + key
+
 class Tokenizer(TemplateEncoding, HfJsonExport, ABC):
     """Base class of all lmlab tokenizers. See the module docstring for the subclass contract."""
 
@@ -138,14 +144,15 @@ class Tokenizer(TemplateEncoding, HfJsonExport, ABC):
         type's, :meth:`train_options`): a vocabulary size is given and holds at least
         :meth:`min_vocab_size` tokens. ``where`` prefixes the names (``data.tokenizer.``). The one
         copy, run by :func:`lmlab.tokenizers.train_tokenizer` and when a recipe is read."""
+        size = setting_name(where, "vocab_size")
         if vocab_size is None:
-            raise LmlabError(f"{where}vocab_size is missing: {cls.algo} training needs a vocabulary size",
-                             f"set {where}vocab_size, e.g. 8000")
+            raise LmlabError(f"{size} is missing: {cls.algo} training needs a vocabulary size",
+                             f"set {size}, e.g. 8000")
         need = cls.min_vocab_size(special_tokens, options)
         if vocab_size < need:
-            raise LmlabError(f"{where}vocab_size {vocab_size} is too small for {cls.algo}: its "
+            raise LmlabError(f"{size} {vocab_size} is too small for {cls.algo}: its "
                              f"{len(dict.fromkeys(special_tokens))} special tokens and base symbols already "
-                             f"need {need}", f"set {where}vocab_size >= {need}")
+                             f"need {need}", f"set {size} >= {need}")
 
     @abstractmethod
     def _segment(self, text: str) -> list[tuple[str, int, int]]:

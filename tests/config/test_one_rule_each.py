@@ -1,0 +1,67 @@
+"""One rule per decision a config makes, whatever the way the value came (``--set`` text, a recipe
+file, a Python dict, a grid): truth values, the tokenizer table's rules, what the objective needs of
+the table's special tokens, settings that apply only with another one, and where an error says a
+value came from."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from lmlab.config import load_config
+from lmlab.errors import LmlabError
+
+
+@pytest.fixture()
+def recipe(tmp_path):
+    (tmp_path / "train.txt").write_text("the cat sat on the mat.\n\n" * 40, encoding="utf-8")
+    return {"model": {"preset": "gpt2-tiny"}, "objective": {"name": "clm"},
+            "data": {"train": [str(tmp_path / "train.txt")], "val_fraction": 0.1,
+                     "tokenizer": {"algo": "bytelevel", "vocab_size": 300}},
+            "train": {"max_steps": 4, "batch_size": 4, "seq_len": 32, "threads": 1, "progress": "off"}}
+
+
+def refused(recipe, overrides=None) -> str:
+    with pytest.raises(LmlabError) as e:
+        load_config(copy.deepcopy(recipe), overrides)
+    assert "\n" not in str(e.value)
+    return str(e.value)
+
+
+BERT = ["model.preset=bert-tiny", "objective.name=mlm"]
+
+
+# --------------------------------------------------------------------------- truth values
+@pytest.mark.parametrize("overrides", [
+    BERT + ["objective.whole_word=yes"],
+    BERT + ["objective.whole_word=1"],
+    BERT + ["objective.whole_word=on"],
+    ["model.preset=bert-tiny", "objective.name=unilm", "objective.segment_ids=1"],
+    ["model.preset=transfo-xl-tiny", "objective.name=transfo-xl", "objective.carry_memory=yes"],
+    ["data.append_eos=0"],
+])
+def test_command_line_truth_values_are_true_or_false_only(recipe, overrides):
+    assert "must be true or false" in refused(recipe, overrides)
+
+
+def test_command_line_true_and_false_are_read(recipe):
+    cfg = load_config(copy.deepcopy(recipe), BERT + ["objective.whole_word=true"])
+    assert cfg.objective.params["whole_word"] is True
+
+
+def test_a_file_or_dict_truth_value_must_be_a_boolean(recipe):
+    r = copy.deepcopy(recipe)
+    r["model"], r["objective"] = {"preset": "bert-tiny"}, {"name": "mlm", "whole_word": 0}
+    assert "objective.whole_word must be true or false" in refused(r)
+
+
+def test_finetune_truth_values_follow_the_same_rule():
+    from lmlab.config.fields import build_section
+    from lmlab.config.finetune import FinetuneConfig
+
+    with pytest.raises(LmlabError, match="true or false"):
+        build_section(FinetuneConfig, {"group_by_length": 1}, "finetune")
+    with pytest.raises(LmlabError, match="true or false"):
+        build_section(FinetuneConfig, {"progress": "yes"}, "finetune")
+    assert build_section(FinetuneConfig, {"group_by_length": False}, "finetune").group_by_length is False

@@ -65,3 +65,28 @@ def test_finetune_truth_values_follow_the_same_rule():
     with pytest.raises(LmlabError, match="true or false"):
         build_section(FinetuneConfig, {"progress": "yes"}, "finetune")
     assert build_section(FinetuneConfig, {"group_by_length": False}, "finetune").group_by_length is False
+
+
+# --------------------------------------------------------------------------- the tokenizer table
+@pytest.mark.parametrize("table, says", [
+    ({"algo": "bpe", "vocab_size": 300, "num_merges": 10}, "num_merges cannot be combined with"),
+    ({"algo": "bytelevel", "vocab_size": 300, "special_tokens": ["[PAD]", "[MASK]", "[PAD]"]},
+     "'[PAD]' more than once"),
+])
+def test_a_tokenizer_table_follows_the_trainers_rules(recipe, table, says):
+    assert says in refused(recipe, [f"data.tokenizer={_inline(table)}"])
+
+
+def test_the_trainer_refuses_what_the_table_refuses():
+    from lmlab.tokenizers import train_tokenizer
+
+    with pytest.raises(LmlabError, match="num_merges cannot be combined"):
+        train_tokenizer("bpe", ["low lower"], vocab_size=300, num_merges=10)
+    with pytest.raises(LmlabError, match="more than once"):
+        train_tokenizer("wordpiece", ["low lower"], vocab_size=300, special_tokens=["[UNK]", "[UNK]"])
+
+
+def _inline(table: dict) -> str:
+    import json
+
+    return "{" + ", ".join(f"{k} = {json.dumps(v)}" for k, v in table.items()) + "}"

@@ -135,9 +135,16 @@ class Tokenizer(TemplateEncoding, HfJsonExport, ABC):
     def check_train_options(cls, vocab_size: int | None, special_tokens: Sequence[str],
                             options: dict[str, Any], where: str = "") -> None:
         """The rules between the training settings that need no text (each value's own range is its
-        type's, :meth:`train_options`): a vocabulary size is given and holds at least
-        :meth:`min_vocab_size` tokens. ``where`` prefixes the names (``data.tokenizer.``). The one
-        copy, run by :func:`lmlab.tokenizers.train_tokenizer` and when a recipe is read."""
+        type's, :meth:`train_options`): each special token is given once, a vocabulary size is
+        given and holds at least :meth:`min_vocab_size` tokens. ``where`` prefixes the names
+        (``data.tokenizer.``). The one copy, run by :func:`lmlab.tokenizers.train_tokenizer` and
+        when a recipe is read."""
+        from lmlab import values
+
+        twice = values.repeated(special_tokens)
+        if twice is not None:
+            raise LmlabError(f"{where}special_tokens holds {twice!r} more than once",
+                             f"give each special token once (drop the repeated {twice!r})")
         if vocab_size is None:
             raise LmlabError(f"{where}vocab_size is missing: {cls.algo} training needs a vocabulary size",
                              f"set {where}vocab_size, e.g. 8000")

@@ -90,3 +90,32 @@ def _inline(table: dict) -> str:
     import json
 
     return "{" + ", ".join(f"{k} = {json.dumps(v)}" for k, v in table.items()) + "}"
+
+
+# --------------------------------------------------------------------------- the objective's tokens
+@pytest.mark.parametrize("overrides, token", [
+    (BERT + ['data.tokenizer={algo="bytelevel", vocab_size=300, special_tokens=["[PAD]"]}'], "[MASK]"),
+    (["model.preset=bert-tiny", "objective.name=nsp",
+      'data.tokenizer={algo="wordpiece", vocab_size=300, special_tokens=["[UNK]", "[MASK]", "[SEP]"]}'],
+     "[CLS]"),
+    (["model.preset=t5-tiny", "objective.name=t5",
+      'data.tokenizer={algo="bytelevel", vocab_size=300, special_tokens=["</s>"]}'], "[PAD]"),
+    (["model.preset=bart-tiny", "objective.name=bart",
+      'data.tokenizer={algo="bytelevel", vocab_size=300, special_tokens=["[PAD]", "</s>"]}'], "[MASK]"),
+])
+def test_a_tokenizer_table_missing_a_token_the_objective_needs_is_refused_at_load(recipe, overrides, token):
+    assert f"needs a {token} token" in refused(recipe, overrides)
+
+
+def test_the_objective_tokens_table_check_is_the_objectives_own_declaration(recipe):
+    from lmlab.objectives.mlm import MaskedLM
+    from lmlab.objectives.t5 import SpanCorruption
+    from lmlab.tokenizers import train_tokenizer
+
+    assert SpanCorruption.needed_roles(SpanCorruption.with_defaults({"variant": "bert"})) == ("pad", "mask")
+    load_config(copy.deepcopy(recipe), ["model.preset=t5-tiny", "objective.name=t5",  # spans: no [MASK]
+                                        'data.tokenizer={algo="bytelevel", vocab_size=300, '
+                                        'special_tokens=["[PAD]", "</s>"]}'])
+    tok = train_tokenizer("bytelevel", ["the cat sat"], vocab_size=270, special_tokens=["[PAD]"])
+    with pytest.raises(LmlabError, match=r"needs a \[MASK\] token"):
+        MaskedLM(tok)

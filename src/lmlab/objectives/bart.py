@@ -43,7 +43,7 @@ from torch import Tensor, nn
 from lmlab.data.batch import TokenBatch
 from lmlab.errors import LmlabError
 from lmlab.objectives.base import Objective, teacher_forced, token_signal
-from lmlab.objectives.masking import IGNORE, poisson_lengths, rand, require_role, special_mask
+from lmlab.objectives.masking import IGNORE, poisson_lengths, rand, special_mask
 from lmlab.objectives.t5 import pad_rows, padding_inputs
 from lmlab.values import MeanLength, Probability
 
@@ -174,6 +174,11 @@ class BartDenoising(Objective):
     signals = (("target_acc", "target_acc_guess", "most frequent token"),)
 
     @classmethod
+    def needed_roles(cls, params: dict[str, Any]) -> tuple[str, ...]:
+        """[MASK] of the infilled spans, [PAD] of the rows."""
+        return (*super().needed_roles(params), "mask", "pad")
+
+    @classmethod
     def check_params(cls, params: dict[str, Any]) -> None:
         """At least one noise, each a known one."""
         super().check_params(params)
@@ -194,8 +199,8 @@ class BartDenoising(Objective):
         self.noise = [n for n in NOISES if n in p["noise"]]  # the fixed order
         self.mask_ratio, self.delete_ratio = float(p["mask_ratio"]), float(p["delete_ratio"])
         self.poisson_lambda = float(p["poisson_lambda"])
-        self.mask_id = require_role(tokenizer, "mask", self.name)
-        self.pad_id = require_role(tokenizer, "pad", self.name)
+        roles = self.require_roles(tokenizer, BartDenoising.with_defaults(p))
+        self.mask_id, self.pad_id = roles["mask"], roles["pad"]
         self.sentence_end = sentence_end_table(tokenizer)
 
     def noise_document(self, tokens: Tensor, generator: torch.Generator) -> Tensor:

@@ -188,6 +188,21 @@ class Objective(nn.Module):
         filled in. A single value's range is its type's (:meth:`declared_params`). Default: none."""
 
     @classmethod
+    def needed_roles(cls, params: dict[str, Any]) -> tuple[str, ...]:
+        """The special-token roles (``mask``, ``cls``, ``pad``...: :data:`lmlab.tokenizers.ROLES`)
+        the objective needs of its tokenizer under ``params`` (the defaults filled in): the one
+        statement of them, checked against a recipe's ``[data] tokenizer`` table when the recipe is
+        read (:func:`lmlab.config.run.check_objective_tokens`) and against the tokenizer when the
+        objective is made (:meth:`require_roles`). Default: none."""
+        return ()
+
+    def require_roles(self, tokenizer, params: dict[str, Any]) -> dict[str, int]:
+        """Role -> id of each of :meth:`needed_roles`, or the one-line error of the first missing."""
+        from lmlab.objectives.masking import require_role
+
+        return {role: require_role(tokenizer, role, self.name) for role in self.needed_roles(params)}
+
+    @classmethod
     def check_train(cls, params: dict[str, Any], train: Any) -> None:
         """What the objective needs of a run's ``[train]`` settings (``train``: a
         :class:`~lmlab.config.TrainConfig`), e.g. NSP's two rows per batch; checked when a recipe is

@@ -45,7 +45,7 @@ from lmlab.errors import LmlabError
 from lmlab.objectives.base import Objective, teacher_forced, token_signal
 from lmlab.objectives.masking import IGNORE, poisson_lengths, rand, special_mask
 from lmlab.objectives.t5 import pad_rows, padding_inputs
-from lmlab.values import MeanLength, Probability
+from lmlab.values import MeanLength, Probability, repeated
 
 #: BART's best combination (Lewis et al. 2020, Table 1)
 DEFAULT_NOISE = ("sentence_permutation", "text_infilling")
@@ -180,7 +180,7 @@ class BartDenoising(Objective):
 
     @classmethod
     def check_params(cls, params: dict[str, Any]) -> None:
-        """At least one noise, each a known one."""
+        """At least one noise, each a known one, each once."""
         super().check_params(params)
         noise = params["noise"]
         noise = [noise] if isinstance(noise, str) else list(noise)
@@ -188,6 +188,10 @@ class BartDenoising(Objective):
         if bad or not noise:
             raise LmlabError(f"objective.noise: unknown BART noise {bad or noise!r}",
                              f"choose one or more of: {', '.join(NOISES)}")
+        twice = repeated(noise)
+        if twice is not None:  # each noise runs once, in a fixed order: a repeat would be dropped
+            raise LmlabError(f"objective.noise names {twice!r} more than once",
+                             f"give each noise once, e.g. {sorted(set(noise))!r}")
 
     def __init__(self, tokenizer, noise: list[str] | tuple[str, ...] = DEFAULT_NOISE,
                  mask_ratio: Probability = 0.3, delete_ratio: Probability = 0.15,

@@ -50,6 +50,9 @@ class NextSentencePrediction(MaskedLM):
     architectures = ("encoder",)
     heads = ("mlm", "nsp")
     loss_kind = "other"  # MLM + NSP losses
+    #: with ``mlm = false`` no token is masked: the masking options would be ignored
+    only_when = {name: ("mlm", True) for name in ("mask_prob", "mask_token_prob", "random_token_prob",
+                                                  "masking", "whole_word", "seed")}
 
     @classmethod
     def needed_roles(cls, params: dict[str, Any]) -> tuple[str, ...]:

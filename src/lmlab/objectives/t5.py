@@ -173,6 +173,9 @@ class SpanCorruption(Objective):
     #: accuracy on the target's content tokens (sentinels left out)
     signals = (("target_acc", "target_acc_guess", "most frequent token"),)
 
+    #: only the ``spans`` variant puts sentinels in place of the spans
+    only_when = {"num_sentinels": ("variant", "spans")}
+
     @classmethod
     def added_tokens(cls, params: dict[str, Any]) -> int:
         return int(params.get("num_sentinels", 100)) if params.get("variant", "spans") == "spans" else 0

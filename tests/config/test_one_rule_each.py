@@ -143,3 +143,57 @@ def test_the_objective_rules_hold_in_python_and_leave_defaults_alone(recipe):
     NextSentencePrediction.checked({"mlm": False, "mask_prob": 0.15})  # the default: nothing ignored
     load_config(copy.deepcopy(recipe), ["model.preset=bert-tiny", "objective.name=nsp",
                                         "objective.mlm=false"])
+
+
+# --------------------------------------------------------------------------- what a message names
+@pytest.mark.parametrize("table, says", [
+    ('{algo="wordpiece", vocab_size=300, score="bogus"}', "--set data.tokenizer.score must be one of"),
+    ('{algo="wordpiece", vocab_size=300, lowercase="no"}', "--set data.tokenizer.lowercase must be true"),
+    ('{algo="wordpiece", vocab_size=300, sentinels=3}', "unknown key --set data.tokenizer.sentinels"),
+])
+def test_a_tokenizer_table_from_set_is_named_as_the_set_not_the_file(recipe, tmp_path, table, says):
+    from lmlab.config import to_toml
+
+    path = tmp_path / "r.toml"
+    path.write_text(to_toml(load_config(copy.deepcopy(recipe))), encoding="utf-8")
+    with pytest.raises(LmlabError) as e:
+        load_config(path, [f"data.tokenizer={table}"])
+    assert says in str(e.value) and "r.toml" not in str(e.value), str(e.value)
+
+
+def test_a_pair_of_numbers_given_one_says_it_needs_two():
+    from lmlab.config.fields import build_section
+    from lmlab.config.finetune import FinetuneConfig
+    from lmlab.config.overrides import Origin
+
+    with pytest.raises(LmlabError) as e:
+        build_section(FinetuneConfig, {"betas": [0.9]}, "finetune",
+                      Origin(set_keys=frozenset({"finetune.betas"})))
+    assert "--set finetune.betas must hold 2 values, got 1 ([0.9])" in str(e.value)
+    assert "is missing" not in str(e.value)
+
+
+def test_a_grid_task_without_a_task_key_says_so(recipe):
+    from lmlab.lab import load_grid
+
+    grid = {"name": "g", "seeds": [0], "budget": {"tokens": 20_480},
+            "pretrain": {"data": dict(recipe["data"]), "train": {"batch_size": 4, "seq_len": 32}},
+            "arms": [{"name": "gpt", "preset": "gpt2-tiny", "objective": "clm"}],
+            "finetune": {"max_steps": 1},
+            "tasks": [{"name": "sst2", "train": "tr.tsv", "dev": "dv.tsv"}]}
+    with pytest.raises(LmlabError) as e:
+        load_grid(grid)
+    assert "tasks[0] has no task key" in str(e.value) and "None" not in str(e.value), str(e.value)
+
+
+def test_python_method_option_messages_name_python_words(tmp_path):
+    from lmlab.finetune import finetune
+
+    with pytest.raises(LmlabError) as e:
+        finetune(tmp_path / "no-model", "sst2", tmp_path / "t.tsv", tmp_path / "d.tsv", tmp_path / "o",
+                 method="lora", method_options="rank=4")
+    assert 'e.g. {"rank": 8}' in str(e.value), str(e.value)
+    with pytest.raises(LmlabError) as e:
+        finetune(tmp_path / "no-model", "sst2", tmp_path / "t.tsv", tmp_path / "d.tsv", tmp_path / "o",
+                 method="full", method_options={"rank": 4})
+    assert "method_options" in e.value.fix and "--" not in str(e.value), str(e.value)

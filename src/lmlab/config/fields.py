@@ -151,6 +151,10 @@ def _coerce_sequence(value: Any, hint, key: str, where: str, text: bool = False)
         value = list(value)
     if not isinstance(value, list):
         raise LmlabError(f"{where} must be a list, got {value!r}", f"write e.g. {key}=[...]")
+    if typing.get_origin(hint) is tuple and Ellipsis not in typing.get_args(hint) and len(value) != len(args):
+        each = values.hint(args[0])  # a fixed number of values (Adam's two betas)
+        raise LmlabError(f"{where} must hold {len(args)} values, got {len(value)} ({value!r})",
+                         f"write {len(args)} values in brackets, each {each or 'of its kind'}")
     inner = [args[min(i, len(args) - 1)] for i in range(len(value))]
     if not text:  # a file's list holding a quoted number: the fix writes the whole list, unquoted
         for i, (v, kind) in enumerate(zip(value, inner, strict=True)):

@@ -102,7 +102,8 @@ def test_valid_values_still_apply(tok):
     apply_lora(model, rank=2, alpha=4, dropout=0, target_modules=("q_proj",))
     assert any(isinstance(m, LoRALinear) for m in model.modules())
     other = build_model(get_preset("gpt2-tiny", vocab_size=300))
-    assert apply_method(other, "prefix", {"num_virtual_tokens": "4", "hidden": 8})["num_virtual_tokens"] == 4
+    assert apply_method(other, "prefix", {"num_virtual_tokens": "4", "reparameterize": True,
+                                    "hidden": 8})["num_virtual_tokens"] == 4
     assert get_objective("t5")(tok, noise_density=0.5, mean_span_length=2, num_sentinels=10, add_eos=False)
     assert get_objective("transfo-xl")(tok, segment_len=8, carry_memory=False).segment_len == 8
 

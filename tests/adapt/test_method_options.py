@@ -121,3 +121,28 @@ def test_every_option_of_every_method_has_a_value_type():
     for method in METHODS:
         assert set(option_defaults(method)) == set(option_types(method)), method
         resolve_options(method)  # the defaults pass their own types
+
+
+@pytest.mark.parametrize(("method", "options", "words"), [
+    ("prefix", ("hidden=128",), "hidden=128 has no effect with reparameterize=false"),
+    ("adapter", ("kind=pfeiffer", "bottleneck=4", "reduction_factor=4"),
+     "reduction_factor=4 has no effect with bottleneck=4"),
+    ("adamix", ("bottleneck=4", "reduction_factor=4"), "reduction_factor=4 has no effect with bottleneck=4"),
+    ("prompt", ("before_cls=true",), "before_cls=true has no effect on a decoder model"),
+])
+def test_an_option_another_one_turns_off_is_refused_not_ignored(bare_ckpt, tmp_path, capsys, method, options,
+                                                                  words):
+    assert exit_code(finetune_args(bare_ckpt, tmp_path, method, *options)) == 2
+    assert_one_line_error(capsys, words)
+    assert not (tmp_path / "o").exists()
+
+
+def test_the_option_rules_hold_in_python_and_leave_defaults_and_working_pairs_alone():
+    with pytest.raises(LmlabError, match="set reparameterize=true, or drop hidden"):
+        resolve_options("prefix", {"hidden": 64})
+    with pytest.raises(LmlabError, match="on a decoder model"):
+        apply_method(tiny(), "prompt", {"before_cls": True})
+    assert resolve_options("prefix", {"hidden": 64, "reparameterize": True})["hidden"] == 64
+    assert resolve_options("adapter", {"reduction_factor": 4})["reduction_factor"] == 4
+    resolve_options("adapter", resolve_options("adapter", {"bottleneck": 8}))  # a saved adapter's record
+    apply_method(tiny("bert-tiny"), "prompt", {"before_cls": True, "num_virtual_tokens": 2})

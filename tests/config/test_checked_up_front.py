@@ -172,6 +172,8 @@ def test_a_good_grid_plans(grid):
     (["pretrain.model.vocab_size=10"], "model.vocab_size 10"),
     (["pretrain.data.val=[]", "pretrain.data.val_fraction=0.99999"], "pretrain.data.val_fraction 0.99999"),
     (["pretrain.train.warmup_steps=500"], "pretrain.train.warmup_steps 500"),
+    (['pretrain.data.tokenizer={algo="bytelevel",vocab_size=300,special_tokens=["[PAD]"]}'],
+     "mlm objective needs a [MASK] token"),
 ])
 def test_a_grid_with_a_bad_value_is_refused_at_planning(grid, overrides, says):
     assert says in grid_refused(grid, overrides)

@@ -51,8 +51,25 @@ CLI_CASES = {
 
 def test_every_rule_of_the_section_is_tried_here():
     from lmlab.config.finetune import RULES, TASK_RULES
+    from lmlab.config.rules import NotAbove
 
-    assert {r.flag for r in (*RULES, *TASK_RULES)} == set(CLI_CASES)
+    assert {r.flag for r in (*RULES, *TASK_RULES) if not isinstance(r, NotAbove)} == set(CLI_CASES)
+    assert {r.flag for r in RULES if isinstance(r, NotAbove)} == {"warmup_steps"}  # tried below
+
+
+def test_a_warmup_longer_than_the_run_is_refused_everywhere(tmp_path, capsys, sst2_files, grid):
+    from lmlab.finetune import finetune
+
+    argv = base_argv(tmp_path, *sst2_files)
+    assert exit_code([*argv, "--max-steps", "2", "--set", "finetune.warmup_steps=1000"]) == 2
+    assert_one_line_error(capsys, "error: --set finetune.warmup_steps 1000 is more than --max-steps 2 "
+                                  "(the learning rate would never reach lr)")
+    assert not (tmp_path / "out").exists()
+    with pytest.raises(LmlabError, match="warmup_steps 1000 is more than max_steps 2"):
+        finetune(tmp_path / "no-model", "sst2", *sst2_files, tmp_path / "out", warmup_steps=1000, max_steps=2)
+    msg = grid_error(grid, ["finetune.max_steps=1", "finetune.warmup_steps=1000"])
+    assert "finetune.warmup_steps 1000 is more than finetune.max_steps 1" in msg, msg
+    load_grid(copy.deepcopy(grid), ["finetune.max_steps=10", "finetune.warmup_steps=10"])
 
 
 @pytest.mark.parametrize("field", sorted(CLI_CASES))

@@ -78,6 +78,15 @@ def check_options(method: str, options: dict[str, Any], where: str = "") -> dict
     return check(method, dict(options), option_defaults(method), where)
 
 
+def options_example(method: str) -> str:
+    """A dict of options ``method`` takes, written out for a fix (``{"rank": 8}`` for LoRA): its
+    first option at its default."""
+    import json
+
+    name, default = next(iter(option_defaults(method).items()))
+    return "{" + f"{json.dumps(name)}: {json.dumps(default)}" + "}"
+
+
 def resolve_options(method: str, options: dict[str, Any] | None = None) -> dict[str, Any]:
     """``options`` checked (:func:`check_options`) and completed with the method's defaults: the
     options a method is applied with, and that an adapter's config records."""
@@ -103,7 +112,7 @@ def apply_method(model: nn.Module, method: str, options: dict[str, Any] | None =
     model = model_argument(model, "apply_method's model")
     if options is not None and not isinstance(options, dict):
         raise LmlabError(f"apply_method's options must be a dict, got {describe(options)}",
-                         "pass e.g. {\"r\": 8}")
+                         f"pass a dict of option -> value, e.g. {options_example(method)}")
     if getattr(model, "peft", None):
         raise LmlabError(
             f"this model already has {model.peft['method']} applied", "apply one method to a fresh base model"

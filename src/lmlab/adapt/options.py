@@ -24,6 +24,7 @@ programming error, caught by the tests).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 import typing
@@ -124,6 +125,71 @@ def option_types(method: str) -> dict[str, Any]:
     }[method]()
 
 
+@dataclasses.dataclass(frozen=True)
+class OnlyWith:
+    """``option``, when given a value other than its default, does something only when ``other``
+    (given or at its default) is as ``works`` says; otherwise it would be silently ignored, so it is
+    refused naming ``needs`` (what ``other`` must be) and ``why``."""
+
+    option: str
+    other: str
+    works: Callable[[Any], bool]
+    needs: str
+    why: str
+
+    def check(self, method: str, given: dict[str, Any], defaults: dict[str, Any], where: str) -> None:
+        if self.option not in given or given[self.option] == defaults.get(self.option):
+            return  # at its default: the resolved options a saved adapter records hold every option
+        value = given.get(self.other, defaults.get(self.other))
+        if not self.works(value):
+            shown = _written(value)
+            raise LmlabError(f"{where} {self.option}={_written(given[self.option])} has no effect with "
+                             f"{self.other}={shown} ({self.why})",
+                             f"set {self.needs}, or drop {self.option}")
+
+
+@dataclasses.dataclass(frozen=True)
+class ForArchitectures:
+    """``option``, when true, does something only on a model of one of ``architectures`` (told from
+    its config, before any weight is read)."""
+
+    option: str
+    architectures: tuple[str, ...]
+    why: str
+
+    def check(self, method: str, options: dict[str, Any], architecture: str) -> None:
+        value = options.get(self.option)
+        if value and architecture not in self.architectures:
+            raise LmlabError(f"{method} option {self.option}={_written(value)} has no effect on a "
+                             f"{architecture} model ({self.why})",
+                             f"drop {self.option}, or use a {' or '.join(self.architectures)} model")
+
+
+def _written(value: Any) -> str:
+    """An option's value as written on a command line (``true``, ``4``)."""
+    return ("true" if value else "false") if isinstance(value, bool) else str(value)
+
+
+#: a bottleneck adapter's width: ``bottleneck``, or ``d_model // reduction_factor`` when it is 0
+_REDUCTION = OnlyWith("reduction_factor", "bottleneck", lambda v: not v, "bottleneck=0",
+                      "bottleneck, when given, is the width and reduction_factor is not used")
+
+#: the rules between a method's options that need no model (each option's range is its type's):
+#: an option that another one turns off is refused rather than ignored
+OPTION_RULES: dict[str, tuple[OnlyWith, ...]] = {
+    "prefix": (OnlyWith("hidden", "reparameterize", lambda v: v is True, "reparameterize=true",
+                        "hidden is the width of the reparameterizing MLP"),),
+    "adapter": (_REDUCTION,),
+    "adamix": (_REDUCTION,),
+}
+
+#: the options that apply to some architectures only (checked with the model's config)
+MODEL_RULES: dict[str, tuple[ForArchitectures, ...]] = {
+    "prompt": (ForArchitectures("before_cls", ("encoder",),
+                                "only an encoder's input starts with [CLS]"),),
+}
+
+
 def _unwrapped(kind: Any) -> Any:
     while typing.get_origin(kind) is Annotated:
         kind = typing.get_args(kind)[0]
@@ -190,6 +256,8 @@ def check_options(method: str, options: dict[str, Any], defaults: dict[str, Any]
         elif isinstance(value, tuple):
             value = list(value)
         out[name] = values.check(kind, value, f"{where} {name}")
+    for rule in OPTION_RULES.get(method, ()):
+        rule.check(method, out, defaults, where)
     return out
 
 
@@ -258,11 +326,15 @@ def positions_needed(method: str, options: dict[str, Any]) -> tuple[int, int]:
 
 
 def check_positions(method: str, options: dict[str, Any], config) -> int:
-    """Refuse, from a model's ``config`` (before its weights are read), virtual tokens that leave no
-    position for the input (:func:`lmlab.models.config.position_limit`); returns the positions they
+    """Refuse, from a model's ``config`` (before its weights are read), an option of another
+    architecture (:data:`MODEL_RULES`: ``before_cls`` off an encoder) and virtual tokens that leave
+    no position for the input (:func:`lmlab.models.config.position_limit`); returns the positions they
     take from every input (0 when nothing bounds the positions)."""
     from lmlab.models.config import position_limit
+    from lmlab.models.registry import spec_of_config
 
+    for rule in MODEL_RULES.get(method, ()):
+        rule.check(method, options, spec_of_config(config).name)
     taken, alone = positions_needed(method, options)
     limit = position_limit(config)
     if limit is None:

@@ -163,5 +163,5 @@ def check_flag_rules(parser: argparse.ArgumentParser, args: argparse.Namespace) 
         is_given, shown = given(rule.flag)
         if not is_given or (rule.when is not None and not rule.when(value(rule.flag))):
             continue
-        if not rule.holds(value(rule.partner)):
-            raise LmlabError(*rule.problem(shown, value(rule.flag)))
+        if rule.broken(value):
+            raise LmlabError(*rule.problem(shown, value(rule.flag), partner=value(rule.partner)))

@@ -96,7 +96,7 @@ def check_tokenizer_table(table: dict[str, Any], key: str = "data.tokenizer",
     try:
         check_training(algo, out.get("vocab_size"), out.get("special_tokens"), options, f"{key}.")
     except LmlabError as e:
-        place = origin.of(f"{key}.vocab_size")
-        problem = e.problem if place == f"{key}.vocab_size" else f"{place}: {e.problem}"
+        place = origin.of(key if origin.from_command_line(key) else f"{key}.vocab_size")
+        problem = e.problem if place in (key, f"{key}.vocab_size") else f"{place}: {e.problem}"
         raise LmlabError(problem, e.fix) from None
     return out

@@ -151,6 +151,10 @@ def _coerce_sequence(value: Any, hint, key: str, where: str, text: bool = False)
         value = list(value)
     if not isinstance(value, list):
         raise LmlabError(f"{where} must be a list, got {value!r}", f"write e.g. {key}=[...]")
+    if typing.get_origin(hint) is tuple and Ellipsis not in typing.get_args(hint) and len(value) != len(args):
+        each = values.hint(args[0])  # a fixed number of values (Adam's two betas)
+        raise LmlabError(f"{where} must hold {len(args)} values, got {len(value)} ({value!r})",
+                         f"write {len(args)} values in brackets, each {each or 'of its kind'}")
     inner = [args[min(i, len(args) - 1)] for i in range(len(value))]
     if not text:  # a file's list holding a quoted number: the fix writes the whole list, unquoted
         for i, (v, kind) in enumerate(zip(value, inner, strict=True)):
@@ -162,13 +166,14 @@ def _coerce_sequence(value: Any, hint, key: str, where: str, text: bool = False)
 
 
 def _bool(value: Any, key: str, where: str) -> bool:
+    """The one rule for a truth value of a config: ``true`` or ``false``. Command-line text (a
+    ``--set``) was read as a TOML literal already (:func:`_from_text`), so ``--set k=true`` arrives
+    here as True; ``yes``, ``on``, ``1`` or ``0`` (text or number, from the command line, a file or
+    a dict) are refused, as a number is never a truth value (:mod:`lmlab.values`)."""
     if isinstance(value, bool):
         return value
-    if isinstance(value, str) and value.lower() in ("true", "yes", "on", "1", "false", "no", "off", "0"):
-        return value.lower() in ("true", "yes", "on", "1")
-    if isinstance(value, int) and value in (0, 1):
-        return bool(value)
-    raise LmlabError(f"{where} must be true or false, got {value!r}", f"write {key}=true or {key}=false")
+    raise LmlabError(f"{where} must be true or false, got {value!r}",
+                     f"write {key}=true or {key}=false (not 1, 0, yes or no)")
 
 
 def _int(value: Any, key: str, where: str) -> int:

@@ -19,7 +19,7 @@ from pydantic.dataclasses import dataclass
 
 from lmlab import values
 from lmlab.config.overrides import suggest
-from lmlab.config.rules import KEYWORDS, Needs, SettingNames, check_rules
+from lmlab.config.rules import KEYWORDS, Needs, NotAbove, SettingNames, check_rules
 from lmlab.errors import LmlabError
 from lmlab.values import (
     BatchSize,
@@ -74,6 +74,7 @@ RULES = (
     Needs("lr_sweep", "lr", ("auto",)),
     Needs("max_bad_fraction", "on_bad_line", ("skip",)),
     Needs("delimiter", "format", ("csv", None), note="or .csv files"),
+    NotAbove("warmup_steps", "max_steps", why="the learning rate would never reach lr"),
 )
 #: what a setting needs of the task (``task``: its name), checked where the task is known
 #: (:meth:`FinetuneConfig.check_task`), before any model loads

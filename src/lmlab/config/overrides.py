@@ -32,7 +32,7 @@ class Origin:
     def of(self, key: str) -> str:
         """Where ``key``'s value was written: ``--set train.lr``, ``FILE:LINE: train.lr`` (``FILE:
         train.lr`` when the line is not found) or ``train.lr``."""
-        if self.from_command_line(key):
+        if self.from_command_line(key) or self.set_above(key):
             return f"--set {key}"
         flag = dict(self.flags).get(key)
         if flag:
@@ -46,6 +46,12 @@ class Origin:
         """Whether ``key``'s value is command-line text (a ``--set``), which may spell a number or a
         list; a file's or a dict's values are typed already (:mod:`lmlab.config.fields`)."""
         return key in self.set_keys or any(k.startswith(f"{key}.") for k in self.set_keys)
+
+    def set_above(self, key: str) -> bool:
+        """Whether a ``--set`` gave a table that holds ``key`` (``--set 'data.tokenizer={...}'``
+        holds ``data.tokenizer.score``): the value came from the command line, typed as TOML."""
+        parts = key.split(".")
+        return any(".".join(parts[:n]) in self.set_keys for n in range(1, len(parts)))
 
     def section(self, name: str) -> str:
         return f"{self.file}: [{name}]" if self.file else f"[{name}]"

@@ -1,7 +1,8 @@
 """Which settings go together, and how a setting is named in a message.
 
 A rule says that a setting means something only with another (:class:`Needs`: ``select_fraction``
-only with ``select_on = "train-slice"``), or never with another (:class:`Excludes`). A section
+only with ``select_on = "train-slice"``), never with another (:class:`Excludes`), or is a number
+no larger than another's (:class:`NotAbove`: a warmup no longer than the run). A section
 states its rules once, by field name (:data:`lmlab.config.finetune.RULES`); a command whose flags
 are not a section's states them by flag (:mod:`lmlab.cli.flag_rules`). Only what the user gave
 triggers a rule (a default never does); a partner's value is the one the run will use.
@@ -115,6 +116,10 @@ class Needs:
             text = f"{self.partner} {' or '.join(str(v) for v in self.values if v is not None)}"
         return f"{text} ({self.note})" if self.note else text
 
+    def broken(self, value: Callable[[str], Any]) -> bool:
+        """Whether the rule is broken, given what the run will use (``value(name)``)."""
+        return not self.holds(value(self.partner))
+
     def holds(self, value: Any) -> bool:
         if self.values is None:
             return is_set(value)
@@ -122,7 +127,8 @@ class Needs:
             return bool(self.values(value))
         return value in self.values
 
-    def problem(self, flag: str, value: Any, names: SettingNames | None = None) -> tuple[str, str]:
+    def problem(self, flag: str, value: Any, names: SettingNames | None = None,
+                partner: Any = None) -> tuple[str, str]:
         why, condition = f" ({self.why})" if self.why else "", self.condition(names)
         verb = names.verb if names is not None else "add"
         if self.when is not None:  # the rule of some values of flag: name the value
@@ -140,16 +146,44 @@ class Excludes:
     when: Callable[[Any], bool] | None = None
     shown: str = ""
 
+    def broken(self, value: Callable[[str], Any]) -> bool:
+        return not self.holds(value(self.partner))
+
     def holds(self, value: Any) -> bool:
         return not is_set(value)
 
-    def problem(self, flag: str, value: Any, names: SettingNames | None = None) -> tuple[str, str]:
+    def problem(self, flag: str, value: Any, names: SettingNames | None = None,
+                partner: Any = None) -> tuple[str, str]:
         why = f" ({self.why})" if self.why else ""
         partner = self.shown or (names.to_set(self.partner) if names else self.partner)
         return f"{flag} cannot be combined with {partner}{why}", f"drop {flag} or {partner}"
 
 
-Rule = Needs | Excludes
+@dataclass(frozen=True)
+class NotAbove:
+    """``flag``'s number may not exceed ``partner``'s when both are set (a warmup longer than the
+    run); ``why`` says what would happen (shown in brackets)."""
+
+    flag: str
+    partner: str
+    why: str = ""
+    when: Callable[[Any], bool] | None = None
+
+    def broken(self, value: Callable[[str], Any]) -> bool:
+        mine, limit = value(self.flag), value(self.partner)
+        return mine is not None and limit is not None and mine > limit
+
+    def problem(self, flag: str, value: Any, names: SettingNames | None = None,
+                partner: Any = None) -> tuple[str, str]:
+        why = f" ({self.why})" if self.why else ""
+        other = names.of(self.partner) if names else self.partner
+        target = names.to_set(self.flag) if names else flag
+        verb = names.verb if names is not None else "set"
+        return (f"{flag} {value} is more than {other} {partner}{why}",
+                f"{verb} {target} to at most {partner}, or drop it")
+
+
+Rule = Needs | Excludes | NotAbove
 
 
 def check_rules(rules: Iterable[Rule], given: Iterable[str], value: Callable[[str], Any],
@@ -160,5 +194,5 @@ def check_rules(rules: Iterable[Rule], given: Iterable[str], value: Callable[[st
     for rule in rules:
         if rule.flag not in given or (rule.when is not None and not rule.when(value(rule.flag))):
             continue
-        if not rule.holds(value(rule.partner)):
-            raise LmlabError(*rule.problem(names.of(rule.flag), value(rule.flag), names))
+        if rule.broken(value):
+            raise LmlabError(*rule.problem(names.of(rule.flag), value(rule.flag), names, value(rule.partner)))

@@ -120,6 +120,7 @@ def validate(cfg: RunConfig) -> None:
     check_schedule(t)
     check_windows(cfg)
     check_objective_train(cfg)
+    check_objective_tokens(cfg)
     check_model_vocab(cfg)
     check_batch_fits(cfg)
     if not cfg.data.train:
@@ -170,6 +171,32 @@ def check_objective_train(cfg: RunConfig) -> None:
 
     cls = get_objective(cfg.objective.name)
     cls.check_train(cls.with_defaults(cfg.objective.params), cfg.train)
+
+
+def check_objective_tokens(cfg: RunConfig) -> None:
+    """A ``[data] tokenizer`` table whose special tokens (its ``special_tokens``, else the trainer's
+    defaults) lack one the objective needs (:meth:`~lmlab.objectives.base.Objective.needed_roles`:
+    MLM's [MASK], NSP's [CLS] and [SEP]...): known before the tokenizer is trained, so refused here
+    rather than after the text is tokenised (the objective checks a trained or loaded tokenizer
+    again when it is made)."""
+    from lmlab.objectives import get_objective
+    from lmlab.objectives.masking import ROLE_TOKENS
+    from lmlab.tokenizers.special_tokens import DEFAULT_SPECIAL_TOKENS, ROLE_OF_TOKEN
+
+    tok = cfg.data.tokenizer
+    if not isinstance(tok, dict) or tok.get("special_tokens") is None:
+        return  # a tokenizer directory is checked when it is read; the defaults have every role
+    specials = list(tok["special_tokens"])
+    have = {ROLE_OF_TOKEN.get(t) for t in specials}
+    cls = get_objective(cfg.objective.name)
+    for role in cls.needed_roles(cls.with_defaults(cfg.objective.params)):
+        if role not in have:
+            token = ROLE_TOKENS.get(role, role)
+            named = [t for t in DEFAULT_SPECIAL_TOKENS if ROLE_OF_TOKEN.get(t) == role][:1] or [token]
+            raise LmlabError(f"the {cfg.objective.name} objective needs a {token} token but "
+                             f"data.tokenizer.special_tokens {specials} has none",
+                             f"add {named[0]!r} to data.tokenizer.special_tokens (or leave special_tokens "
+                             "out: the defaults include it)")
 
 
 def check_model_vocab(cfg: RunConfig) -> None:

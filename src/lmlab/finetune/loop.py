@@ -202,8 +202,12 @@ def finetune(checkpoint, task: str | Task, train, dev, out: str | os.PathLike | 
     if tokenizer is not None:
         tokenizer_argument(tokenizer, "finetune's tokenizer", path=True)
     if method_options is not None and not isinstance(method_options, dict):
+        from lmlab.adapt import METHODS as ADAPT_METHODS
+        from lmlab.adapt import options_example
+
+        example = options_example(method) if method in ADAPT_METHODS else '{"rank": 8} with method="lora"'
         raise LmlabError(f"finetune's method_options must be a dict, got {describe(method_options)}",
-                         "pass e.g. {\"r\": 8}")
+                         f"pass a dict of option -> value, e.g. {example}")
     if log is not None:
         callable_argument(log, "finetune's log")
     flag_argument(resume, "finetune's resume")

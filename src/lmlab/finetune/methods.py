@@ -31,8 +31,10 @@ class FullFineTuning:
     name = "full"
 
     def __init__(self, **options):
-        if options:
-            raise LmlabError(f"method 'full' takes no options, got {sorted(options)}", "drop --method-option")
+        if options:  # the command line's --method-option is refused as text (method_options_from_text)
+            raise LmlabError(f"method 'full' takes no options, got {sorted(options)}",
+                             "pass no method_options (or choose a method that takes them: "
+                             f"{', '.join(m for m in METHODS if m != 'full')})")
 
     def apply(self, model: nn.Module, task: Task) -> nn.Module:
         for p in model.parameters():
@@ -87,6 +89,9 @@ def method_options_from_text(method: str, items: list[str]) -> dict[str, Any]:
     from lmlab.adapt.options import parse_option_items
 
     given = parse_option_items(items)
-    if not given or method_class(method) is FullFineTuning:
-        return dict(given)  # full takes none: it says so
+    if given and method_class(method) is FullFineTuning:
+        raise LmlabError(f"method 'full' takes no options, got --method-option {' '.join(items)}",
+                         "drop --method-option (or choose another --method)")
+    if not given:
+        return {}
     return check_options(method, given, "--method-option")

@@ -219,6 +219,11 @@ def parse_tasks(value, shared: dict[str, Any]) -> list[TaskSpec]:
     tasks: list[TaskSpec] = []
     for i, entry in entries(value, "tasks", TASK_KEYS, 'task = "sst2", train = ..., dev = ...'):
         task = entry.get("task")
+        if task is None:
+            named = f" (name = {entry['name']!r} names the task's results, not which task it is)" \
+                if "name" in entry else ""
+            raise LmlabError(f"tasks[{i}] has no task key{named}",
+                             f'add task = "sst2" (one of: {", ".join(TASKS)})')
         if task not in TASKS:
             raise LmlabError(f"tasks[{i}]: unknown task {task!r}", f"choose one of: {', '.join(TASKS)}")
         name = check_name(str(entry.get("name") or task), "task name")

@@ -43,9 +43,9 @@ from torch import Tensor, nn
 from lmlab.data.batch import TokenBatch
 from lmlab.errors import LmlabError
 from lmlab.objectives.base import Objective, teacher_forced, token_signal
-from lmlab.objectives.masking import IGNORE, poisson_lengths, rand, require_role, special_mask
+from lmlab.objectives.masking import IGNORE, poisson_lengths, rand, special_mask
 from lmlab.objectives.t5 import pad_rows, padding_inputs
-from lmlab.values import MeanLength, Probability
+from lmlab.values import MeanLength, Probability, repeated
 
 #: BART's best combination (Lewis et al. 2020, Table 1)
 DEFAULT_NOISE = ("sentence_permutation", "text_infilling")
@@ -174,8 +174,13 @@ class BartDenoising(Objective):
     signals = (("target_acc", "target_acc_guess", "most frequent token"),)
 
     @classmethod
+    def needed_roles(cls, params: dict[str, Any]) -> tuple[str, ...]:
+        """[MASK] of the infilled spans, [PAD] of the rows."""
+        return (*super().needed_roles(params), "mask", "pad")
+
+    @classmethod
     def check_params(cls, params: dict[str, Any]) -> None:
-        """At least one noise, each a known one."""
+        """At least one noise, each a known one, each once."""
         super().check_params(params)
         noise = params["noise"]
         noise = [noise] if isinstance(noise, str) else list(noise)
@@ -183,6 +188,10 @@ class BartDenoising(Objective):
         if bad or not noise:
             raise LmlabError(f"objective.noise: unknown BART noise {bad or noise!r}",
                              f"choose one or more of: {', '.join(NOISES)}")
+        twice = repeated(noise)
+        if twice is not None:  # each noise runs once, in a fixed order: a repeat would be dropped
+            raise LmlabError(f"objective.noise names {twice!r} more than once",
+                             f"give each noise once, e.g. {sorted(set(noise))!r}")
 
     def __init__(self, tokenizer, noise: list[str] | tuple[str, ...] = DEFAULT_NOISE,
                  mask_ratio: Probability = 0.3, delete_ratio: Probability = 0.15,
@@ -194,8 +203,8 @@ class BartDenoising(Objective):
         self.noise = [n for n in NOISES if n in p["noise"]]  # the fixed order
         self.mask_ratio, self.delete_ratio = float(p["mask_ratio"]), float(p["delete_ratio"])
         self.poisson_lambda = float(p["poisson_lambda"])
-        self.mask_id = require_role(tokenizer, "mask", self.name)
-        self.pad_id = require_role(tokenizer, "pad", self.name)
+        roles = self.require_roles(tokenizer, BartDenoising.with_defaults(p))
+        self.mask_id, self.pad_id = roles["mask"], roles["pad"]
         self.sentence_end = sentence_end_table(tokenizer)
 
     def noise_document(self, tokens: Tensor, generator: torch.Generator) -> Tensor:

@@ -154,6 +154,11 @@ class Objective(nn.Module):
     #: the objective's own learning signals, each with its trivial baseline: (metric, baseline
     #: metric, what the baseline is); both are metrics that ``loss`` returns
     signals: ClassVar[tuple[tuple[str, str, str], ...]] = ()
+    #: parameters that do something only when another one has a given value: parameter -> (that
+    #: other parameter, the value it needs); one set away from its default while the other is not
+    #: so would be silently ignored, so :meth:`check_params` refuses it (NSP's MLM options with
+    #: ``mlm = false``)
+    only_when: ClassVar[dict[str, tuple[str, Any]]] = {}
 
     @classmethod
     def declared_params(cls) -> dict[str, tuple[Any, Any]]:
@@ -185,7 +190,30 @@ class Objective(nn.Module):
         ``mask_token_prob + random_token_prob <= 1``): the one copy of each, run when a recipe is
         read (:func:`lmlab.config.load_config`, before any tokenizer is trained or text tokenised)
         and when the objective is made (:meth:`checked`). ``params``: every parameter, the defaults
-        filled in. A single value's range is its type's (:meth:`declared_params`). Default: none."""
+        filled in. A single value's range is its type's (:meth:`declared_params`). Here: the
+        :attr:`only_when` rules; an objective with rules of its own calls this first."""
+        defaults = cls.with_defaults({})
+        for name, (other, needed) in cls.only_when.items():
+            if name in params and params[name] != defaults.get(name) and params.get(other) != needed:
+                shown = str(needed).lower() if isinstance(needed, bool) else needed
+                raise LmlabError(f"objective.{name} has no effect unless objective.{other} is {shown} "
+                                 f"(got {other}={params.get(other)!r})",
+                                 f"set objective.{other}={shown}, or drop objective.{name}")
+
+    @classmethod
+    def needed_roles(cls, params: dict[str, Any]) -> tuple[str, ...]:
+        """The special-token roles (``mask``, ``cls``, ``pad``...: :data:`lmlab.tokenizers.ROLES`)
+        the objective needs of its tokenizer under ``params`` (the defaults filled in): the one
+        statement of them, checked against a recipe's ``[data] tokenizer`` table when the recipe is
+        read (:func:`lmlab.config.run.check_objective_tokens`) and against the tokenizer when the
+        objective is made (:meth:`require_roles`). Default: none."""
+        return ()
+
+    def require_roles(self, tokenizer, params: dict[str, Any]) -> dict[str, int]:
+        """Role -> id of each of :meth:`needed_roles`, or the one-line error of the first missing."""
+        from lmlab.objectives.masking import require_role
+
+        return {role: require_role(tokenizer, role, self.name) for role in self.needed_roles(params)}
 
     @classmethod
     def check_train(cls, params: dict[str, Any], train: Any) -> None:

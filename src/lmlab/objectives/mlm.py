@@ -45,7 +45,6 @@ from lmlab.objectives.masking import (
     mlm_labels,
     replace_80_10_10,
     replacement_pool,
-    require_role,
     row_generator,
     select_tokens,
     select_words,
@@ -91,6 +90,11 @@ class MaskedLM(Objective):
         return float(training_flops(model_config, seq_len, rows, logit_positions=masked, heads=("mlm",)))
 
     @classmethod
+    def needed_roles(cls, params: dict[str, Any]) -> tuple[str, ...]:
+        """[MASK], what selected tokens become."""
+        return (*super().needed_roles(params), "mask")
+
+    @classmethod
     def check_params(cls, params: dict[str, Any]) -> None:
         """Of the selected tokens, the [MASK] share and the random-token share together are at most 1."""
         super().check_params(params)
@@ -109,7 +113,7 @@ class MaskedLM(Objective):
         self.mask_prob, self.mask_token_prob = float(p["mask_prob"]), float(p["mask_token_prob"])
         self.random_token_prob = float(p["random_token_prob"])
         self.masking, self.whole_word, self.seed = p["masking"], bool(p["whole_word"]), int(p["seed"])
-        self.mask_id = require_role(tokenizer, "mask", self.name)
+        self.mask_id = self.require_roles(tokenizer, MaskedLM.with_defaults(p))["mask"]
         self.pool = replacement_pool(tokenizer)
         self.word_tables = word_boundary_tables(tokenizer) if self.whole_word else None
 

@@ -32,7 +32,7 @@ from torch import Tensor, nn
 from lmlab.data.batch import TokenBatch
 from lmlab.errors import LmlabError
 from lmlab.objectives.base import encoder_hidden, masked_lm
-from lmlab.objectives.masking import label_positions, rand, require_role
+from lmlab.objectives.masking import label_positions, rand
 from lmlab.objectives.mlm import MaskedLM
 from lmlab.values import Probability
 
@@ -50,6 +50,14 @@ class NextSentencePrediction(MaskedLM):
     architectures = ("encoder",)
     heads = ("mlm", "nsp")
     loss_kind = "other"  # MLM + NSP losses
+    #: with ``mlm = false`` no token is masked: the masking options would be ignored
+    only_when = {name: ("mlm", True) for name in ("mask_prob", "mask_token_prob", "random_token_prob",
+                                                  "masking", "whole_word", "seed")}
+
+    @classmethod
+    def needed_roles(cls, params: dict[str, Any]) -> tuple[str, ...]:
+        """[CLS] and [SEP] of the ``[CLS] A [SEP] B [SEP]`` pair, besides MLM's [MASK]."""
+        return (*super().needed_roles(params), "cls", "sep")
 
     @classmethod
     def check_train(cls, params: dict[str, Any], train: Any) -> None:
@@ -67,8 +75,8 @@ class NextSentencePrediction(MaskedLM):
         super().__init__(tokenizer, **mlm_params)
         p = NextSentencePrediction.checked({"next_prob": next_prob, "mlm": mlm})
         self.next_prob, self.mlm = float(p["next_prob"]), bool(p["mlm"])
-        self.cls_id = require_role(tokenizer, "cls", self.name)
-        self.sep_id = require_role(tokenizer, "sep", self.name)
+        roles = self.require_roles(tokenizer, NextSentencePrediction.with_defaults(p))
+        self.cls_id, self.sep_id = roles["cls"], roles["sep"]
 
     def pairs(self, batch: TokenBatch, generator: torch.Generator) -> tuple[Tensor, Tensor, Tensor]:
         """``(input_ids, token_type_ids, nsp_labels)``: one ``[CLS] A [SEP] B [SEP]`` pair per row."""

@@ -52,7 +52,6 @@ from lmlab.objectives.masking import (
     IGNORE,
     replace_80_10_10,
     replacement_pool,
-    require_role,
     select_tokens,
     special_mask,
 )
@@ -174,6 +173,9 @@ class SpanCorruption(Objective):
     #: accuracy on the target's content tokens (sentinels left out)
     signals = (("target_acc", "target_acc_guess", "most frequent token"),)
 
+    #: only the ``spans`` variant puts sentinels in place of the spans
+    only_when = {"num_sentinels": ("variant", "spans")}
+
     @classmethod
     def added_tokens(cls, params: dict[str, Any]) -> int:
         return int(params.get("num_sentinels", 100)) if params.get("variant", "spans") == "spans" else 0
@@ -194,6 +196,11 @@ class SpanCorruption(Objective):
         if variant == "prefix_lm":  # cut uniformly: half each on average
             source, target = seq_len // 2 + 1, seq_len - seq_len // 2 + 1
         return float(training_flops(model_config, source, rows, decoder_len=target))
+
+    @classmethod
+    def needed_roles(cls, params: dict[str, Any]) -> tuple[str, ...]:
+        """[PAD] of the targets; [MASK] for the ``bert`` variant."""
+        return (*super().needed_roles(params), "pad", *(("mask",) if params["variant"] == "bert" else ()))
 
     @classmethod
     def check_params(cls, params: dict[str, Any]) -> None:
@@ -217,10 +224,11 @@ class SpanCorruption(Objective):
         self.mean_span_length = float(mean_span_length)
         self.sentinel_ids = [tokenizer.token_to_id[t] for t in sentinel_tokens(num_sentinels)] \
             if variant == "spans" else []
-        self.pad_id = require_role(tokenizer, "pad", self.name)
+        roles = self.require_roles(tokenizer, SpanCorruption.with_defaults(p))
+        self.pad_id = roles["pad"]
         self.eos_id = tokenizer.eos_id if add_eos else None
         if variant == "bert":
-            self.mask_id = require_role(tokenizer, "mask", self.name)
+            self.mask_id = roles["mask"]
             self.pool = replacement_pool(tokenizer)
 
     def document_spans(self, ids: Tensor, doc_ids: Tensor,

@@ -73,6 +73,7 @@ def setting_name(where: str, key: str) -> str:
     ``vocab_size``), or the command's flag when ``where`` is ``"--"`` (``--vocab-size``)."""
     return "--" + key.replace("_", "-") if where == "--" else where + key
 
+
 class Tokenizer(TemplateEncoding, HfJsonExport, ABC):
     """Base class of all lmlab tokenizers. See the module docstring for the subclass contract."""
 
@@ -141,9 +142,17 @@ class Tokenizer(TemplateEncoding, HfJsonExport, ABC):
     def check_train_options(cls, vocab_size: int | None, special_tokens: Sequence[str],
                             options: dict[str, Any], where: str = "") -> None:
         """The rules between the training settings that need no text (each value's own range is its
-        type's, :meth:`train_options`): a vocabulary size is given and holds at least
-        :meth:`min_vocab_size` tokens. ``where`` prefixes the names (``data.tokenizer.``). The one
-        copy, run by :func:`lmlab.tokenizers.train_tokenizer` and when a recipe is read."""
+        type's, :meth:`train_options`): each special token is given once, a vocabulary size is
+        given and holds at least :meth:`min_vocab_size` tokens. ``where`` prefixes the names
+        (``data.tokenizer.``; ``--``: the command's flags). The one copy, run by
+        :func:`lmlab.tokenizers.train_tokenizer` and when a recipe is read."""
+        from lmlab import values
+
+        twice = values.repeated(special_tokens)
+        if twice is not None:
+            tokens = setting_name(where, "special_tokens")
+            raise LmlabError(f"{tokens} holds {twice!r} more than once",
+                             f"give each special token once (drop the repeated {twice!r})")
         size = setting_name(where, "vocab_size")
         if vocab_size is None:
             raise LmlabError(f"{size} is missing: {cls.algo} training needs a vocabulary size",

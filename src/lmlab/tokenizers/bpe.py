@@ -134,7 +134,11 @@ class CharBPETokenizer(Tokenizer):
     @classmethod
     def check_train_options(cls, vocab_size: int | None, special_tokens: Sequence[str],
                             options: dict[str, Any], where: str = "") -> None:
-        """A vocabulary size or a number of merges (``num_merges``)."""
+        """A vocabulary size or a number of merges (``num_merges``), not both (the merges would
+        stop at whichever comes first, so the size asked for is not what is made)."""
+        if vocab_size is not None and options.get("num_merges") is not None:
+            raise LmlabError(f"{where}num_merges cannot be combined with {where}vocab_size: each sets the "
+                             "vocabulary size", f"give {where}vocab_size or {where}num_merges, not both")
         if vocab_size is None and options.get("num_merges") is None:
             raise LmlabError(f"{where}vocab_size is missing: BPE training needs vocab_size or num_merges",
                              f"set {where}vocab_size (e.g. 8000) or {where}num_merges (e.g. 8)")

@@ -277,7 +277,7 @@ def test_a_pretraining_refused_after_claiming_its_folder_leaves_no_trace(bad, tm
 def test_a_demo_refused_after_claiming_its_folder_leaves_no_trace(tmp_path, capsys):
     out = tmp_path / "demo"
     assert main(["demo", "--out", str(out), "--vocab-size", "10", "--steps", "1"]) == 2
-    _one_line_error(capsys, "vocab_size 10 is too small")
+    _one_line_error(capsys, "--vocab-size 10 is too small")
     assert list(tmp_path.iterdir()) == []
 
 

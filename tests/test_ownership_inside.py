@@ -130,6 +130,31 @@ def test_no_output_is_written_inside_another_lmlab_output(outs, command, place, 
     assert _state(outs) == before  # refused before any work: nothing made, nothing changed
 
 
+@pytest.mark.parametrize("place", ["run/checkpoints/mine", "run/data/mine"])
+@pytest.mark.parametrize("command", [c for c in COMMANDS if c.endswith("--out")])
+def test_a_folder_output_with_a_new_name_inside_a_runs_entry_is_refused_before_any_work(outs, command, place,
+                                                                                     capsys, monkeypatch):
+    """A folder output is made and then filled, so inside another command's entry (a run's
+    checkpoints or data) even a new name is refused, up front: it used to pass the first check,
+    do all its work, and be refused at the end naming its temporary (or, for a tokenizer, be
+    written into the run's data/)."""
+    monkeypatch.chdir(outs)
+    before = _state(outs)
+    assert main([*COMMANDS[command], place]) == 2
+    entry = place.split("/")[1]
+    _one_line_error(capsys, f"--out {place} is inside the pretraining run run (its {entry})",
+                    "nothing was written", "outside it")
+    assert _state(outs) == before
+
+
+def test_a_grid_dry_run_refuses_an_out_inside_another_output(outs, capsys, monkeypatch):
+    monkeypatch.chdir(outs)
+    assert main(["compare", "--config", str(Path(__file__).parents[1] / "configs/grids/objectives-tiny.toml"),
+                 "--dry-run",
+                 "--out", "run/checkpoints/grid"]) == 2
+    _one_line_error(capsys, "--out run/checkpoints/grid is inside the pretraining run run (its checkpoints)")
+
+
 # ------------------------------------------------------------------- 1. a file of a whole output
 def test_predictions_never_overwrite_a_file_of_a_whole_output(outs, capsys, monkeypatch):
     monkeypatch.chdir(outs)

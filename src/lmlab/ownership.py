@@ -265,7 +265,9 @@ def _output_folder(dest: str | os.PathLike, keeps: str | None = None) -> tuple[P
                          "command again")
     if resolved.exists() and not resolved.is_dir():
         raise LmlabError(f"output {given} is a file", "pass a folder path to --out")
-    check_destination(given)
+    # a folder output is made and then filled: anywhere within another command's entry is refused
+    # (fills), not only the names there, so run/checkpoints/mine is refused now, not after the work
+    check_destination(given, fills=True)
     return given, resolved
 
 

@@ -63,7 +63,8 @@ def test_a_warmup_longer_than_the_run_is_refused_everywhere(tmp_path, capsys, ss
     argv = base_argv(tmp_path, *sst2_files)
     assert exit_code([*argv, "--max-steps", "2", "--set", "finetune.warmup_steps=1000"]) == 2
     assert_one_line_error(capsys, "error: --set finetune.warmup_steps 1000 is more than --max-steps 2 "
-                                  "(the learning rate would never reach lr)")
+                                  "(the learning rate would never reach lr); lower --set "
+                                  "finetune.warmup_steps to at most 2, or raise --max-steps")  # no such flag
     assert not (tmp_path / "out").exists()
     with pytest.raises(LmlabError, match="warmup_steps 1000 is more than max_steps 2"):
         finetune(tmp_path / "no-model", "sst2", *sst2_files, tmp_path / "out", warmup_steps=1000, max_steps=2)

@@ -337,7 +337,10 @@ def _check_outputs(args: argparse.Namespace) -> None:
         if isinstance(out, str) and out:
             flag = f"--{name}"
             ownership.check_output_spares_inputs(out, inputs, flag)
-            ownership.check_destination(out, flag)
+            # every --out but evaluate's results file is a folder lmlab makes and fills: not even a
+            # new name inside another command's entry (a run's checkpoints/, data/) is its own
+            folder = name == "out" and not getattr(args, "out_is_file", False)
+            ownership.check_destination(out, flag, fills=folder)
     out = getattr(args, "out", None)
     kind = getattr(args, "out_kind", None)
     if isinstance(out, str) and out and kind:

@@ -77,7 +77,7 @@ def register(sub) -> None:
                    help='also write one JSON line per example: {"where", "prediction", "label"} '
                         "(label names)")
     add_data_arguments(p)
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, out_is_file=True)  # --out: the harness's results file, not a folder
 
 
 def run(args) -> int:

@@ -177,10 +177,9 @@ class NotAbove:
                 partner: Any = None) -> tuple[str, str]:
         why = f" ({self.why})" if self.why else ""
         other = names.of(self.partner) if names else self.partner
-        target = names.to_set(self.flag) if names else flag
-        verb = names.verb if names is not None else "set"
+        # both named as the user wrote them (a setting may have no flag of its own)
         return (f"{flag} {value} is more than {other} {partner}{why}",
-                f"{verb} {target} to at most {partner}, or drop it")
+                f"lower {flag} to at most {partner}, or raise {other}")
 
 
 Rule = Needs | Excludes | NotAbove

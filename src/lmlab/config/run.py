@@ -127,28 +127,28 @@ def validate(cfg: RunConfig) -> None:
         raise LmlabError("data.train is empty", "set data.train to token shards or text files")
 
 
-#: the recipe default of train.warmup_steps, kept as it is where a run is shorter (see check_schedule)
-DEFAULT_WARMUP = TrainConfig.__dataclass_fields__["warmup_steps"].default
-
-
 def check_schedule(t: TrainConfig, prefix: str = "train.") -> None:
     """A learning-rate schedule whose settings contradict each other is refused
-    (:func:`lmlab.train.optim.lr_at`): a decay that ends (``decay_steps``) before the warmup does,
-    or, where the decay ends with the run (``decay_steps = 0``), a warmup longer than the run, so
-    the rate never reaches ``lr``. The recipe default warmup (100) is not refused in a shorter run
-    (a few-step smoke run keeps its numbers); a value set in the recipe, ``--set`` or a grid is.
-    ``prefix`` names the keys (``pretrain.train.`` in a grid)."""
+    (:func:`lmlab.train.optim.lr_at`): a decay that ends (``decay_steps``) before the warmup does.
+    A warmup longer than the run is not a contradiction (``--set train.max_steps=2`` on a recipe
+    that warms up for 50 steps runs the first steps of that schedule): :func:`schedule_note` says
+    so where the run starts. ``prefix`` names the keys (``pretrain.train.`` in a grid)."""
     if t.decay_steps and t.warmup_steps > t.decay_steps:
         raise LmlabError(f"{prefix}warmup_steps {t.warmup_steps} is longer than {prefix}decay_steps "
                          f"{t.decay_steps}: the decay would end before the warmup does",
                          f"set {prefix}warmup_steps <= {t.decay_steps} or "
                          f"{prefix}decay_steps >= {t.warmup_steps}")
-    if not t.decay_steps and t.warmup_steps > t.max_steps and t.warmup_steps != DEFAULT_WARMUP:
-        raise LmlabError(f"{prefix}warmup_steps {t.warmup_steps} is longer than the run ({prefix}max_steps "
-                         f"{t.max_steps}): the learning rate would never reach {prefix}lr",
-                         f"set {prefix}warmup_steps <= {t.max_steps} (e.g. {max(1, t.max_steps // 10)}), "
-                         f"or {prefix}decay_steps >= {t.warmup_steps} to run the first steps of a longer "
-                         "schedule")
+
+
+def schedule_note(t: TrainConfig, prefix: str = "train.") -> str | None:
+    """One line for the run's log when its warmup is longer than the run, so the learning rate
+    never reaches ``lr`` (a short smoke run of a longer recipe, or a slip), else None."""
+    if t.warmup_steps <= t.max_steps:
+        return None
+    peak = t.max_steps / t.warmup_steps
+    return (f"note: {prefix}warmup_steps {t.warmup_steps} is longer than the run ({prefix}max_steps "
+            f"{t.max_steps}): the learning rate reaches {peak:.0%} of {prefix}lr; set "
+            f"{prefix}warmup_steps <= {t.max_steps} for the whole schedule")
 
 
 def check_windows(cfg: RunConfig) -> None:

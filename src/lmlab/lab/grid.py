@@ -366,12 +366,20 @@ def _plan_pretrain(arm: Arm, size: str, size_model: dict[str, Any], seed: int,
         steps = steps_for_budget(budget, rows * t.seq_len, step_flops)
         _check_steps(steps, budget, arm, rows, t.seq_len, step_flops)
         resolved["train"] = _run_train_defaults(resolved["train"], train, steps)
-        from lmlab.config.run import check_schedule
+        from lmlab.config.run import check_schedule, schedule_note
 
-        try:  # the recipe's check, on the steps the budget bought
+        try:  # the recipe's check, on the steps the budget bought; here, where the budget sets the
+            # steps, a warmup longer than them is a slip, not a short run of a longer schedule
             keys = ("max_steps", "warmup_steps", "decay_steps")
-            check_schedule(dataclasses.replace(cfg.train, **{k: resolved["train"][k] for k in keys}),
-                           f"arms.{arm.name}.train." if "warmup_steps" in arm.train else "pretrain.train.")
+            planned = dataclasses.replace(cfg.train, **{k: resolved["train"][k] for k in keys})
+            prefix = f"arms.{arm.name}.train." if "warmup_steps" in arm.train else "pretrain.train."
+            check_schedule(planned, prefix)
+            if not planned.decay_steps and schedule_note(planned, prefix) is not None:
+                raise LmlabError(f"{prefix}warmup_steps {planned.warmup_steps} is longer than the "
+                                 f"{planned.max_steps} steps the budget buys: the learning rate would "
+                                 "never reach its peak",
+                                 f"set {prefix}warmup_steps <= {planned.max_steps}, or leave it out "
+                                 "(a tenth of the steps)")
         except LmlabError as e:
             raise _in_grid(e, arm, size) from None
         tokens = steps * rows * t.seq_len

@@ -225,7 +225,10 @@ def run_grid(
     plan = (f"grid {grid.name}: {counts}, budget {grid.budget_text()}; {n_done} cached, "
             f"{len(runs) - n_done} to train -> {out}")
     cached = [r.label for r in runs if done[id(r)]]
-    if dry_run:
+    if dry_run:  # where the real run would be refused (inside another output...), so is the plan
+        from lmlab.ownership import check_destination
+
+        check_destination(out, "--out", fills=True)
         say(plan)
         for line in plan_lines(grid, out, done):
             say(line)

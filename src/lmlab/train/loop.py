@@ -265,6 +265,11 @@ class Trainer:
                  f"{self.data.val_source}; "
                  f"global batch {self.rows_per_step} x {t.seq_len} = "
                  f"{self.rows_per_step * t.seq_len:,} tokens")
+        from lmlab.config.run import schedule_note
+
+        note = schedule_note(t)
+        if note is not None:
+            self.log(note)
 
     def _model_config(self, tok, vocab_size: int):
         return model_config(self.cfg.model.preset, self.cfg.model.overrides, tok, vocab_size)

@@ -387,3 +387,21 @@ def test_a_cache_dir_inside_another_output_is_refused_as_the_grid_is_planned(gri
     msg = one_line_error(grid_dict)
     assert msg.startswith(f"pretrain.data.cache_dir {model}/data-") and "inside the model" in msg
     assert sorted(p.name for p in model.iterdir()) == [".lmlab-manifest.json", "config.json"]
+
+
+def test_a_set_value_is_named_as_the_set_and_read_as_command_line_text(capsys):
+    """A grid's --set is named ``--set KEY`` (not the grid file, which does not hold it) and its
+    value is command-line text, as pretrain's and finetune's --set are."""
+    from lmlab.cli import main
+
+    path = ROOT / "configs" / "grids" / "objectives-tiny.toml"
+    with pytest.raises(LmlabError) as e:
+        load_grid(path, ["finetune.max_steps=1", "finetune.warmup_steps=5"])
+    assert str(path) not in str(e.value)
+    assert "--set finetune.warmup_steps 5 is more than --set finetune.max_steps 1" in str(e.value)
+    grid = load_grid(path, ['finetune.group_by_length="true"'])  # text, as `lmlab finetune --set` reads it
+    assert all(t.settings["group_by_length"] is True for t in grid.tasks)
+    assert main(["compare", "--config", str(path), "--dry-run", "--set", "finetune.warmup_steps=5",
+                 "finetune.max_steps=1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: task 'sst2': --set finetune.warmup_steps 5 is more than"), err

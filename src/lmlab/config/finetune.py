@@ -18,7 +18,7 @@ from typing import Any
 from pydantic.dataclasses import dataclass
 
 from lmlab import values
-from lmlab.config.overrides import suggest
+from lmlab.config.overrides import NOWHERE, Origin, suggest
 from lmlab.config.rules import KEYWORDS, Needs, NotAbove, SettingNames, check_rules
 from lmlab.errors import LmlabError
 from lmlab.values import (
@@ -175,11 +175,12 @@ class FinetuneConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], where: str = "", names: SettingNames | None = None,
-                  given=None) -> FinetuneConfig:
+                  given=None, origin: Origin = NOWHERE) -> FinetuneConfig:
         """The config of ``data`` (field -> value), every value checked against its field's type;
         an error names ``where`` + the field (e.g. ``grid.toml: finetune.lr``). The rules between
         fields (:meth:`validate`) hold for ``given`` (default: every key of ``data``), named by
-        ``names`` (default: ``where`` + the field)."""
+        ``names`` (default: ``where`` + the field). ``origin``: which keys ``--set`` gave (their
+        values are command-line text, named ``--set finetune.KEY``)."""
         hints = typing.get_type_hints(cls, include_extras=True)
         unknown = sorted(set(data) - set(hints))
         if unknown:
@@ -193,8 +194,8 @@ class FinetuneConfig:
 
         if names is None:
             names = SettingNames("key", where) if where else KEYWORDS
-        return build_section(cls, dict(data), where.rstrip(".") or "finetune", what="fine-tuning setting"
-                             ).validate(data if given is None else given, names)
+        return build_section(cls, dict(data), where.rstrip(".") or "finetune", origin,
+                             what="fine-tuning setting").validate(data if given is None else given, names)
 
     def task_options(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in TASK_OPTION_FIELDS if getattr(self, k) is not None}

@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lmlab.config.overrides import NOWHERE, Origin
 from lmlab.config.toml import read_toml
 from lmlab.errors import LmlabError
 from lmlab.fileio import check_name
@@ -155,10 +156,12 @@ def load_grid(source: str | os.PathLike | dict[str, Any], overrides: list[str] |
         raw, where = read_toml(source, "grid file", "configs/grids/objectives-tiny.toml"), str(Path(source))
     if not isinstance(raw, dict):
         raise LmlabError(f"{where} must be a TOML table of grid keys, got {raw!r}", "see configs/grids/")
+    set_keys: list[str] = []
     try:
-        return _plan(raw, where, overrides)
-    except LmlabError as e:  # every value of the grid is named with the file it came from
-        if where == "grid":
+        return _plan(raw, where, overrides, set_keys)
+    except LmlabError as e:  # every value of the grid is named with the file it came from,
+        # but a value that --set gave is named as that --set (lmlab.config.overrides.Origin.of)
+        if where == "grid" or any(f"--set {k}" in e.problem for k in set_keys):
             raise
         raise LmlabError(f"{where}: {e.problem}", e.fix) from None
 
@@ -190,10 +193,12 @@ class _Pretraining:
         return {k: v for k, v in self.data.items() if k not in ("cache_dir", "workers")}
 
 
-def _plan(raw: dict[str, Any], where: str, overrides: list[str] | None) -> Grid:
-    """The checked grid of ``raw`` (read from ``where``) with its runs planned."""
+def _plan(raw: dict[str, Any], where: str, overrides: list[str] | None, set_keys: list[str]) -> Grid:
+    """The checked grid of ``raw`` (read from ``where``) with its runs planned; the keys that
+    ``overrides`` set are added to ``set_keys``."""
     for item in overrides or []:
-        apply_override(raw, item)
+        set_keys.append(apply_override(raw, item))
+    origin = Origin(set_keys=frozenset(set_keys))  # a --set value is command-line text, named as such
     check_keys(raw, GRID_KEYS, "the grid")
     name, seeds = grid_name(raw, where), grid_seeds(raw)
     if "budget" not in raw:
@@ -213,8 +218,8 @@ def _plan(raw: dict[str, Any], where: str, overrides: list[str] | None) -> Grid:
             raise LmlabError(f"arms[{i}].train: arm {arm.name!r} (objective 'none') is not pretrained, so "
                              f"its train settings {sorted(arm.train)} would be ignored",
                              "remove its train table")
-    finetune = _finetune_section(raw.get("finetune"))
-    tasks = parse_tasks(raw.get("tasks"), finetune)
+    finetune = _finetune_section(raw.get("finetune"), origin)
+    tasks = parse_tasks(raw.get("tasks"), finetune, origin)
     for i, task in enumerate(raw.get("tasks") or []):
         if isinstance(task, dict) and isinstance(task.get("finetune"), dict):
             _refuse_grid_owned(task["finetune"], f"tasks[{i}].finetune", FINETUNE_GRID_KEYS)
@@ -292,16 +297,24 @@ def _refuse_grid_owned(table: dict[str, Any], where: str, keys) -> None:
             raise LmlabError(f"{where}.{key} is set by {owner}, so this value would be ignored", fix)
 
 
-def _finetune_section(value) -> dict[str, Any]:
+def _finetune_section(value, origin: Origin = NOWHERE) -> dict[str, Any]:
     """``[finetune]``, checked as the typed fine-tuning section (:class:`lmlab.config.FinetuneConfig`)
-    whether or not the grid has ``[[tasks]]``: a grid's every table is checked, used or not."""
+    whether or not the grid has ``[[tasks]]``: a grid's every table is checked, used or not. A value
+    that ``--set`` gave is command-line text (``"true"``, ``5``), read as ``lmlab finetune --set``
+    reads it; the table returned holds it typed."""
     from lmlab.finetune import FinetuneConfig
 
     table = as_table(value, "finetune")
     _refuse_grid_owned(table, "finetune", FINETUNE_GRID_KEYS)
     # each value's type here; the rules between settings per task (a task's table may give the partner)
-    FinetuneConfig.from_dict(table, where="finetune.", given=())
-    return table
+    cfg = FinetuneConfig.from_dict(table, where="finetune.", given=(), origin=origin)
+    return {k: _typed(getattr(cfg, k)) if isinstance(v, str) and origin.from_command_line(f"finetune.{k}")
+            else v for k, v in table.items()}
+
+
+def _typed(value):
+    """A ``--set`` text's typed value as a TOML table holds it (a list, not a tuple)."""
+    return list(value) if isinstance(value, tuple) else value
 
 
 def _data_plan(data):

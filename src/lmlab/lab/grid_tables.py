@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from lmlab import values
-from lmlab.config.overrides import example, split_override
+from lmlab.config.overrides import NOWHERE, Origin, example, split_override
 from lmlab.config.overrides import suggest as _suggest
 from lmlab.config.rules import SettingNames
 from lmlab.config.toml import parse_value
@@ -128,9 +128,10 @@ def parse_contrasts(value, arms: list[Arm]) -> list[Contrast]:
 GRID_TABLES = ("budget", "pretrain", "sizes", "finetune")
 
 
-def apply_override(raw: dict[str, Any], item: str) -> None:
+def apply_override(raw: dict[str, Any], item: str) -> str:
     """A ``--set KEY=VALUE`` on the grid's tables; the text is read by the one ``--set`` reader
-    (:func:`lmlab.config.overrides.split_override`)."""
+    (:func:`lmlab.config.overrides.split_override`). Returns the key it set (``finetune.lr``), for
+    the grid's :class:`~lmlab.config.overrides.Origin`."""
     key, text = split_override(item, "budget.tokens=20480")
     value = parse_value(text)
     parts = key.split(".")
@@ -146,6 +147,7 @@ def apply_override(raw: dict[str, Any], item: str) -> None:
     if parts[:-1] == ["budget"] and parts[-1] in ("tokens", "flops"):
         node.clear()  # a budget has one kind
     node[parts[-1]] = value
+    return key
 
 
 def parse_arms(value) -> list[Arm]:
@@ -208,11 +210,12 @@ def parse_arms(value) -> list[Arm]:
     return arms
 
 
-def parse_tasks(value, shared: dict[str, Any]) -> list[TaskSpec]:
+def parse_tasks(value, shared: dict[str, Any], origin: Origin = NOWHERE) -> list[TaskSpec]:
     """``[[tasks]]``: each task's fine-tuning settings (``[finetune]``, then its own ``finetune``
     table) checked as the fine-tuning section checks them, rules included
     (:meth:`lmlab.config.FinetuneConfig.validate`, :meth:`~lmlab.config.FinetuneConfig.check_task`),
-    every message naming the key the grid wrote."""
+    every message naming the key the grid wrote (``--set finetune.KEY`` for a ``[finetune]`` key
+    that ``origin``'s ``--set`` gave)."""
     from lmlab.tasks import TASKS
     from lmlab.train.data import expand_input_file
 
@@ -242,7 +245,10 @@ def parse_tasks(value, shared: dict[str, Any]) -> list[TaskSpec]:
                                          "every example")
         settings["progress"] = False
         # a setting is named where the grid wrote it: [finetune], the task's own table, the task's cap
-        names = SettingNames("key", "finetune.", written={**{k: f"tasks[{i}].finetune.{k}" for k in own},
+        from_set = {k: origin.of(f"finetune.{k}") for k in shared
+                    if origin.from_command_line(f"finetune.{k}") or origin.set_above(f"finetune.{k}")}
+        names = SettingNames("key", "finetune.", written={**from_set,
+                                                          **{k: f"tasks[{i}].finetune.{k}" for k in own},
                                                           **{k: f"tasks[{i}].{k}" for k in caps}},
                              names={"task": f"tasks[{i}].task"})
         spec = TaskSpec(name, task, paths["train"], paths["dev"], settings, (*shared, *own, *caps), names)

@@ -193,7 +193,7 @@ def test_a_grid_with_a_bad_value_is_refused_at_planning(grid, overrides, says):
 def test_a_grid_arm_with_a_bad_objective_parameter_is_refused_at_planning(grid):
     grid["arms"][1]["params"] = {"mask_prob": 0}
     msg = grid_refused(grid, [])
-    assert "arm 'bert'" in msg and "objective.mask_prob" in msg
+    assert "arm 'bert'" in msg and "arms[1].params.mask_prob" in msg, msg
 
 
 @pytest.mark.parametrize("overrides, says", [

@@ -14,6 +14,7 @@ import torch
 from assertions import assert_one_line_error, exit_code
 
 from lmlab.config.finetune import FinetuneConfig
+from lmlab.config.toml import parse_value
 from lmlab.errors import LmlabError
 from lmlab.lab import load_grid, run_grid
 
@@ -69,7 +70,12 @@ def test_a_warmup_longer_than_the_run_is_refused_everywhere(tmp_path, capsys, ss
     with pytest.raises(LmlabError, match="warmup_steps 1000 is more than max_steps 2"):
         finetune(tmp_path / "no-model", "sst2", *sst2_files, tmp_path / "out", warmup_steps=1000, max_steps=2)
     msg = grid_error(grid, ["finetune.max_steps=1", "finetune.warmup_steps=1000"])
-    assert "finetune.warmup_steps 1000 is more than finetune.max_steps 1" in msg, msg
+    assert msg.startswith("task 'sst2': --set finetune.warmup_steps 1000 is more than --set "
+                          "finetune.max_steps 1"), msg  # named as given, and not as the grid file's
+    grid["finetune"].update(max_steps=1, warmup_steps=1000)
+    msg = grid_error(grid)
+    assert "finetune.warmup_steps 1000 is more than finetune.max_steps 1" in msg and "--" not in msg, msg
+    del grid["finetune"]["max_steps"], grid["finetune"]["warmup_steps"]
     load_grid(copy.deepcopy(grid), ["finetune.max_steps=10", "finetune.warmup_steps=10"])
 
 
@@ -206,8 +212,13 @@ def grid_error(raw, overrides=()) -> str:
                                    "finetune.max_length 64 or less"),
 ])
 def test_a_grid_refuses_what_a_fine_tuning_would_naming_the_grid_key(grid, override, words):
-    msg = grid_error(grid, [override])
+    key, text = override.split("=", 1)
+    written = copy.deepcopy(grid)
+    written["finetune"][key.removeprefix("finetune.")] = parse_value(text)
+    msg = grid_error(written)  # written in the grid: named by its key
     assert words in msg and "--" not in msg, msg
+    msg = grid_error(grid, [override])  # given by --set: named as that --set
+    assert f"--set {key}" in msg and words.split(" ", 1)[1].split(";")[0] in msg, msg
 
 
 def test_a_grid_names_a_tasks_own_setting_and_partner(grid):
@@ -231,7 +242,13 @@ def test_a_grid_with_the_partners_given_loads(grid):
 @pytest.mark.parametrize(("override", "key"), [("finetune.device='cuda'", "finetune.device"),
                                                ("pretrain.train.device='cuda'", "pretrain.train.device")])
 def test_a_device_this_machine_lacks_is_refused_by_the_dry_run_not_by_reading(grid, tmp_path, override, key):
-    planned = load_grid(copy.deepcopy(grid), [override])  # reading a grid (a GPU run's, to report it) works
+    written = copy.deepcopy(grid)  # written in the grid's tables (a --set is named as that --set)
+    table, name = key.rsplit(".", 1)
+    node = written
+    for part in table.split("."):
+        node = node.setdefault(part, {})
+    node[name] = override.split("=", 1)[1].strip("'")
+    planned = load_grid(written)  # reading a grid (a GPU run's, to report it) works
     with pytest.raises(LmlabError, match=rf"^{key} cuda asked for but CUDA is not available; use {key} cpu"):
         run_grid(planned, tmp_path / "cmp", dry_run=True, log=lambda msg: None)
     with pytest.raises(LmlabError, match=rf"^{key} cuda"):

@@ -225,7 +225,8 @@ def test_other_bad_grids(grid_dict):
         (lambda g: g.update(arms=[]), "no [[arms]]"),
         (lambda g: g.update(seed=[0]), "did you mean seeds?"),
         (lambda g: g["arms"][0].update(preset="bert-tiyn"), "unknown model preset 'bert-tiyn'"),
-        (lambda g: g["arms"][0].update(params={"mask_prb": 0.2}), "unknown config key objective.mask_prb"),
+        (lambda g: g["arms"][0].update(params={"mask_prb": 0.2}),
+         "unknown config key arms[0].params.mask_prb"),
         (lambda g: g["pretrain"]["train"].update(max_steps=5), "set by the budget"),
         (lambda g: g["pretrain"]["train"].update(seq_len=128), "longer than the model's 64 positions"),
         (lambda g: g["tasks"][0].update(task="sst3"), "unknown task 'sst3'"),
@@ -405,3 +406,42 @@ def test_a_set_value_is_named_as_the_set_and_read_as_command_line_text(capsys):
                  "finetune.max_steps=1"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: task 'sst2': --set finetune.warmup_steps 5 is more than"), err
+
+
+@pytest.mark.parametrize(("override", "named"), [
+    ("pretrain.train.lr=-1", "arm 'bert-mlm', size 'base': --set pretrain.train.lr must be greater than 0"),
+    ("pretrain.model.d_model=0",
+     "arm 'bert-mlm', size 'base': --set pretrain.model.d_model must be at least 1"),
+    ("sizes.base.d_model=-1", "arm 'bert-mlm', size 'base': --set sizes.base.d_model must be at least 1"),
+    ("budget.tokens=-5", "--set budget.tokens must be greater than 0"),
+    ("pretrain.data.val_fraction=2", "--set pretrain.data.val_fraction must be less than 1"),
+])
+def test_a_set_pretraining_value_is_named_as_the_set(override, named):
+    """Each run a grid plans is checked as a recipe; a value --set gave is named as that --set
+    (before: the recipe's ``train.lr``, prefixed with the grid file, which does not hold it)."""
+    path = ROOT / "configs" / "grids" / "objectives-tiny.toml"
+    with pytest.raises(LmlabError) as e:
+        load_grid(path, [override])
+    assert str(e.value).startswith(named) and str(path) not in str(e.value), str(e.value)
+
+
+def test_a_pretraining_value_is_named_where_the_grid_wrote_it(grid_dict):
+    """A run's setting is named by the grid key that gave it: its arm's table or [pretrain]'s."""
+    grid_dict["arms"][0]["train"] = {"lr": -1.0}
+    with pytest.raises(LmlabError, match=r"arms\[0\]\.train\.lr must be greater than 0"):
+        load_grid(copy.deepcopy(grid_dict))
+    grid_dict["arms"][0]["train"] = {}
+    grid_dict["pretrain"]["train"]["lr"] = -1.0
+    with pytest.raises(LmlabError, match=r"^arm '[^']+', size 'base': pretrain\.train\.lr must be"):
+        load_grid(grid_dict)
+
+
+def test_a_set_pretraining_text_is_read_as_pretrain_set_reads_it():
+    """``--set 'pretrain.data.val_fraction="0.05"'`` is the number, as ``lmlab pretrain --set``
+    reads it: the same runs (and run keys) as the unquoted value."""
+    path = ROOT / "configs" / "grids" / "objectives-tiny.toml"
+    quoted = load_grid(path, ['pretrain.data.val_fraction="0.05"', 'pretrain.train.prefetch="false"'])
+    plain = load_grid(path, ["pretrain.data.val_fraction=0.05", "pretrain.train.prefetch=false"])
+    assert [r.key for r in quoted.pretrain_runs] == [r.key for r in plain.pretrain_runs]
+    assert all(r.config["data"]["val_fraction"] == 0.05 for r in quoted.pretrain_runs)
+    assert all(r.config["train"]["prefetch"] is False for r in quoted.pretrain_runs)

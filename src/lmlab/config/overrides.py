@@ -23,20 +23,31 @@ def suggest(name: str, choices: Iterable[str], prefix: str = "") -> str:
 @dataclass(frozen=True)
 class Origin:
     """Where a config's values came from, to name it in errors: its file ("" for a dict), the
-    keys that ``--set`` gave and those a command-line flag gave (``section.key`` -> ``--flag``)."""
+    keys that ``--set`` gave and those a command-line flag gave (``section.key`` -> ``--flag``).
+    ``written``: ``(config key, key as its source wrote it)`` pairs for a config assembled from
+    another file's tables: a grid's run reads ``train.lr`` from ``pretrain.train.lr`` or
+    ``arms[0].train.lr``, ``data`` from ``pretrain.data`` (the longest matching prefix applies)."""
 
     file: str = ""
     set_keys: frozenset[str] = frozenset()
     flags: tuple[tuple[str, str], ...] = ()
+    written: tuple[tuple[str, str], ...] = ()
+
+    def written_as(self, key: str) -> str:
+        """``key`` as its source wrote it (itself unless :attr:`written` renames it)."""
+        best = max((pair for pair in self.written if key == pair[0] or key.startswith(f"{pair[0]}.")),
+                   key=lambda pair: len(pair[0]), default=None)
+        return key if best is None else best[1] + key[len(best[0]):]
 
     def of(self, key: str) -> str:
         """Where ``key``'s value was written: ``--set train.lr``, ``FILE:LINE: train.lr`` (``FILE:
-        train.lr`` when the line is not found) or ``train.lr``."""
+        train.lr`` when the line is not found) or ``train.lr`` (each as :meth:`written_as`)."""
         if self.from_command_line(key) or self.set_above(key):
-            return f"--set {key}"
+            return f"--set {self.written_as(key)}"
         flag = dict(self.flags).get(key)
         if flag:
             return flag
+        key = self.written_as(key)
         if not self.file:
             return key
         line = key_line(self.file, key)
@@ -45,12 +56,13 @@ class Origin:
     def from_command_line(self, key: str) -> bool:
         """Whether ``key``'s value is command-line text (a ``--set``), which may spell a number or a
         list; a file's or a dict's values are typed already (:mod:`lmlab.config.fields`)."""
+        key = self.written_as(key)
         return key in self.set_keys or any(k.startswith(f"{key}.") for k in self.set_keys)
 
     def set_above(self, key: str) -> bool:
         """Whether a ``--set`` gave a table that holds ``key`` (``--set 'data.tokenizer={...}'``
         holds ``data.tokenizer.score``): the value came from the command line, typed as TOML."""
-        parts = key.split(".")
+        parts = self.written_as(key).split(".")
         return any(".".join(parts[:n]) in self.set_keys for n in range(1, len(parts)))
 
     def section(self, name: str) -> str:

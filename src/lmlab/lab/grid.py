@@ -179,12 +179,16 @@ class _Pretraining:
     plan: Any = None  # the checked [data] (lmlab.train.data.check_data)
     data_vocab: int = 0  # the token shards' vocabulary (0: text, tokenised by the run)
     tokenizer_vocab: int = 0  # the vocabulary a tokenizer table asks for (used when tokenizer is None)
+    origin: Origin = NOWHERE  # the keys --set gave (named as that --set, read as command-line text)
 
     def read_vocabulary(self) -> None:
         """Look at the data and tokenizer (once the grid's tables are checked): nothing is trained."""
         from lmlab.config.data import build_data_section
 
-        data = build_data_section(dict(self.data), section="pretrain.data")  # the recipe's own check
+        data = build_data_section(dict(self.data), self.origin, "pretrain.data")  # the recipe's own check
+        # a --set value is command-line text ("0.1"): the table holds it typed, as the run will
+        self.data = {k: getattr(data, k) if isinstance(v, str) and self.origin.from_command_line(
+            f"pretrain.data.{k}") else v for k, v in self.data.items()}
         self.plan = _data_plan(data)
         self.tokenizer, self.data_vocab, self.tokenizer_vocab = _vocabulary(data, self.plan)
 
@@ -204,12 +208,12 @@ def _plan(raw: dict[str, Any], where: str, overrides: list[str] | None, set_keys
     if "budget" not in raw:
         raise LmlabError("the grid has no budget",
                          "add budget = {tokens = 1000000} or budget = {flops = 1e13}")
-    budget = parse_budget(raw["budget"])
+    budget = parse_budget(raw["budget"], origin)
     share = raw.get("share_pretraining", False)
     if not isinstance(share, bool):
         raise LmlabError(f"share_pretraining must be true or false, got {share!r}",
                          "write share_pretraining = true")
-    shared = _pretraining(as_table(raw.get("pretrain"), "pretrain"), budget)
+    shared = _pretraining(as_table(raw.get("pretrain"), "pretrain"), budget, origin)
     sizes = _sizes(raw.get("sizes") or {"base": {}})
     arms = parse_arms(raw.get("arms"))
     for i, arm in enumerate(arms):
@@ -233,7 +237,7 @@ def _plan(raw: dict[str, Any], where: str, overrides: list[str] | None, set_keys
         check_task_data(task, arms[0])
     for arm in arms:
         for size, size_model in sizes.items():
-            planned = [_plan_pretrain(arm, size, size_model, seed, shared) for seed in
+            planned = [_plan_pretrain(arms.index(arm), arm, size, size_model, seed, shared) for seed in
                        (seeds[:1] if share else seeds)]
             pretrain_runs += planned
             for i, seed in enumerate(seeds):
@@ -269,7 +273,7 @@ def _sizes(value) -> dict[str, dict[str, Any]]:
     return {check_name(str(k), "size name"): as_table(v, f"sizes.{k}") for k, v in value.items()}
 
 
-def _pretraining(pre: dict[str, Any], budget: Budget) -> _Pretraining:
+def _pretraining(pre: dict[str, Any], budget: Budget, origin: Origin = NOWHERE) -> _Pretraining:
     check_keys(pre, PRETRAIN_KEYS, "[pretrain]")
     data = as_table(pre.get("data"), "pretrain.data")
     if not data.get("train"):
@@ -277,7 +281,7 @@ def _pretraining(pre: dict[str, Any], budget: Budget) -> _Pretraining:
                          "set pretrain.data.train to the corpus (text files or shards)")
     train = as_table(pre.get("train"), "pretrain.train")
     _refuse_grid_owned(train, "pretrain.train", ("max_steps", "seed"))
-    return _Pretraining(data, train, as_table(pre.get("model"), "pretrain.model"), budget)
+    return _Pretraining(data, train, as_table(pre.get("model"), "pretrain.model"), budget, origin=origin)
 
 
 #: keys of a run's settings that the grid itself sets (a value written in a table would be ignored)
@@ -349,10 +353,11 @@ def _vocabulary(data, plan) -> tuple[Any, int, int]:
     return load_tokenizer(Path(expand(tok))), 0, 0
 
 
-def _plan_pretrain(arm: Arm, size: str, size_model: dict[str, Any], seed: int,
+def _plan_pretrain(index: int, arm: Arm, size: str, size_model: dict[str, Any], seed: int,
                    shared: _Pretraining) -> PretrainRun:
-    """One pretraining run (or an untrained model's), its numbers from the model the trainer builds."""
-    from lmlab.config import load_config
+    """One pretraining run (or an untrained model's) of ``arms[index]``, its numbers from the model
+    the trainer builds."""
+    from lmlab.config.run import build_run_config
     from lmlab.train.builder import build_run
     from lmlab.train.data import check_train_share
 
@@ -362,7 +367,7 @@ def _plan_pretrain(arm: Arm, size: str, size_model: dict[str, Any], seed: int,
                 "objective": {"name": objective, **arm.params},
                 "data": dict(shared.data), "train": {**train, "max_steps": PLANNING_STEPS}}
     try:
-        cfg = load_config(cfg_dict)
+        cfg = build_run_config(cfg_dict, _run_origin(index, arm, size, size_model, shared))
         tok = copy.deepcopy(shared.tokenizer)  # the objective may add tokens to it (T5's sentinels)
         built = build_run(cfg, tok, "meta", data_vocab_size=shared.data_vocab,
                           tokenizer_vocab=shared.tokenizer_vocab, with_objective=arm.pretrained)
@@ -408,6 +413,22 @@ def _plan_pretrain(arm: Arm, size: str, size_model: dict[str, Any], seed: int,
 
 #: the max_steps a run is checked with before its budget is turned into steps (then checked again)
 PLANNING_STEPS = 2**40
+
+
+def _run_origin(index: int, arm: Arm, size: str, size_model: dict[str, Any], shared: _Pretraining) -> Origin:
+    """Where each setting of a planned run was written in the grid (a recipe's ``train.lr`` is
+    ``pretrain.train.lr`` or ``arms[0].train.lr``...), with the keys ``--set`` gave: so an error
+    names the key the user wrote, and a ``--set`` text is read as ``lmlab pretrain --set`` reads it."""
+    arm_key = f"arms[{index}]"
+    written = {"data": "pretrain.data", "model.preset": f"{arm_key}.preset",
+               "objective.name": f"{arm_key}.objective", "train.seed": "seeds"}
+    for section, tables in (("model", ((shared.model, "pretrain.model"), (size_model, f"sizes.{size}"),
+                                       (arm.model, f"{arm_key}.model"))),
+                            ("objective", ((arm.params, f"{arm_key}.params"),)),
+                            ("train", ((shared.train, "pretrain.train"), (arm.train, f"{arm_key}.train")))):
+        for table, prefix in tables:  # a later table wins, as in the run's settings
+            written.update({f"{section}.{k}": f"{prefix}.{k}" for k in table})
+    return dataclasses.replace(shared.origin, written=tuple(written.items()))
 
 
 def _in_grid(e: LmlabError, arm: Arm, size: str) -> LmlabError:

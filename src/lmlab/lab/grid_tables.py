@@ -60,14 +60,14 @@ def architecture(preset: str) -> str:
     return CONFIG_ARCHITECTURE.get(type(PRESETS[preset]()), "?")
 
 
-def parse_budget(value) -> Budget:
+def parse_budget(value, origin: Origin = NOWHERE) -> Budget:
     fix = "write budget = {tokens = 1000000} or budget = {flops = 1e13}"
     if not isinstance(value, dict) or len(value) != 1:
         raise LmlabError(f"budget must be a table with one key, tokens or flops; got {value!r}", fix)
     ((kind, amount),) = value.items()
     if kind not in ("tokens", "flops"):
         raise LmlabError(f"unknown budget kind {kind!r}", f"{_suggest(kind, ['tokens', 'flops'])}; {fix}")
-    return Budget(kind, values.check(BudgetAmount, amount, f"budget.{kind}", fix))
+    return Budget(kind, values.check(BudgetAmount, amount, origin.of(f"budget.{kind}"), fix))
 
 
 def grid_name(raw: dict[str, Any], where: str) -> str:

@@ -33,7 +33,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from lmlab.errors import LmlabError
+from lmlab.errors import LmlabError, a_or_an
 
 #: how long a value's text may be in a message before it is cut
 _LIMIT = 40
@@ -49,7 +49,7 @@ def describe(value: Any) -> str:
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(value, torch.Tensor):
         dtype = str(value.dtype).removeprefix("torch.")
-        return f"{'an' if dtype[0] in 'aeiou' else 'a'} {dtype} tensor of shape {tuple(value.shape)}"
+        return f"{a_or_an(dtype)} tensor of shape {tuple(value.shape)}"
     if is_model(value):
         return f"a model ({type(value).__name__})"
     if is_tokenizer(value):

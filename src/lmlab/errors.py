@@ -10,6 +10,13 @@ from __future__ import annotations
 import re
 
 
+def a_or_an(words: str) -> str:
+    """``words`` after the article its first letter takes in a message: ``an encoder``, ``a decoder``,
+    ``an --out path`` (a flag's dashes are not read)."""
+    first = next((c for c in words if c.isalnum()), "")
+    return f"{'an' if first.lower() in 'aeiou' and first else 'a'} {words}"
+
+
 class LmlabError(Exception):
     """Bad input or configuration; the message says what is wrong and how to fix it.
 

@@ -50,7 +50,7 @@ import socket
 from dataclasses import dataclass
 from pathlib import Path
 
-from lmlab.errors import LmlabError
+from lmlab.errors import LmlabError, a_or_an
 
 MANIFEST = ".lmlab-manifest.json"
 FORMAT = 1
@@ -243,7 +243,8 @@ def may_replace_dir(dest: Path, kind: str) -> Verdict:
         example = foreign_entries(dest, None)
         return Verdict(False, f"was not written by lmlab (it holds {', '.join(example)})")
     if manifest.get("kind") != kind:
-        return Verdict(False, f"is a {manifest.get('kind') or 'folder of other outputs'}, not a {kind}")
+        other = manifest.get("kind") or "folder of other outputs"
+        return Verdict(False, f"is {a_or_an(other)}, not {a_or_an(kind)}")
     foreign = foreign_entries(dest, manifest)
     if foreign:
         return Verdict(False, f"holds files lmlab did not write or that changed since ({', '.join(foreign)})")
@@ -351,7 +352,7 @@ def _claim(given: Path, resolved: Path, kind: str, entries: tuple[str, ...], cre
         elif manifest.get("kind") == kind:  # a finished output of this kind, not a folder filled over time
             what = f"is a finished {kind} output, not a folder this command fills"
         else:
-            what = f"is a {manifest.get('kind') or 'folder of other outputs'}, not a {kind}"
+            what = f"is {a_or_an(manifest.get('kind') or 'folder of other outputs')}, not {a_or_an(kind)}"
         raise LmlabError(f"output folder {given} exists and {what}; nothing was written",
                          "choose a new --out, or move or delete that folder yourself")
     if not create:
@@ -940,9 +941,8 @@ def check_not_inside_output(path: str | os.PathLike, flag: str = "--out", fills:
     else:
         what = f" (its {top})" if (folder / top).exists() or (folder / top).is_symlink() else ""
         why = "which lmlab replaces whole"
-    article = "an" if flag.lstrip("-")[:1] in tuple("aeiou") else "a"
     raise LmlabError(f"{flag} {given} is inside the {kind} {shown}{what}, {why}; nothing was written",
-                     f"choose {article} {flag} path outside it")
+                     f"choose {a_or_an(flag)} path outside it")
 
 
 #: names inside a folder a command fills that it writes later, though none is there yet
@@ -1006,7 +1006,7 @@ def may_replace_file(path: Path, kind: str) -> Verdict:
             # an entry of a folder a command fills (a run's metrics.jsonl): that command's, no other's
             return Verdict(False, f"belongs to the {manifest.get('kind')} in {folder}")
         if own is not None and own != kind:
-            return Verdict(False, f"is a {own}, not a {kind}")
+            return Verdict(False, f"is {a_or_an(own)}, not {a_or_an(kind)}")
         return claimed_file_verdict(manifest, rel, path)
     manifest = read_manifest(path.parent)
     recorded = (manifest or {}).get("entries", {}).get(path.name)
@@ -1015,7 +1015,7 @@ def may_replace_file(path: Path, kind: str) -> Verdict:
     if recorded.get("kind") != kind:  # a file of a whole output records no kind: never a single file's
         whole = (manifest or {}).get("kind") or "lmlab output"
         what = recorded.get("kind") or f"file of the {whole} {path.parent}"
-        return Verdict(False, f"is a {what}, not a {kind}")
+        return Verdict(False, f"is {a_or_an(what)}, not {a_or_an(kind)}")
     if not _matches(recorded, path):
         return Verdict(False, "changed since lmlab wrote it")
     return Verdict(True)

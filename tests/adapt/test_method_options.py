@@ -140,7 +140,7 @@ def test_an_option_another_one_turns_off_is_refused_not_ignored(bare_ckpt, tmp_p
 def test_the_option_rules_hold_in_python_and_leave_defaults_and_working_pairs_alone():
     with pytest.raises(LmlabError, match="set reparameterize=true, or drop hidden"):
         resolve_options("prefix", {"hidden": 64})
-    with pytest.raises(LmlabError, match="on a decoder model"):
+    with pytest.raises(LmlabError, match="on a decoder model .*; drop before_cls, or use an encoder model$"):
         apply_method(tiny(), "prompt", {"before_cls": True})
     assert resolve_options("prefix", {"hidden": 64, "reparameterize": True})["hidden"] == 64
     assert resolve_options("adapter", {"reduction_factor": 4})["reduction_factor"] == 4

@@ -145,5 +145,5 @@ def test_attach_head_keeps_the_body_and_grows_vocab(tok):
     grown = attach_head(gpt, ("cls", "lm"), 2, vocab_size=103)
     assert torch.equal(grown.tok_embed.weight[:100], gpt.tok_embed.weight)
     assert grown.heads["lm"].proj.weight is grown.tok_embed.weight                   # still tied
-    with pytest.raises(LmlabError, match="needs a encoder model|needs a decoder"):
+    with pytest.raises(LmlabError, match="needs an encoder model|needs a decoder"):
         make_task("conll").prepare_model(gpt)

@@ -34,7 +34,7 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, Field
 
 from lmlab import values
-from lmlab.errors import LmlabError
+from lmlab.errors import LmlabError, a_or_an
 
 #: the linear layers of an lmlab Transformer block, by their attribute names (attention, FFN)
 LINEAR_NAMES = ("q_proj", "k_proj", "v_proj", "o_proj", "fc_in", "fc_gate", "fc_out")
@@ -160,9 +160,9 @@ class ForArchitectures:
     def check(self, method: str, options: dict[str, Any], architecture: str) -> None:
         value = options.get(self.option)
         if value and architecture not in self.architectures:
-            raise LmlabError(f"{method} option {self.option}={_written(value)} has no effect on a "
-                             f"{architecture} model ({self.why})",
-                             f"drop {self.option}, or use a {' or '.join(self.architectures)} model")
+            raise LmlabError(f"{method} option {self.option}={_written(value)} has no effect on "
+                             f"{a_or_an(architecture)} model ({self.why})",
+                             f"drop {self.option}, or use {a_or_an(' or '.join(self.architectures))} model")
 
 
 def _written(value: Any) -> str:

@@ -13,7 +13,7 @@ from lmlab.config.overrides import NOWHERE, Origin, example, split_override
 from lmlab.config.overrides import suggest as _suggest
 from lmlab.config.rules import SettingNames
 from lmlab.config.toml import parse_value
-from lmlab.errors import LmlabError
+from lmlab.errors import LmlabError, a_or_an
 from lmlab.fileio import check_name
 from lmlab.lab.grid_records import NONE, Arm, Budget, Contrast, TaskSpec
 from lmlab.values import Flops, Seeds
@@ -178,7 +178,7 @@ def parse_arms(value) -> list[Arm]:
         if objective not in valid:
             raise LmlabError(
                 f"arm {name!r}: objective {objective!r} cannot train preset {preset}, "
-                f"{'an' if arch[0] in 'aeiou' else 'a'} {arch}",
+                f"{a_or_an(arch)}",
                 f"valid objectives for {preset}: {', '.join(valid)}",
             )
         params = as_table(entry.get("params"), f"arms[{i}].params")

@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from lmlab.arguments import eager_checks, ids_argument, path_argument, tokenizer_argument
-from lmlab.errors import LmlabError
+from lmlab.errors import LmlabError, a_or_an
 from lmlab.fileio import atomic_dir, read_json, write_json
 
 FORMAT_VERSION = 1
@@ -60,9 +60,8 @@ class LmlabModel(nn.Module):
         wanted = type(self).config_class
         if wanted is not None:
             if not isinstance(config, wanted):
-                article = "an" if wanted.__name__[0] in "AEIOU" else "a"
                 raise LmlabError(
-                    f"{type(self).__name__} needs {article} {wanted.__name__}, got {type(config).__name__}",
+                    f"{type(self).__name__} needs {a_or_an(wanted.__name__)}, got {type(config).__name__}",
                     f"use get_preset({self.example_preset!r}) or {wanted.__name__}(...)",
                 )
             config = config.validate()

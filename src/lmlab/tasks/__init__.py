@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from lmlab.errors import LmlabError
+from lmlab.errors import LmlabError, a_or_an
 from lmlab.tasks.base import Task, TaskOptions, attach_head, check_tokenizer, collate
 from lmlab.tasks.classification import SST2, Classification, CoLA, SequenceClassification
 from lmlab.tasks.decoder_cls import DecoderClassification
@@ -98,7 +98,8 @@ def make_task(name: str, architecture: str = "encoder", **options: Any) -> Task:
                              f"fine-tune an encoder checkpoint for {name}")
         return Text2Text(None if cls is None else cls(options=opts), opts)
     if cls is None:
-        raise LmlabError(f"task {name!r} is generation and needs an encoder-decoder, not a {architecture}",
+        raise LmlabError(f"task {name!r} is generation and needs an encoder-decoder, "
+                         f"not {a_or_an(architecture)}",
                          "use a T5 or BART checkpoint")
     if architecture == "encoder":
         return cls(options=opts)

@@ -27,7 +27,7 @@ from typing import Any, ClassVar
 import torch
 
 from lmlab.arguments import number_argument
-from lmlab.errors import LmlabError
+from lmlab.errors import LmlabError, a_or_an
 from lmlab.losses import IGNORE
 from lmlab.models.scoring import scored_loss
 from lmlab.tasks.readers import BadLines, Example, policy
@@ -274,8 +274,8 @@ def check_architecture(task: Task, model) -> None:
     arch = getattr(model, "architecture", "")
     if arch not in task.architectures:
         need = " or ".join(task.architectures)
-        raise LmlabError(f"task {task.name!r} ({type(task).__name__}) needs a {need} model, "
-                         f"the checkpoint is a {arch or type(model).__name__}",
+        raise LmlabError(f"task {task.name!r} ({type(task).__name__}) needs {a_or_an(need)} model, "
+                         f"the checkpoint is {a_or_an(arch or type(model).__name__)}",
                          "pick a checkpoint of the right architecture or another task")
 
 

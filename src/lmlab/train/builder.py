@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from lmlab.config import RunConfig
-from lmlab.errors import LmlabError
+from lmlab.errors import LmlabError, a_or_an
 
 
 @dataclass
@@ -71,7 +71,7 @@ def check_run(cfg: RunConfig, *, with_objective: bool = True) -> tuple[type | No
     if objective_cls is not None and objective_cls.architectures and arch not in objective_cls.architectures:
         raise LmlabError(
             f"objective {cfg.objective.name!r} trains {'/'.join(objective_cls.architectures)} "
-            f"models, but preset {cfg.model.preset} is {'an' if arch[0] in 'aeiou' else 'a'} {arch}",
+            f"models, but preset {cfg.model.preset} is {a_or_an(arch)}",
             f"pick a {objective_cls.architectures[0]} preset or another objective",
         )
     max_pos = cfg.model.overrides.get("max_positions", getattr(base, "max_positions", None))

@@ -8,7 +8,7 @@ import pytest
 import torch
 from assertions import assert_one_line_error, exit_code
 
-from lmlab.adapt import apply_method, resolve_options
+from lmlab.adapt import apply_method, option_defaults, resolve_options
 from lmlab.adapt.lora import find_targets
 from lmlab.errors import LmlabError
 from lmlab.models import build_model, get_preset
@@ -129,6 +129,10 @@ def test_every_option_of_every_method_has_a_value_type():
      "reduction_factor=4 has no effect with bottleneck=4"),
     ("adamix", ("bottleneck=4", "reduction_factor=4"), "reduction_factor=4 has no effect with bottleneck=4"),
     ("prompt", ("before_cls=true",), "before_cls=true has no effect on a decoder model"),
+    # given at its default value is still given (before: compared with the default, ignored)
+    ("prefix", ("reparameterize=false", "hidden=512"), "hidden=512 has no effect with reparameterize=false"),
+    ("adapter", ("bottleneck=8", "reduction_factor=16"),
+     "reduction_factor=16 has no effect with bottleneck=8"),
 ])
 def test_an_option_another_one_turns_off_is_refused_not_ignored(bare_ckpt, tmp_path, capsys, method, options,
                                                                   words):
@@ -146,3 +150,14 @@ def test_the_option_rules_hold_in_python_and_leave_defaults_and_working_pairs_al
     assert resolve_options("adapter", {"reduction_factor": 4})["reduction_factor"] == 4
     resolve_options("adapter", resolve_options("adapter", {"bottleneck": 8}))  # a saved adapter's record
     apply_method(tiny("bert-tiny"), "prompt", {"before_cls": True, "num_virtual_tokens": 2})
+
+
+def test_the_options_an_adapter_records_apply_again_as_they_are():
+    """A record holds every option, those nobody chose at their defaults (``hidden=512`` beside
+    ``reparameterize=false``): applied again as it is, not refused as if the user had given them."""
+    first = tiny()
+    recorded = apply_method(first, "prefix", {"num_virtual_tokens": 2})
+    assert recorded["reparameterize"] is False and recorded["hidden"] == option_defaults("prefix")["hidden"]
+    assert apply_method(tiny(), "prefix", dict(first.peft["options"])) == recorded
+    with pytest.raises(LmlabError, match="hidden=512 has no effect with reparameterize=false"):
+        apply_method(tiny(), "prefix", {"num_virtual_tokens": 2, "hidden": 512})

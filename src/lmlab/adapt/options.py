@@ -127,9 +127,11 @@ def option_types(method: str) -> dict[str, Any]:
 
 @dataclasses.dataclass(frozen=True)
 class OnlyWith:
-    """``option``, when given a value other than its default, does something only when ``other``
-    (given or at its default) is as ``works`` says; otherwise it would be silently ignored, so it is
-    refused naming ``needs`` (what ``other`` must be) and ``why``."""
+    """``option``, when given, does something only when ``other`` (given or at its default) is as
+    ``works`` says; otherwise it would be silently ignored, so it is refused naming ``needs`` (what
+    ``other`` must be) and ``why``. Given at its default value counts too (``hidden=512`` with
+    ``reparameterize=false`` is refused), except in a ``record``: the complete options an adapter
+    records hold every option, the ones nobody chose at their defaults."""
 
     option: str
     other: str
@@ -137,9 +139,10 @@ class OnlyWith:
     needs: str
     why: str
 
-    def check(self, method: str, given: dict[str, Any], defaults: dict[str, Any], where: str) -> None:
-        if self.option not in given or given[self.option] == defaults.get(self.option):
-            return  # at its default: the resolved options a saved adapter records hold every option
+    def check(self, method: str, given: dict[str, Any], defaults: dict[str, Any], where: str,
+              record: bool = False) -> None:
+        if self.option not in given or (record and given[self.option] == defaults.get(self.option)):
+            return
         value = given.get(self.other, defaults.get(self.other))
         if not self.works(value):
             shown = _written(value)
@@ -256,8 +259,9 @@ def check_options(method: str, options: dict[str, Any], defaults: dict[str, Any]
         elif isinstance(value, tuple):
             value = list(value)
         out[name] = values.check(kind, value, f"{where} {name}")
+    record = set(out) >= set(defaults)  # every option: what an adapter records (model.peft["options"])
     for rule in OPTION_RULES.get(method, ()):
-        rule.check(method, out, defaults, where)
+        rule.check(method, out, defaults, where, record)
     return out
 
 

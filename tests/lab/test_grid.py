@@ -390,6 +390,32 @@ def test_a_cache_dir_inside_another_output_is_refused_as_the_grid_is_planned(gri
     assert sorted(p.name for p in model.iterdir()) == [".lmlab-manifest.json", "config.json"]
 
 
+def test_a_grid_may_name_its_own_cache_but_not_another_comparisons(grid_dict, tmp_path, capsys):
+    """``pretrain.data.cache_dir = OUT/cache`` (the default, named) is the grid's own when it runs in
+    OUT again: it was refused as 'inside the comparison OUT (its cache), where only that comparison
+    writes'. Another comparison's cache stays refused, by load_grid and by lmlab compare alike."""
+    from lmlab.cli import main
+    from lmlab.config.toml import to_toml
+    from lmlab.lab.runner import GRID_ENTRIES, GRID_KIND
+    from lmlab.ownership import claim_dir
+
+    out, other = tmp_path / "cmp", tmp_path / "other"
+    for folder in (out, other):  # comparisons run before: their cache holds a data entry
+        claim_dir(folder, GRID_KIND, GRID_ENTRIES)
+        (folder / "cache").mkdir()
+    grid_dict["pretrain"]["data"]["cache_dir"] = str(out / "cache")
+    assert load_grid(copy.deepcopy(grid_dict), out=out).cache_dir == str(out / "cache")
+    with pytest.raises(LmlabError, match=r"inside the comparison .*cmp \(its cache\)"):
+        load_grid(copy.deepcopy(grid_dict), out=other)
+    path = tmp_path / "g.toml"
+    path.write_text(to_toml(grid_dict), encoding="utf-8")
+    assert main(["compare", "--config", str(path), "--out", str(out), "--dry-run"]) == 0
+    capsys.readouterr()
+    assert main(["compare", "--config", str(path), "--out", str(other), "--dry-run"]) == 2
+    assert "inside the comparison" in capsys.readouterr().err
+    assert sorted(p.name for p in (out / "cache").iterdir()) == []  # a dry run writes nothing
+
+
 def test_a_set_value_is_named_as_the_set_and_read_as_command_line_text(capsys):
     """A grid's --set is named ``--set KEY`` (not the grid file, which does not hold it) and its
     value is command-line text, as pretrain's and finetune's --set are."""

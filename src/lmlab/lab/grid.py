@@ -135,11 +135,15 @@ def _check_steps(steps: int, budget: Budget, arm: Arm, rows: int, seq_len: int, 
 # --------------------------------------------------------------------------- loading
 
 
-def load_grid(source: str | os.PathLike | dict[str, Any], overrides: list[str] | None = None) -> Grid:
+def load_grid(source: str | os.PathLike | dict[str, Any], overrides: list[str] | None = None,
+              out: str | os.PathLike | None = None) -> Grid:
     """Read and check a grid (a TOML path or a TOML-shaped dict) and plan its runs.
 
     ``overrides``: ``["budget.tokens=20480", "pretrain.train.lr=1e-3"]`` (dotted keys into the
-    grid's tables; values are TOML literals), applied before the checks.
+    grid's tables; values are TOML literals), applied before the checks. ``out``: the folder the grid
+    will run in (``lmlab compare --out``), when known: a comparison already there is the grid's own,
+    so a ``pretrain.data.cache_dir`` inside its ``cache`` (the default cache, named) is not another
+    command's output (:func:`lmlab.ownership.check_not_inside_output`).
 
     Nothing is trained or tokenised here: every error a grid can have (unknown keys, objectives,
     presets, tasks or settings, an objective that cannot train the preset, a task the architecture
@@ -158,12 +162,32 @@ def load_grid(source: str | os.PathLike | dict[str, Any], overrides: list[str] |
         raise LmlabError(f"{where} must be a TOML table of grid keys, got {raw!r}", "see configs/grids/")
     set_keys: list[str] = []
     try:
-        return _plan(raw, where, overrides, set_keys)
+        with _own_comparison(out):
+            return _plan(raw, where, overrides, set_keys)
     except LmlabError as e:  # every value of the grid is named with the file it came from,
         # but a value that --set gave is named as that --set (lmlab.config.overrides.Origin.of)
         if where == "grid" or any(f"--set {k}" in e.problem for k in set_keys):
             raise
         raise LmlabError(f"{where}: {e.problem}", e.fix) from None
+
+
+def _own_comparison(out: str | os.PathLike | None):
+    """While the grid is planned, the comparison folder ``out`` that ``lmlab compare`` will fill
+    again (one it made before) is this command's (:func:`lmlab.ownership.filling`); a new folder, or
+    one that is not a comparison (which :func:`lmlab.lab.run_grid` refuses), is not."""
+    from contextlib import nullcontext
+
+    from lmlab.arguments import path_argument
+    from lmlab.lab.runner import GRID_KIND
+    from lmlab.ownership import filling, read_manifest
+
+    if out is None:
+        return nullcontext()
+    folder = Path(path_argument(out, "load_grid's out")).resolve()
+    manifest = read_manifest(folder) if folder.is_dir() else None
+    if manifest and manifest.get("state") == "claimed" and manifest.get("kind") == GRID_KIND:
+        return filling(folder)
+    return nullcontext()
 
 
 @dataclass

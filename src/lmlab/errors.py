@@ -21,15 +21,18 @@ class LmlabError(Exception):
     """Bad input or configuration; the message says what is wrong and how to fix it.
 
     The message is always one line (:func:`one_line`): a path with a line break or a control
-    character in it is shown escaped. ``problem`` and ``fix`` keep the text as given."""
+    character in it is shown escaped. ``problem`` and ``fix`` keep the text as given. ``setting``:
+    the name of the setting the error is about, when a caller that knows where it was written
+    (a recipe's line, a ``--set``, a grid's key) is to name it there."""
 
     exit_code = 2
 
-    def __init__(self, problem: str, fix: str | None = None):
+    def __init__(self, problem: str, fix: str | None = None, *, setting: str | None = None):
         message = problem if not fix else f"{problem.rstrip('.')}; {fix}"
         super().__init__(one_line(message))
         self.problem = problem
         self.fix = fix
+        self.setting = setting
 
 
 class UnsupportedInput(LmlabError):

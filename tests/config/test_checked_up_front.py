@@ -64,6 +64,34 @@ def test_the_objective_refuses_what_the_config_refuses_with_the_same_rule():
     assert "exceeds 1" in str(e.value)
 
 
+@pytest.mark.parametrize("overrides, says", [
+    # an option the other one turns off, given at its default value, is still given (was accepted)
+    (["model.preset=bert-tiny", "objective.name=nsp", "objective.mlm=false", "objective.mask_prob=0.15"],
+     "--set objective.mask_prob: objective.mask_prob has no effect unless objective.mlm is true"),
+    (T5 + ["objective.variant=bert", "objective.num_sentinels=100"],
+     "--set objective.num_sentinels: objective.num_sentinels has no effect unless objective.variant is "
+     "spans"),
+    # a rule between two parameters is named by the one given (the other at its default)
+    (BERT + ["objective.random_token_prob=0.5"],
+     "--set objective.random_token_prob: objective.mask_token_prob"),
+    (["model.preset=bert-tiny", "objective.name=unilm", "objective.seq2seq=0", "objective.unidirectional=0",
+      "objective.bidirectional=0"], "--set objective.bidirectional: UniLM proportions"),
+])
+def test_an_objective_rule_names_the_parameter_given(recipe, overrides, says):
+    assert refused(recipe, overrides).startswith(says)
+
+
+def test_an_objective_rule_names_the_recipe_line(recipe, tmp_path):
+    from lmlab.config import to_toml
+
+    recipe["model"]["preset"], recipe["objective"] = "bert-tiny", {"name": "mlm", "random_token_prob": 0.5}
+    path = tmp_path / "r.toml"
+    path.write_text(to_toml(recipe), encoding="utf-8")
+    line = next(i for i, text in enumerate(path.read_text().splitlines(), 1) if "random_token_prob" in text)
+    with pytest.raises(LmlabError, match=rf"^{path}:{line}: objective.random_token_prob: objective.mask"):
+        load_config(path)
+
+
 @pytest.mark.parametrize("table, says", [
     ({"algo": "bytelevel", "vocab_size": 0}, "data.tokenizer.vocab_size"),
     ({"algo": "bytelevel", "vocab_size": 3}, "data.tokenizer.vocab_size >= 263"),

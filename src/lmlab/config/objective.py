@@ -36,16 +36,12 @@ def check_objective_params(section: ObjectiveConfig, origin: Origin = NOWHERE) -
 
     cls = get_objective(section.name)
     try:
-        cls.check_params(cls.with_defaults(section.params))
-    except LmlabError as e:
-        # the parameter the message names (in its problem, else its fix); none named: no guess
-        keys = ([k for k in section.params if k in e.problem]
-                or [k for k in section.params if k in e.fix])
-        if not keys:
+        cls.check_params(cls.with_defaults(section.params), given=section.params)
+    except LmlabError as e:  # named where its parameter was written (the error says which)
+        key = f"objective.{e.setting}"
+        if e.setting is None or e.setting not in section.params or origin.of(key) == key:
             raise
-        where = origin.of(f"objective.{keys[0]}")
-        raise LmlabError(f"{where}: {e.problem}" if where != f"objective.{keys[0]}" else e.problem,
-                         e.fix) from None
+        raise LmlabError(f"{origin.of(key)}: {e.problem}", e.fix, setting=e.setting) from None
 
 
 def _objective_options(name: Any, where: str) -> tuple[dict[str, Any], str]:

@@ -179,19 +179,19 @@ class BartDenoising(Objective):
         return (*super().needed_roles(params), "mask", "pad")
 
     @classmethod
-    def check_params(cls, params: dict[str, Any]) -> None:
+    def check_params(cls, params: dict[str, Any], given=None) -> None:
         """At least one noise, each a known one, each once."""
-        super().check_params(params)
+        super().check_params(params, given)
         noise = params["noise"]
         noise = [noise] if isinstance(noise, str) else list(noise)
         bad = [n for n in noise if n not in NOISES]
         if bad or not noise:
             raise LmlabError(f"objective.noise: unknown BART noise {bad or noise!r}",
-                             f"choose one or more of: {', '.join(NOISES)}")
+                             f"choose one or more of: {', '.join(NOISES)}", setting="noise")
         twice = repeated(noise)
         if twice is not None:  # each noise runs once, in a fixed order: a repeat would be dropped
             raise LmlabError(f"objective.noise names {twice!r} more than once",
-                             f"give each noise once, e.g. {sorted(set(noise))!r}")
+                             f"give each noise once, e.g. {sorted(set(noise))!r}", setting="noise")
 
     def __init__(self, tokenizer, noise: list[str] | tuple[str, ...] = DEFAULT_NOISE,
                  mask_ratio: Probability = 0.3, delete_ratio: Probability = 0.15,

@@ -15,6 +15,7 @@ the model's.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any, ClassVar
 
 import torch
@@ -132,6 +133,13 @@ def teacher_forced(model: nn.Module, inputs: dict[str, Tensor]) -> tuple[Any, Te
     return ModelOutput(logits=logits, encoder_last_hidden_state=encoded), token_loss(logits, labels)
 
 
+def first_given(names: tuple[str, ...], given: Iterable[str] | None) -> str:
+    """Of the parameters ``names`` that a rule ties together, the first the user gave (``given``;
+    the first of ``names`` when none or unknown): the one its error is named by."""
+    chosen = set(given or ())
+    return next((n for n in names if n in chosen), names[0])
+
+
 class Objective(nn.Module):
     """Base class of pretraining objectives (see the module docstring)."""
 
@@ -185,20 +193,24 @@ class Objective(nn.Module):
         return found
 
     @classmethod
-    def check_params(cls, params: dict[str, Any]) -> None:
+    def check_params(cls, params: dict[str, Any], given: Iterable[str] | None = None) -> None:
         """The rules between the objective's parameters that need no tokenizer (MLM's
         ``mask_token_prob + random_token_prob <= 1``): the one copy of each, run when a recipe is
         read (:func:`lmlab.config.load_config`, before any tokenizer is trained or text tokenised)
         and when the objective is made (:meth:`checked`). ``params``: every parameter, the defaults
-        filled in. A single value's range is its type's (:meth:`declared_params`). Here: the
-        :attr:`only_when` rules; an objective with rules of its own calls this first."""
+        filled in; ``given``: the names the user gave (a recipe's keys), which an :attr:`only_when`
+        rule refuses even at their default value (None, as ``__init__`` has them: those whose value
+        is not the default). A single value's range is its type's (:meth:`declared_params`). Here:
+        the :attr:`only_when` rules; an objective with rules of its own calls this first. Each error
+        names its parameter (``LmlabError.setting``), for the caller to say where it was written."""
         defaults = cls.with_defaults({})
+        chosen = ({k for k in params if params[k] != defaults.get(k)} if given is None else set(given))
         for name, (other, needed) in cls.only_when.items():
-            if name in params and params[name] != defaults.get(name) and params.get(other) != needed:
+            if name in chosen and params.get(other) != needed:
                 shown = str(needed).lower() if isinstance(needed, bool) else needed
                 raise LmlabError(f"objective.{name} has no effect unless objective.{other} is {shown} "
                                  f"(got {other}={params.get(other)!r})",
-                                 f"set objective.{other}={shown}, or drop objective.{name}")
+                                 f"set objective.{other}={shown}, or drop objective.{name}", setting=name)
 
     @classmethod
     def needed_roles(cls, params: dict[str, Any]) -> tuple[str, ...]:

@@ -36,7 +36,7 @@ from torch import Tensor, nn
 from lmlab.data.batch import TokenBatch
 from lmlab.errors import LmlabError
 from lmlab.losses import IGNORE
-from lmlab.objectives.base import Objective, encoder_hidden, masked_lm, token_signal
+from lmlab.objectives.base import Objective, encoder_hidden, first_given, masked_lm, token_signal
 from lmlab.objectives.masking import (
     apply_80_10_10,
     corpus_uniforms,
@@ -95,13 +95,14 @@ class MaskedLM(Objective):
         return (*super().needed_roles(params), "mask")
 
     @classmethod
-    def check_params(cls, params: dict[str, Any]) -> None:
+    def check_params(cls, params: dict[str, Any], given=None) -> None:
         """Of the selected tokens, the [MASK] share and the random-token share together are at most 1."""
-        super().check_params(params)
+        super().check_params(params, given)
         mask, random = params["mask_token_prob"], params["random_token_prob"]
         if mask + random > 1:
             raise LmlabError(f"objective.mask_token_prob + objective.random_token_prob = {mask} + {random} "
-                             "exceeds 1", "lower one of them (BERT uses 0.8 and 0.1)")
+                             "exceeds 1", "lower one of them (BERT uses 0.8 and 0.1)",
+                             setting=first_given(("mask_token_prob", "random_token_prob"), given))
 
     def __init__(self, tokenizer, mask_prob: PositiveProbability = 0.15, mask_token_prob: Probability = 0.8,
                  random_token_prob: Probability = 0.1, masking: Masking = "dynamic", whole_word: bool = False,

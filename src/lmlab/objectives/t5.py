@@ -203,11 +203,14 @@ class SpanCorruption(Objective):
         return (*super().needed_roles(params), "pad", *(("mask",) if params["variant"] == "bert" else ()))
 
     @classmethod
-    def check_params(cls, params: dict[str, Any]) -> None:
+    def check_params(cls, params: dict[str, Any], given=None) -> None:
         """The sentinels of the ``spans`` variant fit this machine and a tokenizer."""
-        super().check_params(params)
+        super().check_params(params, given)
         if params["variant"] == "spans":
-            _check_sentinel_count(params["num_sentinels"])
+            try:
+                _check_sentinel_count(params["num_sentinels"])
+            except LmlabError as e:
+                raise LmlabError(e.problem, e.fix, setting="num_sentinels") from None
 
     def __init__(self, tokenizer, noise_density: PositiveProbability = 0.15,
                  mean_span_length: MeanSpanLength = 3.0, variant: Variant = "spans",

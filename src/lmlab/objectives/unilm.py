@@ -36,7 +36,7 @@ from torch import Tensor, nn
 from lmlab.data.batch import TokenBatch
 from lmlab.errors import LmlabError
 from lmlab.losses import IGNORE
-from lmlab.objectives.base import encoder_hidden, masked_lm
+from lmlab.objectives.base import encoder_hidden, first_given, masked_lm
 from lmlab.objectives.masking import label_positions, rand
 from lmlab.objectives.mlm import MaskedLM
 from lmlab.objectives.prefix_lm import sample_prefix_lengths
@@ -78,14 +78,15 @@ class UniLM(MaskedLM):
     heads = ("mlm",)
 
     @classmethod
-    def check_params(cls, params: dict[str, Any]) -> None:
+    def check_params(cls, params: dict[str, Any], given=None) -> None:
         """The three proportions are not all 0."""
-        super().check_params(params)
+        super().check_params(params, given)
         parts = [params[k] for k in ("bidirectional", "unidirectional", "seq2seq")]
         if sum(parts) <= 0:
             raise LmlabError(f"UniLM proportions must not all be 0, got objective.bidirectional={parts[0]}, "
                              f"objective.unidirectional={parts[1]}, objective.seq2seq={parts[2]}",
-                             "UniLM uses 1/3 each")
+                             "UniLM uses 1/3 each",
+                             setting=first_given(("bidirectional", "unidirectional", "seq2seq"), given))
 
     def __init__(self, tokenizer, bidirectional: NonNegative = 1 / 3, unidirectional: NonNegative = 1 / 3,
                  seq2seq: NonNegative = 1 / 3, segment_ids: bool = True, **mlm_params):

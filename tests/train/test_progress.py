@@ -27,3 +27,15 @@ def test_a_resumed_run_counts_from_where_it_stands_and_off_means_silent():
         q.update(step)
     q.write("a message")
     assert quiet == ["a message"]  # messages still reach the log; progress does not
+
+
+def test_a_count_that_jumps_still_gets_a_line_at_each_mark_it_passes(monkeypatch):
+    """Bytes of text advance by a document at a time: a ~5% mark passed between two updates gets
+    its line (before: a line only when the count landed exactly on a multiple, so almost never)."""
+    monkeypatch.setattr("sys.stderr.isatty", lambda: False, raising=False)
+    lines: list[str] = []
+    progress = Progress(100, desc="tokenizing", show="auto", log=lines.append, unit="byte")
+    for done in (7, 33, 34, 100):
+        progress.update(done)
+    progress.close()
+    assert [line.split(":")[0] for line in lines] == ["byte 7/100", "byte 33/100"]

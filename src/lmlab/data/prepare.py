@@ -239,7 +239,7 @@ def prepare_shards(tokenizer: str | os.PathLike, inputs: Sequence[str | os.PathL
     dtype = dtype_for_vocab(tok.vocab_size)
     out = Path(out)
     ownership.check_output_spares_inputs(out, {"--input": files, "--tokenizer": tokenizer})
-    if progress is None:
+    if progress is None:  # a bar on a terminal; nothing in a log (its summary says what was made)
         progress = sys.stderr.isatty()
     # spawn (the parent may hold threads that a fork would copy mid-lock), unless that would run an
     # unguarded script again; then fork, or this process (lmlab.processes)
@@ -319,12 +319,13 @@ def _encode_into(writers: dict[str, ShardWriter], documents: Iterable[str], meth
     try:
         # the workers start before the progress bar's thread does (a fork copies no thread)
         with _encoder(method, workers, init_args) as encode:
-            bar = _progress_bar(sum(input_bytes(f) for f in files), progress)
+            bar, done = _progress_bar(sum(input_bytes(f) for f in files), progress), 0
             try:
                 for result in encode(_batches(documents)):
                     for split, (ids, lengths, nbytes) in result.items():
                         writers[split].add(ids, lengths, nbytes)
-                        bar.update(nbytes)
+                        done += nbytes
+                        bar.update(done)
             finally:
                 bar.close()
     except BaseException:
@@ -344,10 +345,12 @@ def _check_splits(splits: dict[str, dict[str, Any]], val_fraction: float,
                          f"val fraction {val_fraction})", f"raise {key} or add more text")
 
 def _progress_bar(total: int, enabled: bool):
-    from tqdm import tqdm
+    """The tokenizing progress over the input's bytes, by the one policy of lmlab's long loops
+    (:class:`lmlab.train.progress.Progress`): a bar on a terminal, a line every ~5% otherwise."""
+    from lmlab.train.progress import Progress
 
-    return tqdm(total=total, unit="B", unit_scale=True, desc="tokenizing", disable=not enabled,
-                dynamic_ncols=True, leave=False)
+    return Progress(total, desc="tokenizing", show="auto" if enabled else "off", unit="byte",
+                    log=lambda msg: print(msg, file=sys.stderr, flush=True))
 
 
 @contextlib.contextmanager

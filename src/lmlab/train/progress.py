@@ -31,6 +31,7 @@ class Progress:
         self.bar_on = show == "on" or (show == "auto" and sys.stderr.isatty())
         self.lines_on = show != "off" and not self.bar_on
         self.every = max(1, total // LINES_PER_RUN)
+        self.lines_done = initial // self.every  # the ~5% marks passed (a line each)
         self.t0 = time.perf_counter()
         self.bar = tqdm(total=total, initial=initial, desc=desc, unit=unit, disable=not self.bar_on,
                         dynamic_ncols=True, leave=True, file=sys.stderr)
@@ -40,11 +41,14 @@ class Progress:
         return (self.total - step) * (time.perf_counter() - self.t0) / max(1, done)
 
     def update(self, step: int, parts: Sequence[str] = (), **postfix: str) -> None:
-        """Step ``step`` is done: the bar moves (``postfix`` beside it); every ~5%, short of the
-        end, a line ``step N/TOTAL: <parts>, about S s left`` (``unit`` in place of "step")."""
+        """Step ``step`` is done: the bar moves (``postfix`` beside it); at each ~5% mark passed,
+        short of the end, a line ``step N/TOTAL: <parts>, about S s left`` (``unit`` in place of
+        "step"). ``step`` may jump (bytes of text): a mark passed between two updates counts."""
         self.bar.set_postfix(postfix, refresh=False)
         self.bar.update(step - self.bar.n)
-        if self.lines_on and step % self.every == 0 and step < self.total:
+        mark = step // self.every
+        if self.lines_on and mark > self.lines_done and step < self.total:
+            self.lines_done = mark
             shown = ", ".join([*parts, f"about {self.seconds_left(step):.0f} s left"])
             self.log(f"{self.unit} {step}/{self.total}: {shown}")
 

@@ -84,3 +84,16 @@ def test_a_global_batch_larger_than_the_training_windows_is_refused_before_the_m
     ok = tiny_config(max_steps=1, batch_size=100, eval_batches=1)
     ok["data"]["max_tokens"] = 3200
     pretrain(ok, tmp_path / "ok", log=said.append)  # a batch of all 100 windows: fine
+
+
+@pytest.mark.parametrize("value", [None, ""])
+def test_lmlab_data_unset_or_empty_is_the_default(monkeypatch, value):
+    """``LMLAB_DATA=`` (set but empty) is the documented default, as an unset one is (it expanded
+    to "", so ``$LMLAB_DATA/pretrain`` became ``/pretrain``)."""
+    from lmlab.train.data import DEFAULT_DATA, expand
+
+    if value is None:
+        monkeypatch.delenv("LMLAB_DATA", raising=False)
+    else:
+        monkeypatch.setenv("LMLAB_DATA", value)
+    assert expand("$LMLAB_DATA/pretrain") == f"{DEFAULT_DATA}/pretrain"

@@ -39,9 +39,10 @@ class RunData:
 
 
 def expand(entry: str) -> str:
-    """Expand ``$LMLAB_DATA`` (default ``../shared/data``), other variables and ``~``."""
+    """Expand ``$LMLAB_DATA`` (default ``../shared/data``, when unset or empty, as an empty
+    ``$LMLAB_CACHE_DIR`` is no cache), other variables and ``~``."""
     env = dict(os.environ)
-    env.setdefault("LMLAB_DATA", DEFAULT_DATA)
+    env["LMLAB_DATA"] = env.get("LMLAB_DATA") or DEFAULT_DATA
     for name in ("LMLAB_DATA",):
         entry = entry.replace("${" + name + "}", env[name]).replace("$" + name, env[name])
     return os.path.expanduser(os.path.expandvars(entry))

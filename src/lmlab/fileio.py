@@ -352,15 +352,20 @@ def write_json(dest: str | os.PathLike, obj, indent: int | None = 2) -> None:
     atomic_write_bytes(dest, json_bytes(obj, indent))
 
 
-def read_json(path: str | os.PathLike, what: str = "JSON file"):
-    """Read JSON with a one-line error naming the file when it is missing or corrupt."""
+#: the fix of a corrupt JSON file that lmlab wrote
+REWRITE = "re-create it, e.g. by training or saving again"
+
+
+def read_json(path: str | os.PathLike, what: str = "JSON file", fix: str = REWRITE):
+    """Read JSON with a one-line error naming the file when it is missing or corrupt. ``fix``: what
+    to do about a corrupt one (default: write it again, for a file lmlab writes; a file the user or
+    another tool wrote says how to mend it)."""
     p = existing_file(path, what)
     try:
         with open(p, encoding="utf-8") as f:
             return json.load(f)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise LmlabError(f"{what} {p} is corrupt ({e.__class__.__name__}: {e})",
-                         "re-create it, e.g. by training or saving again") from None
+        raise LmlabError(f"{what} {p} is corrupt ({e.__class__.__name__}: {e})", fix) from None
     except RecursionError:
         raise LmlabError(f"{what} {p} is nested too deeply to read",
                          "flatten it (or, if lmlab wrote it, write it again)") from None

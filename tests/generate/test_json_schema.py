@@ -222,3 +222,17 @@ def test_cli_unsupported_keyword_is_a_one_line_error(checkpoint, tmp_path, capsy
                  "--grammar-backend", "lmlab"])
     err = capsys.readouterr().err
     assert code == 2 and err.startswith("error: ") and "'pattern'" in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("content", [b"", b"\xff\xfe{\x00}\x00", b'{"type": "object",'])
+def test_a_broken_schema_file_is_named_with_a_fix_for_the_users_file(checkpoint, tmp_path, capsys, content):
+    """The schema is the user's file: its fix says to mend the JSON (it said 're-create it, e.g. by
+    training or saving again', the fix of a file lmlab writes)."""
+    from lmlab.cli import main
+
+    schema_file = tmp_path / "schema.json"
+    schema_file.write_bytes(content)
+    code = main(["generate", "--checkpoint", str(checkpoint), "--json-schema", str(schema_file)])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and f"JSON Schema file {schema_file} is corrupt" in err, err
+    assert "make it one JSON object" in err and "training" not in err, err

@@ -267,7 +267,8 @@ def _read_schema(args):
     if args.num_beams > 1:
         raise LmlabError("--json-schema works with sampling or greedy decoding, not beam search",
                          "drop --num-beams")
-    schema = read_json(args.json_schema, "JSON Schema file")
+    schema = read_json(args.json_schema, "JSON Schema file",
+                       "make it one JSON object (a JSON Schema) in UTF-8; the error says where it breaks")
     check_json_schema(schema, args.grammar_backend)    # unsupported keywords: before the model is loaded
     return schema
 

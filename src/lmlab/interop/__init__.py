@@ -29,6 +29,9 @@ from lmlab.fileio import atomic_dir, inside, read_json, write_json
 __all__ = ["CONVERTERS", "check_model_dir", "converter", "converters", "hf_export", "hf_facts", "hf_import",
            "load_plain_model", "read_hf_weights"]
 
+#: the fix of a corrupt file of a Hugging Face model folder (another tool wrote it)
+HF_REWRITE = "save the model again with transformers (save_pretrained), or download it again"
+
 
 def converters() -> dict[str, str]:
     """HF ``model_type`` -> the converter module named by its family's spec (each converter lists
@@ -91,7 +94,7 @@ def read_hf_weights(directory: str | os.PathLike) -> dict:
         return read_safetensors(d / "model.safetensors")
     index = d / "model.safetensors.index.json"
     if index.is_file():
-        files = sorted(set(read_json(index, "safetensors index").get("weight_map", {}).values()))
+        files = sorted(set(read_json(index, "safetensors index", HF_REWRITE).get("weight_map", {}).values()))
         state = {}
         for f in files:
             state.update(read_safetensors(inside(d, f, f"{index.name} weight_map")))
@@ -153,7 +156,7 @@ def _read_hf_config(d: Path) -> _HFConfig:
     """A Hugging Face directory's ``config.json``, checked (:func:`check_hf_config`); an lmlab
     output is named as one (:func:`refuse_lmlab_output`)."""
     refuse_lmlab_output(d)
-    hf_config = read_json(d / "config.json", "model config")
+    hf_config = read_json(d / "config.json", "model config", HF_REWRITE)
     model_type = hf_config.get("model_type") if isinstance(hf_config, dict) else None
     if not model_type:
         raise LmlabError(
@@ -269,9 +272,9 @@ def _plain_prompts(directory: Path) -> None:
     """A decoder's exported tokenizer encodes a prompt as its tokens alone: no [CLS] ... [SEP]
     template (an encoder's) and no token_type_ids, so transformers' ``model.generate(**tok(text))``
     and ``pipeline("text-generation")`` continue exactly the ids lmlab's generation does."""
-    data = read_json(directory / "tokenizer.json", "tokenizer.json")
+    data = read_json(directory / "tokenizer.json", "tokenizer.json", HF_REWRITE)
     data["post_processor"] = None
     write_json(directory / "tokenizer.json", data)
-    config = read_json(directory / "tokenizer_config.json", "tokenizer_config.json")
+    config = read_json(directory / "tokenizer_config.json", "tokenizer_config.json", HF_REWRITE)
     config["model_input_names"] = ["input_ids", "attention_mask"]
     write_json(directory / "tokenizer_config.json", config)

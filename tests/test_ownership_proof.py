@@ -213,3 +213,21 @@ def test_a_failed_lr_sweep_leaves_no_folder_above_its_output(ckpt, tmp_path, cap
                  str(bad), "--lr", "auto", "--threads", "1", "--no-progress", "--out", str(out)]) == 2
     assert capsys.readouterr().err.splitlines()[-1].startswith(f"error: {bad} line 3: label 'maybe'")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ck", "train.tsv"]
+
+
+def test_a_folder_where_lmlab_writes_a_file_is_called_a_folder_not_a_changed_file(tmp_path):
+    """A folder made where a command filling its folder writes a file (lmlab's file replaced by it,
+    or made before lmlab wrote one): the claim and the write both say it is a folder (probe8 #9)."""
+    kind, entries = "scaling fit", ("fit.json", "fit.png")
+    with ownership.claimed_dir(tmp_path / "fit", kind, entries) as d:
+        atomic_write_text(d / "fit.json", "{}\n")
+    (d / "fit.json").unlink()
+    (d / "fit.json").mkdir()  # lmlab's file replaced by a folder: refused when claimed again
+    with pytest.raises(LmlabError, match="holds fit.json, which is a folder that lmlab did not make, "
+                                         "where lmlab writes a file; nothing was written"):
+        ownership.claim_dir(d, kind, entries, create=False)
+    (d / "fit.png").mkdir()  # never written by lmlab: refused when written, as a folder too
+    with pytest.raises(LmlabError, match=r"fit.png is a folder that lmlab did not make, where lmlab writes "
+                                         r"a file; .* move that folder away"):
+        ownership.check_overwrite(d / "fit.png")
+    assert (d / "fit.json").is_dir() and (d / "fit.png").is_dir()

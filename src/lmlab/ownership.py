@@ -330,7 +330,9 @@ def _claim(given: Path, resolved: Path, kind: str, entries: tuple[str, ...], cre
             if _lock_is_free(resolved) else []
         for name in again:
             path = resolved / name
-            if path.is_symlink() or (path.exists() and not path.is_dir()):
+            # a file lmlab wrote there, or whatever stands in its place now (a folder included)
+            if path.is_symlink() or (path.exists() and not path.is_dir()) \
+                    or (path.is_dir() and "size" in (_recorded_file(manifest, name) or {})):
                 verdict = claimed_file_verdict(manifest, name, path)
                 if not verdict.ok:
                     raise LmlabError(f"output folder {given} holds {name}, which {verdict.reason}; "
@@ -338,11 +340,12 @@ def _claim(given: Path, resolved: Path, kind: str, entries: tuple[str, ...], cre
                                      f"move {name} out of {given} (or put back the one lmlab wrote) and run "
                                      "the same command again: the rest of the folder's work is kept")
         missing = [e for e in entries if e not in recorded]
-        if missing and create:  # a newer lmlab writes more entries: claim those not already there
-            clash = [e for e in missing if (resolved / e).exists()]
-            if clash:
-                raise LmlabError(f"output folder {given} holds {clash[0]}, which lmlab did not write there",
-                                 "choose a new --out, or move that file away")
+        # a newer lmlab writes more entries: claim those not already there (checked by create=False too)
+        clash = [e for e in missing if (resolved / e).exists() or (resolved / e).is_symlink()]
+        if clash:
+            raise LmlabError(f"output folder {given} holds {clash[0]}, which lmlab did not write there",
+                             "choose a new --out, or move that file away")
+        if missing and create:
             added = {e: _entry(e, logs) for e in missing}
             write_manifest(resolved, {**_body(manifest), "entries": {**recorded, **added}})
         return resolved
@@ -531,14 +534,30 @@ def _claim_of(path: Path) -> tuple[Path, dict, str] | None:
     return None
 
 
-def claimed_file_verdict(manifest: dict, rel: str, path: Path) -> Verdict:
-    """Is ``path`` (``rel`` inside the claimed folder of ``manifest``) still what lmlab wrote there?
-    Yes when the manifest's stamp of it (:func:`record_file`) matches; a claim made before lmlab
-    stamped what it writes trusts its entries whole."""
+#: why lmlab refuses to write a file where a folder stands that it did not make (claimed_file_verdict)
+FOLDER_IN_PLACE = "is a folder that lmlab did not make, where lmlab writes a file"
+
+
+def _recorded_file(manifest: dict, rel: str) -> dict | None:
+    """The stamp the claimed folder's ``manifest`` keeps of the file (or empty folder) ``rel`` that
+    lmlab wrote there (:func:`record_file`), or None."""
     recorded = manifest.get("files", {}).get(rel) if isinstance(manifest.get("files"), dict) else None
     entry = manifest.get("entries", {}).get(rel)
     if recorded is None and isinstance(entry, dict) and "size" in entry:
         recorded = entry  # a single file recorded in the folder's entries (record_file with a kind)
+    return recorded if isinstance(recorded, dict) else None
+
+
+def claimed_file_verdict(manifest: dict, rel: str, path: Path) -> Verdict:
+    """Is ``path`` (``rel`` inside the claimed folder of ``manifest``), where lmlab writes a file,
+    still what lmlab wrote there? Yes when the manifest's stamp of it (:func:`record_file`)
+    matches; a claim made before lmlab stamped what it writes trusts its entries whole. A folder
+    there is never a file lmlab wrote, and is said to be a folder (:data:`FOLDER_IN_PLACE`), not a
+    changed file: only an empty folder lmlab recorded making is its own."""
+    recorded = _recorded_file(manifest, rel)
+    if path.is_dir() and not path.is_symlink() and not (recorded or {}).get("folder"):
+        # a folder where lmlab writes a file (someone made it, or replaced lmlab's file by it)
+        return Verdict(False, FOLDER_IN_PLACE)
     if recorded is not None:
         return Verdict(True) if _matches(recorded, path) else Verdict(False, "changed since lmlab wrote it")
     if manifest.get("stamped"):
@@ -609,8 +628,9 @@ def check_overwrite(path: str | os.PathLike) -> None:
     folder, manifest, rel = claim
     verdict = claimed_file_verdict(manifest, rel, p)
     if not verdict.ok and not _is_log(manifest.get("entries", {}).get(rel)):
+        what = "folder" if p.is_dir() and not p.is_symlink() else "file"
         raise LmlabError(f"{p} {verdict.reason}; it was left as it is, and nothing was written over it",
-                         "move that file away, then run the command again")
+                         f"move that {what} away, then run the command again")
 
 
 def unproven(directory: Path, name: str) -> list[str]:

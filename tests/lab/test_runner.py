@@ -278,3 +278,68 @@ def test_compare_refuses_a_user_folder_before_the_plan_line(micro, tmp_path, mon
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("error: output folder") and "g.toml" in err, err
     assert sorted(p.name for p in mine.iterdir()) == ["g.toml"] and not fakes.pretrain_calls
+
+
+def _fine_tuned_model(path: Path) -> None:
+    path.mkdir()
+    (path / "config.json").write_text("{}\n")
+    from lmlab import ownership
+
+    ownership.seal(path, "fine-tuned model")
+
+
+@pytest.mark.parametrize("what", ["a file of yours", "a fine-tuned model", "a folder of yours"])
+def test_dry_run_refuses_exactly_the_out_the_real_run_refuses(micro, tmp_path, monkeypatch, what):
+    """--dry-run makes the real run's checks on --out (runner.check_out): it passed a user's file, a
+    fine-tuned model and a user's non-empty folder as '-> OUT', which the real run refused (probe8 #2)."""
+    fakes = Fakes()
+    monkeypatch.setattr(runner_mod, "pretrain", fakes.pretrain)
+    monkeypatch.setattr(runner_mod, "finetune", fakes.finetune)
+    out = tmp_path / "out"
+    if what == "a file of yours":
+        out.write_text("mine\n")
+    elif what == "a fine-tuned model":
+        _fine_tuned_model(out)
+    else:
+        out.mkdir()
+        (out / "tr.tsv").write_text("sentence\tlabel\n")
+    before = sorted(p.name for p in out.iterdir()) if out.is_dir() else out.read_text()
+    errors, lines, grid = [], [], fake_grid(micro)
+    for dry_run in (True, False):
+        with pytest.raises(LmlabError) as e:
+            run_grid(grid, out, dry_run=dry_run, progress=False, log=lines.append)
+        errors.append(str(e.value))
+    assert errors[0] == errors[1] and not lines, (errors, lines)
+    assert not fakes.pretrain_calls and not fakes.finetune_calls
+    assert (sorted(p.name for p in out.iterdir()) if out.is_dir() else out.read_text()) == before
+
+
+def test_report_only_refuses_a_folder_where_its_report_goes_before_the_plan(micro, tmp_path, monkeypatch):
+    """A folder made at OUT/results.md: refused before the plan line (and by --dry-run), said to be a
+    folder, not a file that changed since lmlab wrote it (probe8 #9); also when lmlab had not
+    written that file yet (an interrupted grid), and for the run that would write it at its end."""
+    fakes = Fakes()
+    monkeypatch.setattr(runner_mod, "pretrain", fakes.pretrain)
+    monkeypatch.setattr(runner_mod, "finetune", fakes.finetune)
+    out, grid = tmp_path / "out", fake_grid(micro)
+    run_grid(grid, out, progress=False, log=lambda m: None)
+    (out / "results.md").unlink()
+    (out / "results.md").mkdir()
+    lines: list[str] = []
+    for flags in ({"report_only": True}, {"report_only": True, "dry_run": True}, {}, {"dry_run": True}):
+        with pytest.raises(LmlabError, match="results.md, which is a folder that lmlab did not make") as e:
+            run_grid(grid, out, progress=False, log=lines.append, **flags)
+        assert "changed since" not in str(e.value)
+    assert not lines and (out / "results.md").is_dir()
+
+    fakes = Fakes(interrupt_at=2)  # a grid stopped before its report: no results.md of lmlab's yet
+    monkeypatch.setattr(runner_mod, "pretrain", fakes.pretrain)
+    other = tmp_path / "other"
+    with pytest.raises(KeyboardInterrupt):
+        run_grid(grid, other, progress=False, log=lambda m: None)
+    (other / "runs.csv").mkdir()
+    for flags in ({"report_only": True}, {}):
+        with pytest.raises(LmlabError, match="runs.csv is a folder that lmlab did not make") as e:
+            run_grid(grid, other, progress=False, log=lines.append, **flags)
+        assert "move that folder away" in str(e.value)
+    assert not lines and len(fakes.pretrain_calls) == 2

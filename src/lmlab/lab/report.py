@@ -333,8 +333,14 @@ def _finite(obj):
     return obj
 
 
+#: the files :func:`write_report` writes into a comparison's folder (the plots only when they have points)
+REPORT_FILES = ("results.md", "results.csv", "runs.csv", "results.json", "loss_vs_compute.png",
+                "downstream.png")
+
+
 def write_report(records: list[dict[str, Any]], grid, out: str | Path) -> dict[str, Path]:
-    """Write ``results.md``, ``results.csv``, ``runs.csv``, ``results.json`` and the plots into ``out``."""
+    """Write :data:`REPORT_FILES` into ``out``: ``results.md``, ``results.csv``, ``runs.csv``,
+    ``results.json`` and the plots."""
     out = Path(out)
     name = getattr(grid, "name", "grid")
     rows = aggregate(records)

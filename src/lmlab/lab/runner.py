@@ -35,8 +35,8 @@ from lmlab.finetune import finetune
 from lmlab.lab.baselines import DIAGNOSTICS
 from lmlab.lab.grid import FinetuneRun, Grid, PretrainRun, check_machine
 from lmlab.lab.layout import checkpoint_of, finetune_dir, finetune_done, pretrain_dir, pretrain_done
-from lmlab.lab.report import aggregate, collect_records, flag_lines, write_report
-from lmlab.ownership import claimed_dir
+from lmlab.lab.report import REPORT_FILES, aggregate, collect_records, flag_lines, write_report
+from lmlab.ownership import check_overwrite, claim_dir, claimed_dir
 from lmlab.stopping import Stopped
 from lmlab.train import pretrain
 
@@ -102,8 +102,25 @@ def _run_log(path: Path, display: _Display, prefix: str) -> Callable[[str], None
 
 #: what ``lmlab compare`` writes in its folder (lmlab.ownership.claim_dir); nothing else there is touched
 GRID_KIND = "comparison"
-GRID_ENTRIES = ("plan.json", "pretrain", "finetune", "logs", "cache", "results.md", "results.csv",
-                "results.json", "runs.csv", "loss_vs_compute.png", "downstream.png")
+GRID_ENTRIES = ("plan.json", "pretrain", "finetune", "logs", "cache", *REPORT_FILES)
+
+
+def check_out(out: Path, report_only: bool = False) -> Path:
+    """Every check :func:`run_grid` makes on its folder ``out`` before its plan line and any work,
+    in one place, so that ``--dry-run`` (which makes them too) passes exactly the plans the real run
+    carries out: the claim of the folder will succeed (lmlab.ownership.claim_dir: not a file, not a
+    user's folder, not another kind of output, not inside another output, writable, each file of an
+    earlier comparison it writes again as lmlab left it), and no file the command writes there
+    (the report, and for a run the plan) stands where something lmlab cannot prove it wrote is
+    (lmlab.ownership.check_overwrite: a user's folder at ``OUT/results.md``, an edited file).
+    ``report_only``: the report from runs already there, so ``out`` must hold some. Nothing is
+    written. Returns ``out`` resolved."""
+    if report_only and not out.is_dir():
+        raise LmlabError(f"{out} holds no runs of this grid", "run the grid first (without --report-only)")
+    resolved = claim_dir(out, GRID_KIND, GRID_ENTRIES, create=False)
+    for name in REPORT_FILES if report_only else ("plan.json", *REPORT_FILES):
+        check_overwrite(resolved / name)
+    return resolved
 
 
 def _cache_dir(grid: Grid, out: Path) -> str:
@@ -225,19 +242,15 @@ def run_grid(
     plan = (f"grid {grid.name}: {counts}, budget {grid.budget_text()}; {n_done} cached, "
             f"{len(runs) - n_done} to train -> {out}")
     cached = [r.label for r in runs if done[id(r)]]
-    if dry_run:  # where the real run would be refused (inside another output...), so is the plan
-        from lmlab.ownership import check_destination
-
-        check_destination(out, "--out", fills=True)
+    # the checks of the real run on its folder, before the plan line: a dry run passes only the plans
+    # the real run carries out, and a refused run says nothing but its one line
+    check_out(out, report_only)
+    if dry_run:
         say(plan)
         for line in plan_lines(grid, out, done):
             say(line)
         return GridRun([], cached, [], out, {})
-    # the output is claimed (a user's folder refused in one line) before the plan line is said
     if report_only:
-        if not out.is_dir():
-            raise LmlabError(f"{out} holds no runs of this grid",
-                             "run the grid first (without --report-only)")
         with claimed_dir(out, GRID_KIND, GRID_ENTRIES):  # the report overwrites only a comparison's own files
             say(plan)
             records = collect_records(grid, out)

@@ -105,11 +105,12 @@ def test_scale_fit_refuses_a_users_fit_json_and_an_input_run_as_out(tmp_path, ca
 
 def test_compare_refuses_a_folder_with_a_users_plan_json(tmp_path, capsys):
     from lmlab.lab import runner
+    from lmlab.lab.grid_records import GRID_KIND
 
     folder = tmp_path / "plans"
     before = _user_folder(folder, {"plan.json": '{"mine": true}'})
     with pytest.raises(LmlabError, match="was not written by lmlab"):
-        ownership.claim_dir(folder, runner.GRID_KIND, runner.GRID_ENTRIES)
+        ownership.claim_dir(folder, GRID_KIND, runner.GRID_ENTRIES)
     assert _snapshot(folder) == before
 
 

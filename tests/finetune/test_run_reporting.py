@@ -10,7 +10,7 @@ from pathlib import Path
 from lmlab.cli import main
 from lmlab.finetune.config import FinetuneConfig
 from lmlab.finetune.loop import _done_line, _predicting_in_chunks, _shorter_run_hint
-from lmlab.train.progress import Progress
+from lmlab.progress import Progress
 
 
 def test_finetune_then_evaluate_say_plan_estimate_progress_and_summary(ckpt, data_dir, tmp_path, capsys):

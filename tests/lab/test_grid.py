@@ -396,7 +396,8 @@ def test_a_grid_may_name_its_own_cache_but_not_another_comparisons(grid_dict, tm
     writes'. Another comparison's cache stays refused, by load_grid and by lmlab compare alike."""
     from lmlab.cli import main
     from lmlab.config.toml import to_toml
-    from lmlab.lab.runner import GRID_ENTRIES, GRID_KIND
+    from lmlab.lab.grid_records import GRID_KIND
+    from lmlab.lab.runner import GRID_ENTRIES
     from lmlab.ownership import claim_dir
 
     out, other = tmp_path / "cmp", tmp_path / "other"

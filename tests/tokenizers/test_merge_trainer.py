@@ -240,7 +240,7 @@ def test_progress_bar_does_not_change_result(capsys):
 
 def test_progress_without_a_terminal_is_lines_not_a_bar(capsys):
     """stderr that is no terminal (a log file, lmlab demo 2>log) gets the one policy's lines, not a
-    bar's carriage returns (lmlab.train.progress.Progress)."""
+    bar's carriage returns (lmlab.progress.Progress)."""
     learn_merges(words_of(LECTURE), 8, progress=True)
     err = capsys.readouterr().err
     assert "\r" not in err and "merge 4/8: about" in err, err

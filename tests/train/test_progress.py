@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from lmlab.train.progress import Progress
+from lmlab.progress import Progress
 
 
 def test_without_a_terminal_a_line_every_twentieth_of_the_run_and_none_at_the_end():

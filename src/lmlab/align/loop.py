@@ -65,6 +65,7 @@ from lmlab.fileio import (
 from lmlab.finetune.loop import epoch_batches, load_trainable_model
 from lmlab.loading import model_facts
 from lmlab.models.config import max_length_for
+from lmlab.progress import Progress
 from lmlab.runtime import Machine, resolve
 from lmlab.stopping import RESUME, StopRequests
 from lmlab.tasks import collate
@@ -77,7 +78,6 @@ from lmlab.train.components.resume_state import ResumeState, random_streams, res
 from lmlab.train.engine import Engine
 from lmlab.train.metrics import MetricsLog
 from lmlab.train.optim import adamw, warmup_decay_lr
-from lmlab.train.progress import Progress
 
 SUMMARY_FILE = "align.json"
 EVAL_FILE = "eval.json"

@@ -346,8 +346,8 @@ def _check_splits(splits: dict[str, dict[str, Any]], val_fraction: float,
 
 def _progress_bar(total: int, enabled: bool):
     """The tokenizing progress over the input's bytes, by the one policy of lmlab's long loops
-    (:class:`lmlab.train.progress.Progress`): a bar on a terminal, a line every ~5% otherwise."""
-    from lmlab.train.progress import Progress
+    (:class:`lmlab.progress.Progress`): a bar on a terminal, a line every ~5% otherwise."""
+    from lmlab.progress import Progress
 
     return Progress(total, desc="tokenizing", show="auto" if enabled else "off", unit="byte",
                     log=lambda msg: print(msg, file=sys.stderr, flush=True))

@@ -70,6 +70,7 @@ from lmlab.finetune.scoring import (  # noqa: F401 - lmlab.finetune.loop's publi
 from lmlab.finetune.selection import ROW_PREFIX, selection_record
 from lmlab.models.checkpoint import refuse_int8
 from lmlab.models.config import max_length_for
+from lmlab.progress import Progress
 from lmlab.runtime import resolve
 from lmlab.stopping import RESUME, StopRequests
 from lmlab.tasks import Task, check_fields, check_tokenizer, make_task
@@ -80,7 +81,6 @@ from lmlab.train.engine import Engine  # noqa: F401 - the step every loop takes 
 from lmlab.train.estimate import Estimate, duration
 from lmlab.train.loggers import logger_dirs, open_loggers
 from lmlab.train.metrics import MetricsLog
-from lmlab.train.progress import Progress
 
 _read = read_examples  # its name before the split (lmlab.finetune.variants imports it)
 

@@ -23,11 +23,11 @@ from lmlab.arguments import callable_argument, number_argument, path_argument
 from lmlab.errors import LmlabError
 from lmlab.fileio import read_json, write_output_file
 from lmlab.finetune.methods import method_class
+from lmlab.progress import LINES_PER_RUN, Progress
 from lmlab.runtime import check_device, pick_device
 from lmlab.tasks import Task, check_tokenizer, load_task
 from lmlab.tasks.readers import BadLines, Example, limit
 from lmlab.train.estimate import duration
-from lmlab.train.progress import LINES_PER_RUN, Progress
 
 TASK_FILE = "task.json"
 SUMMARY_FILE = "finetune.json"

@@ -45,7 +45,17 @@ from lmlab.config.overrides import NOWHERE, Origin
 from lmlab.config.toml import read_toml
 from lmlab.errors import LmlabError
 from lmlab.fileio import check_name
-from lmlab.lab.grid_records import NONE, Arm, Budget, Contrast, FinetuneRun, Grid, PretrainRun, TaskSpec
+from lmlab.lab.grid_records import (
+    GRID_KIND,
+    NONE,
+    Arm,
+    Budget,
+    Contrast,
+    FinetuneRun,
+    Grid,
+    PretrainRun,
+    TaskSpec,
+)
 from lmlab.lab.grid_tables import (
     GRID_KEYS,
     PRETRAIN_KEYS,
@@ -178,7 +188,6 @@ def _own_comparison(out: str | os.PathLike | None):
     from contextlib import nullcontext
 
     from lmlab.arguments import path_argument
-    from lmlab.lab.runner import GRID_KIND
     from lmlab.ownership import filling, read_manifest
 
     if out is None:

@@ -8,6 +8,9 @@ from typing import Any
 
 #: the objective name of an arm that is not pretrained (fine-tuned from random initialisation)
 NONE = "none"
+#: the kind of folder ``lmlab compare`` fills (:func:`lmlab.ownership.claim_dir`; its entries:
+#: :data:`lmlab.lab.runner.GRID_ENTRIES`)
+GRID_KIND = "comparison"
 
 
 @dataclass(frozen=True)

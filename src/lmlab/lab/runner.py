@@ -34,6 +34,7 @@ from lmlab.fileio import append_line, write_json
 from lmlab.finetune import finetune
 from lmlab.lab.baselines import DIAGNOSTICS
 from lmlab.lab.grid import FinetuneRun, Grid, PretrainRun, check_machine
+from lmlab.lab.grid_records import GRID_KIND
 from lmlab.lab.layout import checkpoint_of, finetune_dir, finetune_done, pretrain_dir, pretrain_done
 from lmlab.lab.report import REPORT_FILES, aggregate, collect_records, flag_lines, write_report
 from lmlab.ownership import check_overwrite, claim_dir, claimed_dir
@@ -101,7 +102,6 @@ def _run_log(path: Path, display: _Display, prefix: str) -> Callable[[str], None
 
 
 #: what ``lmlab compare`` writes in its folder (lmlab.ownership.claim_dir); nothing else there is touched
-GRID_KIND = "comparison"
 GRID_ENTRIES = ("plan.json", "pretrain", "finetune", "logs", "cache", *REPORT_FILES)
 
 

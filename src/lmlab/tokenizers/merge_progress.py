@@ -1,5 +1,5 @@
 """The progress of the merge learners: the one progress policy of lmlab's long loops
-(:class:`lmlab.train.progress.Progress`: a bar on a terminal, a line every ~5% otherwise)."""
+(:class:`lmlab.progress.Progress`: a bar on a terminal, a line every ~5% otherwise)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ def merge_progress(total: int, enabled: bool) -> Iterator[Callable[[], None]]:
     if not enabled:
         yield lambda: None
         return
-    from lmlab.train.progress import Progress
+    from lmlab.progress import Progress
 
     progress = Progress(total, desc="merges", show="auto", unit="merge",
                         log=lambda msg: print(msg, file=sys.stderr, flush=True))

@@ -1,6 +1,6 @@
 """How long a run will take, said once its first steps are timed, and durations people read.
 
-A loop makes an :class:`Estimate` beside its :class:`~lmlab.train.progress.Progress` and calls
+A loop makes an :class:`Estimate` beside its :class:`~lmlab.progress.Progress` and calls
 :meth:`Estimate.update` after every step. The first step is not timed (allocations, lazy set-up);
 the next few are, and then one line says what the rest will cost::
 

@@ -40,6 +40,7 @@ from lmlab.data.packing import PackedWindows, eval_starts, window_count
 from lmlab.errors import LmlabError
 from lmlab.fileio import atomic_write_text, directory_lock, remove_leftovers, write_json
 from lmlab.ownership import claimed_dir
+from lmlab.progress import Progress
 from lmlab.runtime import resolve
 from lmlab.stopping import RESUME, StopRequests
 from lmlab.train import distributed as dist_
@@ -56,7 +57,6 @@ from lmlab.train.optim import build_optimizer, lr_at
 from lmlab.train.prefetch import Prefetcher
 from lmlab.train.pretrain_eval import micro_seed
 from lmlab.train.pretrain_state import RESUME_FREE_KEYS  # noqa: F401 - its old import path
-from lmlab.train.progress import Progress
 from lmlab.train.speed_options import apply_speed_options
 
 

@@ -3,7 +3,7 @@
 :class:`RunLogger` is one object per run that every loop writes through: :meth:`record` appends a
 row to the run's history, its ``metrics.jsonl`` (:class:`lmlab.train.metrics.MetricsLog`) and the
 loggers of ``train.loggers`` / ``--logger`` (:mod:`lmlab.train.loggers`); :meth:`update` moves the
-progress display (:class:`lmlab.train.progress.Progress`) and the time estimate
+progress display (:class:`lmlab.progress.Progress`) and the time estimate
 (:class:`lmlab.train.estimate.Estimate`); :meth:`write` prints a message without breaking the bar.
 """
 
@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from lmlab.progress import Progress
 from lmlab.train.estimate import Estimate
 from lmlab.train.metrics import MetricsLog
-from lmlab.train.progress import Progress
 
 
 class RunLogger:

@@ -94,9 +94,38 @@ def number(low: float | None = None, high: float | None = None, *, low_open: boo
                                                                   **bounds), AfterValidator(_finite)]
 
 
+#: what is wrong with a whole number written as a float (``1.0``, ``1e3``): the one wording
+NOT_WHOLE = "must be a whole number, written without a decimal point or exponent"
+_INTEGER_TEXT = re.compile(r"\s*[+-]?\d+(_\d+)*\s*")
+
+
+def whole_number(x: Any) -> Any:
+    """The one rule of a whole number, for every entry point (a flag's text, a ``--set`` value, a
+    TOML value, a Python argument): an int written as one (``1``, ``1000``, on a command line the
+    text ``"1000"``). A float is not one even when it has no fraction (``1.0``, ``1e3``, TOML's
+    ``max_steps = 1e3``, Python's ``300.0``), nor is text spelling one (``"1.0"``, ``"1e3"``), nor
+    a truth value: ``ValueError`` (:data:`NOT_WHOLE`). Anything else is passed on for its type to
+    judge (text that is no number at all: "must be a whole number")."""
+    x = _not_boolean(x)
+    if isinstance(x, float):
+        raise ValueError(NOT_WHOLE)
+    if isinstance(x, str) and not _INTEGER_TEXT.fullmatch(x):
+        try:
+            float(x.replace("_", ""))
+        except ValueError:
+            return x  # not a number at all: pydantic says so
+        raise ValueError(NOT_WHOLE)
+    return x
+
+
+#: any whole number (:func:`whole_number`), for a field with no range of its own
+Integer = Annotated[int, BeforeValidator(whole_number), Field(description="a whole number, e.g. 100")]
+
+
 def whole(low: int, high: int, *, hint: str) -> Any:
-    """An int type in ``[low, high]``, never a boolean nor a number with a fraction."""
-    return Annotated[int, BeforeValidator(_not_boolean), Field(ge=low, le=high, description=hint)]
+    """An int type in ``[low, high]`` by the one rule of :func:`whole_number`: never a boolean,
+    nor a float (``1.0``, ``1e3``), whatever the entry point."""
+    return Annotated[int, BeforeValidator(whole_number), Field(ge=low, le=high, description=hint)]
 
 
 def choice(*options: str, hint: str | None = None) -> Any:
@@ -398,7 +427,8 @@ def hint(kind: Any) -> str:
 def check(kind: Any, value: Any, where: str, fix: str = "", *, strict: bool = False) -> Any:
     """``value`` validated (and converted) as ``kind``, or a one-line :class:`LmlabError` naming
     ``where`` (a flag, ``FILE key``), the value and ``fix`` (by default: what ``kind`` accepts).
-    ``strict``: no conversion between kinds (the text "10" is not a number, 10.0 not a whole one),
+    ``strict``: no conversion between kinds (the text "10" is not a number; 10.0 is no whole number
+    anywhere, :func:`whole_number`),
     for an argument of the Python API (:func:`lmlab.arguments.number_argument`)."""
     try:
         return _adapter(kind).validate_python(value, strict=strict or None)

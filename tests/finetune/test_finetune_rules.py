@@ -169,6 +169,15 @@ def test_python_refuses_an_unknown_select_metric_before_any_step(ckpt, tmp_path,
                  log=lambda msg: None)
 
 
+def test_the_cli_names_an_unknown_select_metric_as_its_flag(ckpt, tmp_path, sst2_files, capsys):
+    """probe8 #8: ``lmlab finetune --select-metric bleu`` said ``select_metric 'bleu'``, the keyword."""
+    argv = base_argv(tmp_path, *sst2_files)
+    argv[argv.index("--checkpoint") + 1] = str(ckpt)
+    assert exit_code([*argv, "--select-metric", "bleu", "--max-steps", "1", "--no-progress"]) == 2
+    assert_one_line_error(capsys, "error: --select-metric 'bleu' is not a metric of task sst2; "
+                                  "choose one of: accuracy")
+
+
 # --------------------------------------------------------------------------- grids
 
 

@@ -90,5 +90,5 @@ def test_training_with_flex_on_a_cpu_is_refused_before_any_work(tmp_path, capsys
     code = main(["pretrain", "--config", "configs/gpt-tiny-clm.toml", "--out", str(tmp_path / "r"),
                  "--set", "train.attention=flex", "train.device=cpu"])
     err = capsys.readouterr().err
-    assert code == 2 and err.startswith("error: train.attention=flex trains on CUDA only")
+    assert code == 2 and err.startswith("error: --set train.attention=flex trains on CUDA only")
     assert not (tmp_path / "r").exists()

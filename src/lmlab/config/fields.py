@@ -177,13 +177,11 @@ def _bool(value: Any, key: str, where: str) -> bool:
 
 
 def _int(value: Any, key: str, where: str) -> int:
+    """A field typed plain ``int``: the one rule of a whole number (:func:`lmlab.values.whole_number`:
+    ``1.0`` and ``1e3`` are not one, from a file, ``--set`` or a dict alike)."""
     if isinstance(value, str):
         value = parse_value(value)
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise LmlabError(f"{where} must be an integer, got {value!r}", f"write e.g. {key}=100")
-    return value
+    return values.check(values.Integer, value, where, f"write it as digits, e.g. {key}=100")
 
 
 def _float(value: Any, key: str, where: str) -> float:

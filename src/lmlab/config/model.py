@@ -22,8 +22,31 @@ class ModelConfig:
 
 
 def build_model_section(table: dict[str, Any], origin: Origin = NOWHERE) -> ModelConfig:
-    """``[model]`` of a recipe: the preset must exist; every other key is a field of its config."""
-    return build_named(ModelConfig, table, "model", "preset", origin, _preset_fields)
+    """``[model]`` of a recipe: the preset must exist; every other key is a field of its config;
+    the rules between those fields (``n_heads`` divides ``d_model``...) hold (:func:`check_model_rules`)."""
+    section = build_named(ModelConfig, table, "model", "preset", origin, _preset_fields)
+    check_model_rules(section, origin)
+    return section
+
+
+def check_model_rules(section: ModelConfig, origin: Origin = NOWHERE) -> None:
+    """The preset's config with the section's fields, validated (the config's own ``validate``, which
+    building the model runs again) at config load, before a tokenizer is trained. An error names the
+    field given that breaks the rule, where it was written (``--set model.d_model: n_heads 4 does
+    not divide d_model 65``): the first given field without which the rule holds."""
+    from lmlab.models import get_preset
+
+    try:
+        get_preset(section.preset, **section.overrides)
+    except LmlabError as e:
+        given = list(section.overrides)
+        for key in given:
+            try:
+                get_preset(section.preset, **{k: v for k, v in section.overrides.items() if k != key})
+            except LmlabError:
+                continue
+            raise LmlabError(f"{origin.of(f'model.{key}')}: {e.problem}", e.fix, setting=key) from None
+        raise LmlabError(f"{origin.section('model')}: {e.problem}", e.fix) from None
 
 
 def _preset_fields(preset: Any, where: str) -> tuple[dict[str, Any], str]:

@@ -82,7 +82,7 @@ def build_run_config(raw: dict[str, Any], origin: Origin = NOWHERE) -> RunConfig
     data = build_data_section(dict(raw.get("data", {})), origin)
     train = build_section(TrainConfig, dict(raw.get("train", {})), "train", origin)
     cfg = RunConfig(model, objective, data, train)
-    validate(cfg)
+    validate(cfg, origin)
     return cfg
 
 
@@ -97,34 +97,36 @@ def _cuda_for(device: str) -> bool:
     return device.startswith("cuda") or (device == "auto" and torch.cuda.is_available())
 
 
-def validate(cfg: RunConfig) -> None:
+def validate(cfg: RunConfig, origin: Origin = NOWHERE) -> None:
     """What no single value says (each value's own range was checked as it was read, by its type):
     relations between keys, the machine, and what needs no data or model (those come later,
-    before training starts)."""
+    before training starts). Each error names its setting where it was written (``origin``:
+    ``--set train.betas``, ``recipe.toml:12: train.betas``)."""
     from lmlab.config.fits import check_batch_fits
     from lmlab.config.loggers import check_loggers
 
     t = cfg.train
     if t.seq_len < 2:
-        raise LmlabError(f"train.seq_len {t.seq_len} is too short", "use at least 2 tokens")
+        raise LmlabError(f"{origin.of('train.seq_len')} {t.seq_len} is too short", "use at least 2 tokens")
     if t.min_lr > t.lr:
         raise LmlabError(f"need 0 <= train.min_lr <= train.lr and lr > 0, got lr={t.lr}, min_lr={t.min_lr}",
                          "e.g. lr=1e-3, min_lr=1e-4")
     check_loggers(t.loggers, "train.loggers")
     if t.attention == "flex" and not _cuda_for(t.device):
-        raise LmlabError("train.attention=flex trains on CUDA only (FlexAttention has no backward pass "
-                         "on CPUs)", "use train.attention=auto or sdpa on this machine")
+        raise LmlabError(f"{origin.of('train.attention')}=flex trains on CUDA only (FlexAttention has no "
+                         "backward pass on CPUs)", "use train.attention=auto or sdpa on this machine")
     if len(t.betas) != 2:
-        raise LmlabError(f"train.betas must be two numbers in [0, 1), got {t.betas}",
+        raise LmlabError(f"{origin.of('train.betas')} must be two numbers in [0, 1), got {t.betas}",
                          "e.g. betas=[0.9, 0.95]")
     check_schedule(t)
-    check_windows(cfg)
+    check_windows(cfg, origin)
     check_objective_train(cfg)
     check_objective_tokens(cfg)
-    check_model_vocab(cfg)
+    check_model_vocab(cfg, origin)
     check_batch_fits(cfg)
     if not cfg.data.train:
-        raise LmlabError("data.train is empty", "set data.train to token shards or text files")
+        raise LmlabError(f"{origin.of('data.train')} is empty",
+                         "set data.train to token shards or text files")
 
 
 def check_schedule(t: TrainConfig, prefix: str = "train.") -> None:
@@ -151,7 +153,7 @@ def schedule_note(t: TrainConfig, prefix: str = "train.") -> str | None:
             f"{prefix}warmup_steps <= {t.max_steps} for the whole schedule")
 
 
-def check_windows(cfg: RunConfig) -> None:
+def check_windows(cfg: RunConfig, origin: Origin = NOWHERE) -> None:
     """``data.max_tokens`` that cannot hold one training window of ``train.seq_len`` tokens
     (:func:`lmlab.data.packing.fewer_than_a_window`, the rule the trainer's windows apply to the
     tokens themselves)."""
@@ -159,9 +161,9 @@ def check_windows(cfg: RunConfig) -> None:
 
     d, t = cfg.data, cfg.train
     if d.max_tokens and fewer_than_a_window(d.max_tokens, t.seq_len):
-        raise LmlabError(f"data.max_tokens {d.max_tokens:,} is fewer than one training window of "
-                         f"train.seq_len={t.seq_len} tokens", f"set data.max_tokens >= {t.seq_len} (0: all "
-                         "the tokens) or lower train.seq_len")
+        raise LmlabError(f"{origin.of('data.max_tokens')} {d.max_tokens:,} is fewer than one training "
+                         f"window of train.seq_len={t.seq_len} tokens",
+                         f"set data.max_tokens >= {t.seq_len} (0: all the tokens) or lower train.seq_len")
 
 
 def check_objective_train(cfg: RunConfig) -> None:
@@ -199,7 +201,7 @@ def check_objective_tokens(cfg: RunConfig) -> None:
                              "out: the defaults include it)")
 
 
-def check_model_vocab(cfg: RunConfig) -> None:
+def check_model_vocab(cfg: RunConfig, origin: Origin = NOWHERE) -> None:
     """``model.vocab_size`` smaller than the vocabulary a ``[data] tokenizer`` table asks for plus
     the tokens the objective adds (T5's sentinels): known before the tokenizer is trained (the
     trainer checks the trained one again, :func:`lmlab.train.builder.model_config`)."""
@@ -212,5 +214,6 @@ def check_model_vocab(cfg: RunConfig) -> None:
     need = tok["vocab_size"] + added
     if size < need:
         extra = f" plus the {added} objective {cfg.objective.name!r} adds" if added else ""
-        raise LmlabError(f"model.vocab_size {size} is smaller than the {tok['vocab_size']} tokens "
-                         f"data.tokenizer asks for{extra}", f"set model.vocab_size >= {need} or leave it out")
+        raise LmlabError(f"{origin.of('model.vocab_size')} {size} is smaller than the {tok['vocab_size']} "
+                         f"tokens data.tokenizer asks for{extra}",
+                         f"set model.vocab_size >= {need} or leave it out")

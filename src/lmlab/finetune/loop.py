@@ -337,7 +337,7 @@ def _build_run(checkpoint, task, train, dev, tokenizer, cfg: FinetuneConfig, met
     task.fit(train_ex)  # the label set, before dev is read: a dev file's header is told from its labels
     dev_ex = limit(read_examples(task, dev, "dev", bad), cfg.max_eval_examples)
     task.check(dev_ex, "dev")
-    cfg.check_select_metric(task.metric_names(dev_ex), task.name)  # before any step, not at the first score
+    cfg.check_select_metric(task.metric_names(dev_ex), task.name, names)  # before any step, named as written
     train_ex, choose_ex = selection_data(train_ex, dev_ex, cfg)
     model = task.prepare_model(model)
     model = meth.apply(model, task).to(machine.device)

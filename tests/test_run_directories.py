@@ -1,7 +1,7 @@
 """A pretraining run directory (what `lmlab pretrain --out RUN` leaves) stands for its newest complete
 checkpoint wherever a checkpoint is read, by one rule (lmlab.train.checkpoint.run_checkpoint): the
-command line's --checkpoint/--teacher/--base and the Python API's finetune alike; the CLI's note that
-says so comes only once the command proceeds, so a refusal stays one line."""
+command line's --checkpoint/--teacher/--base and the Python API's finetune and load_model alike; the
+CLI's note that says so comes only once the command proceeds, so a refusal stays one line."""
 
 from __future__ import annotations
 
@@ -60,3 +60,32 @@ def test_the_note_comes_once_the_command_proceeds(run, capsys):
     assert main(["generate", "--checkpoint", str(run), "--prompt", "to be", "--max-new-tokens", "2"]) == 0
     err = capsys.readouterr().err
     assert err.count(f"{run}: using its newest checkpoint, {run / 'checkpoints' / 'step_4'}") == 1
+
+
+def test_python_load_model_reads_a_run_directory_as_the_cli_does(run):
+    """load_model(RUN) said "RUN is an lmlab pretraining run ...: it needs no import", while
+    generate()'s own fix tells users to call load_model('runs/gpt')."""
+    from lmlab.generate import generate
+    from lmlab.loading import load_model, model_facts
+
+    with pytest.raises(LmlabError, match=rf"load it first: model = load_model\('{run}'\)"):
+        generate(str(run), torch.tensor([[1, 2]]))
+    model = load_model(str(run))  # the fix that error gives works
+    assert model.architecture == "decoder" and model.tokenizer is not None
+    assert model_facts(run).architecture == "decoder"
+    assert generate(model, torch.tensor([[1, 2]]), max_new_tokens=2).shape[-1] >= 2
+
+
+def test_export_reads_a_hugging_face_directory_as_the_other_commands_do(run, tmp_path, capsys):
+    """export --checkpoint HF_DIR said "format version None ...; re-save it with a matching lmlab
+    version" (a false cause) while generate, finetune, evaluate and quantize read the same folder."""
+    from lmlab.loading import load_model
+
+    hf, again = tmp_path / "hf", tmp_path / "hf-again"
+    assert main(["export", "--checkpoint", str(run), "--format", "hf", "--out", str(hf)]) == 0
+    assert main(["generate", "--checkpoint", str(hf), "--prompt", "to be", "--max-new-tokens", "2"]) == 0
+    capsys.readouterr()
+    assert main(["export", "--checkpoint", str(hf), "--format", "hf", "--out", str(again)]) == 0
+    assert "wrote gpt2 model" in capsys.readouterr().out
+    ids = torch.tensor([[1, 2, 3]])
+    assert torch.equal(load_model(hf)(ids).logits, load_model(again)(ids).logits)

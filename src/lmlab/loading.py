@@ -6,6 +6,8 @@
 =====================================  ================================================
 directory                              read by
 =====================================  ================================================
+pretraining run (``pretrain --out``)   its newest complete checkpoint, as ``--checkpoint``
+                                       reads it (:func:`lmlab.train.checkpoint.run_checkpoint`)
 lmlab checkpoint (float weights)       :func:`lmlab.models.load_checkpoint`
 lmlab int8 checkpoint                  :func:`lmlab.adapt.quantize.load_quantized`
 ``lmlab finetune --method adapter``,   :func:`lmlab.adapt.peft_io.load_peft` on the
@@ -30,6 +32,7 @@ from collections.abc import Callable
 
 from lmlab.interop import check_model_dir, load_plain_model
 from lmlab.models.facts import ModelFacts, facts_of
+from lmlab.train.checkpoint import run_checkpoint
 
 __all__ = ["attach_tokenizer", "load_model", "model_facts"]
 
@@ -45,7 +48,7 @@ def model_facts(source) -> ModelFacts | None:
 
     if not isinstance(source, (str, os.PathLike)):
         return facts_of(source)
-    p = check_model_dir(source)
+    p = check_model_dir(run_checkpoint(source))  # a pretraining run: its newest checkpoint
     if _quantized(p):  # the directories in the order _load tries them
         return checkpoint_facts(p)
     if is_lmlab_checkpoint(p):  # a LoRA output's merged model, even beside its base/ (a grown vocabulary)
@@ -71,7 +74,7 @@ def load_model(path: str | os.PathLike, map_location="cpu", tokenizer=None,
     (on the built model when only it can tell)."""
     from lmlab.arguments import callable_argument, path_argument, tokenizer_argument
 
-    path = path_argument(path, "load_model's path")
+    path = run_checkpoint(path_argument(path, "load_model's path"))  # a pretraining run: its newest
     if tokenizer is not None:
         tokenizer_argument(tokenizer, "load_model's tokenizer", path=True)
     if check is not None:

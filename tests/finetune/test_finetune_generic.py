@@ -137,13 +137,14 @@ def test_generic_classification_learns_real_data(data_dir, minilm_dir, tmp_path)
 def test_decoders_and_encoder_decoders_take_the_generic_tasks(minilm_dir, tmp_path):
     tok = load_tokenizer(minilm_dir)
     train = write_rows(tmp_path / "n.csv", NEWS * 2, header=("topic", "title", "body"))
-    for preset, extra in (("gpt2-tiny", {}), ("t5-tiny", {"pad_token_id": 0, "decoder_start_token_id": 0,
-                                                          "eos_token_id": tok.sep_id})):
+    t5 = {"pad_token_id": 0, "decoder_start_token_id": 0, "eos_token_id": tok.sep_id}
+    # max_target_length: an encoder-decoder's (a decoder classifier generates nothing: refused there)
+    for preset, extra, options in (("gpt2-tiny", {}, {}), ("t5-tiny", t5, {"max_target_length": 6})):
         torch.manual_seed(0)
         model = build_model(get_preset(preset, vocab_size=tok.vocab_size, **extra), heads=None)
         model.tokenizer = tok
         res = finetune(model, "pair-classification", train, train, None, max_steps=2, batch_size=4,
-                       fields={"text": "title", "text_pair": "body", "label": "topic"}, max_target_length=6,
+                       fields={"text": "title", "text_pair": "body", "label": "topic"}, **options,
                        progress=False, log=lambda m: None)
         # a task answered in text also reports the share of answers outside the label set
         assert set(res.metrics) - {"outside_labels"} == {"accuracy"} and res.task.labels == LABELS

@@ -34,7 +34,8 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, Field
 
 from lmlab import values
-from lmlab.errors import LmlabError, a_or_an
+from lmlab.config.rules import ForArchitectures
+from lmlab.errors import LmlabError
 
 #: the linear layers of an lmlab Transformer block, by their attribute names (attention, FFN)
 LINEAR_NAMES = ("q_proj", "k_proj", "v_proj", "o_proj", "fc_in", "fc_gate", "fc_out")
@@ -151,21 +152,13 @@ class OnlyWith:
                              f"set {self.needs}, or drop {self.option}")
 
 
-@dataclasses.dataclass(frozen=True)
-class ForArchitectures:
-    """``option``, when true, does something only on a model of one of ``architectures`` (told from
-    its config, before any weight is read)."""
-
-    option: str
-    architectures: tuple[str, ...]
-    why: str
-
-    def check(self, method: str, options: dict[str, Any], architecture: str) -> None:
-        value = options.get(self.option)
-        if value and architecture not in self.architectures:
-            raise LmlabError(f"{method} option {self.option}={_written(value)} has no effect on "
-                             f"{a_or_an(architecture)} model ({self.why})",
-                             f"drop {self.option}, or use {a_or_an(' or '.join(self.architectures))} model")
+def check_model_rule(rule: ForArchitectures, method: str, options: dict[str, Any], architecture: str) -> None:
+    """``rule``'s option, when true, refused on a model of another architecture (told from its
+    config, before any weight is read): the rule kind fine-tuning's settings use too."""
+    value = options.get(rule.flag)
+    if value and not rule.holds(architecture):
+        raise LmlabError(*rule.problem(f"{method} option {rule.flag}={_written(value)}", architecture,
+                                       drop=rule.flag))
 
 
 def _written(value: Any) -> str:
@@ -338,7 +331,7 @@ def check_positions(method: str, options: dict[str, Any], config) -> int:
     from lmlab.models.registry import spec_of_config
 
     for rule in MODEL_RULES.get(method, ()):
-        rule.check(method, options, spec_of_config(config).name)
+        check_model_rule(rule, method, options, spec_of_config(config).name)
     taken, alone = positions_needed(method, options)
     limit = position_limit(config)
     if limit is None:

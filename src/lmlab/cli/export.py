@@ -6,7 +6,8 @@ from lmlab.cli.common import add_command
 from lmlab.values import path_flag
 
 EXPORT_DESCRIPTION = """\
-Write an lmlab checkpoint as a Hugging Face model directory (config.json + model.safetensors, plus
+Write an lmlab checkpoint (or a pretraining run's newest one, or a Hugging Face model directory,
+written again) as a Hugging Face model directory (config.json + model.safetensors, plus
 tokenizer.json/tokenizer_config.json when the checkpoint has a tokenizer). transformers loads it
 with the matching class, e.g. BertForMaskedLM.from_pretrained(DIR), and computes the same logits.
 Families: bert, roberta, albert, electra, gpt2, llama, t5, bart. The output directory is written
@@ -44,7 +45,7 @@ def register(sub) -> None:
         EXPORT_EXAMPLES,
     )
     p.add_argument("--checkpoint", type=path_flag, required=True, metavar="DIR",
-                   help="lmlab checkpoint directory")
+                   help="lmlab checkpoint, pretraining run directory (its newest checkpoint) or HF model dir")
     p.add_argument("--format", choices=["hf", "peft"], default="hf",
                    help="hf: a transformers model dir; peft: a LoRA, prefix or prompt fine-tune as a "
                    "peft adapter folder")
@@ -72,13 +73,14 @@ def _export_kind(args) -> tuple[str, str]:
 
 
 def run_export(args) -> int:
-    from lmlab.interop import hf_export
-    from lmlab.models import load_checkpoint
+    from lmlab.interop import hf_export, load_plain_model
 
     if args.format == "peft":
         return _export_peft(args)
 
-    model = load_checkpoint(args.checkpoint)
+    # the loader of the other commands' --checkpoint: an lmlab checkpoint or a Hugging Face model
+    # directory (written again as lmlab writes one), each told by its files before a weight is read
+    model = load_plain_model(args.checkpoint)
     out = hf_export(model, args.out)
     print(f"wrote {model.config.family} model ({model.num_parameters():,} parameters) to {out}")
     return 0

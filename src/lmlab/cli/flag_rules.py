@@ -22,7 +22,8 @@ setting given there. A partner's value is what the command will use: given, or i
 * :class:`Excludes`: ``flag`` and ``partner`` may not both be given (one overrides the other).
 
 A rule that needs the files' contents or the checkpoint (a ``.tsv`` file with ``--delimiter``, a
-decoder's ``--lm-weight``) stays with the code that reads them.
+decoder's ``--lm-weight``: :data:`lmlab.config.finetune.ARCHITECTURE_RULES`) is checked where they
+are read.
 """
 
 from __future__ import annotations

@@ -19,7 +19,15 @@ from pydantic.dataclasses import dataclass
 
 from lmlab import values
 from lmlab.config.overrides import NOWHERE, Origin, suggest
-from lmlab.config.rules import KEYWORDS, Needs, NotAbove, SettingNames, check_rules
+from lmlab.config.rules import (
+    KEYWORDS,
+    ForArchitectures,
+    Needs,
+    NotAbove,
+    SettingNames,
+    check_architecture,
+    check_rules,
+)
 from lmlab.errors import LmlabError
 from lmlab.values import (
     BatchSize,
@@ -84,6 +92,17 @@ TASK_RULES = (
     Needs("rouge_stemmer", "task", ("text2text",)),
     Needs("packing", "task", ("instruct",)),
     Needs("template", "task", ("instruct",)),
+)
+#: what a setting needs of the model's architecture (or, for some, of the task): the options only
+#: one formulation of a task reads (:func:`lmlab.tasks.make_task`), checked where the checkpoint's
+#: architecture is first known, from its config before any weight is read
+#: (:meth:`FinetuneConfig.check_architecture`: ``lmlab finetune``, ``finetune()``, a grid's arms)
+ARCHITECTURE_RULES = (
+    ForArchitectures("lm_weight", ("decoder",), "the weight of a decoder classifier's auxiliary LM loss"),
+    ForArchitectures("decoder_style", ("decoder",), "how a decoder classifier lays out its input"),
+    ForArchitectures("max_target_length", ("seq2seq",), "the longest answer generated",
+                     tasks=("instruct",)),
+    ForArchitectures("prefix", ("seq2seq",), "the text put before an encoder-decoder's source"),
 )
 
 
@@ -153,6 +172,13 @@ class FinetuneConfig:
         values = {"task": task}
         check_rules(TASK_RULES, given, lambda name: values[name] if name in values else getattr(self, name),
                     names)
+
+    def check_architecture(self, architecture: str, task: str | None, given=(),
+                           names: SettingNames = KEYWORDS, model: str = "") -> None:
+        """The settings of ``given`` that a model of ``architecture`` fine-tuned on ``task`` would
+        ignore (:data:`ARCHITECTURE_RULES`: ``lm_weight`` off a decoder, ``prefix`` off an
+        encoder-decoder...) refused, naming the checkpoint ``model`` when there is one."""
+        check_architecture(ARCHITECTURE_RULES, given, architecture, task, names, model)
 
     def check_files(self, paths, names: SettingNames = KEYWORDS) -> None:
         """A ``delimiter`` (CSV only) with a data file of ``paths`` that is told a TSV file by its

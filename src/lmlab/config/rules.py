@@ -182,6 +182,55 @@ class NotAbove:
                 f"lower {flag} to at most {partner}, or raise {other}")
 
 
+@dataclass(frozen=True)
+class ForArchitectures:
+    """``flag`` does something only on a model of one of ``architectures`` (``encoder``,
+    ``decoder``, ``seq2seq``: told from the model's config, before any weight is read), or, whatever
+    the model, with one of ``tasks``; ``why`` says what it does (shown in brackets). The one kind
+    of rule for "another architecture ignores this": fine-tuning's settings
+    (:data:`lmlab.config.finetune.ARCHITECTURE_RULES`) and the PEFT methods' options
+    (:data:`lmlab.adapt.options.MODEL_RULES`)."""
+
+    flag: str
+    architectures: tuple[str, ...]
+    why: str
+    tasks: tuple[str, ...] = ()
+
+    def holds(self, architecture: str, task: str | None = None) -> bool:
+        return architecture in self.architectures or (task is not None and task in self.tasks)
+
+    def problem(self, shown: str, architecture: str, model: str = "", drop: str = "") -> tuple[str, str]:
+        """``shown``: the setting as the user wrote it (``--lm-weight``, ``before_cls=true``);
+        ``model``: the checkpoint it is about, when there is one to name; ``drop``: what to drop."""
+        what = f"{model}, {_model(architecture)}" if model else _model(architecture)
+        wanted = _model(" or ".join(_ARCHITECTURE_WORDS.get(a, a) for a in self.architectures))
+        if self.tasks:
+            wanted += f" (or task {' or '.join(self.tasks)})"
+        return (f"{shown} has no effect on {what} ({self.why})",
+                f"drop {drop or shown}, or use {wanted}")
+
+
+#: how an architecture is called in a message
+_ARCHITECTURE_WORDS = {"seq2seq": "encoder-decoder"}
+
+
+def _model(architecture: str) -> str:
+    from lmlab.errors import a_or_an
+
+    return f"{a_or_an(_ARCHITECTURE_WORDS.get(architecture, architecture))} model"
+
+
+def check_architecture(rules: Iterable[ForArchitectures], given: Iterable[str], architecture: str,
+                       task: str | None = None, names: SettingNames = KEYWORDS, model: str = "") -> None:
+    """Refuse, in one line named by ``names``, a setting of ``given`` (the names the user set: a
+    default never counts) that a model of ``architecture`` fine-tuned on ``task`` would ignore
+    (``rules``); ``model``: the checkpoint named in the message."""
+    given = set(given)
+    for rule in rules:
+        if rule.flag in given and not rule.holds(architecture, task):
+            raise LmlabError(*rule.problem(names.of(rule.flag), architecture, model))
+
+
 Rule = Needs | Excludes | NotAbove
 
 

@@ -73,7 +73,7 @@ from lmlab.models.config import max_length_for
 from lmlab.progress import Progress
 from lmlab.runtime import resolve
 from lmlab.stopping import RESUME, StopRequests
-from lmlab.tasks import Task, check_fields, check_tokenizer, make_task
+from lmlab.tasks import ARCHITECTURES, Task, check_fields, check_tokenizer, make_task
 from lmlab.tasks.readers import BadLines, limit
 from lmlab.train import distributed as dist
 from lmlab.train.components import RunLogger
@@ -140,19 +140,27 @@ def load_trainable_model(checkpoint, tokenizer, purpose: str = "fine-tuning"):
     return model
 
 
-def check_length_fits(checkpoint, max_length: int | None, meth=None, names: SettingNames = KEYWORDS) -> None:
-    """A ``max_length`` given and the virtual tokens of the method ``meth`` (a soft prompt, a
-    prefix) must fit the positions of ``checkpoint`` (a directory or a model), told from its config
-    before any weight is read (:func:`lmlab.models.config.max_length_for`); the error names the
-    setting as the user wrote it (``names``: ``--max-length``, ``max_length``)."""
+def check_model_fits(checkpoint, cfg: FinetuneConfig, task, given=(), meth=None,
+                     names: SettingNames = KEYWORDS) -> None:
+    """What ``checkpoint`` (a directory or a model) must be for the settings, told from its config
+    before any weight is read: a setting of ``given`` its architecture would ignore
+    (:meth:`FinetuneConfig.check_architecture`: ``lm_weight`` on an encoder); a ``max_length``
+    given and the virtual tokens of the method ``meth`` (a soft prompt, a prefix) must fit its
+    positions (:func:`lmlab.models.config.max_length_for`). Errors name the setting as the user
+    wrote it (``names``: ``--max-length``, ``max_length``)."""
     from lmlab.loading import model_facts
 
     facts = model_facts(checkpoint)
     if facts is None:
         return
+    if facts.architecture in ARCHITECTURES:  # any other is refused as it loads (load_trainable_model)
+        model = "" if isinstance(checkpoint, nn.Module) else str(checkpoint)
+        name = task if isinstance(task, str) else getattr(task, "name", None)
+        cfg.check_architecture(facts.architecture, name, given, names, model)
     reserved = method_positions(meth, facts.config)
-    if max_length is not None:
-        max_length_for(facts.config, max_length, max_length, flag=names.of("max_length"), reserved=reserved)
+    if cfg.max_length is not None:
+        max_length_for(facts.config, cfg.max_length, cfg.max_length, flag=names.of("max_length"),
+                       reserved=reserved)
 
 
 def method_positions(meth, config) -> int:
@@ -224,7 +232,7 @@ def finetune(checkpoint, task: str | Task, train, dev, out: str | os.PathLike | 
                          "pass an output directory (--out)")
     say = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
     meth = method_class(method)(**(method_options or {}))  # bad method options fail before any work
-    check_length_fits(checkpoint, cfg.max_length, meth, _names)  # before any work: the config is enough
+    check_model_fits(checkpoint, cfg, task, hparams, meth, _names)  # before any work: the config is enough
     if cfg.lr == "auto":
         if dist.launched_world_size() > 1:
             raise LmlabError("--lr auto runs one fine-tuning per rate and cannot run under torchrun",

@@ -265,7 +265,8 @@ def parse_tasks(value, shared: dict[str, Any], origin: Origin = NOWHERE) -> list
 
 
 def check_task(task: TaskSpec, arm: Arm) -> None:
-    """The task must be posable for the arm's architecture (e.g. no conll with a decoder)."""
+    """The task must be posable for the arm's architecture (e.g. no conll with a decoder), and its
+    settings given read by it (``ARCHITECTURE_RULES``: no ``prefix`` for a GPT arm)."""
     from lmlab.tasks import make_task
 
     if arm.architecture not in ("encoder", "decoder", "seq2seq"):
@@ -274,8 +275,9 @@ def check_task(task: TaskSpec, arm: Arm) -> None:
             "use encoder, decoder or encoder-decoder presets, or drop [[tasks]]",
         )
     try:
-        options = task.config().task_options()
-        make_task(task.task, arm.architecture, **options)
+        cfg = task.config()
+        cfg.check_architecture(arm.architecture, task.task, task.given, task.names)  # lm_weight, no decoder
+        make_task(task.task, arm.architecture, **cfg.task_options())
     except LmlabError as e:
         raise LmlabError(f"arm {arm.name!r}, task {task.name!r}: {e}") from None
 

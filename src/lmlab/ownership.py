@@ -17,7 +17,10 @@ lmlab replaces or deletes only what it can prove it wrote. The proof is a manife
   only while its stamp matches. A command that ends having written nothing there gives the claim
   back (:func:`claimed_dir`), so a refused or stopped command leaves no trace.
 * a **single file** written into a user's folder (``--predictions``, ``fit.json``) is recorded in
-  that folder's manifest (:func:`record_file`), and replaced only while it is unchanged.
+  that folder's manifest (:func:`record_file`), and replaced only while it is unchanged. Written
+  beside the entries of a folder another command fills (results beside a run's checkpoint), it is
+  recorded in that folder's manifest apart from that command's files (:data:`BESIDE`): never that
+  command's to replace or delete, and replaced by its own kind of output while unchanged.
 * a **temporary** (``.NAME.tmp-PID-*``, ``.NAME.old-PID``, ``.NAME.prune-PID``) is always a folder
   holding a manifest that names the process writing it; it is removed as a leftover only when that
   manifest is there and the process has ended. A user's file that merely looks like one is kept.
@@ -571,7 +574,8 @@ def record_file(path: str | os.PathLike, kind: str | None = None, hashed: bool =
       and :func:`lmlab.fileio.append_line` call this);
     * else, for a ``kind`` of single file written into a user's folder (``--predictions``), in
       that folder's manifest; a ``kind`` of file put inside a folder another command fills (results
-      beside a run's checkpoint) is recorded nowhere: it is the user's there, never replaced.
+      beside a run's checkpoint) in that folder's manifest apart from its own files
+      (:func:`_record_beside`): never that command's, and replaced only by its own kind, unchanged.
       Without ``kind`` nothing is recorded anywhere else (a temporary or an output written in one
       go is sealed whole).
 

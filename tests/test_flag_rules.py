@@ -9,7 +9,7 @@ import pytest
 from assertions import assert_one_line_error, exit_code
 
 from lmlab.cli import build_parser
-from lmlab.cli.flag_rules import RULES, Excludes, check_flag_rules
+from lmlab.cli.flag_rules import EVALUATE_DATA_FLAGS, RULES, Excludes, check_flag_rules
 
 #: each command's required arguments (paths that need not exist: the rules come first)
 BASE = {
@@ -24,6 +24,11 @@ BASE = {
     "data prepare": ["data", "prepare", "--tokenizer", "TOK", "--input", "a.txt", "--out", "OUT"],
 }
 H = ["--harness", "hellaswag"]
+#: each data flag of evaluate, as given
+DATA_FLAG_VALUES = {"--format": ["--format", "csv"], "--header/--no-header": ["--no-header"],
+                    "--delimiter": ["--delimiter", ";"], "--on-bad-line": ["--on-bad-line", "skip"],
+                    "--max-bad-fraction": ["--max-bad-fraction", "0.2"],
+                    **{f: [f, "1"] for f in EVALUATE_DATA_FLAGS if f.endswith("-field")}}
 V = ["--variant", "a", "--prompts", "P"]
 #: (command, flag, partner) -> what breaks that rule, added to BASE
 BROKEN = {
@@ -41,9 +46,12 @@ BROKEN = {
     ("align", "--temperature", "--method"): ["--temperature", "0.5"],
     ("align", "--loss", "--method"): ["--loss", "ipo", "--method", "rlhf"],
     ("align", "--label-smoothing", "--method"): ["--label-smoothing", "0.1", "--method", "rlhf"],
-    ("evaluate", "--max-bad-fraction", "--on-bad-line"): ["--max-bad-fraction", "0.5", "--on-bad-line",
-                                                          "error"],
-    ("evaluate", "--delimiter", "--format"): ["--format", "jsonl", "--delimiter", "tab"],
+    ("evaluate", "--max-bad-fraction", "--on-bad-line"): ["--data", "D", "--max-bad-fraction", "0.5",
+                                                          "--on-bad-line", "error"],
+    ("evaluate", "--delimiter", "--format"): ["--data", "D", "--format", "jsonl", "--delimiter", "tab"],
+    # probe8 #5: what only a data file's scoring reads was ignored in silence with --harness
+    ("evaluate", "--predictions", "--data"): ["--predictions", "P", *H],
+    **{("evaluate", flag, "--data"): [*H, *DATA_FLAG_VALUES[flag]] for flag in EVALUATE_DATA_FLAGS},
     ("evaluate", "--num-fewshot", "--harness"): ["--num-fewshot", "2"],
     ("evaluate", "--out", "--harness"): ["--out", "R"],
     ("evaluate", "--overwrite", "--harness"): ["--overwrite"],
@@ -98,8 +106,8 @@ def test_partners_given_satisfy_the_rules():
           "export": ["--format", "peft", "--base", "B"],
           "data prepare": ["--input", "a.txt", "b.jsonl", "--text-field", "body"],
           "align": ["--method", "rlhf", "--sft-steps", "10", "--samples", "2"],
-          "evaluate": ["--on-bad-line", "skip", "--max-bad-fraction", "0.5", "--format", "csv", "--delimiter",
-                       ";"]}
+          "evaluate": ["--data", "D", "--on-bad-line", "skip", "--max-bad-fraction", "0.5", "--format", "csv",
+                       "--delimiter", ";", "--no-header", "--text-field", "0", "--predictions", "P"]}
     for command, extra in ok.items():
         check_flag_rules(parser, parser.parse_args(BASE[command] + extra))
 
@@ -111,7 +119,8 @@ def test_fine_tuning_rules_have_one_home():
     from lmlab.config.finetune import RULES as FIELD_RULES
 
     assert "finetune" not in RULES
-    data = {(r.flag, r.partner) for r in RULES["evaluate"] if r.flag in ("--max-bad-fraction", "--delimiter")}
+    data = {(r.flag, r.partner) for r in RULES["evaluate"]
+            if r.flag in ("--max-bad-fraction", "--delimiter") and r.partner != "--data"}
     assert data == {("--max-bad-fraction", "--on-bad-line"), ("--delimiter", "--format")}
     assert {r.flag for r in FIELD_RULES} >= {"max_bad_fraction", "delimiter"}
 
@@ -127,3 +136,21 @@ def test_text_field_with_only_text_files_is_refused(tmp_path, capsys):
     assert "applies only with --input records (.jsonl, .parquet or a datasets folder)" in err, err
     parser = build_parser()
     check_flag_rules(parser, parser.parse_args([*args, "a.txt", "b.jsonl.gz"]))
+
+
+def test_every_data_flag_of_evaluate_needs_data(capsys):
+    """probe8 #5: ``evaluate --harness`` ignored --predictions and every flag of how a data file is
+    read (--format csv --text-field 3: rc 0). Each flag of evaluate's "data files" group, and
+    --predictions, now needs --data: refused in one line with --harness, before any work."""
+    import argparse
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    group = next(g for g in sub.choices["evaluate"]._action_groups if g.title == "data files")
+    flags = {"/".join(a.option_strings) for a in group._group_actions}
+    assert flags == set(EVALUATE_DATA_FLAGS)
+    for extra, flag in ((["--predictions", "pp.jsonl"], "--predictions"), (["--format", "csv"], "--format"),
+                        (["--text-field", "3"], "--text-field"), (["--no-header"], "--header/--no-header")):
+        assert exit_code(["evaluate", "--checkpoint", "CK", *H, "--out", "q.json", *extra]) == 2
+        err = assert_one_line_error(capsys, f"{flag} applies only with --data FILE")
+        assert f"drop {flag}" in err

@@ -126,3 +126,24 @@ def test_every_output_where_nothing_can_be_written_is_refused_before_any_work(ke
     out = Path("/proc/lmlab-out/sub")
     assert main(_argv(key, out, inputs)) == 2
     assert_one_line_error(capsys, f"{key[1]} {out} cannot be written: the folder /proc")
+
+
+def test_two_outputs_of_one_command_are_never_one_path_nor_one_inside_the_other(tmp_path):
+    """probe8 #5: ``evaluate --harness --out q.json --predictions q.json`` was accepted (one output
+    would go over the other). Every command's outputs are checked against each other in one place
+    (``lmlab.ownership.check_outputs_apart``, called with all of OUTPUT_ARGS by the CLI), before any
+    work, as its outputs are against its inputs."""
+    from lmlab import ownership
+    from lmlab.cli import _check_outputs
+    from lmlab.errors import LmlabError
+
+    q, ft = tmp_path / "q.json", tmp_path / "ft"
+    args = argparse.Namespace(out=str(q), predictions=str(tmp_path / "." / "q.json"), checkpoint=None)
+    with pytest.raises(LmlabError, match="--out .*q.json and --predictions .*q.json are the same path"):
+        _check_outputs(args)
+    with pytest.raises(LmlabError, match=r"--predictions .*ft/p.jsonl is inside --out .*ft: both are"):
+        ownership.check_outputs_apart({"--out": str(ft), "--predictions": str(ft / "p.jsonl")})
+    with pytest.raises(LmlabError, match="give --predictions a path outside --out"):
+        ownership.check_outputs_apart({"--predictions": str(ft / "p.jsonl"), "--out": str(ft)})
+    ownership.check_outputs_apart({"--out": str(q), "--predictions": str(tmp_path / "p.jsonl"), "--x": None})
+    assert not q.exists() and not ft.exists()

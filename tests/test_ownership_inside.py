@@ -295,19 +295,61 @@ NEW_NAMES = {
 @pytest.mark.parametrize("command", list(NEW_NAMES))
 def test_a_new_name_of_yours_in_a_run_folder_is_written_and_the_run_is_untouched(outs, command, monkeypatch):
     """The docs' own layouts: ``evaluate --harness`` writes ``run/checkpoints/step_N.harness.json``
-    by default, ``scale fit`` a grid's ``fit/`` inside the comparison. Nothing of the run changes."""
+    by default, ``scale fit`` a grid's ``fit/`` inside the comparison. Nothing of the run changes:
+    a single file written there is recorded in the run's manifest beside the run's own files
+    (``ownership.BESIDE``), which stay as they were."""
     monkeypatch.chdir(outs)
     path = NEW_NAMES[command]
     before = _state(outs / "run")
+    manifest = ownership.read_manifest(outs / "run")
     try:
         assert main([*COMMANDS[command], path]) == 0
         after = _state(outs / "run")
         added = {k for k in after if k == path[4:] or k.startswith(path[4:] + "/")}
         files = {k: v for k, v in after.items() if k not in added and not v[0]}  # folders' times change
-        assert added and files == {k: v for k, v in before.items() if not v[0]}  # the manifest too
+        old = {k: v for k, v in before.items() if not v[0]}
+        assert added and {k: v for k, v in files.items() if k != ownership.MANIFEST} \
+            == {k: v for k, v in old.items() if k != ownership.MANIFEST}
+        now = ownership.read_manifest(outs / "run")
+        beside = now.pop(ownership.BESIDE, {})
+        assert now == {**manifest, ownership.BESIDE: {}} or now == manifest
+        assert set(beside) <= {path[4:]}
     finally:
         target = outs / path
         shutil.rmtree(target) if target.is_dir() else target.unlink(missing_ok=True)
+        ownership.write_manifest(outs / "run", {k: v for k, v in manifest.items() if k != "lmlab_manifest"})
+
+
+def test_predictions_lmlab_wrote_beside_a_checkpoint_are_replaced_and_no_other_file_is(outs, capsys,
+                                                                                      monkeypatch):
+    """probe8 #1's class: a single file lmlab wrote inside a folder another command fills (predictions
+    beside a run's checkpoint) could not be written again: once there, its name was taken for one of
+    the run's ("inside the pretraining run ..., where only that pretraining run writes"). It is
+    recorded beside the run's own files and replaced while unchanged; edited, or a file of the
+    user's, it is refused as such, and the run's own files are never replaceable by it."""
+    monkeypatch.chdir(outs)
+    path = "run/checkpoints/step_2.predictions.jsonl"
+    manifest = ownership.read_manifest(outs / "run")
+    argv = COMMANDS["evaluate --predictions"]
+    try:
+        assert main([*argv, path]) == 0
+        assert main([*argv, path]) == 0, capsys.readouterr().err  # lmlab's, unchanged: replaced
+        capsys.readouterr()
+        (outs / path).write_text("edited\n", encoding="utf-8")
+        assert main([*argv, path]) == 2
+        _one_line_error(capsys, f"--predictions {path} exists and changed since lmlab wrote it")
+        assert (outs / path).read_text(encoding="utf-8") == "edited\n"
+        mine = "run/checkpoints/mine.jsonl"
+        (outs / mine).write_text("mine\n", encoding="utf-8")
+        assert main([*argv, mine]) == 2
+        _one_line_error(capsys, f"--predictions {mine} exists and was not written by lmlab")
+        assert (outs / mine).read_text(encoding="utf-8") == "mine\n"
+        assert main([*argv, "run/config.toml"]) == 2  # the run's own file: never a predictions file
+        _one_line_error(capsys, "inside the pretraining run run (its config.toml)")
+    finally:
+        for name in (path, "run/checkpoints/mine.jsonl"):
+            (outs / name).unlink(missing_ok=True)
+        ownership.write_manifest(outs / "run", {k: v for k, v in manifest.items() if k != "lmlab_manifest"})
 
 
 def test_inside_a_folder_a_command_fills_only_its_entries_are_refused(outs):

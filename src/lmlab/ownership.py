@@ -17,7 +17,10 @@ lmlab replaces or deletes only what it can prove it wrote. The proof is a manife
   only while its stamp matches. A command that ends having written nothing there gives the claim
   back (:func:`claimed_dir`), so a refused or stopped command leaves no trace.
 * a **single file** written into a user's folder (``--predictions``, ``fit.json``) is recorded in
-  that folder's manifest (:func:`record_file`), and replaced only while it is unchanged.
+  that folder's manifest (:func:`record_file`), and replaced only while it is unchanged. Written
+  beside the entries of a folder another command fills (results beside a run's checkpoint), it is
+  recorded in that folder's manifest apart from that command's files (:data:`BESIDE`): never that
+  command's to replace or delete, and replaced by its own kind of output while unchanged.
 * a **temporary** (``.NAME.tmp-PID-*``, ``.NAME.old-PID``, ``.NAME.prune-PID``) is always a folder
   holding a manifest that names the process writing it; it is removed as a leftover only when that
   manifest is there and the process has ended. A user's file that merely looks like one is kept.
@@ -61,6 +64,22 @@ TEMPORARY_MARKER = ".lmlab-temporary.json"
 BOOKKEEPING = frozenset({MANIFEST, ".lock", TEMPORARY_MARKER})
 _TEMPORARY = re.compile(r"\.(?P<name>.+)\.(?P<what>tmp|old|prune)-(?P<pid>\d+)(?:-.*)?")
 _HOST = socket.gethostname()
+
+
+#: how an output path lmlab derived itself, not given by the user, is named in errors (``evaluate
+#: --harness``'s results file beside the checkpoint): ``the default --out PATH``, never ``--out
+#: PATH`` as if the user had typed it; the fix still names the option (:func:`option`)
+DEFAULT_LABEL = "the default "
+
+
+def default_flag(flag: str) -> str:
+    """The label of the output ``flag`` when lmlab derived its path (:data:`DEFAULT_LABEL`)."""
+    return DEFAULT_LABEL + flag
+
+
+def option(flag: str) -> str:
+    """The option a label names (``--out`` for ``the default --out``): what a fix tells the user to pass."""
+    return flag[len(DEFAULT_LABEL):] if flag.startswith(DEFAULT_LABEL) else flag
 
 
 # ------------------------------------------------------------------------------------- manifests
@@ -574,7 +593,8 @@ def record_file(path: str | os.PathLike, kind: str | None = None, hashed: bool =
       and :func:`lmlab.fileio.append_line` call this);
     * else, for a ``kind`` of single file written into a user's folder (``--predictions``), in
       that folder's manifest; a ``kind`` of file put inside a folder another command fills (results
-      beside a run's checkpoint) is recorded nowhere: it is the user's there, never replaced.
+      beside a run's checkpoint) in that folder's manifest apart from its own files
+      (:func:`_record_beside`): never that command's, and replaced only by its own kind, unchanged.
       Without ``kind`` nothing is recorded anywhere else (a temporary or an output written in one
       go is sealed whole).
 
@@ -584,7 +604,8 @@ def record_file(path: str | os.PathLike, kind: str | None = None, hashed: bool =
     p = Path(path)
     claim = _claim_of(p)
     if claim is not None and kind is not None and claim[0].resolve() not in _FILLING:
-        return  # another command's result put in a folder this one does not fill: the user's, never touched
+        _record_beside(claim[0], claim[2], p, kind, hashed)  # another command's result in a folder it fills
+        return
     if claim is not None:
         folder, manifest, rel = claim
         files = dict(manifest.get("files") or {})
@@ -599,6 +620,45 @@ def record_file(path: str | os.PathLike, kind: str | None = None, hashed: bool =
     entries = dict(manifest.get("entries", {}))
     entries[p.name] = {"kind": kind, **_stamp(p, hashed)}
     write_manifest(p.parent, _body(manifest) | {"entries": entries})
+
+
+#: the map, in the manifest of a folder a command fills, of the single files other commands wrote
+#: there (``evaluate --harness``'s results beside a checkpoint, ``--predictions``): relative path ->
+#: kind and stamp. Not that command's files: it never replaces or deletes them (:func:`unproven`
+#: does not count them as its own); the command of that kind may replace one while it is unchanged
+#: (:func:`may_replace_file`, :func:`check_overwrite`)
+BESIDE = "beside"
+
+
+def _beside(manifest: dict) -> dict[str, dict]:
+    found = manifest.get(BESIDE)
+    return {k: v for k, v in found.items() if isinstance(v, dict)} if isinstance(found, dict) else {}
+
+
+def _record_beside(folder: Path, rel: str, path: Path, kind: str, hashed: bool) -> None:
+    """Record the ``kind`` file ``path`` (``rel`` inside the folder ``folder`` that another command
+    fills) in that folder's manifest (:data:`BESIDE`), under the folder's lock, so that the command
+    filling it, which holds that lock while it runs, never loses a stamp of its own to this write.
+    While that command runs, nothing is recorded: the file is then the user's, never replaced."""
+    import fcntl
+
+    lock = folder / ".lock"
+    if lock.is_symlink():
+        return
+    try:
+        f = open(lock, "a", encoding="utf-8")  # noqa: SIM115 - held for the block below
+    except OSError:
+        return
+    with f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return
+        manifest = read_manifest(folder)  # read again under the lock
+        if manifest is None or manifest.get("state") != "claimed":
+            return
+        beside = {**_beside(manifest), rel: {"kind": kind, **_stamp(path, hashed)}}
+        write_manifest(folder, {**_body(manifest), BESIDE: beside})
 
 
 def record_tree(directory: str | os.PathLike) -> None:
@@ -626,7 +686,11 @@ def check_overwrite(path: str | os.PathLike) -> None:
     if claim is None:
         return
     folder, manifest, rel = claim
-    verdict = claimed_file_verdict(manifest, rel, p)
+    beside = _beside(manifest).get(rel)
+    if beside is not None and folder.resolve() not in _FILLING:
+        verdict = Verdict(True) if _matches(beside, p) else Verdict(False, "changed since lmlab wrote it")
+    else:
+        verdict = claimed_file_verdict(manifest, rel, p)
     if not verdict.ok and not _is_log(manifest.get("entries", {}).get(rel)):
         what = "folder" if p.is_dir() and not p.is_symlink() else "file"
         raise LmlabError(f"{p} {verdict.reason}; it was left as it is, and nothing was written over it",
@@ -839,7 +903,7 @@ def check_not_dangling(path: str | os.PathLike, flag: str = "--out") -> None:
     if given.is_symlink() and not given.exists():
         raise LmlabError(f"{flag} {given} is a link to {os.readlink(given)}, which does not exist; "
                          "nothing was written",
-                         f"remove the link, or choose a {flag} path that is not a link to nothing")
+                         f"remove the link, or choose a {option(flag)} path that is not a link to nothing")
 
 
 def check_writable(path: str | os.PathLike, flag: str, before=None) -> None:
@@ -859,7 +923,7 @@ def check_writable(path: str | os.PathLike, flag: str, before=None) -> None:
     if not base.is_dir():
         what = "a file" if base.is_file() else "not a folder"
         raise LmlabError(f"{flag} {given} cannot be written: {base} is {what}; nothing was written",
-                         f"choose a {flag} path that does not go through a file")
+                         f"choose a {option(flag)} path that does not go through a file")
     if before is not None:
         before()
     limit = name_max(base)
@@ -867,7 +931,7 @@ def check_writable(path: str | os.PathLike, flag: str, before=None) -> None:
         if name_bytes(part) > limit:
             raise LmlabError(f"{flag} {given} cannot be written: a name in it is {name_bytes(part)} bytes "
                              f"long, and the file system of {base} takes at most {limit} bytes per name; "
-                             "nothing was written", f"choose a {flag} path with shorter names")
+                             "nothing was written", f"choose a {option(flag)} path with shorter names")
     try:
         probe = tempfile.mkdtemp(prefix=derived_name(target.name, base, f"tmp-{os.getpid()}-check"), dir=base)
     except OSError as e:
@@ -876,7 +940,7 @@ def check_writable(path: str | os.PathLike, flag: str, before=None) -> None:
         if e.errno in (errno.EACCES, errno.EPERM):
             why = "does not let this user write in it (permission denied)"
         raise LmlabError(f"{flag} {given} cannot be written: the folder {base} {why}; nothing was written",
-                         f"choose a {flag} path you may write to") from None
+                         f"choose a {option(flag)} path you may write to") from None
     os.rmdir(probe)
 
 
@@ -962,7 +1026,7 @@ def check_not_inside_output(path: str | os.PathLike, flag: str = "--out", fills:
         what = f" (its {top})" if (folder / top).exists() or (folder / top).is_symlink() else ""
         why = "which lmlab replaces whole"
     raise LmlabError(f"{flag} {given} is inside the {kind} {shown}{what}, {why}; nothing was written",
-                     f"choose {a_or_an(flag)} path outside it")
+                     f"choose {a_or_an(option(flag))} path outside it")
 
 
 #: names inside a folder a command fills that it writes later, though none is there yet
@@ -981,6 +1045,12 @@ def _meets_an_entry(folder: Path, manifest: dict, rel: Path) -> bool:
     if len(rel.parts) == 1:
         return True
     inner = folder / rel.parts[0] / rel.parts[1]
+    if inner.is_file() and not inner.is_symlink() and manifest.get("stamped") \
+            and (folder / rel) == inner and rel.as_posix() not in (manifest.get("files") or {}):
+        # a file that command did not write (a results file another command wrote beside a
+        # checkpoint, recorded or not: :func:`record_file`): not its entry; whether it may be
+        # replaced is the file's own question (:func:`may_replace_file`)
+        return False
     return inner.exists() or inner.is_symlink() or bool(_FUTURE_ENTRIES.fullmatch(rel.parts[1]))
 
 
@@ -996,15 +1066,45 @@ def check_output_spares_inputs(out: str | os.PathLike, inputs: dict[str, object]
         for item in value if isinstance(value, (list, tuple)) else [value]:
             if item is None or not isinstance(item, (str, os.PathLike)) or not str(item):
                 continue
-            path = Path(item).resolve()
-            if path == target or target in path.parents:
-                what = "would replace"
-            elif path in target.parents and path.is_dir():
-                what = "would be written inside"
-            else:
+            what = _clash(target, Path(item).resolve())
+            if what is None:
                 continue
             raise LmlabError(f"{flag} {out} {what} the input {in_flag} {item}; nothing was written",
-                             f"write the output outside the command's inputs (another {flag} path)")
+                             f"write the output outside the command's inputs (another {option(flag)} path)")
+
+
+def _clash(target: Path, path: Path) -> str | None:
+    """How writing the output ``target`` would lose ``path`` (both resolved): replace it (the same
+    path, or a folder holding it), be written inside it (a folder), or None."""
+    if path == target or target in path.parents:
+        return "would replace"
+    if path in target.parents and path.is_dir():
+        return "would be written inside"
+    return None
+
+
+def check_outputs_apart(outputs: dict[str, object]) -> None:
+    """One-line error, before any work, when two outputs of one command (``{flag: path}``, the unset
+    ones None) are the same path, or one would hold the other (``--out q.json --predictions q.json``:
+    one would be written over the other; ``--out ft --predictions ft/p.jsonl``: replacing ``ft``
+    would delete the predictions). The counterpart of :func:`check_output_spares_inputs` among the
+    outputs; a command with several outputs is checked here, whatever ``--overwrite`` says."""
+    given = [(flag, value) for flag, value in outputs.items()
+             if isinstance(value, (str, os.PathLike)) and str(value)]
+    for i, (flag, out) in enumerate(given):
+        for other_flag, other in given[i + 1:]:
+            a, b = Path(out).resolve(), Path(other).resolve()
+            if a == b:
+                raise LmlabError(f"{flag} {out} and {other_flag} {other} are the same path: one output would "
+                                 "be written over the other; nothing was written",
+                                 f"give {option(flag)} and {option(other_flag)} different paths")
+            pair = (flag, out, other_flag, other) if a in b.parents else \
+                (other_flag, other, flag, out) if b in a.parents else None
+            if pair is not None:
+                outer_flag, outer, inner_flag, inner = pair
+                raise LmlabError(f"{inner_flag} {inner} is inside {outer_flag} {outer}: both are outputs "
+                                 "of this command; nothing was written",
+                                 f"give {option(inner_flag)} a path outside {option(outer_flag)}")
 
 
 # ---------------------------------------------------------------------------------- single files
@@ -1020,9 +1120,16 @@ def may_replace_file(path: Path, kind: str) -> Verdict:
     claim = _claim_of(path)
     if claim is not None:
         folder, manifest, rel = claim
+        beside = _beside(manifest).get(rel)
+        if beside is not None:  # a single file another command wrote here (results beside a checkpoint)
+            if beside.get("kind") != kind:
+                return Verdict(False, f"is {a_or_an(beside.get('kind') or 'file')}, not {a_or_an(kind)}")
+            return Verdict(True) if _matches(beside, path) else Verdict(False, "changed since lmlab wrote it")
         entry = manifest.get("entries", {}).get(rel.split("/", 1)[0])
         own = entry.get("kind") if isinstance(entry, dict) else None  # a single file recorded there
         if own is None and manifest.get("kind") != kind:
+            if manifest.get("stamped") and rel not in (manifest.get("files") or {}):
+                return Verdict(False, "was not written by lmlab")  # nor recorded by the command that wrote it
             # an entry of a folder a command fills (a run's metrics.jsonl): that command's, no other's
             return Verdict(False, f"belongs to the {manifest.get('kind')} in {folder}")
         if own is not None and own != kind:
@@ -1052,7 +1159,7 @@ def check_replaceable_file(path: str | os.PathLike, kind: str, flag: str = "--ou
     verdict = may_replace_file(p, kind)
     if not verdict.ok:
         raise LmlabError(f"{flag} {p} exists and {verdict.reason}; nothing was written",
-                         f"choose a new {flag} path, or move or delete that file yourself")
+                         f"choose a new {option(flag)} path, or move or delete that file yourself")
     return p
 
 

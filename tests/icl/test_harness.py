@@ -114,16 +114,15 @@ def test_an_existing_results_file_is_kept_unless_overwrite_and_overwrite_replace
     out = root / "kept.json"
     out.unlink(missing_ok=True)
     run_harness(root / "ck", mc, out=out, limit=1)
-    with pytest.raises(LmlabError, match="already exists; pass --overwrite"):
+    with pytest.raises(LmlabError, match=r"already exists \(results lmlab wrote\); pass --overwrite"):
         run_harness(root / "ck", mc, out=out)
     assert json.loads(out.read_text(encoding="utf-8"))["limit"] == 1
     run_harness(root / "ck", mc, out=out, overwrite=True, limit=2)  # a results file lmlab wrote: replaced
     assert json.loads(out.read_text(encoding="utf-8"))["limit"] == 2
     mine = root / "mine.json"  # a file of the user's: never replaced, --overwrite or not (docs/safety.md)
     mine.write_text("mine\n", encoding="utf-8")
-    for overwrite, needle in ((False, "already exists; pass --overwrite"),
-                              (True, "was not written by lmlab")):
-        with pytest.raises(LmlabError, match=needle):
+    for overwrite in (False, True):  # not "pass --overwrite": it could not replace the file either
+        with pytest.raises(LmlabError, match="exists and was not written by lmlab"):
             run_harness(root / "ck", mc, out=mine, overwrite=overwrite)
     assert mine.read_text(encoding="utf-8") == "mine\n"
     out.write_text('{"edited": "by hand"}\n', encoding="utf-8")  # lmlab's, edited since: the user's now
@@ -131,6 +130,62 @@ def test_an_existing_results_file_is_kept_unless_overwrite_and_overwrite_replace
     with pytest.raises(LmlabError, match="changed since lmlab wrote it"):
         run_harness(root / "ck", mc, out=out, overwrite=True)
     assert out.read_text(encoding="utf-8") == '{"edited": "by hand"}\n'
+
+
+def test_results_beside_a_runs_checkpoint_are_replaced_with_overwrite_when_lmlab_wrote_them(setup, tmp_path,
+                                                                                             capsys):
+    """probe8 #1: the default results file beside a pretraining run's checkpoint could never be
+    replaced: a rerun said "pass --overwrite", and --overwrite was refused as "--out ... is inside
+    the pretraining run ..., where only that pretraining run writes", naming an --out never given.
+    Now the file lmlab wrote there is recorded in the run's manifest (beside the run's own files,
+    which stay as they were) and replaced with --overwrite, by default or named by --out; an edited
+    one or a file of the user's there is refused, --overwrite or not, naming the default as such."""
+    from lmlab import ownership
+    from lmlab.train.loop import RUN_KIND
+
+    mc = str(setup["tasks"] / "mc.yaml")
+    run = tmp_path / "run"
+    ownership.claim_dir(run, RUN_KIND, ("checkpoints", "metrics.jsonl"))
+    shutil.copytree(setup["root"] / "ck", run / "checkpoints" / "step_1")
+    ck = run / "checkpoints" / "step_1"
+    results = run / "checkpoints" / "step_1.harness.json"
+
+    def own() -> dict:  # what the run's manifest says of the run's own files
+        return {k: ownership.read_manifest(run).get(k) for k in ("kind", "state", "entries", "files")}
+
+    before = own()
+
+    def evaluate(n: int, *extra: str) -> int:
+        code = main(["evaluate", "--checkpoint", str(ck), "--harness", mc, "--max-examples", str(n), *extra])
+        return code
+
+    def limit() -> int:
+        return json.loads(results.read_text(encoding="utf-8"))["limit"]
+
+    assert evaluate(1) == 0 and limit() == 1
+    capsys.readouterr()
+    assert evaluate(2) == 2
+    err = capsys.readouterr().err
+    assert "already exists" in err and "pass --overwrite" in err and limit() == 1, err
+    assert evaluate(2, "--overwrite") == 0, capsys.readouterr().err
+    assert limit() == 2
+    assert evaluate(3, "--out", str(results), "--overwrite") == 0 and limit() == 3
+    capsys.readouterr()
+    assert own() == before
+    results.write_text('{"limit": 0}\n', encoding="utf-8")  # edited since: the user's now
+    os.utime(results, ns=(1, 1))
+    for extra in ([], ["--overwrite"]):
+        assert evaluate(2, *extra) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: the default --out {results} exists and changed since lmlab wrote it")
+        assert err.count("\n") == 1 and "choose a new --out path" in err and "inside the" not in err, err
+    assert limit() == 0
+    mine = run / "checkpoints" / "notes.json"  # a file of the user's beside the checkpoints
+    mine.write_text("mine\n", encoding="utf-8")
+    assert evaluate(1, "--out", str(mine), "--overwrite") == 2
+    err = capsys.readouterr().err
+    assert f"--out {mine} exists and was not written by lmlab" in err, err
+    assert mine.read_text(encoding="utf-8") == "mine\n"
 
 
 def test_the_results_never_go_over_or_into_an_input_whatever_overwrite_says(setup, tmp_path, capsys):
@@ -207,7 +262,7 @@ def test_cli_prints_and_writes_the_results_and_refuses_bad_input_in_one_line(set
     no_data.write_text("task: lmlab_no_data\noutput_type: loglikelihood\ndoc_to_text: q\ndoc_to_target: a\n")
     cases = [
         (["--harness", str(tmp_path / "missing.yaml"), *fresh], "does not exist"),
-        (["--harness", mc, "--out", str(out)], "already exists; pass --overwrite"),
+        (["--harness", mc, "--out", str(out)], "already exists (results lmlab wrote); pass --overwrite"),
         (["--harness", mc, "--data", mc], "--data cannot be combined with --harness"),
         (["--out", str(out)], "--out applies only with --harness"),
         (["--harness", str(no_data), *fresh], "could not load the task(s) lmlab_no_data"),

@@ -332,6 +332,8 @@ def _check_outputs(args: argparse.Namespace) -> None:
             from lmlab.values import check_distinct
 
             check_distinct(value, shown, f"give each path to {shown} once", key=lambda v: os.path.realpath(v))
+    # two outputs of one command never at one path, nor one inside the other
+    ownership.check_outputs_apart({f"--{name}": getattr(args, name, None) for name in OUTPUT_ARGS})
     for name in OUTPUT_ARGS:
         out = getattr(args, name, None)
         if isinstance(out, str) and out:

@@ -54,6 +54,14 @@ def _holds_records(inputs) -> bool:
     return any(is_record_file(p) for p in inputs or ())
 
 
+#: ``lmlab evaluate``'s flags that say how its --data file is read (its "data files" group,
+#: lmlab.cli.finetune.add_data_arguments; tests/test_flag_rules.py checks that every one is here)
+EVALUATE_DATA_FLAGS = (
+    "--format", "--header/--no-header", "--delimiter", "--on-bad-line", "--max-bad-fraction",
+    *(f"--{role}-field" for role in ("text", "text-pair", "label", "tokens", "tags", "question", "context",
+                                     "answer", "answer-start")))
+
+
 #: command (as typed: "compress prune") -> its flag dependencies. tests/test_flag_rules.py tries every one.
 RULES: dict[str, tuple[Rule, ...]] = {
     "tokenizer train": (
@@ -75,11 +83,16 @@ RULES: dict[str, tuple[Rule, ...]] = {
                                                                                     "--label-smoothing")),
     ),
     "evaluate": (
-        *section_rules(FINETUNE_RULES, ("max_bad_fraction", "delimiter")),  # read as fine-tuning reads
         *(Needs(flag, "--harness", why="it sets how harness tasks are scored")
           for flag in ("--num-fewshot", "--out", "--overwrite", "--log-samples", "--seed", "--allow-code")),
         *(Excludes(flag, "--harness", "--harness scores harness tasks, not a data file of a task or variant")
           for flag in ("--data", "--task", "--variant")),
+        # what only a data file's scoring reads: refused with --harness (and alone), never ignored
+        Needs("--predictions", "--data", shown="--data FILE", why="it writes each example's prediction "
+              "on the data file; --harness writes its results to --out"),
+        *(Needs(flag, "--data", shown="--data FILE", why="it says how the data file is read")
+          for flag in EVALUATE_DATA_FLAGS),
+        *section_rules(FINETUNE_RULES, ("max_bad_fraction", "delimiter")),  # read as fine-tuning reads
     ),
     "generate": (
         Needs("--grammar-backend", "--json-schema", shown="--json-schema FILE",

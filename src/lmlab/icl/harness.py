@@ -52,19 +52,23 @@ def default_output(checkpoint: str | os.PathLike) -> Path:
     return p.parent / f"{p.resolve().name}{SUFFIX}"
 
 
-def check_output(out: Path, overwrite: bool, inputs: dict[str, object] | None = None) -> None:
+def check_output(out: Path, overwrite: bool, inputs: dict[str, object] | None = None,
+                 flag: str = "--out") -> None:
     """Before any work: the results may go to ``out``. Never over one of the ``inputs`` (the
     checkpoint, the task files: :func:`lmlab.ownership.check_output_spares_inputs`), whatever
-    ``overwrite`` says; over an existing file only with ``overwrite``, and then only over a results
-    file lmlab wrote there and nobody changed since (:mod:`lmlab.ownership`), never a file of yours."""
+    ``overwrite`` says; over an existing file only when it is a results file lmlab wrote there and
+    nobody changed since (:mod:`lmlab.ownership`: beside a checkpoint too), never a file of yours,
+    and then only with ``overwrite``. ``flag``: how ``out`` is named in errors (``the default
+    --out`` when it was derived from the checkpoint, :func:`lmlab.ownership.default_flag`)."""
     from lmlab import ownership
 
-    ownership.check_output_spares_inputs(out, inputs or {}, "--out")
+    ownership.check_output_spares_inputs(out, inputs or {}, flag)
     if out.is_dir():
         raise LmlabError(f"the results file {out} is a directory", "pass --out with a file name")
+    ownership.check_replaceable_file(out, RESULTS_KIND, flag)  # a file lmlab did not write: never
     if (out.exists() or out.is_symlink()) and not overwrite:
-        raise LmlabError(f"{out} already exists", "pass --overwrite to replace it, or --out another file")
-    ownership.check_replaceable_file(out, RESULTS_KIND, "--out")
+        raise LmlabError(f"{out} already exists (results lmlab wrote)",
+                         "pass --overwrite to replace it, or --out another file")
 
 
 def local_task_paths(tasks: str | Sequence[str]) -> list[Path]:
@@ -335,9 +339,13 @@ def run_harness(checkpoint: str | os.PathLike, tasks: str | Sequence[str], *,
 
     check_device(device)  # before the tasks and the model are read
     check_tasks_fewshot({}, num_fewshot)  # K itself, before the tasks are read
+    from lmlab.ownership import default_flag
+
     out_path = Path(out) if out is not None else default_output(checkpoint)
+    flag = "--out" if out is not None else default_flag("--out")  # never an --out the user did not give
     # all before the model is loaded
-    check_output(out_path, overwrite, {"--checkpoint": checkpoint, "--harness": local_task_paths(tasks)})
+    check_output(out_path, overwrite, {"--checkpoint": checkpoint, "--harness": local_task_paths(tasks)},
+                 flag)
     names, manager = resolve_tasks(tasks)
     check_task_code(names, manager, allow_code)  # before the harness imports any of it
     facts = model_facts(checkpoint)  # the kind of model, before the tasks' data and the weights are read
@@ -368,7 +376,7 @@ def run_harness(checkpoint: str | os.PathLike, tasks: str | Sequence[str], *,
     if log_samples:
         record["samples"] = results["samples"]
     record = json.loads(json.dumps(record, default=handle_non_serializable))
-    write_output_file(out_path, json_bytes(record), RESULTS_KIND, "--out")
+    write_output_file(out_path, json_bytes(record), RESULTS_KIND, flag)
     say(f"harness: {headline(record)}; written to {out_path}")
     return {**record, "samples": results["samples"], "path": str(out_path)}
 

@@ -36,13 +36,19 @@ def check_model_rules(section: ModelConfig, origin: Origin = NOWHERE) -> None:
     not divide d_model 65``): the first given field without which the rule holds."""
     from lmlab.models import get_preset
 
+    overrides = dict(section.overrides)
+    if "vocab_size" not in overrides:
+        # a run's vocabulary is its tokenizer's, not the preset's: the special ids are checked
+        # against it once it is planned (lmlab.config.run.check_model_vocab), not here
+        ids = [v for k, v in overrides.items() if k.endswith("_token_id") and isinstance(v, int)]
+        overrides["vocab_size"] = max([get_preset(section.preset).vocab_size, *(i + 1 for i in ids)])
     try:
-        get_preset(section.preset, **section.overrides)
+        get_preset(section.preset, **overrides)
     except LmlabError as e:
         given = list(section.overrides)
         for key in given:
             try:
-                get_preset(section.preset, **{k: v for k, v in section.overrides.items() if k != key})
+                get_preset(section.preset, **{k: v for k, v in overrides.items() if k != key})
             except LmlabError:
                 continue
             raise LmlabError(f"{origin.of(f'model.{key}')}: {e.problem}", e.fix, setting=key) from None

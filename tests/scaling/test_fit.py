@@ -260,3 +260,20 @@ def test_a_bootstrap_beyond_the_bound_is_refused_and_a_long_one_reports_its_prog
     monkeypatch.setattr(fit, "BOOTSTRAP_REPORT_S", 1e9)
     fit_runs(runs, bootstrap=40, log=quiet.append)
     assert quiet == []
+
+
+def test_runs_of_other_objectives_or_vocabularies_are_not_fitted_into_one_law(tmp_path, capsys):
+    """An MLM loss over the masked 15% is no CLM loss, and a loss over 500 tokens no loss over 300:
+    a mix was fitted into one law with rc 0. Now refused in one line naming the groups."""
+    runs = series(tmp_path / "runs", sizes=(32, 48))
+    (runs[0] / "config.toml").write_text('[objective]\nname = "clm"\n', encoding="utf-8")
+    (runs[1] / "config.toml").write_text('[objective]\nname = "mlm"\n', encoding="utf-8")
+    with pytest.raises(LmlabError, match=r"^the runs mix objectives \(clm: gpt-d32; mlm: gpt-d48\)"):
+        read_runs(runs)
+    assert main(["scale", "fit", *map(str, runs), "--out", str(tmp_path / "fit")]) == 2
+    assert "mix objectives" in capsys.readouterr().err and not (tmp_path / "fit").exists()
+    (runs[1] / "config.toml").write_text('[objective]\nname = "clm"\n', encoding="utf-8")
+    other, _ = make_run(tmp_path / "runs", "gpt-v300", 64, 2_000_000, 4.0, vocab=300)
+    with pytest.raises(LmlabError, match=r"mix vocabulary sizes \(500: gpt-d32, gpt-d48; 300: gpt-v300\)"):
+        read_runs([*runs, other])
+    assert len(read_runs(runs)[0]) == 2  # one objective, one vocabulary: fitted as before

@@ -174,10 +174,44 @@ def read_runs(paths: list[str | os.PathLike], count: str = "auto") -> tuple[list
         dirs.append(p)
     # one run given twice (run1 run1, or runs/ and runs/a) would weigh its point twice in the fit
     check_distinct(dirs, "the runs (RUN_DIR)", "give each run once", key=lambda d: d.resolve())
+    check_one_series([d for d in dirs if d.is_dir()])
     if count == "auto":
         has_config = all(_checkpoint_config(d, _summary_or_empty(d)) is not None for d in dirs if d.is_dir())
         count = "non-embedding" if has_config else "total"
     return [read_run(d, count) for d in dirs], count
+
+
+def _measure(run: Path) -> tuple[str | None, int | None]:
+    """``(objective, vocabulary size)`` of a run: what its validation loss measures (None: not
+    recorded, e.g. a run folder of an older lmlab)."""
+    from lmlab.config.toml import read_toml
+
+    objective = None
+    if (run / "config.toml").is_file():
+        try:
+            recipe = read_toml(run / "config.toml")
+            objective = (recipe.get("objective") or {}).get("name") if isinstance(recipe, dict) else None
+        except LmlabError:
+            objective = None
+    meta = _checkpoint_config(run, _summary_or_empty(run))
+    vocab = (meta or {}).get("config", {}).get("vocab_size")
+    return objective, vocab
+
+
+def check_one_series(dirs: list[Path]) -> None:
+    """The runs one law is fitted to measure the same loss: one objective (an MLM loss over 15% of
+    the tokens is no CLM loss) over one vocabulary. A mix is refused in one line naming the groups."""
+    for index, what in ((0, "objective"), (1, "vocabulary size")):
+        groups: dict = {}
+        for d in dirs:
+            key = _measure(d)[index]
+            if key is not None:
+                groups.setdefault(key, []).append(d.name)
+        if len(groups) > 1:
+            shown = "; ".join(f"{key}: {', '.join(names)}" for key, names in groups.items())
+            raise LmlabError(f"the runs mix {what}s ({shown}): their validation losses measure different "
+                             "things, so one scaling law cannot fit them",
+                             f"fit the runs of one {what} at a time")
 
 
 def _summary_or_empty(run: Path) -> dict:

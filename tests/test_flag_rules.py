@@ -22,6 +22,8 @@ BASE = {
     "compress distill": ["compress", "distill", "--teacher", "CK", "--train", "TR", "--out", "OUT"],
     "compress prune": ["compress", "prune", "--checkpoint", "CK", "--out", "OUT", "--sparsity", "0.5"],
     "data prepare": ["data", "prepare", "--tokenizer", "TOK", "--input", "a.txt", "--out", "OUT"],
+    "compress quantize": ["compress", "quantize", "--checkpoint", "CK", "--out", "OUT"],
+    "scale fit": ["scale", "fit", "R1", "R2", "--out", "OUT"],
 }
 H = ["--harness", "hellaswag"]
 #: each data flag of evaluate, as given
@@ -74,6 +76,24 @@ BROKEN = {
     ("compress prune", "--steps", "--train"): ["--steps", "3", "--dev", "DV"],
     ("compress prune", "--steps", "--dev"): ["--steps", "3", "--train", "TR"],
 }
+#: probe9 #2: options that do nothing in the chosen mode were accepted in silence (rc 0)
+PROBE9 = {
+    **{(c, flag, "--dev"): [flag, "3"] for c in ("compress quantize", "compress prune", "compress distill")
+       for flag in ("--max-eval-examples", "--eval-batch-size")},
+    **{("compress prune", flag, "--steps"): [flag, value] for flag, value in (
+        ("--lr", "1e-3"), ("--batch-size", "4"), ("--seed", "3"), ("--max-train-examples", "4"))},
+    ("align", "--save-every", "--method"): ["--method", "rlhf", "--save-every", "1"],
+    ("generate", "--length-penalty", "--num-beams"): ["--length-penalty", "2"],
+    ("generate", "--seed", "--num-beams"): ["--num-beams", "2", "--seed", "4"],
+    ("generate", "--seed", "--temperature"): ["--temperature", "0", "--seed", "3"],
+    ("generate", "--instruction", "--prompts"): [*V, "--instruction", "do it"],
+    ("generate", "--format", "--prompts"): [*V, "--format", "text"],
+    ("data prepare", "--doc-separator", "--input"): ["--input", "b.jsonl", "c.parquet",
+                                                        "--doc-separator", "line"],
+    ("data prepare", "--encoding", "--input"): ["--input", "c.parquet", "--encoding", "cp1252"],
+    ("scale fit", "--seed", "--bootstrap"): ["--bootstrap", "0", "--seed", "4"],
+}
+BROKEN.update(PROBE9)
 CASES = [pytest.param(command, rule, id=f"{command} {rule.flag} {rule.partner}")
          for command, rules in RULES.items() for rule in rules]
 
@@ -98,6 +118,19 @@ def test_a_flag_without_its_partner_is_one_line_naming_both(tmp_path, capsys, co
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("command, flag, partner", [pytest.param(*k, id=" ".join(k)) for k in PROBE9])
+def test_an_option_that_does_nothing_in_the_mode_is_refused(tmp_path, capsys, command, flag, partner):
+    """Each case of probe9 #2 (rc 0 before), by itself: refused in one line naming the flag as given
+    and what it applies with, before anything is read."""
+    extra = PROBE9[(command, flag, partner)]
+    argv = [str(tmp_path / "out") if a == "OUT" else a for a in BASE[command] + extra]
+    assert exit_code(argv) == 2
+    err = assert_one_line_error(capsys, flag, partner)
+    assert f"{flag} applies only with" in err or f"{flag} text cannot be combined" in err \
+        or f"{flag} cannot be combined" in err, err
+    assert not (tmp_path / "out").exists()
+
+
 def test_partners_given_satisfy_the_rules():
     parser = build_parser()
     ok = {"tokenizer train": ["--algo", "wordpiece", "--lowercase", "--score", "ratio"],
@@ -110,6 +143,40 @@ def test_partners_given_satisfy_the_rules():
                        "--delimiter", ";", "--no-header", "--text-field", "0", "--predictions", "P"]}
     for command, extra in ok.items():
         check_flag_rules(parser, parser.parse_args(BASE[command] + extra))
+    # probe9 #2's options, each in the mode that reads it
+    more = {"compress prune": ["--steps", "3", "--train", "TR", "--dev", "DV", "--lr", "1e-3",
+                               "--batch-size", "4", "--seed", "3", "--max-train-examples", "4",
+                               "--max-eval-examples", "3"],
+            "compress quantize": ["--dev", "DV", "--max-eval-examples", "3", "--eval-batch-size", "3"],
+            "align": ["--method", "dpo", "--save-every", "1"],
+            "scale fit": ["--bootstrap", "2", "--seed", "4"],
+            "data prepare": ["--input", "a.txt", "b.jsonl", "--doc-separator", "line",
+                             "--encoding", "latin-1"]}
+    for command, extra in more.items():
+        check_flag_rules(parser, parser.parse_args(BASE[command] + extra))
+    for extra in (["--num-beams", "2", "--length-penalty", "2"], ["--seed", "3"],
+                  ["--temperature", "0.7", "--seed", "3"], [*V, "--format", "jsonl"],
+                  ["--instruction", "do it"], ["--format", "text"]):
+        check_flag_rules(parser, parser.parse_args(BASE["generate"] + extra))
+
+
+def test_options_that_do_nothing_in_the_mode_are_refused_from_any_source(tmp_path, capsys):
+    """probe9 #2: --save-every under RLHF was ignored also from --set and an [align] table; a
+    datasets folder (told by its files) holds records, so --encoding on it is refused too."""
+    base = ["align", "--checkpoint", "CK", "--train", "TR", "--dev", "DV", "--out", str(tmp_path / "out")]
+    assert exit_code([*base, "--method", "rlhf", "--set", "align.save_every=1"]) == 2
+    assert_one_line_error(capsys, "align.save_every applies only with --method dpo")
+    config = tmp_path / "al.toml"
+    config.write_text('[align]\nmethod = "rlhf"\nsave_every = 2\n')
+    assert exit_code([*base, "--config", str(config)]) == 2
+    assert_one_line_error(capsys, "save_every applies only with --method dpo")
+    folder = tmp_path / "hfds"
+    folder.mkdir()
+    (folder / "state.json").write_text("{}")
+    assert exit_code(["data", "prepare", "--tokenizer", str(tmp_path / "no-tok"), "--input", str(folder),
+                      "--out", str(tmp_path / "out"), "--encoding", "utf-16"]) == 2
+    assert_one_line_error(capsys, "--encoding applies only with --input text files")
+    assert not (tmp_path / "out").exists()
 
 
 def test_fine_tuning_rules_have_one_home():

@@ -54,6 +54,25 @@ def _holds_records(inputs) -> bool:
     return any(is_record_file(p) for p in inputs or ())
 
 
+def _holds_text(inputs) -> bool:
+    """Whether one of ``--input``'s paths is a text file (not a file or folder of records)."""
+    from lmlab.data.records import is_record_file
+
+    return any(not is_record_file(p) for p in inputs or ())
+
+
+def _above(n: int):
+    """A partner's condition: a whole number above ``n`` (``--steps N above 0``)."""
+    return lambda v: isinstance(v, int) and not isinstance(v, bool) and v > n
+
+
+#: what only scoring --dev reads (every compress command's "common" flags)
+_EVAL_RULES = (
+    Needs("--max-eval-examples", "--dev", shown="--dev FILE", why="it limits the dev examples scored"),
+    Needs("--eval-batch-size", "--dev", shown="--dev FILE", why="it batches the scoring of --dev"),
+)
+
+
 #: ``lmlab evaluate``'s flags that say how its --data file is read (its "data files" group,
 #: lmlab.cli.finetune.add_data_arguments; tests/test_flag_rules.py checks that every one is here)
 EVALUATE_DATA_FLAGS = (
@@ -81,6 +100,7 @@ RULES: dict[str, tuple[Rule, ...]] = {
                        "--temperature")),
         *(Needs(flag, "--method", ("dpo",), why="a setting of DPO's loss") for flag in ("--loss",
                                                                                     "--label-smoothing")),
+        Needs("--save-every", "--method", ("dpo",), why="it writes DPO's resume state; RLHF saves none"),
     ),
     "evaluate": (
         *(Needs(flag, "--harness", why="it sets how harness tasks are scored")
@@ -102,23 +122,46 @@ RULES: dict[str, tuple[Rule, ...]] = {
         Needs("--prompts", "--variant", why="each line names its --variant"),
         *(Excludes(flag, "--variant", "--variant reads its prompts from --prompts")
           for flag in ("--prompt", "--json-schema", "--tokenizer")),
+        # what only some decoding modes read
+        Needs("--length-penalty", "--num-beams", _above(1), shown="--num-beams B above 1",
+              why="it scores finished beams"),
+        Needs("--seed", "--num-beams", (1,), shown="--num-beams 1",
+              why="it seeds sampling; beam search draws nothing"),
+        Needs("--seed", "--temperature", lambda t: t is None or t > 0, shown="a --temperature above 0",
+              why="it seeds sampling; --temperature 0 is greedy decoding"),
+        # --prompts FILE: each row's prompt as written, printed as JSON lines
+        Excludes("--instruction", "--prompts", "each row of --prompts is the prompt as written"),
+        Excludes("--format", "--prompts", "--prompts prints JSON lines", when=lambda v: v == "text"),
     ),
     "data prepare": (
         # the field of a record: told from the inputs' extensions (a datasets folder by its files)
         Needs("--text-field", "--input", _holds_records,
               shown="--input records (.jsonl, .parquet or a datasets folder)",
               why="it names each record's text field; a text file has none"),
+        Needs("--doc-separator", "--input", _holds_text, shown="--input text files",
+              why="it cuts a text file into documents; each record is one document"),
+        Needs("--encoding", "--input", _holds_text, shown="--input text files",
+              why="it decodes text files; JSON Lines are read as UTF-8, Parquet and datasets folders "
+                  "hold no text encoding"),
     ),
     "compress distill": (
         Needs("--student-layers", "--init", ("teacher",), why="the teacher layers copied into the student; "
               "a fresh student takes --layers N"),
         Excludes("--layers", "--student-layers", "--student-layers sets the number of layers"),
+        *_EVAL_RULES,
     ),
+    "compress quantize": _EVAL_RULES,
     "compress prune": (
-        Needs("--train", "--steps", lambda v: isinstance(v, int) and v > 0, shown="--steps N above 0",
-              why="it is read only to fine-tune after pruning"),
+        *(Needs(flag, "--steps", _above(0), shown="--steps N above 0",
+                why="it is read only to fine-tune after pruning")
+          for flag in ("--train", "--lr", "--batch-size", "--seed", "--max-train-examples")),
         Needs("--steps", "--train", when=lambda v: v > 0, why="fine-tuning after pruning reads it"),
         Needs("--steps", "--dev", when=lambda v: v > 0, why="fine-tuning after pruning chooses on it"),
+        *_EVAL_RULES,
+    ),
+    "scale fit": (
+        Needs("--seed", "--bootstrap", _above(0), shown="--bootstrap B above 0",
+              why="it seeds the bootstrap resampling"),
     ),
 }
 

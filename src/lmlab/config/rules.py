@@ -138,7 +138,8 @@ class Needs:
 
 @dataclass(frozen=True)
 class Excludes:
-    """``flag`` and ``partner`` may not be given together; ``why`` says why (shown in brackets)."""
+    """``flag`` and ``partner`` may not be given together; ``why`` says why (shown in brackets);
+    ``when``: the rule holds only for those values of ``flag`` (then named with its value)."""
 
     flag: str
     partner: str
@@ -156,6 +157,8 @@ class Excludes:
                 partner: Any = None) -> tuple[str, str]:
         why = f" ({self.why})" if self.why else ""
         partner = self.shown or (names.to_set(self.partner) if names else self.partner)
+        if self.when is not None:  # the rule of some values of flag: name the value
+            flag = f"{flag} {value}"
         return f"{flag} cannot be combined with {partner}{why}", f"drop {flag} or {partner}"
 
 

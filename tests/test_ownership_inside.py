@@ -412,3 +412,85 @@ def test_a_dangling_link_is_refused_by_the_python_api_too(tmp_path):
     with pytest.raises(LmlabError, match="is a link to .*which does not exist"):
         ownership.check_replaceable_file(link, "predictions", "--predictions")
     assert not (tmp_path / "nowhere").exists()
+
+
+# ------------------------------------------------------------- another run's resume folder
+def _resume_commands(prefs: Path) -> dict[str, list[str]]:
+    """:data:`COMMANDS` and ``align``, whose DPO runs keep a resume folder too."""
+    align = ["align", "--checkpoint", "src", "--train", str(prefs), "--dev", str(prefs), "--max-steps", "1",
+             "--batch-size", "2", "--out"]
+    return {**COMMANDS, "align --out": align}
+
+
+def _prefs(folder: Path) -> Path:
+    row = {"prompt": "Review: good.\nSentiment:", "chosen": " positive", "rejected": " negative"}
+    path = folder / "p.jsonl"
+    path.write_text((json.dumps(row) + "\n") * 4, encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("command", list(_resume_commands(Path("p.jsonl"))))
+def test_no_output_is_written_inside_another_runs_resume_folder(outs, command, tmp_path, capsys, monkeypatch):
+    """A fine-tuning or DPO run keeps ``.OUT.resume/`` beside its output while it runs, and clears
+    and removes it when it ends. Every command wrote its output there (a new name beside the resume
+    state's entries was taken for a name of the user's, as in a pretraining run's folder): the
+    folder was then never removed, and it kept the intruder. Now it is refused up front, naming
+    whose resume folder it is."""
+    from lmlab.finetune.resume import FOLDER, resume_dir
+
+    monkeypatch.chdir(outs)
+    rdir = FOLDER.claim(tmp_path / "ftr")  # the resume folder of a fine-tuning run writing ftr
+    assert rdir == resume_dir(tmp_path / "ftr")
+    (rdir / "metrics.jsonl").write_text("")
+    argv = _resume_commands(_prefs(tmp_path))[command]
+    before, ours = _state(outs), _state(tmp_path)
+    flag = command.split()[-1]
+    assert main([*argv, str(rdir / "sub")]) == 2
+    _one_line_error(capsys, f"{flag} {rdir / 'sub'} is inside {rdir}, the resume folder of the fine-tuning "
+                    f"run writing {tmp_path / 'ftr'}", "nothing was written", "outside it")
+    assert _state(outs) == before and _state(tmp_path) == ours
+
+
+@pytest.mark.parametrize("command", ["export --out", "evaluate --predictions", "align --out"])
+def test_an_output_never_makes_the_resume_folder_of_another_output(outs, command, tmp_path, capsys,
+                                                                   monkeypatch):
+    """With no resume folder there yet, an output inside ``.al5.resume/`` made it: the next run
+    writing ``al5`` was refused, its resume folder "not written by lmlab". The name is lmlab's."""
+    monkeypatch.chdir(outs)
+    argv = _resume_commands(_prefs(tmp_path))[command]
+    flag = command.split()[-1]
+    assert main([*argv, str(tmp_path / ".al5.resume" / "sub")]) == 2
+    rdir = tmp_path / ".al5.resume"
+    _one_line_error(capsys, f"{flag} {rdir / 'sub'} is inside {rdir}, where lmlab keeps the resume state of "
+                    f"a fine-tuning or DPO run writing {tmp_path / 'al5'}", "nothing was written")
+    assert not (tmp_path / ".al5.resume").exists()
+
+
+def test_only_the_run_owning_a_resume_folder_writes_inside_it(tmp_path):
+    """The run filling its resume folder writes its checkpoints there; relative paths are named as
+    given; a folder of that name lmlab did not claim is the user's, as any folder."""
+    from lmlab.fileio import atomic_dir
+    from lmlab.finetune.resume import FOLDER, resume_dir
+    from lmlab.tokenizers import train_tokenizer
+
+    with FOLDER.claimed(tmp_path / "ft") as rdir:
+        with atomic_dir(rdir / "checkpoints" / "step_1", marker="x", what="checkpoint") as tmp:
+            (tmp / "x").write_text("1")
+        # its own checkpoint, once sealed, stays whole
+        with pytest.raises(LmlabError, match="inside the checkpoint"):
+            ownership.check_replaceable_dir(rdir / "checkpoints" / "step_1" / "tok", "tokenizer")
+    assert (resume_dir(tmp_path / "ft") / "checkpoints" / "step_1" / "x").is_file()
+    tok = train_tokenizer("bytelevel", ["a b c"] * 10, vocab_size=270)
+    with pytest.raises(LmlabError, match="is inside .*the resume folder of the fine-tuning run writing"):
+        tok.save(resume_dir(tmp_path / "ft") / "tok")
+    cwd = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        with pytest.raises(LmlabError) as e:
+            ownership.check_destination(".ft.resume/a/b")
+    finally:
+        os.chdir(cwd)
+    assert e.value.problem.startswith("--out .ft.resume/a/b is inside .ft.resume, the resume folder of the "
+                                      "fine-tuning run writing ft,")
+    (tmp_path / ".mine.resume").mkdir()  # yours: not a resume folder lmlab claimed
+    ownership.check_destination(tmp_path / ".mine.resume" / "x")

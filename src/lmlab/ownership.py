@@ -991,6 +991,67 @@ def _named_own_temporary(folder: Path) -> bool:
     return bool(m and m["what"] == "tmp" and int(m["pid"]) == os.getpid())
 
 
+#: what :func:`derived_name` adds for the resume folder beside an output (``.NAME.resume``: the state
+#: a fine-tuning or DPO run keeps while it writes ``NAME``, :mod:`lmlab.train.components.output_resume`)
+RESUME = "resume"
+#: how the manifest of a resume folder names its kind: ``"<the run in words> resume state"``
+RESUME_KIND = "resume state"
+_RESUME_NAME = re.compile(rf"\.(?P<name>.+)\.{RESUME}")
+
+
+def resume_kind(what: str) -> str:
+    """The kind a resume folder's manifest records for a ``what`` run (``fine-tuning``)."""
+    return f"{what} {RESUME_KIND}"
+
+
+def enclosing_resume_folder(path: str | os.PathLike) -> tuple[Path, dict | None] | None:
+    """``(folder, manifest)`` of the nearest resume folder (``.NAME.resume``, :data:`RESUME`) that
+    ``path`` lies inside and that this process does not fill (:func:`filling`: the run that owns it
+    writes its checkpoints and logs there). Such a folder is its run's alone, whole: the run clears
+    it and removes it when it ends, and ``--resume`` refuses it while it holds anything else, so no
+    other output goes anywhere inside it, not even a new name beside its entries (which a
+    pretraining run's folder allows). It counts when it holds a resume state's manifest (the run
+    is going, or was stopped and waits for ``--resume``; ``manifest`` is that), and when it is not
+    there yet (``manifest`` None): making it would take the name where lmlab keeps the resume
+    state of an output ``NAME``. A folder of that name that lmlab did not claim is yours (lmlab
+    never takes it for a resume folder either): None."""
+    target = Path(path).resolve()
+    for folder in target.parents:
+        if not _RESUME_NAME.fullmatch(folder.name) or folder in _FILLING:
+            continue
+        if not folder.exists() and not folder.is_symlink():
+            return folder, None
+        manifest = read_manifest(folder) if folder.is_dir() else None
+        kind = (manifest or {}).get("kind")
+        if manifest is not None and manifest.get("state") == "claimed" and isinstance(kind, str) \
+                and kind.endswith(" " + RESUME_KIND):
+            return folder, manifest
+    return None
+
+
+def _check_not_inside_resume_folder(path: str | os.PathLike, flag: str) -> None:
+    """The part of :func:`check_not_inside_output` for a resume folder (:func:`enclosing_resume_folder`)."""
+    found = enclosing_resume_folder(path)
+    if found is None:
+        return
+    folder, manifest = found
+    given = Path(path)
+    shown = given
+    for _ in given.resolve().relative_to(folder).parts:
+        shown = shown.parent
+    shown = shown if shown.resolve() == folder else folder
+    out = shown.with_name(_RESUME_NAME.fullmatch(folder.name)["name"])
+    if manifest is None:
+        whose = (f"where lmlab keeps the resume state of a fine-tuning or DPO run writing {out} "
+                 "(a name lmlab reserves)")
+    else:
+        run = manifest["kind"][:-len(" " + RESUME_KIND)] or "lmlab"
+        whose = (f"the resume folder of the {run} run writing {out}, which only that run writes and removes "
+                 "when it ends")
+    raise LmlabError(f"{flag} {given} is inside {shown}, {whose}; nothing was written",
+                     f"choose {a_or_an(option(flag))} path outside it")
+
+
 def check_not_inside_output(path: str | os.PathLike, flag: str = "--out", fills: bool = False) -> None:
     """One-line error, before any work, when the output ``path`` lies inside another lmlab output
     (:func:`enclosing_output`): written into a whole output, it would be taken for one of its files
@@ -1001,7 +1062,9 @@ def check_not_inside_output(path: str | os.PathLike, flag: str = "--out", fills:
     ``path`` is a folder lmlab makes and then fills with outputs of its own (a data cache: its
     tokenizer, its shards): inside a folder another command fills, anywhere within one of that
     command's entries is refused, not only the names there (``run/data/mine`` would be refused
-    once made, after work)."""
+    once made, after work). Inside a resume folder (``.NAME.resume``) of another run, anywhere is
+    refused (:func:`enclosing_resume_folder`)."""
+    _check_not_inside_resume_folder(path, flag)
     found = enclosing_output(path)
     if found is None:
         return

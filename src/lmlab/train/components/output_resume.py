@@ -66,7 +66,7 @@ IDENTITY_VERSION = 2
 
 def resume_dir(out_dir: Path) -> Path:
     """Where the resume state of a run writing ``out_dir`` lives (a hidden sibling)."""
-    return out_dir.with_name(ownership.derived_name(out_dir.name, out_dir.parent, "resume"))
+    return out_dir.with_name(ownership.derived_name(out_dir.name, out_dir.parent, ownership.RESUME))
 
 
 def _keeps(out_dir: Path) -> str:
@@ -225,7 +225,7 @@ class ResumeFolder:
     @property
     def kind(self) -> str:
         """The kind recorded in the folder's manifest (:func:`lmlab.ownership.claim_dir`)."""
-        return f"{self.what} resume state"
+        return ownership.resume_kind(self.what)
 
     def claim(self, out_dir: Path) -> Path:
         """The resume folder of ``out_dir``, claimed for lmlab (:func:`lmlab.ownership.claim_dir`): a

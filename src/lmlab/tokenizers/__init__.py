@@ -182,9 +182,9 @@ def load_tokenizer(path: str | os.PathLike) -> Tokenizer:
 def _tokenizer_file(directory: Path) -> Path:
     """The tokenizer file a directory names: its own ``tokenizer.json`` or ``vocab.txt``, else the one
     in its ``tokenizer/`` folder, which every model lmlab writes has; a pretraining run directory
-    means its newest complete checkpoint first (:func:`lmlab.train.checkpoint.run_checkpoint`, the
+    means its newest complete checkpoint first (:func:`lmlab.run_dirs.run_checkpoint`, the
     one reading of a run that every ``--checkpoint`` shares)."""
-    from lmlab.train.checkpoint import run_checkpoint
+    from lmlab.run_dirs import run_checkpoint
 
     def own_file(d: Path) -> Path | None:
         for name in ("tokenizer.json", "vocab.txt"):

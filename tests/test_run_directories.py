@@ -1,5 +1,5 @@
 """A pretraining run directory (what `lmlab pretrain --out RUN` leaves) stands for its newest complete
-checkpoint wherever a checkpoint is read, by one rule (lmlab.train.checkpoint.run_checkpoint): the
+checkpoint wherever a checkpoint is read, by one rule (lmlab.run_dirs.run_checkpoint): the
 command line's --checkpoint/--teacher/--base and the Python API's finetune and load_model alike; the
 CLI's note that says so comes only once the command proceeds, so a refusal stays one line."""
 

@@ -162,7 +162,10 @@ def test_cli_peft_export_says_what_the_input_is_before_asking_for_base(ckpt, tmp
         save_peft(model, tmp_path / method / "adapter")
     cases = [(ckpt, "holds no adapter/ (not a parameter-efficient fine-tune)"),
              (tmp_path / "adapter", "PEFT export is for LoRA, prefix and prompt tuning, not adapter"),
-             (tmp_path / "lora", "--format peft needs --base DIR")]
+             (tmp_path / "lora", "--format peft needs --base DIR"),
+             # a path that is not there is said to be missing (as --format hf says), not to lack adapter/
+             (tmp_path / "nonexist", f"model {tmp_path / 'nonexist'} does not exist"),
+             (ckpt / "config.json", "is a file")]
     for given, words in cases:
         capsys.readouterr()
         assert main(["export", "--checkpoint", str(given), "--format", "peft", "--out",

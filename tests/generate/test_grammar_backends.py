@@ -316,9 +316,11 @@ def test_cli_auto_backend_writes_ref_schema_documents(checkpoint, tmp_path, caps
 
 @pytest.mark.parametrize("extra,message", [
     (("--grammar-backend", "lmlab"), r"'\$defs'.*llguidance grammar backend supports it"),
-    (("--max-new-tokens", "3"), r"longest document needs \d+ tokens, more than max_new_tokens=3; "
-                                r"use max_new_tokens >= \d+"),
-    (("--max-new-tokens", "3", "--grammar-backend", "llguidance"), "did not finish within max_new_tokens=3"),
+    # the command line's own names (SettingNames("flag")), not the Python keyword
+    (("--max-new-tokens", "3"), r"longest document needs \d+ tokens, more than --max-new-tokens 3; "
+                                r"use --max-new-tokens >= \d+"),
+    (("--max-new-tokens", "3", "--grammar-backend", "llguidance"),
+     "did not finish within --max-new-tokens 3"),
     (("--grammar-backend", "llguidance", "--json-schema"), "add --json-schema FILE"),
 ])
 def test_cli_errors_are_one_line(checkpoint, tmp_path, capsys, extra, message):
@@ -439,4 +441,5 @@ def test_cli_refuses_before_generating_when_the_shortest_document_cannot_fit(che
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1, err
     assert err.startswith(f"error: the shortest document valid against the schema needs up to {shortest + 1} "
-                          f"tokens, more than max_new_tokens={shortest}"), err
+                          f"tokens, more than --max-new-tokens {shortest}; use --max-new-tokens >= "
+                          f"{shortest + 1}"), err

@@ -38,6 +38,7 @@ from lmlab import values
 from lmlab.arguments import describe, model_argument, number_argument, optional_number, tensor_argument
 from lmlab.errors import LmlabError
 from lmlab.losses import IGNORE, head_loss
+from lmlab.setting_names import KEYWORDS, SettingNames
 
 
 def soft_target_loss(student_logits: Tensor, teacher_logits: Tensor, temperature: float = 2.0,
@@ -139,11 +140,12 @@ def distillation_loss(student: nn.Module, teacher: nn.Module, inputs: dict[str, 
 # --------------------------------------------------------------------------- student
 
 
-def student_layers(n_teacher: int, n_student: int) -> list[int]:
-    """Every k-th teacher layer, DistilBERT-style: ``[0, k, 2k, ...]`` with ``k = n_teacher / n_student``."""
+def student_layers(n_teacher: int, n_student: int, names: SettingNames = KEYWORDS) -> list[int]:
+    """Every k-th teacher layer, DistilBERT-style: ``[0, k, 2k, ...]`` with ``k = n_teacher / n_student``.
+    ``names``: how the caller names ``n_layers`` in the error (``--layers`` on the command line)."""
     if not 1 <= n_student <= n_teacher:
         raise LmlabError(f"a student needs between 1 and {n_teacher} layers, got {n_student}",
-                         f"choose --layers in 1..{n_teacher}")
+                         f"choose {names.to_set('n_layers')} in 1..{n_teacher}")
     return [i * n_teacher // n_student for i in range(n_student)]
 
 
@@ -152,11 +154,13 @@ TEACHER_INIT_READER = "a student initialised from its teacher (--init teacher)"
 
 
 def make_student(teacher: nn.Module, n_layers: int | None = None, layers: Sequence[int] | None = None,
-                 init: str = "teacher", seed: int = 0) -> nn.Module:
+                 init: str = "teacher", seed: int = 0, names: SettingNames = KEYWORDS) -> nn.Module:
     """A copy of ``teacher``'s architecture with fewer layers (same heads, vocabulary, tokenizer).
 
     ``layers``: teacher layer indices to copy (default :func:`student_layers`); ``init="teacher"``
     copies those layers, the embeddings, pooler and heads; ``"fresh"`` keeps the new random weights.
+    ``names``: how the caller names its settings in errors (:class:`lmlab.setting_names.SettingNames`;
+    ``lmlab compress distill`` passes its flags).
     """
     from lmlab.models import build_model
 
@@ -180,7 +184,7 @@ def make_student(teacher: nn.Module, n_layers: int | None = None, layers: Sequen
         refuse_int8(teacher, TEACHER_INIT_READER)
     cfg = teacher.config
     if layers is None:
-        layers = student_layers(cfg.n_layers, n_layers or max(1, cfg.n_layers // 2))
+        layers = student_layers(cfg.n_layers, n_layers or max(1, cfg.n_layers // 2), names)
     layers = list(layers)
     bad = [i for i in layers if not 0 <= i < cfg.n_layers]
     if not layers or bad:

@@ -37,7 +37,7 @@ from torch import nn
 
 from lmlab.adapt import apply_method, resolve_options, trainable_parameters
 from lmlab.arguments import model_argument, path_argument
-from lmlab.errors import LmlabError
+from lmlab.errors import LmlabError, a_or_an
 from lmlab.fileio import atomic_dir, read_json, write_json
 
 PEFT_VERSION = 1
@@ -177,8 +177,8 @@ def check_base(model: nn.Module, cfg: dict[str, Any], where: str) -> None:
     """The base model must be the kind the adapter was trained on (same shapes)."""
     if getattr(model, "architecture", None) != cfg["architecture"]:
         raise LmlabError(
-            f"the adapter in {where} is for a {cfg['architecture']} model, not a "
-            f"{getattr(model, 'architecture', type(model).__name__)}",
+            f"the adapter in {where} is for {a_or_an(str(cfg['architecture']))} model, not "
+            f"{a_or_an(str(getattr(model, 'architecture', type(model).__name__)))}",
             "load it on its own base model",
         )
     mine = model.config.to_dict()

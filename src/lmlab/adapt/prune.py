@@ -42,7 +42,7 @@ import torch
 from torch import Tensor, nn
 
 from lmlab import values
-from lmlab.arguments import describe, model_argument, number_argument, tensor_argument
+from lmlab.arguments import describe, model_argument, number_argument, tensor_argument, text_list_argument
 from lmlab.errors import LmlabError
 
 STRUCTURES = ("unstructured", "rows", "heads")
@@ -205,6 +205,8 @@ def prune_model(model: nn.Module, sparsity: float, scope: str = "global", struct
     0.5
     """
     model = model_argument(model, "prune_model's model")
+    include = text_list_argument(include, "prune_model's include")  # a bare "heads.*" is not 7 patterns
+    exclude = text_list_argument(exclude, "prune_model's exclude")
     _check(sparsity, scope, structure)
     from lmlab.models.checkpoint import refuse_int8
 

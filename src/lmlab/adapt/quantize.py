@@ -43,7 +43,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from lmlab.arguments import model_argument, path_argument, tokenizer_argument
+from lmlab.arguments import model_argument, path_argument, text_list_argument, tokenizer_argument
 from lmlab.errors import LmlabError
 
 ACTIVATION_MODES = ("dynamic", "none")
@@ -177,7 +177,9 @@ def linears_to_quantize(model: nn.Module, include=("*",), exclude=(),
     silently quantizing everything) and patterns that leave nothing to quantize are refused in one
     line listing the layers there are (``flags``: how the caller names the two settings; the command
     line has only ``--exclude``). The one check of ``lmlab compress quantize`` (before it says what
-    it does) and of the Python call."""
+    it does) and of the Python call. A bare string is refused, not read as one pattern per character
+    (:func:`lmlab.arguments.text_list_argument`)."""
+    include, exclude = text_list_argument(include, flags[0]), text_list_argument(exclude, flags[1])
     every = quantizable_linears(model)
     if not every:
         raise LmlabError("this model has no untied linear layer to quantize",
@@ -216,7 +218,8 @@ def quantize_model(model: nn.Module, activations: str = "dynamic", include=("*",
     check_activations(activations)
     if getattr(model, "quantization", None):
         raise LmlabError("this model is already quantized", "quantize the float model once")
-    names = linears_to_quantize(model, include, exclude)
+    names = linears_to_quantize(model, include, exclude, flags=("quantize_model's include",
+                                                                "quantize_model's exclude"))
     for name in names:
         _set_module(model, name, Int8Linear.from_linear(model.get_submodule(name), activations))
     model.quantization = {"scheme": SCHEME, "activations": activations, "modules": names}

@@ -22,7 +22,7 @@ from typing import Any
 
 from torch import Tensor, nn
 
-from lmlab.errors import LmlabError
+from lmlab.errors import LmlabError, a_or_an
 from lmlab.losses import IGNORE
 from lmlab.models.config import max_length_for
 from lmlab.models.facts import facts_of
@@ -36,8 +36,8 @@ def check_generative(model) -> None:
     (:func:`lmlab.loading.model_facts`), so that a wrong checkpoint is refused before it loads."""
     facts = facts_of(model)
     if facts.architecture not in ("decoder", "seq2seq"):
-        raise LmlabError("preference tuning needs a model that writes text, not a "
-                         f"{facts.architecture or type(model).__name__}",
+        raise LmlabError("preference tuning needs a model that writes text, not "
+                         f"{a_or_an(facts.architecture or type(model).__name__)}",
                          "use a decoder (GPT-2, Llama) or encoder-decoder (T5, BART) checkpoint")
     require_head(facts, "lm", "preference tuning (lmlab align)",
                  "start from the pretrained checkpoint (with its language-model head), not a classifier")

@@ -406,8 +406,10 @@ def run_distill(args) -> int:
     train = _examples(task, args.train, args.max_train_examples, "train")
     dev = _examples(task, args.dev, args.max_eval_examples, "dev")
     from lmlab.config.fits import batch_for_data
+    from lmlab.setting_names import SettingNames
 
-    student = make_student(teacher, args.layers, args.student_layers, args.init, args.seed)
+    flags = SettingNames("flag", flags={"n_layers": "--layers", "layers": "--student-layers"})
+    student = make_student(teacher, args.layers, args.student_layers, args.init, args.seed, names=flags)
     # a batch beyond the training data is one batch of all of it: the plan and the estimate count it
     args.batch_size = batch_for_data(args.batch_size, len(train), "examples", "--batch-size", _say)
     _say(f"distilling {args.teacher} ({teacher.config.n_layers} layers) into {student.config.n_layers} "

@@ -96,15 +96,15 @@ def run_import(args) -> int:
 
 
 def _export_peft(args) -> int:
-    from pathlib import Path
-
     from lmlab.adapt.peft_export import check_exportable, export_peft
     from lmlab.adapt.peft_io import adapter_files, load_peft_model, read_peft_config
     from lmlab.errors import LmlabError
+    from lmlab.interop import check_model_dir
 
-    # first what the input is (a fine-tune with an adapter peft has), then what the format needs
+    # first that the input exists and is a folder (the check of --format hf's loader), then what it
+    # is (a fine-tune with an adapter peft has), then what the format needs
     # (--base): a full fine-tune or a bottleneck adapter is refused for itself, not for a missing --base
-    adapter = Path(args.checkpoint) / "adapter"
+    adapter = check_model_dir(args.checkpoint) / "adapter"
     if adapter_files(adapter) is None:
         raise LmlabError(f"{args.checkpoint} holds no adapter/ (not a parameter-efficient fine-tune)",
                          "pass the --out of `lmlab finetune --method lora|prefix|prompt`")

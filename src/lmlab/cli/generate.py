@@ -277,6 +277,7 @@ def _run_json(args, model, tok, prompt, schema, mode: dict, seq2seq: bool) -> in
     """Constrained decoding: print N documents, each valid against the schema, one per line."""
     from lmlab.generate import generate
     from lmlab.generate.json_backend import json_schema_constraint
+    from lmlab.setting_names import SettingNames
 
     cfg = model.config
     max_new = args.max_new_tokens
@@ -287,7 +288,8 @@ def _run_json(args, model, tok, prompt, schema, mode: dict, seq2seq: bool) -> in
     eos = getattr(cfg, "eos_token_id", None)
     eos = tok.eos_id if eos is None else eos
     constraint = json_schema_constraint(schema, tok, backend=args.grammar_backend, max_new_tokens=max_new,
-                                        prompt_len=1 if seq2seq else prompt.shape[1], eos_token_id=eos)
+                                        prompt_len=1 if seq2seq else prompt.shape[1], eos_token_id=eos,
+                                        names=SettingNames("flag"))
     out = generate(model, prompt, max_new_tokens=max_new, repetition_penalty=args.repetition_penalty,
                    eos_token_id=constraint.eos, seed=args.seed, use_cache=not args.no_cache,
                    logits_processors=[constraint], **mode)

@@ -241,12 +241,12 @@ FIT_ENTRIES = ("fit.json", "fit.png")
 
 
 def run_fit(args) -> int:
-
     from lmlab.fileio import write_json
     from lmlab.ownership import claim_dir, claimed_dir
     from lmlab.scaling.fit import check_bootstrap, fit_runs
     from lmlab.scaling.plot import plot_fit
     from lmlab.scaling.runs import read_runs
+    from lmlab.setting_names import SettingNames
 
     check_bootstrap(args.bootstrap)  # before the runs are read
     # OUT holds fit.json and fit.png: new, empty or an earlier fit's folder, never a user's or a run's
@@ -261,6 +261,7 @@ def run_fit(args) -> int:
         seed=args.seed,
         hold_out=args.holdout,
         log=lambda line: print(line, file=sys.stderr, flush=True),
+        names=SettingNames("flag", flags={"hold_out": "--holdout"}),
     )
     law = result.law
     data = result.to_dict()

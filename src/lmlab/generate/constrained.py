@@ -38,6 +38,7 @@ import torch
 from lmlab.errors import LmlabError
 from lmlab.generate.grammar import Root, Stack, advance, feed_local, initial_state, required_chars, stack_cost
 from lmlab.generate.json_schema import compile_schema
+from lmlab.setting_names import KEYWORDS, SettingNames
 
 
 # --------------------------------------------------------------------------- token surfaces and the trie
@@ -133,7 +134,7 @@ class JsonSchemaConstraint:
     backend = "lmlab"
 
     def __init__(self, schema, tokenizer, *, prompt_len: int, max_new_tokens: int,
-                 eos_token_id: int | None = None, **compile_options):
+                 eos_token_id: int | None = None, names: SettingNames = KEYWORDS, **compile_options):
         self.root = schema if isinstance(schema, Root) else compile_schema(schema, **compile_options)
         self.tokenizer = tokenizer
         self.eos = tokenizer.eos_id if eos_token_id is None else eos_token_id
@@ -144,7 +145,8 @@ class JsonSchemaConstraint:
         need = self.root.min_cost + 1          # refused before any work: a byte per token, then EOS
         if need > max_new_tokens:
             raise LmlabError(f"the shortest document valid against the schema needs up to {need} tokens, "
-                             f"more than max_new_tokens={max_new_tokens}", f"use max_new_tokens >= {need}")
+                             f"more than {names.setting('max_new_tokens', [max_new_tokens])}",
+                             f"use {names.to_set('max_new_tokens')} >= {need}")
         self.vocab_size = tokenizer.vocab_size
         self.surfaces = token_surfaces(tokenizer)
         self.tries = (_Trie(self.surfaces[0]), _Trie(self.surfaces[1]))

@@ -31,6 +31,7 @@ from lmlab.generate.llguidance_json import (
     llguidance_installed,
     longest_document_bytes,
 )
+from lmlab.setting_names import KEYWORDS, SettingNames
 
 GRAMMAR_BACKENDS = ("auto", "llguidance", "lmlab")
 EXPLICIT_LLGUIDANCE = ("pass --grammar-backend llguidance (backend='llguidance'), which supports it but "
@@ -44,7 +45,8 @@ def _check_name(backend: str) -> None:
 
 def resolve_backend(backend: str, tokenizer, schema: Any, *, max_new_tokens: int,
                     max_string_length: int | None = DEFAULT_MAX_STRING_LENGTH,
-                    max_array_items: int | None = DEFAULT_MAX_ARRAY_ITEMS) -> str:
+                    max_array_items: int | None = DEFAULT_MAX_ARRAY_ITEMS,
+                    names: SettingNames = KEYWORDS) -> str:
     """The engine ``backend`` means for ``schema``, ``tokenizer`` and the budget: ``"llguidance"`` or
     ``"lmlab"``; for ``"auto"``, a one-line error when neither can keep the promise (module docstring)."""
     _check_name(backend)
@@ -59,7 +61,7 @@ def resolve_backend(backend: str, tokenizer, schema: Any, *, max_new_tokens: int
     except LmlabError as e:
         if "is not supported by" not in e.problem or not llguidance_installed():
             raise
-        raise _auto_refusal(_lmlab_named(e.problem), tokenizer, tokens, max_new_tokens) from None
+        raise _auto_refusal(_lmlab_named(e.problem), tokenizer, tokens, max_new_tokens, names) from None
     return "lmlab"
 
 
@@ -91,7 +93,8 @@ UNBOUNDED = ("this schema's documents have no length bound (every number must be
              "and a maximum; no pattern, format, allOf or recursive $ref)")
 
 
-def _auto_refusal(problem: str, tokenizer, tokens: int | None, max_new_tokens: int) -> LmlabError:
+def _auto_refusal(problem: str, tokenizer, tokens: int | None, max_new_tokens: int,
+                  names: SettingNames = KEYWORDS) -> LmlabError:
     """Why ``auto`` takes a schema beyond lmlab's engine neither way, and the ways out."""
     more = ""
     if not _every_byte_is_a_token(tokenizer):
@@ -99,8 +102,9 @@ def _auto_refusal(problem: str, tokenizer, tokens: int | None, max_new_tokens: i
     elif tokens is None:
         why = UNBOUNDED
     else:
-        why = f"its longest document needs {tokens} tokens, more than max_new_tokens={max_new_tokens}"
-        more = f"use max_new_tokens >= {tokens}, "
+        budget = names.setting("max_new_tokens", [max_new_tokens])
+        why = f"its longest document needs {tokens} tokens, more than {budget}"
+        more = f"use {names.to_set('max_new_tokens')} >= {tokens}, "
     return LmlabError(f"{problem}; {AUTO_RULE}, and {why}",
                       f"{more}remove the keyword, or {EXPLICIT_LLGUIDANCE}")
 
@@ -144,26 +148,31 @@ def _compile_lmlab(schema: Any, **options):
 
 
 def json_schema_constraint(schema: Any, tokenizer, *, backend: str = "auto", prompt_len: int,
-                           max_new_tokens: int, eos_token_id: int | None = None, **options):
+                           max_new_tokens: int, eos_token_id: int | None = None,
+                           names: SettingNames = KEYWORDS, **options):
     """A logits processor keeping each generated row a document valid against ``schema``.
 
     ``options``: ``max_string_length`` / ``max_array_items`` (caps where the schema sets none).
     The result has ``.backend`` (``"llguidance"`` or ``"lmlab"``), ``.eos`` and ``.text(ids)``.
     With ``backend="auto"`` every row ends, valid, within ``max_new_tokens``, or this raises first.
+    ``names``: how the caller names its settings in the errors (:class:`lmlab.config.rules.SettingNames`:
+    ``max_new_tokens`` for Python, ``--max-new-tokens`` for ``lmlab generate``).
     """
     tokenizer = tokenizer_argument(tokenizer, "json_schema_constraint's tokenizer")
     number_argument(values.Size, prompt_len, "json_schema_constraint's prompt_len")
     number_argument(values.Count, max_new_tokens, "json_schema_constraint's max_new_tokens")
     if eos_token_id is not None:
         token_id_argument(eos_token_id, "json_schema_constraint's eos_token_id", tokenizer.vocab_size)
-    chosen = resolve_backend(backend, tokenizer, schema, max_new_tokens=max_new_tokens, **options)
+    chosen = resolve_backend(backend, tokenizer, schema, max_new_tokens=max_new_tokens, names=names,
+                             **options)
     if chosen == "llguidance":
         from lmlab.generate.llguidance_json import LlguidanceJsonConstraint
 
         return LlguidanceJsonConstraint(schema, tokenizer, prompt_len=prompt_len,
-                                        max_new_tokens=max_new_tokens, eos_token_id=eos_token_id, **options)
+                                        max_new_tokens=max_new_tokens, eos_token_id=eos_token_id, names=names,
+                                        **options)
     from lmlab.generate.constrained import JsonSchemaConstraint
 
     root = _compile_lmlab(schema, **options)
     return JsonSchemaConstraint(root, tokenizer, prompt_len=prompt_len, max_new_tokens=max_new_tokens,
-                                eos_token_id=eos_token_id)
+                                eos_token_id=eos_token_id, names=names)

@@ -38,6 +38,7 @@ import torch
 
 from lmlab.errors import LmlabError
 from lmlab.generate.json_schema import ANNOTATIONS, DEFAULT_MAX_ARRAY_ITEMS, DEFAULT_MAX_STRING_LENGTH
+from lmlab.setting_names import KEYWORDS, SettingNames
 
 INSTALL = "pip install 'lmlab[grammar]'"
 # lmlab's JSON text conventions, as llguidance compile options (see the module docstring)
@@ -302,8 +303,9 @@ class LlguidanceJsonConstraint:
 
     def __init__(self, schema, tokenizer, *, prompt_len: int, max_new_tokens: int,
                  eos_token_id: int | None = None, max_string_length: int | None = DEFAULT_MAX_STRING_LENGTH,
-                 max_array_items: int | None = DEFAULT_MAX_ARRAY_ITEMS):
+                 max_array_items: int | None = DEFAULT_MAX_ARRAY_ITEMS, names: SettingNames = KEYWORDS):
         llg = llguidance_module()
+        self.names = names
         self.tokenizer = tokenizer
         self.eos = tokenizer.eos_id if eos_token_id is None else eos_token_id
         if self.eos is None:
@@ -394,8 +396,10 @@ class LlguidanceJsonConstraint:
         """The document written by ``generated`` (cut at EOS); an error if it never finished."""
         key = self._cut(generated)
         if not key or key[-1] != self.eos:
-            raise LmlabError(f"the JSON document did not finish within max_new_tokens={self.max_new_tokens} "
+            budget = self.names.setting("max_new_tokens", [self.max_new_tokens])
+            raise LmlabError(f"the JSON document did not finish within {budget} "
                              f"(llguidance does not force an ending): {self._text(key)[:60]!r}...",
-                             "raise max_new_tokens, bound the schema (maxLength, maxItems, maximum), or use "
+                             f"raise {self.names.to_set('max_new_tokens')}, bound the schema (maxLength, "
+                             "maxItems, maximum), or use "
                              "the lmlab grammar backend, which always ends within the budget")
         return self._text(key).strip()

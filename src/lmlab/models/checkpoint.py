@@ -23,10 +23,10 @@ from torch import nn
 from lmlab.arguments import eager_checks, ids_argument, path_argument, tokenizer_argument
 from lmlab.errors import LmlabError, a_or_an
 from lmlab.fileio import atomic_dir, read_json, write_json
+from lmlab.run_dirs import WEIGHTS_NAME  # noqa: F401  (a run's checkpoints hold models)
 
 FORMAT_VERSION = 1
 CONFIG_NAME = "config.json"
-WEIGHTS_NAME = "model.safetensors"
 TOKENIZER_DIR = "tokenizer"
 
 

@@ -37,6 +37,7 @@ from lmlab.arguments import describe
 from lmlab.errors import LmlabError
 from lmlab.scaling.forms import FORMS
 from lmlab.scaling.runs import RunPoint
+from lmlab.setting_names import KEYWORDS, SettingNames
 
 __all__ = [
     "FORMS",
@@ -393,7 +394,8 @@ def _bootstrap(runs, form, theta, huber_delta, samples: int, seed: int,
     }
 
 
-def holdout(runs: list[RunPoint], which: str) -> tuple[list[RunPoint], list[RunPoint]]:
+def holdout(runs: list[RunPoint], which: str,
+            names: SettingNames = KEYWORDS) -> tuple[list[RunPoint], list[RunPoint]]:
     """Split ``runs`` into (fit, held out): ``which`` is ``largest`` / ``smallest`` (every run of
     the largest / smallest N) or the name of a run (every run of that run's N)."""
     sizes = sorted({r.n_params for r in runs})
@@ -405,7 +407,7 @@ def holdout(runs: list[RunPoint], which: str) -> tuple[list[RunPoint], list[RunP
         named = [r for r in runs if r.name.rstrip("/") == which.rstrip("/")]
         if not named:
             raise LmlabError(
-                f"--holdout {which!r} is none of the runs",
+                f"{names.setting('hold_out', [which])} is none of the runs",
                 "pass largest, smallest or one of the run directories given",
             )
         size = named[0].n_params
@@ -422,11 +424,13 @@ def fit_runs(
     seed: int = 0,
     hold_out: str | None = None,
     log=None,
+    names: SettingNames = KEYWORDS,
 ) -> FitResult:
     """Fit a law to ``runs`` (minus the held-out size, if any), with bootstrap spreads and the
     held-out runs' predicted loss and relative error ``(predicted - actual) / actual``.
     ``bootstrap``: refits, 0 to :data:`MAX_BOOTSTRAP` (:func:`check_bootstrap`); ``log`` hears the
-    estimate and progress of a long bootstrap."""
+    estimate and progress of a long bootstrap; ``names``: how the caller names its settings in errors
+    (:class:`lmlab.setting_names.SettingNames`: ``hold_out``, or ``--holdout`` for ``lmlab scale fit``)."""
     if not isinstance(runs, (list, tuple)) or not all(isinstance(r, RunPoint) for r in runs):
         listed = isinstance(runs, (list, tuple))
         bad = [r for r in runs if not isinstance(r, RunPoint)][0] if listed else runs
@@ -435,7 +439,7 @@ def fit_runs(
     check_bootstrap(bootstrap, "fit_runs' bootstrap")
     held: list[RunPoint] = []
     if hold_out:
-        runs, held = holdout(runs, hold_out)
+        runs, held = holdout(runs, hold_out, names)
         if form == "auto" and runs:
             form = choose_form(runs + held)  # the form of the whole series, fitted without the held-out
     try:

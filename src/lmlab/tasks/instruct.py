@@ -43,7 +43,7 @@ from typing import Any
 
 import torch
 
-from lmlab.errors import LmlabError
+from lmlab.errors import LmlabError, a_or_an
 from lmlab.fileio import check_input_file, iter_text_lines, read_text
 from lmlab.losses import IGNORE
 from lmlab.models.attention_masks import MaskSpec
@@ -201,8 +201,8 @@ class Instruct(Task):
     def __init__(self, name=None, options=None, architecture: str = "decoder"):
         super().__init__(name, options)
         if architecture not in self.architectures:
-            raise LmlabError(f"instruction tuning needs a decoder or an encoder-decoder, not a "
-                             f"{architecture}", "use a GPT/Llama or T5/BART checkpoint")
+            raise LmlabError(f"instruction tuning needs a decoder or an encoder-decoder, not "
+                             f"{a_or_an(architecture)}", "use a GPT/Llama or T5/BART checkpoint")
         self.architecture = architecture
         self.template = check_template(self.options.template or DEFAULT_TEMPLATE)
         if self.options.packing and architecture == "seq2seq":

@@ -22,6 +22,8 @@ from lmlab.fileio import read_json
 from lmlab.lazy import lazy_exports
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from lmlab.tokenizers.base import Tokenizer
 
 # imported on first use: the command-line parser reads ALGORITHMS without the tokenizers' machinery
@@ -142,7 +144,9 @@ SHORT_VOCAB = 0.5
 
 
 def load_tokenizer(path: str | os.PathLike) -> Tokenizer:
-    """Load a tokenizer from an lmlab tokenizer directory, a ``tokenizer.json`` or a BERT ``vocab.txt``.
+    """Load a tokenizer from an lmlab tokenizer directory, a ``tokenizer.json`` or a BERT ``vocab.txt``,
+    or the tokenizer of a model, a checkpoint or a pretraining run (its newest checkpoint's, as
+    ``--checkpoint`` reads a run).
 
     A directory may hold ``tokenizer.json`` (+ ``tokenizer_config.json``) or just a ``vocab.txt``
     (+ ``tokenizer_config.json``, whose ``do_lower_case``/``strip_accents`` are honoured).
@@ -155,15 +159,7 @@ def load_tokenizer(path: str | os.PathLike) -> Tokenizer:
             f"tokenizer {p} does not exist", "pass a tokenizer directory, tokenizer.json or vocab.txt"
         )
     if p.is_dir():
-        if (p / "tokenizer.json").is_file():
-            p = p / "tokenizer.json"
-        elif (p / "vocab.txt").is_file():
-            p = p / "vocab.txt"
-        else:
-            raise LmlabError(
-                f"{p} holds neither tokenizer.json nor vocab.txt",
-                "pass a directory written by `lmlab tokenizer train` or tokenizer.save()",
-            )
+        p = _tokenizer_file(p)
     config_path = p.parent / "tokenizer_config.json"
     config = read_json(config_path, "tokenizer config") if config_path.is_file() else {}
     if not isinstance(config, dict):
@@ -181,6 +177,32 @@ def load_tokenizer(path: str | os.PathLike) -> Tokenizer:
     except (KeyError, IndexError, TypeError, ValueError, AttributeError) as e:  # valid JSON, damaged content
         raise LmlabError(f"tokenizer {path} is corrupt ({type(e).__name__}: {e})",
                          "re-train it with `lmlab tokenizer train` or save it again") from None
+
+
+def _tokenizer_file(directory: Path) -> Path:
+    """The tokenizer file a directory names: its own ``tokenizer.json`` or ``vocab.txt``, else the one
+    in its ``tokenizer/`` folder, which every model lmlab writes has; a pretraining run directory
+    means its newest complete checkpoint first (:func:`lmlab.run_dirs.run_checkpoint`, the
+    one reading of a run that every ``--checkpoint`` shares)."""
+    from lmlab.run_dirs import run_checkpoint
+
+    def own_file(d: Path) -> Path | None:
+        for name in ("tokenizer.json", "vocab.txt"):
+            if (d / name).is_file():
+                return d / name
+        return None
+
+    found = own_file(directory)
+    if found is None:
+        model = run_checkpoint(directory)
+        found = own_file(model / "tokenizer")
+    if found is None:
+        raise LmlabError(
+            f"{directory} holds neither tokenizer.json nor vocab.txt, nor a tokenizer/ folder with one",
+            "pass a directory written by `lmlab tokenizer train` or tokenizer.save(), a model, a checkpoint "
+            "or a pretraining run",
+        )
+    return found
 
 
 def _guess_algo(data: dict) -> str:

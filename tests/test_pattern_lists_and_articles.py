@@ -1,4 +1,4 @@
-"""probe9's minor items: a bare string given for a list of patterns is refused, not read as one
+"""A bare string given for a list of patterns is refused, not read as one
 pattern per character (lmlab.arguments.text_list_argument), and an architecture in a message takes
 its article (lmlab.errors.a_or_an: "an encoder")."""
 

@@ -161,15 +161,16 @@ def test_partners_given_satisfy_the_rules():
 
 
 def test_options_that_do_nothing_in_the_mode_are_refused_from_any_source(tmp_path, capsys):
-    """probe9 #2: --save-every under RLHF was ignored also from --set and an [align] table; a
-    datasets folder (told by its files) holds records, so --encoding on it is refused too."""
+    """--save-every under RLHF was ignored also from --set and an [align] table, each named where
+    it was written (--set KEY, FILE:LINE: KEY; before: the bare key); a datasets folder (told by
+    its files) holds records, so --encoding on it is refused too."""
     base = ["align", "--checkpoint", "CK", "--train", "TR", "--dev", "DV", "--out", str(tmp_path / "out")]
     assert exit_code([*base, "--method", "rlhf", "--set", "align.save_every=1"]) == 2
-    assert_one_line_error(capsys, "align.save_every applies only with --method dpo")
+    assert_one_line_error(capsys, "error: --set align.save_every applies only with --method dpo")
     config = tmp_path / "al.toml"
     config.write_text('[align]\nmethod = "rlhf"\nsave_every = 2\n')
     assert exit_code([*base, "--config", str(config)]) == 2
-    assert_one_line_error(capsys, "save_every applies only with --method dpo")
+    assert_one_line_error(capsys, f"error: {config}:3: align.save_every applies only with --method dpo")
     folder = tmp_path / "hfds"
     folder.mkdir()
     (folder / "state.json").write_text("{}")

@@ -33,6 +33,7 @@ import dataclasses
 from typing import Any
 
 from lmlab.config.finetune import RULES as FINETUNE_RULES
+from lmlab.config.flags import setting_origin
 from lmlab.config.rules import Excludes, Needs, Rule, SettingNames
 from lmlab.errors import LmlabError
 
@@ -202,11 +203,19 @@ def check_flag_rules(parser: argparse.ArgumentParser, args: argparse.Namespace) 
     hook = getattr(args, "rule_settings", None)
     section, settings, defaults = hook(args) if callable(hook) else ("", {}, {})
 
-    def given(flag: str) -> tuple[bool, str]:
+    origin = setting_origin(section, args)
+
+    def given(flag: str) -> tuple[bool, str, str]:
+        """Whether ``flag``'s setting was given, its name in a message, and where it was written
+        (``FILE:LINE: `` before the message for a ``--config`` value; a ``--set`` is its name)."""
         dest = _dest(flag, actions)
         if dest in on_line:
-            return True, flag
-        return dest in settings, f"{section}.{dest}"
+            return True, flag, ""
+        key = f"{section}.{dest}"
+        written = origin.of(key)
+        if written.endswith(f": {key}"):  # FILE:LINE: key
+            return dest in settings, key, written[:-len(key)]
+        return dest in settings, written, ""
 
     def value(flag: str) -> Any:
         dest = _dest(flag, actions)
@@ -217,8 +226,9 @@ def check_flag_rules(parser: argparse.ArgumentParser, args: argparse.Namespace) 
         return defaults.get(dest)
 
     for rule in rules:
-        is_given, shown = given(rule.flag)
+        is_given, shown, place = given(rule.flag)
         if not is_given or (rule.when is not None and not rule.when(value(rule.flag))):
             continue
         if rule.broken(value):
-            raise LmlabError(*rule.problem(shown, value(rule.flag), partner=value(rule.partner)))
+            problem, fix = rule.problem(shown, value(rule.flag), partner=value(rule.partner))
+            raise LmlabError(place + problem, fix)

@@ -122,6 +122,13 @@ def _origin(section: str, args, flags, items, extra_flags: dict[str, str] | None
                   tuple((f"{section}.{k}", flag) for k, flag in shown.items()))
 
 
+def setting_origin(section: str, args) -> Origin:
+    """Where a command's ``section`` settings came from, besides its flags: ``--set section.key``
+    (``args.overrides``) or its ``--config`` file (named ``FILE:LINE: section.key``)."""
+    items = override_items(getattr(args, "overrides", None), example_override(section)) if section else []
+    return _origin(section, args, (), items)
+
+
 def section_names(cls, section: str, args, given, extra_flags: dict[str, str] | None = None,
                   flags: dict[str, str] | None = None) -> SettingNames:
     """How a command whose flags mirror section ``cls`` names its settings in a message

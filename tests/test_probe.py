@@ -103,6 +103,17 @@ def test_decoder_and_t5_fill_mask_rank_real_tokens(tok):
     assert not {tok.id_of(g.token) for g in out} & set(tok.special_ids)
 
 
+def test_asking_for_more_guesses_than_real_tokens_never_lists_a_special_one(tok):
+    """``--top-k`` above the vocabulary listed the special tokens last, at probability 0 (probe.md:
+    special tokens are never guessed): the guesses stop at the real tokens."""
+    torch.manual_seed(0)
+    gpt = build_model(get_preset("gpt2-tiny", vocab_size=tok.vocab_size))
+    gpt.tokenizer = tok
+    guesses = fill_mask(gpt, "the dog ate the [MASK]", top_k=tok.vocab_size + 10)
+    assert len(guesses) == tok.vocab_size - len(set(tok.special_ids))
+    assert not {tok.id_of(g.token) for g in guesses} & set(tok.special_ids)
+
+
 def test_cli_tables_json_run_directories_and_one_line_errors(tok, minilm_dir, tmp_path, capsys):
     torch.manual_seed(0)
     run = tmp_path / "run" / "checkpoints" / "step_10"  # what `lmlab pretrain` leaves

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from lmlab.errors import LmlabError
+from lmlab.errors import LmlabError, a_or_an
 from lmlab.models.attention_masks import MaskSpec
 from lmlab.models.facts import facts_of
 from lmlab.models.heads import require_head
@@ -72,7 +72,8 @@ def _top(logits: torch.Tensor, tok, k: int, banned: set[int]) -> list[Guess]:
     if banned:
         logits[list(banned)] = float("-inf")
     probs = torch.softmax(logits, dim=-1)
-    values, ids = probs.topk(min(k, probs.numel()))
+    allowed = probs.numel() - len({i for i in banned if 0 <= i < probs.numel()})
+    values, ids = probs.topk(min(k, allowed))  # a special token is never guessed, however many asked
     tokens = tok.convert_ids_to_tokens(ids.tolist())
     return [Guess(t, tok.decode([i]), float(p)) for t, i, p in zip(tokens, ids.tolist(), values.tolist())]
 
@@ -90,7 +91,8 @@ def check_can_fill_mask(model) -> None:
         require_head(facts, "lm", "fill-mask",
                      "probe the pretrained checkpoint (its language-model head), not a fine-tuned classifier")
     else:
-        raise LmlabError(f"fill-mask does not know a {facts.architecture or type(model).__name__} model",
+        kind = facts.architecture or type(model).__name__
+        raise LmlabError(f"fill-mask does not know {a_or_an(kind)} model",
                          "probe an encoder, a decoder or an encoder-decoder checkpoint")
 
 

@@ -266,3 +266,15 @@ def test_the_written_out_document_separators_are_the_preparer_s():
     from lmlab.train.config import DOC_SEPARATORS as IN_CONFIG
 
     assert IN_CONFIG == DOC_SEPARATORS
+
+
+def test_a_value_above_the_maximum_is_told_the_maximum():
+    """The fix named only the type's words ('a whole number of at least 1') for 10**30, leaving out
+    the bound it broke."""
+    from lmlab import values
+
+    kind = values.whole(1, 2**40, hint="a whole number of at least 1")
+    with pytest.raises(LmlabError, match=r"use a whole number of at least 1, and at most 1099511627776$"):
+        values.check(kind, 10**30, "--vocab-size")
+    with pytest.raises(LmlabError, match=r"use a number from 0 to 1$"):  # the words say it already
+        values.check(values.Probability, 2, "mask_prob")

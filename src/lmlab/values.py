@@ -400,6 +400,20 @@ def _problem(error: ValidationError, shown: Any = None) -> tuple[str, str]:
     return loc, msg
 
 
+def _with_bound(error: ValidationError, words: str) -> str:
+    """``words`` (what a kind accepts), with the upper bound the value broke when they leave it
+    out (``a whole number of at least 1``, broken by 10**30: ``... and at most 1099511627776``)."""
+    first = error.errors(include_url=False)[0]
+    kind, ctx = first.get("type"), first.get("ctx", {})
+    if not words or kind not in ("less_than_equal", "less_than"):
+        return words
+    bound = ctx.get("le" if kind == "less_than_equal" else "lt")
+    shown = f"{bound:g}" if isinstance(bound, float) else str(bound)
+    if any(said in words for said in ("at most", "up to", "below", "less than", f"to {shown}")):
+        return words  # the words name the bound already ("a number from 0 to 1")
+    return f"{words}, and {'at most' if kind == 'less_than_equal' else 'less than'} {shown}"
+
+
 def describe(error: ValidationError) -> str:
     """The first problem of a pydantic error as plain words: ``field.sub: message (got X)``."""
     loc, msg = _problem(error)
@@ -433,7 +447,7 @@ def check(kind: Any, value: Any, where: str, fix: str = "", *, strict: bool = Fa
     try:
         return _adapter(kind).validate_python(value, strict=strict or None)
     except ValidationError as e:
-        words = hint(kind)
+        words = _with_bound(e, hint(kind))
         fix = fix or (f"use {words}" if words else "see --help for the valid values")
         loc, msg = _problem(e)
         raise LmlabError(f"{where}: {loc}: {msg}" if loc else f"{where} {msg}", fix) from None
@@ -459,7 +473,8 @@ def flag(kind: Any, parse: Callable[[str], Any] | None = None) -> Callable[[str]
             return _adapter(kind).validate_python(raw)
         except ValidationError as e:
             loc, msg = _problem(e, shown=text)
-            raise argparse.ArgumentTypeError(f"{loc}: {msg}{use}" if loc else f"{msg}{use}") from None
+            bounded = f"; use {_with_bound(e, words)}" if words else ""
+            raise argparse.ArgumentTypeError(f"{loc}: {msg}{bounded}" if loc else f"{msg}{bounded}") from None
 
     convert.__name__ = getattr(parse, "__name__", None) or "value"
     convert.kind = kind  # type: ignore[attr-defined]

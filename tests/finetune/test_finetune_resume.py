@@ -137,6 +137,13 @@ def test_an_interrupted_run_is_never_started_over_silently(start, sst2, tmp_path
     # other settings than the interrupted run's: refused, naming what changed
     with pytest.raises(LmlabError, match=r"lr 0\.0005 -> 0\.001"):
         finetune(start, "sst2", *sst2, out, resume=True, **{**HP, "lr": 1e-3}, **QUIET)
+    # on the command line the setting is named by its flag (it said max_train_examples)
+    code = main(["finetune", "--checkpoint", str(start), "--task", "sst2", "--train", str(sst2[0]),
+                 "--dev", str(sst2[1]), "--out", str(out), "--no-progress", "--resume",
+                 *[f"--{k.replace('_', '-')}={v}" for k, v in HP.items() if k != "max_train_examples"],
+                 "--max-train-examples", "8"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and "--max-train-examples " in err[-1] and "max_train_examples" not in err[-1], err
     assert saved_state(out) is not None  # still there after every refusal
 
 

@@ -272,7 +272,7 @@ def _finetune_run(checkpoint, task, train, dev, out, method, method_options, tok
         say = lambda msg: None  # noqa: E731
     # what the run reads, by content: checked on a resume before any work, saved with every state
     identity = _identity(cfg, task, method, method_options, checkpoint, tokenizer, train, dev, resume_from,
-                         say) if resumable else None
+                         say, names) if resumable else None
     torch.manual_seed(cfg.seed)
     run = _build_run(checkpoint, task, train, dev, tokenizer, cfg, meth, machine, info, say, names)
     saved = None if resume_from is None else resume_state.load(resume_from, run.model, run.optimizer,
@@ -322,7 +322,7 @@ def _finetune_run(checkpoint, task, train, dev, out, method, method_options, tok
 
 
 def _identity(cfg: FinetuneConfig, task, method, method_options, checkpoint, tokenizer, train, dev,
-              resume_from: Path | None, say) -> dict[str, Any]:
+              resume_from: Path | None, say, names: SettingNames = KEYWORDS) -> dict[str, Any]:
     """The run's identity (:func:`lmlab.finetune.resume.run_identity`); resuming, the saved state's
     must be the same (one line naming what differs, before the model loads)."""
     inputs = {"checkpoint": checkpoint, "tokenizer": tokenizer, "train": train, "dev": dev}
@@ -330,7 +330,7 @@ def _identity(cfg: FinetuneConfig, task, method, method_options, checkpoint, tok
     identity = resume_state.run_identity(cfg.to_dict(), task if isinstance(task, str) else task.name, method,
                                          method_options or {}, inputs, known)
     if known is not None:
-        resume_state.check_identity(known, identity, inputs, resume_from, say)
+        resume_state.check_identity(known, identity, inputs, resume_from, say, names)
     return identity
 
 

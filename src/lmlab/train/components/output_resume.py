@@ -138,12 +138,14 @@ def _plain(obj):
 
 
 def check_identity(saved: dict[str, Any], identity: dict[str, Any], inputs: dict[str, Any], path: Path,
-                   say=None) -> None:
+                   say=None, names=None) -> None:
     """Before any work: the run resumed from the checkpoint ``path`` is the one that saved it (same
-    settings, task, method and input contents), else one line naming what differs. A state written
-    by an earlier lmlab (inputs by path and time) is checked as that lmlab did."""
+    settings, task, method and input contents), else one line naming what differs, each setting as
+    the caller names it (``names``, a :class:`~lmlab.config.rules.SettingNames`: ``--lr`` on the
+    command line; default: its keyword). A state written by an earlier lmlab (inputs by path and
+    time) is checked as that lmlab did."""
     rdir = path.parent.parent
-    detail = _setting_changes(saved, identity)
+    detail = _setting_changes(saved, identity, names)
     if saved.get("version") != IDENTITY_VERSION:
         _check_earlier_identity(saved, inputs, detail, rdir, say)
         return
@@ -155,11 +157,13 @@ def check_identity(saved: dict[str, Any], identity: dict[str, Any], inputs: dict
                          "over")
 
 
-def _setting_changes(saved: dict[str, Any], identity: dict[str, Any]) -> list[str]:
-    """The settings, task, method and method options that differ, as ``"lr 0.0005 -> 0.001"``."""
+def _setting_changes(saved: dict[str, Any], identity: dict[str, Any], names=None) -> list[str]:
+    """The settings, task, method and method options that differ, as ``"lr 0.0005 -> 0.001"``
+    (``--lr 0.0005 -> 0.001`` when ``names`` are a command line's)."""
     out = []
     a, b = saved.get("settings", {}), identity["settings"]
-    out += [f"{k} {_shown(a.get(k))} -> {_shown(b.get(k))}" for k in sorted(set(a) | set(b))
+    named = names.of if names is not None else str
+    out += [f"{named(k)} {_shown(a.get(k))} -> {_shown(b.get(k))}" for k in sorted(set(a) | set(b))
             if a.get(k) != b.get(k)]
     for key, flag in (("task", "--task"), ("method", "--method")):
         if saved.get(key) != identity[key]:

@@ -169,3 +169,22 @@ def test_cli_distill_writes_an_evaluable_student(sst2_teacher, data_dir, tmp_pat
                  "--out", str(tmp_path / "x")])
     err = capsys.readouterr().err
     assert code == 2 and "not a fine-tuned checkpoint" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(("flags", "says"), [
+    (["--layers", "9"], "a student needs between 1 and 2 layers, got 9; choose --layers in 1..2"),
+    (["--student-layers", "0,5"], "student layers [0, 5] are not layers of the 2-layer teacher"),
+])
+def test_cli_refuses_student_layers_the_teacher_lacks_before_loading_it(sst2_teacher, data_dir, tmp_path,
+                                                                        capsys, monkeypatch, flags, says):
+    """Told from the teacher's config: it was refused only once the teacher's weights had loaded."""
+    from lmlab.cli import compress as cli_compress
+
+    teacher_dir, _ = sst2_teacher
+    monkeypatch.setattr(cli_compress, "_load", lambda *a, **k: pytest.fail("the teacher was loaded"))
+    g = data_dir / "glue" / "sst2"
+    code = main(["compress", "distill", "--teacher", str(teacher_dir), "--train", str(g / "train.tsv"),
+                 *flags, "--out", str(tmp_path / "st")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and says in err, err
+    assert not (tmp_path / "st").exists()

@@ -149,6 +149,21 @@ def student_layers(n_teacher: int, n_student: int, names: SettingNames = KEYWORD
     return [i * n_teacher // n_student for i in range(n_student)]
 
 
+def chosen_layers(n_teacher: int, n_layers: int | None = None, layers: Sequence[int] | None = None,
+                  names: SettingNames = KEYWORDS) -> list[int]:
+    """The teacher layers a student copies: ``layers`` as given, else every k-th of ``n_layers``
+    (default: half the teacher's), each checked against the ``n_teacher`` layers. Needs only the
+    teacher's config, so ``lmlab compress distill`` checks it before the teacher's weights load."""
+    if layers is None:
+        return student_layers(n_teacher, n_layers or max(1, n_teacher // 2), names)
+    layers = list(layers)
+    bad = [i for i in layers if not 0 <= i < n_teacher]
+    if not layers or bad:
+        raise LmlabError(f"student layers {layers} are not layers of the {n_teacher}-layer teacher",
+                         f"pick indices in 0..{n_teacher - 1}")
+    return layers
+
+
 #: who refuses an int8 teacher (:func:`lmlab.models.refuse_int8`): a student copied from it
 TEACHER_INIT_READER = "a student initialised from its teacher (--init teacher)"
 
@@ -183,13 +198,7 @@ def make_student(teacher: nn.Module, n_layers: int | None = None, layers: Sequen
 
         refuse_int8(teacher, TEACHER_INIT_READER)
     cfg = teacher.config
-    if layers is None:
-        layers = student_layers(cfg.n_layers, n_layers or max(1, cfg.n_layers // 2), names)
-    layers = list(layers)
-    bad = [i for i in layers if not 0 <= i < cfg.n_layers]
-    if not layers or bad:
-        raise LmlabError(f"student layers {layers} are not layers of the {cfg.n_layers}-layer teacher",
-                         f"pick indices in 0..{cfg.n_layers - 1}")
+    layers = chosen_layers(cfg.n_layers, n_layers, layers, names)
     torch.manual_seed(seed)
     student = build_model(dataclasses.replace(cfg, n_layers=len(layers)).validate(),
                           heads=tuple(teacher.head_names), architecture=arch)

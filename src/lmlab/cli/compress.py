@@ -399,16 +399,20 @@ def run_distill(args) -> int:
     if not (Path(args.teacher) / TASK_FILE).is_file():  # before its weights are read
         raise LmlabError(f"{args.teacher} is not a fine-tuned checkpoint (no task.json)",
                          "fine-tune the teacher with `lmlab finetune ... --out DIR` first")
-    from lmlab.adapt.distill import TEACHER_INIT_READER
+    from lmlab.adapt.distill import TEACHER_INIT_READER, chosen_layers
+    from lmlab.loading import model_facts
+    from lmlab.setting_names import SettingNames
 
+    flags = SettingNames("flag", flags={"n_layers": "--layers", "layers": "--student-layers"})
+    facts = model_facts(args.teacher)  # the student's layers fit the teacher: before its weights load
+    if facts is not None and getattr(facts.config, "n_layers", None):
+        chosen_layers(facts.config.n_layers, args.layers, args.student_layers, flags)
     # an int8 teacher can give soft targets, but no float weights to copy into a student
     teacher, task = _load(args.teacher, TEACHER_INIT_READER if args.init == "teacher" else None)
     train = _examples(task, args.train, args.max_train_examples, "train")
     dev = _examples(task, args.dev, args.max_eval_examples, "dev")
     from lmlab.config.fits import batch_for_data
-    from lmlab.setting_names import SettingNames
 
-    flags = SettingNames("flag", flags={"n_layers": "--layers", "layers": "--student-layers"})
     student = make_student(teacher, args.layers, args.student_layers, args.init, args.seed, names=flags)
     # a batch beyond the training data is one batch of all of it: the plan and the estimate count it
     args.batch_size = batch_for_data(args.batch_size, len(train), "examples", "--batch-size", _say)

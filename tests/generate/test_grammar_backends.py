@@ -317,8 +317,8 @@ def test_cli_auto_backend_writes_ref_schema_documents(checkpoint, tmp_path, caps
 @pytest.mark.parametrize("extra,message", [
     (("--grammar-backend", "lmlab"), r"'\$defs'.*llguidance grammar backend supports it"),
     # the command line's own names (SettingNames("flag")), not the Python keyword
-    (("--max-new-tokens", "3"), r"longest document needs \d+ tokens, more than --max-new-tokens 3; "
-                                r"use --max-new-tokens >= \d+"),
+    (("--max-new-tokens", "3"), r"fits in --max-new-tokens, and its longest document needs \d+ tokens, "
+                                r"more than --max-new-tokens 3; use --max-new-tokens >= \d+"),
     (("--max-new-tokens", "3", "--grammar-backend", "llguidance"),
      "did not finish within --max-new-tokens 3"),
     (("--grammar-backend", "llguidance", "--json-schema"), "add --json-schema FILE"),

@@ -87,8 +87,14 @@ def _every_byte_is_a_token(tokenizer) -> bool:
 
 
 # why the default engine can give llguidance a schema only lmlab's engine would otherwise refuse
-AUTO_RULE = ("the default engine (auto) hands such a schema to llguidance only with a byte-level BPE "
-             "tokenizer and when every document it allows fits in max_new_tokens")
+def auto_rule(names: SettingNames = KEYWORDS) -> str:
+    """Why the default engine can give llguidance a schema only lmlab's engine would otherwise
+    refuse, naming the budget as the caller does (``--max-new-tokens`` on the command line)."""
+    return ("the default engine (auto) hands such a schema to llguidance only with a byte-level BPE "
+            f"tokenizer and when every document it allows fits in {names.to_set('max_new_tokens')}")
+
+
+AUTO_RULE = auto_rule()
 UNBOUNDED = ("this schema's documents have no length bound (every number must be an integer with a minimum "
              "and a maximum; no pattern, format, allOf or recursive $ref)")
 
@@ -105,7 +111,7 @@ def _auto_refusal(problem: str, tokenizer, tokens: int | None, max_new_tokens: i
         budget = names.setting("max_new_tokens", [max_new_tokens])
         why = f"its longest document needs {tokens} tokens, more than {budget}"
         more = f"use {names.to_set('max_new_tokens')} >= {tokens}, "
-    return LmlabError(f"{problem}; {AUTO_RULE}, and {why}",
+    return LmlabError(f"{problem}; {auto_rule(names)}, and {why}",
                       f"{more}remove the keyword, or {EXPLICIT_LLGUIDANCE}")
 
 

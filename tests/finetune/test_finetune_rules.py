@@ -47,6 +47,11 @@ CLI_CASES = {
     "rouge_stemmer": (["--rouge-stemmer"], "--rouge-stemmer", "--task text2text"),
     "packing": (["--no-packing"], "--packing/--no-packing", "--task instruct"),
     "template": (["--template", "TEMPLATE"], "--template", "--task instruct"),
+    # instruction tuning reads none of a decoder classifier's settings, nor a text-to-text prefix
+    "lm_weight": (["--task", "instruct", "--lm-weight", "0.3"], "--lm-weight", "a task other than instruct"),
+    "decoder_style": (["--task", "instruct", "--decoder-style", "last"], "--decoder-style",
+                      "a task other than instruct"),
+    "prefix": (["--task", "instruct", "--prefix", "sst2: "], "--prefix", "a task other than instruct"),
 }
 
 

@@ -74,6 +74,12 @@ DataFormat = choice("tsv", "csv", "jsonl", "parquet")
 Column = Text | Size
 
 _QA = ("qa", "squad")
+#: the condition of the settings a task other than instruction tuning reads
+_CLASSIFICATION = "a task other than instruct"
+
+
+def _classification(task: Any) -> bool:
+    return task != "instruct"
 #: what a fine-tuning setting needs of the others, by field name (:mod:`lmlab.config.rules`): the
 #: one statement of them, for ``lmlab finetune``'s flags, ``--config``/``--set``, a grid's
 #: ``[finetune]`` and ``[[tasks]] finetune``, and the keywords of :func:`lmlab.finetune.finetune`
@@ -92,6 +98,12 @@ TASK_RULES = (
     Needs("rouge_stemmer", "task", ("text2text",)),
     Needs("packing", "task", ("instruct",)),
     Needs("template", "task", ("instruct",)),
+    # a decoder classifier's settings: instruction tuning (a decoder's generation task) reads neither
+    *(Needs(name, "task", _classification, shown=_CLASSIFICATION, why=why, verb="use") for name, why in (
+        ("lm_weight", "the weight of a decoder classifier's auxiliary LM loss"),
+        ("decoder_style", "how a decoder classifier lays out its input"))),
+    Needs("prefix", "task", _classification, shown=_CLASSIFICATION, verb="use",
+          why="the text put before an encoder-decoder's source; instruction tuning uses its template"),
 )
 #: what a setting needs of the model's architecture (or, for some, of the task): the options only
 #: one formulation of a task reads (:func:`lmlab.tasks.make_task`), checked where the checkpoint's

@@ -45,6 +45,7 @@ class Needs:
     when: Callable[[Any], bool] | None = None
     why: str = ""
     note: str = ""
+    verb: str = ""  # how the fix asks for the condition, when not the context's (``add``, ``set``)
 
     def condition(self, names: SettingNames | None = None) -> str:
         if self.shown:
@@ -71,7 +72,7 @@ class Needs:
     def problem(self, flag: str, value: Any, names: SettingNames | None = None,
                 partner: Any = None) -> tuple[str, str]:
         why, condition = f" ({self.why})" if self.why else "", self.condition(names)
-        verb = names.verb if names is not None else "add"
+        verb = self.verb or (names.verb if names is not None else "add")
         if self.when is not None:  # the rule of some values of flag: name the value
             return f"{flag} {value} needs {condition}{why}", f"{verb} {condition}"
         return f"{flag} applies only with {condition}{why}", f"{verb} {condition}, or drop {flag}"

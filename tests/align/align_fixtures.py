@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import json
 import random
 
 import torch
@@ -47,3 +48,10 @@ def synthetic_pairs(n: int, seed: int) -> list[PreferencePair]:
         good, bad = (" yes", " no") if w in GOOD else (" no", " yes")
         out.append(PreferencePair(f"{w}:", good, bad))
     return out
+
+
+def write_pairs(path, pairs):
+    """``pairs`` as a JSON Lines file of prompt, chosen and rejected, as lmlab align reads them."""
+    lines = [json.dumps({"prompt": p.prompt, "chosen": p.chosen, "rejected": p.rejected}) for p in pairs]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path

@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 import torch.nn.functional as F
-from align_fixtures import synthetic_pairs, tiny_model
+from align_fixtures import synthetic_pairs, tiny_model, write_pairs
 from assertions import exit_code
 
 from lmlab.align import align, read_preferences
@@ -19,12 +19,6 @@ from lmlab.errors import LmlabError
 from lmlab.loading import load_model
 
 QUIET = {"progress": False, "log": lambda m: None}
-
-
-def write_pairs(path, pairs):
-    lines = [json.dumps({"prompt": p.prompt, "chosen": p.chosen, "rejected": p.rejected}) for p in pairs]
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return path
 
 
 @pytest.fixture(scope="module")

@@ -7,8 +7,9 @@ import json
 
 import pytest
 import torch
-from align_fixtures import synthetic_pairs, tiny_model
+from align_fixtures import synthetic_pairs, tiny_model, write_pairs
 from safetensors.torch import load_file
+from stop_at import StopAt
 
 from lmlab.align import align
 from lmlab.align import loop as align_loop
@@ -16,7 +17,6 @@ from lmlab.cli import main
 from lmlab.errors import LmlabError
 from lmlab.stopping import Stopped
 from lmlab.train.components.output_resume import resume_dir, saved_state
-from lmlab.train.engine import Engine
 
 QUIET = {"progress": False, "log": lambda m: None}
 #: dropout on, so that the global RNG's state matters; 24 pairs in batches of 8: 6 steps are 2 epochs
@@ -24,12 +24,6 @@ HP = {"method": "dpo", "max_steps": 6, "batch_size": 8, "lr": 1e-3, "eval_every"
       "warmup_ratio": 0.3}
 FLAGS = ["--method", "dpo", "--max-steps", "6", "--batch-size", "8", "--lr", "1e-3", "--eval-every", "2",
          "--dropout", "--warmup-ratio", "0.3", "--no-progress"]
-
-
-def write_pairs(path, pairs):
-    lines = [json.dumps({"prompt": p.prompt, "chosen": p.chosen, "rejected": p.rejected}) for p in pairs]
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return path
 
 
 @pytest.fixture(scope="module")
@@ -49,33 +43,6 @@ def whole(files, tmp_path_factory):
     return out
 
 
-class StopAt:
-    """Stands in for the SIGINT/SIGTERM handler: a stop is 'requested' once step ``at`` is done; with
-    ``crash`` the step ``at`` raises KeyboardInterrupt instead (a kill: only the saved state is left)."""
-
-    def __init__(self, monkeypatch, at: int, crash: bool = False):
-        self.requested = None
-        original = Engine.step
-        guard = self
-
-        def step(engine, i, *a, **k):
-            if crash and i + 1 == at:
-                raise KeyboardInterrupt
-            out = original(engine, i, *a, **k)
-            if i + 1 == at:
-                guard.requested = "SIGTERM"
-            return out
-
-        monkeypatch.setattr(Engine, "step", step)
-        monkeypatch.setattr(align_loop, "StopRequests", lambda: self)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return None
-
-
 def rows(out):
     return [{k: v for k, v in json.loads(line).items() if k != "elapsed_s"}
             for line in (out / "metrics.jsonl").read_text().splitlines()]
@@ -83,7 +50,7 @@ def rows(out):
 
 def interrupt(files, out, monkeypatch, at=3, crash=False):
     with monkeypatch.context() as m:
-        StopAt(m, at, crash)
+        StopAt(m, align_loop, at, crash)
         with pytest.raises(KeyboardInterrupt if crash else Stopped):
             align(*files, out, **HP, **QUIET)
 

@@ -8,6 +8,7 @@ import signal
 import pytest
 import torch
 from safetensors.torch import load_file
+from stop_at import StopAt
 
 from lmlab.cli import main
 from lmlab.errors import LmlabError
@@ -44,30 +45,6 @@ HP = {"epochs": 2, "batch_size": 16, "lr": 5e-4, "eval_every": 4, "max_train_exa
       "max_eval_examples": 48, "warmup_ratio": 0.2}
 
 
-class StopAt:
-    """Stands in for the SIGINT/SIGTERM handler: a stop is 'requested' once step ``at`` is done."""
-
-    def __init__(self, monkeypatch, at: int):
-        self.requested = None
-        original = Engine.step
-        guard = self
-
-        def step(engine, i, *a, **k):
-            out = original(engine, i, *a, **k)
-            if i + 1 == at:
-                guard.requested = "SIGTERM"
-            return out
-
-        monkeypatch.setattr(Engine, "step", step)
-        monkeypatch.setattr(ft_loop, "StopRequests", lambda: self)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return None
-
-
 def rows(out):
     return [{k: v for k, v in json.loads(line).items() if k not in TIMINGS}
             for line in (out / "metrics.jsonl").read_text().splitlines()]
@@ -82,7 +59,7 @@ def test_stopped_and_resumed_run_equals_the_uninterrupted_one(start, sst2, tmp_p
 
     out = tmp_path / "stopped"
     with monkeypatch.context() as m:
-        StopAt(m, at=5)                             # mid-epoch, between two evaluations
+        StopAt(m, ft_loop, at=5)                             # mid-epoch, between two evaluations
         with pytest.raises(KeyboardInterrupt):
             finetune(start, "sst2", *sst2, out, **hp, **QUIET)
     state = saved_state(out)  # the one resume format: .OUT.resume/checkpoints/step_N/
@@ -124,7 +101,7 @@ def test_a_run_without_stops_installs_and_removes_its_signal_handlers(start, sst
 def test_an_interrupted_run_is_never_started_over_silently(start, sst2, tmp_path, monkeypatch, capsys):
     out = tmp_path / "ft"
     with monkeypatch.context() as m:
-        StopAt(m, at=2)
+        StopAt(m, ft_loop, at=2)
         with pytest.raises(KeyboardInterrupt):
             finetune(start, "sst2", *sst2, out, **HP, **QUIET)
     with pytest.raises(LmlabError, match="interrupted fine-tuning run.*--resume"):
@@ -269,7 +246,7 @@ def test_the_resume_state_is_in_pretrainings_format(start, sst2, tmp_path, monke
 
     out = tmp_path / "ft"
     with monkeypatch.context() as m:
-        StopAt(m, at=5)  # after the evaluation at step 4, which kept its weights as the best
+        StopAt(m, ft_loop, at=5)  # after the evaluation at step 4, which kept its weights as the best
         with pytest.raises(KeyboardInterrupt):
             finetune(start, "sst2", *sst2, out, **HP, **QUIET)
     (step, path), = list_checkpoints(resume_dir(out))  # the newest only
@@ -297,7 +274,7 @@ def test_a_resume_state_of_the_earlier_format_is_refused_in_one_line(start, sst2
 def test_finishing_a_resumed_run_keeps_your_files_in_its_resume_folder(start, sst2, tmp_path, monkeypatch):
     out = tmp_path / "ft"
     with monkeypatch.context() as m:
-        StopAt(m, at=5)
+        StopAt(m, ft_loop, at=5)
         with pytest.raises(KeyboardInterrupt):
             finetune(start, "sst2", *sst2, out, **HP, **QUIET)
     rdir = resume_dir(out)
@@ -330,7 +307,7 @@ def small(sst2, tmp_path):
 def _interrupt(monkeypatch, *args, at: int = 3, **hp):
     """Fine-tune ``args`` (checkpoint, task, train, dev, out) until a stop after step ``at``."""
     with monkeypatch.context() as m:
-        StopAt(m, at=at)
+        StopAt(m, ft_loop, at=at)
         with pytest.raises(KeyboardInterrupt):
             finetune(*args, **{**SMALL, **hp}, **QUIET)
 

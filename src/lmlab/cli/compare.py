@@ -66,18 +66,9 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
-def default_out(config) -> Path | None:
-    """``runs/compare/<grid name>``, the default ``--out``, read before the grid is planned (None
-    when the file cannot give the name: planning the grid then says why, naming the file)."""
-    from lmlab.config.toml import read_toml
-    from lmlab.errors import LmlabError
-    from lmlab.lab.grid_tables import grid_name
-
-    try:
-        raw = read_toml(config, "grid file", "configs/grids/objectives-tiny.toml")
-        return Path("runs") / "compare" / grid_name(raw if isinstance(raw, dict) else {}, str(config))
-    except LmlabError:
-        return None
+def default_out(name: str) -> Path:
+    """``--out``'s default: ``runs/compare/<grid name>``."""
+    return Path("runs") / "compare" / name
 
 
 def run(args) -> int:
@@ -87,9 +78,10 @@ def run(args) -> int:
     if args.loggers:
         names = json.dumps(args.loggers)
         overrides += [f"pretrain.train.loggers={names}", f"finetune.loggers={names}"]
-    out = Path(args.out) if args.out else default_out(args.config)
-    grid = load_grid(args.config, overrides, out=out)  # out: a cache inside its own cache is its own
-    out = out or Path("runs") / "compare" / grid.name
+    # the folder the grid runs in (a cache inside its own cache is its own): --out, or one named
+    # after the grid (its name as --set leaves it)
+    grid = load_grid(args.config, overrides, out=args.out or default_out)
+    out = Path(args.out) if args.out else default_out(grid.name)
     progress = None if args.progress == "auto" else args.progress == "on"
     result = run_grid(grid, out, dry_run=args.dry_run, report_only=args.report_only, progress=progress)
     if not args.dry_run and "markdown" in result.report:

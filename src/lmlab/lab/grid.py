@@ -32,11 +32,13 @@ only the runs it touches are new.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import hashlib
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -146,13 +148,14 @@ def _check_steps(steps: int, budget: Budget, arm: Arm, rows: int, seq_len: int, 
 
 
 def load_grid(source: str | os.PathLike | dict[str, Any], overrides: list[str] | None = None,
-              out: str | os.PathLike | None = None) -> Grid:
+              out: str | os.PathLike | Callable[[str], str | os.PathLike] | None = None) -> Grid:
     """Read and check a grid (a TOML path or a TOML-shaped dict) and plan its runs.
 
     ``overrides``: ``["budget.tokens=20480", "pretrain.train.lr=1e-3"]`` (dotted keys into the
     grid's tables; values are TOML literals), applied before the checks. ``out``: the folder the grid
-    will run in (``lmlab compare --out``), when known: a comparison already there is the grid's own,
-    so a ``pretrain.data.cache_dir`` inside its ``cache`` (the default cache, named) is not another
+    will run in (``lmlab compare --out``), when known, or a function of the grid's name (a default
+    folder named after it): a comparison already there is the grid's own, so a
+    ``pretrain.data.cache_dir`` inside its ``cache`` (the default cache, named) is not another
     command's output (:func:`lmlab.ownership.check_not_inside_output`).
 
     Nothing is trained or tokenised here: every error a grid can have (unknown keys, objectives,
@@ -172,8 +175,11 @@ def load_grid(source: str | os.PathLike | dict[str, Any], overrides: list[str] |
         raise LmlabError(f"{where} must be a TOML table of grid keys, got {raw!r}", "see configs/grids/")
     set_keys: list[str] = []
     try:
-        with _own_comparison(out):
-            return _plan(raw, where, overrides, set_keys)
+        with contextlib.ExitStack() as held:  # the grid's folder is its own once its name is known
+            def own(name: str) -> None:
+                held.enter_context(_own_comparison(out(name) if callable(out) else out))
+
+            return _plan(raw, where, overrides, set_keys, own)
     except LmlabError as e:  # every value of the grid is named with the file it came from,
         # but a value that --set gave is named as that --set (lmlab.config.overrides.Origin.of)
         if where == "grid" or any(f"--set {k}" in e.problem for k in set_keys):
@@ -230,14 +236,16 @@ class _Pretraining:
         return {k: v for k, v in self.data.items() if k not in ("cache_dir", "workers")}
 
 
-def _plan(raw: dict[str, Any], where: str, overrides: list[str] | None, set_keys: list[str]) -> Grid:
+def _plan(raw: dict[str, Any], where: str, overrides: list[str] | None, set_keys: list[str],
+          own: Callable[[str], None]) -> Grid:
     """The checked grid of ``raw`` (read from ``where``) with its runs planned; the keys that
-    ``overrides`` set are added to ``set_keys``."""
+    ``overrides`` set are added to ``set_keys``; ``own(name)`` once the grid's name is known."""
     for item in overrides or []:
         set_keys.append(apply_override(raw, item))
     origin = Origin(set_keys=frozenset(set_keys))  # a --set value is command-line text, named as such
     check_keys(raw, GRID_KEYS, "the grid")
     name, seeds = grid_name(raw, where), grid_seeds(raw)
+    own(name)
     if "budget" not in raw:
         raise LmlabError("the grid has no budget",
                          "add budget = {tokens = 1000000} or budget = {flops = 1e13}")

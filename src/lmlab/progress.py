@@ -19,12 +19,13 @@ LINES_PER_RUN = 20
 class Progress:
     """Progress over ``total`` steps, starting at ``initial`` (a resumed run).
 
+    ``bar``: options of the tqdm bar (``unit_scale=True`` for bytes, ``leave=False``).
     ``show``: ``"on"`` (a bar), ``"off"`` (nothing), ``"auto"`` (a bar on a terminal, lines
     otherwise); ``log`` writes the lines (and :meth:`write` messages when there is no bar).
     """
 
     def __init__(self, total: int, initial: int = 0, *, desc: str, show: str = "auto",
-                 log: Callable[[str], None], unit: str = "step"):
+                 log: Callable[[str], None], unit: str = "step", **bar):
         from tqdm import tqdm
 
         self.total, self.first, self.log, self.unit = total, initial, log, unit
@@ -34,7 +35,7 @@ class Progress:
         self.lines_done = initial // self.every  # the ~5% marks passed (a line each)
         self.t0 = time.perf_counter()
         self.bar = tqdm(total=total, initial=initial, desc=desc, unit=unit, disable=not self.bar_on,
-                        dynamic_ncols=True, leave=True, file=sys.stderr)
+                        file=sys.stderr, **{"dynamic_ncols": True, "leave": True, **bar})
 
     def seconds_left(self, step: int) -> float:
         done = step - self.first

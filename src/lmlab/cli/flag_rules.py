@@ -211,11 +211,13 @@ def check_flag_rules(parser: argparse.ArgumentParser, args: argparse.Namespace) 
         dest = _dest(flag, actions)
         if dest in on_line:
             return True, flag, ""
+        if dest not in settings:  # not given: nothing to name (and no file to read for its line)
+            return False, flag, ""
         key = f"{section}.{dest}"
         written = origin.of(key)
         if written.endswith(f": {key}"):  # FILE:LINE: key
-            return dest in settings, key, written[:-len(key)]
-        return dest in settings, written, ""
+            return True, key, written[:-len(key)]
+        return True, written, ""
 
     def value(flag: str) -> Any:
         dest = _dest(flag, actions)

@@ -350,7 +350,7 @@ def _progress_bar(total: int, enabled: bool):
     from lmlab.progress import Progress
 
     return Progress(total, desc="tokenizing", show="auto" if enabled else "off", unit="byte",
-                    log=lambda msg: print(msg, file=sys.stderr, flush=True))
+                    log=lambda msg: print(msg, file=sys.stderr, flush=True), unit_scale=True, leave=False)
 
 
 @contextlib.contextmanager

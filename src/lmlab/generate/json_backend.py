@@ -93,8 +93,6 @@ def auto_rule(names: SettingNames = KEYWORDS) -> str:
     return ("the default engine (auto) hands such a schema to llguidance only with a byte-level BPE "
             f"tokenizer and when every document it allows fits in {names.to_set('max_new_tokens')}")
 
-
-AUTO_RULE = auto_rule()
 UNBOUNDED = ("this schema's documents have no length bound (every number must be an integer with a minimum "
              "and a maximum; no pattern, format, allOf or recursive $ref)")
 
@@ -132,7 +130,7 @@ def check_json_schema(schema: Any, backend: str = "auto", **caps) -> None:
             raise
         llguidance_grammar(schema, **caps)          # invalid for llguidance too: its own error
         if longest_document_bytes(schema, **caps) is None:
-            raise LmlabError(f"{_lmlab_named(e.problem)}; {AUTO_RULE}, and {UNBOUNDED}",
+            raise LmlabError(f"{_lmlab_named(e.problem)}; {auto_rule()}, and {UNBOUNDED}",
                              f"remove the keyword, or {EXPLICIT_LLGUIDANCE}") from None
 
 

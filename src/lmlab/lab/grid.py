@@ -276,9 +276,9 @@ def _plan(raw: dict[str, Any], where: str, overrides: list[str] | None, set_keys
             check_task(task, arm)
     for task in tasks:  # the files themselves, read once each, before any arm pretrains
         check_task_data(task, arms[0])
-    for arm in arms:
+    for index, arm in enumerate(arms):
         for size, size_model in sizes.items():
-            planned = [_plan_pretrain(arms.index(arm), arm, size, size_model, seed, shared) for seed in
+            planned = [_plan_pretrain(index, arm, size, size_model, seed, shared) for seed in
                        (seeds[:1] if share else seeds)]
             pretrain_runs += planned
             for i, seed in enumerate(seeds):

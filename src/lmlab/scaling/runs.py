@@ -189,9 +189,9 @@ def _measure(run: Path) -> tuple[str | None, int | None]:
     objective = None
     if (run / "config.toml").is_file():
         try:
-            recipe = read_toml(run / "config.toml")
-            objective = (recipe.get("objective") or {}).get("name") if isinstance(recipe, dict) else None
-        except LmlabError:
+            section = read_toml(run / "config.toml").get("objective")
+            objective = section.get("name") if isinstance(section, dict) else None
+        except (LmlabError, AttributeError):  # unreadable, or not a table: not recorded
             objective = None
     meta = _checkpoint_config(run, _summary_or_empty(run))
     vocab = (meta or {}).get("config", {}).get("vocab_size")
@@ -201,10 +201,11 @@ def _measure(run: Path) -> tuple[str | None, int | None]:
 def check_one_series(dirs: list[Path]) -> None:
     """The runs one law is fitted to measure the same loss: one objective (an MLM loss over 15% of
     the tokens is no CLM loss) over one vocabulary. A mix is refused in one line naming the groups."""
+    measures = {d: _measure(d) for d in dirs}  # each run's files read once
     for index, what in ((0, "objective"), (1, "vocabulary size")):
         groups: dict = {}
         for d in dirs:
-            key = _measure(d)[index]
+            key = measures[d][index]
             if key is not None:
                 groups.setdefault(key, []).append(d.name)
         if len(groups) > 1:

@@ -37,12 +37,7 @@ from typing import Any
 
 from lmlab.train.components.checkpointer import Checkpointer, StateDictWeights, optimizer_state
 from lmlab.train.components.output_resume import (  # noqa: F401  (fine-tuning's names of the shared parts)
-    ENTRIES,
-    FREE_SETTINGS,
-    IDENTITY_VERSION,
-    INPUT_FLAGS,
     LOGS,
-    OLD_STATE_FILE,
     ResumeFolder,
     check_fits,
     check_identity,
@@ -57,7 +52,6 @@ from lmlab.train.components.resume_state import ResumeState, random_streams
 
 #: fine-tuning's resume folder: its loop state under ``finetune`` in ``train_state.json``
 FOLDER = ResumeFolder("finetune", "fine-tuning")
-KIND = FOLDER.kind
 claim, claimed, checkpointer, discard = FOLDER.claim, FOLDER.claimed, FOLDER.checkpointer, FOLDER.discard
 check_start, saved_identity = FOLDER.check_start, FOLDER.saved_identity
 

@@ -46,8 +46,6 @@ from lmlab.run_dirs import (  # noqa: F401  (the run layout's names, read here b
     STATE_FIX,
     STATE_JSON,
     STATE_TENSORS,
-    _name_damaged,
-    _reported,
     _say_once,
     _stderr,
     _tensor_names,

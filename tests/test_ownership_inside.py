@@ -466,6 +466,22 @@ def test_an_output_never_makes_the_resume_folder_of_another_output(outs, command
     assert not (tmp_path / ".al5.resume").exists()
 
 
+@pytest.mark.parametrize("command", ["export --out", "evaluate --predictions", "align --out"])
+def test_an_output_never_takes_the_name_of_another_outputs_resume_folder(outs, command, tmp_path, capsys,
+                                                                        monkeypatch):
+    """``--out .al5.resume`` itself was accepted: the output took the name where a run writing
+    ``al5`` keeps its resume state, and that run, once stopped, could not keep one there (the
+    folder was not its own). Refused up front, like any path inside that name."""
+    monkeypatch.chdir(outs)
+    argv = _resume_commands(_prefs(tmp_path))[command]
+    flag = command.split()[-1]
+    rdir = tmp_path / ".al5.resume"
+    assert main([*argv, str(rdir)]) == 2
+    _one_line_error(capsys, f"{flag} {rdir} is the name where lmlab keeps the resume state of a fine-tuning "
+                    f"or DPO run writing {tmp_path / 'al5'}", "nothing was written", "another name")
+    assert not rdir.exists()
+
+
 def test_only_the_run_owning_a_resume_folder_writes_inside_it(tmp_path):
     """The run filling its resume folder writes its checkpoints there; relative paths are named as
     given; a folder of that name lmlab did not claim is the user's, as any folder."""

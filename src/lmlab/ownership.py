@@ -287,7 +287,11 @@ def _output_folder(dest: str | os.PathLike, keeps: str | None = None) -> tuple[P
         raise LmlabError(f"output {given} is a file", "pass a folder path to --out")
     # a folder output is made and then filled: anywhere within another command's entry is refused
     # (fills), not only the names there, so run/checkpoints/mine is refused now, not after the work
-    check_destination(given, fills=True)
+    if keeps:  # the folder derived from the output's name (a resume folder) is the claiming run's own
+        with filling(resolved):
+            check_destination(given, fills=True)
+    else:
+        check_destination(given, fills=True)
     return given, resolved
 
 
@@ -1016,11 +1020,13 @@ def enclosing_resume_folder(path: str | os.PathLike) -> tuple[Path, dict | None]
     state of an output ``NAME``. A folder of that name that lmlab did not claim is yours (lmlab
     never takes it for a resume folder either): None."""
     target = Path(path).resolve()
-    for folder in target.parents:
+    for folder in (target, *target.parents):
         if not _RESUME_NAME.fullmatch(folder.name) or folder in _FILLING:
             continue
         if not folder.exists() and not folder.is_symlink():
             return folder, None
+        if folder == target:
+            continue  # an existing folder given itself: its claim (or the user's) decides
         manifest = read_manifest(folder) if folder.is_dir() else None
         kind = (manifest or {}).get("kind")
         if manifest is not None and manifest.get("state") == "claimed" and isinstance(kind, str) \
@@ -1041,6 +1047,10 @@ def _check_not_inside_resume_folder(path: str | os.PathLike, flag: str) -> None:
         shown = shown.parent
     shown = shown if shown.resolve() == folder else folder
     out = shown.with_name(_RESUME_NAME.fullmatch(folder.name)["name"])
+    if given.resolve() == folder:
+        raise LmlabError(f"{flag} {given} is the name where lmlab keeps the resume state of a "
+                         f"fine-tuning or DPO run writing {out} (a name lmlab reserves); nothing was written",
+                         f"choose {a_or_an(option(flag))} path of another name")
     if manifest is None:
         whose = (f"where lmlab keeps the resume state of a fine-tuning or DPO run writing {out} "
                  "(a name lmlab reserves)")

@@ -82,6 +82,22 @@ def test_an_interrupted_run_is_never_started_over_silently(files, tmp_path, monk
     assert saved_state(out).name == "step_3"  # the work is kept
 
 
+def test_an_interrupted_dpo_run_tells_an_rlhf_run_how_it_continues(files, tmp_path, monkeypatch, capsys):
+    """A stopped DPO run's output taken by ``--method rlhf``: the refusal said "pass --resume",
+    which rlhf refuses (it saves no state). It names the method the run continues with."""
+    out = tmp_path / "aligned"
+    interrupt(files, out, monkeypatch)
+    ck, train, dev = files
+    assert main(["align", "--checkpoint", str(ck), "--train", str(train), "--dev", str(dev),
+                 "--out", str(out), "--method", "rlhf", "--max-steps", "1", "--batch-size", "2",
+                 "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1, err
+    assert "run it again as it was started (--method dpo), with --resume, to continue it" in err
+    assert "pass --resume" not in err
+    assert saved_state(out).name == "step_3"  # the work is kept
+
+
 @pytest.mark.parametrize("change, words", [
     (["--beta", "0.2"], "beta 0.1 -> 0.2"),
     (["--seed", "1"], "seed 0 -> 1"),

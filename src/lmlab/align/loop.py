@@ -402,7 +402,7 @@ def _setup(checkpoint, train, dev, out_dir: Path | None, cfg: AlignConfig, facts
             resume_from = RESUME_FOLDER.check_start(out_dir, resume, say=say)
             identity = _identity(cfg, checkpoint, tokenizer, train, dev, resume_from, say)
         else:  # a run that saves no state still never starts over an interrupted one in silence
-            RESUME_FOLDER.check_start(out_dir, False, clear=False, say=say)
+            RESUME_FOLDER.check_start(out_dir, False, clear=False, say=say, resumable=False)
     machine = resolve(cfg.device, cfg.threads, cfg.precision)
     device = machine.device
     if facts is not None and check is not None:

@@ -253,13 +253,15 @@ class ResumeFolder:
         the run gives back its claim (:meth:`claimed`), if nothing else is left in it."""
         _clear_owned(resume_dir(out_dir))
 
-    def check_start(self, out_dir: Path, resume: bool, clear: bool = True, say=None) -> Path | None:
+    def check_start(self, out_dir: Path, resume: bool, clear: bool = True, say=None,
+                    resumable: bool = True) -> Path | None:
         """Before any work: the checkpoint to resume from, or None to start from the beginning.
 
         An interrupted run's state is never discarded silently: starting again without ``--resume``
         is refused. A scratch directory with no state in it (a run that failed before its first
         save) holds nothing worth keeping and is cleared (by one process: ``clear``). A ``state.pt``
-        of an earlier lmlab is refused in one line."""
+        of an earlier lmlab is refused in one line. ``resumable`` False: this run cannot take
+        ``--resume`` (another method); the refusal names how the interrupted run continues."""
         rdir = resume_dir(out_dir)
         if (rdir / OLD_STATE_FILE).is_file():
             raise LmlabError(f"{rdir / OLD_STATE_FILE} is the resume state of an earlier lmlab version, "
@@ -269,14 +271,26 @@ class ResumeFolder:
         state = saved_state(out_dir, say)
         if state is not None:
             if not resume:
+                how = "pass --resume" if resumable else self._resumed_by(state)
                 raise LmlabError(f"{out_dir} has an interrupted {self.what} run (its state is in {rdir})",
-                                 "pass --resume to continue it, or delete that directory to start over")
+                                 f"{how} to continue it, or delete that directory to start over")
             if clear:  # one process renames; the resumed run writes those steps again
                 set_aside_damaged(rdir, say)
             return state
         if clear:
             _clear_owned(rdir)
         return None
+
+    def _resumed_by(self, state: Path) -> str:
+        """How the interrupted run whose checkpoint is ``state`` continues, when this run cannot
+        (another method): its own method's flag, with ``--resume``."""
+        try:
+            method = self.saved_identity(state).get("method")
+        except LmlabError:
+            method = None
+        if not isinstance(method, str):
+            return "run it again as it was started, with --resume,"
+        return f"run it again as it was started (--method {method}), with --resume,"
 
     def _section_of(self, meta: dict[str, Any], path: Path, fix: str) -> dict[str, Any]:
         if self.section not in meta:

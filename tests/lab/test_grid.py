@@ -464,11 +464,11 @@ def test_a_pretraining_value_is_named_where_the_grid_wrote_it(grid_dict):
 
 
 def test_a_set_pretraining_text_is_read_as_pretrain_set_reads_it():
-    """``--set 'pretrain.data.val_fraction="0.05"'`` is the number, as ``lmlab pretrain --set``
+    """``--set 'pretrain.data.max_tokens="100000"'`` is the number, as ``lmlab pretrain --set``
     reads it: the same runs (and run keys) as the unquoted value."""
     path = ROOT / "configs" / "grids" / "objectives-tiny.toml"
-    quoted = load_grid(path, ['pretrain.data.val_fraction="0.05"', 'pretrain.train.prefetch="false"'])
-    plain = load_grid(path, ["pretrain.data.val_fraction=0.05", "pretrain.train.prefetch=false"])
+    quoted = load_grid(path, ['pretrain.data.max_tokens="100000"', 'pretrain.train.prefetch="false"'])
+    plain = load_grid(path, ["pretrain.data.max_tokens=100000", "pretrain.train.prefetch=false"])
     assert [r.key for r in quoted.pretrain_runs] == [r.key for r in plain.pretrain_runs]
-    assert all(r.config["data"]["val_fraction"] == 0.05 for r in quoted.pretrain_runs)
+    assert all(r.config["data"]["max_tokens"] == 100000 for r in quoted.pretrain_runs)
     assert all(r.config["train"]["prefetch"] is False for r in quoted.pretrain_runs)

@@ -97,3 +97,60 @@ def test_lmlab_data_unset_or_empty_is_the_default(monkeypatch, value):
     else:
         monkeypatch.setenv("LMLAB_DATA", value)
     assert expand("$LMLAB_DATA/pretrain") == f"{DEFAULT_DATA}/pretrain"
+
+
+def _jsonl(root):
+    import json
+
+    path = root / "docs.jsonl"
+    if not path.exists():
+        lines = (root / "train.txt").read_text(encoding="utf-8").split("\n\n")[:200]
+        path.write_text("".join(json.dumps({"text": t}) + "\n" for t in lines), encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize(("data", "words"), [
+    # how text is read, with only records to read
+    ({"train": "JSONL", "doc_separator": "line"},
+     r'^data.doc_separator = "line" has no effect here: .* hold no text files to read \(it cuts a text file'),
+    ({"train": "JSONL", "encoding": "latin-1"}, r'^data.encoding = "latin-1" has no effect here'),
+    # a record's field, with only text
+    ({"text_field": "body"}, r'^data.text_field = "body" has no effect here: .* hold no records files'),
+    # what tokenising reads, with shards only
+    ({"train": "SHARDS", "val": "VAL_SHARDS", "append_eos": True, "tokenizer": ""},
+     r"^data.append_eos = true has no effect here"),
+    ({"train": "SHARDS", "val": "VAL_SHARDS"},
+     r"^data.tokenizer has no effect with token shards in data.train"),
+    ({"train": "SHARDS", "tokenizer": "", "val_fraction": 0.1},
+     r"^data.val_fraction has no effect with token shards in data.train"),
+    ({"val": "VAL_SHARDS", "val_fraction": 0.1},
+     r"^data.val_fraction 0.1 has no effect with data.val given .*; "
+     r"drop data.val_fraction, or empty data.val$"),
+])
+def test_a_data_setting_the_run_would_ignore_is_refused(tiny_config, tiny_data, tmp_path, data, words):
+    """``[data]`` settings that only some inputs read (``doc_separator`` and ``encoding`` for text
+    files, ``text_field`` for records, what tokenising reads for shards, ``val_fraction`` beside
+    ``data.val``) were accepted and ignored in recipes and from Python; ``lmlab data prepare``
+    refuses its flags of the same meaning."""
+    root = tiny_data["root"]
+    named = {"JSONL": str(_jsonl(root)), "SHARDS": str(tiny_data["train"]),
+             "VAL_SHARDS": str(tiny_data["val"])}
+    data = {k: [named[v]] if v in named else v for k, v in data.items()}
+    data.setdefault("val_fraction", 0.0 if "val" in data else 0.1)
+    said: list[str] = []
+    with pytest.raises(LmlabError, match=words):
+        pretrain(_text_recipe(tiny_config, tiny_data, **data), tmp_path / "run", log=said.append)
+    assert not (tmp_path / "run").exists()
+    assert not any("training a" in line or "tokenising" in line for line in said), said
+
+
+def test_data_settings_at_their_defaults_are_never_refused(tiny_config, tiny_data):
+    """A saved run's config lists every ``[data]`` key (its defaults too): reading it back, as
+    ``--resume`` does, refuses none of them."""
+    from lmlab.config import load_config
+    from lmlab.train.data import check_data
+
+    cfg = load_config(tiny_config())  # token shards: no text, no records
+    again = load_config(cfg.to_dict())
+    assert "doc_separator" in cfg.to_dict()["data"]
+    check_data(again.data)

@@ -165,6 +165,8 @@ def check_data(cfg: DataConfig, where: str = "", seq_len: int = 0) -> DataPlan:
     check_val_apart(train_paths, val_paths)
     train_is_shards = _kind(train_paths, f"{where}data.train") == "shards"
     val_is_shards = bool(val_paths) and _kind(val_paths, f"{where}data.val") == "shards"
+    check_read_options(cfg, train_paths if not train_is_shards else [],
+                       val_paths if not val_is_shards else [], train_is_shards, where)
     tok_dir = None
     if train_is_shards:
         if not val_paths:
@@ -191,6 +193,57 @@ def check_data(cfg: DataConfig, where: str = "", seq_len: int = 0) -> DataPlan:
                                     train_is_shards)
     cache_entry(cfg, where)  # where the tokenizer and shards would be cached: writable, nobody else's
     return DataPlan(train_paths, val_paths, train_is_shards, val_is_shards)
+
+
+#: a ``[data]`` setting that only reading some inputs uses: (the inputs, why it does nothing without them)
+_READ_OPTIONS = {
+    "doc_separator": ("text", "it cuts a text file into documents; each record of a JSON Lines or Parquet "
+                      "file is one document, and token shards are cut already"),
+    "encoding": ("text", "it decodes text files; JSON Lines are read as UTF-8, Parquet files hold no text "
+                 "encoding, and token shards are decoded already"),
+    "text_field": ("records", "it names the text field of each record of a JSON Lines or Parquet file; "
+                   "text files and token shards have none"),
+    "append_eos": ("text or records", "it ends each document with an end-of-sequence token as it is "
+                   "tokenised; token shards are tokenised already"),
+}
+
+
+def check_read_options(cfg: DataConfig, train_text: list[Path], val_text: list[Path], train_is_shards: bool,
+                       where: str = "") -> None:
+    """Refuse a ``[data]`` setting set to other than its default that this run would ignore: how
+    text is read (``doc_separator``, ``encoding``) with no text file to read, a record's
+    ``text_field`` with no JSON Lines or Parquet file, ``append_eos`` with nothing to tokenise,
+    a ``tokenizer`` or ``val_fraction`` with ``data.train`` token shards (their tokenizer and val
+    split are used), a ``val_fraction`` beside ``data.val``. ``train_text``/``val_text``: the
+    inputs that will be tokenised (not shards)."""
+    defaults = DataConfig()
+    inputs = [*train_text, *val_text]
+    present = {"text": any(not is_record_file(p) for p in inputs),
+               "records": any(is_record_file(p) for p in inputs)}
+    present["text or records"] = bool(inputs)
+    for name, (needs, why) in _READ_OPTIONS.items():
+        if getattr(cfg, name) != getattr(defaults, name) and not present[needs]:
+            shown = f"{where}data.{name} = {_toml_value(getattr(cfg, name))}"
+            raise LmlabError(f"{shown} has no effect here: {where}data.train and {where}data.val hold no "
+                             f"{needs} files to read ({why})", f"drop {where}data.{name}")
+    if train_is_shards:
+        for name, why in (("tokenizer", "the shards were made with their own tokenizer, which the run uses"),
+                          ("val_fraction", "the shards' own val split is used")):
+            if getattr(cfg, name) != getattr(defaults, name):
+                raise LmlabError(f"{where}data.{name} has no effect with token shards in {where}data.train "
+                                 f"({why})",
+                                 f"drop {where}data.{name}, or give text files in {where}data.train")
+    elif cfg.val and cfg.val_fraction:
+        raise LmlabError(f"{where}data.val_fraction {cfg.val_fraction:g} has no effect with {where}data.val "
+                         "given (it holds out training documents only when data.val is empty)",
+                         f"drop {where}data.val_fraction, or empty {where}data.val")
+
+
+def _toml_value(value: Any) -> str:
+    import json
+
+    return json.dumps(value) if isinstance(value, str) else str(value).lower() if isinstance(value, bool) \
+        else str(value)
 
 
 def check_train_share(cfg: DataConfig, train_paths: list[Path], seq_len: int, where: str = "") -> None:

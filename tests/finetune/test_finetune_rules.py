@@ -183,6 +183,20 @@ def test_the_cli_names_an_unknown_select_metric_as_its_flag(ckpt, tmp_path, sst2
                                   "choose one of: accuracy")
 
 
+def test_a_select_metric_checked_at_the_first_evaluation_is_named_as_its_flag(ckpt, tmp_path, sst2_files,
+                                                                               capsys, monkeypatch):
+    """A task that cannot tell its metrics before scoring (``metric_names`` None) has
+    ``--select-metric`` checked at its first evaluation: that message named the keyword."""
+    from lmlab.tasks.base import Task
+
+    monkeypatch.setattr(Task, "metric_names", lambda self, examples: None)
+    argv = base_argv(tmp_path, *sst2_files)
+    argv[argv.index("--checkpoint") + 1] = str(ckpt)
+    assert exit_code([*argv, "--select-metric", "bleu", "--max-steps", "1", "--no-progress"]) == 2
+    last = capsys.readouterr().err.splitlines()[-1]  # after the plan: the check needed a score
+    assert last == "error: --select-metric 'bleu' is not a metric of task sst2; choose one of: accuracy", last
+
+
 # --------------------------------------------------------------------------- grids
 
 

@@ -350,7 +350,7 @@ def _build_run(checkpoint, task, train, dev, tokenizer, cfg: FinetuneConfig, met
     model = task.prepare_model(model)
     model = meth.apply(model, task).to(machine.device)
     return FinetuneRun(cfg, task, model, meth, RunData(train_ex, choose_ex, dev_ex), machine, info, say,
-                       names.of("batch_size"))
+                       names)
 
 
 def _announce(run: FinetuneRun, method: str, say: Callable[[str], None]):

@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from lmlab.config.fits import batch_for_data
-from lmlab.errors import LmlabError
+from lmlab.config.rules import KEYWORDS, SettingNames
 from lmlab.finetune.config import FinetuneConfig
 from lmlab.finetune.selection import ROW_PREFIX, carve_selection
 from lmlab.runtime import Machine
@@ -97,13 +97,14 @@ class FinetuneRun:
 
     def __init__(self, cfg: FinetuneConfig, task: Task, model: nn.Module, meth, data: RunData,
                  machine: Machine, info, say: Callable[[str], None] | None = None,
-                 batch_flag: str = "batch_size"):
+                 names: SettingNames = KEYWORDS):
         self.cfg, self.task, self.model, self.meth, self.data = cfg, task, model, meth, data
-        self.machine, self.info = machine, info
+        self.machine, self.info, self.names = machine, info, names  # names: settings as the user wrote them
         self.feats = task.features(data.train, model.tokenizer)
         # a batch beyond the training data is one batch of all of it: the plan, the steps and the
-        # logs count that batch (``batch_flag``: the setting as the user wrote it)
-        cfg.batch_size = batch_for_data(cfg.batch_size, len(self.feats), "examples", batch_flag, say)
+        # logs count that batch
+        cfg.batch_size = batch_for_data(cfg.batch_size, len(self.feats), "examples", names.of("batch_size"),
+                                        say)
         self.pad = pad_id_of(model.tokenizer, model)
         self.optimizer = self._optimizer()
         self.steps_per_epoch = math.ceil(len(self.feats) / cfg.batch_size)
@@ -180,9 +181,8 @@ class FinetuneRun:
         epoch = self.seen / len(self.feats)
         with self.machine.autocast():
             metrics = task.evaluate(self.model, self.data.choose, self.cfg.eval_batch_size)
-        if select not in metrics:
-            raise LmlabError(f"select_metric {select!r} is not a metric of task {task.name}",
-                             f"choose one of: {', '.join(metrics)}")
+        # a task that cannot tell its metrics before scoring: checked now, named as written
+        self.cfg.check_select_metric(list(metrics), task.name, self.names)
         self.log.record({"step": step, "epoch": round(epoch, 3),
                          **{f"{prefix}_{k}": v for k, v in metrics.items()}})
         shown = ", ".join(f"{k} {v:.4f}" for k, v in metrics.items())

@@ -336,6 +336,25 @@ def test_cli_errors_are_one_line(checkpoint, tmp_path, capsys, extra, message):
     assert code == 2 and err.startswith("error: ") and err.count("\n") == 1 and re.search(message, err), err
 
 
+def test_cli_names_its_flags_in_every_refusal_of_a_schema_or_budget(checkpoint, tmp_path, capsys):
+    """The refusal of a schema with no length bound named ``max_new_tokens`` and ``backend=``
+    beside the flags; one that runs past the model's positions named ``max_new_tokens``."""
+    from lmlab.cli import main
+
+    assert _cli(checkpoint, tmp_path, EXTENDED[1][0]) == 2
+    err = capsys.readouterr().err
+    ending = ("or pass --grammar-backend llguidance, which supports it but does not force an ending: a "
+              "document unfinished at --max-new-tokens is an error\n")
+    assert err.count("\n") == 1 and err.endswith(ending), err
+    assert "fits in --max-new-tokens, and this schema's documents have no length bound" in err, err
+    assert "max_new_tokens" not in err and "backend=" not in err
+    argv = ["generate", "--checkpoint", str(checkpoint), "--prompt", "hi", "--max-new-tokens", "100000"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "+ --max-new-tokens 100000 exceeds the model's" in err \
+        and err.endswith("use --max-new-tokens 1022 or less\n"), err
+
+
 # --------------------------------------------------------------------------- auto keeps the promise
 def test_auto_ends_every_acceptance_document_within_a_small_budget(tokenizers, model):
     """Whole documents, valid against the schema, however small the budget: the shortest fits exactly."""
@@ -407,8 +426,9 @@ def test_auto_through_llguidance_ends_every_row_when_the_longest_document_fits(t
 
 
 def test_auto_refuses_a_schema_only_llguidance_supports_unless_it_provably_fits(tokenizers):
-    with pytest.raises(LmlabError, match=r"'pattern' .* not supported by lmlab's grammar engine.*no length "
-                                         r"bound.*pass --grammar-backend llguidance"):
+    with pytest.raises(LmlabError, match=r"'pattern' .* not supported by lmlab's grammar engine.*fits in "
+                                         r"max_new_tokens, .*no length bound.*pass backend=\"llguidance\", "
+                                         r".*unfinished at max_new_tokens is an error$"):
         check_json_schema(EXTENDED[1][0], "auto")                   # before any model is loaded
     check_json_schema(EXTENDED[0][0], "auto")                       # $ref, bounded: depends on the budget
     longest = longest_document_bytes(EXTENDED[0][0]) + 1

@@ -7,6 +7,7 @@ import json
 from lmlab.cli.common import add_command
 from lmlab.cli.generate_variants import add_arguments as add_variant_arguments
 from lmlab.errors import LmlabError
+from lmlab.setting_names import SettingNames
 from lmlab.values import (
     LengthPenalty,
     Penalty,
@@ -126,6 +127,10 @@ FLAG_NAMES = {"max_new_tokens": "--max-new-tokens", "num_beams": "--num-beams",
               "num_return_sequences": "--num-samples", "sample": "a --temperature above 0"}
 
 
+#: the JSON-schema engine's settings as this command's flags name them
+SCHEMA_NAMES = SettingNames("flag", flags={"backend": "--grammar-backend"})
+
+
 def _decoding_mode(args) -> dict:
     """Translate the CLI options into generate() keyword arguments, checked (one-line errors naming
     the flags) before any model is loaded."""
@@ -177,6 +182,7 @@ def run(args) -> int:
     import torch
 
     from lmlab.generate import generate
+    from lmlab.generate.search import check_length
 
     mode = _decoding_mode(args)
     # --variant with --prompt, --json-schema...: refused by lmlab.cli.flag_rules
@@ -186,7 +192,7 @@ def run(args) -> int:
     if args.variant:
         from lmlab.cli.generate_variants import run_variants
 
-        return run_variants(args, mode, _continuation)
+        return run_variants(args, mode, _continuation, FLAG_NAMES)
     args.grammar_backend = args.grammar_backend or "auto"
     if args.json_schema:
         schema = _read_schema(args)
@@ -209,7 +215,9 @@ def run(args) -> int:
     prompt = torch.tensor([ids], dtype=torch.long, device=device)
     if args.json_schema:
         return _run_json(args, model, tok, prompt, schema, mode, seq2seq)
-    out = generate(model, prompt, max_new_tokens=50 if args.max_new_tokens is None else args.max_new_tokens,
+    max_new = 50 if args.max_new_tokens is None else args.max_new_tokens
+    check_length(model, 1 if seq2seq else len(ids), max_new, FLAG_NAMES)
+    out = generate(model, prompt, max_new_tokens=max_new,
                    repetition_penalty=args.repetition_penalty, length_penalty=args.length_penalty,
                    eos_token_id=[] if eos is None else eos,
                    stop_sequences=stop_sequences, seed=args.seed, use_cache=not args.no_cache, **mode)
@@ -269,7 +277,8 @@ def _read_schema(args):
                          "drop --num-beams")
     schema = read_json(args.json_schema, "JSON Schema file",
                        "make it one JSON object (a JSON Schema) in UTF-8; the error says where it breaks")
-    check_json_schema(schema, args.grammar_backend)    # unsupported keywords: before the model is loaded
+    # unsupported keywords: before the model is loaded
+    check_json_schema(schema, args.grammar_backend, SCHEMA_NAMES)
     return schema
 
 
@@ -277,19 +286,19 @@ def _run_json(args, model, tok, prompt, schema, mode: dict, seq2seq: bool) -> in
     """Constrained decoding: print N documents, each valid against the schema, one per line."""
     from lmlab.generate import generate
     from lmlab.generate.json_backend import json_schema_constraint
-    from lmlab.setting_names import SettingNames
-
+    from lmlab.generate.search import check_length
     cfg = model.config
     max_new = args.max_new_tokens
     if max_new is None:
         max_new = 256
         if getattr(cfg, "positions", None) == "learned" and not seq2seq:
             max_new = max(1, min(max_new, cfg.max_positions - prompt.shape[1]))
+    check_length(model, 1 if seq2seq else prompt.shape[1], max_new, FLAG_NAMES)
     eos = getattr(cfg, "eos_token_id", None)
     eos = tok.eos_id if eos is None else eos
     constraint = json_schema_constraint(schema, tok, backend=args.grammar_backend, max_new_tokens=max_new,
                                         prompt_len=1 if seq2seq else prompt.shape[1], eos_token_id=eos,
-                                        names=SettingNames("flag"))
+                                        names=SCHEMA_NAMES)
     out = generate(model, prompt, max_new_tokens=max_new, repetition_penalty=args.repetition_penalty,
                    eos_token_id=constraint.eos, seed=args.seed, use_cache=not args.no_cache,
                    logits_processors=[constraint], **mode)

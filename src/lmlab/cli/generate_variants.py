@@ -48,13 +48,14 @@ def read_prompts(path: str, names: list[str]) -> list[tuple[str, str]]:
     return rows
 
 
-def run_variants(args, mode: dict, continuation) -> int:
+def run_variants(args, mode: dict, continuation, names: dict[str, str]) -> int:
     """Generate every row of --prompts with its variant, BATCH_ROWS rows at a time;
-    ``continuation(tok, new_ids, eos, stops)`` is the text printed for the new ids."""
+    ``continuation(tok, new_ids, eos, stops)`` is the text printed for the new ids; ``names``: the
+    decoding settings as the command's flags name them."""
     import torch
 
     from lmlab.adapt.multi import MultiAdapterModel, generate_variants, parse_variants
-    from lmlab.generate.search import check_can_generate
+    from lmlab.generate.search import check_can_generate, check_length
     from lmlab.loading import load_model
     from lmlab.runtime import pick_device
 
@@ -73,6 +74,9 @@ def run_variants(args, mode: dict, continuation) -> int:
     start = tok.bos_id if tok.bos_id is not None else eos
     stop_sequences = [tok.encode(s) for s in args.stop if s]
     max_new = 50 if args.max_new_tokens is None else args.max_new_tokens
+    if getattr(base, "architecture", None) != "seq2seq":  # every row fits, before the first is printed
+        longest = max(len(tok.encode(prompt) or [start]) for _, prompt in rows)
+        check_length(model, longest, max_new, names)
     for first in range(0, len(rows), BATCH_ROWS):
         chunk = rows[first:first + BATCH_ROWS]
         encoded = [tok.encode(prompt) or [start] for _, prompt in chunk]

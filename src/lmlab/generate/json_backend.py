@@ -34,8 +34,10 @@ from lmlab.generate.llguidance_json import (
 from lmlab.setting_names import KEYWORDS, SettingNames
 
 GRAMMAR_BACKENDS = ("auto", "llguidance", "lmlab")
-EXPLICIT_LLGUIDANCE = ("pass --grammar-backend llguidance (backend='llguidance'), which supports it but "
-                       "does not force an ending: a document unfinished at max_new_tokens is an error")
+def explicit_llguidance(names: SettingNames = KEYWORDS) -> str:
+    """The way out that names llguidance itself, in the caller's words (``--grammar-backend``)."""
+    return (f"pass {names.setting('backend', ['llguidance'])}, which supports it but does not force an "
+            f"ending: a document unfinished at {names.to_set('max_new_tokens')} is an error")
 
 
 def _check_name(backend: str) -> None:
@@ -110,10 +112,10 @@ def _auto_refusal(problem: str, tokenizer, tokens: int | None, max_new_tokens: i
         why = f"its longest document needs {tokens} tokens, more than {budget}"
         more = f"use {names.to_set('max_new_tokens')} >= {tokens}, "
     return LmlabError(f"{problem}; {auto_rule(names)}, and {why}",
-                      f"{more}remove the keyword, or {EXPLICIT_LLGUIDANCE}")
+                      f"{more}remove the keyword, or {explicit_llguidance(names)}")
 
 
-def check_json_schema(schema: Any, backend: str = "auto", **caps) -> None:
+def check_json_schema(schema: Any, backend: str = "auto", names: SettingNames = KEYWORDS, **caps) -> None:
     """Refuse, before a model is loaded, a schema that ``backend`` cannot use (one-line errors).
 
     ``auto``: lmlab's engine takes it, or llguidance does and its documents have a length bound
@@ -130,8 +132,8 @@ def check_json_schema(schema: Any, backend: str = "auto", **caps) -> None:
             raise
         llguidance_grammar(schema, **caps)          # invalid for llguidance too: its own error
         if longest_document_bytes(schema, **caps) is None:
-            raise LmlabError(f"{_lmlab_named(e.problem)}; {auto_rule()}, and {UNBOUNDED}",
-                             f"remove the keyword, or {EXPLICIT_LLGUIDANCE}") from None
+            raise LmlabError(f"{_lmlab_named(e.problem)}; {auto_rule(names)}, and {UNBOUNDED}",
+                             f"remove the keyword, or {explicit_llguidance(names)}") from None
 
 
 def _lmlab_named(problem: str) -> str:

@@ -228,7 +228,7 @@ def generate(model, input_ids: torch.Tensor, attention_mask: torch.Tensor | None
         pad_token_id = stops.eos[0] if stops.eos else 0
     if kind == "seq2seq":
         decoder_start_token_id = _decoder_start(cfg, decoder_start_token_id)
-    _check_length(model, input_ids.shape[1] if kind != "seq2seq" else 1, max_new_tokens)
+    check_length(model, input_ids.shape[1] if kind != "seq2seq" else 1, max_new_tokens)
     rows = input_ids.shape[0] * (num_beams if num_beams > 1 else num_return_sequences)
     need = generation_bytes(model, rows, input_ids.shape[1], max_new_tokens, use_cache, num_beams)
     budget.require_fits(need, f"generating {rows:,} sequence(s) of up to {max_new_tokens:,} new tokens",
@@ -375,14 +375,17 @@ def _check_prompt(model, input_ids) -> torch.Tensor:
                         fix="encode the prompt with the model's own tokenizer").long()
 
 
-def _check_length(model, start_len: int, max_new_tokens: int) -> None:
-    """Learned absolute positions end at ``max_positions``: refuse to run past them."""
+def check_length(model, start_len: int, max_new_tokens: int, names: dict[str, str] = ARGUMENT_NAMES) -> None:
+    """Learned absolute positions end at ``max_positions``: refuse to run past them, naming the
+    budget as the caller wrote it (``names``: the arguments, or a command's flags), so that a
+    command can run it before it generates anything."""
     cfg = model.config
     if getattr(cfg, "positions", None) == "learned" and start_len + max_new_tokens > cfg.max_positions:
         room = max(cfg.max_positions - start_len, 0)
-        raise LmlabError(f"prompt ({start_len} tokens) + max_new_tokens ({max_new_tokens}) exceeds the "
+        budget = names["max_new_tokens"]
+        raise LmlabError(f"prompt ({start_len} tokens) + {budget} {max_new_tokens} exceeds the "
                          f"model's {cfg.max_positions} positions",
-                         f"shorten the prompt or use max_new_tokens <= {room}")
+                         f"shorten the prompt or use {budget} {room} or less")
 
 
 # --------------------------------------------------------------------------- greedy / sampling

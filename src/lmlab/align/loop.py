@@ -73,7 +73,7 @@ from lmlab.tasks.base import pad_id_of
 from lmlab.tasks.readers import BadLines, limit
 from lmlab.train.components import Evaluator, FitLoop
 from lmlab.train.components import output_resume as resumes
-from lmlab.train.components.checkpointer import StateDictWeights, optimizer_state, restore_optimizer
+from lmlab.train.components.checkpointer import restore_optimizer
 from lmlab.train.components.resume_state import ResumeState, random_streams, restore_random_streams
 from lmlab.train.engine import Engine
 from lmlab.train.metrics import MetricsLog
@@ -382,11 +382,7 @@ def _identity(cfg: AlignConfig, checkpoint, tokenizer, train, dev, resume_from: 
     if isinstance(checkpoint, (str, os.PathLike)):
         checkpoint = run_checkpoint(checkpoint)  # a pretraining run: the checkpoint it means
     inputs = {"checkpoint": checkpoint, "tokenizer": tokenizer, "train": train, "dev": dev}
-    known = None if resume_from is None else RESUME_FOLDER.saved_identity(resume_from)
-    identity = resumes.run_identity(cfg.to_dict(), cfg.task, cfg.method, {}, inputs, known)
-    if known is not None:
-        resumes.check_identity(known, identity, inputs, resume_from, say)
-    return identity
+    return RESUME_FOLDER.identity(cfg.to_dict(), cfg.task, cfg.method, {}, inputs, resume_from, say)
 
 
 def _setup(checkpoint, train, dev, out_dir: Path | None, cfg: AlignConfig, facts, tokenizer, say,
@@ -504,17 +500,14 @@ class DpoSteps:
     def save(self, optimizer: torch.optim.Optimizer) -> Path:
         """Checkpoint the run at its step in its resume folder (``.OUT.resume/``)."""
         run = self.run
-        tensors, opt_meta = optimizer_state(optimizer)
-        tensors.update(random_streams({"order": self.next_batches.gen}))
-        tensors["align.train_ref"] = self.train_ref.clone()
-        state = ResumeState(self.step, self.seen, 0, time.perf_counter() - run.t0)
-        meta = {**state.meta(), "epoch": self.seen / len(self.train_set), "optimizer": opt_meta,
-                "config": run.cfg.to_dict(),
-                "machine": {"threads": run.machine.threads, "precision": run.machine.precision},
-                "align": {"identity": run.identity, "order": self.next_batches.order, "sums": run.sums,
-                          "final": self.final, "history": run.history}}
-        saver = RESUME_FOLDER.checkpointer(run.out, run.cfg.save_every)
-        return saver.save(self.step, StateDictWeights(run.model.state_dict()), tensors, meta)
+        tensors = {**random_streams({"order": self.next_batches.gen}),
+                   "align.train_ref": self.train_ref.clone()}
+        loop = {"identity": run.identity, "order": self.next_batches.order, "sums": run.sums,
+                "final": self.final, "history": run.history}
+        return RESUME_FOLDER.save(RESUME_FOLDER.checkpointer(run.out, run.cfg.save_every),
+                                  ResumeState(self.step, self.seen, 0, time.perf_counter() - run.t0),
+                                  model=run.model, optimizer=optimizer, epoch=self.seen / len(self.train_set),
+                                  config=run.cfg.to_dict(), machine=run.machine, tensors=tensors, loop=loop)
 
     def restore(self, path: Path, optimizer: torch.optim.Optimizer) -> None:
         """Continue where the state saved in ``path`` left the run, after checking it fits."""

@@ -326,12 +326,8 @@ def _identity(cfg: FinetuneConfig, task, method, method_options, checkpoint, tok
     """The run's identity (:func:`lmlab.finetune.resume.run_identity`); resuming, the saved state's
     must be the same (one line naming what differs, before the model loads)."""
     inputs = {"checkpoint": checkpoint, "tokenizer": tokenizer, "train": train, "dev": dev}
-    known = None if resume_from is None else resume_state.saved_identity(resume_from)
-    identity = resume_state.run_identity(cfg.to_dict(), task if isinstance(task, str) else task.name, method,
-                                         method_options or {}, inputs, known)
-    if known is not None:
-        resume_state.check_identity(known, identity, inputs, resume_from, say, names)
-    return identity
+    return resume_state.FOLDER.identity(cfg.to_dict(), task if isinstance(task, str) else task.name, method,
+                                        method_options or {}, inputs, resume_from, say, names)
 
 
 def _build_run(checkpoint, task, train, dev, tokenizer, cfg: FinetuneConfig, meth, machine, info,

@@ -35,7 +35,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from lmlab.train.components.checkpointer import Checkpointer, StateDictWeights, optimizer_state
+from lmlab.train.components.checkpointer import Checkpointer
 from lmlab.train.components.output_resume import (  # noqa: F401  (fine-tuning's names of the shared parts)
     LOGS,
     ResumeFolder,
@@ -59,20 +59,16 @@ check_start, saved_identity = FOLDER.check_start, FOLDER.saved_identity
 def save(saver: Checkpointer, run, identity: dict[str, Any], history: list | None = None) -> Path:
     """Checkpoint the fine-tuning ``run`` (:class:`lmlab.finetune.run.FinetuneRun`) at its step
     (``history``: the metrics rows so far, when not all of the run's log)."""
-    tensors, opt_meta = optimizer_state(run.optimizer)
-    tensors.update(random_streams({"shuffle": run.gen}))
-    tensors.update({f"best.{k}": v.detach().cpu() for k, v in (run.best["snap"] or {}).items()})
     best = run.best
     score = None if best["score"] == -math.inf else best["score"]
-    state = ResumeState(run.step, run.seen, 0, run.elapsed())
-    meta = {**state.meta(), "epoch": run.seen / len(run.feats), "optimizer": opt_meta,
-            "config": run.cfg.to_dict(),
-            "machine": {"threads": run.machine.threads, "precision": run.machine.precision},
-            "finetune": {"identity": identity, "order": run.order, "run_loss": run.run_loss,
-                         "n_loss": run.n_loss, "best": {"score": score, "metrics": best["metrics"],
-                                                        "step": best["step"]},
-                         "history": run.log.history if history is None else history}}
-    return saver.save(run.step, StateDictWeights(run.model.state_dict()), tensors, meta)
+    tensors = {**random_streams({"shuffle": run.gen}),
+               **{f"best.{k}": v.detach().cpu() for k, v in (best["snap"] or {}).items()}}
+    loop = {"identity": identity, "order": run.order, "run_loss": run.run_loss, "n_loss": run.n_loss,
+            "best": {"score": score, "metrics": best["metrics"], "step": best["step"]},
+            "history": run.log.history if history is None else history}
+    return FOLDER.save(saver, ResumeState(run.step, run.seen, 0, run.elapsed()), model=run.model,
+                       optimizer=run.optimizer, epoch=run.seen / len(run.feats), config=run.cfg.to_dict(),
+                       machine=run.machine, tensors=tensors, loop=loop)
 
 
 def load(path: Path, model, optimizer, examples: int):

@@ -298,6 +298,32 @@ class ResumeFolder:
                              "state)", fix)
         return meta[self.section]
 
+    def identity(self, config: dict[str, Any], task: str | None, method: str, method_options: dict[str, Any],
+                 inputs: dict[str, Any], resume_from: Path | None, say=None, names=None) -> dict[str, Any]:
+        """The run's identity (:func:`run_identity`); resuming from the checkpoint ``resume_from``,
+        the saved state's must be the same: one line naming what differs (each setting as
+        ``names`` name it), before the model loads."""
+        known = None if resume_from is None else self.saved_identity(resume_from)
+        identity = run_identity(config, task, method, method_options, inputs, known)
+        if known is not None:
+            check_identity(known, identity, inputs, resume_from, say, names)
+        return identity
+
+    def save(self, saver: Checkpointer, state, *, model, optimizer, epoch: float, config: dict[str, Any],
+             machine, tensors: dict[str, torch.Tensor], loop: dict[str, Any]) -> Path:
+        """Checkpoint a run at ``state`` (a :class:`~lmlab.train.components.resume_state.ResumeState`):
+        the ``model``'s weights, the ``optimizer``'s moments and the global RNG, with this kind's own
+        ``tensors`` (its random streams, ``rng.NAME``) and its loop state ``loop`` (the
+        ``identity`` first) under :attr:`section` of ``train_state.json``."""
+        from lmlab.train.components.checkpointer import StateDictWeights, optimizer_state
+
+        saved, opt_meta = optimizer_state(optimizer)
+        saved.update(tensors)
+        meta = {**state.meta(), "epoch": epoch, "optimizer": opt_meta, "config": config,
+                "machine": {"threads": machine.threads, "precision": machine.precision},
+                self.section: loop}
+        return saver.save(state.step, StateDictWeights(model.state_dict()), saved, meta)
+
     def saved_identity(self, path: Path) -> dict[str, Any]:
         """The identity recorded in the checkpoint ``path`` (its ``train_state.json``, checked whole)."""
         fix = f"delete {path.parent.parent} to start the run over"

@@ -67,10 +67,10 @@ def test_the_objective_refuses_what_the_config_refuses_with_the_same_rule():
 @pytest.mark.parametrize("overrides, says", [
     # an option the other one turns off, given at its default value, is still given (was accepted)
     (["model.preset=bert-tiny", "objective.name=nsp", "objective.mlm=false", "objective.mask_prob=0.15"],
-     "--set objective.mask_prob: objective.mask_prob has no effect unless objective.mlm is true"),
+     "--set objective.mask_prob applies only with objective.mlm = true; set objective.mlm = true, or drop "
+     "objective.mask_prob"),
     (T5 + ["objective.variant=bert", "objective.num_sentinels=100"],
-     "--set objective.num_sentinels: objective.num_sentinels has no effect unless objective.variant is "
-     "spans"),
+     '--set objective.num_sentinels applies only with objective.variant = "spans"'),
     # a rule between two parameters is named by the one given (the other at its default)
     (BERT + ["objective.random_token_prob=0.5"],
      "--set objective.random_token_prob: objective.mask_token_prob"),

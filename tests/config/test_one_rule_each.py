@@ -124,9 +124,9 @@ def test_the_objective_tokens_table_check_is_the_objectives_own_declaration(reci
 # --------------------------------------------------------------------------- objective options
 @pytest.mark.parametrize("overrides, says", [
     (["model.preset=bert-tiny", "objective.name=nsp", "objective.mlm=false", "objective.mask_prob=0.5"],
-     "objective.mask_prob has no effect unless objective.mlm is true"),
+     "objective.mask_prob applies only with objective.mlm = true"),
     (["model.preset=t5-tiny", "objective.name=t5", "objective.variant=bert", "objective.num_sentinels=10"],
-     "objective.num_sentinels has no effect unless objective.variant is spans"),
+     'objective.num_sentinels applies only with objective.variant = "spans"'),
     (["model.preset=bart-tiny", "objective.name=bart",
       'objective.noise=["text_infilling", "text_infilling"]'],
      "'text_infilling' more than once"),
@@ -138,7 +138,8 @@ def test_an_objective_option_that_would_be_ignored_is_refused(recipe, overrides,
 def test_the_objective_rules_hold_in_python_and_leave_defaults_alone(recipe):
     from lmlab.objectives.nsp import NextSentencePrediction
 
-    with pytest.raises(LmlabError, match="has no effect unless objective.mlm is true"):
+    with pytest.raises(LmlabError, match="^objective.whole_word applies only with objective.mlm = true; "
+                                         "set objective.mlm = true, or drop objective.whole_word$"):
         NextSentencePrediction.checked({"mlm": False, "whole_word": True})
     NextSentencePrediction.checked({"mlm": False, "mask_prob": 0.15})  # the default: nothing ignored
     load_config(copy.deepcopy(recipe), ["model.preset=bert-tiny", "objective.name=nsp",

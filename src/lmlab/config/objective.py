@@ -41,7 +41,9 @@ def check_objective_params(section: ObjectiveConfig, origin: Origin = NOWHERE) -
         key = f"objective.{e.setting}"
         if e.setting is None or e.setting not in section.params or origin.of(key) == key:
             raise
-        raise LmlabError(f"{origin.of(key)}: {e.problem}", e.fix, setting=e.setting) from None
+        problem = (origin.of(key) + e.problem[len(key):] if e.problem.startswith(key + " ")
+                   else f"{origin.of(key)}: {e.problem}")  # the setting named once, where it was written
+        raise LmlabError(problem, e.fix, setting=e.setting) from None
 
 
 def _objective_options(name: Any, where: str) -> tuple[dict[str, Any], str]:

@@ -187,5 +187,6 @@ def check_rules(rules: Iterable[Rule], given: Iterable[str], value: Callable[[st
     for rule in rules:
         if rule.flag not in given or (rule.when is not None and not rule.when(value(rule.flag))):
             continue
-        if rule.broken(value):
-            raise LmlabError(*rule.problem(names.of(rule.flag), value(rule.flag), names, value(rule.partner)))
+        if rule.broken(value):  # the setting named too, for a caller to say where it was written
+            raise LmlabError(*rule.problem(names.of(rule.flag), value(rule.flag), names, value(rule.partner)),
+                             setting=rule.flag)

@@ -203,14 +203,12 @@ class Objective(nn.Module):
         is not the default). A single value's range is its type's (:meth:`declared_params`). Here:
         the :attr:`only_when` rules; an objective with rules of its own calls this first. Each error
         names its parameter (``LmlabError.setting``), for the caller to say where it was written."""
+        from lmlab.config.rules import Needs, SettingNames, check_rules
+
         defaults = cls.with_defaults({})
         chosen = ({k for k in params if params[k] != defaults.get(k)} if given is None else set(given))
-        for name, (other, needed) in cls.only_when.items():
-            if name in chosen and params.get(other) != needed:
-                shown = str(needed).lower() if isinstance(needed, bool) else needed
-                raise LmlabError(f"objective.{name} has no effect unless objective.{other} is {shown} "
-                                 f"(got {other}={params.get(other)!r})",
-                                 f"set objective.{other}={shown}, or drop objective.{name}", setting=name)
+        rules = [Needs(name, other, (needed,)) for name, (other, needed) in cls.only_when.items()]
+        check_rules(rules, chosen, params.get, SettingNames("key", prefix="objective."))
 
     @classmethod
     def needed_roles(cls, params: dict[str, Any]) -> tuple[str, ...]:

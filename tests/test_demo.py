@@ -55,3 +55,21 @@ def test_a_vocabulary_too_small_is_refused_by_its_flag_before_any_work(tmp_path,
         assert captured.err.startswith("error: --vocab-size 5 is too small for bytelevel") and \
             captured.err.rstrip().endswith("set --vocab-size >= 263"), captured.err
         assert not (tmp_path / "d").exists()
+
+
+def test_an_edited_demo_tokenizer_is_refused_before_the_earlier_run_is_deleted(tmp_path, capsys):
+    """probe10b #2: with the demo's tokenizer edited by the user, a second demo deleted the whole
+    earlier run (checkpoints, metrics, summary), trained a tokenizer, and only then refused, saying
+    "nothing was written". Every entry the demo replaces is checked before the first is touched."""
+    out = tmp_path / "demo"
+    argv = ["demo", "--out", str(out), "--steps", "2", "--vocab-size", "300"]
+    assert main(argv) == 0
+    (out / "tokenizer" / "tokenizer_config.json").write_text('{"x": 1}')
+    before = sorted(p.relative_to(out) for p in (out / "run").rglob("*"))
+    capsys.readouterr()
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    assert captured.err.count("\n") == 1 and "tokenizer_config.json" in captured.err, captured.err
+    assert "[1/3]" not in captured.out
+    assert sorted(p.relative_to(out) for p in (out / "run").rglob("*")) == before
+    assert (out / "tokenizer" / "tokenizer_config.json").read_text() == '{"x": 1}'

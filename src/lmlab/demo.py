@@ -13,7 +13,7 @@ import time
 from importlib import resources
 from pathlib import Path
 
-from lmlab.ownership import claimed_dir, remove_owned_tree
+from lmlab.ownership import check_replaceable_dir, claimed_dir, remove_owned_tree
 from lmlab.stopping import Stopped
 
 #: what the demo writes in its folder; nothing else there is ever touched
@@ -90,7 +90,9 @@ def _run_in(out: Path, text: str, lines: list[str], corpus_path: Path, vocab_siz
     held_out = "".join(lines[-2000:])
     train = lines[:-2000]
     # the demo always starts fresh: an earlier demo's run goes first (only when all in it is what
-    # lmlab wrote there, unchanged; else one line, before any work)
+    # lmlab wrote there, unchanged; else one line, before any work), once every entry the demo
+    # replaces is known to be replaceable: a refusal deletes nothing
+    check_replaceable_dir(out / "tokenizer", "tokenizer")
     remove_owned_tree(out, "run")
     print(
         f"[1/3] training a {algo} tokenizer ({vocab_size} tokens) on {corpus_path.name} "

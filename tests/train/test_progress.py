@@ -39,3 +39,16 @@ def test_a_count_that_jumps_still_gets_a_line_at_each_mark_it_passes(monkeypatch
         progress.update(done)
     progress.close()
     assert [line.split(":")[0] for line in lines] == ["byte 7/100", "byte 33/100"]
+
+
+def test_a_short_loop_still_gets_at_most_a_line_per_twentieth():
+    """probe10b: 37 tokenizer merges printed 36 lines (a line every step below 40 steps), not one
+    every ~5%."""
+    lines: list[str] = []
+    p = Progress(37, desc="merges", show="auto", log=lines.append, unit="merge")
+    for step in range(1, 38):
+        p.update(step)
+    p.close()
+    assert len(lines) == 19, lines  # the marks 1..19 of 20 passed before the end
+    steps = [int(line.split()[1].split("/")[0]) for line in lines]
+    assert steps == sorted(set(steps)) and steps[0] == 2

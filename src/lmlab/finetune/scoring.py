@@ -139,7 +139,7 @@ def _predicting_in_chunks(task: Task, progress: Progress, batch_size: int):
     hold similar lengths. A chunk is ~5% of the batches (those between two progress lines).
     """
     predict = task.predict
-    batches = progress.every if progress.every > 1 else math.ceil(progress.total / LINES_PER_RUN)
+    batches = math.ceil(progress.total / LINES_PER_RUN)
     chunk = max(1, batches) * batch_size
 
     def predict_by_chunks(model, examples, size=batch_size):

@@ -286,6 +286,11 @@ def test_finishing_a_resumed_run_keeps_your_files_in_its_resume_folder(start, ss
     assert (rdir / "MINE.txt").read_text() == "mine"
     assert (rdir / "checkpoints" / "MINE2.txt").read_text() == "mine too"
     assert (rdir / "checkpoints" / "step_5" / "NOTES.md").read_text() == "notes inside the saved state"
+    # probe10b #3: the kept step_5 was still a resume state: the finished run was taken for an
+    # interrupted one (a plain run refused, --resume redid finished work from step 5)
+    assert saved_state(out) is None
+    again = finetune(start, "sst2", *sst2, out, **{**HP, "epochs": 1}, **QUIET)  # replaces its own output
+    assert again.steps == 6 and (rdir / "checkpoints" / "step_5" / "NOTES.md").is_file()
 
 
 #: a shorter run for the identity and output tests: 2 steps an epoch, a state saved at each evaluation

@@ -78,13 +78,30 @@ def _clear_owned(rdir: Path) -> None:
     """Delete what lmlab wrote in the resume folder ``rdir``; anything else in it stays."""
     if rdir.is_dir() and ownership.read_manifest(rdir) is not None:
         for _, path in list_checkpoints(rdir):  # each one only if it holds nothing of yours
-            delete_checkpoint(path)
+            if not delete_checkpoint(path):
+                _retire_state(path)
         folder = rdir / CHECKPOINTS
         if folder.is_dir() and not {p.name for p in folder.iterdir()} - ownership.BOOKKEEPING:
             ownership.remove_owned_tree(rdir, CHECKPOINTS, refuse=False)
         for name in ENTRIES:  # each only if all in it is what lmlab wrote, unchanged: else it stays
             if name != CHECKPOINTS:
                 ownership.remove_owned_tree(rdir, name, refuse=False)
+
+
+def _retire_state(path: Path) -> None:
+    """A checkpoint kept for the files of yours in it (:func:`delete_checkpoint` refused) stops
+    being a resume state: lmlab's train-state files in it go, each only while it is what lmlab wrote
+    there (its manifest's stamp), and what is left is no longer a checkpoint (:func:`list_checkpoints`).
+    Else a finished run whose resume folder held your notes was taken for an interrupted one, and
+    ``--resume`` redid finished work from that old state."""
+    manifest = ownership.read_manifest(path)
+    if manifest is None:
+        return
+    for name in (STATE_TENSORS, STATE_JSON):  # the listing's test file last
+        file = path / name
+        if file.is_file() and not file.is_symlink() \
+                and ownership.claimed_file_verdict(manifest, name, file).ok:
+            file.unlink()
 
 
 def saved_state(out_dir: Path, say=None) -> Path | None:

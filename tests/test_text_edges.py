@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -16,6 +17,7 @@ from lmlab.errors import LmlabError, one_line
 from lmlab.fileio import iter_text_lines
 from lmlab.text_input import check_argument_text, check_text, parse_json
 
+ROOT = Path(__file__).resolve().parents[1]
 NOT_UTF8 = os.fsdecode(b"ab\xffc")   # what Python makes of the argument bytes 61 62 ff 63
 LONE = '{"text": "a\\ud800b"}'     # JSON text whose escape decodes to a lone surrogate
 
@@ -258,3 +260,30 @@ def test_tokenizer_train_with_the_wrong_encoding_names_the_file(tmp_path, capsys
                  "--out", str(tmp_path / "t"), "--encoding", "utf-16"]) == 2
     assert_one_line_error(capsys, f"error: {corpus} line 1, byte offset 0: not valid utf-16", "--encoding")
     assert not (tmp_path / "t").exists()
+
+
+BOM = b"\xef\xbb\xbf"
+
+
+def test_a_recipe_and_a_grid_with_a_byte_order_mark_are_read_as_without(tmp_path):
+    """probe10a #6: a UTF-8 BOM (Notepad writes one) made a recipe "not valid TOML (Invalid
+    statement at line 1)" while text, TSV and JSON Lines inputs drop it; and a key's line is found
+    as without it."""
+    from lmlab.config import load_config
+    from lmlab.config.toml import key_line, read_toml
+
+    src = (ROOT / "configs" / "gpt-tiny-clm.toml").read_bytes()
+    with_bom = tmp_path / "bom.toml"
+    with_bom.write_bytes(BOM + src)
+    assert read_toml(with_bom) == read_toml(ROOT / "configs" / "gpt-tiny-clm.toml")
+    assert load_config(with_bom).to_dict() == load_config(ROOT / "configs" / "gpt-tiny-clm.toml").to_dict()
+    plain = ROOT / "configs" / "gpt-tiny-clm.toml"
+    assert key_line(with_bom, "model.preset") == key_line(plain, "model.preset") is not None
+
+
+def test_a_json_schema_with_a_byte_order_mark_is_read_as_without(checkpoint, tmp_path, capsys):
+    schema = tmp_path / "s.json"
+    schema.write_bytes(BOM + b'{"type": "integer", "minimum": 0, "maximum": 9}')
+    assert main(["generate", "--checkpoint", str(checkpoint / "ck"), "--json-schema", str(schema),
+                 "--max-new-tokens", "8"]) == 0
+    assert 0 <= json.loads(capsys.readouterr().out.splitlines()[0]) <= 9

@@ -362,7 +362,7 @@ def read_json(path: str | os.PathLike, what: str = "JSON file", fix: str = REWRI
     another tool wrote says how to mend it)."""
     p = existing_file(path, what)
     try:
-        with open(p, encoding="utf-8") as f:
+        with open(p, encoding="utf-8-sig") as f:  # a byte-order mark (some editors write one) is dropped
             return json.load(f)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise LmlabError(f"{what} {p} is corrupt ({e.__class__.__name__}: {e})", fix) from None

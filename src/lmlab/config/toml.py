@@ -21,8 +21,8 @@ def read_toml(path: str | os.PathLike, what: str = "config file",
 
     p = existing_file(path, what, f"pass a file such as {example}")
     try:
-        with open(p, "rb") as f:
-            return tomllib.load(f)
+        # a UTF-8 byte-order mark (some editors write one) is dropped, as for every text lmlab reads
+        return tomllib.loads(Path(p).read_bytes().decode("utf-8-sig"))
     except tomllib.TOMLDecodeError as e:
         raise LmlabError(f"{what} {p} is not valid TOML ({e})", "fix the line it names") from None
     except UnicodeDecodeError as e:
@@ -37,7 +37,7 @@ def key_line(path: str | os.PathLike, dotted: str) -> int | None:
     *tables, key = dotted.split(".")
     table, pattern = "", re.compile(rf"\s*(\"?){re.escape(key)}\1\s*=")
     try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
+        lines = Path(path).read_text(encoding="utf-8-sig").splitlines()
     except (OSError, UnicodeDecodeError):
         return None
     for number, line in enumerate(lines, 1):

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from lmlab.config.toml import read_toml
 from lmlab.errors import LmlabError
 from lmlab.lab import MIN_STEPS, Budget, flops_per_step, load_grid, steps_for_budget
 from lmlab.models import get_preset
@@ -472,3 +473,18 @@ def test_a_set_pretraining_text_is_read_as_pretrain_set_reads_it():
     assert [r.key for r in quoted.pretrain_runs] == [r.key for r in plain.pretrain_runs]
     assert all(r.config["data"]["max_tokens"] == 100000 for r in quoted.pretrain_runs)
     assert all(r.config["train"]["prefetch"] is False for r in quoted.pretrain_runs)
+
+
+@pytest.mark.parametrize("override", ["budget.tokens=1280.5", "budget.tokens=1.28e3", "budget.tokens=1280.0"])
+def test_a_token_budget_is_a_whole_number_by_every_route(override):
+    """probe10a #8: a fractional or float token budget was accepted and cut down to a whole number
+    (1280.5 -> 1,280), where every other count refuses 1.0 and 1e3; FLOPs stay any number."""
+    path = ROOT / "configs" / "grids" / "objectives-tiny.toml"
+    with pytest.raises(LmlabError, match=r"--set budget.tokens .*whole number"):
+        load_grid(path, [override])
+    raw = read_toml(path)
+    raw["budget"] = {"tokens": 1280.0}
+    with pytest.raises(LmlabError, match=r"budget.tokens .*whole number"):
+        load_grid(raw)
+    raw["budget"] = {"flops": 1.5e12}
+    assert load_grid(raw).budget.amount == 1.5e12

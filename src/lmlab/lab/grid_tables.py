@@ -18,8 +18,9 @@ from lmlab.fileio import check_name
 from lmlab.lab.grid_records import NONE, Arm, Budget, Contrast, TaskSpec
 from lmlab.values import Flops, Seeds
 
-#: a budget in tokens or FLOPs: finite and positive
+#: a budget in tokens or FLOPs: finite and positive; tokens are counted, so a whole number
 BudgetAmount = Flops
+TokenBudget = values.whole(1, 10**15, hint="a whole number of tokens greater than 0, e.g. 1000000")
 GRID_KEYS = ("name", "description", "seeds", "budget", "share_pretraining", "pretrain", "sizes", "arms",
              "finetune", "tasks", "contrasts")
 PRETRAIN_KEYS = ("data", "train", "model")
@@ -67,7 +68,8 @@ def parse_budget(value, origin: Origin = NOWHERE) -> Budget:
     ((kind, amount),) = value.items()
     if kind not in ("tokens", "flops"):
         raise LmlabError(f"unknown budget kind {kind!r}", f"{_suggest(kind, ['tokens', 'flops'])}; {fix}")
-    return Budget(kind, values.check(BudgetAmount, amount, origin.of(f"budget.{kind}"), fix))
+    kind_type = TokenBudget if kind == "tokens" else BudgetAmount
+    return Budget(kind, values.check(kind_type, amount, origin.of(f"budget.{kind}"), fix))
 
 
 def grid_name(raw: dict[str, Any], where: str) -> str:

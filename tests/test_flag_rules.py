@@ -83,6 +83,7 @@ PROBE9 = {
     **{("compress prune", flag, "--steps"): [flag, value] for flag, value in (
         ("--lr", "1e-3"), ("--batch-size", "4"), ("--seed", "3"), ("--max-train-examples", "4"))},
     ("align", "--save-every", "--method"): ["--method", "rlhf", "--save-every", "1"],
+    ("align", "--label-smoothing", "--loss"): ["--loss", "ipo", "--label-smoothing", "0.1"],
     ("generate", "--length-penalty", "--num-beams"): ["--length-penalty", "2"],
     ("generate", "--seed", "--num-beams"): ["--num-beams", "2", "--seed", "4"],
     ("generate", "--seed", "--temperature"): ["--temperature", "0", "--seed", "3"],

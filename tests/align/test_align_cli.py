@@ -126,7 +126,7 @@ def test_align_cli_rejects_bad_settings_before_any_work(ckpt, tmp_path, capsys):
                          (["--max-length", "1"], "argument --max-length: must be at least 2 (got '1')"),
                          (["--grad-accum", "1000000000"],  # the global batch is bounded: no hang
                           "argument --grad-accum: must be at most 65536 (got '1000000000')"),
-                         (["--loss", "ipo", "--label-smoothing", "0.1"], "sigmoid loss only")]:
+                         (["--loss", "ipo", "--label-smoothing", "0.1"], "applies only with --loss sigmoid")]:
         assert exit_code(base + extra) == 2
         err = capsys.readouterr().err
         assert err.startswith("error: ") and words in err and err.count("\n") == 1

@@ -241,3 +241,27 @@ def test_pretrain_refuses_before_training_a_tokenizer(recipe, tmp_path, capsys, 
     assert exit_code(argv) == 2
     assert_one_line_error(capsys, says)
     assert not out.exists()  # nothing trained, nothing tokenised
+
+
+@pytest.mark.parametrize("overrides, says", [
+    (["train.min_lr=1", "train.lr=1e-3"], "--set train.min_lr 1 is more than --set train.lr 0.001"),
+    (["train.seq_len=100000"], "--set train.seq_len 100000 is longer than the model's "),
+    (['train.loggers=["tb"]'], "unknown logger 'tb' in --set train.loggers"),
+])
+def test_a_train_setting_is_named_where_it_was_written(recipe, overrides, says):
+    """probe10a #7: these named ``train.min_lr``/``train.seq_len``/``train.loggers`` (or ``lr=``)
+    as the code spells them, whatever --set gave them."""
+    assert says in refused(recipe, overrides)
+
+
+def test_align_label_smoothing_with_ipo_is_named_as_given(tmp_path, capsys):
+    """probe10a #7: ``--set align.loss=ipo align.label_smoothing=0.1`` said "drop --label-smoothing",
+    a flag never given; it is a flag rule now, named where each was written."""
+    from lmlab.cli import main
+
+    argv = ["align", "--checkpoint", str(tmp_path / "none"), "--train", "p.jsonl", "--dev", "p.jsonl",
+            "--out", str(tmp_path / "o"), "--set", "align.loss=ipo", "align.label_smoothing=0.1"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--set align.label_smoothing applies only with " in err, err
+    assert "--label-smoothing" not in err

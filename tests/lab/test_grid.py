@@ -212,7 +212,7 @@ def test_budget_too_small_is_one_line(grid_dict):
     "budget, words",
     [
         ({"steps": 10}, "unknown budget kind 'steps'"),
-        ({"tokens": -5}, "budget.tokens must be greater than 0 (got -5)"),
+        ({"tokens": -5}, "budget.tokens must be at least 1 (got -5)"),
         ({"tokens": 10, "flops": 1e9}, "one key"),
     ],
 )
@@ -441,7 +441,7 @@ def test_a_set_value_is_named_as_the_set_and_read_as_command_line_text(capsys):
     ("pretrain.model.d_model=0",
      "arm 'bert-mlm', size 'base': --set pretrain.model.d_model must be at least 1"),
     ("sizes.base.d_model=-1", "arm 'bert-mlm', size 'base': --set sizes.base.d_model must be at least 1"),
-    ("budget.tokens=-5", "--set budget.tokens must be greater than 0"),
+    ("budget.tokens=-5", "--set budget.tokens must be at least 1"),
     ("pretrain.data.val_fraction=2", "--set pretrain.data.val_fraction must be less than 1"),
 ])
 def test_a_set_pretraining_value_is_named_as_the_set(override, named):

@@ -68,7 +68,7 @@ def test_unknown_logger_is_one_line_before_any_work(tiny_config, tmp_path, capsy
     code = main(["pretrain", "--config", str(cfg), "--out", str(tmp_path / "r"), "--set",
                  'train.loggers=["neptune"]'])
     err = capsys.readouterr().err
-    assert code == 2 and err.startswith("error: unknown logger 'neptune' in train.loggers")
+    assert code == 2 and err.startswith("error: unknown logger 'neptune' in --set train.loggers")
     assert not (tmp_path / "r").exists()
 
 

@@ -102,6 +102,7 @@ RULES: dict[str, tuple[Rule, ...]] = {
         *(Needs(flag, "--method", ("dpo",), why="a setting of DPO's loss") for flag in ("--loss",
                                                                                     "--label-smoothing")),
         Needs("--save-every", "--method", ("dpo",), why="it writes DPO's resume state; RLHF saves none"),
+        Needs("--label-smoothing", "--loss", ("sigmoid",), why="the IPO loss has no label smoothing"),
     ),
     "evaluate": (
         *(Needs(flag, "--harness", why="it sets how harness tasks are scored")

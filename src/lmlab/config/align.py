@@ -53,8 +53,8 @@ def check_dpo_options(beta: float, loss: str, label_smoothing: float) -> None:
         raise LmlabError(f"label smoothing must be in [0, 0.5), got {label_smoothing}",
                          "it is the assumed share of flipped labels, e.g. 0.1 (0 = plain DPO)")
     if loss == "ipo" and label_smoothing:
-        raise LmlabError("label smoothing applies to the sigmoid loss only",
-                         "drop --label-smoothing with ipo")
+        raise LmlabError('label_smoothing applies only with loss="sigmoid" (the IPO loss has no label '
+                         'smoothing)', 'use loss="sigmoid", or drop label_smoothing')
 
 
 #: how a malformed data line is handled; the autocast precision

@@ -109,9 +109,10 @@ def validate(cfg: RunConfig, origin: Origin = NOWHERE) -> None:
     if t.seq_len < 2:
         raise LmlabError(f"{origin.of('train.seq_len')} {t.seq_len} is too short", "use at least 2 tokens")
     if t.min_lr > t.lr:
-        raise LmlabError(f"need 0 <= train.min_lr <= train.lr and lr > 0, got lr={t.lr}, min_lr={t.min_lr}",
-                         "e.g. lr=1e-3, min_lr=1e-4")
-    check_loggers(t.loggers, "train.loggers")
+        raise LmlabError(f"{origin.of('train.min_lr')} {t.min_lr:g} is more than {origin.of('train.lr')} "
+                         f"{t.lr:g} (the schedule decays from lr down to min_lr)",
+                         f"lower train.min_lr to at most {t.lr:g} (e.g. a tenth of it), or raise train.lr")
+    check_loggers(t.loggers, origin.of("train.loggers"))
     if t.attention == "flex" and not _cuda_for(t.device):
         raise LmlabError(f"{origin.of('train.attention')}=flex trains on CUDA only (FlexAttention has no "
                          "backward pass on CPUs)", "use train.attention=auto or sdpa on this machine")
@@ -120,6 +121,7 @@ def validate(cfg: RunConfig, origin: Origin = NOWHERE) -> None:
                          "e.g. betas=[0.9, 0.95]")
     check_schedule(t)
     check_windows(cfg, origin)
+    check_positions(cfg, origin)
     check_objective_train(cfg)
     check_objective_tokens(cfg)
     check_model_vocab(cfg, origin)
@@ -164,6 +166,20 @@ def check_windows(cfg: RunConfig, origin: Origin = NOWHERE) -> None:
         raise LmlabError(f"{origin.of('data.max_tokens')} {d.max_tokens:,} is fewer than one training "
                          f"window of train.seq_len={t.seq_len} tokens",
                          f"set data.max_tokens >= {t.seq_len} (0: all the tokens) or lower train.seq_len")
+
+
+def check_positions(cfg: RunConfig, origin: Origin = NOWHERE) -> None:
+    """A ``train.seq_len`` longer than the model's positions (``model.max_positions``, else the
+    preset's), named where it was written (the builder checks it again,
+    :func:`lmlab.train.builder.check_run`)."""
+    from lmlab.models import PRESETS
+
+    preset = PRESETS[cfg.model.preset]()
+    max_pos = cfg.model.overrides.get("max_positions", getattr(preset, "max_positions", None))
+    if isinstance(max_pos, int) and cfg.train.seq_len > max_pos:
+        raise LmlabError(f"{origin.of('train.seq_len')} {cfg.train.seq_len} is longer than the model's "
+                         f"{max_pos} positions",
+                         f"set train.seq_len <= {max_pos} (or raise model.max_positions)")
 
 
 def check_objective_train(cfg: RunConfig) -> None:

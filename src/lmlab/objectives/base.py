@@ -203,7 +203,7 @@ class Objective(nn.Module):
         is not the default). A single value's range is its type's (:meth:`declared_params`). Here:
         the :attr:`only_when` rules; an objective with rules of its own calls this first. Each error
         names its parameter (``LmlabError.setting``), for the caller to say where it was written."""
-        from lmlab.config.rules import Needs, SettingNames, check_rules
+        from lmlab.setting_rules import Needs, SettingNames, check_rules
 
         defaults = cls.with_defaults({})
         chosen = ({k for k in params if params[k] != defaults.get(k)} if given is None else set(given))

@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from lmlab import ownership
 from lmlab.cli import main
 
@@ -246,38 +248,48 @@ def test_a_temporary_an_output_was_saved_into_is_removed_after_a_kill(ckpt, tmp_
         assert _hidden(out, name) == [], name
 
 
-def test_an_old_copy_whose_deletion_was_cut_short_is_removed_at_the_next_start(tmp_path):
+@pytest.mark.parametrize("what", ["tokenizer", "model"])
+def test_an_old_copy_whose_deletion_was_cut_short_is_removed_at_the_next_start(what, ckpt, tmp_path):
     """A replaced output is renamed aside (``.NAME.old-PID``) and deleted, its proof last: wherever
-    a kill cuts the deletion short, what is left is still provably lmlab's, and the next run into
-    that output removes it (the new output, already in place, is kept)."""
-    from lmlab.tokenizers import train_tokenizer
+    a kill cuts the deletion short (after any file or folder in it, a model's tokenizer folder
+    emptied too), what is left is still provably lmlab's, and the next run into that output removes
+    it (the new output, already in place, is kept)."""
+    from lmlab.models import load_checkpoint, save_checkpoint
 
-    tok = train_tokenizer("bytelevel", ["to be or not to be, that is the question\n" * 40], vocab_size=280)
-    out = tmp_path / "tok"
-    tok.save(out)
-    n = len(list(out.iterdir())) + 1  # its files, its manifest and the marker written as it goes aside
+    model = load_checkpoint(ckpt)
+    out = tmp_path / "out"
+
+    def save():
+        return model.tokenizer.save(out) if what == "tokenizer" else \
+            save_checkpoint(model, out, tokenizer=model.tokenizer)
+
+    save()
+    inside = list(out.rglob("*"))
+    n = len(inside) + 1  # its files and folders, and the marker written as it goes aside
+    assert what == "tokenizer" or any(p.is_dir() for p in inside)
     for k in range(1, n + 1):
-        def child(k=k):  # replace ``out``, dying at the k-th file deleted from the old copy
-            real_unlink, real_aside, seen = os.unlink, ownership.move_aside, []
+        def child(k=k):  # replace ``out``, dying at the k-th file or folder deleted from the old copy
+            real, real_aside, seen = {"unlink": os.unlink, "rmdir": os.rmdir}, ownership.move_aside, []
 
-            def unlink(path, *args, dir_fd=None, **kwargs):
-                if seen and (dir_fd is not None or str(path).startswith(str(seen[0]) + os.sep)):
-                    seen.append(path)
-                    if len(seen) > k:
-                        _die()
-                return real_unlink(path, *args, dir_fd=dir_fd, **kwargs)
+            def deleting(op):
+                def delete(path, *args, dir_fd=None, **kwargs):
+                    if seen and (dir_fd is not None or str(path).startswith(str(seen[0]) + os.sep)):
+                        seen.append(path)
+                        if len(seen) > k:
+                            _die()
+                    return real[op](path, *args, dir_fd=dir_fd, **kwargs)
+                return delete
 
             def move_aside(directory, what):
                 seen.append(real_aside(directory, what))
                 return seen[0]
 
-            os.unlink = unlink
+            os.unlink, os.rmdir = deleting("unlink"), deleting("rmdir")
             ownership.move_aside = move_aside
-            tok.save(out)
+            save()
         _killed(child)
-        left = _hidden(tmp_path, "tok")
-        assert len(left) == 1 and left[0].startswith(".tok.old-"), (k, left)
-        assert (out / "tokenizer.json").is_file()
-        tok.save(out)  # the next run
-        assert _hidden(tmp_path, "tok") == [], (k, left)
-        assert (out / "tokenizer.json").is_file()
+        left = _hidden(tmp_path, "out")
+        assert len(left) == 1 and left[0].startswith(".out.old-"), (k, left)
+        save()  # the next run
+        assert _hidden(tmp_path, "out") == [], (k, left, sorted(os.listdir(tmp_path / left[0])))
+        assert not ownership.may_replace_dir(out, what).reason

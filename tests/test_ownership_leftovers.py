@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from lmlab import ownership
 from lmlab.cli import main
 
@@ -152,3 +154,142 @@ def test_a_copy_with_new_times_is_still_lmlabs_but_an_edit_is_not(tmp_path):
     data = (copy / "tokenizer.json").read_bytes()
     (copy / "tokenizer.json").write_bytes(data[:-1] + (b"x" if data[-1:] != b"x" else b"y"))  # same size
     assert not ownership.may_replace_dir(copy, "tokenizer").ok
+
+
+# ------------------------------------------- killed mid-write: what it leaves, the next run removes
+def _killed(work) -> int:
+    """Run ``work`` in a child process that ends at once where ``work`` calls :func:`_die` (as a
+    SIGKILL would: nothing cleaned up); the child's pid, once it has ended."""
+    pid = os.fork()
+    if pid == 0:  # the child: never returns into pytest
+        try:
+            work()
+        except BaseException:
+            import traceback
+
+            traceback.print_exc()
+            os._exit(1)
+        os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 9, "the child did not die where it should"
+    return pid
+
+
+def _die(*_args, **_kwargs):
+    os._exit(9)
+
+
+def _hidden(folder: Path, name: str) -> list[str]:
+    """The temporaries in ``folder`` named after the output ``name``."""
+    return sorted(p.name for p in folder.iterdir() if p.name.startswith(f".{name}."))
+
+
+def test_a_temporary_an_output_was_saved_into_is_removed_after_a_kill(ckpt, tmp_path, monkeypatch):
+    """What is saved into a temporary (a tokenizer moved into an export, a model saved into the
+    temporary of `compress`'s output, a sealed `--lr auto` arm) writes its own manifest there: the
+    temporary stays provably lmlab's all the same, and the next run into that output removes it."""
+    from lmlab import fileio
+    from lmlab.interop import hf_export
+    from lmlab.models import load_checkpoint, save_checkpoint
+
+    model = load_checkpoint(ckpt)
+    out = tmp_path / "o"
+    out.mkdir()
+
+    def killed_in(patch, work):
+        def child():
+            patch()
+            work()
+        return _killed(child)
+
+    def compress_like(name):  # lmlab compress: a model saved into the temporary of its output
+        with fileio.atomic_dir(out / name, "model.safetensors", "model") as tmp:
+            save_checkpoint(model, tmp, tokenizer=model.tokenizer)
+            _die()
+
+    def arm(name):  # finetune --lr auto: one rate's run, sealed in its temporary
+        tmp = ownership.make_temporary(out, name, "fine-tuned model", "lr-0.001-")
+        save_checkpoint(model, tmp, tokenizer=model.tokenizer)
+        ownership.seal(tmp, "fine-tuned model")
+        _die()
+
+    import lmlab.interop as interop
+
+    def sealed(into):  # dies once the folder that goes to ``into`` is sealed, before it is renamed
+        replace = fileio.replace_dir
+
+        def replace_dir(src, dest, *args, **kwargs):
+            if dest.name.startswith(into):
+                _die()
+            return replace(src, dest, *args, **kwargs)
+        return lambda: monkeypatch.setattr(fileio, "replace_dir", replace_dir)
+
+    def tokenizer_moved_in():  # dies once the tokenizer's files (its manifest too) are moved in
+        monkeypatch.setattr(interop, "_plain_prompts", _die)
+
+    cases = {  # name: (where the process dies, what it was doing)
+        "hf-sealed": (sealed("hf-sealed"), lambda: hf_export(model, out / "hf-sealed")),
+        "hf-tok": (tokenizer_moved_in, lambda: hf_export(model, out / "hf-tok")),
+        "q": (lambda: None, lambda: compress_like("q")),
+        "q-inner": (sealed(".q-inner.tmp-"), lambda: compress_like("q-inner")),  # the model saved in it
+        "fa": (lambda: None, lambda: arm("fa")),
+    }
+    for name, (patch, work) in cases.items():
+        killed_in(patch, work)
+        left = _hidden(out, name)
+        assert left, name  # the kill left a temporary
+        assert name != "q-inner" or len(left) == 2  # and the model's, beside it
+        if name.startswith("hf"):
+            hf_export(model, out / name)  # the next run into the same output
+        elif name.startswith("q"):
+            save_checkpoint(model, out / name)
+        else:
+            ownership.remove_leftovers(out, name)  # what the next --lr auto run into fa does first
+        assert _hidden(out, name) == [], name
+
+
+@pytest.mark.parametrize("what", ["tokenizer", "model"])
+def test_an_old_copy_whose_deletion_was_cut_short_is_removed_at_the_next_start(what, ckpt, tmp_path):
+    """A replaced output is renamed aside (``.NAME.old-PID``) and deleted, its proof last: wherever
+    a kill cuts the deletion short (after any file or folder in it, a model's tokenizer folder
+    emptied too), what is left is still provably lmlab's, and the next run into that output removes
+    it (the new output, already in place, is kept)."""
+    from lmlab.models import load_checkpoint, save_checkpoint
+
+    model = load_checkpoint(ckpt)
+    out = tmp_path / "out"
+
+    def save():
+        return model.tokenizer.save(out) if what == "tokenizer" else \
+            save_checkpoint(model, out, tokenizer=model.tokenizer)
+
+    save()
+    inside = list(out.rglob("*"))
+    n = len(inside) + 1  # its files and folders, and the marker written as it goes aside
+    assert what == "tokenizer" or any(p.is_dir() for p in inside)
+    for k in range(1, n + 1):
+        def child(k=k):  # replace ``out``, dying at the k-th file or folder deleted from the old copy
+            real, real_aside, seen = {"unlink": os.unlink, "rmdir": os.rmdir}, ownership.move_aside, []
+
+            def deleting(op):
+                def delete(path, *args, dir_fd=None, **kwargs):
+                    if seen and (dir_fd is not None or str(path).startswith(str(seen[0]) + os.sep)):
+                        seen.append(path)
+                        if len(seen) > k:
+                            _die()
+                    return real[op](path, *args, dir_fd=dir_fd, **kwargs)
+                return delete
+
+            def move_aside(directory, what):
+                seen.append(real_aside(directory, what))
+                return seen[0]
+
+            os.unlink, os.rmdir = deleting("unlink"), deleting("rmdir")
+            ownership.move_aside = move_aside
+            save()
+        _killed(child)
+        left = _hidden(tmp_path, "out")
+        assert len(left) == 1 and left[0].startswith(".out.old-"), (k, left)
+        save()  # the next run
+        assert _hidden(tmp_path, "out") == [], (k, left, sorted(os.listdir(tmp_path / left[0])))
+        assert not ownership.may_replace_dir(out, what).reason

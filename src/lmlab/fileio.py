@@ -12,7 +12,6 @@ import gzip
 import json
 import os
 import re
-import shutil
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -234,16 +233,14 @@ def replace_dir(src: Path, dest: Path, kind: str, fix: str | None = None) -> Non
         old = ownership.move_aside(dest, f"old-{os.getpid()}")  # marked: a kill leaves a provable leftover
         verdict = ownership.may_replace_dir(old, kind)
         if not verdict.ok:
-            os.replace(old, dest)
-            with contextlib.suppress(OSError):
-                os.unlink(dest / ownership.TEMPORARY_MARKER)
+            ownership.settle(old, dest)  # put back as it was, unmarked
             raise LmlabError(f"output folder {dest} changed while lmlab was writing: it {verdict.reason}; "
                              "it was left as it is",
                              fix or "choose a new --out, or move those files away and run again")
-        os.replace(src, dest)
-        shutil.rmtree(old, ignore_errors=True)
+        ownership.settle(src, dest)
+        ownership.remove_temporary(old)  # its marker last: a kill leaves a provable leftover
     else:
-        os.replace(src, dest)
+        ownership.settle(src, dest)
 
 
 @contextlib.contextmanager
@@ -309,7 +306,7 @@ def atomic_write_bytes(dest: str | os.PathLike, data: bytes, kind: str | None = 
             os.fsync(f.fileno())
         os.chmod(part, 0o666 & ~ownership.current_umask())
         os.replace(part, dest)
-        shutil.rmtree(tmp, ignore_errors=True)
+        ownership.remove_temporary(tmp)
     ownership.record_file(dest, kind)
 
 

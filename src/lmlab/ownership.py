@@ -22,8 +22,10 @@ lmlab replaces or deletes only what it can prove it wrote. The proof is a manife
   recorded in that folder's manifest apart from that command's files (:data:`BESIDE`): never that
   command's to replace or delete, and replaced by its own kind of output while unchanged.
 * a **temporary** (``.NAME.tmp-PID-*``, ``.NAME.old-PID``, ``.NAME.prune-PID``) is always a folder
-  holding a manifest that names the process writing it; it is removed as a leftover only when that
-  manifest is there and the process has ended. A user's file that merely looks like one is kept.
+  holding a marker (:data:`TEMPORARY_MARKER`) that names it and the process writing it, apart from
+  the manifest of what is saved into it; it is removed as a leftover only when that marker is there
+  and the process has ended, its marker last (:func:`remove_temporary`), so a removal cut short
+  leaves one still provable. A user's file that merely looks like one is kept.
   What a command writes beside its output while it runs (a live metrics log) is one too
   (:func:`live_dir`).
 
@@ -58,8 +60,10 @@ from lmlab.errors import LmlabError, a_or_an
 MANIFEST = ".lmlab-manifest.json"
 FORMAT = 1
 #: files lmlab keeps beside what it writes and that never make a folder the user's
-#: the marker lmlab puts into a finished output just before it renames it aside (``.NAME.old-PID``,
-#: ``.NAME.prune-PID``): it names that temporary, so only that very folder is ever taken for a leftover
+#: the marker naming a temporary, apart from any manifest (what is saved into a temporary writes its
+#: own): lmlab puts it into a new temporary (``.NAME.tmp-PID-*``) and into a finished output just
+#: before it renames it aside (``.NAME.old-PID``, ``.NAME.prune-PID``), and deletes it last; only that
+#: very folder is ever taken for a leftover
 TEMPORARY_MARKER = ".lmlab-temporary.json"
 BOOKKEEPING = frozenset({MANIFEST, ".lock", TEMPORARY_MARKER})
 _TEMPORARY = re.compile(r"\.(?P<name>.+)\.(?P<what>tmp|old|prune)-(?P<pid>\d+)(?:-.*)?")
@@ -182,25 +186,72 @@ def seal(directory: Path, kind: str) -> None:
 
 def start_temporary(directory: Path, kind: str, pid: int | None = None) -> None:
     """Mark the new temporary folder ``directory`` as this process's work in progress (``pid``: the
-    process named in its name, this one unless given). The manifest names this very temporary (its
-    name, with the random characters it was made with), so a copy or a look-alike is never taken
-    for it (:func:`is_dead_leftover`)."""
-    write_manifest(directory, {"kind": kind, "state": "writing", "pid": os.getpid() if pid is None else pid,
+    process named in its name, this one unless given): its ``writing`` manifest, and apart from it
+    the :data:`TEMPORARY_MARKER` naming this very temporary (its name, with the random characters it
+    was made with), so a copy or a look-alike is never taken for it (:func:`is_dead_leftover`). The
+    marker is the proof that outlives what is saved into the folder: a model or a tokenizer sealed
+    there replaces the manifest (:func:`seal`), never the marker."""
+    pid = os.getpid() if pid is None else pid
+    write_manifest(directory, {"kind": kind, "state": "writing", "pid": pid,
                                "host": _HOST, "name": Path(directory).name, "entries": {}})
+    mark_aside(directory, Path(directory).name, pid)
 
 
-def mark_aside(directory: Path, aside: str) -> None:
-    """Before the finished output ``directory`` is renamed to ``aside`` (``.NAME.old-PID``, being
-    replaced; ``.NAME.prune-PID``, being deleted), write into it the marker naming that temporary
-    (:data:`TEMPORARY_MARKER`: its name, this process, this host, a random token): the proof that
-    a ``aside`` left by a killed process is lmlab's (:func:`is_dead_leftover`)."""
+def mark_aside(directory: Path, aside: str, pid: int | None = None) -> None:
+    """Write into ``directory`` the marker naming the temporary ``aside`` (:data:`TEMPORARY_MARKER`:
+    its name, the process ``pid`` (this one unless given), this host, a random token): the proof
+    that an ``aside`` left by a killed process is lmlab's (:func:`is_dead_leftover`). Written into a
+    new temporary (:func:`start_temporary`), and into a finished output just before it is renamed
+    to ``aside`` (``.NAME.old-PID``, being replaced; ``.NAME.prune-PID``, being deleted)."""
     import secrets
 
-    data = {"lmlab_temporary": FORMAT, "name": aside, "pid": os.getpid(), "host": _HOST,
-            "token": secrets.token_hex(8)}
+    data = {"lmlab_temporary": FORMAT, "name": aside, "pid": os.getpid() if pid is None else pid,
+            "host": _HOST, "token": secrets.token_hex(8)}
     tmp = Path(directory) / f"{TEMPORARY_MARKER}.{os.getpid()}"
     tmp.write_text(json.dumps(data) + "\n", encoding="utf-8")
     os.replace(tmp, Path(directory) / TEMPORARY_MARKER)
+
+
+def settle(src: Path, dest: Path) -> None:
+    """Rename the finished folder ``src`` (a marked temporary) to ``dest``, where nothing stands,
+    its marker fitting its new name: a ``dest`` named as this process's temporary (an output saved
+    into the temporary of the output that holds it: ``compress``, ``finetune --lr auto``) is marked
+    as that temporary before the rename, so that it stays provably lmlab's if the process is killed;
+    anywhere else the marker goes once the folder is in place (it names a temporary no longer
+    there, and proves nothing)."""
+    src, dest = Path(src), Path(dest)
+    m = _TEMPORARY.fullmatch(dest.name)
+    if m and m["what"] == "tmp" and int(m["pid"]) == os.getpid():
+        mark_aside(src, dest.name, int(m["pid"]))
+        os.replace(src, dest)
+        return
+    os.replace(src, dest)
+    with contextlib.suppress(OSError):
+        os.unlink(dest / TEMPORARY_MARKER)
+
+
+def remove_temporary(path: Path) -> None:
+    """Delete the temporary folder ``path`` (``.NAME.tmp-PID-*``, ``.NAME.old-PID``,
+    ``.NAME.prune-PID``) with its proof last: first all else, then its manifest, then its
+    :data:`TEMPORARY_MARKER`, so that a deletion cut short (a kill) leaves a folder still provably
+    lmlab's, which the next start removes (:func:`is_dead_leftover`)."""
+    path = Path(path)
+    if path.is_symlink() or not path.is_dir():
+        return
+    proof = (MANIFEST, ".lock", TEMPORARY_MARKER)
+    with contextlib.suppress(OSError):
+        for child in list(path.iterdir()):
+            if child.name in proof:
+                continue
+            if child.is_dir() and not child.is_symlink():
+                shutil.rmtree(child, ignore_errors=True)
+            else:
+                with contextlib.suppress(OSError):
+                    child.unlink()
+    for name in proof:
+        with contextlib.suppress(OSError):
+            (path / name).unlink()
+    shutil.rmtree(path, ignore_errors=True)  # whatever is left (nothing, unless a deletion failed)
 
 
 def move_aside(directory: Path, what: str) -> Path:
@@ -222,16 +273,19 @@ class Verdict:
     reason: str = ""
 
 
-def foreign_entries(directory: Path, manifest: dict | None) -> list[str]:
-    """What in ``directory`` lmlab did not write, as far as ``manifest`` proves (first few)."""
+def foreign_entries(directory: Path, manifest: dict | None, emptied: bool = False) -> list[str]:
+    """What in ``directory`` lmlab did not write, as far as ``manifest`` proves (first few).
+    ``emptied``: a folder lmlab wrote files into, found empty (a deletion cut short:
+    :func:`remove_temporary`), is still lmlab's."""
     if manifest is None:
         return sorted(p.name for p in directory.iterdir() if p.name not in BOOKKEEPING)[:3]
     entries = manifest.get("entries", {})
     trees = {k for k, v in entries.items() if isinstance(v, dict) and v.get("tree")}
+    parents = {parent.as_posix() for rel in entries for parent in Path(rel).parents} if emptied else set()
     foreign = []
     for rel, stamp in list_files(directory).items():
         top = rel.split("/", 1)[0]
-        if top in trees:
+        if top in trees or (stamp.get("folder") and rel in parents):
             continue
         if not _matches(entries.get(rel), directory / rel, stamp):  # a file, a link or an empty folder
             foreign.append(rel)
@@ -1251,30 +1305,64 @@ def _alive(pid: int) -> bool:
 
 def is_dead_leftover(path: Path, locked: bool = False) -> bool:
     """Whether ``path`` is provably a temporary that an lmlab process made and that process has
-    ended. A name alone proves nothing: the folder must hold lmlab's marker, written when it was
-    made, naming this very temporary (its name, the process in that name, this host): a
-    temporary being written (``.NAME.tmp-PID-*``) its ``writing`` manifest; an output renamed aside
-    (``.NAME.old-PID``, ``.NAME.prune-PID``) its :data:`TEMPORARY_MARKER`, and all in it still
-    what its manifest records (a file added or edited makes it the user's). A copy, a look-alike or
+    ended. A name alone proves nothing: the folder must hold lmlab's :data:`TEMPORARY_MARKER`,
+    written when it was made (:func:`start_temporary`) or renamed aside (:func:`mark_aside`),
+    naming this very temporary (its name, the process in that name, this host). What is saved into
+    a temporary (a model, a tokenizer: their own manifest) never replaces that marker; a temporary
+    made before lmlab wrote one is proven by its ``writing`` manifest naming it. A temporary being
+    written (``.NAME.tmp-PID-*``) must hold no output changed since it was sealed there; an output
+    renamed aside (``.NAME.old-PID``, ``.NAME.prune-PID``) must still hold only what its manifest
+    records (a file added or edited makes it the user's), or, its deletion cut short, nothing but
+    what is left of that (:func:`remove_temporary` deletes the proof last). A copy, a look-alike or
     one the user added to is kept. ``locked``: the caller holds the lock of the folder ``path`` is
     in, so no lmlab process is writing there (the process need not be found ended)."""
     m = _TEMPORARY.fullmatch(path.name)
     if not m or path.is_symlink() or not path.is_dir():
         return False
     pid = int(m["pid"])
+    marker = _read_marker(path)
     if m["what"] == "tmp":
-        marker = read_manifest(path)
-        if marker is None or marker.get("state") != "writing" or not _own_nested(path):
+        if not _names(marker, path, pid):
+            marker = read_manifest(path)  # an older temporary: its ``writing`` manifest names it
+            if marker is None or marker.get("state") != "writing":
+                return False
+        if not _own_nested(path):
             return False
-    else:
-        marker = _read_marker(path)
-        manifest = read_manifest(path)
-        if marker is None or manifest is None or manifest.get("state") != "complete" \
-                or foreign_entries(path, manifest):
-            return False
-    if marker.get("name") != path.name or marker.get("pid") != pid or marker.get("host") != _HOST:
+    elif not _left_as_recorded(path):
         return False
-    return locked or not _alive(pid)
+    return _names(marker, path, pid) and (locked or not _alive(pid))
+
+
+def _names(marker: dict | None, path: Path, pid: int) -> bool:
+    """Whether ``marker`` names the temporary ``path``, made by the process ``pid`` on this host."""
+    return bool(marker) and marker.get("name") == path.name and marker.get("pid") == pid \
+        and marker.get("host") == _HOST
+
+
+def _left_as_recorded(path: Path) -> bool:
+    """Whether the output renamed aside to ``path`` holds only what lmlab recorded there: all its
+    manifest lists (a part of it, once its deletion began), or nothing but lmlab's bookkeeping (its
+    manifest, its marker: a deletion nearly done, :func:`remove_temporary`)."""
+    if not foreign_entries(path, None):  # nothing but lmlab's bookkeeping (a temporary renamed aside too)
+        return True
+    manifest = read_manifest(path)
+    return bool(manifest) and manifest.get("state") == "complete" \
+        and not foreign_entries(path, manifest, emptied=True)
+
+
+def _whole(path: Path) -> bool:
+    """Whether the output renamed aside to ``path`` still holds everything its manifest lists (it
+    was caught between the renames of a replacement, not while it was being deleted)."""
+    manifest = read_manifest(path)
+    if manifest is None or manifest.get("state") != "complete":
+        return False
+    for rel, stamp in manifest.get("entries", {}).items():
+        if not isinstance(stamp, dict):
+            return False
+        found = path / rel
+        if not (found.exists() or found.is_symlink()):
+            return False
+    return True
 
 
 def _read_marker(path: Path) -> dict | None:
@@ -1298,7 +1386,7 @@ def _own_nested(path: Path) -> bool:
             inner = Path(root) / d
             manifest = read_manifest(inner)
             if manifest is not None and manifest.get("state") == "complete" \
-                    and foreign_entries(inner, manifest):
+                    and foreign_entries(inner, manifest, emptied=True):
                 return False
     return True
 
@@ -1316,18 +1404,17 @@ def remove_leftovers(directory: Path, name: str | None = None, locked: bool = Fa
         m = _TEMPORARY.fullmatch(p.name)
         if not m or (stem is not None and m["name"] != stem) or not is_dead_leftover(p, locked):
             continue
-        if m["what"] == "old":
+        if m["what"] == "old" and _whole(p):
             if name is None and _SHORTENED.fullmatch(m["name"]):
                 continue  # its output's name was shortened: put back by the next run of that output
             final = p.with_name(name if name is not None else m["name"])
             if not (final.exists() or final.is_symlink()):
-                os.replace(p, final)
-                with contextlib.suppress(OSError):
-                    os.unlink(final / TEMPORARY_MARKER)
+                settle(p, final)
                 continue
-        shutil.rmtree(p, ignore_errors=True)
+        remove_temporary(p)
         removed.append(p)
     return removed
+
 
 
 def make_temporary(parent: Path, name: str, kind: str, label: str = "") -> Path:
@@ -1341,7 +1428,7 @@ def make_temporary(parent: Path, name: str, kind: str, label: str = "") -> Path:
         os.chmod(tmp, 0o777 & ~current_umask())  # mkdtemp makes it private; give it the usual permissions
         start_temporary(tmp, kind)
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        remove_temporary(tmp)
         raise
     return tmp
 
@@ -1359,7 +1446,7 @@ def live_dir(output: Path, kind: str):
         try:
             yield tmp
         finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+            remove_temporary(tmp)
 
 
 @contextlib.contextmanager
@@ -1370,7 +1457,7 @@ def temporary_dir(parent: Path, name: str, kind: str):
     try:
         yield tmp
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        remove_temporary(tmp)
         raise
 
 

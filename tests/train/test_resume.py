@@ -154,22 +154,22 @@ def test_what_a_killed_run_left_is_cleaned_at_the_next_start(tiny_config, tmp_pa
 
 
 def test_pruning_never_leaves_a_checkpoint_that_looks_complete(tiny_config, tmp_path, monkeypatch):
-    import lmlab.train.checkpoint as ck
+    from lmlab import ownership
 
     run = tmp_path / "run"
     pretrain(tiny_config(max_steps=2, checkpoint_every=2), run, log=lambda m: None)
-    real = ck.shutil.rmtree
+    real = ownership.remove_temporary
 
     def killed(path, *a, **k):  # the process dies right after the rename, before deleting anything
         if ".prune-" in str(path):
             raise KeyboardInterrupt
         return real(path, *a, **k)
 
-    monkeypatch.setattr(ck.shutil, "rmtree", killed)
+    monkeypatch.setattr(ownership, "remove_temporary", killed)
     with pytest.raises(KeyboardInterrupt):
         pretrain(tiny_config(max_steps=4, checkpoint_every=2, keep_checkpoints=1), run, resume=True,
                  log=lambda m: None)
-    monkeypatch.setattr(ck.shutil, "rmtree", real)
+    monkeypatch.setattr(ownership, "remove_temporary", real)
     assert [s for s, _ in list_checkpoints(run)] == [4]  # step_2 is gone as a whole, not half
     s = pretrain(tiny_config(max_steps=6, checkpoint_every=2, keep_checkpoints=1), run, resume=True,
                  log=lambda m: None)

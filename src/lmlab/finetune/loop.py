@@ -584,7 +584,7 @@ def _sweep(target, checkpoint, task, train, dev, method, method_options, tokeniz
     finally:  # every rate's folder goes, the one of a run that failed too (this process made them)
         for d in [d for _, _, d in runs] + [tmp]:
             if d is not None and d.exists():
-                shutil.rmtree(d, ignore_errors=True)
+                ownership.remove_temporary(d)  # its marker last: a kill leaves a provable leftover
         if target is not None:  # the arms never run (a failure before the first)
             ownership.remove_leftovers(target.parent, target.name)
 

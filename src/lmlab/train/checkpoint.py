@@ -30,7 +30,6 @@ from __future__ import annotations
 import errno
 import os
 import re
-import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -170,7 +169,7 @@ def delete_checkpoint(path: Path, say: Callable[[str], None] | None = None) -> b
         _say_once(path, f"note: kept the old checkpoint {path}: it {verdict.reason}", say)
         return False
     doomed = ownership.move_aside(path, f"prune-{os.getpid()}")  # marked: a kill leaves a provable leftover
-    shutil.rmtree(doomed, ignore_errors=True)
+    ownership.remove_temporary(doomed)  # its marker last
     return True
 
 

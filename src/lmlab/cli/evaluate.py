@@ -126,17 +126,27 @@ def _run_variants(args) -> int:
 
     from lmlab.adapt.multi import parse_variants
     from lmlab.finetune.variants import evaluate_variants
+    from lmlab.tasks.baseline import at_baseline_text, baseline_text
     from lmlab.train.estimate import duration
 
     variants = parse_variants(args.variant)  # bad names or folders: before any model is loaded
     start = time.perf_counter()  # (nothing said before: a refused input is one line)
-    metrics = evaluate_variants(args.checkpoint, variants, args.data, args.task, on_bad_line=args.on_bad_line,
-                                max_bad_fraction=args.max_bad_fraction, batch_size=args.batch_size or 64,
-                                max_examples=args.max_examples, device=args.device,
-                                predictions=args.predictions, **data_settings(args))
+    metrics, baseline = evaluate_variants(
+        args.checkpoint, variants, args.data, args.task, on_bad_line=args.on_bad_line,
+        max_bad_fraction=args.max_bad_fraction, batch_size=args.batch_size or 64,
+        max_examples=args.max_examples, device=args.device, predictions=args.predictions, with_baseline=True,
+        **data_settings(args))
     scores = "; ".join(f"{name} " + ", ".join(f"{k} {v:.4f}" for k, v in m.items())
                        for name, m in metrics.items())
-    print(f"evaluated {len(metrics)} variant(s) in {duration(time.perf_counter() - start)}: {scores}",
-          file=sys.stderr, flush=True)
+    # the trivial baseline beside the scores, as for one checkpoint; the JSON stays {NAME: metrics}
+    # (a "baseline" key there could be a variant's name)
+    trivial = None if baseline is None else (baseline["answer"], baseline["metrics"])
+    print(f"evaluated {len(metrics)} variant(s) in {duration(time.perf_counter() - start)}: {scores}"
+          + ("" if trivial is None else f"; {baseline_text(trivial)}"), file=sys.stderr, flush=True)
+    for name, m in metrics.items():
+        flagged = trivial and at_baseline_text(m, trivial, baseline["metric"])
+        if flagged:
+            print(f"warning: variant {name}: {flagged}: it does no better on these examples than that answer "
+                  "without a model", file=sys.stderr, flush=True)
     print(json.dumps(metrics, indent=2))
     return 0

@@ -38,3 +38,22 @@ def test_quantized_and_distilled_summaries():
     last = summary_text(report(distilled, 60e6, 15_000_000)).splitlines()[-1]
     assert last == ("distilled 6 layers into 3 (1,000 steps, T=2.0, alpha=0.5): 90.9 MB -> 60.0 MB, "
                     "0.72x the speed, accuracy 0.9100 -> 0.8800")
+
+
+def test_the_dev_scores_stand_beside_their_baseline_and_an_after_at_it_is_flagged():
+    """probe10b #4: the dev score's trivial baseline (compress.json's "baseline") is shown in the
+    before -> after line and the last line; only the side at (or below) it is flagged."""
+    quantized = {"name": "quantize", "activations": "dynamic", "layers": 37}
+    r = report(quantized, 24e6, 22_713_986)
+    r["after"]["metrics"] = {"accuracy": 0.5092}
+    r["baseline"] = {"answer": "majority class '1'", "metrics": {"accuracy": 0.5092}, "metric": "accuracy",
+                     "at_baseline": {"before": False, "after": True}}
+    lines = summary_text(r, "q").splitlines()
+    assert "  dev accuracy   0.9100 -> 0.5092 (-0.4008; baseline 0.5092)" in lines
+    assert "  baseline (majority class '1', no model): accuracy 0.5092" in lines
+    assert [line for line in lines if "warning" in line] == [
+        "  warning: after, dev accuracy 0.5092 is at the trivial baseline (majority class '1': 0.5092): the "
+        "compressed model does no better than that answer, which needs no model"]
+    assert lines[-1] == ("quantized 37 linear layers to int8 (dynamic activations): 90.9 MB -> 24.0 MB, "
+                         "0.72x the speed, accuracy 0.9100 -> 0.5092 (baseline 0.5092); at the trivial "
+                         "baseline after; written to q/ (every figure in q/compress.json)")

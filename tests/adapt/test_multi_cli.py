@@ -113,16 +113,21 @@ def test_evaluate_variants_in_one_pass_equals_each_alone(sst2_variants, tmp_path
                          "--variant", f"p={dirs['prompt']}", "--data", dev, "--max-examples", 48,
                          "--batch-size", 16, "--predictions", tmp_path / "both.jsonl")
     assert code == 0, err
-    metrics = json.loads(out)
-    summary = err.splitlines()[-1]  # issue 27: a line for people at the end, on stderr
-    assert summary.startswith("evaluated 2 variant(s) in ") and summary.endswith(
-        f"l accuracy {metrics['l']['accuracy']:.4f}; p accuracy {metrics['p']['accuracy']:.4f}")
+    metrics, err_all = json.loads(out), err
+    summary = [line for line in err.splitlines() if line.startswith("evaluated ")][-1]  # issue 27, on stderr
+    assert summary.startswith("evaluated 2 variant(s) in ") and summary.split(": ", 1)[1].startswith(
+        f"l accuracy {metrics['l']['accuracy']:.4f}; p accuracy {metrics['p']['accuracy']:.4f}; baseline (")
     both = [json.loads(line) for line in (tmp_path / "both.jsonl").read_text().splitlines()]
     for name, method in (("l", "lora"), ("p", "prompt")):
         code, out, err = run(capsys, "evaluate", "--checkpoint", dirs[method], "--data", dev,
                              "--max-examples", 48, "--predictions", tmp_path / f"{name}.jsonl")
         assert code == 0, err
-        assert metrics[name] == json.loads(out)
+        alone = json.loads(out)
+        baseline = alone.pop("baseline")  # probe10b #4: the same baseline, said beside every variant's score
+        assert metrics[name] == alone
+        said = f"; baseline ({baseline['answer']}, no model): accuracy {baseline['metrics']['accuracy']:.4f}"
+        assert said in summary
+        assert (f"warning: variant {name}: accuracy" in err_all) == baseline["at_baseline"]
         alone = [json.loads(line) for line in (tmp_path / f"{name}.jsonl").read_text().splitlines()]
         mine = [{k: r[k] for k in ("where", "prediction", "label")} for r in both if r["variant"] == name]
         assert mine == alone

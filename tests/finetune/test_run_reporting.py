@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from lmlab.cli import main
 from lmlab.finetune.config import FinetuneConfig
 from lmlab.finetune.loop import _done_line, _predicting_in_chunks, _shorter_run_hint
@@ -38,12 +40,14 @@ def test_finetune_then_evaluate_say_plan_estimate_progress_and_summary(ckpt, dat
     captured = capsys.readouterr()
     assert rc == 0
     metrics = json.loads(captured.out)  # stdout stays the JSON alone
-    err = captured.err.splitlines()
+    err = [line for line in captured.err.splitlines() if not line.startswith("warning: ")]  # at the baseline
     assert err[0].startswith("evaluate: 40 examples of task cola in 5 batch(es) of 8, device cpu")
     assert [line.split(":")[0] for line in err[1:-1]] == [f"batch {k}/5" for k in range(1, 5)]
     assert err[-1].startswith("evaluated 40 examples in ")
     scores = f"accuracy {metrics['accuracy']:.4f}, matthews_corr {metrics['matthews_corr']:.4f}"
-    assert err[-1].endswith(scores)
+    base = metrics["baseline"]["metrics"]
+    assert err[-1].endswith(f"{scores}; baseline ({metrics['baseline']['answer']}, no model): accuracy "
+                            f"{base['accuracy']:.4f}, matthews_corr {base['matthews_corr']:.4f}")
 
 
 def test_evaluating_in_chunks_gives_the_same_predictions(ckpt, data_dir, tmp_path):
@@ -81,3 +85,70 @@ def test_the_last_line_names_the_data_that_chose_and_the_dev_score():
     on_slice = _done_line(6315, best, {"accuracy": 0.84}, "accuracy", "slice", None, 95.0, None)
     assert on_slice == ("finetune done in 1 min 35 s (6,315 steps): step 4,210 chosen on the slice (accuracy "
                         "0.8600), dev accuracy 0.8400")
+
+
+def _sst2(path: Path, labels: str) -> Path:
+    texts = ["a charming and affecting journey", "bleak and desperate", "the best film of the year",
+             "dull , lifeless and long"]
+    rows = [f"{texts[i % len(texts)]} {i}\t{y}\n" for i, y in enumerate(labels)]
+    path.write_text("sentence\tlabel\n" + "".join(rows), encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def tuned(ckpt, tmp_path_factory):
+    """A bert-tiny fine-tuned on SST-2 for one step (it has learned nothing), and its folder."""
+    from lmlab.finetune import finetune
+
+    d = tmp_path_factory.mktemp("tuned")
+    train = _sst2(d / "train.tsv", "10" * 4)
+    finetune(ckpt, "sst2", train, train, d / "ft", max_steps=1, batch_size=4, progress=False,
+             log=lambda m: None)
+    return d
+
+
+def test_evaluate_gives_every_score_its_trivial_baseline_and_flags_one_at_it(tuned, capsys):
+    """probe10b #4: `lmlab evaluate --data` printed SST-2's 0.5092, the majority class's score, with
+    nothing saying so. The task's trivial baseline on the scored examples (their majority class, as
+    finetune's, lmlab.tasks.baseline) is said beside the scores, kept under "baseline" in the JSON
+    (the metrics' keys unchanged) and a score at (or below) it is flagged, worded as finetune's."""
+    one_class = _sst2(tuned / "ones.tsv", "1111")  # any model is at (or below) this baseline: 1.0
+    assert main(["evaluate", "--checkpoint", str(tuned / "ft"), "--data", str(one_class)]) == 0
+    captured = capsys.readouterr()
+    printed = json.loads(captured.out)
+    assert printed["baseline"] == {"answer": "majority class '1'", "metrics": {"accuracy": 1.0},
+                                   "metric": "accuracy", "at_baseline": True}
+    assert set(printed) == {"accuracy", "baseline"}
+    err = captured.err.splitlines()
+    assert err[-2].endswith(f"accuracy {printed['accuracy']:.4f}; baseline (majority class '1', no model): "
+                            "accuracy 1.0000")
+    assert err[-1].startswith(f"warning: accuracy {printed['accuracy']:.4f} is at the trivial baseline "
+                              "(majority class '1': 1.0000): the model does no better")
+    mixed = _sst2(tuned / "mixed.tsv", "0100")
+    assert main(["evaluate", "--checkpoint", str(tuned / "ft"), "--data", str(mixed)]) == 0
+    captured = capsys.readouterr()
+    printed = json.loads(captured.out)
+    base = printed["baseline"]
+    assert base["answer"] == "majority class '0'" and base["metrics"] == {"accuracy": 0.75}
+    assert base["at_baseline"] == (printed["accuracy"] <= 0.755)
+    assert ("warning: " in captured.err) == base["at_baseline"]
+
+
+def test_compress_gives_the_dev_scores_their_baseline_and_flags_them(tuned, tmp_path, capsys):
+    """probe10b #4: `lmlab compress quantize|prune|distill --dev` showed "dev accuracy 0.5092 ->
+    0.5092" with no baseline. The same baseline now stands beside before -> after, in the last line
+    and in compress.json ("baseline", the other keys unchanged)."""
+    one_class = _sst2(tuned / "ones.tsv", "1111")
+    assert main(["compress", "quantize", "--checkpoint", str(tuned / "ft"), "--dev", str(one_class),
+                 "--out", str(tmp_path / "q")]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    report = json.loads((tmp_path / "q" / "compress.json").read_text(encoding="utf-8"))
+    assert report["baseline"] == {"answer": "majority class '1'", "metrics": {"accuracy": 1.0},
+                                  "metric": "accuracy", "at_baseline": {"before": True, "after": True}}
+    before, after = report["before"]["metrics"]["accuracy"], report["after"]["metrics"]["accuracy"]
+    assert f"  dev accuracy   {before:.4f} -> {after:.4f} ({after - before:+.4f}; baseline 1.0000)" in printed
+    assert "  baseline (majority class '1', no model): accuracy 1.0000" in printed
+    assert any(line.startswith(f"  warning: after, dev accuracy {after:.4f} is at the trivial baseline "
+                               "(majority class '1': 1.0000)") for line in printed)
+    assert f"accuracy {before:.4f} -> {after:.4f} (baseline 1.0000); at the trivial baseline before and " \
+           f"after; written to {tmp_path / 'q'}/" in printed[-1]

@@ -255,7 +255,9 @@ def test_cli_prints_and_writes_the_results_and_refuses_bad_input_in_one_line(set
     assert main(["evaluate", "--checkpoint", str(root / "ck"), "--harness", mc, "--out", str(out),
                  "--max-examples", "3"]) == 0
     printed = json.loads(capsys.readouterr().out)
-    assert printed == json.loads(out.read_text(encoding="utf-8"))["results"]
+    written = json.loads(out.read_text(encoding="utf-8"))
+    assert printed.pop("baseline") == written["baseline"]  # the chance level, a key of its own
+    assert printed == written["results"]
     assert printed["lmlab_mc"]["sample_len"] == 3
     fresh = ["--out", str(tmp_path / "new.json")]
     no_data = tmp_path / "no_data.yaml"  # a task without a dataset_path: lm_eval's TypeError before
@@ -341,3 +343,45 @@ def test_a_missing_lm_eval_is_one_line_naming_the_extra(monkeypatch, setup):
                         lambda name, *a: None if name == "lm_eval" else real(name, *a))
     with pytest.raises(LmlabError, match=r"needs the lm-eval package .*; pip install 'lmlab\[eval\]'$"):
         run_harness(setup["root"] / "ck", "lmlab_mc")
+
+
+def test_a_multiple_choice_score_comes_with_its_chance_level_and_is_flagged_at_it(setup, tmp_path, capsys):
+    """probe10b #4: `evaluate --harness` printed a two-choice quiz's 0.5 with nothing saying it is
+    chance. A multiple-choice task's trivial baseline is the mean of 1/choices over its documents;
+    it is printed beside the score, kept under "baseline" in the JSON, and a score at it is flagged
+    as finetune flags one at its baseline. A task of another kind gets none (not an invented one)."""
+    rows = [{"question": "ROMEO: But soft, what light", "choices": ["breaks", "sleeps"], "label": 0},
+            {"question": "HAMLET: To be, or not to", "choices": ["be", "sing", "go", "run"], "label": 0}]
+    (tmp_path / "quiz.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    mc = (setup["tasks"] / "mc.yaml").read_text(encoding="utf-8")
+    quiz = tmp_path / "quiz.yaml"
+    mc = mc.replace("lmlab_mc", "lmlab_quiz").replace(str(setup["root"] / "mc.jsonl"),
+                                                      str(tmp_path / "quiz.jsonl"))
+    quiz.write_text(mc, encoding="utf-8")
+    out = tmp_path / "r.json"
+    assert main(["evaluate", "--checkpoint", str(setup["root"] / "ck"), "--harness",
+                 f"{quiz},{setup['tasks'] / 'ppl.yaml'}", "--out", str(out), "--max-examples", "2"]) == 0
+    captured = capsys.readouterr()
+    printed, written = json.loads(captured.out), json.loads(out.read_text(encoding="utf-8"))
+    chance = (1 / 2 + 1 / 4) / 2
+    assert written["baseline"] == printed["baseline"] == {
+        "lmlab_quiz": {"answer": "chance, a uniform guess among each question's choices",
+                       "results": {"acc,none": pytest.approx(chance)}}}   # none for the perplexity task
+    acc = written["results"]["lmlab_quiz"]["acc,none"]
+    assert f"lmlab_quiz acc {acc:.4f} (chance {chance:.4f}) (2 documents)" in captured.err
+    flagged = f"warning: lmlab_quiz acc {acc:.4f} is at the trivial baseline" in captured.err
+    assert flagged == (acc <= chance + 0.005), captured.err
+
+
+def test_the_chance_warning_and_headline_from_a_record():
+    from lmlab.icl.harness import CHANCE, chance_warnings, headline
+
+    record = {"results": {"quiz": {"acc,none": 0.5, "acc_stderr,none": 0.1},
+                          "ppl": {"bits_per_byte,none": 3.0}},
+              "baseline": {"quiz": {"answer": CHANCE, "results": {"acc,none": 0.5}}},
+              "n-samples": {"quiz": {"effective": 2}}}
+    assert headline(record) == "quiz acc 0.5000 (chance 0.5000) (2 documents); ppl bits_per_byte 3.0000"
+    assert chance_warnings(record) == [f"quiz acc 0.5000 is at the trivial baseline ({CHANCE}: 0.5000): the "
+                                       "model does no better than guessing"]
+    record["results"]["quiz"]["acc,none"] = 0.75
+    assert chance_warnings(record) == []

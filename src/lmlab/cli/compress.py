@@ -36,7 +36,9 @@ REPORT_FILE = "compress.json"
 
 DESCRIPTION = """\
 Make a model smaller and faster, and report what it cost: size on disk, parameters (all and
-nonzero), CPU inference speed (examples/s, tokens/s on --dev) and the task score before and after.
+nonzero), CPU inference speed (examples/s, tokens/s on --dev) and the task score before and after,
+beside the task's trivial baseline on the dev examples (their majority class, no model), flagged
+when a score is at (or below) it.
 
   distill   train a student with fewer layers on the teacher's soft targets + the hard labels
   quantize  int8 weights (per-channel scales) for every linear layer; int8 matmuls on the CPU
@@ -183,6 +185,23 @@ def measure(model, task=None, examples=None, batch_size: int = 32,
     return row
 
 
+def dev_baseline(task, examples, before: dict, after: dict) -> dict | None:
+    """The task's trivial baseline on the dev ``examples`` (:mod:`lmlab.tasks.baseline`: their
+    majority class, no model), judged on the task's main metric, with whether the model before and
+    after is at (or below) it: compress.json's ``baseline`` (None without dev data or a baseline)."""
+    from lmlab.tasks.baseline import at_trivial_baseline, baseline_record, trivial_baseline
+
+    if task is None or not examples:
+        return None
+    baseline = trivial_baseline(task, examples)
+    record = baseline_record(baseline, task.main_metric)
+    if record is not None:
+        metric = record["metric"]
+        record["at_baseline"] = {when: at_trivial_baseline(row.get("metrics") or {}, baseline, metric)
+                                 for when, row in (("before", before), ("after", after))}
+    return record
+
+
 # --------------------------------------------------------------------------- shared steps
 
 
@@ -277,6 +296,8 @@ def summary_text(report: dict, out: str | Path | None = None) -> str:
     """The human summary of a compress.json ``report``: size on disk, nonzero parameters, speed and
     every dev score, each as before -> after, then one line that says it all. A pruned model that is
     no smaller and no faster says why (its zeros are stored, and multiplied, like any weight)."""
+    from lmlab.tasks.baseline import at_baseline_text, baseline_note, baseline_text
+
     b, a, method = report["before"], report["after"], report["method"]
     lines, short = [], []
     if b.get("size_bytes") and a.get("size_bytes"):
@@ -291,19 +312,34 @@ def summary_text(report: dict, out: str | Path | None = None) -> str:
         lines.append(f"  speed          {b['examples_per_s']:,.1f} -> {a['examples_per_s']:,.1f} examples/s "
                      f"({speedup:.2f}x, one timed pass over the dev examples on this machine)")
         short.append(f"{speedup:.2f}x the speed")
+    base = report.get("baseline") or {}
+    trivial = (base.get("answer"), base.get("metrics") or {})
     for name, before in (b.get("metrics") or {}).items():
         after = (a.get("metrics") or {}).get(name)
         if isinstance(before, (int, float)) and isinstance(after, (int, float)):
-            lines.append(f"  dev {name:<10} {before:.4f} -> {after:.4f} ({after - before:+.4f})")
-            short += [f"{name} {before:.4f} -> {after:.4f}"] if len(short) < 4 else []
+            note = baseline_note(trivial, name) if base else ""  # " (baseline 0.5092)"
+            inside = f"; baseline {trivial[1][name]:.4f}" if note else ""
+            lines.append(f"  dev {name:<10} {before:.4f} -> {after:.4f} ({after - before:+.4f}{inside})")
+            short += [f"{name} {before:.4f} -> {after:.4f}{note}"] if len(short) < 4 else []
+    if base:
+        lines.append(f"  {baseline_text(trivial)}")
+    flagged = [(when, at_baseline_text(row.get("metrics") or {}, trivial, base.get("metric")))
+               for when, row in (("before", b), ("after", a)) if base.get("metric")]
+    flagged = [(when, text) for when, text in flagged if text]
     if method.get("name") == "prune":
         lines.append("  (pruned weights are zeros kept in dense matrices: the file keeps its size and the "
                      "matmuls do the same work, so no speed-up is expected and a difference is the timing "
                      "of one pass on this machine; the gain is the nonzero count, for a sparse format or "
                      "kernel)")
+    for when, text in flagged:
+        lines.append(f"  warning: {when}, dev {text}: "
+                     + ("the model was already no better than that answer before it was compressed"
+                        if when == "before" else "the compressed model does no better than that answer, "
+                        "which needs no model"))
     where = f"; written to {out}/ (every figure in {Path(out) / REPORT_FILE})" if out is not None else ""
+    at = f"; at the trivial baseline {' and '.join(when for when, _ in flagged)}" if flagged else ""
     return "\n".join([f"{_what(method)}, before -> after:", *lines,
-                      f"{_what(method)}: {', '.join(short) or 'no dev data to compare'}{where}"])
+                      f"{_what(method)}: {', '.join(short) or 'no dev data to compare'}{at}{where}"])
 
 
 def _setup(args) -> None:
@@ -345,7 +381,8 @@ def run_quantize(args) -> int:
     _say(f"quantized {len(names)} linear layers to int8 ({args.activations} activations)")
     after = measure(model, task, dev, args.eval_batch_size)
     report = {"method": {"name": "quantize", "activations": args.activations, "layers": len(names),
-                         "exclude": args.exclude}, "before": before, "after": after}
+                         "exclude": args.exclude}, "before": before, "after": after,
+              "baseline": dev_baseline(task, dev, before, after)}
     _save(model, args.out, task, report, save_quantized)
     return _finish(report, args.out)
 
@@ -386,7 +423,8 @@ def run_prune(args) -> int:
         masks.detach()
         method["measured_sparsity_after_finetune"] = masks.sparsity(model)
     after = measure(model, task, dev, args.eval_batch_size)
-    report = {"method": method, "before": before, "after": after}
+    report = {"method": method, "before": before, "after": after,
+              "baseline": dev_baseline(task, dev, before, after)}
     _save(model, args.out, task, report)
     return _finish(report, args.out)
 
@@ -427,6 +465,6 @@ def run_distill(args) -> int:
     report = {"method": {"name": "distill", "teacher_layers": teacher.config.n_layers,
                          "student_layers": res.student.config.n_layers, "init": args.init,
                          "temperature": args.temperature, "alpha": args.alpha, "steps": args.steps},
-              "before": before, "after": after}
+              "before": before, "after": after, "baseline": dev_baseline(task, dev, before, after)}
     _save(res.student, args.out, task, report)
     return _finish(report, args.out)

@@ -17,14 +17,18 @@ metrics as JSON, in the same form as the eval.json that fine-tuning wrote (e.g.
 match it. The file is read as the training files were (format, header, columns: task.json);
 the data flags below override that for a file laid out differently. Labels in the data that
 the model never saw in training are an error (file, line, label). --predictions writes every
-prediction, as a label name for classification.
+prediction, as a label name for classification. Beside the metrics stands the task's trivial
+baseline on the same examples (their majority class, no model; none for tags or spans), under
+"baseline" in the JSON, and a score at (or below) it is flagged with a warning.
 
 --harness TASKS scores a language model (a decoder or LSTM LM checkpoint, or a pretraining run's
 newest checkpoint) with EleutherAI's lm-evaluation-harness instead: TASKS is a comma-separated
 list of harness task names (hellaswag, lambada_openai...) and local task YAML files or folders of
 them. The results are written as JSON beside the checkpoint (CHECKPOINT.harness.json, or --out),
 never over an existing file unless --overwrite, and then only over a results file lmlab wrote;
-never over or into an input (the checkpoint, a task file). A local task file that brings Python code
+never over or into an input (the checkpoint, a task file). A multiple-choice task's accuracy
+stands beside its chance level (the mean of 1/choices over its documents; "baseline" in the JSON),
+and one at chance is flagged; other kinds of task get no baseline. A local task file that brings Python code
 (`!function`, e.g. a utils.py beside the YAML) is refused, naming that file, unless --allow-code:
 only pass it for task files you trust. Needs pip install 'lmlab[eval]'.
 
@@ -94,7 +98,7 @@ def run(args) -> int:
     metrics = evaluate(args.checkpoint, args.data, args.task, on_bad_line=args.on_bad_line,
                        max_bad_fraction=args.max_bad_fraction, batch_size=args.batch_size or 64,
                        max_examples=args.max_examples, device=args.device, predictions=args.predictions,
-                       **data_settings(args))
+                       with_baseline=True, **data_settings(args))
     print(json.dumps(metrics, indent=2))
     return 0
 
@@ -109,7 +113,10 @@ def _run_harness(args) -> int:
                          batch_size=args.batch_size or 16, device=args.device, seed=args.seed or 0,
                          log_samples=args.log_samples, allow_code=args.allow_code,
                          log=lambda m: print(m, file=sys.stderr, flush=True))
-    print(json.dumps(record["results"], indent=2))
+    printed = dict(record["results"])
+    if record.get("baseline"):  # the multiple-choice tasks' chance levels, beside the tasks' results
+        printed["baseline"] = record["baseline"]
+    print(json.dumps(printed, indent=2))
     return 0
 
 
@@ -119,17 +126,27 @@ def _run_variants(args) -> int:
 
     from lmlab.adapt.multi import parse_variants
     from lmlab.finetune.variants import evaluate_variants
+    from lmlab.tasks.baseline import at_baseline_text, baseline_text
     from lmlab.train.estimate import duration
 
     variants = parse_variants(args.variant)  # bad names or folders: before any model is loaded
     start = time.perf_counter()  # (nothing said before: a refused input is one line)
-    metrics = evaluate_variants(args.checkpoint, variants, args.data, args.task, on_bad_line=args.on_bad_line,
-                                max_bad_fraction=args.max_bad_fraction, batch_size=args.batch_size or 64,
-                                max_examples=args.max_examples, device=args.device,
-                                predictions=args.predictions, **data_settings(args))
+    metrics, baseline = evaluate_variants(
+        args.checkpoint, variants, args.data, args.task, on_bad_line=args.on_bad_line,
+        max_bad_fraction=args.max_bad_fraction, batch_size=args.batch_size or 64,
+        max_examples=args.max_examples, device=args.device, predictions=args.predictions, with_baseline=True,
+        **data_settings(args))
     scores = "; ".join(f"{name} " + ", ".join(f"{k} {v:.4f}" for k, v in m.items())
                        for name, m in metrics.items())
-    print(f"evaluated {len(metrics)} variant(s) in {duration(time.perf_counter() - start)}: {scores}",
-          file=sys.stderr, flush=True)
+    # the trivial baseline beside the scores, as for one checkpoint; the JSON stays {NAME: metrics}
+    # (a "baseline" key there could be a variant's name)
+    trivial = None if baseline is None else (baseline["answer"], baseline["metrics"])
+    print(f"evaluated {len(metrics)} variant(s) in {duration(time.perf_counter() - start)}: {scores}"
+          + ("" if trivial is None else f"; {baseline_text(trivial)}"), file=sys.stderr, flush=True)
+    for name, m in metrics.items():
+        flagged = trivial and at_baseline_text(m, trivial, baseline["metric"])
+        if flagged:
+            print(f"warning: variant {name}: {flagged}: it does no better on these examples than that answer "
+                  "without a model", file=sys.stderr, flush=True)
     print(json.dumps(metrics, indent=2))
     return 0

@@ -74,6 +74,13 @@ from lmlab.progress import Progress
 from lmlab.runtime import resolve
 from lmlab.stopping import RESUME, StopRequests
 from lmlab.tasks import ARCHITECTURES, Task, check_fields, check_tokenizer, make_task
+from lmlab.tasks.baseline import (  # noqa: F401 - at_trivial_baseline: public here before it moved
+    at_baseline_text,
+    at_trivial_baseline,
+    baseline_note,
+    baseline_text,
+    trivial_baseline,
+)
 from lmlab.tasks.readers import BadLines, limit
 from lmlab.train import distributed as dist
 from lmlab.train.components import RunLogger
@@ -113,13 +120,6 @@ class FinetuneResult:
 def rank_of_launch() -> int:
     """This process's rank under torchrun (0 otherwise), before the process group exists."""
     return int(os.environ.get("RANK", "0"))
-
-
-def at_trivial_baseline(metrics: dict[str, float], baseline, select: str, margin: float = 0.005) -> bool:
-    """True when the selected dev metric is no better than the trivial answer's (within ``margin``)."""
-    if baseline is None or select not in baseline[1] or select not in metrics:
-        return False
-    return bool(metrics[select] <= baseline[1][select] + margin)
 
 
 def load_trainable_model(checkpoint, tokenizer, purpose: str = "fine-tuning"):
@@ -360,12 +360,12 @@ def _announce(run: FinetuneRun, method: str, say: Callable[[str], None]):
         f"{_planned_steps(cfg, run.total, run.steps_per_epoch)}, device {machine.device} "
         f"({precision}, {machine.threads} thread(s)), trainable "
         f"parameters {trainable:,} of {total_params:,} ({100 * trainable / max(1, total_params):.2f}%)")
-    baseline = run.task.baseline(data.train, data.dev)
+    baseline = trivial_baseline(run.task, data.dev, data.train)
     if baseline is not None:
-        shown = ", ".join(f"{k} {v:.4f}" for k, v in baseline[1].items())
-        say(f"baseline ({baseline[0]}, no model): {shown}")
+        say(baseline_text(baseline))
     # what the scores that choose are compared with (on the slice: the same answer scored there)
-    run.choose_baseline = baseline if data.choose is data.dev else run.task.baseline(data.train, data.choose)
+    run.choose_baseline = baseline if data.choose is data.dev else trivial_baseline(run.task, data.choose,
+                                                                                     data.train)
     return baseline
 
 
@@ -437,9 +437,9 @@ def _finish(run: FinetuneRun, baseline, method: str, method_options, say) -> tup
             + ", ".join(f"{k} {v:.4f}" for k, v in metrics.items()))
     at_baseline = at_trivial_baseline(metrics, baseline, select)
     if at_baseline:
-        say(f"warning: the best dev {select} {metrics[select]:.4f} is at the trivial baseline "
-            f"({baseline[0]}: {baseline[1][select]:.4f}): the model learned nothing usable; try another "
-            f"learning rate (--lr auto picks one on {cfg.select_on}), more steps, or check the labels")
+        say(f"warning: the best dev {at_baseline_text(metrics, baseline, select)}: the model learned nothing "
+            f"usable; try another learning rate (--lr auto picks one on {cfg.select_on}), more steps, or "
+            "check the labels")
     trainable, total_params = run.parameters()
     summary = {"task": run.task.name, "method": method, "method_options": method_options or {},
                "best_step": run.best["step"], "steps": run.total, "select_metric": select, "dev": metrics,
@@ -518,8 +518,7 @@ def _done_line(total: int, best: dict[str, Any], metrics: dict[str, float], sele
     else:
         score = (f"step {best['step']:,} chosen on the slice ({select} {best['score']:.4f}), dev {select} "
                  f"{metrics[select]:.4f}")
-    if baseline is not None and select in baseline[1]:
-        score += f" (baseline {baseline[1][select]:.4f})"
+    score += baseline_note(baseline, select)
     where = f"; saved to {saved_to}" if saved_to is not None else ""
     return f"finetune done in {duration(elapsed)} ({total:,} steps): {score}{where}"
 

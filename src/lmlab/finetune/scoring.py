@@ -26,6 +26,7 @@ from lmlab.finetune.methods import method_class
 from lmlab.progress import LINES_PER_RUN, Progress
 from lmlab.runtime import check_device, pick_device
 from lmlab.tasks import Task, check_tokenizer, load_task
+from lmlab.tasks.baseline import at_baseline_text, baseline_record, baseline_text, trivial_baseline
 from lmlab.tasks.readers import BadLines, Example, limit
 from lmlab.train.estimate import duration
 
@@ -67,8 +68,14 @@ def load_finetuned(checkpoint: str | os.PathLike) -> tuple[nn.Module, Task]:
 def evaluate(checkpoint: str | os.PathLike, data, task: str | None = None, *, on_bad_line: str = "error",
              max_bad_fraction: float = 0.01, batch_size: int = 64, max_examples: int | None = None,
              device: str = "auto", predictions: str | os.PathLike | None = None,
-             log: Callable[[str], None] | None = None, progress: bool = True, **reading) -> dict[str, float]:
+             log: Callable[[str], None] | None = None, progress: bool = True, with_baseline: bool = False,
+             **reading) -> dict[str, Any]:
     """Score a fine-tuned checkpoint on ``data``; the same metrics as its ``eval.json``.
+
+    The task's trivial baseline on the same examples (:mod:`lmlab.tasks.baseline`: the majority
+    class of those examples, no model) is said beside the scores, with a warning when the model's
+    score is at (or below) it; ``with_baseline`` also returns it under the key ``"baseline"``
+    (``{"answer", "metrics", "metric", "at_baseline"}``, None for a task without one: tags, spans).
 
     The data is read as the training files were (format, header, columns and label set saved in
     ``task.json``); ``reading`` (``format``, ``header``, ``delimiter``, ``fields``) overrides that
@@ -98,20 +105,36 @@ def evaluate(checkpoint: str | os.PathLike, data, task: str | None = None, *, on
     examples = limit(read_examples(saved, data, "data", bad), max_examples)
     saved.check(examples, "data")
     say = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
-    preds, metrics = _score_and_report(saved, model, examples, batch_size, say, progress)
+    select = _selected_metric(checkpoint, saved)
+    preds, metrics, baseline = _score_and_report(saved, model, examples, batch_size, say, progress, select)
     if predictions is not None:
         rows = [{"where": e.where, "prediction": p, "label": e.label} for p, e in zip(preds, examples)]
         write_output_file(predictions, "".join(json.dumps(r) + "\n" for r in rows), PREDICTIONS_KIND,
                           "--predictions")
+    if with_baseline:
+        return {**metrics, "baseline": baseline}
     return metrics
 
 
 PREDICTIONS_KIND = "predictions"
 
 
+def _selected_metric(checkpoint: Path, task: Task) -> str:
+    """The metric a score is judged on: the one the checkpoint's fine-tuning selected on (its
+    ``finetune.json``), else the task's main metric."""
+    chosen = None
+    if (checkpoint / SUMMARY_FILE).is_file():
+        with contextlib.suppress(LmlabError):
+            chosen = read_json(checkpoint / SUMMARY_FILE, "fine-tuning summary").get("select_metric")
+    return chosen if isinstance(chosen, str) and chosen else task.main_metric
+
+
 def _score_and_report(task: Task, model: nn.Module, examples: list[Example], batch_size: int,
-                      say: Callable[[str], None], progress: bool) -> tuple[list, dict[str, float]]:
-    """``task.predict_and_score``, saying first what it scores, then its progress, then the result."""
+                      say: Callable[[str], None], progress: bool,
+                      select: str) -> tuple[list, dict[str, float], dict[str, Any] | None]:
+    """``task.predict_and_score``, saying first what it scores, then its progress, then the result
+    beside the task's trivial baseline on these examples (flagged when the score is at it); returns
+    the predictions, the metrics and the baseline's record (:func:`lmlab.tasks.baseline.baseline_record`)."""
     n_batches = math.ceil(len(examples) / batch_size)
     on = next(model.parameters()).device
     threads = f" ({torch.get_num_threads()} thread(s))" if on.type == "cpu" else ""
@@ -123,10 +146,19 @@ def _score_and_report(task: Task, model: nn.Module, examples: list[Example], bat
     with _predicting_in_chunks(task, bar, batch_size):
         preds, metrics = task.predict_and_score(model, examples, batch_size)
     elapsed = time.perf_counter() - start
+    baseline = trivial_baseline(task, examples)
     say(f"evaluated {len(examples):,} examples in {duration(elapsed)} "
         f"({len(examples) / max(elapsed, 1e-9):,.1f} examples/s): "
-        + ", ".join(f"{k} {v:.4f}" for k, v in metrics.items()))
-    return preds, metrics
+        + ", ".join(f"{k} {v:.4f}" for k, v in metrics.items())
+        + ("" if baseline is None else f"; {baseline_text(baseline)}"))
+    flagged = at_baseline_text(metrics, baseline, select)
+    if flagged:
+        say(f"warning: {flagged}: the model does no better on these examples than that answer without a "
+            "model; check that it was fine-tuned long enough and on labels like these")
+    record = baseline_record(baseline, select)
+    if record is not None:
+        record["at_baseline"] = flagged is not None
+    return preds, metrics, record
 
 
 @contextlib.contextmanager

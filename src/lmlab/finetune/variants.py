@@ -89,9 +89,11 @@ def variant_task(directory: Path, name: str):
 def evaluate_variants(checkpoint: str | os.PathLike, variants: dict[str, str | os.PathLike | None], data,
                       task: str | None = None, *, on_bad_line: str = "error", max_bad_fraction: float = 0.01,
                       batch_size: int = 64, max_examples: int | None = None, device: str = "auto",
-                      predictions: str | os.PathLike | None = None, log=None,
-                      **reading) -> dict[str, dict[str, float]]:
-    """Metrics ``{variant: {metric: value}}`` of every variant on ``data``, in one pass.
+                      predictions: str | os.PathLike | None = None, log=None, with_baseline: bool = False,
+                      **reading):
+    """Metrics ``{variant: {metric: value}}`` of every variant on ``data``, in one pass; with
+    ``with_baseline``, ``(metrics, baseline)``: the task's trivial baseline on the same examples
+    (:func:`lmlab.tasks.baseline.baseline_record`: ``{"answer", "metrics", "metric"}``, or None).
 
     ``checkpoint`` is the base the variants were fine-tuned from; ``variants`` maps names to
     ``lmlab finetune`` outputs of one task; ``batch_size`` counts the rows of one forward (all
@@ -142,4 +144,8 @@ def evaluate_variants(checkpoint: str | os.PathLike, variants: dict[str, str | o
     if predictions is not None:
         write_output_file(predictions, "".join(json.dumps(r) + "\n" for r in rows), PREDICTIONS_KIND,
                           "--predictions")
+    if with_baseline:
+        from lmlab.tasks.baseline import baseline_record, trivial_baseline
+
+        return metrics, baseline_record(trivial_baseline(first, examples), first.main_metric)
     return metrics

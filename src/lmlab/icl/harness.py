@@ -373,19 +373,73 @@ def run_harness(checkpoint: str | os.PathLike, tasks: str | Sequence[str], *,
                 "n-samples"):
         if key in results:
             record[key] = results[key]
+    record["baseline"] = chance_levels(record, results.get("samples") or {}, loaded)
     if log_samples:
         record["samples"] = results["samples"]
     record = json.loads(json.dumps(record, default=handle_non_serializable))
     write_output_file(out_path, json_bytes(record), RESULTS_KIND, flag)
     say(f"harness: {headline(record)}; written to {out_path}")
+    for line in chance_warnings(record):
+        say(f"warning: {line}")
     return {**record, "samples": results["samples"], "path": str(out_path)}
 
 
+#: the metrics of a multiple-choice task whose trivial baseline is chance (the argmax over the choices)
+CHANCE_METRICS = ("acc", "acc_norm")
+CHANCE = "chance, a uniform guess among each question's choices"
+
+
+def chance_levels(record: dict[str, Any], samples: dict[str, list], tasks: dict) -> dict[str, Any]:
+    """Each multiple-choice task's trivial baseline, chance: the mean over its documents of 1 / the
+    number of choices, for its ``acc`` and ``acc_norm`` results (``{task: {"answer", "results"}}``,
+    keyed as ``results``). A task of another kind (perplexity, generation) has no such baseline and
+    is left out rather than given an invented one."""
+    out: dict[str, Any] = {}
+    for name, metrics in (record.get("results") or {}).items():
+        if ((record.get("configs") or {}).get(name) or {}).get("output_type") != "multiple_choice":
+            continue
+        counts = [n for n in (_choices(tasks.get(name), s) for s in samples.get(name) or []) if n]
+        shown = {m: sum(1 / n for n in counts) / len(counts) for m in metrics
+                 if m.split(",")[0] in CHANCE_METRICS} if counts else {}
+        if shown:
+            out[name] = {"answer": CHANCE, "results": shown}
+    return out
+
+
+def _choices(task, sample: dict) -> int:
+    """The number of choices of one scored document (its task's ``doc_to_choice``, else its requests)."""
+    try:
+        return len(task.doc_to_choice(sample["doc"]))
+    except Exception:  # noqa: BLE001 - a task object the harness built otherwise: one request per choice
+        return len(sample.get("arguments") or [])
+
+
+def chance_warnings(record: dict[str, Any]) -> list[str]:
+    """``lmlab_mc acc 0.3333 is at the trivial baseline (chance ...: 0.3333): ...`` for each task
+    result at (or below) chance (within :data:`lmlab.tasks.baseline.MARGIN`)."""
+    from lmlab.tasks.baseline import at_baseline_text
+
+    lines = []
+    for task, base in (record.get("baseline") or {}).items():
+        metrics = (record.get("results") or {}).get(task) or {}
+        for metric, value in base["results"].items():
+            short = metric.split(",")[0]
+            scored = {short: metrics[metric]} if metric in metrics else {}
+            text = at_baseline_text(scored, (base["answer"], {short: value}), short)
+            if text:
+                lines.append(f"{task} {text}: the model does no better than guessing")
+    return lines
+
+
 def headline(record: dict[str, Any]) -> str:
-    """The results in one line: each task's metrics (``acc 0.2500``) and how many documents it scored."""
+    """The results in one line: each task's metrics (``acc 0.2500``), its chance level where it has
+    one (``chance 0.3333``, :func:`chance_levels`) and how many documents it scored."""
     parts = []
     for task, metrics in (record.get("results") or {}).items():
-        shown = [f"{name.split(',')[0]} {value:.4f}" for name, value in metrics.items()
+        chance = ((record.get("baseline") or {}).get(task) or {}).get("results") or {}
+        shown = [f"{name.split(',')[0]} {value:.4f}"
+                 + (f" (chance {chance[name]:.4f})" if name in chance else "")
+                 for name, value in metrics.items()
                  if isinstance(value, (int, float)) and not isinstance(value, bool) and "_stderr" not in name
                  and name != "sample_len"]
         n = (record.get("n-samples") or {}).get(task, {}).get("effective")

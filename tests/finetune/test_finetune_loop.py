@@ -313,7 +313,9 @@ def test_lr_auto_keeps_the_best_rate_on_dev_and_leaves_nothing_behind(tok, data_
     assert res.metrics["accuracy"] == max(sweep["scores"].values()) and res.out == tmp_path / "ft"
     assert json.loads((tmp_path / "ft" / "eval.json").read_text()) == res.metrics
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ft"]  # the other run and temp files are gone
-    assert any("keeping lr" in line for line in said)
+    assert any("keeping lr" in line and line.endswith(f"; saved to {tmp_path / 'ft'}") for line in said), said
+    # probe10b: each rate's line said "saved to" its temporary folder, deleted a moment later
+    assert not any("saved to" in line and ".ft." in line for line in said), said
     assert all(torch.equal(v, model.state_dict()[k]) for k, v in before.items())  # each run starts fresh
 
 

@@ -301,8 +301,9 @@ def _finetune_run(checkpoint, task, train, dev, out, method, method_options, tok
                                               history=trained)) if resumable else None
             _write_output(out_dir, run, metrics, summary, log_path, live_logs, keep)
             finished = True
+        # (an --lr auto arm writes a temporary, renamed or deleted after the sweep: not named)
         say(_done_line(run.total, run.best, metrics, run.select, run.prefix, baseline, run.elapsed(),
-                       out_dir if writes else None))
+                       out_dir if writes and resumable else None))
         dist.barrier(info)  # the other processes return once the output is in place
     finally:  # also when training fails: no open event files, nothing left beside the output
         run.log.close()
@@ -570,7 +571,8 @@ def _sweep(target, checkpoint, task, train, dev, method, method_options, tokeniz
         best_lr, best, best_dir = max(runs, key=lambda r: (r[1].selection[select], -r[0]))
         scores = {f"{lr:g}": r.selection[select] for lr, r, _ in runs}
         shown = ", ".join(f"{k} -> {v:.4f}" for k, v in scores.items())
-        say(f"lr auto: {ROW_PREFIX[cfg.select_on]} {select} {shown}; keeping lr {best_lr:g}")
+        where = "" if target is None else f"; saved to {target}"
+        say(f"lr auto: {ROW_PREFIX[cfg.select_on]} {select} {shown}; keeping lr {best_lr:g}{where}")
         if target is not None:
             summary = read_json(best_dir / SUMMARY_FILE, "fine-tuning summary")
             summary["lr_sweep"] = {"select_metric": select, "selected_on": cfg.select_on, "scores": scores,

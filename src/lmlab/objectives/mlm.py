@@ -33,6 +33,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from lmlab.config.rules import Needs
 from lmlab.data.batch import TokenBatch
 from lmlab.errors import LmlabError
 from lmlab.losses import IGNORE
@@ -77,6 +78,8 @@ class MaskedLM(Objective):
     #: accuracy at the selected positions whose input is not the answer itself ([MASK] or a random
     #: token): the 10% kept unchanged would let a model that copies its input look as if it learned
     signals = (("mlm_acc", "mlm_acc_guess", "most frequent token"),)
+    #: a dynamic mask is drawn from the trainer's generator: ``seed`` keys static masks only
+    param_rules = (Needs("seed", "masking", ("static",), why="it keys the static masks"),)
 
     @classmethod
     def step_flops(cls, model_config, seq_len: int, rows: int, params: dict[str, Any]) -> float:

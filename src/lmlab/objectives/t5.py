@@ -45,6 +45,7 @@ from typing import Any, TypeVar
 import torch
 from torch import Tensor, nn
 
+from lmlab.config.rules import Needs
 from lmlab.data.batch import TokenBatch
 from lmlab.errors import LmlabError
 from lmlab.objectives.base import Objective, teacher_forced, token_signal
@@ -175,6 +176,11 @@ class SpanCorruption(Objective):
 
     #: only the ``spans`` variant puts sentinels in place of the spans
     only_when = {"num_sentinels": ("variant", "spans")}
+    #: prefix_lm cuts each row at a uniform point (no noise); bert selects tokens by density alone
+    param_rules = (
+        Needs("noise_density", "variant", ("spans", "drop", "bert"), why="the share of tokens corrupted"),
+        Needs("mean_span_length", "variant", ("spans", "drop"), why="the mean length of a noise span"),
+    )
 
     @classmethod
     def added_tokens(cls, params: dict[str, Any]) -> int:

@@ -95,6 +95,12 @@ PROBE9 = {
     ("scale fit", "--seed", "--bootstrap"): ["--bootstrap", "0", "--seed", "4"],
 }
 BROKEN.update(PROBE9)
+#: probe10a #2: two more options that did nothing in their mode (rc 0)
+PROBE10 = {
+    ("data prepare", "--seed", "--val-fraction"): ["--seed", "5"],
+    ("compress distill", "--temperature", "--alpha"): ["--alpha", "0", "--temperature", "3"],
+}
+BROKEN.update(PROBE10)
 CASES = [pytest.param(command, rule, id=f"{command} {rule.flag} {rule.partner}")
          for command, rules in RULES.items() for rule in rules]
 
@@ -119,11 +125,12 @@ def test_a_flag_without_its_partner_is_one_line_naming_both(tmp_path, capsys, co
     assert not (tmp_path / "out").exists()
 
 
-@pytest.mark.parametrize("command, flag, partner", [pytest.param(*k, id=" ".join(k)) for k in PROBE9])
+@pytest.mark.parametrize("command, flag, partner",
+                         [pytest.param(*k, id=" ".join(k)) for k in (*PROBE9, *PROBE10)])
 def test_an_option_that_does_nothing_in_the_mode_is_refused(tmp_path, capsys, command, flag, partner):
     """Each case of probe9 #2 (rc 0 before), by itself: refused in one line naming the flag as given
     and what it applies with, before anything is read."""
-    extra = PROBE9[(command, flag, partner)]
+    extra = BROKEN[(command, flag, partner)]
     argv = [str(tmp_path / "out") if a == "OUT" else a for a in BASE[command] + extra]
     assert exit_code(argv) == 2
     err = assert_one_line_error(capsys, flag, partner)
@@ -151,8 +158,9 @@ def test_partners_given_satisfy_the_rules():
             "compress quantize": ["--dev", "DV", "--max-eval-examples", "3", "--eval-batch-size", "3"],
             "align": ["--method", "dpo", "--save-every", "1"],
             "scale fit": ["--bootstrap", "2", "--seed", "4"],
+            "compress distill": ["--alpha", "0.1", "--temperature", "3"],
             "data prepare": ["--input", "a.txt", "b.jsonl", "--doc-separator", "line",
-                             "--encoding", "latin-1"]}
+                             "--encoding", "latin-1", "--val-fraction", "0.1", "--seed", "5"]}
     for command, extra in more.items():
         check_flag_rules(parser, parser.parse_args(BASE[command] + extra))
     for extra in (["--num-beams", "2", "--length-penalty", "2"], ["--seed", "3"],

@@ -61,3 +61,14 @@ def _escape(m: re.Match) -> str:
     if 0xDC80 <= code <= 0xDCFF:
         return f"\\x{code - 0xDC00:02x}"
     return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def suggest(name: str, choices, prefix: str = "") -> str:
+    """``did you mean PREFIXclosest? (valid: ...)``, or the valid names when none is close: the fix
+    of an unknown name, for any layer (:mod:`lmlab.config.overrides` re-exports it)."""
+    import difflib
+
+    choices = list(choices)
+    close = difflib.get_close_matches(str(name), choices, n=1, cutoff=0.5)
+    valid = ", ".join(prefix + c for c in choices)
+    return f"did you mean {prefix}{close[0]}? (valid: {valid})" if close else f"valid: {valid}"

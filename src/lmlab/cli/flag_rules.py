@@ -145,11 +145,15 @@ RULES: dict[str, tuple[Rule, ...]] = {
         Needs("--encoding", "--input", _holds_text, shown="--input text files",
               why="it decodes text files; JSON Lines are read as UTF-8, Parquet and datasets folders "
                   "hold no text encoding"),
+        Needs("--seed", "--val-fraction", lambda f: f is not None and f > 0, shown="--val-fraction F above 0",
+              why="it seeds the hash that sends documents to val; with no val every one is train"),
     ),
     "compress distill": (
         Needs("--student-layers", "--init", ("teacher",), why="the teacher layers copied into the student; "
               "a fresh student takes --layers N"),
         Excludes("--layers", "--student-layers", "--student-layers sets the number of layers"),
+        Needs("--temperature", "--alpha", lambda a: a is not None and a > 0, shown="--alpha A above 0",
+              why="it softens the soft targets, whose weight is --alpha; --alpha 0 is ordinary training"),
         *_EVAL_RULES,
     ),
     "compress quantize": _EVAL_RULES,

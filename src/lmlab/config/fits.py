@@ -31,6 +31,7 @@ def check_batch_fits(cfg) -> None:
     width, layers = getattr(model_cfg, "d_model", 0), getattr(model_cfg, "n_layers", 0)
     check_added_tokens(cfg, width if isinstance(width, int) else 0)
     check_fits_in_memory(model_cfg, CONFIG_ARCHITECTURE.get(type(model_cfg), ""))  # weights first
+    check_objective_fits(cfg, model_cfg)
     vocab = getattr(model_cfg, "vocab_size", 0)
     if not all(isinstance(x, int) for x in (width, layers, vocab)):
         return
@@ -47,6 +48,28 @@ def check_batch_fits(cfg) -> None:
     else:
         fix = "lower train.batch_size and raise train.grad_accum (same global batch)"
     budget.require_fits(budget.activation_bytes(tokens, vocab, width, layers), what, fix)
+
+
+def check_objective_fits(cfg, model_cfg) -> None:
+    """The model's weights plus the objective's own network (ELECTRA's generator, SpanBERT's
+    span-boundary head: :meth:`~lmlab.objectives.base.Objective.own_parameters`), which the
+    trainer builds beside the model: refused before any data is read when together they exceed the
+    memory, naming the objective's settings that size its network."""
+    from lmlab import budget
+    from lmlab.models import weight_count
+    from lmlab.objectives import get_objective
+
+    try:
+        cls = get_objective(cfg.objective.name)
+        own, settings = cls.own_parameters(cls.with_defaults(cfg.objective.params), model_cfg)
+    except (LmlabError, TypeError, ValueError, KeyError):
+        return  # a bad objective setting is reported when the objective is built
+    if own <= 0:
+        return
+    total = own + (weight_count(model_cfg) or 0)
+    budget.require_fits(budget.tensor_bytes(total),
+                        f"the model plus the {cfg.objective.name} objective's own network (about {own:.3g} "
+                        f"of its {total:.3g} parameters, in float32)", f"lower {settings}")
 
 
 def describe_size(model_cfg) -> str:

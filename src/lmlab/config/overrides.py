@@ -3,21 +3,12 @@ name: what every config section (recipe, fine-tuning, alignment, grid) shares.""
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from lmlab.config.toml import key_line, parse_value
-from lmlab.errors import LmlabError
-
-
-def suggest(name: str, choices: Iterable[str], prefix: str = "") -> str:
-    """``did you mean PREFIXclosest? (valid: ...)``, or the valid names when none is close."""
-    choices = list(choices)
-    close = difflib.get_close_matches(str(name), choices, n=1, cutoff=0.5)
-    valid = ", ".join(prefix + c for c in choices)
-    return f"did you mean {prefix}{close[0]}? (valid: {valid})" if close else f"valid: {valid}"
+from lmlab.errors import LmlabError, suggest  # noqa: F401  (suggest: its old home)
 
 
 @dataclass(frozen=True)

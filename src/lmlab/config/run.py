@@ -22,7 +22,7 @@ from lmlab.config.fields import build_section
 from lmlab.config.model import ModelConfig, build_model_section
 from lmlab.config.objective import ObjectiveConfig, build_objective_section
 from lmlab.config.overrides import NOWHERE, Origin, apply_override, override_items, suggest
-from lmlab.config.train import TrainConfig
+from lmlab.config.train import TrainConfig, check_train_rules
 from lmlab.errors import LmlabError
 
 SECTIONS = ("model", "objective", "data", "train")
@@ -81,6 +81,7 @@ def build_run_config(raw: dict[str, Any], origin: Origin = NOWHERE) -> RunConfig
     objective = build_objective_section(dict(raw.get("objective", {})), origin)
     data = build_data_section(dict(raw.get("data", {})), origin)
     train = build_section(TrainConfig, dict(raw.get("train", {})), "train", origin)
+    check_train_rules(train, raw.get("train", {}), origin)
     cfg = RunConfig(model, objective, data, train)
     validate(cfg, origin)
     return cfg

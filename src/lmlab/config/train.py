@@ -6,6 +6,9 @@ from dataclasses import field
 
 from pydantic.dataclasses import dataclass
 
+from lmlab.config.overrides import NOWHERE, Origin
+from lmlab.config.rules import Needs, SettingNames, check_rules
+from lmlab.errors import LmlabError
 from lmlab.values import (
     Count,
     Device,
@@ -37,6 +40,16 @@ Distributed = choice(*DISTRIBUTED)
 CompileBackend = choice(*COMPILE_BACKENDS)
 Attention = choice(*ATTENTION)
 Progress = choice(*PROGRESS)
+#: the schedules that decay (``constant`` keeps ``lr``: :func:`lmlab.train.optim.warmup_decay_lr`)
+DECAYING = tuple(s for s in SCHEDULES if s != "constant")
+#: what a ``[train]`` setting needs of the others, by field name (:mod:`lmlab.config.rules`): the
+#: one statement of them, for recipes, ``--set``, the Python ``pretrain(...)`` and a grid's
+#: ``pretrain.train`` and arms' ``train`` (:func:`check_train_rules`)
+RULES = (
+    Needs("compile_backend", "compile", (True,), why="the backend torch.compile runs"),
+    Needs("decay_steps", "schedule", DECAYING, why="the step the decay ends at"),
+    Needs("min_lr", "schedule", DECAYING, why="the rate the decay ends at"),
+)
 
 
 @dataclass
@@ -91,3 +104,28 @@ class TrainConfig:
     attention: Attention = "auto"
     prefetch: bool = True
     loggers: list[Text] = field(default_factory=list)
+
+
+def check_train_rules(train: TrainConfig, keys, origin: Origin = NOWHERE) -> None:
+    """A setting of ``keys`` (the ``[train]`` keys written) whose partner makes it do nothing
+    (:data:`RULES`), refused in one line named where it was written (``origin``). Only a value that
+    is not the default counts as given: a saved config (``RUN_DIR/config.toml``) writes every key."""
+    import dataclasses
+
+    defaults = TrainConfig()
+    given = {k for k in keys if hasattr(defaults, k) and getattr(train, k) != getattr(defaults, k)}
+    for rule in RULES:
+        if rule.flag not in given:
+            continue
+        # each named as written; a partner not written is named in the setting's table (a grid's
+        # pretrain.train.compile beside pretrain.train.compile_backend)
+        table = origin.written_as(f"train.{rule.flag}")[:-len(rule.flag)]
+        names = SettingNames("key", names={f.name: (origin.written_as(f"train.{f.name}")
+                                                    if f.name in keys else table + f.name)
+                                           for f in dataclasses.fields(TrainConfig)})
+        try:
+            check_rules([rule], given, lambda name: getattr(train, name), names)
+        except LmlabError as e:  # the problem names the setting where it was written, the fix by its key
+            key = names.of(e.setting)
+            raise LmlabError(origin.of(f"train.{e.setting}") + e.problem[len(key):], e.fix,
+                             setting=e.setting) from None

@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 
 from lmlab import ownership, values
-from lmlab.arguments import number_argument, path_argument, path_list_argument
+from lmlab.arguments import flag_argument, number_argument, path_argument, path_list_argument
 from lmlab.budget import cap_workers
 from lmlab.data.options import DEFAULT_SHARD_TOKENS, DOC_SEPARATORS, default_workers
 from lmlab.data.records import input_bytes, is_dataset_dir, is_record_file, iter_record_texts
@@ -232,6 +232,9 @@ def prepare_shards(tokenizer: str | os.PathLike, inputs: Sequence[str | os.PathL
     tokenizer = path_argument(tokenizer, "prepare_shards's tokenizer")
     inputs = path_list_argument(inputs, "prepare_shards's inputs")
     out = path_argument(out, "prepare_shards's out")
+    append_eos = flag_argument(append_eos, "prepare_shards's append_eos")  # "no" would be true
+    if progress is not None:
+        progress = flag_argument(progress, "prepare_shards's progress")
     files, workers, workers_note = _check_options(inputs, val_fraction, workers, shard_tokens, doc_separator,
                                                   seed, encoding)
     tok = load_tokenizer(tokenizer)

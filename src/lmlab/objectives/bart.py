@@ -45,6 +45,7 @@ from lmlab.errors import LmlabError
 from lmlab.objectives.base import Objective, teacher_forced, token_signal
 from lmlab.objectives.masking import IGNORE, poisson_lengths, rand, special_mask
 from lmlab.objectives.t5 import pad_rows, padding_inputs
+from lmlab.setting_rules import Needs
 from lmlab.values import MeanLength, Probability, repeated
 
 #: BART's best combination (Lewis et al. 2020, Table 1)
@@ -162,6 +163,15 @@ def sentence_end_table(tokenizer) -> Tensor:
 
 
 # ----------------------------------------------------------------------------- the objective
+def _needs_noise(param: str, noises: tuple[str, ...], why: str) -> Needs:
+    """``param`` does something only when ``noise`` holds one of ``noises``."""
+    def holds(noise) -> bool:
+        return bool(set([noise] if isinstance(noise, str) else noise or ()) & set(noises))
+
+    wanted = " or ".join(f'"{n}"' for n in noises)
+    return Needs(param, "noise", holds, shown=f"objective.noise holding {wanted}", why=why, verb="use")
+
+
 class BartDenoising(Objective):
     """BART's denoising autoencoder for encoder-decoders (see the module docstring)."""
 
@@ -172,6 +182,12 @@ class BartDenoising(Objective):
     #: rows of data-dependent length built from host lists: run in the trainer's data path
     prepare_on_host = True
     signals = (("target_acc", "target_acc_guess", "most frequent token"),)
+    #: each ratio is read by some noises only (:meth:`noise_document`)
+    param_rules = (
+        _needs_noise("mask_ratio", ("text_infilling", "token_masking"), "the share of tokens masked"),
+        _needs_noise("delete_ratio", ("token_deletion",), "the share of tokens deleted"),
+        _needs_noise("poisson_lambda", ("text_infilling",), "the mean length of an infilled span"),
+    )
 
     @classmethod
     def needed_roles(cls, params: dict[str, Any]) -> tuple[str, ...]:
@@ -180,20 +196,24 @@ class BartDenoising(Objective):
 
     @classmethod
     def check_params(cls, params: dict[str, Any], given=None) -> None:
-        """At least one noise, each a known one, each once."""
-        super().check_params(params, given)
+        """At least one noise, each a known one, each once; then the rules of the ratios each
+        noise reads (:attr:`param_rules`)."""
         noise = params["noise"]
         noise = [noise] if isinstance(noise, str) else list(noise)
+        if not noise:
+            raise LmlabError("objective.noise is empty: BART needs at least one noise",
+                             f"choose one or more of: {', '.join(NOISES)}", setting="noise")
         bad = [n for n in noise if n not in NOISES]
-        if bad or not noise:
-            raise LmlabError(f"objective.noise: unknown BART noise {bad or noise!r}",
+        if bad:
+            raise LmlabError(f"objective.noise has unknown BART noise {bad!r}",
                              f"choose one or more of: {', '.join(NOISES)}", setting="noise")
         twice = repeated(noise)
         if twice is not None:  # each noise runs once, in a fixed order: a repeat would be dropped
             raise LmlabError(f"objective.noise names {twice!r} more than once",
                              f"give each noise once, e.g. {sorted(set(noise))!r}", setting="noise")
+        super().check_params(params, given)
 
-    def __init__(self, tokenizer, noise: list[str] | tuple[str, ...] = DEFAULT_NOISE,
+    def __init__(self, tokenizer, noise: list[str] | tuple[str, ...] | str = DEFAULT_NOISE,
                  mask_ratio: Probability = 0.3, delete_ratio: Probability = 0.15,
                  poisson_lambda: MeanLength = 3.0):
         super().__init__(tokenizer)

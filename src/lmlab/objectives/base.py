@@ -167,6 +167,12 @@ class Objective(nn.Module):
     #: so would be silently ignored, so :meth:`check_params` refuses it (NSP's MLM options with
     #: ``mlm = false``)
     only_when: ClassVar[dict[str, tuple[str, Any]]] = {}
+    #: the richer rules of the same kind, by parameter name: :class:`lmlab.setting_rules.Needs` rows
+    #: whose ``values`` is a tuple or a test of the partner's value (``noise`` holds
+    #: ``"text_infilling"``), ``shown`` wording that condition (``objective.noise holding
+    #: "text_infilling"``). A class's rows add to its parents' (MLM's ``seed`` only with static
+    #: masking holds for NSP too); :meth:`check_params` runs them with :attr:`only_when`'s
+    param_rules: ClassVar[tuple[Any, ...]] = ()
 
     @classmethod
     def declared_params(cls) -> dict[str, tuple[Any, Any]]:
@@ -203,12 +209,23 @@ class Objective(nn.Module):
         is not the default). A single value's range is its type's (:meth:`declared_params`). Here:
         the :attr:`only_when` rules; an objective with rules of its own calls this first. Each error
         names its parameter (``LmlabError.setting``), for the caller to say where it was written."""
-        from lmlab.setting_rules import Needs, SettingNames, check_rules
+        from lmlab.setting_rules import SettingNames, check_rules
 
         defaults = cls.with_defaults({})
         chosen = ({k for k in params if params[k] != defaults.get(k)} if given is None else set(given))
-        rules = [Needs(name, other, (needed,)) for name, (other, needed) in cls.only_when.items()]
-        check_rules(rules, chosen, params.get, SettingNames("key", prefix="objective."))
+        check_rules(cls.rules(), chosen, params.get, SettingNames("key", prefix="objective."))
+
+    @classmethod
+    def rules(cls) -> list[Any]:
+        """Every rule between the objective's parameters (:attr:`only_when` as
+        :class:`~lmlab.setting_rules.Needs` rows, then :attr:`param_rules`, a parent's first), for
+        :meth:`check_params`: the one list, which the docs describe."""
+        from lmlab.setting_rules import Needs
+
+        rows = [Needs(name, other, (needed,)) for name, (other, needed) in cls.only_when.items()]
+        for klass in reversed(cls.__mro__):
+            rows += [r for r in klass.__dict__.get("param_rules", ()) if r not in rows]
+        return rows
 
     @classmethod
     def needed_roles(cls, params: dict[str, Any]) -> tuple[str, ...]:
@@ -262,6 +279,14 @@ class Objective(nn.Module):
         return 0
 
     @classmethod
+    def own_parameters(cls, params: dict[str, Any], model_config) -> tuple[int, str]:
+        """``(count, settings)``: about how many parameters the objective's own network holds
+        (ELECTRA's generator, SpanBERT's span-boundary head) for ``params`` (defaults filled in)
+        beside a model of ``model_config``, and the settings that size it, for the memory check
+        made before any data is read (:func:`lmlab.config.fits.check_batch_fits`). Default: none."""
+        return 0, ""
+
+    @classmethod
     def step_flops(cls, model_config, seq_len: int, rows: int, params: dict[str, Any]) -> float:
         """Training FLOPs (forward + backward, :mod:`lmlab.models.flops` conventions) of ``rows``
         rows of ``seq_len`` tokens under ``params``: the lab's FLOPs budgets and the trainer's MFU
@@ -280,6 +305,44 @@ class Objective(nn.Module):
             f"not a {type(model_config).__name__}",
             "use budget = {tokens = N} for this model",
         )
+
+    def __new__(cls, *args: Any, **params: Any):
+        """Making an objective (``MaskedLM(tok, mask_prob=0.2)``, ``get_objective("mlm")(tok, ...)``,
+        a subclass of yours) first checks every parameter given, all at once, before ``__init__``
+        runs: an unknown name is refused as the recipe refuses an unknown key (the closest named),
+        each value against its type, and the rules between them (:meth:`check_params`, on the
+        whole call: NSP's ``mlm=False`` with MLM's ``mask_prob``). One line, the recipe's words."""
+        if args or params:
+            cls.check_call(args[1:], {k: v for k, v in params.items() if k != "tokenizer"})
+        return super().__new__(cls)
+
+    @classmethod
+    def check_call(cls, args: tuple[Any, ...], params: dict[str, Any]) -> dict[str, Any]:
+        """The parameters of a call ``cls(tokenizer, *args, **params)`` by name, checked as
+        :meth:`checked` checks them (a default never trips a rule: only values that are not the
+        default count as given, as in a saved recipe), or the one-line error of the first wrong."""
+        import inspect
+
+        from lmlab.errors import suggest
+
+        hints = cls.declared_params()
+        for key in params:
+            if key not in hints:
+                fix = suggest(key, hints) if hints else "it takes no parameters"
+                raise LmlabError(f"unknown parameter {key}= of objective {cls.name!r}", fix)
+        positional = [n for n, p in inspect.signature(cls.__init__).parameters.items()
+                      if n not in ("self", "tokenizer") and p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD]
+        if len(args) > len(positional):
+            raise LmlabError(f"objective {cls.name!r} takes {len(positional)} positional parameters after "
+                             f"the tokenizer, got {len(args)}",
+                             "pass the parameters by name, e.g. " + (f"{positional[0]}=..." if positional
+                                                                     else "none"))
+        named = dict(zip(positional, args))
+        twice = [k for k in named if k in params]
+        if twice:
+            raise LmlabError(f"objective {cls.name!r} got {twice[0]}= twice (by position and by name)",
+                             f"pass {twice[0]} once")
+        return cls.checked({**named, **params})
 
     def __init__(self, tokenizer, **params: Any):
         super().__init__()

@@ -140,6 +140,23 @@ class Electra(MaskedLM):
         self.generator: ElectraGenerator | None = None
 
     @classmethod
+    def own_parameters(cls, params: dict[str, Any], model_config) -> tuple[int, str]:
+        """The generator's blocks (the model's own count of one layer of the generator's config, times
+        its layers) and its MLM transform and output bias; the embeddings are the model's (shared)."""
+        from lmlab.models import weight_count
+
+        try:
+            gen = generator_config(model_config, float(params["generator_size"]), 1)
+            one, two = weight_count(gen), weight_count(gen.replace(n_layers=2))
+        except (LmlabError, TypeError, ValueError, AttributeError):
+            return 0, ""  # a model the generator cannot copy: refused when it is built
+        if one is None or two is None:
+            return 0, ""
+        layers = params.get("generator_layers") or model_config.n_layers
+        transform = gen.d_model * model_config.embed_dim + model_config.vocab_size
+        return (two - one) * layers + transform, "objective.generator_layers or objective.generator_size"
+
+    @classmethod
     def step_flops(cls, model_config, seq_len: int, rows: int, params: dict[str, Any]) -> float:
         """The discriminator over every position plus the generator, whose MLM output layer runs
         only at the masked positions."""

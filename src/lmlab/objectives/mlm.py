@@ -52,6 +52,7 @@ from lmlab.objectives.masking import (
     word_boundary_tables,
     word_ids,
 )
+from lmlab.setting_rules import Needs
 from lmlab.values import PositiveProbability, Probability, Seed, check, choice
 
 #: how MLM masks: anew every time a row is seen (RoBERTa) or once per row (BERT)
@@ -77,6 +78,8 @@ class MaskedLM(Objective):
     #: accuracy at the selected positions whose input is not the answer itself ([MASK] or a random
     #: token): the 10% kept unchanged would let a model that copies its input look as if it learned
     signals = (("mlm_acc", "mlm_acc_guess", "most frequent token"),)
+    #: a dynamic mask is drawn from the trainer's generator: ``seed`` keys static masks only
+    param_rules = (Needs("seed", "masking", ("static",), why="it keys the static masks"),)
 
     @classmethod
     def step_flops(cls, model_config, seq_len: int, rows: int, params: dict[str, Any]) -> float:

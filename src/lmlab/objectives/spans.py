@@ -28,6 +28,8 @@ Worked example (budget 4 tokens, words ``the|cat|sat|on|the|mat``, one span of 3
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -80,6 +82,18 @@ class SpanBERT(MaskedLM):
     architectures = ("encoder",)
     heads = ("mlm",)
     loss_kind = "other"  # MLM + span-boundary losses (with use_sbo)
+    #: the span-boundary head's position table is all that reads max_span_tokens (:meth:`setup`)
+    only_when = {"max_span_tokens": ("sbo", True)}
+
+    @classmethod
+    def own_parameters(cls, params: dict[str, Any], model_config) -> tuple[int, str]:
+        """The span-boundary head (with ``sbo``): its position table of ``max_span_tokens`` rows and
+        its two layers (:class:`SpanBoundaryHead`)."""
+        d, e = getattr(model_config, "d_model", None), getattr(model_config, "embed_dim", None)
+        if not params.get("sbo") or not isinstance(d, int) or not isinstance(e, int):
+            return 0, ""
+        count = int(params["max_span_tokens"]) * d + 3 * d * d + d * e + 4 * d + 3 * e
+        return count, "objective.max_span_tokens"
 
     def __init__(self, tokenizer, mask_prob: PositiveProbability = 0.15,
                  geometric_p: PositiveProbability = 0.2,

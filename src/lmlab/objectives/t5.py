@@ -55,6 +55,7 @@ from lmlab.objectives.masking import (
     select_tokens,
     special_mask,
 )
+from lmlab.setting_rules import Needs
 from lmlab.tokenizers.base import sentinel_tokens
 from lmlab.tokenizers.special_tokens import check_sentinel_count
 from lmlab.values import Count, MeanSpanLength, PositiveProbability, choice
@@ -175,6 +176,11 @@ class SpanCorruption(Objective):
 
     #: only the ``spans`` variant puts sentinels in place of the spans
     only_when = {"num_sentinels": ("variant", "spans")}
+    #: prefix_lm cuts each row at a uniform point (no noise); bert selects tokens by density alone
+    param_rules = (
+        Needs("noise_density", "variant", ("spans", "drop", "bert"), why="the share of tokens corrupted"),
+        Needs("mean_span_length", "variant", ("spans", "drop"), why="the mean length of a noise span"),
+    )
 
     @classmethod
     def added_tokens(cls, params: dict[str, Any]) -> int:

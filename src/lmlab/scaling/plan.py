@@ -164,6 +164,40 @@ def _divisor_at_most(n: int, k: int) -> int:
     return max(d for d in range(1, n + 1) if n % d == 0 and d <= max(1, k))
 
 
+def _shapes_of_depth(arch: str, widths: list[int], n_layers: int, vocab: int, context: int, head_dim: int,
+                     count: str):
+    """``shape(i)``: the config at ``widths[i]`` and ``n_layers``, and its parameter count, each made once."""
+    import functools
+
+    @functools.cache
+    def shape(i: int) -> tuple[TransformerConfig, int]:
+        cfg = model_shape(arch, widths[i], n_layers, vocab, context, head_dim)
+        return cfg, _count(cfg, count)
+
+    return shape
+
+
+def _candidates(widths: list[int], n: float, aspect_width: float, params) -> list[int]:
+    """The indices of ``widths`` (ascending) where a shape of one depth can cost least: the cost
+    (:func:`plan`) adds how far its parameters ``params(i)`` (growing with the width) are from ``n``
+    to a tenth of how far its width is from ``aspect_width``, both on a log scale, so its least is
+    beside the width whose count crosses ``n`` (found by bisection), beside the aspect's width, or
+    at an end: a few shapes counted a depth instead of every width (``--flops 1e25`` counted tens of
+    thousands of shapes)."""
+    if not widths:
+        return []
+    lo, hi = 0, len(widths)
+    while lo < hi:  # the first width whose count reaches n
+        mid = (lo + hi) // 2
+        if params(mid) >= n:
+            hi = mid
+        else:
+            lo = mid + 1
+    near = min(range(len(widths)), key=lambda i: abs(math.log(widths[i] / aspect_width)))
+    picks = {0, len(widths) - 1, *range(lo - 2, lo + 3), *range(near - 2, near + 3)}
+    return sorted(i for i in picks if 0 <= i < len(widths))
+
+
 def model_shape(
     arch: str,
     d_model: int,
@@ -257,15 +291,14 @@ def plan(
 
     best, best_cost = None, math.inf
     for n_layers in range(1, 257):
-        counts = []
-        for d_model in _widths(aspect * n_layers / 2, aspect * n_layers * 2, head_dim):
-            cfg = model_shape(arch, d_model, n_layers, vocab, context, head_dim)
-            p = _count(cfg, count)
-            counts.append(p)
-            cost = abs(math.log(max(p, 1) / n)) + 0.1 * abs(math.log(d_model / n_layers / aspect))
+        widths = _widths(aspect * n_layers / 2, aspect * n_layers * 2, head_dim)
+        shape = _shapes_of_depth(arch, widths, n_layers, vocab, context, head_dim, count)
+        for i in _candidates(widths, n, n_layers * aspect, lambda i, shape=shape: shape(i)[1]):
+            cfg, p = shape(i)
+            cost = abs(math.log(max(p, 1) / n)) + 0.1 * abs(math.log(widths[i] / n_layers / aspect))
             if cost < best_cost:
                 best, best_cost = cfg, cost
-        if best is not None and counts and min(counts) > 4 * n:
+        if best is not None and widths and shape(0)[1] > 4 * n:
             break  # deeper shapes only grow
     if best is None:  # aspect ratio so small that no width fits: the narrowest one-layer model
         best = model_shape(arch, 16, 1, vocab, context, head_dim)

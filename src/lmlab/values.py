@@ -205,6 +205,8 @@ Ratio = number(0, 1e9, low_open=True, hint="a ratio greater than 0, e.g. 20")
 
 Seed = whole(0, SEED_MAX, hint="a whole number from 0 to 2**63 - 1, e.g. 0")
 Count = whole(1, COUNT_MAX, hint="a whole number of at least 1")  # how many of something: at least one
+#: a vocabulary: at least two tokens (one token predicts nothing)
+VocabSize = whole(2, COUNT_MAX, hint="a whole number of tokens, at least 2, e.g. 8000")
 Size = whole(0, COUNT_MAX, hint="a whole number of at least 0")  # 0 allowed (often "all" or "off")
 #: the fewest tokens a shard file may hold (``data prepare --shard-tokens``): 2**20 tokens (2 MiB at
 #: uint16) keeps a corpus to one file per million tokens; the reader memory-maps every shard, and a

@@ -126,3 +126,45 @@ def test_a_budget_below_the_smallest_shape_is_refused(capsys, flops):
     assert "fewer than the smallest gpt2 shape has besides its embeddings (3,312" in err
     assert err.strip().endswith("use --flops 1.4e9 or more")
     assert main(["scale", "plan", "--flops", "1.4e9"]) == 0
+
+
+def test_a_one_token_vocabulary_is_refused_by_its_own_name(capsys):
+    """probe10a #7: ``scale plan --vocab-size 1`` said "vocab_size 1 and seq_len 1024 must be at
+    least 2 and 1", the keywords, after the flag's own type had let it through."""
+    with pytest.raises(SystemExit):
+        main(["scale", "plan", "--flops", "1e18", "--vocab-size", "1"])
+    err = capsys.readouterr().err
+    assert err.startswith("error: argument --vocab-size: must be at least 2 (got '1')"), err
+    with pytest.raises(LmlabError, match=r"^plan's vocab_size must be at least 2 \(got 1\)"):
+        plan(1e18, vocab_size=1)
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "t5"])
+def test_the_shape_search_counts_few_shapes_and_finds_the_cheapest(arch, monkeypatch):
+    """probe10a M6: a large budget counted every width of every depth (``--flops 1e25``: ~30 s of
+    arithmetic). The search now counts a few widths a depth; the shape it picks is the one the
+    exhaustive search picks (checked here against it, on budgets from tiny to huge)."""
+    import importlib
+
+    planning = importlib.import_module("lmlab.scaling.plan")  # the module, not the function of its name
+    counted = []
+    real = planning._count
+    monkeypatch.setattr(planning, "_count", lambda cfg, count: counted.append(1) or real(cfg, count))
+    for flops in (1e16, 1e19, 1e25):
+        counted.clear()
+        chosen = plan(flops, arch)
+        assert len(counted) < 5000, (flops, len(counted))  # the exhaustive search: tens of thousands
+        if flops > 1e19:
+            continue  # the exhaustive search below is what took half a minute
+        n = compute_optimal(flops)[0]
+        aspect = planning._family_base(arch).d_model / planning._family_base(arch).n_layers
+        head_dim = planning._family_base(arch).d_model // planning._family_base(arch).n_heads
+        vocab, context = planning._family_base(arch).vocab_size, planning._family_base(arch).max_positions
+        best, best_cost = None, math.inf  # the exhaustive search, over the depths the plan reached
+        for layers in range(1, chosen.config.n_layers + 8):
+            for d in planning._widths(aspect * layers / 2, aspect * layers * 2, head_dim):
+                p = real(planning.model_shape(arch, d, layers, vocab, context, head_dim), "total")
+                cost = abs(math.log(max(p, 1) / n)) + 0.1 * abs(math.log(d / layers / aspect))
+                if cost < best_cost:
+                    best, best_cost = (d, layers), cost
+        assert (chosen.config.d_model, chosen.config.n_layers) == best, (flops, best)

@@ -10,6 +10,7 @@ from lmlab.values import (
     Flops,
     HuberDelta,
     Ratio,
+    VocabSize,
     count_flag,
     flag,
     path_flag,
@@ -79,7 +80,7 @@ def _register_plan(ssub) -> None:
     )
     p.add_argument(
         "--vocab-size",
-        type=count_flag,
+        type=flag(VocabSize),
         default=None,
         metavar="V",
         help="vocabulary of the shape (default: the family's -base preset's)",

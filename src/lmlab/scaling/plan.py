@@ -271,7 +271,7 @@ def plan(
 
     flops = number_argument(values.Flops, flops, "plan's flops")
     tokens_per_param = number_argument(values.Ratio, tokens_per_param, "plan's tokens_per_param")
-    vocab_size = optional_number(values.Count, vocab_size, "plan's vocab_size")
+    vocab_size = optional_number(values.VocabSize, vocab_size, "plan's vocab_size")
     seq_len = optional_number(values.Count, seq_len, "plan's seq_len")
     aspect_ratio = optional_number(values.Ratio, aspect_ratio, "plan's aspect_ratio")
     if count not in COUNTS:

@@ -265,3 +265,14 @@ def test_align_label_smoothing_with_ipo_is_named_as_given(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--set align.label_smoothing applies only with " in err, err
     assert "--label-smoothing" not in err
+
+
+@pytest.mark.parametrize("overrides, fix", [
+    (["model.n_layers=10000000"], "lower --set model.n_layers"),
+    (['data.tokenizer={algo="bytelevel", vocab_size=1000000000}'], "lower --set data.tokenizer.vocab_size"),
+])
+def test_a_model_too_large_names_the_settings_that_sized_it(recipe, overrides, fix):
+    """probe10a #7: the memory check's fix was "choose a smaller vocab_size, d_model, d_ff, n_layers
+    or max_positions", the config's field names, whatever the user had written."""
+    message = refused(recipe, overrides)
+    assert "would need about" in message and message.endswith(fix), message

@@ -6,8 +6,25 @@ import dataclasses
 
 from lmlab.errors import LmlabError
 
+#: the model settings that size its weights, largest effect first
+_SIZING = ("n_layers", "d_model", "d_ff", "vocab_size", "max_positions")
 
-def check_batch_fits(cfg) -> None:
+
+def _sizing_settings(cfg, origin) -> str:
+    """The settings the user gave that size the model's weights, each named where it was written
+    (``--set model.n_layers``, ``recipe.toml:4: data.tokenizer.vocab_size``); else the usual ones."""
+    keys = [f"model.{k}" for k in _SIZING if k in cfg.model.overrides]
+    tok = cfg.data.tokenizer
+    if "vocab_size" not in cfg.model.overrides and isinstance(tok, dict) and "vocab_size" in tok:
+        keys.append("data.tokenizer.vocab_size")
+    # those --set changed, when some did (the likely cause), else all those written
+    keys = [k for k in keys if origin.from_command_line(k)] or keys
+    if not keys:
+        return "model.n_layers, model.d_model or the vocabulary"
+    return " or ".join(origin.of(k) for k in keys)
+
+
+def check_batch_fits(cfg, origin=None) -> None:
     """Refuse, before any data is read, a model or micro-batch that cannot fit in this machine's
     memory (:mod:`lmlab.budget`): the weights, the tokens the objective adds to the vocabulary
     (T5's sentinels), and the activations of one micro-batch (a coarse estimate: logits and their
@@ -30,7 +47,12 @@ def check_batch_fits(cfg) -> None:
         return  # a bad model setting is reported later, with its own message
     width, layers = getattr(model_cfg, "d_model", 0), getattr(model_cfg, "n_layers", 0)
     check_added_tokens(cfg, width if isinstance(width, int) else 0)
-    check_fits_in_memory(model_cfg, CONFIG_ARCHITECTURE.get(type(model_cfg), ""))  # weights first
+    try:  # the weights first; the way out names the settings given that size them
+        check_fits_in_memory(model_cfg, CONFIG_ARCHITECTURE.get(type(model_cfg), ""))
+    except LmlabError as e:
+        from lmlab.config.overrides import NOWHERE
+
+        raise LmlabError(e.problem, f"lower {_sizing_settings(cfg, origin or NOWHERE)}") from None
     check_objective_fits(cfg, model_cfg)
     vocab = getattr(model_cfg, "vocab_size", 0)
     if not all(isinstance(x, int) for x in (width, layers, vocab)):

@@ -126,7 +126,7 @@ def validate(cfg: RunConfig, origin: Origin = NOWHERE) -> None:
     check_objective_train(cfg)
     check_objective_tokens(cfg)
     check_model_vocab(cfg, origin)
-    check_batch_fits(cfg)
+    check_batch_fits(cfg, origin)
     if not cfg.data.train:
         raise LmlabError(f"{origin.of('data.train')} is empty",
                          "set data.train to token shards or text files")

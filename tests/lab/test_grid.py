@@ -443,6 +443,8 @@ def test_a_set_value_is_named_as_the_set_and_read_as_command_line_text(capsys):
     ("sizes.base.d_model=-1", "arm 'bert-mlm', size 'base': --set sizes.base.d_model must be at least 1"),
     ("budget.tokens=-5", "--set budget.tokens must be at least 1"),
     ("pretrain.data.val_fraction=2", "--set pretrain.data.val_fraction must be less than 1"),
+    ("seeds=[-1]", "--set seeds: 0: must be at least 0"),  # probe10a #7: was named at the grid file
+    ("seeds=[0,0]", "--set seeds lists 0 twice"),
 ])
 def test_a_set_pretraining_value_is_named_as_the_set(override, named):
     """Each run a grid plans is checked as a recipe; a value --set gave is named as that --set

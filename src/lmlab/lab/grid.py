@@ -244,7 +244,7 @@ def _plan(raw: dict[str, Any], where: str, overrides: list[str] | None, set_keys
         set_keys.append(apply_override(raw, item))
     origin = Origin(set_keys=frozenset(set_keys))  # a --set value is command-line text, named as such
     check_keys(raw, GRID_KEYS, "the grid")
-    name, seeds = grid_name(raw, where), grid_seeds(raw)
+    name, seeds = grid_name(raw, where), grid_seeds(raw, origin)
     own(name)
     if "budget" not in raw:
         raise LmlabError("the grid has no budget",

@@ -82,11 +82,12 @@ def grid_name(raw: dict[str, Any], where: str) -> str:
     return check_name(name, "grid name")
 
 
-def grid_seeds(raw: dict[str, Any]) -> list[int]:
+def grid_seeds(raw: dict[str, Any], origin: Origin = NOWHERE) -> list[int]:
     seeds = raw.get("seeds", [0])
     if isinstance(seeds, int) and not isinstance(seeds, bool):
         seeds = [seeds]
-    return values.check(Seeds, seeds, "seeds", "write e.g. seeds = [0, 1, 2]")  # each once (the type says)
+    # each once (the type says); named as written (a --set is named as that --set)
+    return values.check(Seeds, seeds, origin.of("seeds"), "write e.g. seeds = [0, 1, 2]")
 
 
 def entries(value, what: str, keys, example: str) -> list[tuple[int, dict[str, Any]]]:

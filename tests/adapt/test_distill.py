@@ -176,7 +176,7 @@ def test_cli_distill_writes_an_evaluable_student(sst2_teacher, data_dir, tmp_pat
 
 @pytest.mark.parametrize(("flags", "says"), [
     (["--layers", "9"], "a student needs between 1 and 2 layers, got 9; choose --layers in 1..2"),
-    (["--student-layers", "0,5"], "student layers [0, 5] are not layers of the 2-layer teacher"),
+    (["--student-layers", "0,5"], "--student-layers 0,5 names layers the 2-layer teacher lacks (5)"),
 ])
 def test_cli_refuses_student_layers_the_teacher_lacks_before_loading_it(sst2_teacher, data_dir, tmp_path,
                                                                         capsys, monkeypatch, flags, says):

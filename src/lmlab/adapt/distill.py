@@ -159,8 +159,10 @@ def chosen_layers(n_teacher: int, n_layers: int | None = None, layers: Sequence[
     layers = list(layers)
     bad = [i for i in layers if not 0 <= i < n_teacher]
     if not layers or bad:
-        raise LmlabError(f"student layers {layers} are not layers of the {n_teacher}-layer teacher",
-                         f"pick indices in 0..{n_teacher - 1}")
+        shown = ",".join(map(str, layers)) if names.style == "flag" else str(layers)
+        lacks = f"names layers the {n_teacher}-layer teacher lacks ({', '.join(map(str, bad))})" if bad \
+            else "names no layer"
+        raise LmlabError(f"{names.to_set('layers')} {shown} {lacks}", f"pick indices in 0..{n_teacher - 1}")
     return layers
 
 

@@ -117,7 +117,7 @@ def pretrain_base(work: Path, steps: int, quick: bool, log) -> tuple[Path, dict]
         "model": {"preset": "gpt2-tiny", "d_model": width, "n_layers": layers, "n_heads": max(1, width // 64),
                   "d_ff": 4 * width, "max_positions": 256, "dropout": 0.0, "attn_dropout": 0.0},
         "objective": {"name": "clm"},
-        "data": {"train": [str(work / "shards")], "doc_separator": "blank-line"},
+        "data": {"train": [str(work / "shards")]},  # shards, cut into documents when prepared
         "train": {"max_steps": steps, "batch_size": 8, "seq_len": 128, "lr": 2e-3, "min_lr": 2e-4,
                   "warmup_steps": max(1, steps // 20), "decay_steps": steps, "schedule": "cosine",
                   "weight_decay": 0.1, "clip": 1.0, "eval_every": 100, "eval_batches": 4,

@@ -197,7 +197,7 @@ def lmlab_config(s: Settings, corpus: Corpus, steps: int, doc_separator: str) ->
     return {
         "model": {"preset": "gpt2-tiny", **model_overrides(s)},
         "objective": {"name": "clm"},
-        "data": {"train": [str(corpus.train)], "val": [str(corpus.val)], "doc_separator": doc_separator},
+        "data": {"train": [str(corpus.train)], "val": [str(corpus.val)]},  # shards: cut by doc_separator
         "train": {"max_steps": steps, "batch_size": s.batch, "seq_len": s.seq_len, "lr": s.lr,
                   "min_lr": s.min_lr, "warmup_steps": s.warmup_steps, "decay_steps": steps,
                   "schedule": "cosine", "weight_decay": s.weight_decay, "betas": list(s.betas), "eps": s.eps,

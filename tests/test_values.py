@@ -119,7 +119,8 @@ def test_objective_parameters_have_ranges():
     ("seeds = [-1]", "seeds: 0: must be at least 0 (got -1)"),
     (f"seeds = [{HUGE}]", "seeds: 0: must be at most 9223372036854775807"),
     ("seeds = [1, 1]", "seeds lists 1 twice"),
-    ("budget = {tokens = nan}", "budget.tokens must be a finite number"),
+    ("budget = {tokens = nan}", "budget.tokens must be a whole number"),  # a count of tokens
+    ("budget = {flops = nan}", "budget.flops must be a finite number"),
 ])
 def test_grid_values_are_checked_before_anything_else(tmp_path, capsys, change, needle):
     key = change.split(" =")[0]

@@ -151,3 +151,13 @@ def test_an_index_pointing_outside_its_directory_is_refused(tmp_path, random_doc
     (shards / "index.json").write_text(json.dumps(index))
     with pytest.raises(LmlabError, match="not a file inside"):
         TokenShards(shards, "train")
+
+
+def test_a_file_given_as_token_shards_is_called_a_file(tmp_path):
+    """probe10a M3: ``TokenShards("corpus.txt")`` said the path "does not exist"; it does, as a file."""
+    text = tmp_path / "corpus.txt"
+    text.write_text("to be or not to be\n")
+    with pytest.raises(LmlabError, match=r"corpus.txt is a file, not a token shards directory; pass the"):
+        TokenShards(text)
+    with pytest.raises(LmlabError, match=r"nowhere does not exist: no token shards directory"):
+        TokenShards(tmp_path / "nowhere")

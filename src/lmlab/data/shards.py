@@ -246,8 +246,10 @@ class TokenShards:
 
         self.directory = path_argument(directory, "TokenShards' directory")
         if not self.directory.is_dir():
-            raise LmlabError(f"token shards directory {self.directory} does not exist",
-                             "create it with `lmlab data prepare --out DIR`")
+            what = "is a file, not a" if self.directory.exists() else "does not exist: no"
+            raise LmlabError(f"{self.directory} {what} token shards directory",
+                             "pass the folder `lmlab data prepare --out DIR` wrote (a text file is read by "
+                             "a recipe's data.train, or tokenised by `lmlab data prepare --input FILE`)")
         self.index: dict[str, Any] = read_index(self.directory)
         splits = self.index["splits"]
         if split not in splits:

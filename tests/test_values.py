@@ -279,3 +279,9 @@ def test_a_value_above_the_maximum_is_told_the_maximum():
         values.check(kind, 10**30, "--vocab-size")
     with pytest.raises(LmlabError, match=r"use a number from 0 to 1$"):  # the words say it already
         values.check(values.Probability, 2, "mask_prob")
+    # probe10a M8: written otherwise ("1e6", "65,536"), the bound was said twice
+    with pytest.raises(LmlabError, match=r"from 1 to 1e6 tokens, e\.g\. 3$"):
+        values.check(values.MeanSpanLength, 1e30, "objective.mean_span_length")
+    with pytest.raises(LmlabError, match=r"from 1 to 65,536 \(the global batch is the batch size times "
+                                         r"this\), e\.g\. 8$"):
+        values.check(values.GradAccum, 65537, "train.grad_accum")

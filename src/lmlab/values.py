@@ -411,9 +411,21 @@ def _with_bound(error: ValidationError, words: str) -> str:
         return words
     bound = ctx.get("le" if kind == "less_than_equal" else "lt")
     shown = f"{bound:g}" if isinstance(bound, float) else str(bound)
-    if any(said in words for said in ("at most", "up to", "below", "less than", f"to {shown}")):
-        return words  # the words name the bound already ("a number from 0 to 1")
+    if any(said in words for said in ("at most", "up to", "below", "less than", f"to {shown}")) \
+            or _names_number(words, bound):
+        return words  # the words name the bound already ("a number from 0 to 1", "from 1 to 1e6")
     return f"{words}, and {'at most' if kind == 'less_than_equal' else 'less than'} {shown}"
+
+
+def _names_number(words: str, number) -> bool:
+    """Whether ``words`` write ``number`` (``1e6``, ``1,000,000``, ``1000000``)."""
+    for text in re.findall(r"\d[\d,_]*(?:\.\d+)?(?:e[+-]?\d+)?", words):
+        try:
+            if float(text.replace(",", "").replace("_", "")) == float(number):
+                return True
+        except (ValueError, OverflowError):
+            continue
+    return False
 
 
 def describe(error: ValidationError) -> str:

@@ -50,7 +50,9 @@ T5 = ["model.preset=t5-tiny", "objective.name=t5"]
     (["model.preset=bart-tiny", "objective.name=bart", "objective.noise=[]"], "objective.noise"),
     (["model.preset=xlnet-tiny", "objective.name=xlnet", "objective.predict_fraction=0"],
      "objective.predict_fraction"),
-    (["model.preset=bert-tiny", "objective.name=nsp", "train.batch_size=1"], "train.batch_size"),
+    # probe10a #7: named as the --set that gave it (was "got train.batch_size=1")
+    (["model.preset=bert-tiny", "objective.name=nsp", "train.batch_size=1"],
+     "--set train.batch_size 1 is too few rows for the nsp objective"),
 ])
 def test_objective_parameters_are_refused_at_config_load(recipe, overrides, says):
     assert says in refused(recipe, overrides)

@@ -123,7 +123,7 @@ def validate(cfg: RunConfig, origin: Origin = NOWHERE) -> None:
     check_schedule(t)
     check_windows(cfg, origin)
     check_positions(cfg, origin)
-    check_objective_train(cfg)
+    check_objective_train(cfg, origin)
     check_objective_tokens(cfg)
     check_model_vocab(cfg, origin)
     check_batch_fits(cfg, origin)
@@ -183,13 +183,19 @@ def check_positions(cfg: RunConfig, origin: Origin = NOWHERE) -> None:
                          f"set train.seq_len <= {max_pos} (or raise model.max_positions)")
 
 
-def check_objective_train(cfg: RunConfig) -> None:
+def check_objective_train(cfg: RunConfig, origin: Origin = NOWHERE) -> None:
     """What the objective needs of ``[train]`` (:meth:`~lmlab.objectives.base.Objective.check_train`:
-    NSP's two rows per batch)."""
+    NSP's two rows per batch), the setting named where it was written (the error's ``setting``)."""
     from lmlab.objectives import get_objective
 
     cls = get_objective(cfg.objective.name)
-    cls.check_train(cls.with_defaults(cfg.objective.params), cfg.train)
+    try:
+        cls.check_train(cls.with_defaults(cfg.objective.params), cfg.train)
+    except LmlabError as e:
+        key = f"train.{e.setting}"
+        if e.setting is None or not e.problem.startswith(key + " ") or origin.of(key) == key:
+            raise
+        raise LmlabError(origin.of(key) + e.problem[len(key):], e.fix, setting=e.setting) from None
 
 
 def check_objective_tokens(cfg: RunConfig) -> None:

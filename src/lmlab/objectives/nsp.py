@@ -64,12 +64,13 @@ class NextSentencePrediction(MaskedLM):
         """A NotNext segment comes from another row, and a row holds ``[CLS] A [SEP] B [SEP]``."""
         super().check_train(params, train)
         if train.batch_size < MIN_ROWS:
-            raise LmlabError(f"the nsp objective needs at least {MIN_ROWS} rows per batch (NotNext segments "
-                             f"come from the other rows), got train.batch_size={train.batch_size}",
-                             f"set train.batch_size to {MIN_ROWS} or more")
+            raise LmlabError(f"train.batch_size {train.batch_size} is too few rows for the nsp objective, "
+                             f"which needs at least {MIN_ROWS} (NotNext segments come from the other rows)",
+                             f"set train.batch_size to {MIN_ROWS} or more", setting="batch_size")
         if train.seq_len < MIN_SEQ_LEN:
             raise LmlabError(f"train.seq_len {train.seq_len} is too short for the nsp objective's "
-                             "[CLS] A [SEP] B [SEP]", f"set train.seq_len to {MIN_SEQ_LEN} or more")
+                             "[CLS] A [SEP] B [SEP]", f"set train.seq_len to {MIN_SEQ_LEN} or more",
+                             setting="seq_len")
 
     def __init__(self, tokenizer, next_prob: Probability = 0.5, mlm: bool = True, **mlm_params):
         super().__init__(tokenizer, **mlm_params)

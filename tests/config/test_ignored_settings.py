@@ -222,3 +222,20 @@ def test_prepare_shards_takes_true_or_false_for_append_eos(tmp_path, tok):
     with pytest.raises(LmlabError, match="append_eos must be True or False, got"):
         prepare_shards(tok_dir, [text], tmp_path / "out", append_eos="yes")
     assert not (tmp_path / "out").exists()
+
+
+def test_a_set_schedule_over_a_recipes_decay_wins_and_its_saved_config_reads_back(tmp_path):
+    """``--set train.schedule=constant`` on a shipped recipe that sets ``min_lr``/``decay_steps``
+    was refused ("drop train.min_lr", which --set cannot do); now the command line wins, the
+    setting it turns off is its default again, and the saved config (every key) loads back."""
+    from pathlib import Path
+
+    from lmlab.config.train import TrainConfig
+
+    recipe = Path(__file__).resolve().parents[2] / "configs" / "gpt-tiny-clm.toml"
+    assert load_config(recipe).train.min_lr != TrainConfig().min_lr  # the recipe sets it
+    cfg = load_config(recipe, ["train.schedule=constant"])
+    assert cfg.train.schedule == "constant" and cfg.train.min_lr == TrainConfig().min_lr
+    path = tmp_path / "config.toml"
+    path.write_text(to_toml(cfg), encoding="utf-8")
+    assert load_config(path).train.schedule == "constant"

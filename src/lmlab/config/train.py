@@ -117,6 +117,14 @@ def check_train_rules(train: TrainConfig, keys, origin: Origin = NOWHERE) -> Non
     for rule in RULES:
         if rule.flag not in given:
             continue
+        # --set train.schedule=constant over a recipe's decay: the command line wins, as --set does,
+        # and the setting it turns off is the default again (the run is the same; its saved config,
+        # which --resume reads back, then trips no rule)
+        if origin.from_command_line(f"train.{rule.partner}") \
+                and not origin.from_command_line(f"train.{rule.flag}"):
+            if rule.broken(lambda n: getattr(train, n)):
+                setattr(train, rule.flag, getattr(defaults, rule.flag))
+            continue
         # each named as written; a partner not written is named in the setting's table (a grid's
         # pretrain.train.compile beside pretrain.train.compile_backend)
         table = origin.written_as(f"train.{rule.flag}")[:-len(rule.flag)]

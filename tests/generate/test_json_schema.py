@@ -236,3 +236,17 @@ def test_a_broken_schema_file_is_named_with_a_fix_for_the_users_file(checkpoint,
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and f"JSON Schema file {schema_file} is corrupt" in err, err
     assert "make it one JSON object" in err and "training" not in err, err
+
+
+@pytest.mark.parametrize("schema, problem, fix", [
+    ({"type": "integer", "exclusiveMinimum": True}, "exclusiveMinimum at # must be a number, got true",
+     'use the draft-6+ numeric form, e.g. "exclusiveMinimum": 0'),
+    ({"type": "integer", "minimum": float("inf")}, "minimum at # must be a finite number, got a number too "
+     "large for a float", 'write minimum as a number within about'),
+])
+def test_a_bound_that_is_no_finite_number_gets_a_fix_for_its_kind(schema, problem, fix):
+    """probe10a M2: ``"minimum": 1e400`` (read as infinity) was told to use "the draft-6+ numeric
+    form", the fix for draft 4's ``exclusiveMinimum: true``."""
+    with pytest.raises(LmlabError) as e:
+        compile_schema(schema)
+    assert e.value.problem.startswith(problem) and e.value.fix.startswith(fix), str(e.value)

@@ -168,9 +168,13 @@ class _Compiler:
             v = schema.get(key)
             if v is None:
                 continue
+            if isinstance(v, bool) and key.startswith("exclusive"):  # draft 4's form
+                raise LmlabError(f"{key} at {path} must be a number, got {json.dumps(v)} (draft 4's form)",
+                                 f"use the draft-6+ numeric form, e.g. \"{key}\": 0")
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-                raise LmlabError(f"{key} at {path} must be a finite number, got {v!r}",
-                                 "use the draft-6+ numeric form, e.g. \"exclusiveMinimum\": 0")
+                shown = "a number too large for a float" if isinstance(v, float) else json.dumps(v)
+                raise LmlabError(f"{key} at {path} must be a finite number, got {shown}",
+                                 f"write {key} as a number within about ±1.8e308, e.g. \"{key}\": 0")
             bounds[key] = Fraction(v)
         lo, lo_x = bounds.get("minimum"), False
         if "exclusiveMinimum" in bounds and (lo is None or bounds["exclusiveMinimum"] >= lo):

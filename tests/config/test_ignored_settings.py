@@ -239,3 +239,21 @@ def test_a_set_schedule_over_a_recipes_decay_wins_and_its_saved_config_reads_bac
     path = tmp_path / "config.toml"
     path.write_text(to_toml(cfg), encoding="utf-8")
     assert load_config(path).train.schedule == "constant"
+
+
+@pytest.mark.parametrize("recipe_file, override", [
+    ("t5-tiny-spans.toml", "objective.variant=prefix_lm"),   # the recipe writes noise_density, mean_span_length
+    ("bert-tiny-wwm.toml", "objective.masking=dynamic"),     # ... seed = 0
+    ("bart-tiny.toml", 'objective.noise=["token_deletion"]'),  # ... mask_ratio, poisson_lambda
+])
+def test_a_set_partner_over_a_recipes_objective_parameter_wins(recipe_file, override, tmp_path):
+    """Review: a recipe's parameter at its default (or one a --set partner turns off) was refused,
+    and --set cannot drop a recipe's key; the run claims.md describes (t5-tiny-spans with
+    variant=prefix_lm) could not start, nor an older run with ``seed = 0`` resume."""
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "configs" / recipe_file
+    cfg = load_config(path, [override])
+    saved = tmp_path / "config.toml"
+    saved.write_text(to_toml(cfg), encoding="utf-8")
+    assert load_config(saved).objective.params == cfg.objective.params  # what --resume reads back

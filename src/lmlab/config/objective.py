@@ -35,8 +35,9 @@ def check_objective_params(section: ObjectiveConfig, origin: Origin = NOWHERE) -
     from lmlab.objectives import get_objective
 
     cls = get_objective(section.name)
+    params = cls.with_defaults(section.params)
     try:
-        cls.check_params(cls.with_defaults(section.params), given=section.params)
+        cls.check_params(params, given=_given(cls, section, params, origin))
     except LmlabError as e:  # named where its parameter was written (the error says which)
         key = f"objective.{e.setting}"
         if e.setting is None or e.setting not in section.params or origin.of(key) == key:
@@ -44,6 +45,24 @@ def check_objective_params(section: ObjectiveConfig, origin: Origin = NOWHERE) -
         problem = (origin.of(key) + e.problem[len(key):] if e.problem.startswith(key + " ")
                    else f"{origin.of(key)}: {e.problem}")  # the setting named once, where it was written
         raise LmlabError(problem, e.fix, setting=e.setting) from None
+
+
+def _given(cls, section: ObjectiveConfig, params: dict[str, Any], origin: Origin) -> set[str]:
+    """The parameters the rules treat as given: each ``--set`` gave (at any value: the user asked
+    for it now), and each a file wrote other than its default (a recipe, or a run's saved config,
+    writes defaults too). A ``--set`` partner over a recipe's parameter wins, as ``--set`` does: the
+    parameter it turns off goes back to its default (``--set objective.variant=prefix_lm`` on a
+    recipe with ``noise_density``), so the run, and its saved config, say what it does."""
+    defaults = cls.with_defaults({})
+    given = {k for k, v in section.params.items()
+             if origin.from_command_line(f"objective.{k}") or v != defaults.get(k)}
+    for rule in cls.rules():
+        if rule.flag in given and not origin.from_command_line(f"objective.{rule.flag}") \
+                and origin.from_command_line(f"objective.{rule.partner}") and rule.broken(params.get):
+            section.params.pop(rule.flag, None)
+            params[rule.flag] = defaults.get(rule.flag)
+            given.discard(rule.flag)
+    return given
 
 
 def _objective_options(name: Any, where: str) -> tuple[dict[str, Any], str]:

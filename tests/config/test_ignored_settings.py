@@ -242,7 +242,7 @@ def test_a_set_schedule_over_a_recipes_decay_wins_and_its_saved_config_reads_bac
 
 
 @pytest.mark.parametrize("recipe_file, override", [
-    ("t5-tiny-spans.toml", "objective.variant=prefix_lm"),   # the recipe writes noise_density, mean_span_length
+    ("t5-tiny-spans.toml", "objective.variant=prefix_lm"),  # writes noise_density, mean_span_length
     ("bert-tiny-wwm.toml", "objective.masking=dynamic"),     # ... seed = 0
     ("bart-tiny.toml", 'objective.noise=["token_deletion"]'),  # ... mask_ratio, poisson_lambda
 ])

@@ -293,3 +293,26 @@ def test_an_old_copy_whose_deletion_was_cut_short_is_removed_at_the_next_start(w
         save()  # the next run
         assert _hidden(tmp_path, "out") == [], (k, left, sorted(os.listdir(tmp_path / left[0])))
         assert not ownership.may_replace_dir(out, what).reason
+
+
+def test_an_old_copy_caught_between_the_renames_is_put_back_even_if_a_file_of_it_was_deleted(tmp_path):
+    """Review: a replacement killed between its two renames left ``.NAME.old-PID``; one whose
+    output lacked a listed file (the user deleted one: replacing it is allowed) was deleted at the
+    next start instead of put back. Only an old copy whose deletion had begun (its marker says
+    so) is removed."""
+    from lmlab import fileio
+
+    out = tmp_path / "exp"
+    with fileio.atomic_dir(out, "a.txt", "model") as tmp:
+        (tmp / "a.txt").write_text("a")
+        (tmp / "b.txt").write_text("b")
+    (out / "b.txt").unlink()
+
+    def child():
+        ownership.move_aside(out, f"old-{os.getpid()}")
+        _die()
+
+    _killed(child)
+    assert not out.exists() and len(_hidden(tmp_path, "exp")) == 1
+    ownership.remove_leftovers(tmp_path, "exp")
+    assert (out / "a.txt").read_text() == "a" and _hidden(tmp_path, "exp") == []

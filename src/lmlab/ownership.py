@@ -205,8 +205,13 @@ def mark_aside(directory: Path, aside: str, pid: int | None = None) -> None:
     to ``aside`` (``.NAME.old-PID``, being replaced; ``.NAME.prune-PID``, being deleted)."""
     import secrets
 
-    data = {"lmlab_temporary": FORMAT, "name": aside, "pid": os.getpid() if pid is None else pid,
-            "host": _HOST, "token": secrets.token_hex(8)}
+    _write_marker(directory, {"lmlab_temporary": FORMAT, "name": aside,
+                              "pid": os.getpid() if pid is None else pid, "host": _HOST,
+                              "token": secrets.token_hex(8)})
+
+
+def _write_marker(directory: Path, data: dict) -> None:
+    """Write the :data:`TEMPORARY_MARKER` of ``directory`` in one step (a temporary, then a rename)."""
     tmp = Path(directory) / f"{TEMPORARY_MARKER}.{os.getpid()}"
     tmp.write_text(json.dumps(data) + "\n", encoding="utf-8")
     os.replace(tmp, Path(directory) / TEMPORARY_MARKER)
@@ -238,6 +243,9 @@ def remove_temporary(path: Path) -> None:
     path = Path(path)
     if path.is_symlink() or not path.is_dir():
         return
+    marker = _read_marker(path)
+    if marker is not None:  # once cut short, it is being deleted: never put back as an output
+        _write_marker(path, {**marker, "deleting": True})
     proof = (MANIFEST, ".lock", TEMPORARY_MARKER)
     with contextlib.suppress(OSError):
         for child in list(path.iterdir()):
@@ -1350,21 +1358,6 @@ def _left_as_recorded(path: Path) -> bool:
         and not foreign_entries(path, manifest, emptied=True)
 
 
-def _whole(path: Path) -> bool:
-    """Whether the output renamed aside to ``path`` still holds everything its manifest lists (it
-    was caught between the renames of a replacement, not while it was being deleted)."""
-    manifest = read_manifest(path)
-    if manifest is None or manifest.get("state") != "complete":
-        return False
-    for rel, stamp in manifest.get("entries", {}).items():
-        if not isinstance(stamp, dict):
-            return False
-        found = path / rel
-        if not (found.exists() or found.is_symlink()):
-            return False
-    return True
-
-
 def _read_marker(path: Path) -> dict | None:
     """The :data:`TEMPORARY_MARKER` of ``path`` when it is well formed, else None."""
     f = path / TEMPORARY_MARKER
@@ -1404,7 +1397,7 @@ def remove_leftovers(directory: Path, name: str | None = None, locked: bool = Fa
         m = _TEMPORARY.fullmatch(p.name)
         if not m or (stem is not None and m["name"] != stem) or not is_dead_leftover(p, locked):
             continue
-        if m["what"] == "old" and _whole(p):
+        if m["what"] == "old" and not (_read_marker(p) or {}).get("deleting"):
             if name is None and _SHORTENED.fullmatch(m["name"]):
                 continue  # its output's name was shortened: put back by the next run of that output
             final = p.with_name(name if name is not None else m["name"])

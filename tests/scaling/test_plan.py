@@ -139,7 +139,7 @@ def test_a_one_token_vocabulary_is_refused_by_its_own_name(capsys):
         plan(1e18, vocab_size=1)
 
 
-@pytest.mark.parametrize("arch", ["gpt2", "t5"])
+@pytest.mark.parametrize("arch", ["gpt2", "t5", "llama"])
 def test_the_shape_search_counts_few_shapes_and_finds_the_cheapest(arch, monkeypatch):
     """probe10a M6: a large budget counted every width of every depth (``--flops 1e25``: ~30 s of
     arithmetic). The search now counts a few widths a depth; the shape it picks is the one the
@@ -150,10 +150,12 @@ def test_the_shape_search_counts_few_shapes_and_finds_the_cheapest(arch, monkeyp
     counted = []
     real = planning._count
     monkeypatch.setattr(planning, "_count", lambda cfg, count: counted.append(1) or real(cfg, count))
-    for flops in (1e16, 1e19, 1e25):
+    # llama's grouped key/value heads make the count dip at some widths: every width is counted
+    # there (review: the bisection missed the cheapest shape at 2.3e22), so no huge budget for it
+    for flops in (1e16, 1e19) if arch == "llama" else (1e16, 1e19, 1e25):
         counted.clear()
         chosen = plan(flops, arch)
-        assert len(counted) < 5000, (flops, len(counted))  # the exhaustive search: tens of thousands
+        assert arch == "llama" or len(counted) < 5000, (flops, len(counted))  # exhaustive: tens of thousands
         if flops > 1e19:
             continue  # the exhaustive search below is what took half a minute
         n = compute_optimal(flops)[0]

@@ -289,16 +289,23 @@ def plan(
     head_dim = base.d_model // base.n_heads
     check_budget_buys_a_model(flops, n, tokens_per_param, model_shape(arch, 16, 1, vocab, context, head_dim))
 
+    grouped = base.n_kv_heads is not None
     best, best_cost = None, math.inf
     for n_layers in range(1, 257):
         widths = _widths(aspect * n_layers / 2, aspect * n_layers * 2, head_dim)
         shape = _shapes_of_depth(arch, widths, n_layers, vocab, context, head_dim, count)
-        for i in _candidates(widths, n, n_layers * aspect, lambda i, shape=shape: shape(i)[1]):
+        # grouped key/value heads make the count dip at some widths (a prime head count gets one
+        # key/value head): there every width is counted, elsewhere the count grows with the width
+        picks = range(len(widths)) if grouped else \
+            _candidates(widths, n, n_layers * aspect, lambda i, shape=shape: shape(i)[1])
+        for i in picks:
             cfg, p = shape(i)
             cost = abs(math.log(max(p, 1) / n)) + 0.1 * abs(math.log(widths[i] / n_layers / aspect))
             if cost < best_cost:
                 best, best_cost = cfg, cost
-        if best is not None and widths and shape(0)[1] > 4 * n:
+        smallest = min((shape(i)[1] for i in picks), default=None) if grouped else \
+            (shape(0)[1] if widths else None)
+        if best is not None and smallest is not None and smallest > 4 * n:
             break  # deeper shapes only grow
     if best is None:  # aspect ratio so small that no width fits: the narrowest one-layer model
         best = model_shape(arch, 16, 1, vocab, context, head_dim)

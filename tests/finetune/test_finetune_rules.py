@@ -295,19 +295,3 @@ def test_compare_dry_run_refuses_a_device_naming_the_key(grid, tmp_path, capsys)
     assert exit_code(argv) == 2
     assert_one_line_error(capsys, "finetune.device cuda asked for but CUDA is not available")
 
-
-def test_a_dev_file_that_is_the_training_file_is_refused(tmp_path, sst2_files, capsys, monkeypatch):
-    """probe10a M5: ``--dev`` equal to ``--train`` (any path to it) was accepted: every step was
-    chosen and scored on the training examples. Pretraining refuses the same of data.val."""
-    from lmlab.finetune import finetune
-
-    train, _ = sst2_files
-    monkeypatch.chdir(train.parent)
-    argv = base_argv(tmp_path, train, f"./{train.name}")
-    assert exit_code([*argv, "--max-steps", "1"]) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and err.startswith("error: --dev ") and err.endswith(
-        "train.tsv is the --train file: the step kept and the scores reported would be chosen on the "
-        "examples the model trains on; give --dev held-out examples (e.g. the task's dev split)\n"), err
-    with pytest.raises(LmlabError, match="^dev .* is the train file"):
-        finetune(tmp_path / "no-model", "sst2", train, train, tmp_path / "out")

@@ -226,7 +226,6 @@ def finetune(checkpoint, task: str | Task, train, dev, out: str | os.PathLike | 
         cfg.check_task(task, hparams, _names)  # --doc-stride with sst2...
         check_fields(task, cfg.fields)  # a --ROLE-field the task would not read: before the model loads
     cfg.check_files([train, dev], _names)  # a CSV delimiter for a .tsv file
-    check_dev_apart(train, dev, _names)
     refuse_int8(checkpoint, "fine-tuning")  # before any work (an --lr auto sweep, the output's lock)
     if cfg.loggers and out is None:  # before any work
         raise LmlabError("loggers write beside the fine-tuned model, but there is no output directory",
@@ -523,19 +522,6 @@ def _done_line(total: int, best: dict[str, Any], metrics: dict[str, float], sele
     score += baseline_note(baseline, select)
     where = f"; saved to {saved_to}" if saved_to is not None else ""
     return f"finetune done in {duration(elapsed)} ({total:,} steps): {score}{where}"
-
-
-def check_dev_apart(train, dev, names: SettingNames = KEYWORDS) -> None:
-    """The dev file may not be the training file (the same file by any path): the step kept and the
-    figures reported would be chosen and scored on the examples the model trained on (pretraining
-    refuses a ``data.val`` that ``data.train`` reads, for the same reason)."""
-    if not all(isinstance(p, (str, os.PathLike)) and os.path.isfile(p) for p in (train, dev)):
-        return
-    if os.path.samefile(train, dev):
-        dev_name, train_name = (("--dev", "--train") if names.style == "flag" else ("dev", "train"))
-        raise LmlabError(f"{dev_name} {dev} is the {train_name} file: the step kept and the scores reported "
-                         "would be chosen on the examples the model trains on",
-                         f"give {dev_name} held-out examples (e.g. the task's dev split)")
 
 
 def _check_sweep_inputs(checkpoint, train, dev) -> None:

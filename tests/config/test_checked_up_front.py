@@ -9,6 +9,7 @@ import copy
 from pathlib import Path
 
 import pytest
+from recipe_checks import refused, tiny_recipe
 
 from lmlab.config import load_config
 from lmlab.errors import LmlabError
@@ -17,19 +18,7 @@ from lmlab.lab import load_grid
 
 @pytest.fixture()
 def recipe(tmp_path):
-    (tmp_path / "train.txt").write_text("the cat sat on the mat.\n\n" * 40, encoding="utf-8")
-    (tmp_path / "val.txt").write_text("a dog sat on a log.\n\n" * 10, encoding="utf-8")
-    return {"model": {"preset": "gpt2-tiny"}, "objective": {"name": "clm"},
-            "data": {"train": [str(tmp_path / "train.txt")], "val": [str(tmp_path / "val.txt")],
-                     "tokenizer": {"algo": "bytelevel", "vocab_size": 300}},
-            "train": {"max_steps": 4, "batch_size": 4, "seq_len": 32, "threads": 1, "progress": "off"}}
-
-
-def refused(recipe, overrides) -> str:
-    with pytest.raises(LmlabError) as e:
-        load_config(copy.deepcopy(recipe), overrides)
-    assert "\n" not in str(e.value)
-    return str(e.value)
+    return tiny_recipe(tmp_path)
 
 
 BERT = ["model.preset=bert-tiny", "objective.name=mlm"]

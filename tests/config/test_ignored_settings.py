@@ -15,6 +15,7 @@ from __future__ import annotations
 import copy
 
 import pytest
+from recipe_checks import refused, tiny_recipe
 
 from lmlab.config import load_config, to_toml
 from lmlab.errors import LmlabError
@@ -23,12 +24,7 @@ from lmlab.lab import load_grid
 
 @pytest.fixture()
 def recipe(tmp_path):
-    (tmp_path / "train.txt").write_text("the cat sat on the mat.\n\n" * 40, encoding="utf-8")
-    (tmp_path / "val.txt").write_text("a dog sat on a log.\n\n" * 10, encoding="utf-8")
-    return {"model": {"preset": "gpt2-tiny"}, "objective": {"name": "clm"},
-            "data": {"train": [str(tmp_path / "train.txt")], "val": [str(tmp_path / "val.txt")],
-                     "tokenizer": {"algo": "bytelevel", "vocab_size": 300}},
-            "train": {"max_steps": 4, "batch_size": 4, "seq_len": 32, "threads": 1, "progress": "off"}}
+    return tiny_recipe(tmp_path)
 
 
 @pytest.fixture(scope="module")
@@ -38,13 +34,6 @@ def tok():
     words = "the cat sat on a mat while one dog ran to its log and every bird sang".split()
     text = [" ".join(words[i:] + words[:i]) + "." for i in range(len(words))]
     return train_tokenizer("wordpiece", text, vocab_size=120)
-
-
-def refused(recipe, overrides) -> str:
-    with pytest.raises(LmlabError) as e:
-        load_config(copy.deepcopy(recipe), overrides)
-    assert "\n" not in str(e.value)
-    return str(e.value)
 
 
 MLM = ["model.preset=bert-tiny", "objective.name=mlm"]

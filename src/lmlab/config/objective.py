@@ -53,15 +53,14 @@ def _given(cls, section: ObjectiveConfig, params: dict[str, Any], origin: Origin
     writes defaults too). A ``--set`` partner over a recipe's parameter wins, as ``--set`` does: the
     parameter it turns off goes back to its default (``--set objective.variant=prefix_lm`` on a
     recipe with ``noise_density``), so the run, and its saved config, say what it does."""
+    from lmlab.config.rules import settings_given
+
     defaults = cls.with_defaults({})
-    given = {k for k, v in section.params.items()
-             if origin.from_command_line(f"objective.{k}") or v != defaults.get(k)}
-    for rule in cls.rules():
-        if rule.flag in given and not origin.from_command_line(f"objective.{rule.flag}") \
-                and origin.from_command_line(f"objective.{rule.partner}") and rule.broken(params.get):
-            section.params.pop(rule.flag, None)
-            params[rule.flag] = defaults.get(rule.flag)
-            given.discard(rule.flag)
+    given, turned_off = settings_given(cls.rules(), section.params, params.get, defaults.get, "objective",
+                                       origin, set_at_default=True)
+    for name in turned_off:
+        section.params.pop(name, None)
+        params[name] = defaults.get(name)
     return given
 
 

@@ -7,7 +7,7 @@ from dataclasses import field
 from pydantic.dataclasses import dataclass
 
 from lmlab.config.overrides import NOWHERE, Origin
-from lmlab.config.rules import Needs, SettingNames, check_rules
+from lmlab.config.rules import Needs, SettingNames, check_rules, settings_given
 from lmlab.errors import LmlabError
 from lmlab.values import (
     Count,
@@ -113,17 +113,13 @@ def check_train_rules(train: TrainConfig, keys, origin: Origin = NOWHERE) -> Non
     import dataclasses
 
     defaults = TrainConfig()
-    given = {k for k in keys if hasattr(defaults, k) and getattr(train, k) != getattr(defaults, k)}
+    given, turned_off = settings_given(RULES, [k for k in keys if hasattr(defaults, k)],
+                                       lambda n: getattr(train, n), lambda n: getattr(defaults, n),
+                                       "train", origin)
+    for name in turned_off:
+        setattr(train, name, getattr(defaults, name))
     for rule in RULES:
         if rule.flag not in given:
-            continue
-        # --set train.schedule=constant over a recipe's decay: the command line wins, as --set does,
-        # and the setting it turns off is the default again (the run is the same; its saved config,
-        # which --resume reads back, then trips no rule)
-        if origin.from_command_line(f"train.{rule.partner}") \
-                and not origin.from_command_line(f"train.{rule.flag}"):
-            if rule.broken(lambda n: getattr(train, n)):
-                setattr(train, rule.flag, getattr(defaults, rule.flag))
             continue
         # each named as written; a partner not written is named in the setting's table (a grid's
         # pretrain.train.compile beside pretrain.train.compile_backend)

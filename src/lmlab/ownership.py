@@ -59,12 +59,12 @@ from lmlab.errors import LmlabError, a_or_an
 
 MANIFEST = ".lmlab-manifest.json"
 FORMAT = 1
-#: files lmlab keeps beside what it writes and that never make a folder the user's
 #: the marker naming a temporary, apart from any manifest (what is saved into a temporary writes its
 #: own): lmlab puts it into a new temporary (``.NAME.tmp-PID-*``) and into a finished output just
 #: before it renames it aside (``.NAME.old-PID``, ``.NAME.prune-PID``), and deletes it last; only that
 #: very folder is ever taken for a leftover
 TEMPORARY_MARKER = ".lmlab-temporary.json"
+#: files lmlab keeps beside what it writes and that never make a folder the user's
 BOOKKEEPING = frozenset({MANIFEST, ".lock", TEMPORARY_MARKER})
 _TEMPORARY = re.compile(r"\.(?P<name>.+)\.(?P<what>tmp|old|prune)-(?P<pid>\d+)(?:-.*)?")
 _HOST = socket.gethostname()
@@ -225,14 +225,13 @@ def settle(src: Path, dest: Path) -> None:
     anywhere else the marker goes once the folder is in place (it names a temporary no longer
     there, and proves nothing)."""
     src, dest = Path(src), Path(dest)
-    m = _TEMPORARY.fullmatch(dest.name)
-    if m and m["what"] == "tmp" and int(m["pid"]) == os.getpid():
-        mark_aside(src, dest.name, int(m["pid"]))
-        os.replace(src, dest)
-        return
+    own = _named_own_temporary(dest)
+    if own:
+        mark_aside(src, dest.name)
     os.replace(src, dest)
-    with contextlib.suppress(OSError):
-        os.unlink(dest / TEMPORARY_MARKER)
+    if not own:
+        with contextlib.suppress(OSError):
+            os.unlink(dest / TEMPORARY_MARKER)
 
 
 def remove_temporary(path: Path) -> None:
@@ -349,10 +348,8 @@ def _output_folder(dest: str | os.PathLike, keeps: str | None = None) -> tuple[P
         raise LmlabError(f"output {given} is a file", "pass a folder path to --out")
     # a folder output is made and then filled: anywhere within another command's entry is refused
     # (fills), not only the names there, so run/checkpoints/mine is refused now, not after the work
-    if keeps:  # the folder derived from the output's name (a resume folder) is the claiming run's own
-        with filling(resolved):
-            check_destination(given, fills=True)
-    else:
+    # the folder derived from the output's name (a resume folder, ``keeps``) is the claiming run's own
+    with filling(resolved) if keeps else contextlib.nullcontext():
         check_destination(given, fills=True)
     return given, resolved
 
@@ -1407,7 +1404,6 @@ def remove_leftovers(directory: Path, name: str | None = None, locked: bool = Fa
         remove_temporary(p)
         removed.append(p)
     return removed
-
 
 
 def make_temporary(parent: Path, name: str, kind: str, label: str = "") -> Path:

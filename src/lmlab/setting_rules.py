@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from lmlab.errors import LmlabError
-from lmlab.setting_names import KEYWORDS, STYLES, SettingNames, _literal  # noqa: F401
+from lmlab.setting_names import KEYWORDS, SettingNames
 
 
 def is_set(value: Any) -> bool:

@@ -374,7 +374,7 @@ def check_resume(resume, out, method: str) -> None:
 
 def _identity(cfg: AlignConfig, checkpoint, tokenizer, train, dev, resume_from: Path | None,
               say) -> dict[str, Any]:
-    """The run's identity (:func:`lmlab.train.components.output_resume.run_identity`): its settings,
+    """The run's identity (:meth:`lmlab.train.components.output_resume.ResumeFolder.identity`): its settings,
     and its inputs by content; resuming, the saved state's must be the same (one line naming what
     differs, before the model loads)."""
     from lmlab.train.checkpoint import run_checkpoint

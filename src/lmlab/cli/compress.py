@@ -317,15 +317,14 @@ def summary_text(report: dict, out: str | Path | None = None) -> str:
     for name, before in (b.get("metrics") or {}).items():
         after = (a.get("metrics") or {}).get(name)
         if isinstance(before, (int, float)) and isinstance(after, (int, float)):
-            note = baseline_note(trivial, name) if base else ""  # " (baseline 0.5092)"
+            note = baseline_note(trivial, name)  # " (baseline 0.5092)", or "" with no baseline
             inside = f"; baseline {trivial[1][name]:.4f}" if note else ""
             lines.append(f"  dev {name:<10} {before:.4f} -> {after:.4f} ({after - before:+.4f}{inside})")
             short += [f"{name} {before:.4f} -> {after:.4f}{note}"] if len(short) < 4 else []
     if base:
         lines.append(f"  {baseline_text(trivial)}")
-    flagged = [(when, at_baseline_text(row.get("metrics") or {}, trivial, base.get("metric")))
-               for when, row in (("before", b), ("after", a)) if base.get("metric")]
-    flagged = [(when, text) for when, text in flagged if text]
+    flagged = [(when, text) for when, row in (("before", b), ("after", a))
+               if (text := at_baseline_text(row.get("metrics") or {}, trivial, base.get("metric")))]
     if method.get("name") == "prune":
         lines.append("  (pruned weights are zeros kept in dense matrices: the file keeps its size and the "
                      "matmuls do the same work, so no speed-up is expected and a difference is the timing "

@@ -74,12 +74,12 @@ def run_variants(args, mode: dict, continuation, names: dict[str, str]) -> int:
     start = tok.bos_id if tok.bos_id is not None else eos
     stop_sequences = [tok.encode(s) for s in args.stop if s]
     max_new = 50 if args.max_new_tokens is None else args.max_new_tokens
+    every = [tok.encode(prompt) or [start] for _, prompt in rows]  # each row encoded once
     if getattr(base, "architecture", None) != "seq2seq":  # every row fits, before the first is printed
-        longest = max(len(tok.encode(prompt) or [start]) for _, prompt in rows)
-        check_length(model, longest, max_new, names)
+        check_length(model, max(map(len, every)), max_new, names)
     for first in range(0, len(rows), BATCH_ROWS):
         chunk = rows[first:first + BATCH_ROWS]
-        encoded = [tok.encode(prompt) or [start] for _, prompt in chunk]
+        encoded = every[first:first + BATCH_ROWS]
         if start is None and any(e == [None] for e in encoded):
             raise LmlabError("an empty prompt needs a BOS or EOS token to start from",
                              "give non-empty prompts")

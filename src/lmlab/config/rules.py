@@ -3,7 +3,6 @@ an objective's parameters included, states its rules with it), under the name th
 
 from lmlab.setting_rules import (  # noqa: F401
     KEYWORDS,
-    STYLES,
     Excludes,
     ForArchitectures,
     Needs,

@@ -173,9 +173,12 @@ def check_positions(cfg: RunConfig, origin: Origin = NOWHERE) -> None:
     """A ``train.seq_len`` longer than the model's positions (``model.max_positions``, else the
     preset's), named where it was written (the builder checks it again,
     :func:`lmlab.train.builder.check_run`)."""
-    from lmlab.models import PRESETS
+    from lmlab.models import get_preset
 
-    preset = PRESETS[cfg.model.preset]()
+    try:
+        preset = get_preset(cfg.model.preset)
+    except LmlabError:
+        return  # an unknown preset is reported with its own message
     max_pos = cfg.model.overrides.get("max_positions", getattr(preset, "max_positions", None))
     if isinstance(max_pos, int) and cfg.train.seq_len > max_pos:
         raise LmlabError(f"{origin.of('train.seq_len')} {cfg.train.seq_len} is longer than the model's "

@@ -324,8 +324,9 @@ def _finetune_run(checkpoint, task, train, dev, out, method, method_options, tok
 
 def _identity(cfg: FinetuneConfig, task, method, method_options, checkpoint, tokenizer, train, dev,
               resume_from: Path | None, say, names: SettingNames = KEYWORDS) -> dict[str, Any]:
-    """The run's identity (:func:`lmlab.finetune.resume.run_identity`); resuming, the saved state's
-    must be the same (one line naming what differs, before the model loads)."""
+    """The run's identity (:meth:`lmlab.train.components.output_resume.ResumeFolder.identity`);
+    resuming, the saved state's must be the same (one line naming what differs, before the model
+    loads)."""
     inputs = {"checkpoint": checkpoint, "tokenizer": tokenizer, "train": train, "dev": dev}
     return resume_state.FOLDER.identity(cfg.to_dict(), task if isinstance(task, str) else task.name, method,
                                         method_options or {}, inputs, resume_from, say, names)
@@ -436,9 +437,10 @@ def _finish(run: FinetuneRun, baseline, method: str, method_options, say) -> tup
                         "chosen_step": run.best["step"], **{f"dev_{k}": v for k, v in metrics.items()}})
         say(f"the step chosen on the slice ({run.best['step']}) scores on dev: "
             + ", ".join(f"{k} {v:.4f}" for k, v in metrics.items()))
-    at_baseline = at_trivial_baseline(metrics, baseline, select)
+    flagged = at_baseline_text(metrics, baseline, select)
+    at_baseline = flagged is not None
     if at_baseline:
-        say(f"warning: the best dev {at_baseline_text(metrics, baseline, select)}: the model learned nothing "
+        say(f"warning: the best dev {flagged}: the model learned nothing "
             f"usable; try another learning rate (--lr auto picks one on {cfg.select_on}), more steps, or "
             "check the labels")
     trainable, total_params = run.parameters()

@@ -40,12 +40,10 @@ from lmlab.train.components.output_resume import (  # noqa: F401  (fine-tuning's
     LOGS,
     ResumeFolder,
     check_fits,
-    check_identity,
     check_order,
     holds_state,
     output_fix,
     resume_dir,
-    run_identity,
     saved_state,
 )
 from lmlab.train.components.resume_state import ResumeState, random_streams
@@ -53,7 +51,7 @@ from lmlab.train.components.resume_state import ResumeState, random_streams
 #: fine-tuning's resume folder: its loop state under ``finetune`` in ``train_state.json``
 FOLDER = ResumeFolder("finetune", "fine-tuning")
 claim, claimed, checkpointer, discard = FOLDER.claim, FOLDER.claimed, FOLDER.checkpointer, FOLDER.discard
-check_start, saved_identity = FOLDER.check_start, FOLDER.saved_identity
+check_start = FOLDER.check_start
 
 
 def save(saver: Checkpointer, run, identity: dict[str, Any], history: list | None = None) -> Path:
@@ -73,7 +71,7 @@ def save(saver: Checkpointer, run, identity: dict[str, Any], history: list | Non
 
 def load(path: Path, model, optimizer, examples: int):
     """``(tensors, meta, weights)`` of the checkpoint ``path`` (whose identity
-    :func:`check_identity` accepted), after checking that it fits the run's ``model``, ``optimizer``
+    :meth:`ResumeFolder.identity` accepted), after checking that it fits the run's ``model``, ``optimizer``
     and ``examples``."""
     tensors, meta, weights = FOLDER.read(path)
     _check_fits(path, tensors, meta, weights, model, optimizer, examples)

@@ -19,7 +19,7 @@ import math
 import statistics
 from typing import Any
 
-from lmlab.tasks.baseline import MARGIN  # noqa: F401 - a score within this of the baseline is at it (one rule)
+from lmlab.tasks.baseline import MARGIN  # a score within this of the baseline is at it (one rule)
 
 #: diagnostic metrics: shown as reasons, not as score columns
 DIAGNOSTICS = ("outside_labels",)

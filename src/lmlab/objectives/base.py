@@ -211,8 +211,11 @@ class Objective(nn.Module):
         names its parameter (``LmlabError.setting``), for the caller to say where it was written."""
         from lmlab.setting_rules import SettingNames, check_rules
 
-        defaults = cls.with_defaults({})
-        chosen = ({k for k in params if params[k] != defaults.get(k)} if given is None else set(given))
+        if given is None:
+            defaults = cls.with_defaults({})
+            chosen = {k for k in params if params[k] != defaults.get(k)}
+        else:
+            chosen = set(given)
         check_rules(cls.rules(), chosen, params.get, SettingNames("key", prefix="objective."))
 
     @classmethod

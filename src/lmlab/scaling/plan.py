@@ -287,7 +287,8 @@ def plan(
         )
     aspect = base.d_model / base.n_layers if aspect_ratio is None else aspect_ratio
     head_dim = base.d_model // base.n_heads
-    check_budget_buys_a_model(flops, n, tokens_per_param, model_shape(arch, 16, 1, vocab, context, head_dim))
+    narrowest = model_shape(arch, 16, 1, vocab, context, head_dim)  # the smallest model a shape can be
+    check_budget_buys_a_model(flops, n, tokens_per_param, narrowest)
 
     grouped = base.n_kv_heads is not None
     best, best_cost = None, math.inf
@@ -308,7 +309,7 @@ def plan(
         if best is not None and smallest is not None and smallest > 4 * n:
             break  # deeper shapes only grow
     if best is None:  # aspect ratio so small that no width fits: the narrowest one-layer model
-        best = model_shape(arch, 16, 1, vocab, context, head_dim)
+        best = narrowest
 
     pc = count_parameters(best)
     matmul = _flops_per_token(best, context, attention=False)

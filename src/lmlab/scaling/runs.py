@@ -174,16 +174,17 @@ def read_runs(paths: list[str | os.PathLike], count: str = "auto") -> tuple[list
         dirs.append(p)
     # one run given twice (run1 run1, or runs/ and runs/a) would weigh its point twice in the fit
     check_distinct(dirs, "the runs (RUN_DIR)", "give each run once", key=lambda d: d.resolve())
-    check_one_series([d for d in dirs if d.is_dir()])
+    # each run's checkpoint config, read once for the checks below
+    metas = {d: _checkpoint_config(d, _summary_or_empty(d)) for d in dirs if d.is_dir()}
+    check_one_series(metas)
     if count == "auto":
-        has_config = all(_checkpoint_config(d, _summary_or_empty(d)) is not None for d in dirs if d.is_dir())
-        count = "non-embedding" if has_config else "total"
+        count = "non-embedding" if all(m is not None for m in metas.values()) else "total"
     return [read_run(d, count) for d in dirs], count
 
 
-def _measure(run: Path) -> tuple[str | None, int | None]:
-    """``(objective, vocabulary size)`` of a run: what its validation loss measures (None: not
-    recorded, e.g. a run folder of an older lmlab)."""
+def _measure(run: Path, meta: dict | None) -> tuple[str | None, int | None]:
+    """``(objective, vocabulary size)`` of a run (``meta``: its checkpoint config): what its
+    validation loss measures (None: not recorded, e.g. a run folder of an older lmlab)."""
     from lmlab.config.toml import read_toml
 
     objective = None
@@ -193,15 +194,16 @@ def _measure(run: Path) -> tuple[str | None, int | None]:
             objective = section.get("name") if isinstance(section, dict) else None
         except (LmlabError, AttributeError):  # unreadable, or not a table: not recorded
             objective = None
-    meta = _checkpoint_config(run, _summary_or_empty(run))
     vocab = (meta or {}).get("config", {}).get("vocab_size")
     return objective, vocab
 
 
-def check_one_series(dirs: list[Path]) -> None:
-    """The runs one law is fitted to measure the same loss: one objective (an MLM loss over 15% of
-    the tokens is no CLM loss) over one vocabulary. A mix is refused in one line naming the groups."""
-    measures = {d: _measure(d) for d in dirs}  # each run's files read once
+def check_one_series(metas: dict[Path, dict | None]) -> None:
+    """The runs one law is fitted to measure the same loss (``metas``: each run's checkpoint config):
+    one objective (an MLM loss over 15% of the tokens is no CLM loss) over one vocabulary. A mix is
+    refused in one line naming the groups."""
+    dirs = list(metas)
+    measures = {d: _measure(d, metas[d]) for d in dirs}
     for index, what in ((0, "objective"), (1, "vocabulary size")):
         groups: dict = {}
         for d in dirs:

@@ -24,6 +24,7 @@ from lmlab.data.records import input_stat, is_dataset_dir, is_record_file
 from lmlab.data.shards import INDEX_FILE, TokenShards, read_index
 from lmlab.errors import LmlabError
 from lmlab.fileio import read_json, write_json
+from lmlab.setting_names import _literal
 from lmlab.train.config import DataConfig
 from lmlab.values import check_distinct
 
@@ -223,7 +224,7 @@ def check_read_options(cfg: DataConfig, train_text: list[Path], val_text: list[P
     present["text or records"] = bool(inputs)
     for name, (needs, why) in _READ_OPTIONS.items():
         if getattr(cfg, name) != getattr(defaults, name) and not present[needs]:
-            shown = f"{where}data.{name} = {_toml_value(getattr(cfg, name))}"
+            shown = f"{where}data.{name} = {_literal(getattr(cfg, name), 'key')}"
             raise LmlabError(f"{shown} has no effect here: {where}data.train and {where}data.val hold no "
                              f"{needs} files to read ({why})", f"drop {where}data.{name}")
     if train_is_shards:
@@ -237,13 +238,6 @@ def check_read_options(cfg: DataConfig, train_text: list[Path], val_text: list[P
         raise LmlabError(f"{where}data.val_fraction {cfg.val_fraction:g} has no effect with {where}data.val "
                          "given (it holds out training documents only when data.val is empty)",
                          f"drop {where}data.val_fraction, or empty {where}data.val")
-
-
-def _toml_value(value: Any) -> str:
-    import json
-
-    return json.dumps(value) if isinstance(value, str) else str(value).lower() if isinstance(value, bool) \
-        else str(value)
 
 
 def check_train_share(cfg: DataConfig, train_paths: list[Path], seq_len: int, where: str = "") -> None:

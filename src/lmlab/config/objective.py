@@ -42,9 +42,7 @@ def check_objective_params(section: ObjectiveConfig, origin: Origin = NOWHERE) -
         key = f"objective.{e.setting}"
         if e.setting is None or e.setting not in section.params or origin.of(key) == key:
             raise
-        problem = (origin.of(key) + e.problem[len(key):] if e.problem.startswith(key + " ")
-                   else f"{origin.of(key)}: {e.problem}")  # the setting named once, where it was written
-        raise LmlabError(problem, e.fix, setting=e.setting) from None
+        raise origin.naming(e, key) from None
 
 
 def _given(cls, section: ObjectiveConfig, params: dict[str, Any], origin: Origin) -> set[str]:

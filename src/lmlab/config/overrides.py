@@ -30,6 +30,18 @@ class Origin:
                    key=lambda pair: len(pair[0]), default=None)
         return key if best is None else best[1] + key[len(best[0]):]
 
+    def naming(self, error: LmlabError, key: str, shown: str | None = None) -> LmlabError:
+        """``error`` about the setting ``key``, named once where it was written: the problem's
+        leading name (``shown``, default ``key``) becomes :meth:`of` ``key`` (``--set
+        train.batch_size 1 is ...``); a problem that does not start with it gets that place before
+        it (``recipe.toml:4: objective.noise: ...``)."""
+        shown = shown or key
+        if error.problem.startswith(shown + " "):
+            problem = self.of(key) + error.problem[len(shown):]
+        else:
+            problem = f"{self.of(key)}: {error.problem}"
+        return LmlabError(problem, error.fix, setting=error.setting)
+
     def of(self, key: str) -> str:
         """Where ``key``'s value was written: ``--set train.lr``, ``FILE:LINE: train.lr`` (``FILE:
         train.lr`` when the line is not found) or ``train.lr`` (each as :meth:`written_as`)."""

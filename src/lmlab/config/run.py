@@ -198,7 +198,7 @@ def check_objective_train(cfg: RunConfig, origin: Origin = NOWHERE) -> None:
         key = f"train.{e.setting}"
         if e.setting is None or not e.problem.startswith(key + " ") or origin.of(key) == key:
             raise
-        raise LmlabError(origin.of(key) + e.problem[len(key):], e.fix, setting=e.setting) from None
+        raise origin.naming(e, key) from None
 
 
 def check_objective_tokens(cfg: RunConfig) -> None:

@@ -130,6 +130,4 @@ def check_train_rules(train: TrainConfig, keys, origin: Origin = NOWHERE) -> Non
         try:
             check_rules([rule], given, lambda name: getattr(train, name), names)
         except LmlabError as e:  # the problem names the setting where it was written, the fix by its key
-            key = names.of(e.setting)
-            raise LmlabError(origin.of(f"train.{e.setting}") + e.problem[len(key):], e.fix,
-                             setting=e.setting) from None
+            raise origin.naming(e, f"train.{e.setting}", names.of(e.setting)) from None
